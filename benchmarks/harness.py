@@ -1,0 +1,505 @@
+"""Benchmark harness: the kernel suite against eager, torch.compile, Liger and fuser.
+
+What it measures (see /work/shared/BENCHMARKS.md):
+
+1. The machine's reference bandwidth: a device-to-device copy of a large bf16 tensor, charged
+   for the bytes read plus the bytes written.
+2. For every case of `suite.py` and every contender: first the contender's result is checked
+   against eager PyTorch on the same fresh random inputs (dtype-aware tolerances); only a
+   contender that passes is timed, with the median of `triton.testing.do_bench` (a plain
+   wall-clock median on the CPU smoke test).
+3. Each time becomes GB/s (the case's bytes over the time) and a share of the copy bandwidth;
+   1.0 means the kernel moves its bytes as fast as a copy does.
+
+Contenders: "eager"; "torch.compile" (static shapes, compiled afresh per case);
+"compile+cd" (the same with Inductor's coordinate-descent tuning); "compile dynamic"
+(dynamic=True); "liger" (rmsnorm, layernorm and cross entropy, when liger_kernel imports);
+"fuser" (`fuser.jit(fn)`, once the fuser package has `jit`; see `fuser_contender`).
+
+A contender that raises or disagrees with eager gets "error: ..." in its cell; the run goes on.
+Output: a markdown table on stdout (rows = cases, columns = contenders, cells = share of copy),
+plus in --out: the same table (.md), every raw figure (.json) and a grouped bar chart (.png, when
+matplotlib imports).
+
+Run it through scripts/bench; `scripts/bench --help` lists the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager
+
+import torch
+
+try:
+    from benchmarks import suite
+except ImportError:  # run as a plain script without the repo on the path
+    import suite
+
+COPY_NUMEL = {"cuda": 1 << 28, "cpu": 1 << 24}  # bf16 elements: 512 MiB on the GPU
+TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 1e-3,
+             torch.float64: 1e-6}
+COMPILE_CONTENDERS = ("torch.compile", "compile+cd", "compile dynamic")
+NON_PEERS = ("eager", "fuser")  # "best peer" is the best of the other columns
+
+
+# ---------------------------------------------------------------------------------------------
+# Contenders: each maps a Case to an Impl (or None: not applicable, an empty cell)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Impl:
+    """How one contender computes one case: a drop-in replacement of `case.fn`."""
+
+    fn: Callable
+    context: Callable[[], ContextManager] = contextlib.nullcontext  # held while compiling/timing
+    forward_in_timing: bool = False  # backward rows: time forward + grad (gradient made in fwd)
+
+
+def eager_contender(case: suite.Case) -> Impl:
+    return Impl(case.fn)
+
+
+def compile_contender(dynamic: bool, coordinate_descent: bool = False):
+    def contender(case: suite.Case) -> Impl:
+        torch._dynamo.reset()  # compiled afresh for every case: no kernel reused across shapes
+        context = contextlib.nullcontext
+        if coordinate_descent:
+            import torch._inductor.config as inductor_config
+
+            def context():
+                return inductor_config.patch(coordinate_descent_tuning=True)
+        return Impl(torch.compile(case.fn, dynamic=dynamic), context)
+
+    return contender
+
+
+def liger_available() -> bool:
+    try:
+        import liger_kernel  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def liger_contender(case: suite.Case) -> Impl | None:
+    from liger_kernel.transformers import functional as lf
+
+    if case.kernel.startswith("rmsnorm_"):
+        def rmsnorm(x, weight):
+            # "gemma" casting = all math in fp32, as suite.rmsnorm; not in place, like the others.
+            try:
+                return lf.liger_rms_norm(x, weight, suite.RMS_EPS, 0.0, "gemma", False)
+            except TypeError:  # releases without the in_place argument
+                return lf.liger_rms_norm(x, weight, suite.RMS_EPS, 0.0, "gemma")
+        return Impl(rmsnorm)
+    if case.kernel.startswith("layernorm_"):
+        return Impl(lambda x, w, b: lf.liger_layer_norm(x, w, b, suite.LAYERNORM_EPS))
+    if case.kernel == "cross_entropy_bwd":
+        def cross_entropy(logits, target):
+            loss = lf.liger_cross_entropy(logits, target)
+            return loss[0] if isinstance(loss, tuple) else loss
+        # Liger writes the gradient into the logits during the forward; its backward only
+        # scales it. Timing the backward alone would hide the work, so forward + grad is timed.
+        return Impl(cross_entropy, forward_in_timing=True)
+    return None
+
+
+def fuser_contender(case: suite.Case) -> Callable | None:
+    """fuser's implementation of `case.fn`, or None while the package has no `jit` yet.
+
+    Assumes `fuser.jit(fn)` returns a drop-in callable (same arguments, same outputs), and, for
+    backward rows, outputs that autograd can differentiate.
+    """
+    try:
+        import fuser
+    except ImportError:
+        return None
+    jit = getattr(fuser, "jit", None)
+    return None if jit is None else jit(case.fn)
+
+
+def _fuser_impl(case: suite.Case) -> Impl | None:
+    fn = fuser_contender(case)
+    return None if fn is None else Impl(fn)
+
+
+CONTENDERS: dict[str, Callable[[suite.Case], Impl | None]] = {
+    "eager": eager_contender,
+    "torch.compile": compile_contender(dynamic=False),
+    "compile+cd": compile_contender(dynamic=False, coordinate_descent=True),
+    "compile dynamic": compile_contender(dynamic=True),
+    "liger": liger_contender,
+    "fuser": _fuser_impl,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and timing
+# ---------------------------------------------------------------------------------------------
+
+class Mismatch(Exception):
+    pass
+
+
+def check_close(got: tuple, want: tuple) -> None:
+    """Raise Mismatch unless every output matches eager's in shape, dtype and value.
+
+    |got - want| <= tol * (|want| + rms(want)) elementwise, tol by dtype: the relative part
+    covers rounding, the part scaled by the tensor's RMS covers summation order and keeps tiny
+    tensors (softmax probabilities, cross-entropy gradients) from passing trivially.
+    """
+    if len(got) != len(want):
+        raise Mismatch(f"{len(got)} outputs, eager has {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(g, torch.Tensor):
+            raise Mismatch(f"output {i} is a {type(g).__name__}, not a tensor")
+        if g.shape != w.shape or g.dtype != w.dtype:
+            raise Mismatch(f"output {i} is {g.dtype} {list(g.shape)}, "
+                           f"eager {w.dtype} {list(w.shape)}")
+        tol = TOLERANCE.get(w.dtype, 1e-3)
+        g32, w32 = g.detach().float(), w.detach().float()
+        rms = max(w32.pow(2).mean().sqrt().item(), 1e-30)
+        close = torch.isclose(g32, w32, rtol=tol, atol=tol * rms, equal_nan=True)
+        if not bool(close.all()):
+            diff = (g32 - w32).abs().nan_to_num(nan=math.inf).max().item()
+            bad = int((~close).sum())
+            raise Mismatch(f"output {i}: {bad}/{w.numel()} off, max |diff| {diff:.3g} "
+                           f"(eager rms {rms:.3g})")
+
+
+def measure_ms(fn: Callable, device: torch.device) -> float:
+    """Median time of one call in milliseconds."""
+    if device.type == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, return_mode="median")
+    return _cpu_median_ms(fn)
+
+
+def _cpu_median_ms(fn: Callable, min_reps: int = 5, budget_s: float = 0.2) -> float:
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device) -> dict:
+    """GB/s of dst.copy_(src) on a large bf16 tensor, counting bytes read plus written."""
+    src = torch.randn(COPY_NUMEL[device.type], dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    ms = measure_ms(lambda: dst.copy_(src), device)
+    moved = 2 * src.nbytes
+    return {"bytes": moved, "ms": ms, "gbps": moved / ms / 1e6}
+
+
+def short_error(exc: BaseException, limit: int = 90) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    if isinstance(exc, Mismatch):
+        text = "mismatch: " + (lines[0] if lines else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def eager_reference(case: suite.Case, device: torch.device, seed: int) -> tuple:
+    args = case.make_inputs(device, seed)
+    out = suite.make_runner(case, case.fn, args, seed)()
+    return tuple(t.detach() for t in out)
+
+
+def run_contender(case: suite.Case, impl: Impl, reference: tuple, device: torch.device,
+                  copy_gbps: float, seed: int) -> dict:
+    """Validate, then time, one contender on one case. Raises on error or mismatch."""
+    with impl.context():
+        args = case.make_inputs(device, seed)  # fresh: a contender may write into its inputs
+        t0 = time.perf_counter()
+        runner = suite.make_runner(case, impl.fn, args, seed, impl.forward_in_timing)
+        out = runner()
+        synchronize(device)
+        first_call_s = time.perf_counter() - t0  # includes compilation for compilers
+        check_close(out, reference)
+        del out
+        ms = measure_ms(runner, device)
+    gbps = case.bytes_moved / ms / 1e6
+    return {"ms": ms, "gbps": gbps, "share": gbps / copy_gbps, "first_call_s": first_call_s}
+
+
+def run_cell(case, name, reference, device, copy_gbps, seed, verbose) -> dict:
+    try:
+        impl = CONTENDERS[name](case)
+        if impl is None:
+            return {"skipped": "no implementation for this case"}
+        return run_contender(case, impl, reference, device, copy_gbps, seed)
+    except Exception as exc:  # one contender's failure must not end the run
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        return {"error": short_error(exc)}
+    finally:
+        free_memory(device)
+
+
+def free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_case(case, contenders, device, copy_gbps, seed, verbose) -> dict:
+    reference = eager_reference(case, device, seed)
+    results = {}
+    for name in contenders:
+        results[name] = run_cell(case, name, reference, device, copy_gbps, seed, verbose)
+        log(f"  {case.name:32s} {name:16s} {format_cell(results[name], detail=True)}")
+    del reference
+    free_memory(device)
+    return {"name": case.name, "kernel": case.kernel, "shape": list(case.shape),
+            "backward": case.backward, "bytes": case.bytes_moved, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def format_cell(cell: dict | None, detail: bool = False) -> str:
+    if not cell:
+        return ""
+    if "skipped" in cell:
+        return f"({cell['skipped']})" if detail else ""
+    if "error" in cell:
+        return "error: " + cell["error"].replace("|", "/")
+    if detail:
+        return f"{cell['share']:.2f} of copy, {cell['ms']:.4f} ms, {cell['gbps']:.0f} GB/s"
+    return f"{cell['share']:.2f}"
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def add_best_peer(rows: list[dict], contenders: list[str]) -> bool:
+    """Add a "best peer" cell to each row (best share among the non-eager, non-fuser columns)."""
+    peers = [c for c in contenders if c not in NON_PEERS]
+    if not peers:
+        return False
+    for row in rows:
+        timed = [p for p in peers if "share" in row["results"][p]]
+        best = max(timed, key=lambda p: row["results"][p]["share"], default=None)
+        row["results"]["best peer"] = best and {**row["results"][best], "from": best}
+    return True
+
+
+def column_geomeans(rows: list[dict], columns: list[str]) -> dict:
+    means = {}
+    for col in columns:
+        shares = [r["results"][col]["share"] for r in rows
+                  if r["results"].get(col) and "share" in r["results"][col]]
+        means[col] = {"geomean": geomean(shares), "rows": len(shares), "of": len(rows)}
+    return means
+
+
+def markdown_table(rows: list[dict], columns: list[str], means: dict) -> str:
+    lines = ["| case | " + " | ".join(columns) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for row in rows:
+        cells = [format_cell(row["results"].get(c)) for c in columns]
+        lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
+    gm_cells = []
+    for col in columns:
+        m = means[col]
+        text = "" if m["geomean"] is None else f"{m['geomean']:.2f}"
+        if m["geomean"] is not None and m["rows"] < m["of"]:
+            text += f" ({m['rows']}/{m['of']})"
+        gm_cells.append(text)
+    lines.append("| **geomean** | " + " | ".join(gm_cells) + " |")
+    return "\n".join(lines)
+
+
+def environment(device: torch.device) -> dict:
+    info = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "device": device_name(device), "torch": torch.__version__,
+            "python": platform.python_version(), "host": platform.node()}
+    for module in ("triton", "liger_kernel"):
+        try:
+            info[module] = __import__(module).__version__
+        except Exception:
+            info[module] = None
+    return info
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def write_chart(path: Path, rows: list[dict], columns: list[str], title: str) -> str | None:
+    """Grouped bar chart of the shares; returns a note instead when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not importable: no chart written"
+    width = 0.8 / max(len(columns), 1)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(rows) * max(1, len(columns) / 3)), 5))
+    for j, col in enumerate(columns):
+        xs, ys = [], []
+        for i, row in enumerate(rows):
+            cell = row["results"].get(col)
+            if cell and "share" in cell:
+                xs.append(i + (j - (len(columns) - 1) / 2) * width)
+                ys.append(cell["share"])
+        ax.bar(xs, ys, width=width, label=col)
+    ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["name"] for r in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("share of device-to-device copy bandwidth")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=min(len(columns), 4))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def write_outputs(out_dir: Path, report: dict, table: str, header: str) -> list[str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / ("bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    notes = []
+    json_path = stem.with_suffix(".json")
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(header + "\n\n" + table + "\n")
+    notes.append(f"wrote {json_path} and {stem.with_suffix('.md')}")
+    columns = report["columns"]
+    note = write_chart(stem.with_suffix(".png"), report["cases"], columns, header)
+    notes.append(note or f"wrote {stem.with_suffix('.png')}")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Time the BENCHMARKS.md kernel suite as a share of device-to-device copy "
+                    "bandwidth, for eager, torch.compile, Liger and fuser side by side.")
+    p.add_argument("--cases", default="",
+                   help="only cases whose name contains this substring (comma = or), "
+                        "e.g. 'rmsnorm' or 'bwd[16384x8192],cross'")
+    p.add_argument("--contenders", default="",
+                   help="comma-separated subset of: " + ", ".join(CONTENDERS)
+                        + " (default: all that apply)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny shapes (256x512, cross entropy 64x1000): a smoke test")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cpu only with --quick (a smoke test of the eager path)")
+    p.add_argument("--out", default="bench_out", help="folder for .json/.md/.png (bench_out/)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--list", action="store_true", help="list the cases and contenders, then exit")
+    p.add_argument("--verbose", action="store_true", help="print tracebacks of failing cells")
+    return p.parse_args(argv)
+
+
+def select_cases(quick: bool, pattern: str) -> list[suite.Case]:
+    cases = suite.build_suite(quick)
+    subs = [s for s in pattern.split(",") if s]
+    return [c for c in cases if not subs or any(s in c.name for s in subs)]
+
+
+def select_contenders(requested: str, device: torch.device) -> list[str]:
+    names = [n.strip() for n in requested.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        sys.exit(f"bench: unknown contender(s) {unknown}; choose from {list(CONTENDERS)}")
+    if not names:
+        names = ["eager"] if device.type == "cpu" else list(CONTENDERS)
+    if device.type == "cpu":
+        dropped = [n for n in names if n in COMPILE_CONTENDERS or n == "liger"]
+        if dropped:
+            log(f"bench: skipping {dropped} on the CPU (GPU-only or too slow for a smoke test)")
+        names = [n for n in names if n not in dropped]
+    if "liger" in names and not liger_available():
+        log("bench: liger_kernel is not importable: no liger column")
+        names.remove("liger")
+    return names
+
+
+def check_device(args: argparse.Namespace) -> torch.device:
+    if args.device == "cpu":
+        if not args.quick:
+            sys.exit("bench: --device cpu is only a smoke test; run it as "
+                     "'scripts/bench --quick --device cpu'. The real benchmark needs a CUDA GPU.")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit("bench: this benchmark needs a CUDA GPU, and torch.cuda.is_available() is False "
+                 f"here (torch {torch.__version__}). For a CPU smoke test of the harness run "
+                 "'scripts/bench --quick --device cpu'.")
+    try:
+        import triton.testing  # noqa: F401
+    except ImportError:
+        sys.exit("bench: triton is not importable; it is needed for triton.testing.do_bench.")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for case in select_cases(args.quick, args.cases):
+            print(f"{case.name:36s} {case.bytes_moved / 1e6:10.1f} MB")
+        print("contenders:", ", ".join(CONTENDERS))
+        return 0
+    device = check_device(args)
+    cases = select_cases(args.quick, args.cases)
+    if not cases:
+        sys.exit(f"bench: no case name contains {args.cases!r}; see --list")
+    contenders = select_contenders(args.contenders, device)
+
+    env = environment(device)
+    copy = copy_bandwidth(device)
+    log(f"bench: {env['device']}, copy {copy['gbps']:.0f} GB/s; {len(cases)} cases x "
+        f"{len(contenders)} contenders ({', '.join(contenders)})")
+    rows = [run_case(c, contenders, device, copy["gbps"], args.seed, args.verbose)
+            for c in cases]
+
+    columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
+    means = column_geomeans(rows, columns)
+    table = markdown_table(rows, columns, means)
+    header = (f"{env['device']}: copy {copy['gbps']:.0f} GB/s; torch {env['torch']}, "
+              f"triton {env['triton']}; {env['date']}; cells = share of copy bandwidth")
+    print(header + "\n\n" + table)
+
+    report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy,
+              "contenders": contenders, "columns": columns, "geomean": means, "cases": rows}
+    for note in write_outputs(Path(args.out), report, table, header):
+        log("bench: " + note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

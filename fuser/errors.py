@@ -1,0 +1,30 @@
+"""Every user-facing failure of fuser is one of these classes.
+
+User errors (a bad definition, bad inputs, something unsupported) and internal errors (fuser
+broke its own invariants) are different classes, so a caller can tell "fix your program" from
+"report a bug".
+"""
+
+
+class FuserError(Exception):
+    """Base class of all fuser errors."""
+
+
+class FusionDefinitionError(FuserError):
+    """The definition itself is invalid: an op given incompatible operands, a bad axis or factor."""
+
+
+class FusionInputError(FuserError):
+    """The inputs given to `execute` do not fit the definition (count, type, dtype, rank, size)."""
+
+
+class ExtentConflictError(FusionInputError):
+    """Two sources gave different values for the same extent symbol in one execution."""
+
+
+class UnsupportedError(FuserError):
+    """A valid request that fuser does not implement (yet)."""
+
+
+class InternalError(FuserError):
+    """fuser broke one of its own invariants; the message shows the IR involved. Please report."""

@@ -1,0 +1,252 @@
+"""ATen evaluation of every op: the reference semantics that generated kernels are tested
+against. One rule per Expr class in `RULES`; a missing rule raises an error naming the op.
+
+Rules receive the op, its input values (tensors or Python scalars) and an EvalContext, and
+return the output values. Sizes always come from `ctx.shape(tv)`, which asks the sharding math
+for local sizes, so an op evaluated on a shard or a stream chunk produces the chunk.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UnsupportedError
+from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
+                  IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
+                  ReductionOpType, ReshapeOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
+                  TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
+
+RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
+
+
+def rule(cls):
+    def register(fn):
+        RULES[cls] = fn
+        return fn
+    return register
+
+
+def evaluate_expr(expr: Expr, args: list, ctx) -> list:
+    fn = RULES.get(type(expr))
+    if fn is None:
+        raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
+    return fn(expr, args, ctx)
+
+
+def _dt(v):
+    return v.dtype.to_torch()
+
+
+def _to(x, dtype):
+    return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype != dtype else x
+
+
+_U = UnaryOpType
+_UNARY = {
+    _U.abs: torch.abs, _U.neg: torch.neg, _U.exp: torch.exp, _U.exp2: torch.exp2,
+    _U.expm1: torch.expm1, _U.log: torch.log, _U.log2: torch.log2, _U.log10: torch.log10,
+    _U.log1p: torch.log1p, _U.sqrt: torch.sqrt, _U.rsqrt: torch.rsqrt,
+    _U.reciprocal: torch.reciprocal, _U.sin: torch.sin, _U.cos: torch.cos, _U.tan: torch.tan,
+    _U.tanh: torch.tanh, _U.sigmoid: torch.sigmoid, _U.relu: torch.relu, _U.silu: F.silu,
+    _U.erf: torch.erf, _U.floor: torch.floor, _U.ceil: torch.ceil, _U.round: torch.round,
+    _U.trunc: torch.trunc, _U.sign: torch.sign, _U.isnan: torch.isnan, _U.isinf: torch.isinf,
+    _U.isfinite: torch.isfinite, _U.logical_not: torch.logical_not,
+    _U.bitwise_not: torch.bitwise_not,
+}
+
+
+@rule(UnaryOp)
+def _unary(e: UnaryOp, args, ctx):
+    (x,) = args
+    out = _dt(e.out)
+    if out.is_floating_point and not x.is_floating_point():
+        x = x.to(out)  # int-to-float ops (exp of an int tensor) compute in the result type
+    return [_to(_UNARY[e.kind](x), out)]
+
+
+_B = BinaryOpType
+_BINARY = {
+    _B.add: torch.add, _B.sub: torch.sub, _B.mul: torch.mul, _B.div: torch.true_divide,
+    _B.pow: torch.pow, _B.maximum: torch.maximum, _B.minimum: torch.minimum, _B.fmod: torch.fmod,
+    _B.remainder: torch.remainder, _B.eq: torch.eq, _B.ne: torch.ne, _B.lt: torch.lt,
+    _B.le: torch.le, _B.gt: torch.gt, _B.ge: torch.ge, _B.logical_and: torch.logical_and,
+    _B.logical_or: torch.logical_or, _B.bitwise_and: torch.bitwise_and,
+    _B.bitwise_or: torch.bitwise_or, _B.bitwise_xor: torch.bitwise_xor, _B.atan2: torch.atan2,
+}
+# ops whose ATen form needs tensor operands on both sides
+_TENSOR_ONLY = {_B.maximum, _B.minimum, _B.atan2, _B.logical_and, _B.logical_or}
+
+
+@rule(BinaryOp)
+def _binary(e: BinaryOp, args, ctx):
+    a, b = args
+    out = _dt(e.out)
+    if e.kind in _TENSOR_ONLY:
+        like = a if isinstance(a, torch.Tensor) else b
+        a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=like.dtype, device=like.device)
+                for v in (a, b))
+    if e.kind is _B.sub and isinstance(a, torch.Tensor) and a.dtype == torch.bool:
+        a = a.to(out)
+    if not isinstance(a, torch.Tensor):
+        # torch has no scalar-first form for most ops: use a 0-dim tensor of the result type
+        compute = out if e.kind not in _COMPARE else b.dtype
+        a = torch.tensor(a, dtype=compute, device=b.device)
+    return [_to(_BINARY[e.kind](a, b), out)]
+
+
+_COMPARE = {_B.eq, _B.ne, _B.lt, _B.le, _B.gt, _B.ge}
+
+
+@rule(TernaryOp)
+def _ternary(e: TernaryOp, args, ctx):
+    a, b, c = args
+    out = _dt(e.out)
+    if e.kind is TernaryOpType.where:
+        b, c = (_to(v, out) for v in (b, c))
+        if not isinstance(b, torch.Tensor) and not isinstance(c, torch.Tensor):
+            b = torch.tensor(b, dtype=out, device=a.device)
+        return [_to(torch.where(a, b, c), out)]
+    if e.kind is TernaryOpType.clamp:
+        return [_to(torch.clamp(a, b, c), out)]
+    a, b = _to(a, out), _to(b, out)
+    return [_to(torch.lerp(a, b, _to(c, out)), out)]
+
+
+@rule(CastOp)
+def _cast(e: CastOp, args, ctx):
+    return [args[0].to(_dt(e.out))]
+
+
+@rule(ReductionOp)
+def _reduction(e: ReductionOp, args, ctx):
+    (x,) = args
+    out = _dt(e.out)
+    axes = list(e.axes)
+    if not axes or x.dim() == 0:
+        return [x.to(out).clone()]
+    if e.kind is ReductionOpType.sum:
+        r = torch.sum(x, dim=axes)
+    elif e.kind is ReductionOpType.prod:
+        r = x
+        for a in sorted(axes, reverse=True):
+            r = torch.prod(r, dim=a)
+    elif e.kind is ReductionOpType.max:
+        r = torch.amax(x, dim=axes)
+    else:
+        r = torch.amin(x, dim=axes)
+    return [_to(r, out)]
+
+
+@rule(VarMeanOp)
+def _var_mean(e: VarMeanOp, args, ctx):
+    (x,) = args
+    if not e.axes:
+        return [torch.zeros_like(x), x.clone()]
+    var, mean = torch.var_mean(x, dim=list(e.axes), correction=e.correction)
+    return [var, mean]
+
+
+@rule(BroadcastOp)
+def _broadcast(e: BroadcastOp, args, ctx):
+    (x,) = args
+    for k, new in enumerate(e.is_broadcast):
+        if new:
+            x = x.unsqueeze(k)
+    return [x]
+
+
+@rule(ExpandOp)
+def _expand(e: ExpandOp, args, ctx):
+    return [args[0].expand(ctx.shape(e.out))]
+
+
+@rule(SqueezeOp)
+def _squeeze(e: SqueezeOp, args, ctx):
+    return [args[0].squeeze(e.dims) if e.dims else args[0]]
+
+
+@rule(ReshapeOp)
+def _reshape(e: ReshapeOp, args, ctx):
+    return [args[0].reshape(ctx.shape(e.out))]
+
+
+@rule(PermuteOp)
+def _permute(e: PermuteOp, args, ctx):
+    return [args[0].permute(e.dims)]
+
+
+@rule(SliceOp)
+def _slice(e: SliceOp, args, ctx):
+    x, bounds = args[0], args[1:]
+    index = tuple(slice(int(bounds[k]), int(bounds[k + 1]), int(bounds[k + 2]))
+                  for k in range(0, len(bounds), 3))
+    return [x[index]]
+
+
+@rule(PadOp)
+def _pad(e: PadOp, args, ctx):
+    x, value, widths = args[0], args[1], [int(w) for w in args[2:]]
+    return [F.pad(x, widths, mode="constant", value=value)]
+
+
+@rule(CatOp)
+def _cat(e: CatOp, args, ctx):
+    out = _dt(e.out)
+    return [torch.cat([_to(a, out) for a in args], dim=e.dim)]
+
+
+@rule(LoadStoreOp)
+def _set(e: LoadStoreOp, args, ctx):
+    return [args[0].clone()]
+
+
+@rule(FullOp)
+def _full(e: FullOp, args, ctx):
+    return [torch.full(ctx.shape(e.out), args[0], dtype=_dt(e.out), device=ctx.device)]
+
+
+@rule(IotaOp)
+def _iota(e: IotaOp, args, ctx):
+    (n,) = ctx.shape(e.out)
+    _, start, step = args
+    out = _dt(e.out)
+    idx = torch.arange(n, device=ctx.device, dtype=torch.float64 if out.is_floating_point else torch.int64)
+    return [(start + step * idx).to(out)]
+
+
+@rule(LinearOp)
+def _linear(e: LinearOp, args, ctx):
+    return [F.linear(*args)]
+
+
+@rule(MatmulOp)
+def _matmul(e: MatmulOp, args, ctx):
+    return [torch.matmul(*args)]
+
+
+@rule(SdpaFwdOp)
+def _sdpa(e: SdpaFwdOp, args, ctx):
+    q, k, v, dropout_p, is_causal, scale = args
+    scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
+    if dropout_p:
+        raise UnsupportedError("sdpfa_fwd: dropout_p > 0 is not supported by the evaluator")
+    if q.is_cuda:
+        try:
+            res = torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, 0.0, bool(is_causal), False, scale=scale)
+            return [res[0], res[1], res[6], res[7]]
+        except RuntimeError:
+            pass  # shapes or dtypes flash does not take: the math form below
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * s
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
+    zero = torch.zeros((), dtype=torch.int64, device=q.device)
+    return [out, lse, zero, zero.clone()]

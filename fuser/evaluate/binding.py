@@ -1,0 +1,180 @@
+"""The per-execution binding table: extent symbols -> integers, built once from the inputs.
+
+`bind_inputs` checks every input against the definition (count, kind, rank, dtype, device,
+static sizes, declared contiguity), maps local sizes to logical extents through the sharding
+math, binds each bare symbol once, then checks every derived extent and recorded constraint.
+A second value for a bound symbol is an ExtentConflictError naming both sources. The table is
+frozen afterwards: nothing binds during execution, and nothing survives the execution.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Mapping, Sequence
+
+import sympy
+
+from ..errors import ExtentConflictError, FusionInputError, InternalError
+from ..ir import DataType, Fusion, Scalar, TensorView
+from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
+from ..multidevice.sharding import local_extents, sharding_factors
+
+
+class BindingTable:
+    """Immutable mapping from symbol names to values, with where each value came from."""
+
+    __slots__ = ("values", "sources")
+
+    def __init__(self, values: dict[str, Any], sources: dict[str, str]):
+        self.values: Mapping[str, Any] = types.MappingProxyType(values)
+        self.sources: Mapping[str, str] = types.MappingProxyType(sources)
+
+    def evaluate(self, e: Extent, what: str = "extent") -> Any:
+        try:
+            return compile_extent(e)(self.values)
+        except KeyError as err:
+            raise InternalError(f"{what} {format_extent(e)} uses {err.args[0]}, which no input binds") from None
+
+    def extent(self, e: Extent, what: str = "extent") -> int:
+        v = self.evaluate(e, what)
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise FusionInputError(f"{what} {format_extent(e)} evaluates to {v}, not an integer "
+                                       f"(with {self.describe(e)})")
+            v = int(v)
+        return v
+
+    def describe(self, e: Extent) -> str:
+        names = sorted(s.name for s in e.free_symbols)
+        return ", ".join(f"{n} = {self.values.get(n)} from {self.sources.get(n, '?')}" for n in names)
+
+    def __repr__(self) -> str:
+        return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
+
+
+def input_label(index: int, val) -> str:
+    name = f"T{val.name}" if isinstance(val, TensorView) else f"scalar {val!r}"
+    return f"input {index} ({name})"
+
+
+def tensor_device(args: Sequence[Any]):
+    for a in args:
+        if hasattr(a, "device") and hasattr(a, "dim"):
+            return a.device
+    return None
+
+
+def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
+    import torch
+
+    inputs = fusion.inputs()
+    if not isinstance(args, (list, tuple)):
+        raise FusionInputError(f"execute expects a list of inputs, got {type(args).__name__}")
+    if len(args) != len(inputs):
+        raise FusionInputError(f"the fusion has {len(inputs)} inputs but execute got {len(args)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    checks: list[tuple[Extent, int, str]] = []
+    device = None
+    for i, (val, arg) in enumerate(zip(inputs, args)):
+        label = input_label(i, val)
+        if isinstance(val, Scalar):
+            _bind_scalar(val, arg, label, values, sources)
+            continue
+        if not isinstance(arg, torch.Tensor):
+            raise FusionInputError(f"{label}: expected a tensor, got {type(arg).__name__}")
+        if device is None:
+            device, device_label = arg.device, label
+        elif arg.device != device:
+            raise FusionInputError(
+                f"{label}: on device {arg.device}, expected {device} like {device_label}; "
+                f"all tensor inputs must be on one device")
+        _check_tensor(val, arg, label)
+        extents = [d.extent for d in val.domain.no_reductions()]
+        factors = sharding_factors(val)
+        for axis, (e, size, factor) in enumerate(zip(extents, arg.shape, factors)):
+            where = f"{label} axis {axis}"
+            if factor is not None:
+                if not is_static(factor):
+                    raise FusionInputError(f"{where}: sharding factor {factor} must be static")
+                size = size * int(factor)
+                where += f" (local size {arg.shape[axis]} x {factor} shards)"
+            if is_symbol(e):
+                prev = values.get(e.name)
+                if prev is None:
+                    values[e.name], sources[e.name] = size, where
+                elif prev != size:
+                    raise ExtentConflictError(
+                        f"extent {e.name} has two values in one execution: {prev} from "
+                        f"{sources[e.name]} and {size} from {where}")
+            else:
+                checks.append((e, size, where))
+    table = BindingTable(values, sources)
+    for e, size, where in checks:
+        expected = table.extent(e, f"{where}: extent")
+        if expected != size:
+            cls = FusionInputError if is_static(e) else ExtentConflictError
+            detail = f"declares {expected}" if is_static(e) else \
+                f"requires {format_extent(e)} = {expected} (with {table.describe(e)})"
+            raise cls(f"{where}: size {size}, but the definition {detail}")
+    for a, b, why in fusion.constraints:
+        va, vb = table.extent(a), table.extent(b)
+        if va != vb:
+            raise ExtentConflictError(
+                f"{why}: {format_extent(a)} = {va} but {format_extent(b)} = {vb} "
+                f"(with {table.describe(a + b)})")
+    return table
+
+
+def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict) -> None:
+    import torch
+
+    if isinstance(arg, torch.Tensor) and arg.dim() == 0:
+        arg = arg.item()
+    dt = val.dtype
+    ok = (isinstance(arg, bool) if dt.is_boolean else
+          isinstance(arg, int) and not isinstance(arg, bool) if dt.is_integral else
+          isinstance(arg, (int, float)) and not isinstance(arg, bool) if dt.is_floating else
+          isinstance(arg, (int, float, complex)))
+    if not ok:
+        raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
+    values[val.expr.name] = arg
+    sources[val.expr.name] = label
+
+
+def _check_tensor(tv: TensorView, arg, label: str) -> None:
+    if arg.dim() != tv.ndim:
+        raise FusionInputError(f"{label}: expected a {tv.ndim}-D tensor, got {arg.dim()}-D of shape {tuple(arg.shape)}")
+    expected = tv.dtype.to_torch()
+    if arg.dtype != expected:
+        raise FusionInputError(f"{label}: expected dtype {expected}, got {arg.dtype}")
+    for axis, d in enumerate(tv.domain.no_reductions()):
+        if d.is_broadcast and d.expanded_extent is None and arg.shape[axis] != 1:
+            raise FusionInputError(
+                f"{label} axis {axis}: declared broadcast (size 1), got size {arg.shape[axis]}")
+    _check_contiguity(tv, arg, label)
+
+
+def _check_contiguity(tv: TensorView, arg, label: str) -> None:
+    """Axes declared contiguous must have the stride of a dense layout in allocation order."""
+    dom = tv.domain
+    if dom.allocation is not None and any(x.is_device_dim or x.is_stream for x in dom.allocation):
+        return  # sharded layouts are checked by the multidevice layer
+    logical = dom.no_reductions()
+    order = [next(k for k, d in enumerate(logical) if d is a) for a in dom.maybe_allocation
+             if not a.is_reduction and any(a is d for d in logical)]
+    contiguity = [c for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction]
+    expected_stride = 1
+    for axis, contiguous in reversed(list(zip(order, contiguity))):
+        size, stride = arg.shape[axis], arg.stride(axis)
+        if size <= 1 or contiguous is None:
+            continue
+        if contiguous and stride != expected_stride:
+            raise FusionInputError(
+                f"{label} axis {axis}: declared contiguous, so stride {expected_stride} was "
+                f"expected, got {stride} (strides {tuple(arg.stride())}); pass a tensor of that "
+                f"layout or declare contiguity=False")
+        expected_stride = stride * size
+
+
+def local_shape(tv: TensorView, table: BindingTable, with_streams: bool = False) -> tuple[int, ...]:
+    return tuple(table.extent(e, f"T{tv.name} extent") for e in local_extents(tv, with_streams))

@@ -1,0 +1,110 @@
+"""The reference evaluator: a short loop over exprs (JAX's eval_jaxpr), reading inputs from an
+environment and writing outputs to it. After every op, each output's size is checked against
+the IR under the binding table (invariant 3). The same loop on meta tensors infers shapes and
+strides without touching data."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+import torch
+
+from ..errors import InternalError
+from ..ir import Expr, Fusion, Scalar, TensorView, Val
+from ..ir.printer import format_expr, format_extent
+from ..multidevice.sharding import local_extents
+from .aten import evaluate_expr
+from .binding import BindingTable
+
+
+class EvalContext:
+    """What a rule may ask: local sizes of a tensor, scalar values, the device."""
+
+    def __init__(self, table: BindingTable, device, with_streams: bool = False):
+        self.table = table
+        self.device = device
+        self.with_streams = with_streams
+
+    def shape(self, tv: TensorView) -> tuple[int, ...]:
+        return tuple(self.table.extent(e, f"T{tv.name} extent")
+                     for e in local_extents(tv, self.with_streams))
+
+    def scalar(self, s: Scalar) -> Any:
+        if s.is_constant:
+            return s.value
+        value = self.table.evaluate(s.expr, f"scalar {s!r}")
+        return value
+
+
+class Environment:
+    """Values of the fusion's Vals during one evaluation, keyed by identity."""
+
+    def __init__(self, ctx: EvalContext):
+        self.ctx = ctx
+        self._values: dict[int, Any] = {}
+
+    def __setitem__(self, val: Val, value: Any) -> None:
+        self._values[id(val)] = value
+
+    def __getitem__(self, val: Val) -> Any:
+        v = self._values.get(id(val))
+        if v is None:
+            if isinstance(val, Scalar):
+                return self.ctx.scalar(val)
+            raise InternalError(f"T{val.name} is read before any op produced it")
+        return v
+
+    def __contains__(self, val: Val) -> bool:
+        return id(val) in self._values
+
+
+def check_output(expr: Expr, tv: TensorView, value: Any, ctx: EvalContext) -> None:
+    """Invariant 3: the produced local size equals what the IR predicts."""
+    if not isinstance(value, torch.Tensor):
+        raise InternalError(f"{expr.op_name} produced {type(value).__name__} for T{tv.name}")
+    extents = local_extents(tv, ctx.with_streams)
+    actual = tuple(value.shape)
+    if len(actual) != len(extents):
+        raise InternalError(
+            f"{expr.op_name} produced a {len(actual)}-D tensor of shape {actual} for T{tv.name}, "
+            f"but the IR has {len(extents)} axes:\n{format_expr(expr)}")
+    for axis, (e, size) in enumerate(zip(extents, actual)):
+        expected = ctx.table.extent(e)
+        if expected != size:
+            raise InternalError(
+                f"{expr.op_name} produced size {size} on axis {axis} of T{tv.name}, but the IR "
+                f"extent {format_extent(e)} is {expected} (with {ctx.table.describe(e)}):\n"
+                f"{format_expr(expr)}")
+    want = tv.dtype.to_torch()
+    if value.dtype != want:
+        raise InternalError(f"{expr.op_name} produced dtype {value.dtype} for T{tv.name}, IR says {want}")
+
+
+def run_exprs(exprs: Iterable[Expr], env: Environment, check: bool = True) -> None:
+    for expr in exprs:
+        args = [env[v] for v in expr.inputs]
+        outs = evaluate_expr(expr, args, env.ctx)
+        for o, value in zip(expr.outputs, outs):
+            if check and isinstance(o, TensorView):
+                check_output(expr, o, value, env.ctx)
+            env[o] = value
+
+
+def evaluate_fusion(fusion: Fusion, args: Sequence[Any], table: BindingTable,
+                    device=None, check: bool = True) -> list[torch.Tensor]:
+    """Run every expr of `fusion` through ATen; `args` are the already-bound inputs."""
+    from .binding import tensor_device
+
+    ctx = EvalContext(table, device if device is not None else tensor_device(args) or torch.device("cpu"))
+    env = Environment(ctx)
+    for val, arg in zip(fusion.inputs(), args):
+        env[val] = arg
+    run_exprs(fusion.exprs, env, check)
+    return [env[o] for o in fusion.outputs()]
+
+
+def infer_meta(fusion: Fusion, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
+    """Output shapes and strides by running the ATen rules on meta tensors (no data touched);
+    every op's result is checked against the IR as in a real run."""
+    metas = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+             if isinstance(a, torch.Tensor) else a for a in args]
+    return evaluate_fusion(fusion, metas, table, device=torch.device("meta"))

@@ -1,0 +1,1 @@
+from .definition import FusionDefinition

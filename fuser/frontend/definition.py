@@ -1,0 +1,218 @@
+"""FusionDefinition: the explicit frontend, mirroring nvFuser's `nvfuser_direct` Python API.
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 8], contiguity=True, dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.exp(x))
+    out, = fd.execute([x_tensor])
+
+Every call is recorded, so `repr(fd)` prints Python that rebuilds the definition.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Optional, Sequence
+
+from ..errors import FusionDefinitionError
+from ..ir import DataType, Fusion, IterType, Scalar, TensorView
+from ..ir.domain import TensorDomain, normalize_contiguity
+from ..ops import FUSION_OPS, OPS
+from ..runtime import FusionExecutorCache
+
+
+class _Recorder:
+    """Names values as nvFuser's repr does (`tv3`, `s1`) and formats call arguments."""
+
+    def __init__(self, fd: "FusionDefinition"):
+        self.fd = fd
+        self.lines: list[str] = []
+
+    def name(self, v: Any) -> str:
+        if isinstance(v, TensorView):
+            return f"tv{v.name}"
+        if isinstance(v, Scalar):
+            if v.is_constant:
+                return repr(v.value)
+            if any(v is i for i in self.fd.fusion.inputs()):
+                return f"s{v.name}"
+            for tv in self.fd.fusion.tensors():
+                for k, d in enumerate(tv.domain.no_reductions()):
+                    if d.extent == v.expr and not d.is_broadcast:
+                        return f"tv{tv.name}.shape()[{k}]"
+            return repr(v)
+        if isinstance(v, (list, tuple)):
+            inner = ", ".join(self.name(x) for x in v)
+            return f"[{inner}]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k!r}: {self.name(x)}" for k, x in v.items()) + "}"
+        return repr(v)
+
+    def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
+        parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
+        if result is None:
+            lhs = ""
+        elif isinstance(result, tuple):
+            lhs = ", ".join(self.name(r) for r in result) + " = "
+        else:
+            lhs = self.name(result) + " = "
+        self.lines.append(f"{lhs}{call}({', '.join(parts)})")
+
+
+class _Ops:
+    """`fd.ops`: nvFuser's op names, each recorded for repr."""
+
+    def __init__(self, fd: "FusionDefinition"):
+        self._fd = fd
+
+    def __getattr__(self, name: str):
+        if name in OPS:
+            fn = OPS[name]
+        elif name in FUSION_OPS:
+            fn = partial(FUSION_OPS[name], self._fd.fusion)
+        else:
+            raise AttributeError(f"fd.ops has no op named {name!r}")
+
+        def call(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            self._fd._recorder.record(result, f"fd.ops.{name}", args, kwargs)
+            return result
+
+        call.__name__ = name
+        return call
+
+    def __dir__(self):
+        return sorted(set(OPS) | set(FUSION_OPS))
+
+
+class FusionDefinition:
+    def __init__(self) -> None:
+        self.fusion = Fusion()
+        self.ops = _Ops(self)
+        self._recorder = _Recorder(self)
+        self._cache: Optional[FusionExecutorCache] = None
+
+    def __enter__(self) -> "FusionDefinition":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and not self.fusion.outputs():
+            raise FusionDefinitionError("the definition has no outputs; call fd.add_output")
+
+    # -- definition -------------------------------------------------------------------------
+
+    def define_tensor(self, shape: Sequence[int], contiguity=None, dtype: DataType = DataType.Float,
+                      is_cpu: bool = False, stride_order: Optional[Sequence[int]] = None) -> TensorView:
+        shape = list(shape)
+        if not isinstance(dtype, DataType):
+            raise FusionDefinitionError(f"define_tensor: dtype must be a DataType, got {dtype!r}")
+        f = self.fusion
+        ids = []
+        for k, s in enumerate(shape):
+            if isinstance(s, bool) or not isinstance(s, int) or s < -1:
+                raise FusionDefinitionError(
+                    f"define_tensor: shape[{k}] = {s!r}; expected -1 (symbolic), 1 (broadcast) or a size >= 0")
+            if s == -1:
+                ids.append(f.new_id(f.new_symbol()))
+            elif s == 1:
+                ids.append(f.new_id(1, iter_type=IterType.Broadcast))
+            else:
+                ids.append(f.new_id(s))
+        alloc = _allocation_order(shape, stride_order)
+        if contiguity is None:
+            contiguity = False
+        if not isinstance(contiguity, bool):
+            contiguity = list(contiguity)
+            if len(contiguity) != len(shape):
+                raise FusionDefinitionError(
+                    f"define_tensor: contiguity has {len(contiguity)} entries for {len(shape)} dims")
+            contiguity = [contiguity[k] for k in alloc]  # given per logical dim, kept per allocation dim
+        alloc_ids = [ids[k] for k in alloc]
+        domain = TensorDomain(logical=ids, allocation=alloc_ids if alloc != list(range(len(ids))) else None,
+                              contiguity=normalize_contiguity(contiguity, alloc_ids))
+        tv = f.new_tensor(domain, dtype)
+        f.add_input(tv)
+        kwargs = dict(shape=shape, contiguity=_logical_contiguity(tv, alloc), dtype=dtype, is_cpu=is_cpu)
+        if stride_order is not None:
+            kwargs["stride_order"] = list(stride_order)
+        self._recorder.record(tv, "fd.define_tensor", (), kwargs)
+        return tv
+
+    def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
+        from ..ops.common import python_scalar_dtype
+
+        if dtype is None:
+            dtype = DataType.Double if value is None else python_scalar_dtype(value)
+        if not isinstance(dtype, DataType):
+            raise FusionDefinitionError(f"define_scalar: dtype must be a DataType, got {dtype!r}")
+        s = self.fusion.new_scalar(dtype, value=value)
+        if value is None:
+            self.fusion.add_input(s)
+        self._recorder.record(s, "fd.define_scalar", (), dict(value=value, dtype=dtype))
+        return s
+
+    def from_pytorch(self, tensor, static_sizes: bool = False) -> TensorView:
+        sizes, strides = list(tensor.shape), list(tensor.stride())
+        shape = [s if (static_sizes or s == 1) else -1 for s in sizes]
+        order = sorted(range(len(sizes)), key=lambda k: (-strides[k], k))
+        stride_order = [0] * len(sizes)
+        for rank, k in enumerate(reversed(order)):
+            stride_order[k] = rank
+        contiguity, expected = [None] * len(sizes), 1
+        for k in reversed(order):
+            if sizes[k] == 1:
+                continue
+            contiguity[k] = strides[k] == expected
+            expected = strides[k] * sizes[k]
+        return self.define_tensor(shape, contiguity, DataType.from_torch(tensor.dtype),
+                                  stride_order=stride_order if order != list(range(len(sizes))) else None)
+
+    def add_output(self, output: TensorView, alias_input: Any = None) -> None:
+        if alias_input is not None:
+            raise FusionDefinitionError("add_output: alias_input is not supported")
+        self.fusion.add_output(output)
+        self._recorder.record(None, "fd.add_output", (output,), {})
+
+    # -- execution --------------------------------------------------------------------------
+
+    def execute(self, inputs: Sequence[Any], device: Any = None, **_unused) -> list:
+        if not self.fusion.outputs():
+            raise FusionDefinitionError("execute: the definition has no outputs")
+        if self._cache is None:
+            self._cache = FusionExecutorCache(self.fusion)
+        return self._cache.execute(list(inputs) if isinstance(inputs, tuple) else inputs)
+
+    @property
+    def cache(self) -> Optional[FusionExecutorCache]:
+        return self._cache
+
+    def last_segments(self):
+        rt = self._cache.last_runtime if self._cache else None
+        return list(rt.segments) if rt else []
+
+    # -- printing ----------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        body = "\n".join(f"    {line}" for line in self._recorder.lines)
+        return f"def nvfuser_fusion(fd : FusionDefinition) -> None :\n{body}\n"
+
+    def __str__(self) -> str:
+        return str(self.fusion)
+
+
+def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> list[int]:
+    """Logical dims from outermost to innermost in memory. nvFuser's stride_order[k] is the rank
+    of dim k's stride: 0 the fastest-moving."""
+    n = len(shape)
+    if stride_order is None or len(stride_order) == 0:
+        return list(range(n))
+    order = list(stride_order)
+    if sorted(order) != list(range(n)):
+        raise FusionDefinitionError(
+            f"define_tensor: stride_order {order} must be a permutation of 0..{n - 1}")
+    return sorted(range(n), key=lambda k: -order[k])
+
+
+def _logical_contiguity(tv: TensorView, alloc: list[int]) -> list:
+    per_logical = [None] * len(alloc)
+    for pos, k in enumerate(alloc):
+        per_logical[k] = tv.domain.contiguity[pos]
+    return per_logical

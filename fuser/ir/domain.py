@@ -1,0 +1,223 @@
+"""IterDomain, the Split and Merge transforms, and TensorDomain with nvFuser's four domains.
+
+A TensorDomain has a logical domain (the tensor's global shape), an optional root domain (when
+the logical domain was derived from it, as by reshape or an rfactor), an allocation domain (the
+memory layout; defaults to logical) and a loop domain (how it is iterated; defaults to logical).
+Scheduling (split, merge, reorder) transforms the loop domain and records each transform, so any
+domain can be traced back to the logical one.
+
+IterDomains are identities (eq=False): the same object appears in several domains of one tensor.
+`parallelize` changes one in place, as nvFuser's API does; it belongs to exactly one tensor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from .symbolic import Extent, ExtentLike, as_extent, ceilDiv, is_static
+from .types import IterType, ParallelType
+
+
+@dataclass(eq=False)
+class IterDomain:
+    name: int
+    extent: Extent
+    iter_type: IterType = IterType.Iteration
+    parallel_type: ParallelType = ParallelType.serial
+    expanded_extent: Optional[Extent] = None  # a broadcast that was expanded to this size
+    is_rfactor: bool = False
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.iter_type is IterType.Reduction
+
+    @property
+    def is_broadcast(self) -> bool:
+        return self.iter_type is IterType.Broadcast
+
+    @property
+    def is_device_dim(self) -> bool:
+        return self.parallel_type.is_device
+
+    @property
+    def is_stream(self) -> bool:
+        return self.parallel_type.is_stream
+
+    def parallelize(self, parallel_type: ParallelType) -> "IterDomain":
+        if not isinstance(parallel_type, ParallelType):
+            raise FusionDefinitionError(
+                f"parallelize expects a ParallelType, got {parallel_type!r}")
+        self.parallel_type = parallel_type
+        return self
+
+    def __repr__(self) -> str:
+        from .printer import format_id
+
+        return format_id(self)
+
+
+@dataclass(eq=False)
+class Split:
+    input: IterDomain
+    outer: IterDomain
+    inner: IterDomain
+    factor: Extent
+    inner_split: bool  # True: the inner output has extent `factor`; False: the outer one
+
+    @property
+    def inputs(self) -> tuple[IterDomain, ...]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[IterDomain, ...]:
+        return (self.outer, self.inner)
+
+
+@dataclass(eq=False)
+class Merge:
+    outer: IterDomain
+    inner: IterDomain
+    output: IterDomain
+
+    @property
+    def inputs(self) -> tuple[IterDomain, ...]:
+        return (self.outer, self.inner)
+
+    @property
+    def outputs(self) -> tuple[IterDomain, ...]:
+        return (self.output,)
+
+
+Transform = Union[Split, Merge]
+IdFactory = Callable[..., IterDomain]  # Fusion.new_id(extent, iter_type=..., ...)
+
+
+@dataclass(eq=False)
+class TensorDomain:
+    logical: list[IterDomain]
+    root: Optional[list[IterDomain]] = None
+    allocation: Optional[list[IterDomain]] = None
+    loop: list[IterDomain] = field(default_factory=list)
+    # one entry per allocation (or logical) dim: True/False, None for broadcast and reduction
+    contiguity: list[Optional[bool]] = field(default_factory=list)
+    root_transforms: list[Transform] = field(default_factory=list)  # root -> logical
+    transforms: list[Transform] = field(default_factory=list)  # logical -> loop / allocation
+
+    def __post_init__(self):
+        if not self.loop:
+            self.loop = list(self.logical)
+        if not self.contiguity:
+            self.contiguity = default_contiguity(self.maybe_allocation, True)
+
+    @property
+    def maybe_allocation(self) -> list[IterDomain]:
+        return self.allocation if self.allocation is not None else self.logical
+
+    def no_reductions(self) -> list[IterDomain]:
+        return [i for i in self.logical if not i.is_reduction]
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    def _loop_axis(self, axis: int, what: str) -> int:
+        n = len(self.loop)
+        if not isinstance(axis, int) or not -n <= axis < n:
+            raise FusionDefinitionError(
+                f"{what}: axis {axis} is out of range for a loop domain of {n} axes "
+                f"(expected -{n} <= axis < {n})")
+        return axis % n
+
+    def split(self, new_id: IdFactory, axis: int, factor: ExtentLike, inner_split: bool) -> None:
+        axis = self._loop_axis(axis, "split")
+        if isinstance(factor, bool) or not isinstance(factor, (int, sympy.Basic)):
+            raise FusionDefinitionError(f"split: factor must be an int, got {factor!r}")
+        factor = as_extent(factor)
+        if is_static(factor) and int(factor) < 1:
+            raise FusionDefinitionError(f"split: factor must be at least 1, got {factor}")
+        src = self.loop[axis]
+        rest = ceilDiv(src.extent, factor)
+        outer_extent, inner_extent = (rest, factor) if inner_split else (factor, rest)
+        make = lambda e: new_id(e, iter_type=src.iter_type, is_rfactor=src.is_rfactor)  # noqa: E731
+        outer, inner = make(outer_extent), make(inner_extent)
+        self.transforms.append(Split(src, outer, inner, factor, inner_split))
+        self.loop[axis:axis + 1] = [outer, inner]
+
+    def merge(self, new_id: IdFactory, axis_o: int, axis_i: Optional[int]) -> None:
+        axis_o = self._loop_axis(axis_o, "merge")
+        axis_i = self._loop_axis(axis_o + 1 if axis_i is None else axis_i, "merge")
+        if axis_o == axis_i:
+            raise FusionDefinitionError(f"merge: cannot merge axis {axis_o} with itself")
+        outer, inner = self.loop[axis_o], self.loop[axis_i]
+        if outer.is_reduction != inner.is_reduction and not (outer.is_broadcast or inner.is_broadcast):
+            raise FusionDefinitionError(
+                f"merge: cannot merge the reduction axis {outer if outer.is_reduction else inner} "
+                f"with the iteration axis {inner if outer.is_reduction else outer}")
+        if outer.is_broadcast and inner.is_broadcast:
+            iter_type = IterType.Broadcast
+        elif outer.is_reduction or inner.is_reduction:
+            iter_type = IterType.Reduction
+        else:
+            iter_type = IterType.Iteration
+        extent = sympy.Integer(1) if iter_type is IterType.Broadcast else outer.extent * inner.extent
+        out = new_id(extent, iter_type=iter_type, is_rfactor=outer.is_rfactor or inner.is_rfactor)
+        self.transforms.append(Merge(outer, inner, out))
+        pos = min(axis_o, axis_i)
+        self.loop = [d for k, d in enumerate(self.loop) if k not in (axis_o, axis_i)]
+        self.loop.insert(pos, out)
+
+    def reorder(self, old_to_new: dict[int, int]) -> None:
+        n = len(self.loop)
+        if not isinstance(old_to_new, dict):
+            raise FusionDefinitionError(f"reorder expects a dict {{old: new}}, got {old_to_new!r}")
+        src = {self._loop_axis(o, "reorder"): self._loop_axis(t, "reorder") for o, t in old_to_new.items()}
+        if len(set(src.values())) != len(src):
+            raise FusionDefinitionError(f"reorder: two axes sent to one position in {old_to_new}")
+        result: list[Optional[IterDomain]] = [None] * n
+        for o, t in src.items():
+            result[t] = self.loop[o]
+        rest = iter(d for k, d in enumerate(self.loop) if k not in src)
+        self.loop = [d if d is not None else next(rest) for d in result]
+
+    def set_allocation(self, ids: Sequence[IterDomain], contiguity) -> None:
+        known = set(map(id, self.all_ids()))
+        for d in ids:
+            if not isinstance(d, IterDomain) or id(d) not in known:
+                raise FusionDefinitionError(
+                    f"set_allocation_domain: {d!r} is not an IterDomain of this tensor")
+        self.allocation = list(ids)
+        self.contiguity = normalize_contiguity(contiguity, self.allocation)
+
+    def all_ids(self) -> list[IterDomain]:
+        seen: dict[int, IterDomain] = {}
+        for d in (self.root or []) + self.logical + self.loop + (self.allocation or []):
+            seen.setdefault(id(d), d)
+        for t in self.root_transforms + self.transforms:
+            for d in t.inputs + t.outputs:
+                seen.setdefault(id(d), d)
+        return list(seen.values())
+
+    def transforms_from(self, start: Sequence[IterDomain]) -> list[Transform]:
+        """The transforms reachable from `start`, in the order they were applied."""
+        live = set(map(id, start))
+        out = []
+        for t in self.root_transforms + self.transforms:
+            if any(id(d) in live for d in t.inputs):
+                out.append(t)
+                live.update(map(id, t.outputs))
+        return out
+
+
+def default_contiguity(ids: Sequence[IterDomain], value: Optional[bool]) -> list[Optional[bool]]:
+    return [None if (d.is_broadcast or d.is_reduction) else value for d in ids]
+
+
+def normalize_contiguity(contiguity, ids: Sequence[IterDomain]) -> list[Optional[bool]]:
+    if contiguity is None or isinstance(contiguity, bool):
+        return default_contiguity(ids, bool(contiguity))
+    contiguity = list(contiguity)
+    if len(contiguity) != len(ids):
+        raise FusionDefinitionError(
+            f"contiguity has {len(contiguity)} entries but the domain has {len(ids)} axes")
+    return [None if (d.is_broadcast or d.is_reduction) else c for c, d in zip(contiguity, ids)]

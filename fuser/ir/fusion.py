@@ -1,0 +1,203 @@
+"""Fusion: the container of one program's values and exprs.
+
+It owns the name counters (`T3`, `iS7`, `i2`), the topologically ordered exprs (definition
+order), the inputs and outputs, and extent unification: when an op requires two extents to be
+equal, they become literally one symbol, or a recorded constraint checked at every binding.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any, Iterable, Optional, Sequence
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from .domain import IterDomain, TensorDomain
+from .nodes import Expr, Scalar, TensorView, Val
+from .symbolic import Extent, ExtentLike, as_extent, is_static, is_symbol, make_symbol
+from .types import DataType, IterType, ParallelType
+
+
+class Fusion:
+    def __init__(self) -> None:
+        self._inputs: list[Val] = []
+        self._outputs: list[TensorView] = []
+        self.exprs: list[Expr] = []
+        self._tvs: list[TensorView] = []
+        self._scalars: list[Scalar] = []
+        self._ids: list[IterDomain] = []
+        self._counters = {"tv": 0, "id": 0, "scalar": 0}
+        # (a, b, why): extents that must be equal but could not be made one symbol
+        self.constraints: list[tuple[Extent, Extent, str]] = []
+        self._extent_scalars: dict[Extent, Scalar] = {}
+
+    # -- names and construction ------------------------------------------------------------
+
+    def _next(self, kind: str) -> int:
+        n = self._counters[kind]
+        self._counters[kind] = n + 1
+        return n
+
+    def new_symbol(self, integer: bool = True) -> sympy.Symbol:
+        """A fresh extent (or scalar-input) symbol named after the next scalar number: `i3`."""
+        n = self._next("scalar")
+        return make_symbol(f"i{n}" if integer else f"d{n}", integer=integer)
+
+    def new_id(self, extent: ExtentLike, iter_type: IterType = IterType.Iteration,
+               parallel_type: ParallelType = ParallelType.serial,
+               expanded_extent: Optional[ExtentLike] = None, is_rfactor: bool = False) -> IterDomain:
+        d = IterDomain(self._next("id"), as_extent(extent), iter_type, parallel_type,
+                       None if expanded_extent is None else as_extent(expanded_extent), is_rfactor)
+        self._ids.append(d)
+        return d
+
+    def new_tensor(self, domain: TensorDomain, dtype: DataType) -> TensorView:
+        tv = TensorView(self._next("tv"), dtype, domain=domain, fusion=self)
+        self._tvs.append(tv)
+        return tv
+
+    def new_scalar(self, dtype: DataType, value: Any = None, expr: Optional[Extent] = None) -> Scalar:
+        """A constant (value given), an extent or derived scalar (expr given), else an input."""
+        if value is not None:
+            expr = sympy.sympify(value)
+            name = -1
+        elif expr is None:
+            sym = self.new_symbol(integer=not (dtype.is_floating or dtype.is_complex))
+            expr, name = sym, int(sym.name[1:])
+        else:
+            name = -1
+        s = Scalar(name, dtype, expr=expr, value=value, fusion=self)
+        self._scalars.append(s)
+        return s
+
+    def extent_scalar(self, extent: Extent) -> Scalar:
+        s = self._extent_scalars.get(extent)
+        if s is None or s.expr != extent:
+            s = self.new_scalar(DataType.Int, expr=extent)
+            self._extent_scalars[extent] = s
+        return s
+
+    def add_input(self, val: Val) -> None:
+        self._inputs.append(val)
+
+    def add_output(self, tv: TensorView) -> None:
+        if not isinstance(tv, TensorView):
+            raise FusionDefinitionError(f"add_output expects a TensorView, got {tv!r}")
+        self._outputs.append(tv)
+
+    def add_expr(self, expr: Expr) -> Expr:
+        self.exprs.append(expr)
+        return expr
+
+    def inputs(self) -> list[Val]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorView]:
+        return list(self._outputs)
+
+    def tensors(self) -> list[TensorView]:
+        return list(self._tvs)
+
+    def definition_of(self, val: Val) -> Optional[Expr]:
+        for e in self.exprs:
+            if any(o is val for o in e.outputs):
+                return e
+        return None
+
+    # -- extent unification ----------------------------------------------------------------
+
+    def unify(self, a: Extent, b: Extent, why: str) -> Extent:
+        """Make extents `a` and `b` one, and return it. Static values that differ are a
+        definition error; a symbol is replaced by the other side everywhere in this fusion;
+        two derived expressions become a constraint checked when inputs are bound."""
+        if a == b:
+            return a
+        if is_static(a) and is_static(b):
+            raise FusionDefinitionError(f"{why}: extents {a} and {b} must be equal")
+        for sym, other in ((b, a), (a, b)):
+            if is_symbol(sym) and not other.has(sym) and (not is_symbol(other) or _later(sym, other)):
+                self.substitute({sym: other})
+                return other
+        for sym, other in ((a, b), (b, a)):
+            if is_symbol(sym) and not other.has(sym):
+                self.substitute({sym: other})
+                return other
+        self.constraints.append((a, b, why))
+        return a
+
+    def substitute(self, mapping: dict) -> None:
+        for d in self._ids:
+            d.extent = d.extent.xreplace(mapping)
+            if d.expanded_extent is not None:
+                d.expanded_extent = d.expanded_extent.xreplace(mapping)
+        for s in self._scalars:
+            if s.expr is not None and not s.is_constant:
+                s.expr = s.expr.xreplace(mapping)
+        for tv in self._tvs:
+            for t in tv.domain.root_transforms + tv.domain.transforms:
+                if hasattr(t, "factor"):
+                    t.factor = t.factor.xreplace(mapping)
+        self.constraints = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints]
+        self._extent_scalars = {}
+
+    # -- whole-fusion operations -----------------------------------------------------------
+
+    def clone(self) -> "Fusion":
+        """A deep copy whose nodes are new objects (sympy expressions are shared: immutable)."""
+        memo: dict[int, Any] = {}
+        for v in self._all_sympy():
+            memo[id(v)] = v
+        return copy.deepcopy(self, memo)
+
+    def _all_sympy(self) -> Iterable[sympy.Basic]:
+        for d in self._ids:
+            yield d.extent
+            if d.expanded_extent is not None:
+                yield d.expanded_extent
+        for s in self._scalars:
+            if s.expr is not None:
+                yield s.expr
+        for tv in self._tvs:
+            for t in tv.domain.root_transforms + tv.domain.transforms:
+                if hasattr(t, "factor"):
+                    yield t.factor
+        for x, y, _ in self.constraints:
+            yield x
+            yield y
+
+    def structural_hash(self) -> str:
+        """A digest of the printed IR with all transforms: equal for structurally equal fusions."""
+        from .printer import format_fusion, format_transforms
+
+        text = format_fusion(self) + format_transforms(self)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def print_transforms(self) -> str:
+        from .printer import format_transforms
+
+        return format_transforms(self)
+
+    def __str__(self) -> str:
+        from .printer import format_fusion
+
+        return format_fusion(self)
+
+    __repr__ = __str__
+
+
+def _later(a: sympy.Symbol, b: sympy.Symbol) -> bool:
+    """True if symbol `a` was created after `b` (so `a` is the one replaced)."""
+    def num(s):
+        try:
+            return int(s.name[1:])
+        except ValueError:
+            return -1
+    return num(a) > num(b)
+
+
+def tensor_domain(ids: Sequence[IterDomain], contiguity=True) -> TensorDomain:
+    from .domain import normalize_contiguity
+
+    ids = list(ids)
+    return TensorDomain(logical=ids, contiguity=normalize_contiguity(contiguity, ids))

@@ -1,0 +1,351 @@
+"""Values (Scalar, TensorView), the DeviceMesh a tensor lives on, and the op nodes (Expr).
+
+Every op is an Expr dataclass with `inputs` and `outputs` tuples plus its own typed attributes;
+op kinds within a family are enums, never strings. Rules per op (shape, ATen evaluation, Triton
+emission, fusibility) live in registries keyed by the Expr class elsewhere.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from .domain import IterDomain, TensorDomain
+from .types import DataType, MemoryType, ParallelType
+
+if TYPE_CHECKING:
+    from .fusion import Fusion
+
+
+class DeviceMesh:
+    """The devices a tensor is distributed over: plain data (a tuple of ranks, 1-D or 2-D)."""
+
+    def __init__(self, devices: Any):
+        if hasattr(devices, "tolist"):
+            devices = devices.tolist()
+        devices = list(devices)
+        if devices and isinstance(devices[0], (list, tuple)):
+            self.shape = (len(devices), len(devices[0]))
+            flat = [int(d) for row in devices for d in row]
+        else:
+            self.shape = (len(devices),)
+            flat = [int(d) for d in devices]
+        if not flat or len(set(flat)) != len(flat):
+            raise FusionDefinitionError(f"DeviceMesh needs distinct device ids, got {devices}")
+        self.devices: tuple[int, ...] = tuple(flat)
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def size_of(self, parallel_type: ParallelType) -> int:
+        """Number of devices along a mesh axis (mesh_x is the last axis, as in nvFuser)."""
+        axes = {ParallelType.mesh_x: -1, ParallelType.mesh_y: -2, ParallelType.mesh_z: -3}
+        k = axes[parallel_type]
+        if -k > self.ndim:
+            raise FusionDefinitionError(f"{parallel_type} used on a {self.ndim}-D {self}")
+        return self.shape[k]
+
+    def rank_index(self, rank: int) -> int:
+        return self.devices.index(rank)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DeviceMesh) and (self.shape, self.devices) == (other.shape, other.devices)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.devices))
+
+    def __repr__(self) -> str:
+        return "DeviceMesh{" + " ".join(map(str, self.devices)) + "}"
+
+
+@dataclass(eq=False)
+class Val:
+    name: int
+    dtype: DataType
+
+
+@dataclass(eq=False)
+class Scalar(Val):
+    """A scalar: a constant, a fusion input (a symbol bound at execution) or an extent."""
+
+    expr: sympy.Expr = None
+    value: Optional[Any] = None  # the Python value of a constant
+    fusion: "Fusion" = field(default=None, repr=False)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.value is not None
+
+    def __repr__(self) -> str:
+        from .printer import format_scalar
+
+        return format_scalar(self)
+
+
+@dataclass(eq=False)
+class TensorView(Val):
+    domain: TensorDomain = None
+    fusion: "Fusion" = field(default=None, repr=False)
+    memory_type: MemoryType = MemoryType.Global
+    device_mesh: Optional[DeviceMesh] = None
+
+    # -- shape ----------------------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        return len(self.domain.no_reductions())
+
+    def shape(self) -> list[Scalar]:
+        """The logical extents as Scalars (usable as a `shape` argument of other ops)."""
+        return [self.fusion.extent_scalar(d.extent) for d in self.domain.no_reductions()]
+
+    def size(self, axis: int) -> Scalar:
+        return self.shape()[axis]
+
+    def get_logical_domain(self) -> list[IterDomain]:
+        return list(self.domain.logical)
+
+    def get_root_domain(self) -> list[IterDomain]:
+        return list(self.domain.root or self.domain.logical)
+
+    def get_loop_domain(self) -> list[IterDomain]:
+        return list(self.domain.loop)
+
+    def get_allocation_domain(self) -> list[IterDomain]:
+        return list(self.domain.maybe_allocation)
+
+    # -- scheduling (nvFuser's TensorView API) ---------------------------------------------
+
+    def axis(self, i: int) -> IterDomain:
+        return self.domain.loop[self.domain._loop_axis(i, "axis")]
+
+    def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
+        self.domain.split(self.fusion.new_id, axis, factor, inner_split)
+        return self
+
+    def inner_split(self, axis: int, factor) -> "TensorView":
+        return self.split(axis, factor, inner_split=True)
+
+    def outer_split(self, axis: int, factor) -> "TensorView":
+        return self.split(axis, factor, inner_split=False)
+
+    def merge(self, axis_o: int, axis_i: Optional[int] = None) -> "TensorView":
+        self.domain.merge(self.fusion.new_id, axis_o, axis_i)
+        return self
+
+    def reorder(self, old_to_new: dict[int, int]) -> "TensorView":
+        self.domain.reorder(old_to_new)
+        return self
+
+    def set_allocation_domain(self, ids: Sequence[IterDomain], new_contiguity=True) -> "TensorView":
+        self.domain.set_allocation(ids, new_contiguity)
+        return self
+
+    def set_device_mesh(self, mesh: DeviceMesh) -> "TensorView":
+        if not isinstance(mesh, DeviceMesh):
+            raise FusionDefinitionError(f"set_device_mesh expects a DeviceMesh, got {mesh!r}")
+        self.device_mesh = mesh
+        return self
+
+    def __repr__(self) -> str:
+        from .printer import format_tv
+
+        return format_tv(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Op kinds
+
+
+class UnaryOpType(enum.Enum):
+    abs = "abs"; neg = "neg"; exp = "exp"; exp2 = "exp2"; expm1 = "expm1"; log = "log"  # noqa: E702
+    log2 = "log2"; log10 = "log10"; log1p = "log1p"; sqrt = "sqrt"; rsqrt = "rsqrt"  # noqa: E702
+    reciprocal = "reciprocal"; sin = "sin"; cos = "cos"; tan = "tan"; tanh = "tanh"  # noqa: E702
+    sigmoid = "sigmoid"; relu = "relu"; silu = "silu"; erf = "erf"; floor = "floor"  # noqa: E702
+    ceil = "ceil"; round = "round"; trunc = "trunc"; sign = "sign"; isnan = "isnan"  # noqa: E702
+    isinf = "isinf"; isfinite = "isfinite"; logical_not = "logical_not"  # noqa: E702
+    bitwise_not = "bitwise_not"  # noqa: E702
+
+
+class BinaryOpType(enum.Enum):
+    add = "add"; sub = "sub"; mul = "mul"; div = "div"; pow = "pow"  # noqa: E702
+    maximum = "maximum"; minimum = "minimum"; fmod = "fmod"; remainder = "remainder"  # noqa: E702
+    eq = "eq"; ne = "ne"; lt = "lt"; le = "le"; gt = "gt"; ge = "ge"  # noqa: E702
+    logical_and = "logical_and"; logical_or = "logical_or"  # noqa: E702
+    bitwise_and = "bitwise_and"; bitwise_or = "bitwise_or"; bitwise_xor = "bitwise_xor"  # noqa: E702
+    atan2 = "atan2"  # noqa: E702
+
+
+class TernaryOpType(enum.Enum):
+    where = "where"
+    clamp = "clamp"
+    lerp = "lerp"
+
+
+class ReductionOpType(enum.Enum):
+    sum = "add"
+    prod = "mul"
+    max = "max"
+    min = "min"
+
+
+class LoadStoreOpType(enum.Enum):
+    set = "set"
+    segment_set = "segment_set"
+
+
+# ---------------------------------------------------------------------------------------------
+# Op nodes. `inputs` and `outputs` hold Vals; the rest are the op's attributes.
+
+
+@dataclass(eq=False, kw_only=True)
+class Expr:
+    inputs: tuple[Val, ...]
+    outputs: tuple[Val, ...]
+
+    @property
+    def out(self) -> Val:
+        return self.outputs[0]
+
+    @property
+    def inp(self) -> Val:
+        return self.inputs[0]
+
+    @property
+    def op_name(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(eq=False, kw_only=True)
+class UnaryOp(Expr):
+    kind: UnaryOpType
+
+    @property
+    def op_name(self) -> str:
+        return self.kind.value
+
+
+@dataclass(eq=False, kw_only=True)
+class BinaryOp(Expr):
+    kind: BinaryOpType
+
+    @property
+    def op_name(self) -> str:
+        return self.kind.value
+
+
+@dataclass(eq=False, kw_only=True)
+class TernaryOp(Expr):
+    kind: TernaryOpType
+
+    @property
+    def op_name(self) -> str:
+        return self.kind.value
+
+
+@dataclass(eq=False, kw_only=True)
+class CastOp(Expr):
+    dtype: DataType
+
+
+@dataclass(eq=False, kw_only=True)
+class ReductionOp(Expr):
+    """Reduces `axes` (of the input's logical non-reduction dims). The output keeps them as
+    reduction IterDomains; keepdim is a separate BroadcastOp."""
+
+    kind: ReductionOpType
+    axes: tuple[int, ...]
+
+
+@dataclass(eq=False, kw_only=True)
+class VarMeanOp(Expr):
+    """outputs = (var, mean) over `axes` with Bessel-style `correction`."""
+
+    axes: tuple[int, ...]
+    correction: int
+
+
+@dataclass(eq=False, kw_only=True)
+class BroadcastOp(Expr):
+    """Inserts broadcast dims: `is_broadcast[k]` says whether output dim k is new."""
+
+    is_broadcast: tuple[bool, ...]
+
+
+@dataclass(eq=False, kw_only=True)
+class ExpandOp(Expr):
+    """Expands broadcast dims to the output's (expanded) extents."""
+
+
+@dataclass(eq=False, kw_only=True)
+class SqueezeOp(Expr):
+    dims: tuple[int, ...]
+
+
+@dataclass(eq=False, kw_only=True)
+class ReshapeOp(Expr):
+    """Reshape to the output's logical extents (row-major order of elements kept)."""
+
+
+@dataclass(eq=False, kw_only=True)
+class PermuteOp(Expr):
+    dims: tuple[int, ...]  # output dim k is input dim dims[k]
+
+
+@dataclass(eq=False, kw_only=True)
+class SliceOp(Expr):
+    """inputs = (tensor, start_0, stop_0, step_0, start_1, ...) with Scalar bounds."""
+
+    @property
+    def ranges(self) -> list[tuple[Scalar, Scalar, Scalar]]:
+        b = self.inputs[1:]
+        return [tuple(b[k:k + 3]) for k in range(0, len(b), 3)]
+
+
+@dataclass(eq=False, kw_only=True)
+class PadOp(Expr):
+    """inputs = (tensor, value, left_last, right_last, left_second_last, ...) as torch's F.pad."""
+
+
+@dataclass(eq=False, kw_only=True)
+class CatOp(Expr):
+    dim: int
+
+
+@dataclass(eq=False, kw_only=True)
+class LoadStoreOp(Expr):
+    kind: LoadStoreOpType = LoadStoreOpType.set
+
+
+@dataclass(eq=False, kw_only=True)
+class FullOp(Expr):
+    """inputs = (fill_value,); the output's extents give the shape."""
+
+
+@dataclass(eq=False, kw_only=True)
+class IotaOp(Expr):
+    """inputs = (length, start, step)."""
+
+
+@dataclass(eq=False, kw_only=True)
+class LinearOp(Expr):
+    """inputs = (input, weight) or (input, weight, bias); out = input @ weight.T + bias."""
+
+
+@dataclass(eq=False, kw_only=True)
+class MatmulOp(Expr):
+    """inputs = (a, b), torch.matmul semantics."""
+
+
+@dataclass(eq=False, kw_only=True)
+class SdpaFwdOp(Expr):
+    """inputs = (query, key, value, dropout_p, is_causal, scale);
+    outputs = (output, log_sumexp, philox_seed, philox_offset)."""

@@ -1,0 +1,166 @@
+"""Extents as sympy expressions: symbols, ceilDiv, nvFuser-style printing and fast evaluation.
+
+Symbols are created by a Fusion (`Fusion.new_symbol`), never here: there is no module-level
+table of symbols, so two fusions can never see each other's bindings.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Mapping, Union
+
+import sympy
+
+Extent = sympy.Expr
+ExtentLike = Union[int, sympy.Expr]
+
+
+class ceilDiv(sympy.Function):
+    """Integer division rounding up, as nvFuser's `ceilDiv(a, b)`."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a.is_Integer and b.is_Integer:
+            if b == 0:
+                raise ZeroDivisionError("ceilDiv by zero")
+            return sympy.Integer(-(-int(a) // int(b)))
+        if a == 0:
+            return sympy.Integer(0)
+        return None
+
+
+def as_extent(value: ExtentLike) -> Extent:
+    if isinstance(value, sympy.Basic):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"an extent must be an int or a sympy expression, got {value!r}")
+    return sympy.Integer(value)
+
+
+def make_symbol(name: str, integer: bool = True) -> sympy.Symbol:
+    if integer:
+        return sympy.Symbol(name, integer=True, nonnegative=True)
+    return sympy.Symbol(name, real=True)
+
+
+def is_static(e: Extent) -> bool:
+    return isinstance(e, sympy.Integer)
+
+
+def is_symbol(e: Extent) -> bool:
+    return isinstance(e, sympy.Symbol)
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing in nvFuser's notation: `i0`, `8`, `( ceilDiv(i0, 3) )`, `( i0 * i2 )`.
+
+
+def format_extent(e: Extent) -> str:
+    """An extent as nvFuser prints it inside `{...}`: atoms bare, derived values in `( ... )`."""
+    return _fmt(e, top=True)
+
+
+def _fmt(e: Extent, top: bool = False) -> str:
+    if e.is_Atom:
+        return str(e)
+    return f"( {_fmt_inner(e)} )"
+
+
+def _fmt_inner(e: Extent) -> str:
+    if isinstance(e, ceilDiv):
+        return f"ceilDiv({_fmt(e.args[0])}, {_fmt(e.args[1])})"
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
+        out = _fmt(terms[0])
+        for t in terms[1:]:
+            if t.could_extract_minus_sign():
+                out += f" - {_fmt(-t)}"
+            else:
+                out += f" + {_fmt(t)}"
+        return out
+    if isinstance(e, sympy.Mul):
+        num, den = sympy.fraction(e)
+        if den != 1:
+            return f"{_fmt(num)} / {_fmt(den)}"
+        factors = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
+        if factors[0] == -1:
+            return f"-{_fmt(sympy.Mul(*factors[1:]))}"
+        return " * ".join(_fmt(f) for f in factors)
+    if isinstance(e, sympy.floor) and isinstance(e.args[0], sympy.Mul):
+        num, den = sympy.fraction(e.args[0])
+        return f"{_fmt(num)} / {_fmt(den)}"
+    if isinstance(e, sympy.Mod):
+        return f"{_fmt(e.args[0])} % {_fmt(e.args[1])}"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        name = "max" if isinstance(e, sympy.Max) else "min"
+        out = _fmt(e.args[0])
+        for a in e.args[1:]:
+            out = f"{name}({out}, {_fmt(a)})"
+        return out
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return " * ".join([_fmt(e.base)] * int(e.exp))
+    return str(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation: each distinct expression is compiled once to a Python lambda over a dict of
+# symbol values, so executions never walk sympy trees.
+
+
+def _py(e: Extent) -> str:
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, sympy.Rational):
+        return f"({int(e.p)} / {int(e.q)})"
+    if isinstance(e, sympy.Float):
+        return repr(float(e))
+    if isinstance(e, sympy.Symbol):
+        return f"env[{e.name!r}]"
+    if isinstance(e, ceilDiv):
+        return f"(-(-{_py(e.args[0])} // {_py(e.args[1])}))"
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(_py(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        num, den = sympy.fraction(e)
+        if den != 1:
+            return f"_div({_py(num)}, {_py(den)})"
+        return "(" + " * ".join(_py(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Pow):
+        return f"({_py(e.base)} ** {_py(e.exp)})"
+    if isinstance(e, sympy.floor):
+        return f"_floor({_py(e.args[0])})"
+    if isinstance(e, sympy.Mod):
+        return f"({_py(e.args[0])} % {_py(e.args[1])})"
+    if isinstance(e, sympy.Max):
+        return "max(" + ", ".join(_py(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Min):
+        return "min(" + ", ".join(_py(a) for a in e.args) + ")"
+    raise NotImplementedError(f"cannot evaluate extent expression {e}")
+
+
+def _div(a, b):
+    # exact integer division stays integral; otherwise a true quotient (floor applied by caller)
+    if isinstance(a, int) and isinstance(b, int) and b != 0 and a % b == 0:
+        return a // b
+    return a / b
+
+
+def _floor(x):
+    return x if isinstance(x, int) else int(x // 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
+    """A fast evaluator of `e`; raises KeyError naming a symbol that has no value."""
+    if isinstance(e, sympy.Integer):
+        value = int(e)
+        return lambda env: value
+    src = f"lambda env: {_py(e)}"
+    return eval(src, {"_div": _div, "_floor": _floor})  # noqa: S307 - source built above
+
+
+def free_symbol_names(e: Extent) -> set[str]:
+    return {s.name for s in e.free_symbols}

@@ -1,0 +1,136 @@
+"""Enumerations of the IR: data types, iteration types, parallel types, memory types."""
+from __future__ import annotations
+
+import enum
+
+
+class DataType(enum.Enum):
+    """Element types, with nvFuser's Python names. Value: (IR spelling, torch attribute, bytes)."""
+
+    Double = ("double", "float64", 8)
+    Float = ("float", "float32", 4)
+    Half = ("__half", "float16", 2)
+    BFloat16 = ("__bfloat", "bfloat16", 2)
+    Int = ("int64_t", "int64", 8)
+    Int32 = ("int", "int32", 4)
+    Bool = ("bool", "bool", 1)
+    ComplexFloat = ("std::complex<float>", "complex64", 8)
+    ComplexDouble = ("std::complex<double>", "complex128", 16)
+
+    @property
+    def ir_name(self) -> str:
+        return self.value[0]
+
+    @property
+    def itemsize(self) -> int:
+        return self.value[2]
+
+    @property
+    def is_floating(self) -> bool:
+        return self in _FLOATING
+
+    @property
+    def is_integral(self) -> bool:
+        return self in (DataType.Int, DataType.Int32)
+
+    @property
+    def is_complex(self) -> bool:
+        return self in (DataType.ComplexFloat, DataType.ComplexDouble)
+
+    @property
+    def is_boolean(self) -> bool:
+        return self is DataType.Bool
+
+    @property
+    def category(self) -> int:
+        """PyTorch's promotion category: bool < integer < floating < complex."""
+        if self.is_boolean:
+            return 0
+        if self.is_integral:
+            return 1
+        if self.is_floating:
+            return 2
+        return 3
+
+    def to_torch(self):
+        import torch  # lazily: the IR itself runs no torch code
+
+        return getattr(torch, self.value[1])
+
+    @staticmethod
+    def from_torch(torch_dtype) -> "DataType":
+        name = str(torch_dtype).removeprefix("torch.")
+        for dt in DataType:
+            if dt.value[1] == name:
+                return dt
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError(f"torch dtype {torch_dtype} has no fuser DataType")
+
+    def __repr__(self) -> str:
+        return f"DataType.{self.name}"
+
+
+_FLOATING = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16)
+
+
+def promote(*dtypes: DataType) -> DataType:
+    """The result type of tensors of equal standing (PyTorch's rule: highest category, then the
+    wider type; bf16 with half gives float)."""
+    best = dtypes[0]
+    for dt in dtypes[1:]:
+        if dt is best:
+            continue
+        if dt.category != best.category:
+            best = dt if dt.category > best.category else best
+        elif {dt, best} == {DataType.Half, DataType.BFloat16}:
+            best = DataType.Float
+        elif dt.itemsize > best.itemsize:
+            best = dt
+    return best
+
+
+def default_dtype_of_category(category: int) -> DataType:
+    return (DataType.Bool, DataType.Int, DataType.Float, DataType.ComplexFloat)[category]
+
+
+class IterType(enum.Enum):
+    Iteration = "i"
+    Reduction = "r"
+    Broadcast = "b"
+
+
+class ParallelType(enum.Enum):
+    """How an IterDomain is executed. Names are nvFuser's Python names; values its IR spelling."""
+
+    serial = "S"
+    mesh_x = "deviceIdx.x"
+    mesh_y = "deviceIdx.y"
+    mesh_z = "deviceIdx.z"
+    stream = "streamIdx"
+    grid_x = "blockIdx.x"
+    grid_y = "blockIdx.y"
+    grid_z = "blockIdx.z"
+    block_x = "threadIdx.x"
+    block_y = "threadIdx.y"
+    block_z = "threadIdx.z"
+    vectorize = "V"
+    unroll = "UR"
+    unswitch = "US"
+
+    @property
+    def is_device(self) -> bool:
+        return self in (ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z)
+
+    @property
+    def is_stream(self) -> bool:
+        return self is ParallelType.stream
+
+    def __repr__(self) -> str:
+        return f"ParallelType.{self.name}"
+
+
+class MemoryType(enum.Enum):
+    Global = "g"
+    Local = "l"
+    Shared = "s"

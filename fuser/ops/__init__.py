@@ -1,0 +1,28 @@
+"""Op builders: each checks its operands, derives the output's extents and dtype, and appends
+one Expr to the operands' Fusion. `OPS` maps nvFuser's `fd.ops.*` names to builders."""
+from functools import partial
+
+from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
+from . import matmul as _mm
+from . import pointwise as _pw
+from . import reduction as _red
+from . import shape as _shape
+
+OPS = {}
+for _k in UnaryOpType:
+    OPS[_k.name] = partial(_pw.unary, _k)
+for _k in BinaryOpType:
+    OPS[_k.name] = partial(_pw.binary, _k)
+for _k in TernaryOpType:
+    OPS[_k.name] = partial(_pw.ternary, _k)
+for _k in ReductionOpType:
+    OPS[_k.name] = partial(_red.reduce, _k)
+OPS.update(
+    cast=_pw.cast, var=_red.var, var_mean=_red.var_mean,
+    broadcast=_shape.broadcast, broadcast_in_dim=_shape.broadcast_in_dim, expand=_shape.expand,
+    squeeze=_shape.squeeze, reshape=_shape.reshape, permute=_shape.permute, slice=_shape.slice,
+    pad=_shape.pad, cat=_shape.cat, set=_shape.set, segment_set=_shape.segment_set,
+    linear=_mm.linear, matmul=_mm.matmul, sdpfa_fwd=_mm.sdpfa_fwd,
+)
+# ops that create tensors from nothing take the fusion first; the frontend binds it
+FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}

@@ -1,0 +1,124 @@
+"""Helpers shared by the op builders: operand checks, constants, implicit broadcasting."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from ..ir import (BroadcastOp, DataType, Fusion, IterDomain, IterType, Scalar, TensorView, Val,
+                  tensor_domain)
+
+Operand = Any  # TensorView, Scalar or a Python number
+
+
+def fusion_of(op: str, *operands: Operand) -> Fusion:
+    fusions = {id(v.fusion): v.fusion for v in operands if isinstance(v, TensorView)}
+    fusions.update({id(v.fusion): v.fusion for v in operands if isinstance(v, Scalar)})
+    if len(fusions) > 1:
+        raise FusionDefinitionError(f"{op}: operands come from different fusion definitions")
+    if not fusions:
+        raise FusionDefinitionError(f"{op}: needs at least one tensor or defined scalar operand")
+    return next(iter(fusions.values()))
+
+
+def check_tensor(op: str, v: Any, what: str = "input") -> TensorView:
+    if not isinstance(v, TensorView):
+        raise FusionDefinitionError(f"{op}: {what} must be a TensorView, got {v!r}")
+    return v
+
+
+def python_scalar_dtype(value: Any) -> DataType:
+    if isinstance(value, bool):
+        return DataType.Bool
+    if isinstance(value, int):
+        return DataType.Int
+    if isinstance(value, float):
+        return DataType.Double
+    if isinstance(value, complex):
+        return DataType.ComplexDouble
+    raise FusionDefinitionError(f"unsupported scalar operand {value!r} of type {type(value).__name__}")
+
+
+def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
+    if isinstance(v, (TensorView, Scalar)):
+        return v
+    if isinstance(v, (bool, int, float, complex)):
+        return fusion.new_scalar(python_scalar_dtype(v), value=v)
+    raise FusionDefinitionError(f"{op}: unsupported operand {v!r} (expected a tensor or a number)")
+
+
+def axes_of(op: str, tv: TensorView, dims: Sequence[int] | int | None) -> tuple[int, ...]:
+    """Normalise `dims` (negative allowed) against the tensor's non-reduction dims."""
+    n = tv.ndim
+    if dims is None:
+        return tuple(range(n))
+    if isinstance(dims, int):
+        dims = [dims]
+    out = []
+    for d in dims:
+        if not isinstance(d, int) or not -max(n, 1) <= d < max(n, 1):
+            raise FusionDefinitionError(
+                f"{op}: dim {d!r} is out of range for {tv!r} with {n} dims")
+        out.append(d % n if n else 0)
+    if len(set(out)) != len(out):
+        raise FusionDefinitionError(f"{op}: repeated dims {list(dims)}")
+    return tuple(sorted(out))
+
+
+def copy_id(fusion: Fusion, d: IterDomain, iter_type: Optional[IterType] = None) -> IterDomain:
+    """A fresh IterDomain with the extents of `d` (an op's output never shares an input's ids)."""
+    return fusion.new_id(d.extent, iter_type=iter_type or d.iter_type,
+                         expanded_extent=d.expanded_extent)
+
+
+def new_tensor(fusion: Fusion, ids: Sequence[IterDomain], dtype: DataType) -> TensorView:
+    return fusion.new_tensor(tensor_domain(ids, True), dtype)
+
+
+def broadcast_to_rank(tv: TensorView, rank: int) -> TensorView:
+    """Left-pad `tv` with broadcast dims (PyTorch's implicit broadcasting)."""
+    missing = rank - tv.ndim
+    if missing <= 0:
+        return tv
+    f = tv.fusion
+    ids = [f.new_id(1, iter_type=IterType.Broadcast) for _ in range(missing)]
+    ids += [copy_id(f, d) for d in tv.domain.no_reductions()]
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(BroadcastOp(inputs=(tv,), outputs=(out,),
+                           is_broadcast=tuple([True] * missing + [False] * tv.ndim)))
+    return out
+
+
+def broadcast_ids(fusion: Fusion, op: str, tvs: Sequence[TensorView]) -> list[IterDomain]:
+    """Output ids of an elementwise op over same-rank tensors, unifying equal extents."""
+    rank = tvs[0].ndim
+    out = []
+    for k in range(rank):
+        dims = [tv.domain.no_reductions()[k] for tv in tvs]
+        concrete = [d for d in dims if not d.is_broadcast]
+        if concrete:
+            extent = concrete[0].extent
+            for d in concrete[1:]:
+                extent = fusion.unify(extent, d.extent, f"{op}: axis {k} of the operands")
+            out.append(fusion.new_id(extent))
+            continue
+        expanded = [d.expanded_extent for d in dims if d.expanded_extent is not None]
+        ex = expanded[0] if expanded else None
+        for e in expanded[1:]:
+            ex = fusion.unify(ex, e, f"{op}: expanded axis {k} of the operands")
+        out.append(fusion.new_id(1, iter_type=IterType.Broadcast, expanded_extent=ex))
+    return out
+
+
+def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
+    """A shape entry (int or Scalar) as an extent expression."""
+    if isinstance(v, Scalar):
+        if v.dtype not in (DataType.Int, DataType.Int32):
+            raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
+        return v.expr
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an int or an integer scalar")
+    if v < 0:
+        raise FusionDefinitionError(f"{op}: shape entry {v} must be non-negative here")
+    return sympy.Integer(v)

@@ -1,0 +1,112 @@
+"""linear, matmul and scaled-dot-product attention. These never become generated kernels: the
+segmenter sends them to ATen. Their outputs keep the contraction as a trailing reduction
+IterDomain, as nvFuser does, so a sharded contraction can become an rfactor plus allreduce."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaFwdOp, TensorView
+from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
+from .pointwise import result_type
+
+
+def _same_float_dtype(op: str, *tvs: TensorView) -> DataType:
+    dtypes = {t.dtype for t in tvs}
+    if len(dtypes) != 1:
+        raise FusionDefinitionError(f"{op}: operands must share a dtype, got {sorted(d.name for d in dtypes)}")
+    dtype = dtypes.pop()
+    if dtype.category != 2:
+        raise FusionDefinitionError(f"{op}: needs floating operands, got {dtype}")
+    return dtype
+
+
+def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = None) -> TensorView:
+    op = "linear"
+    for name, t in (("input", input), ("weight", weight)):
+        check_tensor(op, t, name)
+    f = fusion_of(op, input, weight, *( [bias] if bias is not None else []))
+    dtype = _same_float_dtype(op, input, weight, *([bias] if bias is not None else []))
+    if input.ndim < 1 or weight.ndim not in (1, 2):
+        raise FusionDefinitionError(f"{op}: input needs >= 1 dim and weight 1 or 2, got {input!r}, {weight!r}")
+    x_ids, w_ids = input.domain.no_reductions(), weight.domain.no_reductions()
+    k = f.unify(x_ids[-1].extent, w_ids[-1].extent,
+                f"{op}: the last axis of input {input!r} and of weight {weight!r}")
+    ids = [copy_id(f, d) for d in x_ids[:-1]]
+    if weight.ndim == 2:
+        ids.append(copy_id(f, w_ids[0]))
+    if bias is not None:
+        check_tensor(op, bias, "bias")
+        if weight.ndim == 2 and bias.ndim == 1:
+            f.unify(bias.domain.no_reductions()[0].extent, w_ids[0].extent,
+                    f"{op}: bias {bias!r} and the rows of weight {weight!r}")
+        elif bias.ndim > 1:
+            raise FusionDefinitionError(f"{op}: bias must have at most 1 dim, got {bias!r}")
+    ids.append(f.new_id(k, iter_type=IterType.Reduction))
+    out = new_tensor(f, ids, dtype)
+    inputs = (input, weight) if bias is None else (input, weight, bias)
+    f.add_expr(LinearOp(inputs=inputs, outputs=(out,)))
+    return out
+
+
+def matmul(a: TensorView, b: TensorView) -> TensorView:
+    op = "matmul"
+    check_tensor(op, a, "first operand")
+    check_tensor(op, b, "second operand")
+    f = fusion_of(op, a, b)
+    dtype = _same_float_dtype(op, a, b)
+    if a.ndim < 1 or b.ndim < 1:
+        raise FusionDefinitionError(f"{op}: operands need at least 1 dim, got {a!r}, {b!r}")
+    a_ids, b_ids = a.domain.no_reductions(), b.domain.no_reductions()
+    k_b = b_ids[0] if b.ndim == 1 else b_ids[-2]
+    k = f.unify(a_ids[-1].extent, k_b.extent, f"{op}: contraction axis of {a!r} and {b!r}")
+    batch_a = a_ids[:-2] if a.ndim >= 2 else []
+    batch_b = b_ids[:-2] if b.ndim >= 2 else []
+    ids = []
+    for k_ in range(max(len(batch_a), len(batch_b)), 0, -1):
+        da = batch_a[-k_] if k_ <= len(batch_a) else None
+        db = batch_b[-k_] if k_ <= len(batch_b) else None
+        dims = [d for d in (da, db) if d is not None and not d.is_broadcast]
+        if not dims:
+            ids.append(f.new_id(1, iter_type=IterType.Broadcast))
+            continue
+        e = dims[0].extent
+        for d in dims[1:]:
+            e = f.unify(e, d.extent, f"{op}: batch axes of {a!r} and {b!r}")
+        ids.append(f.new_id(e))
+    if a.ndim >= 2:
+        ids.append(copy_id(f, a_ids[-2]))
+    if b.ndim >= 2:
+        ids.append(copy_id(f, b_ids[-1]))
+    ids.append(f.new_id(k, iter_type=IterType.Reduction))
+    out = new_tensor(f, ids, dtype)
+    f.add_expr(MatmulOp(inputs=(a, b), outputs=(out,)))
+    return out
+
+
+def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, dropout_p: Any = None,
+              is_causal: Any = None, scale: Any = None):
+    op = "sdpfa_fwd"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_tensor(op, t, name)
+        if t.ndim != 4:
+            raise FusionDefinitionError(f"{op}: {name} must be [N, H, L, E], got {t!r}")
+    f = fusion_of(op, query, key, value)
+    dtype = _same_float_dtype(op, query, key, value)
+    q, k, v = (t.domain.no_reductions() for t in (query, key, value))
+    for ax in (0, 1):
+        f.unify(q[ax].extent, k[ax].extent, f"{op}: axis {ax} of query and key")
+        f.unify(q[ax].extent, v[ax].extent, f"{op}: axis {ax} of query and value")
+    f.unify(q[3].extent, k[3].extent, f"{op}: head size of query and key")
+    f.unify(k[2].extent, v[2].extent, f"{op}: sequence length of key and value")
+    out = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2]), copy_id(f, v[3])], dtype)
+    lse = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2])], DataType.Float)
+    seed = new_tensor(f, [], DataType.Int)
+    offset = new_tensor(f, [], DataType.Int)
+    attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
+             as_val(f, False if is_causal is None else is_causal, op),
+             as_val(f, float("nan") if scale is None else scale, op))
+    f.add_expr(SdpaFwdOp(inputs=(query, key, value, *attrs), outputs=(out, lse, seed, offset)))
+    return out, lse, seed, offset

@@ -1,0 +1,152 @@
+"""Elementwise ops: unary, binary, ternary and cast, with PyTorch's type promotion and
+implicit broadcasting. Scalar-only arithmetic gives a Scalar (its value a sympy expression)."""
+from __future__ import annotations
+
+import sympy
+
+from ..errors import FusionDefinitionError, UnsupportedError
+from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
+                  TernaryOpType, UnaryOp, UnaryOpType, promote)
+from ..ir.types import default_dtype_of_category
+from .common import Operand, as_val, broadcast_ids, broadcast_to_rank, fusion_of, new_tensor
+
+U, B = UnaryOpType, BinaryOpType
+
+# unary ops whose integer or boolean input gives a float result (PyTorch's int-to-float ops)
+_FLOAT_RESULT = {U.exp, U.exp2, U.expm1, U.log, U.log2, U.log10, U.log1p, U.sqrt, U.rsqrt,
+                 U.reciprocal, U.sin, U.cos, U.tan, U.tanh, U.sigmoid, U.silu, U.erf}
+_BOOL_RESULT_UNARY = {U.isnan, U.isinf, U.isfinite, U.logical_not}
+_COMPARISON = {B.eq, B.ne, B.lt, B.le, B.gt, B.ge, B.logical_and, B.logical_or}
+_INTEGER_ONLY = {B.bitwise_and, B.bitwise_or, B.bitwise_xor}
+_FLOAT_BINARY = {B.div, B.atan2}
+
+
+def result_type(*operands: Operand) -> DataType:
+    """PyTorch's result_type: dimensioned tensors, then 0-dim tensors, then scalars; a lower
+    tier only counts when its category is higher."""
+    tiers: list[list[DataType]] = [[], [], []]
+    for v in operands:
+        if isinstance(v, TensorView):
+            tiers[0 if v.ndim else 1].append(v.dtype)
+        elif isinstance(v, Scalar):
+            tiers[2].append(v.dtype)
+    result = None
+    for tier in tiers:
+        if not tier:
+            continue
+        t = promote(*tier)
+        if result is None:
+            result = t
+        elif t.category > result.category:
+            # a higher-category scalar takes the default type of its category, not its width
+            result = t if tier is tiers[1] else default_dtype_of_category(t.category)
+    return result
+
+
+def _elementwise_output(op: str, tvs: list[TensorView], dtype: DataType) -> TensorView:
+    fusion = tvs[0].fusion
+    rank = max(tv.ndim for tv in tvs)
+    return new_tensor(fusion, broadcast_ids(fusion, op, [broadcast_to_rank(t, rank) for t in tvs]), dtype)
+
+
+def _aligned(tvs: list[TensorView]) -> list[TensorView]:
+    rank = max(tv.ndim for tv in tvs)
+    return [broadcast_to_rank(t, rank) for t in tvs]
+
+
+def unary(kind: UnaryOpType, x: Operand) -> TensorView:
+    fusion = fusion_of(kind.value, x)
+    x = as_val(fusion, x, kind.value)
+    if not isinstance(x, TensorView):
+        raise UnsupportedError(f"{kind.value}: scalar operands are not supported; use a tensor")
+    dtype = x.dtype
+    if kind in _BOOL_RESULT_UNARY:
+        dtype = DataType.Bool
+    elif kind in _FLOAT_RESULT and dtype.category < 2:
+        dtype = DataType.Float
+    elif kind is U.bitwise_not and not (dtype.is_integral or dtype.is_boolean):
+        raise FusionDefinitionError(f"bitwise_not: needs an integer or bool tensor, got {x.dtype}")
+    elif kind in (U.relu, U.neg) and dtype.is_boolean:
+        raise FusionDefinitionError(f"{kind.value}: not defined for bool tensor {x!r}")
+    out = _elementwise_output(kind.value, [x], dtype)
+    fusion.add_expr(UnaryOp(inputs=(x,), outputs=(out,), kind=kind))
+    return out
+
+
+def binary(kind: BinaryOpType, a: Operand, b: Operand):
+    fusion = fusion_of(kind.value, a, b)
+    a, b = as_val(fusion, a, kind.value), as_val(fusion, b, kind.value)
+    if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+        return _scalar_binary(kind, a, b)
+    compute = result_type(a, b)
+    if kind in _INTEGER_ONLY and not (compute.is_integral or compute.is_boolean):
+        raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
+    if kind in _COMPARISON:
+        dtype = DataType.Bool
+    elif kind in _FLOAT_BINARY and compute.category < 2:
+        dtype = DataType.Float
+    else:
+        dtype = compute
+    tvs = _aligned([v for v in (a, b) if isinstance(v, TensorView)])
+    it = iter(tvs)
+    a, b = (next(it) if isinstance(v, TensorView) else v for v in (a, b))
+    out = _elementwise_output(kind.value, tvs, dtype)
+    fusion.add_expr(BinaryOp(inputs=(a, b), outputs=(out,), kind=kind))
+    return out
+
+
+def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
+    ops = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
+           B.maximum: sympy.Max, B.minimum: sympy.Min}
+    if kind not in ops:
+        raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
+    dtype = result_type(a, b)
+    fusion = a.fusion
+    return fusion.new_scalar(dtype, expr=ops[kind](a.expr, b.expr))
+
+
+def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorView:
+    fusion = fusion_of(kind.value, a, b, c)
+    a, b, c = (as_val(fusion, v, kind.value) for v in (a, b, c))
+    if kind is TernaryOpType.where:
+        if isinstance(a, TensorView) and not a.dtype.is_boolean:
+            raise FusionDefinitionError(f"where: the condition must be a bool tensor, got {a.dtype}")
+        dtype = result_type(b, c) if any(isinstance(v, TensorView) for v in (b, c)) else \
+            result_type(b, c)
+    elif kind is TernaryOpType.clamp:
+        dtype = a.dtype if isinstance(a, TensorView) else result_type(a)
+    else:  # lerp: start, end, weight
+        dtype = result_type(a, b, c)
+        if dtype.category < 2:
+            raise FusionDefinitionError(f"lerp: needs floating operands, got {dtype}")
+    tvs = [v for v in (a, b, c) if isinstance(v, TensorView)]
+    if not tvs:
+        raise UnsupportedError(f"{kind.value} of scalars only is not supported; use a tensor")
+    aligned = iter(_aligned(tvs))
+    a, b, c = (next(aligned) if isinstance(v, TensorView) else v for v in (a, b, c))
+    out = _elementwise_output(kind.value, [v for v in (a, b, c) if isinstance(v, TensorView)], dtype)
+    fusion.add_expr(TernaryOp(inputs=(a, b, c), outputs=(out,), kind=kind))
+    return out
+
+
+def cast(x: Operand, dtype: DataType):
+    if not isinstance(dtype, DataType):
+        raise FusionDefinitionError(f"cast: dtype must be a DataType, got {dtype!r}")
+    fusion = fusion_of("cast", x)
+    x = as_val(fusion, x, "cast")
+    if isinstance(x, Scalar):
+        return fusion.new_scalar(dtype, expr=x.expr) if x.value is None else \
+            fusion.new_scalar(dtype, value=_cast_python(x.value, dtype))
+    out = _elementwise_output("cast", [x], dtype)
+    fusion.add_expr(CastOp(inputs=(x,), outputs=(out,), dtype=dtype))
+    return out
+
+
+def _cast_python(value, dtype: DataType):
+    if dtype.is_boolean:
+        return bool(value)
+    if dtype.is_integral:
+        return int(value)
+    if dtype.is_floating:
+        return float(value)
+    return complex(value)

@@ -1,0 +1,74 @@
+"""Reductions (sum, prod, max, min) and var / var_mean. The output keeps each reduced axis as a
+reduction IterDomain (nvFuser's convention); keepdim re-inserts it as a broadcast."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..errors import FusionDefinitionError
+from ..ir import (BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType, TensorView,
+                  VarMeanOp)
+from .common import axes_of, check_tensor, copy_id, new_tensor
+from .pointwise import cast
+
+
+def _reduced_ids(tv: TensorView, axes: tuple[int, ...]):
+    f = tv.fusion
+    return [copy_id(f, d, IterType.Reduction if k in axes else None)
+            for k, d in enumerate(tv.domain.no_reductions())]
+
+
+def _keepdim(out: TensorView, axes: tuple[int, ...], rank: int) -> TensorView:
+    f = out.fusion
+    kept = [d for d in out.domain.no_reductions()]
+    ids, it = [], iter(kept)
+    for k in range(rank):
+        ids.append(f.new_id(1, iter_type=IterType.Broadcast) if k in axes else copy_id(f, next(it)))
+    res = new_tensor(f, ids, out.dtype)
+    f.add_expr(BroadcastOp(inputs=(out,), outputs=(res,),
+                           is_broadcast=tuple(k in axes for k in range(rank))))
+    return res
+
+
+def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] = None,
+           keepdim: bool = False, dtype: Optional[DataType] = None) -> TensorView:
+    op = kind.name
+    check_tensor(op, tv)
+    axes = axes_of(op, tv, dims)
+    if dtype is not None:
+        tv = cast(tv, dtype)
+    out_dtype = tv.dtype
+    if kind in (ReductionOpType.sum, ReductionOpType.prod) and out_dtype.category < 2:
+        out_dtype = DataType.Int  # PyTorch sums integers and bools in int64
+        if tv.dtype is not DataType.Int:
+            tv = cast(tv, DataType.Int)
+    if kind in (ReductionOpType.max, ReductionOpType.min) and tv.ndim:
+        for k in axes:
+            d = tv.domain.no_reductions()[k]
+            if d.extent == 0:
+                raise FusionDefinitionError(f"{op}: cannot reduce the empty axis {k} of {tv!r}")
+    f = tv.fusion
+    out = new_tensor(f, _reduced_ids(tv, axes), out_dtype)
+    f.add_expr(ReductionOp(inputs=(tv,), outputs=(out,), kind=kind, axes=axes))
+    return _keepdim(out, axes, tv.ndim) if keepdim else out
+
+
+def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
+             keepdim: bool = False) -> tuple[TensorView, TensorView]:
+    check_tensor("var_mean", tv)
+    if tv.dtype.category != 2:
+        raise FusionDefinitionError(f"var_mean: needs a floating tensor, got {tv.dtype} in {tv!r}")
+    if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
+        raise FusionDefinitionError(f"var_mean: correction must be a non-negative int, got {correction!r}")
+    axes = axes_of("var_mean", tv, dims)
+    f = tv.fusion
+    var = new_tensor(f, _reduced_ids(tv, axes), tv.dtype)
+    mean = new_tensor(f, _reduced_ids(tv, axes), tv.dtype)
+    f.add_expr(VarMeanOp(inputs=(tv,), outputs=(var, mean), axes=axes, correction=correction))
+    if keepdim:
+        return _keepdim(var, axes, tv.ndim), _keepdim(mean, axes, tv.ndim)
+    return var, mean
+
+
+def var(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
+        keepdim: bool = False) -> TensorView:
+    return var_mean(tv, dims, correction, keepdim)[0]

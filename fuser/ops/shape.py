@@ -1,0 +1,276 @@
+"""Ops that move or create data without arithmetic: broadcast, expand, squeeze, reshape,
+permute, slice, pad, cat, set, full, iota. Each checks its arguments and derives the output
+extents (symbolic where the input is)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import sympy
+
+from ..errors import FusionDefinitionError
+from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterType,
+                  LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
+                  SqueezeOp, TensorView, ceilDiv)
+from ..ir.symbolic import is_static
+from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor
+from .pointwise import result_type
+
+
+def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
+    check_tensor("broadcast", tv)
+    flags = [bool(b) for b in is_broadcast_dim]
+    if sum(not b for b in flags) != tv.ndim:
+        raise FusionDefinitionError(
+            f"broadcast: {len(flags)} flags with {sum(not b for b in flags)} kept dims, but "
+            f"{tv!r} has {tv.ndim} dims")
+    f = tv.fusion
+    src = iter(tv.domain.no_reductions())
+    ids = [f.new_id(1, iter_type=IterType.Broadcast) if b else copy_id(f, next(src)) for b in flags]
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(BroadcastOp(inputs=(tv,), outputs=(out,), is_broadcast=tuple(flags)))
+    return out
+
+
+def broadcast_in_dim(tv: TensorView, shape: Sequence[Any], broadcast_dims: Sequence[int]) -> TensorView:
+    op = "broadcast_in_dim"
+    check_tensor(op, tv)
+    shape, bdims = list(shape), list(broadcast_dims)
+    if len(bdims) != tv.ndim:
+        raise FusionDefinitionError(
+            f"{op}: broadcast_dims has {len(bdims)} entries but {tv!r} has {tv.ndim} dims")
+    if len(set(bdims)) != len(bdims) or any(not 0 <= d < len(shape) for d in bdims) or bdims != sorted(bdims):
+        raise FusionDefinitionError(
+            f"{op}: broadcast_dims {bdims} must be increasing output dims below {len(shape)}")
+    out = broadcast(tv, [k not in bdims for k in range(len(shape))]) if len(shape) > tv.ndim else tv
+    return expand(out, shape) if _needs_expand(out, shape) else out
+
+
+def _needs_expand(tv: TensorView, shape) -> bool:
+    for d, s in zip(tv.domain.no_reductions(), shape):
+        if d.is_broadcast and not (isinstance(s, int) and s in (1, -1)):
+            return True
+        if not d.is_broadcast and not (isinstance(s, int) and s == -1):
+            tv.fusion.unify(d.extent, extent_of(tv.fusion, s, "broadcast_in_dim"),
+                            f"broadcast_in_dim: shape entry {s!r} for axis of extent {d.extent}")
+    return False
+
+
+def expand(tv: TensorView, shape: Sequence[Any]) -> TensorView:
+    op = "expand"
+    check_tensor(op, tv)
+    shape = list(shape)
+    if len(shape) != tv.ndim:
+        raise FusionDefinitionError(f"{op}: shape has {len(shape)} entries but {tv!r} has {tv.ndim} dims")
+    f = tv.fusion
+    ids = []
+    for k, (d, s) in enumerate(zip(tv.domain.no_reductions(), shape)):
+        keep = isinstance(s, int) and s == -1
+        if d.is_broadcast and not keep:
+            e = extent_of(f, s, op)
+            ids.append(f.new_id(1, iter_type=IterType.Broadcast,
+                                expanded_extent=None if e == 1 else e))
+        else:
+            if not keep:
+                f.unify(d.extent, extent_of(f, s, op), f"{op}: axis {k} of {tv!r}")
+            ids.append(copy_id(f, d))
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(ExpandOp(inputs=(tv,), outputs=(out,)))
+    return out
+
+
+def squeeze(tv: TensorView, dims: Sequence[int]) -> TensorView:
+    op = "squeeze"
+    check_tensor(op, tv)
+    n = tv.ndim
+    dims = sorted({d % n for d in _check_dims(op, tv, dims)})
+    f = tv.fusion
+    ids = []
+    for k, d in enumerate(tv.domain.no_reductions()):
+        if k in dims:
+            if d.expanded_extent is not None:
+                raise FusionDefinitionError(f"{op}: axis {k} of {tv!r} is expanded to {d.expanded_extent}")
+            if not d.is_broadcast:
+                f.unify(d.extent, sympy.Integer(1), f"{op}: squeezed axis {k} of {tv!r} must have size 1")
+        else:
+            ids.append(copy_id(f, d))
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(SqueezeOp(inputs=(tv,), outputs=(out,), dims=tuple(dims)))
+    return out
+
+
+def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
+    n = tv.ndim
+    if isinstance(dims, int):
+        dims = [dims]
+    for d in dims:
+        if not isinstance(d, int) or not -n <= d < n:
+            raise FusionDefinitionError(f"{op}: dim {d!r} out of range for {tv!r} with {n} dims")
+    return list(dims)
+
+
+def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
+    op = "reshape"
+    check_tensor(op, tv)
+    f = tv.fusion
+    new_shape = list(new_shape)
+    if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1:
+        raise FusionDefinitionError(f"{op}: at most one -1 in new_shape {new_shape}")
+    in_numel = math.prod([d.extent for d in tv.domain.no_reductions()], start=sympy.Integer(1))
+    known = [extent_of(f, s, op) for s in new_shape if not (isinstance(s, int) and s == -1)]
+    known_numel = math.prod(known, start=sympy.Integer(1))
+    extents = []
+    for s in new_shape:
+        if isinstance(s, int) and s == -1:
+            if known_numel == 0:
+                raise FusionDefinitionError(f"{op}: cannot infer -1 in {new_shape} with zero elements")
+            e = sympy.simplify(in_numel / known_numel)
+            if is_static(in_numel) and is_static(known_numel) and int(in_numel) % int(known_numel):
+                raise FusionDefinitionError(f"{op}: cannot reshape {in_numel} elements into {new_shape}")
+            extents.append(e)
+        else:
+            extents.append(extent_of(f, s, op))
+    out_numel = math.prod(extents, start=sympy.Integer(1))
+    if sympy.simplify(out_numel - in_numel) != 0:
+        f.unify(in_numel, out_numel, f"{op}: {tv!r} has {in_numel} elements, new shape {out_numel}")
+    ids = [f.new_id(e, iter_type=IterType.Iteration) for e in extents]
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(ReshapeOp(inputs=(tv,), outputs=(out,)))
+    return out
+
+
+def permute(tv: TensorView, dims: Sequence[int]) -> TensorView:
+    op = "permute"
+    check_tensor(op, tv)
+    n = tv.ndim
+    dims = [d % n if n else d for d in _check_dims(op, tv, list(dims))]
+    if sorted(dims) != list(range(n)):
+        raise FusionDefinitionError(f"{op}: dims {list(dims)} is not a permutation of {n} dims of {tv!r}")
+    f = tv.fusion
+    src = tv.domain.no_reductions()
+    out = new_tensor(f, [copy_id(f, src[d]) for d in dims], tv.dtype)
+    f.add_expr(PermuteOp(inputs=(tv,), outputs=(out,), dims=tuple(dims)))
+    return out
+
+
+def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[Any],
+          strides: Optional[Sequence[Any]] = None, manual_normalization: bool = False) -> TensorView:
+    op = "slice"
+    check_tensor(op, tv)
+    n = tv.ndim
+    strides = list(strides) if strides is not None else [1] * len(start_indices)
+    if not len(start_indices) == len(end_indices) == len(strides) == n:
+        raise FusionDefinitionError(
+            f"{op}: start, end and strides need {n} entries for {tv!r}, got "
+            f"{len(start_indices)}, {len(end_indices)}, {len(strides)}")
+    f = tv.fusion
+    ids, bounds = [], []
+    for k, (d, a, b, s) in enumerate(zip(tv.domain.no_reductions(), start_indices, end_indices, strides)):
+        if not isinstance(s, int) or s < 1:
+            raise FusionDefinitionError(f"{op}: stride {s!r} of axis {k} must be a positive int")
+        ext = d.extent
+        lo, hi = (_normalize_index(f, v, ext, op) for v in (a, b))
+        hi = sympy.Max(lo, hi)
+        length = ceilDiv(hi - lo, sympy.Integer(s))
+        ids.append(f.new_id(length, iter_type=IterType.Broadcast if d.is_broadcast and length == 1
+                            else IterType.Iteration))
+        bounds += [f.new_scalar(DataType.Int, expr=lo), f.new_scalar(DataType.Int, expr=hi),
+                   f.new_scalar(DataType.Int, value=s)]
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(SliceOp(inputs=(tv, *bounds), outputs=(out,)))
+    return out
+
+
+def _normalize_index(f, v, ext, op):
+    """PyTorch's slicing rules: negative counts from the end, then clamp to [0, extent]."""
+    if isinstance(v, Scalar):
+        return sympy.Min(sympy.Max(v.expr, 0), ext)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FusionDefinitionError(f"{op}: index {v!r} must be an int or an integer scalar")
+    e = sympy.Integer(v) + ext if v < 0 else sympy.Integer(v)
+    return sympy.Min(sympy.Max(e, 0), ext)
+
+
+def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorView:
+    op = "pad"
+    check_tensor(op, tv)
+    widths = list(pad_widths)
+    if len(widths) % 2 or len(widths) // 2 > tv.ndim:
+        raise FusionDefinitionError(
+            f"{op}: pad_widths {widths} needs an even count, at most 2 x {tv.ndim} for {tv!r}")
+    for w in widths:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise FusionDefinitionError(f"{op}: pad widths must be non-negative ints, got {widths}")
+    f = tv.fusion
+    value = as_val(f, 0 if value is None else value, op)
+    ids = [copy_id(f, d) for d in tv.domain.no_reductions()]
+    for k in range(len(widths) // 2):
+        axis = tv.ndim - 1 - k
+        extra = widths[2 * k] + widths[2 * k + 1]
+        if extra:
+            ids[axis] = f.new_id(ids[axis].extent + extra)
+    width_vals = [f.new_scalar(DataType.Int, value=w) for w in widths]
+    out = new_tensor(f, ids, tv.dtype)
+    f.add_expr(PadOp(inputs=(tv, value, *width_vals), outputs=(out,)))
+    return out
+
+
+def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -> TensorView:
+    op = "cat"
+    tensors = list(tensors)
+    if not tensors:
+        raise FusionDefinitionError(f"{op}: needs at least one tensor")
+    for t in tensors:
+        check_tensor(op, t)
+    f = fusion_of(op, *tensors)
+    n = tensors[0].ndim
+    if any(t.ndim != n for t in tensors):
+        raise FusionDefinitionError(f"{op}: all tensors need {n} dims, got {[t.ndim for t in tensors]}")
+    dim = _check_dims(op, tensors[0], [dim])[0] % n
+    dtype = result_type(*tensors)
+    ids = []
+    for k in range(n):
+        dims = [t.domain.no_reductions()[k] for t in tensors]
+        if k == dim:
+            ids.append(f.new_id(sum((d.extent for d in dims), sympy.Integer(0))))
+        else:
+            e = dims[0].extent
+            for other in dims[1:]:
+                e = f.unify(e, other.extent, f"{op}: axis {k} of the inputs")
+            ids.append(f.new_id(e))
+    out = new_tensor(f, ids, dtype)
+    f.add_expr(CatOp(inputs=tuple(tensors), outputs=(out,), dim=dim))
+    return out
+
+
+def set(tv: TensorView, kind: LoadStoreOpType = LoadStoreOpType.set) -> TensorView:  # noqa: A001
+    check_tensor(kind.value, tv)
+    f = tv.fusion
+    out = new_tensor(f, [copy_id(f, d) for d in tv.domain.no_reductions()], tv.dtype)
+    f.add_expr(LoadStoreOp(inputs=(tv,), outputs=(out,), kind=kind))
+    return out
+
+
+def segment_set(tv: TensorView) -> TensorView:
+    return set(tv, LoadStoreOpType.segment_set)
+
+
+def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> TensorView:
+    op = "full"
+    if not isinstance(dtype, DataType):
+        raise FusionDefinitionError(f"{op}: dtype must be a DataType, got {dtype!r}")
+    ids = [fusion.new_id(extent_of(fusion, s, op)) for s in shape]
+    out = new_tensor(fusion, ids, dtype)
+    fusion.add_expr(FullOp(inputs=(as_val(fusion, fill_value, op),), outputs=(out,)))
+    return out
+
+
+def iota(fusion, length: Any, start: Any = None, step: Any = None,
+         dtype: DataType = DataType.Int) -> TensorView:
+    op = "iota"
+    n = extent_of(fusion, length, op)
+    vals = (as_val(fusion, length, op), as_val(fusion, 0 if start is None else start, op),
+            as_val(fusion, 1 if step is None else step, op))
+    out = new_tensor(fusion, [fusion.new_id(n)], dtype)
+    fusion.add_expr(IotaOp(inputs=vals, outputs=(out,)))
+    return out
