@@ -53,6 +53,7 @@ TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 1e-3,
              torch.float64: 1e-6}
 COMPILE_CONTENDERS = ("torch.compile", "compile+cd", "compile dynamic")
 NON_PEERS = ("eager", "fuser")  # "best peer" is the best of the other columns
+TARGET_SHARE = 0.85  # fuser's target on every row (BENCHMARKS.md), dotted line on the chart
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,15 +76,28 @@ def eager_contender(case: suite.Case) -> Impl:
 def compile_contender(dynamic: bool, coordinate_descent: bool = False):
     def contender(case: suite.Case) -> Impl:
         torch._dynamo.reset()  # compiled afresh for every case: no kernel reused across shapes
-        context = contextlib.nullcontext
-        if coordinate_descent:
-            import torch._inductor.config as inductor_config
-
-            def context():
-                return inductor_config.patch(coordinate_descent_tuning=True)
-        return Impl(torch.compile(case.fn, dynamic=dynamic), context)
+        return Impl(torch.compile(case.fn, dynamic=dynamic),
+                    lambda: compile_config(coordinate_descent))
 
     return contender
+
+
+@contextlib.contextmanager
+def compile_config(coordinate_descent: bool):
+    """Inductor settings held while a compiled contender compiles and runs.
+
+    Donated buffers are turned off: they make a compiled backward refuse retain_graph=True,
+    which the backward rows need to call it repeatedly. They only save memory, not time.
+    """
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with contextlib.ExitStack() as stack:
+        if hasattr(functorch_config, "donated_buffer"):
+            stack.enter_context(functorch_config.patch(donated_buffer=False))
+        if coordinate_descent:
+            stack.enter_context(inductor_config.patch(coordinate_descent_tuning=True))
+        yield
 
 
 def liger_available() -> bool:
@@ -176,7 +190,7 @@ def check_close(got: tuple, want: tuple) -> None:
         if not bool(close.all()):
             diff = (g32 - w32).abs().nan_to_num(nan=math.inf).max().item()
             bad = int((~close).sum())
-            raise Mismatch(f"output {i}: {bad}/{w.numel()} off, max |diff| {diff:.3g} "
+            raise Mismatch(f"output {i}: {bad}/{w.numel()} off, max abs diff {diff:.3g} "
                            f"(eager rms {rms:.3g})")
 
 
@@ -213,7 +227,7 @@ def copy_bandwidth(device: torch.device) -> dict:
     return {"bytes": moved, "ms": ms, "gbps": moved / ms / 1e6}
 
 
-def short_error(exc: BaseException, limit: int = 90) -> str:
+def short_error(exc: BaseException, limit: int = 80) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     if isinstance(exc, Mismatch):
@@ -290,10 +304,11 @@ def format_cell(cell: dict | None, detail: bool = False) -> str:
     if "skipped" in cell:
         return f"({cell['skipped']})" if detail else ""
     if "error" in cell:
-        return "error: " + cell["error"].replace("|", "/")
+        return "error: " + cell["error"].replace("|", "\\|")
     if detail:
         return f"{cell['share']:.2f} of copy, {cell['ms']:.4f} ms, {cell['gbps']:.0f} GB/s"
-    return f"{cell['share']:.2f}"
+    share = cell["share"]
+    return f"{share:.2f}" if share >= 0.095 else f"{share:.2g}"  # tiny shapes: 2 digits
 
 
 def geomean(values: list[float]) -> float | None:
@@ -366,20 +381,23 @@ def write_chart(path: Path, rows: list[dict], columns: list[str], title: str) ->
         return "matplotlib not importable: no chart written"
     width = 0.8 / max(len(columns), 1)
     fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(rows) * max(1, len(columns) / 3)), 5))
-    for j, col in enumerate(columns):
+    for j, col in enumerate(columns):  # an explicit colour per column, bars or not
         xs, ys = [], []
         for i, row in enumerate(rows):
             cell = row["results"].get(col)
             if cell and "share" in cell:
                 xs.append(i + (j - (len(columns) - 1) / 2) * width)
                 ys.append(cell["share"])
-        ax.bar(xs, ys, width=width, label=col)
+        if xs:
+            ax.bar(xs, ys, width=width, label=col, color=f"C{j}")
     ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.axhline(TARGET_SHARE, color="gray", linewidth=0.8, linestyle=":")
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r["name"] for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("share of device-to-device copy bandwidth")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, ncol=min(len(columns), 4))
+    ax.set_ylim(0, 1.2)  # room for the legend above the copy line
+    ax.legend(fontsize=7, ncol=len(columns), loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -394,8 +412,7 @@ def write_outputs(out_dir: Path, report: dict, table: str, header: str) -> list[
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(header + "\n\n" + table + "\n")
     notes.append(f"wrote {json_path} and {stem.with_suffix('.md')}")
-    columns = report["columns"]
-    note = write_chart(stem.with_suffix(".png"), report["cases"], columns, header)
+    note = write_chart(stem.with_suffix(".png"), report["cases"], report["contenders"], header)
     notes.append(note or f"wrote {stem.with_suffix('.png')}")
     return notes
 

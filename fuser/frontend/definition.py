@@ -185,8 +185,14 @@ class FusionDefinition:
         return self._cache
 
     def last_segments(self):
+        """The segments of the last execution (kind, exprs, why they were cut)."""
         rt = self._cache.last_runtime if self._cache else None
         return list(rt.segments) if rt else []
+
+    def last_triton_code(self) -> str:
+        """The Triton source of the kernels the last execution launched."""
+        rt = self._cache.last_runtime if self._cache else None
+        return "\n\n".join(rt.triton_code()) if rt else ""
 
     # -- printing ----------------------------------------------------------------------------
 

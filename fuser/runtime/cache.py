@@ -6,15 +6,19 @@ bound afresh in every execution's own binding table.
 """
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
+from ..codegen import KernelLauncher, target_for
+from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, bind_inputs, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
-from ..ir import Fusion
-from ..segment import Segment, segment_fusion
+from ..ir import Fusion, Scalar
+from ..schedulers.plan import plan_kernel
+from ..segment import Segment, SegmentKind, segment_fusion
 
 
 def signature(args: Sequence[Any]) -> tuple:
@@ -29,26 +33,70 @@ def signature(args: Sequence[Any]) -> tuple:
     return tuple(key)
 
 
+def dump_flags() -> set[str]:
+    return {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+
+
 class FusionRuntime:
     """The segments of one fusion for one input signature, and how to run them."""
 
-    def __init__(self, fusion: Fusion):
+    def __init__(self, fusion: Fusion, device: torch.device, use_kernels: bool = True):
         self.fusion = fusion
-        self.segments: list[Segment] = segment_fusion(fusion)
+        self.device = device
+        self.target = target_for(device)
+        if use_kernels:
+            target = self.target
+            self.segments = segment_fusion(
+                fusion, lambda exprs, i, o: plan_kernel(exprs, i, o, lambda e: can_emit(e, target)),
+                lambda e: can_emit(e, target))
+        else:
+            self.segments = segment_fusion(fusion)
+        self.launchers: dict[int, KernelLauncher] = {}
+        for k, seg in enumerate(self.segments):
+            if seg.kind is SegmentKind.kernel:
+                first_out = seg.outputs[0].name if seg.outputs else k
+                self.launchers[id(seg)] = KernelLauncher(seg.params, f"fuser_{_slug(seg)}_T{first_out}")
+        flags = dump_flags()
+        if "fusion_ir" in flags:
+            print(fusion)
+        if "segments" in flags:
+            print("\n\n".join(s.describe() for s in self.segments))
 
     def run(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
-        device = tensor_device(args) or torch.device("cpu")
-        env = Environment(EvalContext(table, device))
+        ctx = EvalContext(table, self.device)
+        env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
         for seg in self.segments:
-            run_exprs(seg.exprs, env)
+            launcher = self.launchers.get(id(seg))
+            if launcher is None:
+                run_exprs(seg.exprs, env)
+                continue
+            scalars = {id(v): ctx.scalar(v) for e in seg.exprs for v in e.inputs
+                       if isinstance(v, Scalar) and not v.is_constant}
+            outs = launcher.run([env[v] for v in seg.inputs], scalars, table.values, self.device)
+            if outs is None:  # an empty loop space: nothing for a kernel to do
+                run_exprs(seg.exprs, env)
+                continue
+            for o, t in zip(seg.outputs, outs):
+                env[o] = t
+            seg.source = launcher.last_source
+            if "triton" in dump_flags():
+                print(launcher.last_source)
         return [env[o] for o in self.fusion.outputs()]
+
+    def triton_code(self) -> list[str]:
+        return [l.last_source for l in self.launchers.values() if l.last_source]
+
+
+def _slug(seg: Segment) -> str:
+    return seg.params.template.name
 
 
 class FusionExecutorCache:
-    def __init__(self, fusion: Fusion):
+    def __init__(self, fusion: Fusion, use_kernels: Optional[bool] = None):
         self.fusion = fusion
+        self.use_kernels = use_kernels
         self._runtimes: dict[tuple, FusionRuntime] = {}
         self._lock = threading.Lock()
         self.last_runtime: FusionRuntime | None = None
@@ -56,6 +104,15 @@ class FusionExecutorCache:
     @property
     def num_runtimes(self) -> int:
         return len(self._runtimes)
+
+    def kernels_enabled(self, device: torch.device) -> bool:
+        if self.use_kernels is not None:
+            return self.use_kernels
+        if device.type == "cuda":
+            return True
+        if device.type != "cpu":
+            return False
+        return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
         table = bind_inputs(self.fusion, args)  # validates every input before any work
@@ -65,7 +122,8 @@ class FusionExecutorCache:
             with self._lock:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
-                    runtime = FusionRuntime(self.fusion)
+                    device = tensor_device(args) or torch.device("cpu")
+                    runtime = FusionRuntime(self.fusion, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime
         self.last_runtime = runtime
         return runtime.run(args, table)

@@ -1,14 +1,144 @@
-"""Cut a Fusion into segments. Until kernel schedulers are registered, every expr runs in one
-evaluator segment through ATen."""
+"""Cut a Fusion into segments by greedy merging.
+
+Each expr starts as its own group. In topological order, an expr that a kernel can compute is
+merged into the groups producing its inputs while the scheduler still accepts the union and the
+group graph stays acyclic; other exprs join neighbouring evaluator groups. Every refused merge
+is recorded with its reason, for `fd.last_segments()` and bug reports.
+"""
 from __future__ import annotations
 
-from ..ir import Fusion
+from typing import Callable, Optional
+
+from ..ir import Expr, Fusion, TensorView
 from .segments import Segment, SegmentKind, segment_io
 
+# (exprs, inputs, outputs) -> (plan or None, reason it was refused)
+TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
+# expr -> can a kernel compute it at all
+KernelCapable = Callable[[Expr], bool]
 
-def segment_fusion(fusion: Fusion) -> list[Segment]:
-    exprs = list(fusion.exprs)
-    if not exprs:
+
+class _Group:
+    def __init__(self, expr: Expr, index: int, kernel: bool):
+        self.exprs = [expr]
+        self.first = index
+        self.kernel = kernel
+        self.refusals: list[str] = []
+
+
+class Segmenter:
+    def __init__(self, fusion: Fusion, try_kernel: TryKernel, capable: KernelCapable):
+        self.fusion = fusion
+        self.try_kernel = try_kernel
+        self.capable = capable
+        self.producer: dict[int, Expr] = {id(o): e for e in fusion.exprs for o in e.outputs}
+        self.group_of: dict[int, _Group] = {}
+        self.order = {id(e): k for k, e in enumerate(fusion.exprs)}
+
+    # -- graph helpers ----------------------------------------------------------------------
+
+    def producers(self, g: _Group) -> set[_Group]:
+        out = set()
+        for e in g.exprs:
+            for v in e.inputs:
+                p = self.producer.get(id(v))
+                if p is not None and self.group_of[id(p)] is not g:
+                    out.add(self.group_of[id(p)])
+        return out
+
+    def consumers(self, g: _Group, groups: list[_Group]) -> set[_Group]:
+        return {h for h in groups if h is not g and g in self.producers(h)}
+
+    def reaches(self, src: _Group, dst: _Group, groups: list[_Group], skip_direct: bool) -> bool:
+        stack = [h for h in self.consumers(src, groups) if not (skip_direct and h is dst)]
+        seen = set()
+        while stack:
+            h = stack.pop()
+            if h is dst:
+                return True
+            if h in seen:
+                continue
+            seen.add(h)
+            stack.extend(self.consumers(h, groups))
+        return False
+
+    def acyclic_merge(self, a: _Group, b: _Group, groups: list[_Group]) -> bool:
+        return not (self.reaches(a, b, groups, True) or self.reaches(b, a, groups, True))
+
+    def merged_io(self, exprs: list[Expr]):
+        later = [e for e in self.fusion.exprs if id(e) not in {id(x) for x in exprs}]
+        return segment_io(exprs, self.fusion.outputs(), later)
+
+    # -- the greedy pass --------------------------------------------------------------------
+
+    def try_merge(self, a: _Group, b: _Group, groups: list[_Group]) -> bool:
+        if a.kernel != b.kernel:
+            return False
+        if not self.acyclic_merge(a, b, groups):
+            a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle")
+            return False
+        exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
+        if a.kernel:
+            plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
+            if plan is None and not why.startswith("only views"):
+                a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: {why}")
+                return False
+        a.exprs = exprs
+        a.first = min(a.first, b.first)
+        a.refusals += b.refusals
+        for e in b.exprs:
+            self.group_of[id(e)] = a
+        groups.remove(b)
+        return True
+
+    def run(self) -> list[Segment]:
+        groups: list[_Group] = []
+        for k, e in enumerate(self.fusion.exprs):
+            g = _Group(e, k, self.capable(e))
+            self.group_of[id(e)] = g
+            groups.append(g)
+            for p in sorted(self.producers(g), key=lambda h: -len(h.exprs)):
+                if p in groups and g in groups:
+                    target, other = (p, g)
+                    if self.try_merge(target, other, groups):
+                        g = target
+        return self.to_segments(groups)
+
+    def to_segments(self, groups: list[_Group]) -> list[Segment]:
+        ordered, done = [], set()
+        pending = sorted(groups, key=lambda g: g.first)
+        while pending:
+            for g in pending:
+                if all(p in done for p in self.producers(g)):
+                    break
+            pending.remove(g)
+            done.add(g)
+            ordered.append(g)
+        segments = []
+        for g in ordered:
+            inputs, outputs = self.merged_io(g.exprs)
+            refusals = "; ".join(dict.fromkeys(g.refusals))
+            if g.kernel:
+                plan, why = self.try_kernel(g.exprs, inputs, outputs)
+                if plan is not None:
+                    seg = Segment(SegmentKind.kernel, g.exprs, inputs, outputs,
+                                  why=plan.describe() + (f"; {refusals}" if refusals else ""), params=plan)
+                    segments.append(seg)
+                    continue
+                refusals = why + (f"; {refusals}" if refusals else "")
+            else:
+                refusals = f"{g.exprs[0].op_name} runs through ATen" + (f"; {refusals}" if refusals else "")
+            segments.append(Segment(SegmentKind.evaluator, g.exprs, inputs,
+                                    [o for o in outputs if isinstance(o, TensorView)], why=refusals))
+        return segments
+
+
+def segment_fusion(fusion: Fusion, try_kernel: Optional[TryKernel] = None,
+                   capable: Optional[KernelCapable] = None) -> list[Segment]:
+    """Segments in execution order. Without a kernel scheduler everything runs through ATen."""
+    if not fusion.exprs:
         return []
-    inputs, outputs = segment_io(exprs, fusion.outputs(), [])
-    return [Segment(SegmentKind.evaluator, exprs, inputs, outputs, why="ATen evaluation")]
+    if try_kernel is None:
+        inputs, outputs = segment_io(list(fusion.exprs), fusion.outputs(), [])
+        return [Segment(SegmentKind.evaluator, list(fusion.exprs), inputs, outputs, why="ATen evaluation")]
+    return Segmenter(fusion, try_kernel, capable or (lambda e: True)).run()

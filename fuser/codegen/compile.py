@@ -1,0 +1,131 @@
+"""Turning generated source into a callable kernel, cached in memory and on disk.
+
+Each kernel's source is written once to the cache directory as a module whose file name holds a
+digest of the source and of the fuser, Triton and torch versions; a second process imports the
+same file (and Triton's own cache then finds the compiled binary). A file that is unreadable or
+does not match its digest is rewritten, never trusted. A lock makes concurrent callers of one
+fusion compile each kernel once.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import InternalError
+
+_lock = threading.Lock()
+_memory: dict[str, Any] = {}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("FUSER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fuser")
+    return Path(base) / "kernels"
+
+
+def _versions() -> str:
+    import torch
+    import triton
+
+    from .. import __version__
+
+    return f"fuser={__version__} triton={triton.__version__} torch={torch.__version__}"
+
+
+def source_key(source: str, target: str) -> str:
+    return hashlib.sha256(f"{_versions()}\n{target}\n{source}".encode()).hexdigest()[:24]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _import(path: Path, module_name: str):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # triton resolves helper functions through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_kernel(name: str, source: str, target: str) -> Callable:
+    """The kernel `name` defined by `source`, as a Triton JIT function (cuda) or an
+    interpreted one (interpreter)."""
+    key = source_key(source, target)
+    fn = _memory.get(key)
+    if fn is not None:
+        return fn
+    with _lock:
+        fn = _memory.get(key)
+        if fn is not None:
+            return fn
+        path = cache_dir() / f"{name}_{key}.py"
+        module_name = f"fuser_kernels.{name}_{key}"
+        try:
+            stale = not path.exists() or path.read_text() != source
+        except (OSError, UnicodeDecodeError):
+            stale = True
+        if stale:
+            _write_atomic(path, source)
+        try:
+            module = _import(path, module_name)
+        except Exception:  # a half-written or corrupted file: write it again once
+            _write_atomic(path, source)
+            module = _import(path, module_name)
+        raw = getattr(module, name, None)
+        if raw is None:
+            raise InternalError(f"generated module {path} has no kernel {name}")
+        fn = _wrap(raw, target)
+        _memory[key] = fn
+        return fn
+
+
+def _wrap(raw: Callable, target: str):
+    import triton
+
+    if target == "interpreter":
+        return _Interpreted(raw)
+    return triton.jit(raw)
+
+
+_interpret_lock = threading.Lock()
+
+
+class _Interpreted:
+    """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
+
+    Triton's library functions (tl.sum, tl.cdiv, ...) are then compiled-mode JIT functions,
+    which refuse to be called from Python. During an interpreted launch they are made to run
+    their Python body, as they would had TRITON_INTERPRET=1 been set before importing Triton.
+    """
+
+    def __init__(self, raw: Callable):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self.fn = InterpretedFunction(raw)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from triton import knobs
+            from triton.runtime.jit import JITFunction
+
+            with _interpret_lock:
+                saved_call, saved_knob = JITFunction.__call__, knobs.runtime.interpret
+                JITFunction.__call__ = lambda self, *a, **k: self.fn(*a, **k)
+                knobs.runtime.interpret = True
+                try:
+                    return self.fn[grid](*args, **kwargs)
+                finally:
+                    JITFunction.__call__, knobs.runtime.interpret = saved_call, saved_knob
+
+        return launch

@@ -1,0 +1,114 @@
+"""Running a kernel segment: allocate its outputs, fold the layout for this call's strides,
+pick launch parameters, fetch (or generate and compile) the kernel, and launch it.
+
+Everything that does not depend on the call is prepared once per segment: the extent
+evaluators, each tensor's map from logical axes to loop axes, the kernel variants seen so far.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from ..ir import TensorView
+from ..ir.symbolic import compile_extent
+from ..multidevice.sharding import local_extents
+from ..schedulers.heuristics import LaunchParams, choose
+from ..schedulers.plan import KernelPlan, Template
+from .compile import load_kernel
+from .kernel import KernelSource, generate
+from .layout import Layout, make_layout, run_stride
+
+_INT32_LIMIT = 2**31
+
+
+def target_for(device: torch.device) -> str:
+    return "cuda" if device.type == "cuda" else "interpreter"
+
+
+class KernelLauncher:
+    def __init__(self, plan: KernelPlan, name: str):
+        self.plan = plan
+        self.name = name
+        self.tensors = [v for v in plan.inputs if isinstance(v, TensorView)] + list(plan.outputs)
+        self.axis_maps = [plan.axes.of(t) for t in self.tensors]
+        self.axis_extents = [compile_extent(a.extent) for a in plan.axes.axes]
+        self.out_extents = [[compile_extent(e) for e in local_extents(o)] for o in plan.outputs]
+        self.variants: dict[tuple, tuple[KernelSource, Any]] = {}
+        self.last_source: str | None = None
+        self._lock = threading.Lock()
+
+    def allocate_outputs(self, values, device) -> list[torch.Tensor]:
+        return [torch.empty([int(f(values)) for f in fs], dtype=o.dtype.to_torch(), device=device)
+                for o, fs in zip(self.plan.outputs, self.out_extents)]
+
+    def strides(self, tensors: Sequence[torch.Tensor], n_axes: int) -> list[list[int]]:
+        out = []
+        for t, amap in zip(tensors, self.axis_maps):
+            s = [0] * n_axes
+            for k, a in enumerate(amap):
+                if a is not None and t.shape[k] != 1:
+                    s[a] = t.stride(k)
+            out.append(s)
+        return out
+
+    def kernel(self, layout: Layout, params: LaunchParams, int64: bool, target: str):
+        key = (layout, params.persistent, target)
+        found = self.variants.get(key)
+        if found is None:
+            with self._lock:
+                found = self.variants.get(key)
+                if found is None:
+                    variant = "persistent" if params.persistent else "looped"
+                    if self.plan.template is Template.pointwise:
+                        variant = "tile"
+                    ks = generate(self.plan, layout, params.persistent, target, f"{self.name}_{variant}")
+                    found = (ks, load_kernel(ks.name, ks.source, target))
+                    self.variants[key] = found
+        self.last_source = found[0].source
+        return found
+
+    def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
+        outputs = self.allocate_outputs(values, device)
+        tensors = list(inputs) + outputs
+        extents = [int(f(values)) for f in self.axis_extents]
+        if any(e == 0 for e in extents) or not extents:
+            return None  # empty loop space: the caller evaluates through ATen
+        strides = self.strides(tensors, len(extents))
+        plan = self.plan
+        layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise)
+        runs = layout.super_axes
+        run_extents = []
+        for run in runs:
+            n = 1
+            for a in run:
+                n *= extents[a]
+            run_extents.append(n)
+        rows = 1
+        for run, n in zip(runs, run_extents):
+            if run in layout.dim0:
+                rows *= n
+        cols = 1
+        for n in run_extents[len(layout.dim0):]:
+            cols *= n
+        params = choose(plan.template, rows, cols)
+        int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
+                    for t in tensors)
+        target = target_for(device)
+        ks, fn = self.kernel(layout, params, int64, target)
+        args = []
+        by_id = {id(v): t for v, t in zip(self.tensors, tensors)}
+        index = {id(v): k for k, v in enumerate(self.tensors)}
+        for spec in ks.args:
+            if spec.kind == "tensor":
+                args.append(by_id[id(spec.val)])
+            elif spec.kind == "stride":
+                args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
+            elif spec.kind == "extent":
+                args.append(run_extents[spec.super_axis])
+            else:
+                args.append(scalars[id(spec.val)])
+        fn[(params.grid,)](*args, BLOCK0=params.block0, BLOCK1=params.block1, INT64=int64,
+                           num_warps=params.num_warps)
+        return outputs

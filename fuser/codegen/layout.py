@@ -1,0 +1,60 @@
+"""Launch-time layout: how the loop axes of a plan fold into "super-axes" for the sizes and
+strides of one call. Adjacent axes merge when every tensor of the kernel steps through them as
+one (stride_outer == stride_inner * extent_inner, or broadcast in both), which saves index
+arithmetic and lets the compiler see long contiguous runs. The layout is part of the kernel's
+cache key; it depends on strides only through which merges hold."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    dim0: tuple[tuple[int, ...], ...]  # super-axes on tile dim 0, each a run of loop axes
+    dim1: tuple[tuple[int, ...], ...]
+
+    @property
+    def super_axes(self) -> tuple[tuple[int, ...], ...]:
+        return self.dim0 + self.dim1
+
+
+def _mergeable(a: int, b: int, strides: list[list[int]], extents: list[int]) -> bool:
+    if extents[a] == 1 or extents[b] == 1:
+        return True
+    for s in strides:
+        if s[a] == 0 and s[b] == 0:
+            continue
+        if s[a] != s[b] * extents[b]:
+            return False
+    return True
+
+
+def _fold(axes: list[int], strides: list[list[int]], extents: list[int]) -> list[tuple[int, ...]]:
+    runs: list[list[int]] = []
+    for a in axes:
+        if runs and _mergeable(_inner(runs[-1], extents), a, strides, extents):
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    return [tuple(r) for r in runs]
+
+
+def _inner(run: list[int], extents: list[int]) -> int:
+    """The innermost axis of a run that is not of extent 1 (it sets the run's stride)."""
+    for a in reversed(run):
+        if extents[a] != 1:
+            return a
+    return run[-1]
+
+
+def run_stride(run: tuple[int, ...], strides: list[int], extents: list[int]) -> int:
+    return strides[_inner(list(run), extents)]
+
+
+def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], extents: list[int],
+                pointwise: bool) -> Layout:
+    """`strides[t][a]`: stride of tensor t along loop axis a (0 where it does not span a)."""
+    if pointwise:
+        runs = _fold(dim0 + dim1, strides, extents)
+        return Layout(tuple(runs[:-1]), tuple(runs[-1:]))
+    return Layout(tuple(_fold(dim0, strides, extents)), tuple(_fold(dim1, strides, extents)))

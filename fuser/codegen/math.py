@@ -1,0 +1,128 @@
+"""Math lowering per target, in one place.
+
+Two targets: "cuda" (compiled Triton; libdevice available) and "interpreter" (Triton's
+interpreter on CPU tensors; no extern functions, so libdevice functions are written with
+`tl` builtins). A None entry means the op has no lowering on that target: the segmenter keeps
+it in an evaluator segment. Each entry is a format string over the operand code `{x}` (and
+`{y}` for binary ops), evaluated in fp32 (or fp64) compute types.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..ir import BinaryOpType, UnaryOpType
+
+CUDA, INTERPRETER = "cuda", "interpreter"
+U, B = UnaryOpType, BinaryOpType
+
+_COMMON_UNARY = {
+    U.abs: "tl.abs({x})", U.neg: "(-{x})", U.exp: "tl.exp({x})", U.exp2: "tl.exp2({x})",
+    U.log: "tl.log({x})", U.log2: "tl.log2({x})", U.sqrt: "tl.sqrt({x})", U.rsqrt: "tl.rsqrt({x})",
+    U.reciprocal: "(1.0 / {x})", U.sin: "tl.sin({x})", U.cos: "tl.cos({x})",
+    U.sigmoid: "(1.0 / (1.0 + tl.exp(-{x})))", U.relu: "tl.where({x} > 0, {x}, 0)",
+    U.silu: "({x} / (1.0 + tl.exp(-{x})))", U.erf: "tl.math.erf({x})",
+    U.floor: "tl.floor({x})", U.ceil: "tl.ceil({x})",
+    U.sign: "tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({x}.dtype)",
+    U.isnan: "({x} != {x})", U.isinf: "(tl.abs({x}) == float('inf'))",
+    U.isfinite: "(tl.abs({x}) < float('inf'))", U.logical_not: "({x} == 0)",
+    U.bitwise_not: "(~{x})",
+}
+
+_UNARY = {
+    CUDA: {
+        **_COMMON_UNARY,
+        U.tanh: "libdevice.tanh({x})", U.log1p: "libdevice.log1p({x})",
+        U.expm1: "libdevice.expm1({x})", U.round: "libdevice.rint({x})",
+        U.trunc: "libdevice.trunc({x})", U.tan: "libdevice.tan({x})",
+        U.log10: "libdevice.log10({x})",
+    },
+    INTERPRETER: {
+        **_COMMON_UNARY,
+        # 1 - 2 / (e^{2x} + 1) saturates to +-1 without overflow trouble
+        U.tanh: "(1.0 - 2.0 / (tl.exp(2.0 * {x}) + 1.0))",
+        # log(u) * x / (u - 1) keeps log1p accurate for tiny x (Goldberg's trick)
+        U.log1p: "_log1p({x})", U.expm1: "_expm1({x})", U.round: "_rint({x})",
+        U.trunc: "tl.where({x} < 0, tl.ceil({x}), tl.floor({x}))",
+        U.tan: "(tl.sin({x}) / tl.cos({x}))", U.log10: "(tl.log2({x}) * 0.30102999566398120)",
+    },
+}
+
+_COMMON_BINARY = {
+    B.add: "({x} + {y})", B.sub: "({x} - {y})", B.mul: "({x} * {y})", B.div: "({x} / {y})",
+    B.maximum: "tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
+    B.minimum: "tl.minimum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
+    B.fmod: "({x} % {y})", B.remainder: "_remainder({x}, {y})",
+    B.eq: "({x} == {y})", B.ne: "({x} != {y})", B.lt: "({x} < {y})", B.le: "({x} <= {y})",
+    B.gt: "({x} > {y})", B.ge: "({x} >= {y})",
+    B.logical_and: "(({x} != 0) & ({y} != 0))", B.logical_or: "(({x} != 0) | ({y} != 0))",
+    B.bitwise_and: "({x} & {y})", B.bitwise_or: "({x} | {y})", B.bitwise_xor: "({x} ^ {y})",
+}
+
+_BINARY = {
+    CUDA: {**_COMMON_BINARY, B.pow: "libdevice.pow({x}, {y})", B.atan2: "libdevice.atan2({x}, {y})"},
+    INTERPRETER: {**_COMMON_BINARY, B.pow: "_pow({x}, {y})", B.atan2: None},
+}
+
+# helpers the interpreter lowerings call; emitted into every kernel module that needs them
+HELPERS = '''
+@triton.jit
+def _remainder(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def _log1p(x):
+    u = 1.0 + x
+    return tl.where(u == 1.0, x, tl.log(u) * (x / (u - 1.0)))
+
+
+@triton.jit
+def _expm1(x):
+    u = tl.exp(x)
+    um1 = u - 1.0
+    return tl.where(u == 1.0, x, tl.where(um1 == -1.0, -1.0, um1 * (x / tl.log(u))))
+
+
+@triton.jit
+def _rint(x):
+    r = tl.floor(x + 0.5)
+    return tl.where((r - x == 0.5) & (r % 2 != 0), r - 1.0, r)
+
+
+@triton.jit
+def _pow(a, b):
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    b_odd = b_int & (tl.abs(b % 2.0) == 1.0)
+    neg = a < 0
+    res = tl.where(neg & b_odd, -mag, mag)
+    res = tl.where(neg & (~b_int), float('nan'), res)
+    return tl.where(b == 0, 1.0, res)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _welford_combine(mean1, m2_1, n1, mean2, m2_2, n2):
+    n = n1 + n2
+    w = tl.where(n == 0, 0.0, n2 / tl.where(n == 0, 1.0, n))
+    delta = mean2 - mean1
+    return mean1 + delta * w, m2_1 + m2_2 + delta * delta * n1 * w, n
+'''
+
+
+def unary_lowering(kind: UnaryOpType, target: str) -> Optional[str]:
+    return _UNARY[target].get(kind)
+
+
+def binary_lowering(kind: BinaryOpType, target: str) -> Optional[str]:
+    return _BINARY[target].get(kind)

@@ -1,0 +1,155 @@
+"""Which axes a kernel iterates over: IterDomains of a group mapped to shared loop axes.
+
+Elementwise ops map their operands' axes position by position (a broadcast axis joins the
+concrete axis it meets), reductions map input axes to the output's reduction axes, broadcast,
+squeeze and permute map the axes they keep. Each resulting class is one loop axis of the kernel;
+its extent is the extent of any concrete member (op construction unified them). The scheduler
+then decides which axes run across programs and which inside one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, IterDomain, LoadStoreOp,
+                  PermuteOp, ReductionOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
+from ..ir.symbolic import Extent
+
+_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, LoadStoreOp, ExpandOp)
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+        self.ids: dict[int, IterDomain] = {}
+
+    def add(self, d: IterDomain) -> None:
+        if id(d) not in self.parent:
+            self.parent[id(d)] = id(d)
+            self.ids[id(d)] = d
+
+    def find(self, k: int) -> int:
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, a: IterDomain, b: IterDomain) -> None:
+        self.add(a)
+        self.add(b)
+        ra, rb = self.find(id(a)), self.find(id(b))
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def _axis_pairs(e: Expr):
+    """Pairs of (output id, input id) that are the same loop axis."""
+    if isinstance(e, _ELEMENTWISE):
+        outs = [o.domain.no_reductions() for o in e.outputs if isinstance(o, TensorView)]
+        for v in e.inputs:
+            if isinstance(v, TensorView):
+                for out in outs:
+                    yield from zip(out, v.domain.no_reductions())
+    elif isinstance(e, (ReductionOp, VarMeanOp)):
+        for o in e.outputs:
+            yield from zip(o.domain.logical, e.inp.domain.no_reductions())
+    elif isinstance(e, BroadcastOp):
+        kept = [d for d, new in zip(e.out.domain.no_reductions(), e.is_broadcast) if not new]
+        yield from zip(kept, e.inp.domain.no_reductions())
+    elif isinstance(e, SqueezeOp):
+        kept = [d for k, d in enumerate(e.inp.domain.no_reductions()) if k not in e.dims]
+        yield from zip(e.out.domain.no_reductions(), kept)
+    elif isinstance(e, PermuteOp):
+        src = e.inp.domain.no_reductions()
+        yield from zip(e.out.domain.no_reductions(), [src[k] for k in e.dims])
+
+
+def concrete_extent(d: IterDomain) -> Optional[Extent]:
+    if d.expanded_extent is not None:
+        return d.expanded_extent
+    return None if d.is_broadcast else d.extent
+
+
+@dataclass
+class LoopAxis:
+    index: int
+    extent: Extent
+    is_reduction: bool
+    members: list[IterDomain] = field(repr=False)
+
+
+@dataclass
+class KernelAxes:
+    """The loop axes of a group, in the reference tensor's order, and each tensor's map from
+    its logical axes (non-reduction) to loop axes (None: a broadcast that stays size 1)."""
+
+    axes: list[LoopAxis]
+    tensor_axes: dict[int, list[Optional[int]]]  # id(tv) -> loop axis per logical axis
+    tensors: list[TensorView]
+    reference: TensorView
+
+    def of(self, tv: TensorView) -> list[Optional[int]]:
+        return self.tensor_axes[id(tv)]
+
+    def spans(self, tv: TensorView) -> set[int]:
+        return {a for a in self.of(tv) if a is not None}
+
+    @property
+    def reduction_axes(self) -> list[int]:
+        return [a.index for a in self.axes if a.is_reduction]
+
+
+def group_tensors(exprs: Sequence[Expr]) -> list[TensorView]:
+    seen, out = set(), []
+    for e in exprs:
+        for v in list(e.inputs) + list(e.outputs):
+            if isinstance(v, TensorView) and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
+    """Map every tensor of the group onto shared loop axes, or say why that is impossible."""
+    uf = _UnionFind()
+    tensors = group_tensors(exprs)
+    for tv in tensors:
+        for d in tv.domain.logical:
+            uf.add(d)
+    for e in exprs:
+        for a, b in _axis_pairs(e):
+            uf.union(a, b)
+    classes: dict[int, list[IterDomain]] = {}
+    for k in uf.parent:
+        classes.setdefault(uf.find(k), []).append(uf.ids[k])
+    concrete = {root: next((concrete_extent(d) for d in ms if concrete_extent(d) is not None), None)
+                for root, ms in classes.items()}
+    reduction_roots = {root for root, ms in classes.items() if any(d.is_reduction for d in ms)}
+
+    def roots_of(tv: TensorView) -> list[Optional[int]]:
+        return [uf.find(id(d)) if concrete[uf.find(id(d))] is not None else None
+                for d in tv.domain.no_reductions()]
+
+    def coverage(tv: TensorView) -> set[int]:
+        rs = {uf.find(id(d)) for d in tv.domain.logical}
+        return {r for r in rs if concrete[r] is not None}
+
+    needed = {r for r, e in concrete.items() if e is not None}
+    reference = max(tensors, key=lambda t: (len(coverage(t)), -tensors.index(t)))
+    if coverage(reference) != needed:
+        missing = needed - coverage(reference)
+        return None, (f"no tensor spans all {len(needed)} loop axes (T{reference.name} misses "
+                      f"{len(missing)}): an outer-product shape")
+    order = [uf.find(id(d)) for d in reference.domain.logical if concrete[uf.find(id(d))] is not None]
+    if len(set(order)) != len(order):
+        return None, f"T{reference.name} maps two of its axes to one loop axis"
+    index = {root: k for k, root in enumerate(order)}
+    axes = [LoopAxis(k, concrete[root], root in reduction_roots, classes[root]) for k, root in enumerate(order)]
+    tensor_axes = {}
+    for tv in tensors:
+        mapped = [None if r is None else index[r] for r in roots_of(tv)]
+        real = [m for m in mapped if m is not None]
+        if len(set(real)) != len(real):
+            return None, f"T{tv.name} maps two of its axes to one loop axis"
+        tensor_axes[id(tv)] = mapped
+    return KernelAxes(axes, tensor_axes, tensors, reference), ""

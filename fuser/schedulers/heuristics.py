@@ -1,0 +1,47 @@
+"""Launch parameters per call: block sizes, warps and whether a reduction row stays in
+registers, chosen from the sizes of this call (one compiled kernel per choice, cached)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .plan import Template
+
+# the largest reduced extent kept whole in registers (beyond it: a looped kernel)
+MAX_PERSISTENT = 16384
+TILE_ELEMENTS = 4096
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    block0: int
+    block1: int
+    persistent: bool
+    num_warps: int
+    grid: int
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _warps(elements: int) -> int:
+    return max(1, min(16, elements // 512))
+
+
+def choose(template: Template, rows: int, cols: int) -> LaunchParams:
+    """rows: product of tile dim 0 extents; cols: of tile dim 1."""
+    if template is Template.pointwise:
+        b1 = min(next_pow2(cols), 1024)
+        b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
+        grid = -(-rows // b0) * -(-cols // b1)
+        return LaunchParams(b0, b1, True, _warps(b0 * b1), grid)
+    if template is Template.inner_reduction:
+        if next_pow2(cols) <= MAX_PERSISTENT:
+            b1 = next_pow2(cols)
+            b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
+            return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
+        return LaunchParams(1, 4096, False, 8, rows)
+    # outer reduction: programs own columns, loop over rows
+    b1 = min(next_pow2(cols), 64)
+    b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
+    return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))

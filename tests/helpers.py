@@ -1,0 +1,119 @@
+"""Helpers for comparing fusions against eager PyTorch.
+
+Inputs are fresh random tensors (never zeros); tolerances depend on the dtype; every comparison
+checks dtype and shape before values.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from fuser import DataType, FusionDefinition
+
+TORCH_TO_DT = {
+    torch.float64: DataType.Double, torch.float32: DataType.Float, torch.float16: DataType.Half,
+    torch.bfloat16: DataType.BFloat16, torch.int64: DataType.Int, torch.int32: DataType.Int32,
+    torch.bool: DataType.Bool,
+}
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+ALL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool)
+
+# (rtol, atol) per dtype: fp32 ~1e-5, bf16 ~1e-2 relative
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+}
+
+
+def dtype_name(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def make(shape: Sequence[int], dtype: torch.dtype = torch.float32, *, nonzero: bool = False,
+         positive: bool = False) -> torch.Tensor:
+    """A fresh random tensor: randn for floats, randint for integers, random bits for bool."""
+    shape = tuple(shape)
+    if dtype.is_floating_point:
+        t = torch.randn(shape, dtype=torch.float32)
+        if positive:
+            t = t.abs() + 0.1
+        elif nonzero:
+            t = torch.where(t.abs() < 0.1, torch.full_like(t, 0.5), t)
+        return t.to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape).bool() if not nonzero else torch.ones(shape, dtype=torch.bool)
+    low = 1 if positive else -7
+    t = torch.randint(low, 8, shape, dtype=torch.int64)
+    if nonzero or positive:
+        t = torch.where(t == 0, torch.full_like(t, 3), t)
+    return t.to(dtype)
+
+
+def covering(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A random tensor that contains every integer in [-7, 7] (ints) or both truth values (bool),
+    for tests whose outcome must not depend on which values the draw happened to contain."""
+    n = 1
+    for s in shape:
+        n *= s
+    assert n >= 15
+    base = torch.cat([torch.arange(-7, 8), torch.randint(-7, 8, (n - 15,))])
+    t = base[torch.randperm(n)].reshape(shape)
+    if dtype == torch.bool:
+        return (t % 2 == 0)
+    return t.to(dtype)
+
+
+def define(fd: FusionDefinition, t: torch.Tensor, *, stride_order=None, contiguity=True,
+           static: bool = False):
+    """Declare a tensor input like `t`: -1 for each dim (1 for size-1 dims: nvFuser's broadcast)."""
+    shape = [s if (static or s == 1) else -1 for s in t.shape]
+    return fd.define_tensor(shape=shape, contiguity=contiguity, dtype=TORCH_TO_DT[t.dtype],
+                            stride_order=stride_order)
+
+
+def run(build: Callable, inputs: Sequence, *, decl: Optional[Sequence[dict]] = None):
+    """Define a fusion whose inputs are declared like `inputs` and whose outputs are what `build`
+    returns (one value or a list), execute it, and return (fd, outputs)."""
+    with FusionDefinition() as fd:
+        vals = []
+        for k, t in enumerate(inputs):
+            kw = dict(decl[k]) if decl is not None and decl[k] is not None else {}
+            if isinstance(t, torch.Tensor):
+                vals.append(define(fd, t, **kw))
+            else:
+                vals.append(fd.define_scalar(dtype=kw.get("dtype")))
+        outs = build(fd, *vals)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for o in outs:
+            fd.add_output(o)
+    return fd, fd.execute(list(inputs))
+
+
+def assert_eager(actual: torch.Tensor, expected: torch.Tensor, *, rtol=None, atol=None) -> None:
+    """dtype and shape exactly as eager; values within the dtype's tolerance (NaNs equal)."""
+    assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype}, eager gives {expected.dtype}"
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)}, eager gives {tuple(expected.shape)}"
+    assert actual.device == expected.device
+    if expected.dtype.is_floating_point:
+        r, a = TOLERANCES[expected.dtype]
+        torch.testing.assert_close(actual, expected, rtol=rtol if rtol is not None else r,
+                                   atol=atol if atol is not None else a, equal_nan=True)
+    else:
+        assert torch.equal(actual, expected), f"values differ:\n{actual}\nvs eager\n{expected}"
+
+
+def run_and_check(build: Callable, reference: Callable, inputs: Sequence, *, decl=None, rtol=None,
+                  atol=None):
+    """Execute the fusion and compare each output with `reference(*inputs)` (one or a list)."""
+    fd, outs = run(build, inputs, decl=decl)
+    expected = reference(*inputs)
+    expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    assert len(outs) == len(expected)
+    for o, e in zip(outs, expected):
+        assert_eager(o, e, rtol=rtol, atol=atol)
+    return fd, outs
