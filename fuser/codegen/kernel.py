@@ -407,8 +407,9 @@ class KernelWriter:
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs)
         masks = [m for m in [self.mask(tv)] if m]
-        missing = [d for d in self.program_dims() if d not in self.dims_of(tv)]
-        masks += [f"(pid{d} == 0)" for d in missing]
+        # a tensor that does not vary along a program dim is stored by the first program only
+        missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
+        masks += [f"((tl.full([1, 1], 0, tl.int32) + pid{d}) == 0)" for d in missing]
         mask = f", mask={' & '.join(masks)}" if masks else ""
         scope.lines.append(f"tl.store({ptr}, {code}.to({_STORAGE[tv.dtype]}){mask})")
 

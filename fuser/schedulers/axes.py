@@ -113,8 +113,14 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
     """Map every tensor of the group onto shared loop axes, or say why that is impossible."""
     uf = _UnionFind()
     tensors = group_tensors(exprs)
+    reduced = {id(o) for e in exprs if isinstance(e, (ReductionOp, VarMeanOp)) for o in e.outputs}
+
+    def ids_of(tv: TensorView) -> list[IterDomain]:
+        # reduction axes matter only where this group reduces them (not a linear's contraction)
+        return tv.domain.logical if id(tv) in reduced else tv.domain.no_reductions()
+
     for tv in tensors:
-        for d in tv.domain.logical:
+        for d in ids_of(tv):
             uf.add(d)
     for e in exprs:
         for a, b in _axis_pairs(e):
@@ -131,7 +137,7 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
                 for d in tv.domain.no_reductions()]
 
     def coverage(tv: TensorView) -> set[int]:
-        rs = {uf.find(id(d)) for d in tv.domain.logical}
+        rs = {uf.find(id(d)) for d in ids_of(tv)}
         return {r for r in rs if concrete[r] is not None}
 
     needed = {r for r, e in concrete.items() if e is not None}
@@ -140,7 +146,7 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
         missing = needed - coverage(reference)
         return None, (f"no tensor spans all {len(needed)} loop axes (T{reference.name} misses "
                       f"{len(missing)}): an outer-product shape")
-    order = [uf.find(id(d)) for d in reference.domain.logical if concrete[uf.find(id(d))] is not None]
+    order = [uf.find(id(d)) for d in ids_of(reference) if concrete[uf.find(id(d))] is not None]
     if len(set(order)) != len(order):
         return None, f"T{reference.name} maps two of its axes to one loop axis"
     index = {root: k for k, root in enumerate(order)}

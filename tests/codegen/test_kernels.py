@@ -1,0 +1,228 @@
+"""Generated kernels against eager PyTorch: one kernel per suite function, odd sizes, broadcast
+and transposed inputs, integer sums, where, NaN and Inf. On CPU the kernels run through Triton's
+interpreter, so these tests exercise the code generator in CI."""
+import math
+
+import pytest
+import torch
+
+import fuser
+from fuser import DataType, FusionDefinition
+
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (1e-2, 1e-2)}
+
+
+def kinds(fd):
+    return [s.kind.value for s in fd.last_segments()]
+
+
+def close(actual, expected):
+    assert actual.dtype == expected.dtype
+    assert actual.shape == expected.shape
+    rtol, atol = TOL.get(expected.dtype, (0, 0))
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def dt(torch_dtype):
+    return DataType.from_torch(torch_dtype)
+
+
+def rmsnorm_fd(dtype, eps=1e-6):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dt(dtype))
+        w = fd.define_tensor(shape=[-1], contiguity=True, dtype=dt(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        ms = fd.ops.div(fd.ops.sum(fd.ops.mul(xf, xf), [-1], True), x.shape()[1])
+        y = fd.ops.mul(fd.ops.mul(xf, fd.ops.rsqrt(fd.ops.add(ms, eps))), fd.ops.cast(w, DataType.Float))
+        fd.add_output(fd.ops.cast(y, dt(dtype)))
+    return fd
+
+
+def rmsnorm_ref(x, w, eps=1e-6):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 700), (5, 1000), (2, 3)])
+def test_rmsnorm_one_kernel(dtype, rows, cols):
+    fd = rmsnorm_fd(dtype)
+    x, w = torch.randn(rows, cols, dtype=dtype), torch.randn(cols, dtype=dtype)
+    (out,) = fd.execute([x, w])
+    close(out, rmsnorm_ref(x, w))
+    assert kinds(fd) == ["kernel"]
+    assert "tl.sum" in fd.last_triton_code()
+
+
+def test_rmsnorm_looped_kernel(monkeypatch):
+    # a row longer than the persistent limit runs the looped kernel (two passes over the row)
+    monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
+    fd = rmsnorm_fd(torch.float32)
+    x, w = torch.randn(3, 300), torch.randn(300)
+    (out,) = fd.execute([x, w])
+    close(out, rmsnorm_ref(x, w))
+    assert "for c_start in range" in fd.last_triton_code()
+
+
+def softmax_fd(dtype):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dt(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.max(xf, [-1], True)
+        e = fd.ops.exp(fd.ops.sub(xf, m))
+        y = fd.ops.div(e, fd.ops.sum(e, [-1], True))
+        fd.add_output(fd.ops.cast(y, dt(dtype)))
+    return fd
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_softmax_one_kernel(monkeypatch, persistent):
+    if not persistent:
+        monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 32)
+    fd = softmax_fd(torch.bfloat16)
+    x = torch.randn(7, 131, dtype=torch.bfloat16) * 4
+    (out,) = fd.execute([x])
+    close(out, torch.softmax(x.float(), -1).bfloat16())
+    assert kinds(fd) == ["kernel"]
+
+
+def test_gelu_bias_one_kernel():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        h = fd.ops.add(fd.ops.cast(x, DataType.Float), fd.ops.cast(b, DataType.Float))
+        inner = fd.ops.mul(fd.ops.add(h, fd.ops.mul(fd.ops.mul(fd.ops.mul(h, h), h), 0.044715)),
+                           math.sqrt(2 / math.pi))
+        y = fd.ops.mul(fd.ops.mul(h, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x, b = torch.randn(9, 1000, dtype=torch.bfloat16), torch.randn(1000, dtype=torch.bfloat16)
+    (out,) = fd.execute([x, b])
+    close(out, torch.nn.functional.gelu(x + b, approximate="tanh"))
+    assert kinds(fd) == ["kernel"]
+
+
+def test_add_rmsnorm_two_outputs_one_kernel():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        r = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        h = fd.ops.add(fd.ops.cast(x, DataType.Float), fd.ops.cast(r, DataType.Float))
+        hb = fd.ops.cast(h, DataType.BFloat16)
+        hf = fd.ops.cast(hb, DataType.Float)
+        ms = fd.ops.div(fd.ops.sum(fd.ops.mul(hf, hf), [-1], True), x.shape()[1])
+        y = fd.ops.mul(fd.ops.mul(hf, fd.ops.rsqrt(fd.ops.add(ms, 1e-6))), fd.ops.cast(w, DataType.Float))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+        fd.add_output(hb)
+    x, r, w = (torch.randn(6, 700, dtype=torch.bfloat16), torch.randn(6, 700, dtype=torch.bfloat16),
+               torch.randn(700, dtype=torch.bfloat16))
+    out, h = fd.execute([x, r, w])
+    close(h, x + r)
+    close(out, rmsnorm_ref(x + r, w))
+    assert kinds(fd) == ["kernel"]
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_layernorm_var_mean_one_kernel(monkeypatch, persistent):
+    if not persistent:
+        monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        var, mean = fd.ops.var_mean(xf, [-1], 0, True)
+        y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
+        y = fd.ops.add(fd.ops.mul(y, fd.ops.cast(w, DataType.Float)), fd.ops.cast(b, DataType.Float))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    x = torch.randn(5, 333, dtype=torch.bfloat16) + 3
+    w, b = torch.randn(333, dtype=torch.bfloat16), torch.randn(333, dtype=torch.bfloat16)
+    (out,) = fd.execute([x, w, b])
+    close(out, torch.nn.functional.layer_norm(x, (333,), w, b, 1e-5))
+    assert kinds(fd) == ["kernel"]
+
+
+@pytest.mark.parametrize("rows,cols", [(3, 5), (700, 3), (1000, 70)])
+def test_column_sum_outer_reduction(rows, cols):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0]))
+    x = torch.randn(rows, cols, dtype=torch.bfloat16)
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x.float().sum(0), rtol=1e-4, atol=1e-3)
+    assert kinds(fd) == ["kernel"]
+    assert "outer reduction" in fd.last_segments()[0].why
+
+
+def test_linear_then_epilogue_is_evaluator_plus_kernel():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        y = fd.ops.linear(x, w)
+        fd.add_output(fd.ops.relu(fd.ops.add(y, b)))
+    x, w, b = torch.randn(5, 7), torch.randn(3, 7), torch.randn(3)
+    (out,) = fd.execute([x, w, b])
+    close(out, torch.relu(x @ w.t() + b))
+    assert kinds(fd) == ["evaluator", "kernel"]
+
+
+def test_broadcast_and_transposed_inputs():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float, stride_order=[0, 1])
+        b = fd.define_tensor(shape=[1, -1], contiguity=True, dtype=DataType.Float)
+        c = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.mul(a, b), c))
+    a = torch.randn(70, 3).t()  # [3, 70], column-major
+    b, c = torch.randn(1, 70), torch.randn(3, 1)
+    (out,) = fd.execute([a, b, c])
+    close(out, a * b + c)
+    assert kinds(fd) == ["kernel"]
+
+
+def test_integer_sum_and_where():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Int32)
+        y = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.where(fd.ops.gt(x, 0), y, fd.ops.neg(y)))
+    x = torch.randint(-50, 50, (4, 1000), dtype=torch.int32)
+    y = torch.randn(4, 1000)
+    s, w = fd.execute([x, y])
+    assert s.dtype == torch.int64 and torch.equal(s, x.sum(1))
+    close(w, torch.where(x > 0, y, -y))
+
+
+def test_nan_and_inf_propagate():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.max(x, [1]))
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.maximum(x, 0.0))
+        fd.add_output(fd.ops.exp(x))
+    x = torch.randn(5, 9)
+    x[1, 3] = float("nan")
+    x[2, 4] = float("inf")
+    x[3, 0] = float("-inf")
+    outs = fd.execute([x])
+    refs = [x.amax(1), x.sum(1), torch.maximum(x, torch.tensor(0.0)), torch.exp(x)]
+    for o, r in zip(outs, refs):
+        close(o, r)
+
+
+def test_one_kernel_serves_every_row_count():
+    fd = softmax_fd(torch.float32)
+    for rows in (1, 3, 17):
+        x = torch.randn(rows, 40)
+        (out,) = fd.execute([x])
+        close(out, torch.softmax(x, -1))
+    launcher = next(iter(fd.cache.last_runtime.launchers.values()))
+    assert len(launcher.variants) == 1
+
+
+def test_aten_option_on_cpu(monkeypatch):
+    monkeypatch.setenv("FUSER_CPU_KERNELS", "aten")
+    fd = softmax_fd(torch.float32)
+    x = torch.randn(3, 8)
+    (out,) = fd.execute([x])
+    close(out, torch.softmax(x, -1))
+    assert kinds(fd) == ["evaluator"]
