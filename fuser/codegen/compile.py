@@ -101,6 +101,24 @@ def _wrap(raw: Callable, target: str):
 _interpret_lock = threading.Lock()
 
 
+_rewritten: dict[int, Callable] = {}
+
+
+def _interpreted_device_call(jit_fn, *args, **kwargs):
+    """Run a library JIT function (tl.zeros, tl.sum, ...) as the interpreter runs device
+    functions, with the language patched for its own module and restored afterwards."""
+    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
+
+    fn = _rewritten.get(id(jit_fn))
+    if fn is None:
+        fn = _rewritten[id(jit_fn)] = InterpretedFunction(jit_fn.fn).rewrite()
+    scope = _patch_lang(jit_fn.fn)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        scope.restore()
+
+
 class _Interpreted:
     """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
 
@@ -121,7 +139,7 @@ class _Interpreted:
 
             with _interpret_lock:
                 saved_call, saved_knob = JITFunction.__call__, knobs.runtime.interpret
-                JITFunction.__call__ = lambda self, *a, **k: self.fn(*a, **k)
+                JITFunction.__call__ = _interpreted_device_call
                 knobs.runtime.interpret = True
                 try:
                     return self.fn[grid](*args, **kwargs)

@@ -405,7 +405,8 @@ class KernelWriter:
     def emit_store(self, scope: _Scope, tv: TensorView) -> None:
         code = self.value(scope, tv)
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
-        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs)
+        # a tensor spanning no loop axis (one element) still stores through a [1, 1] block
+        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
         masks = [m for m in [self.mask(tv)] if m]
         # a tensor that does not vary along a program dim is stored by the first program only
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
