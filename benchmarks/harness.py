@@ -472,6 +472,7 @@ def check_device(args: argparse.Namespace) -> torch.device:
         if not args.quick:
             sys.exit("bench: --device cpu is only a smoke test; run it as "
                      "'scripts/bench --quick --device cpu'. The real benchmark needs a CUDA GPU.")
+        torch.set_num_threads(1)  # a smoke test: steadier on a shared machine than a thread pool
         return torch.device("cpu")
     if not torch.cuda.is_available():
         sys.exit("bench: this benchmark needs a CUDA GPU, and torch.cuda.is_available() is False "

@@ -211,10 +211,18 @@ def make_runner(case: Case, fn: Callable, args: tuple, seed: int = 0,
         return lambda: as_tuple(fn(*args))
 
     wrt = [args[i] for i in case.grad_args]
-    outputs = as_tuple(fn(*args))
-    gen = _generator(outputs[0].device, seed + 1)
-    grads = [_randn(o.shape, o.device, gen, dtype=o.dtype) for o in outputs]
-
     if forward_in_timing:
+        # Only dy's shapes are needed here. Eager without grad leaves the inputs untouched,
+        # whereas such implementations may overwrite their inputs (Liger writes dx into x).
+        with torch.no_grad():
+            grads = random_like(as_tuple(case.fn(*args)), seed)
         return lambda: torch.autograd.grad(as_tuple(fn(*args)), wrt, grad_outputs=grads)
+    outputs = as_tuple(fn(*args))
+    grads = random_like(outputs, seed)
     return lambda: torch.autograd.grad(outputs, wrt, grad_outputs=grads, retain_graph=True)
+
+
+def random_like(outputs: tuple, seed: int) -> list[torch.Tensor]:
+    """Random gradients dy for the outputs, the same for every contender."""
+    gen = _generator(outputs[0].device, seed + 1)
+    return [_randn(o.shape, o.device, gen, dtype=o.dtype) for o in outputs]

@@ -5,8 +5,11 @@ checks dtype and shape before values.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Callable, Optional, Sequence
 
+import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
@@ -68,16 +71,55 @@ def covering(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 
 
 def define(fd: FusionDefinition, t: torch.Tensor, *, stride_order=None, contiguity=True,
-           static: bool = False):
-    """Declare a tensor input like `t`: -1 for each dim (1 for size-1 dims: nvFuser's broadcast)."""
-    shape = [s if (static or s == 1) else -1 for s in t.shape]
+           static: bool = False, size1_broadcast: bool = True):
+    """Declare a tensor input like `t`: -1 for each dim, 1 for size-1 dims (nvFuser's broadcast;
+    with size1_broadcast=False they are symbolic -1 too), or the sizes themselves if static."""
+    shape = [s if (static or (s == 1 and size1_broadcast)) else -1 for s in t.shape]
     return fd.define_tensor(shape=shape, contiguity=contiguity, dtype=TORCH_TO_DT[t.dtype],
                             stride_order=stride_order)
 
 
-def run(build: Callable, inputs: Sequence, *, decl: Optional[Sequence[dict]] = None):
+# "aten": every op through the ATen evaluator (the reference, invariant 5);
+# "kernel": the default path, generated Triton kernels (through the interpreter on CPU).
+BACKENDS = ("aten", "kernel")
+
+
+@contextlib.contextmanager
+def backend_env(backend: Optional[str]):
+    """Select the CPU execution path for runtimes created inside the block."""
+    if backend is None:
+        yield
+        return
+    assert backend in BACKENDS, backend
+    old = os.environ.get("FUSER_CPU_KERNELS")
+    os.environ["FUSER_CPU_KERNELS"] = "aten" if backend == "aten" else "interpreter"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["FUSER_CPU_KERNELS"]
+        else:
+            os.environ["FUSER_CPU_KERNELS"] = old
+
+
+def cases(params, known_bug: Optional[Callable[..., Optional[str]]] = None, backends=BACKENDS):
+    """Cross parameter tuples with the backends (backend last). `known_bug(*values, backend)`
+    returns a reason for the combinations that expose a known fuser bug: those become strict
+    xfails, so fixing the bug turns them into failures that ask for the marker's removal."""
+    out = []
+    for p in params:
+        values, marks, pid = (p.values, p.marks, p.id) if hasattr(p, "values") else (tuple(p), (), None)
+        for b in backends:
+            reason = known_bug(*values, b) if known_bug else None
+            m = list(marks) + ([pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
+            out.append(pytest.param(*values, b, marks=m, id=None if pid is None else f"{pid}-{b}"))
+    return out
+
+
+def run(build: Callable, inputs: Sequence, *, decl: Optional[Sequence[dict]] = None,
+        backend: Optional[str] = None):
     """Define a fusion whose inputs are declared like `inputs` and whose outputs are what `build`
-    returns (one value or a list), execute it, and return (fd, outputs)."""
+    returns (one value or a list), execute it (on `backend`), and return (fd, outputs)."""
     with FusionDefinition() as fd:
         vals = []
         for k, t in enumerate(inputs):
@@ -90,7 +132,8 @@ def run(build: Callable, inputs: Sequence, *, decl: Optional[Sequence[dict]] = N
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         for o in outs:
             fd.add_output(o)
-    return fd, fd.execute(list(inputs))
+    with backend_env(backend):
+        return fd, fd.execute(list(inputs))
 
 
 def assert_eager(actual: torch.Tensor, expected: torch.Tensor, *, rtol=None, atol=None) -> None:
@@ -108,9 +151,9 @@ def assert_eager(actual: torch.Tensor, expected: torch.Tensor, *, rtol=None, ato
 
 
 def run_and_check(build: Callable, reference: Callable, inputs: Sequence, *, decl=None, rtol=None,
-                  atol=None):
+                  atol=None, backend: Optional[str] = None):
     """Execute the fusion and compare each output with `reference(*inputs)` (one or a list)."""
-    fd, outs = run(build, inputs, decl=decl)
+    fd, outs = run(build, inputs, decl=decl, backend=backend)
     expected = reference(*inputs)
     expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
     assert len(outs) == len(expected)

@@ -252,6 +252,10 @@ class KernelWriter:
         if dtype.is_boolean:
             return f"({src} != 0)"
         if dtype in (DataType.Half, DataType.BFloat16):
+            if v.dtype.is_boolean:
+                return f"{src}.to(tl.float32)"  # 0 and 1 are exact
+            if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
+                src = f"{src}.to(tl.float32)"
             return f"{src}.to({_STORAGE[dtype]}).to(tl.float32)"
         return f"{src}.to({compute_type(dtype)})"
 

@@ -45,20 +45,20 @@ def rmsnorm_ref(x, w, eps=1e-6):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows,cols", [(1, 1), (3, 700), (5, 1000), (2, 3)])
-def test_rmsnorm_one_kernel(dtype, rows, cols):
+def test_rmsnorm_one_kernel(dtype, rows, cols, device):
     fd = rmsnorm_fd(dtype)
-    x, w = torch.randn(rows, cols, dtype=dtype), torch.randn(cols, dtype=dtype)
+    x, w = torch.randn(rows, cols, dtype=dtype, device=device), torch.randn(cols, dtype=dtype, device=device)
     (out,) = fd.execute([x, w])
     close(out, rmsnorm_ref(x, w))
     assert kinds(fd) == ["kernel"]
     assert "tl.sum" in fd.last_triton_code()
 
 
-def test_rmsnorm_looped_kernel(monkeypatch):
+def test_rmsnorm_looped_kernel(monkeypatch, device):
     # a row longer than the persistent limit runs the looped kernel (two passes over the row)
     monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
     fd = rmsnorm_fd(torch.float32)
-    x, w = torch.randn(3, 300), torch.randn(300)
+    x, w = torch.randn(3, 300, device=device), torch.randn(300, device=device)
     (out,) = fd.execute([x, w])
     close(out, rmsnorm_ref(x, w))
     assert "for c_start in range" in fd.last_triton_code()
@@ -76,17 +76,17 @@ def softmax_fd(dtype):
 
 
 @pytest.mark.parametrize("persistent", [True, False])
-def test_softmax_one_kernel(monkeypatch, persistent):
+def test_softmax_one_kernel(monkeypatch, persistent, device):
     if not persistent:
         monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 32)
     fd = softmax_fd(torch.bfloat16)
-    x = torch.randn(7, 131, dtype=torch.bfloat16) * 4
+    x = torch.randn(7, 131, dtype=torch.bfloat16, device=device) * 4
     (out,) = fd.execute([x])
     close(out, torch.softmax(x.float(), -1).bfloat16())
     assert kinds(fd) == ["kernel"]
 
 
-def test_gelu_bias_one_kernel():
+def test_gelu_bias_one_kernel(device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
         b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
@@ -95,13 +95,13 @@ def test_gelu_bias_one_kernel():
                            math.sqrt(2 / math.pi))
         y = fd.ops.mul(fd.ops.mul(h, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
-    x, b = torch.randn(9, 1000, dtype=torch.bfloat16), torch.randn(1000, dtype=torch.bfloat16)
+    x, b = torch.randn(9, 1000, dtype=torch.bfloat16, device=device), torch.randn(1000, dtype=torch.bfloat16, device=device)
     (out,) = fd.execute([x, b])
     close(out, torch.nn.functional.gelu(x + b, approximate="tanh"))
     assert kinds(fd) == ["kernel"]
 
 
-def test_add_rmsnorm_two_outputs_one_kernel():
+def test_add_rmsnorm_two_outputs_one_kernel(device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
         r = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
@@ -113,8 +113,8 @@ def test_add_rmsnorm_two_outputs_one_kernel():
         y = fd.ops.mul(fd.ops.mul(hf, fd.ops.rsqrt(fd.ops.add(ms, 1e-6))), fd.ops.cast(w, DataType.Float))
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
         fd.add_output(hb)
-    x, r, w = (torch.randn(6, 700, dtype=torch.bfloat16), torch.randn(6, 700, dtype=torch.bfloat16),
-               torch.randn(700, dtype=torch.bfloat16))
+    x, r, w = (torch.randn(6, 700, dtype=torch.bfloat16, device=device), torch.randn(6, 700, dtype=torch.bfloat16, device=device),
+               torch.randn(700, dtype=torch.bfloat16, device=device))
     out, h = fd.execute([x, r, w])
     close(h, x + r)
     close(out, rmsnorm_ref(x + r, w))
@@ -122,7 +122,7 @@ def test_add_rmsnorm_two_outputs_one_kernel():
 
 
 @pytest.mark.parametrize("persistent", [True, False])
-def test_layernorm_var_mean_one_kernel(monkeypatch, persistent):
+def test_layernorm_var_mean_one_kernel(monkeypatch, persistent, device):
     if not persistent:
         monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
     with FusionDefinition() as fd:
@@ -134,85 +134,85 @@ def test_layernorm_var_mean_one_kernel(monkeypatch, persistent):
         y = fd.ops.mul(fd.ops.sub(xf, mean), fd.ops.rsqrt(fd.ops.add(var, 1e-5)))
         y = fd.ops.add(fd.ops.mul(y, fd.ops.cast(w, DataType.Float)), fd.ops.cast(b, DataType.Float))
         fd.add_output(fd.ops.cast(y, DataType.BFloat16))
-    x = torch.randn(5, 333, dtype=torch.bfloat16) + 3
-    w, b = torch.randn(333, dtype=torch.bfloat16), torch.randn(333, dtype=torch.bfloat16)
+    x = torch.randn(5, 333, dtype=torch.bfloat16, device=device) + 3
+    w, b = torch.randn(333, dtype=torch.bfloat16, device=device), torch.randn(333, dtype=torch.bfloat16, device=device)
     (out,) = fd.execute([x, w, b])
     close(out, torch.nn.functional.layer_norm(x, (333,), w, b, 1e-5))
     assert kinds(fd) == ["kernel"]
 
 
 @pytest.mark.parametrize("rows,cols", [(3, 5), (700, 3), (1000, 70)])
-def test_column_sum_outer_reduction(rows, cols):
+def test_column_sum_outer_reduction(rows, cols, device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
         fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0]))
-    x = torch.randn(rows, cols, dtype=torch.bfloat16)
+    x = torch.randn(rows, cols, dtype=torch.bfloat16, device=device)
     (out,) = fd.execute([x])
     torch.testing.assert_close(out, x.float().sum(0), rtol=1e-4, atol=1e-3)
     assert kinds(fd) == ["kernel"]
     assert "outer reduction" in fd.last_segments()[0].why
 
 
-def test_linear_then_epilogue_is_evaluator_plus_kernel():
+def test_linear_then_epilogue_is_evaluator_plus_kernel(device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         w = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
         y = fd.ops.linear(x, w)
         fd.add_output(fd.ops.relu(fd.ops.add(y, b)))
-    x, w, b = torch.randn(5, 7), torch.randn(3, 7), torch.randn(3)
+    x, w, b = torch.randn(5, 7, device=device), torch.randn(3, 7, device=device), torch.randn(3, device=device)
     (out,) = fd.execute([x, w, b])
     close(out, torch.relu(x @ w.t() + b))
     assert kinds(fd) == ["evaluator", "kernel"]
 
 
-def test_broadcast_and_transposed_inputs():
+def test_broadcast_and_transposed_inputs(device):
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float, stride_order=[0, 1])
         b = fd.define_tensor(shape=[1, -1], contiguity=True, dtype=DataType.Float)
         c = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.add(fd.ops.mul(a, b), c))
-    a = torch.randn(70, 3).t()  # [3, 70], column-major
-    b, c = torch.randn(1, 70), torch.randn(3, 1)
+    a = torch.randn(70, 3, device=device).t()  # [3, 70], column-major
+    b, c = torch.randn(1, 70, device=device), torch.randn(3, 1, device=device)
     (out,) = fd.execute([a, b, c])
     close(out, a * b + c)
     assert kinds(fd) == ["kernel"]
 
 
-def test_integer_sum_and_where():
+def test_integer_sum_and_where(device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Int32)
         y = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(x, [1]))
         fd.add_output(fd.ops.where(fd.ops.gt(x, 0), y, fd.ops.neg(y)))
-    x = torch.randint(-50, 50, (4, 1000), dtype=torch.int32)
-    y = torch.randn(4, 1000)
+    x = torch.randint(-50, 50, (4, 1000), dtype=torch.int32, device=device)
+    y = torch.randn(4, 1000, device=device)
     s, w = fd.execute([x, y])
     assert s.dtype == torch.int64 and torch.equal(s, x.sum(1))
     close(w, torch.where(x > 0, y, -y))
 
 
-def test_nan_and_inf_propagate():
+def test_nan_and_inf_propagate(device):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.max(x, [1]))
         fd.add_output(fd.ops.sum(x, [1]))
         fd.add_output(fd.ops.maximum(x, 0.0))
         fd.add_output(fd.ops.exp(x))
-    x = torch.randn(5, 9)
+    x = torch.randn(5, 9, device=device)
     x[1, 3] = float("nan")
     x[2, 4] = float("inf")
     x[3, 0] = float("-inf")
     outs = fd.execute([x])
-    refs = [x.amax(1), x.sum(1), torch.maximum(x, torch.tensor(0.0)), torch.exp(x)]
+    refs = [x.amax(1), x.sum(1), torch.maximum(x, torch.tensor(0.0, device=device)), torch.exp(x)]
     for o, r in zip(outs, refs):
         close(o, r)
 
 
-def test_one_kernel_serves_every_row_count():
+def test_one_kernel_serves_every_row_count(device):
     fd = softmax_fd(torch.float32)
     for rows in (1, 3, 17):
-        x = torch.randn(rows, 40)
+        x = torch.randn(rows, 40, device=device)
         (out,) = fd.execute([x])
         close(out, torch.softmax(x, -1))
     launcher = next(iter(fd.cache.last_runtime.launchers.values()))
@@ -220,9 +220,10 @@ def test_one_kernel_serves_every_row_count():
 
 
 def test_aten_option_on_cpu(monkeypatch):
+    device = "cpu"
     monkeypatch.setenv("FUSER_CPU_KERNELS", "aten")
     fd = softmax_fd(torch.float32)
-    x = torch.randn(3, 8)
+    x = torch.randn(3, 8, device=device)
     (out,) = fd.execute([x])
     close(out, torch.softmax(x, -1))
     assert kinds(fd) == ["evaluator"]

@@ -25,7 +25,7 @@ def programs(draw):
     return rows, cols, shapes, steps, reduction, tail
 
 
-def build(rows, cols, shapes, steps, reduction, tail):
+def build(rows, cols, shapes, steps, reduction, tail, device="cpu"):
     dims = {"full": [-1, -1], "row": [1, -1], "col": [-1, 1]}
     with FusionDefinition() as fd:
         ins = [fd.define_tensor(shape=dims[s], contiguity=True, dtype=DataType.Float) for s in shapes]
@@ -50,14 +50,14 @@ def build(rows, cols, shapes, steps, reduction, tail):
                         out = getattr(fd.ops, b)(out, other)
         fd.add_output(out)
     sizes = {"full": (rows, cols), "row": (1, cols), "col": (rows, 1)}
-    inputs = [torch.randn(*sizes[s]) for s in shapes]
+    inputs = [torch.randn(*sizes[s], device=device) for s in shapes]
     return fd, inputs
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(programs())
-def test_kernels_match_evaluator(program):
-    fd, inputs = build(*program)
+def test_kernels_match_evaluator(program, device):
+    fd, inputs = build(*program, device=device)
     (actual,) = fd.execute(inputs)
     (expected,) = FusionExecutorCache(fd.fusion, use_kernels=False).execute(inputs)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
