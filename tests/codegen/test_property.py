@@ -55,7 +55,7 @@ def build(rows, cols, shapes, steps, reduction, tail, device="cpu"):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(programs())
+@given(program=programs())
 def test_kernels_match_evaluator(program, device):
     fd, inputs = build(*program, device=device)
     (actual,) = fd.execute(inputs)
