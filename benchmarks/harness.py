@@ -142,7 +142,14 @@ def fuser_contender(case: suite.Case) -> Callable | None:
     except ImportError:
         return None
     jit = getattr(fuser, "jit", None)
-    return None if jit is None else jit(case.fn)
+    if jit is not None:
+        return jit(case.fn)
+    try:  # the suite as explicit FusionDefinitions
+        from benchmarks import fuser_defs
+    except ImportError:
+        import fuser_defs
+
+    return fuser_defs.implementation(case.kernel)
 
 
 def _fuser_impl(case: suite.Case) -> Impl | None:
@@ -404,7 +411,8 @@ def write_chart(path: Path, rows: list[dict], columns: list[str], title: str) ->
     return None
 
 
-def write_outputs(out_dir: Path, report: dict, table: str, header: str) -> list[str]:
+def write_outputs(out_dir: Path, report: dict, table: str, header: str,
+                  title: str) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / ("bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     notes = []
@@ -412,7 +420,7 @@ def write_outputs(out_dir: Path, report: dict, table: str, header: str) -> list[
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(header + "\n\n" + table + "\n")
     notes.append(f"wrote {json_path} and {stem.with_suffix('.md')}")
-    note = write_chart(stem.with_suffix(".png"), report["cases"], report["contenders"], header)
+    note = write_chart(stem.with_suffix(".png"), report["cases"], report["contenders"], title)
     notes.append(note or f"wrote {stem.with_suffix('.png')}")
     return notes
 
@@ -508,13 +516,14 @@ def main(argv: list[str] | None = None) -> int:
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
     table = markdown_table(rows, columns, means)
-    header = (f"{env['device']}: copy {copy['gbps']:.0f} GB/s; torch {env['torch']}, "
-              f"triton {env['triton']}; {env['date']}; cells = share of copy bandwidth")
+    title = (f"{env['device']}: copy {copy['gbps']:.0f} GB/s; torch {env['torch']}, "
+             f"triton {env['triton']}")
+    header = f"{title}; {env['date']}; cells = share of copy bandwidth"
     print(header + "\n\n" + table)
 
     report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy,
               "contenders": contenders, "columns": columns, "geomean": means, "cases": rows}
-    for note in write_outputs(Path(args.out), report, table, header):
+    for note in write_outputs(Path(args.out), report, table, header, title):
         log("bench: " + note)
     return 0
 

@@ -133,12 +133,12 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
     reduction_roots = {root for root, ms in classes.items() if any(d.is_reduction for d in ms)}
 
     def roots_of(tv: TensorView) -> list[Optional[int]]:
-        return [uf.find(id(d)) if concrete[uf.find(id(d))] is not None else None
+        # a size-1 broadcast axis does not vary along the loop axis it meets
+        return [uf.find(id(d)) if concrete_extent(d) is not None else None
                 for d in tv.domain.no_reductions()]
 
     def coverage(tv: TensorView) -> set[int]:
-        rs = {uf.find(id(d)) for d in ids_of(tv)}
-        return {r for r in rs if concrete[r] is not None}
+        return {uf.find(id(d)) for d in ids_of(tv) if concrete_extent(d) is not None}
 
     needed = {r for r, e in concrete.items() if e is not None}
     reference = max(tensors, key=lambda t: (len(coverage(t)), -tensors.index(t)))
@@ -146,7 +146,7 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
         missing = needed - coverage(reference)
         return None, (f"no tensor spans all {len(needed)} loop axes (T{reference.name} misses "
                       f"{len(missing)}): an outer-product shape")
-    order = [uf.find(id(d)) for d in ids_of(reference) if concrete[uf.find(id(d))] is not None]
+    order = [uf.find(id(d)) for d in ids_of(reference) if concrete_extent(d) is not None]
     if len(set(order)) != len(order):
         return None, f"T{reference.name} maps two of its axes to one loop axis"
     index = {root: k for k, root in enumerate(order)}

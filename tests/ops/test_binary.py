@@ -1,0 +1,302 @@
+"""Binary ops against eager PyTorch: dtype pairs (with PyTorch's type promotion), broadcasting,
+size-0 / size-1 / strided inputs, and Python-scalar operands on either side."""
+import pytest
+import torch
+
+from fuser import DataType
+from tests.helpers import cases, covering, dtype_name, make, run, run_and_check, assert_eager
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide,
+    "pow": torch.pow, "maximum": torch.maximum, "minimum": torch.minimum, "fmod": torch.fmod,
+    "remainder": torch.remainder, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+    "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or, "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or, "bitwise_xor": torch.bitwise_xor, "atan2": torch.atan2,
+}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+TENSOR_ONLY = {"maximum", "minimum", "atan2", "logical_and", "logical_or"}  # no Scalar overload in ATen
+DIVISION = {"div", "fmod", "remainder"}
+
+K_BOOL_ADD = ("BUG: fuser/codegen (kernel add of Bool tensors): add(bool, bool) computes 1 + 1 = 2 and "
+              "stores it as a bool that reads False; eager True + True is True")
+K_POW_SCALAR = ("BUG: fuser/codegen/math.py interpreter `_pow`: with a Python-scalar exponent or a 0-dim "
+                "tensor operand the kernel raises InterpreterError (TypeError: ufunc 'bitwise_and' not "
+                "supported) at `b_int & (...)`; eager x ** 2 works")
+K_LOGICAL_0DIM = ("BUG: fuser/codegen (interpreter): logical_and/logical_or with a 0-dim tensor operand "
+                  "raises InterpreterError (TypeError: ufunc 'bitwise_and' not supported for the input "
+                  "types); eager broadcasts the 0-dim tensor")
+
+f32, bf16, f16, i64, i32, b8 = (torch.float32, torch.bfloat16, torch.float16, torch.int64,
+                                torch.int32, torch.bool)
+DTYPE_PAIRS = [(f32, f32), (bf16, bf16), (f16, f16), (bf16, f16), (i64, f32), (f32, i32),
+               (i32, i64), (i64, i64), (b8, i64), (b8, b8), (bf16, f32), (i32, bf16)]
+
+
+def operands(name, shape_a, da, shape_b, db):
+    """Random operands; divisors are non-zero and integer exponents non-negative, so eager
+    neither raises nor divides by zero (which differs between integer kernels)."""
+    a = make(shape_a, da)
+    integral = not (da.is_floating_point or db.is_floating_point)
+    b = make(shape_b, db, nonzero=name in DIVISION and db != b8,
+             positive=name == "pow" and integral and db != b8)
+    return a, b
+
+
+def eager_accepts(name, da, db) -> bool:
+    try:
+        BINARY[name](*operands(name, (2, 2), da, (2, 2), db))
+        return True
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
+def _op(name):
+    return lambda fd, x, y: getattr(fd.ops, name)(x, y)
+
+
+DTYPE_CASES = [pytest.param(n, da, db, id=f"{n}-{dtype_name(da)}-{dtype_name(db)}")
+               for n in BINARY for da, db in DTYPE_PAIRS if eager_accepts(n, da, db)]
+# generated kernels run through Triton's interpreter on CPU (slow): a subset of the pairs
+KERNEL_PAIRS = {(f32, f32), (bf16, f16), (i64, f32), (i32, i64), (b8, b8), (bf16, bf16)}
+
+
+def _dtype_bug(name, da, db, backend):
+    if backend == "kernel" and name == "add" and da == db == b8:
+        return K_BOOL_ADD
+    return None
+
+
+def dtype_cases():
+    aten = cases(DTYPE_CASES, _dtype_bug, backends=("aten",))
+    kernel = cases([p for p in DTYPE_CASES if (p.values[1], p.values[2]) in KERNEL_PAIRS],
+                   _dtype_bug, backends=("kernel",))
+    return aten + kernel
+
+
+def test_table_covers_every_op():
+    for name in BINARY:
+        assert sum(1 for p in DTYPE_CASES if p.values[0] == name) >= 3, name
+
+
+@pytest.mark.parametrize("name,da,db,backend", dtype_cases())
+def test_binary_dtypes(name, da, db, backend):
+    a, b = operands(name, (3, 5), da, (3, 5), db)
+    run_and_check(_op(name), BINARY[name], [a, b], backend=backend)
+
+
+SHAPES = {  # (shape a, decl a, shape b, decl b)
+    "bcast-row-col": ((3, 1), {}, (1, 5), {}),
+    "bcast-rank": ((5,), {}, (2, 3, 5), {}),
+    "bcast-rank-rev": ((2, 3, 5), {}, (3, 1), {}),
+    "size0": ((0, 5), {}, (1, 5), {}),
+    "size0-both": ((2, 0), {}, (2, 0), {}),
+    "size1-symbolic": ((1, 5), {"size1_broadcast": False}, (1, 5), {"size1_broadcast": False}),
+    "odd-3d": ((3, 5, 7), {}, (3, 5, 7), {}),
+    "scalar-tensor": ((), {}, (3, 5), {}),
+}
+
+
+def _natural(name):
+    return i64 if name.startswith("bitwise") else f32
+
+
+SHAPE_CASES = [pytest.param(n, k, id=f"{n}-{k}") for n in BINARY for k in SHAPES]
+
+
+def _shape_bug(name, shapes, backend):
+    if backend == "kernel" and shapes == "scalar-tensor":
+        if name == "pow":
+            return K_POW_SCALAR
+        if name in ("logical_and", "logical_or"):
+            return K_LOGICAL_0DIM
+    return None
+
+
+@pytest.mark.parametrize("name,shapes,backend", cases(SHAPE_CASES, _shape_bug))
+def test_binary_shapes(name, shapes, backend):
+    sa, ka, sb, kb = SHAPES[shapes]
+    a, b = operands(name, sa, _natural(name), sb, _natural(name))
+    run_and_check(_op(name), BINARY[name], [a, b], decl=[ka, kb], backend=backend)
+
+
+LAYOUT_CASES = [pytest.param(n, id=n) for n in BINARY]
+
+
+@pytest.mark.parametrize("name,backend", cases(LAYOUT_CASES))
+def test_binary_noncontiguous(name, backend):
+    """One operand transposed (declared with stride_order), the other a strided slice."""
+    dt = _natural(name)
+    a = make((5, 3), dt).t()
+    b = make((3, 10), dt, nonzero=name in DIVISION)[:, ::2]
+    if name == "pow" and not dt.is_floating_point:
+        b = b.abs()
+    run_and_check(_op(name), BINARY[name], [a, b],
+                  decl=[{"stride_order": [0, 1]}, {"contiguity": False}], backend=backend)
+
+
+# -- Python scalars as operands ------------------------------------------------------------
+
+SCALARS = [2, -1.5, True]  # one of each category: int, float (negative), bool
+
+
+def _category(v):
+    if isinstance(v, torch.dtype):
+        return 0 if v == b8 else (2 if v.is_floating_point else 1)
+    return 0 if isinstance(v, bool) else (1 if isinstance(v, int) else 2)
+
+
+def scalar_reference(name, x, s, first):
+    """Eager with the Python scalar itself where ATen has such an overload; otherwise with
+    torch.tensor(s), a 0-dim tensor that promotes like the Python scalar (its dtype is the
+    default of the scalar's category)."""
+    args = (s, x) if first else (x, s)
+    try:
+        return BINARY[name](*args)
+    except TypeError:
+        st = torch.tensor(s)
+        return BINARY[name](st, x) if first else BINARY[name](x, st)
+
+
+def _scalar_operand(name, dtype, first):
+    return make((3, 5), dtype, nonzero=first and name in DIVISION,
+                positive=first and name == "pow" and _category(dtype) < 2)
+
+
+def scalar_combo_ok(name, dtype, s, first) -> bool:
+    try:
+        scalar_reference(name, _scalar_operand(name, dtype, first), s, first)
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def _higher_scalar(dtype, s):
+    return _category(s) > _category(dtype)
+
+
+def _scalar_bug_excluded(name, dtype, s, first):
+    # the combinations of known bugs in the ATen evaluator are covered by the xfail tests below
+    if not _higher_scalar(dtype, s):
+        return False
+    return name in TENSOR_ONLY or (first and name in COMPARISONS)
+
+
+SCALAR_CASES = [pytest.param(n, d, s, first, id=f"{n}-{dtype_name(d)}-{s!r}-{'scalar_first' if first else 'tensor_first'}")
+                for n in BINARY for d in (f32, bf16, i64, i32, b8) for s in SCALARS
+                for first in (False, True)
+                if scalar_combo_ok(n, d, s, first) and not _scalar_bug_excluded(n, d, s, first)]
+
+
+def _scalar_bug(name, dtype, s, first, backend):
+    if backend == "kernel" and name == "pow" and not first:
+        return K_POW_SCALAR
+    if backend == "kernel" and name == "add" and dtype == b8 and s is True:
+        return K_BOOL_ADD
+    return None
+
+
+def scalar_cases():
+    aten = cases(SCALAR_CASES, _scalar_bug, backends=("aten",))
+    kernel = cases([p for p in SCALAR_CASES if p.values[1] in (f32, i64, b8)], _scalar_bug,
+                   backends=("kernel",))
+    return aten + kernel
+
+
+@pytest.mark.parametrize("name,dtype,scalar,first,backend", scalar_cases())
+def test_binary_python_scalar(name, dtype, scalar, first, backend):
+    x = _scalar_operand(name, dtype, first)
+
+    def build(fd, t):
+        return getattr(fd.ops, name)(*((scalar, t) if first else (t, scalar)))
+
+    run_and_check(build, lambda t: scalar_reference(name, t, scalar, first), [x], backend=backend)
+
+
+BUG_TENSOR_ONLY_SCALAR = (
+    "BUG: fuser/evaluate/aten.py _binary: for maximum/minimum/atan2 (ops in _TENSOR_ONLY) a Python "
+    "scalar is wrapped as torch.tensor(v, dtype=<the tensor operand's dtype>), so 1.5 next to an "
+    "int tensor becomes 1 and -3 next to a bool tensor becomes True; eager keeps the scalar's value "
+    "(e.g. maximum(int_t, 1.5) has 1.5 where int_t <= 1; the ATen path gives 1.0)")
+
+
+def _tensor_only_bug(name, dtype, backend):
+    # atan2 has no interpreter lowering, so the kernel path also runs it through ATen
+    return BUG_TENSOR_ONLY_SCALAR if backend == "aten" or name == "atan2" else None
+
+
+@pytest.mark.parametrize("name,dtype,backend", cases(
+    [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in ("maximum", "minimum", "atan2")
+     for d in (i64, i32, b8)], _tensor_only_bug))
+def test_binary_scalar_of_higher_category_tensor_only_ops(name, dtype, backend):
+    """maximum(int tensor, 1.5) is float32 with the value 1.5 where the tensor is smaller."""
+    x = covering((3, 5), dtype)  # every value in [-7, 7] (or both truth values): truncation shows
+    scalars = (1.5, -1.5) if dtype != b8 else (2, -3)
+
+    def build(fd, t):
+        op = getattr(fd.ops, name)
+        return [op(t, s) for s in scalars] + [op(s, t) for s in scalars]
+
+    def ref(t):
+        return ([scalar_reference(name, t, s, False) for s in scalars]
+                + [scalar_reference(name, t, s, True) for s in scalars])
+
+    run_and_check(build, ref, [x], backend=backend)
+
+
+BUG_SCALAR_FIRST_COMPARISON = (
+    "BUG: fuser/evaluate/aten.py _binary: a Python scalar as the FIRST operand of a comparison "
+    "is made a 0-dim tensor of the other operand's dtype (`compute = b.dtype` for _COMPARE), so "
+    "eq(1.5, int_t) compares with 1 and lt(2, bool_t) with True; eager compares with the "
+    "scalar's value (eq(1.5, int_t) is all False; the ATen path is True where int_t == 1)")
+
+
+def _comparison_bug(name, dtype, backend):
+    return BUG_SCALAR_FIRST_COMPARISON if backend == "aten" else None
+
+
+@pytest.mark.parametrize("name,dtype,backend", cases(
+    [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in sorted(COMPARISONS) for d in (i64, i32, b8)],
+    _comparison_bug))
+def test_comparison_with_scalar_first(name, dtype, backend):
+    x = covering((3, 5), dtype)
+    scalars = (1.5, -1.5) if dtype != b8 else (2, -3)
+    run_and_check(lambda fd, t: [getattr(fd.ops, name)(s, t) for s in scalars],
+                  lambda t: [scalar_reference(name, t, s, True) for s in scalars], [x], backend=backend)
+
+
+@pytest.mark.parametrize("name,backend", cases([pytest.param(n, id=n) for n in sorted(COMPARISONS)]))
+def test_comparison_with_scalar_first_same_category(name, backend):
+    """The scalar-first form with a scalar of the tensor's own category agrees with eager."""
+    x = covering((3, 5), i64)
+    run_and_check(lambda fd, t: [getattr(fd.ops, name)(s, t) for s in (1, -2)],
+                  lambda t: [scalar_reference(name, t, s, True) for s in (1, -2)], [x], backend=backend)
+
+
+# -- scalars defined with fd.define_scalar (bound at execution) ------------------------------
+
+K_DOUBLE_INPUT = ("BUG: fuser/codegen (launcher/kernel, interpreter): a Double scalar input "
+                  "(fd.define_scalar(dtype=DataType.Double)) reaches the kernel as a Python float and "
+                  "the kernel calls `.to(...)` on it: InterpreterError AttributeError: 'float' object "
+                  "has no attribute 'to'; Int scalar inputs work")
+
+
+def _defined_scalar_bug(name, dtype, sdtype, first, backend):
+    return K_DOUBLE_INPUT if backend == "kernel" and sdtype is DataType.Double else None
+
+
+@pytest.mark.parametrize("name,dtype,sdtype,first,backend", cases(
+    [pytest.param(n, d, sd, first, id=f"{n}-{dtype_name(d)}-{sd.name}-{'first' if first else 'second'}")
+     for n in ("add", "sub", "mul", "div", "pow", "lt")
+     for d, sd in ((f32, DataType.Double), (i64, DataType.Double), (i64, DataType.Int),
+                   (bf16, DataType.Double), (i32, DataType.Int))
+     for first in (False, True)], _defined_scalar_bug))
+def test_binary_defined_scalar(name, dtype, sdtype, first, backend):
+    value = 1.75 if sdtype is DataType.Double else 3
+    x = make((3, 5), dtype, nonzero=first and name == "div", positive=first and name == "pow")
+
+    def build(fd, t, s):
+        return getattr(fd.ops, name)(*((s, t) if first else (t, s)))
+
+    fd, (out,) = run(build, [x, value], decl=[None, {"dtype": sdtype}], backend=backend)
+    assert_eager(out, scalar_reference(name, x, value, first))
