@@ -102,15 +102,22 @@ def backend_env(backend: Optional[str]):
             os.environ["FUSER_CPU_KERNELS"] = old
 
 
-def cases(params, known_bug: Optional[Callable[..., Optional[str]]] = None, backends=BACKENDS):
+def cases(params, known_bug: Optional[Callable[..., Optional[str]]] = None, backends=BACKENDS,
+          every_xfail: bool = False):
     """Cross parameter tuples with the backends (backend last). `known_bug(*values, backend)`
-    returns a reason for the combinations that expose a known fuser bug: those become strict
-    xfails, so fixing the bug turns them into failures that ask for the marker's removal."""
-    out = []
+    returns a reason for the combinations that expose a known fuser bug: they become strict
+    xfails, so fixing the bug turns them into failures that ask for the marker's removal.
+    Unless every_xfail, only the first combination per (reason, backend) is kept: the others
+    would fail the same way, and a failing interpreted kernel is slow to report."""
+    out, seen = [], set()
     for p in params:
         values, marks, pid = (p.values, p.marks, p.id) if hasattr(p, "values") else (tuple(p), (), None)
         for b in backends:
             reason = known_bug(*values, b) if known_bug else None
+            if reason and not every_xfail:
+                if (reason, b) in seen:
+                    continue
+                seen.add((reason, b))
             m = list(marks) + ([pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
             out.append(pytest.param(*values, b, marks=m, id=None if pid is None else f"{pid}-{b}"))
     return out

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import InternalError
 
@@ -58,9 +58,10 @@ def _import(path: Path, module_name: str):
     return module
 
 
-def load_kernel(name: str, source: str, target: str) -> Callable:
+def load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str] = ()) -> Callable:
     """The kernel `name` defined by `source`, as a Triton JIT function (cuda) or an
-    interpreted one (interpreter)."""
+    interpreted one (interpreter). Scalar parameters are never specialized on their value
+    (Triton would turn a 1 into a constant, without `.to`)."""
     key = source_key(source, target)
     fn = _memory.get(key)
     if fn is not None:
@@ -85,17 +86,17 @@ def load_kernel(name: str, source: str, target: str) -> Callable:
         raw = getattr(module, name, None)
         if raw is None:
             raise InternalError(f"generated module {path} has no kernel {name}")
-        fn = _wrap(raw, target)
+        fn = _wrap(raw, target, scalar_params)
         _memory[key] = fn
         return fn
 
 
-def _wrap(raw: Callable, target: str):
+def _wrap(raw: Callable, target: str, scalar_params: Sequence[str]):
     import triton
 
     if target == "interpreter":
         return _Interpreted(raw)
-    return triton.jit(raw)
+    return triton.jit(raw, do_not_specialize=list(scalar_params))
 
 
 _interpret_lock = threading.Lock()

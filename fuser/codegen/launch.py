@@ -7,7 +7,7 @@ evaluators, each tensor's map from logical axes to loop axes, the kernel variant
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -36,6 +36,8 @@ class KernelLauncher:
         self.axis_extents = [compile_extent(a.extent) for a in plan.axes.axes]
         self.out_extents = [[compile_extent(e) for e in local_extents(o)] for o in plan.outputs]
         self.variants: dict[tuple, tuple[KernelSource, Any]] = {}
+        # (input shapes and strides, scalar values) -> a ready launch; the hot path of a call
+        self.launches: dict[tuple, "_Launch"] = {}
         self.last_source: str | None = None
         self._lock = threading.Lock()
 
@@ -64,12 +66,26 @@ class KernelLauncher:
                     if self.plan.template is Template.pointwise:
                         variant = "tile"
                     ks = generate(self.plan, layout, params.persistent, target, f"{self.name}_{variant}")
-                    found = (ks, load_kernel(ks.name, ks.source, target))
+                    found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
         self.last_source = found[0].source
         return found
 
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
+        key = (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(scalars.values()))
+        launch = self.launches.get(key)
+        if launch is None:
+            launch = self.prepare(inputs, scalars, values, device)
+            if len(self.launches) > 1024:  # many distinct shapes: start over rather than grow
+                self.launches.clear()
+            self.launches[key] = launch
+        if launch is None:
+            return None
+        self.last_source = launch.source
+        return launch(inputs, device)
+
+    def prepare(self, inputs, scalars, values, device) -> "Optional[_Launch]":
+        """Everything about a launch that depends only on shapes, strides and scalars."""
         outputs = self.allocate_outputs(values, device)
         tensors = list(inputs) + outputs
         extents = [int(f(values)) for f in self.axis_extents]
@@ -97,18 +113,37 @@ class KernelLauncher:
                     for t in tensors)
         target = target_for(device)
         ks, fn = self.kernel(layout, params, int64, target)
-        args = []
-        by_id = {id(v): t for v, t in zip(self.tensors, tensors)}
+        args, slots = [], []
         index = {id(v): k for k, v in enumerate(self.tensors)}
         for spec in ks.args:
             if spec.kind == "tensor":
-                args.append(by_id[id(spec.val)])
+                slots.append((len(args), index[id(spec.val)]))
+                args.append(None)
             elif spec.kind == "stride":
                 args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
             elif spec.kind == "extent":
                 args.append(run_extents[spec.super_axis])
             else:
                 args.append(scalars[id(spec.val)])
-        fn[(params.grid,)](*args, BLOCK0=params.block0, BLOCK1=params.block1, INT64=int64,
-                           num_warps=params.num_warps)
+        out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
+        kwargs = dict(BLOCK0=params.block0, BLOCK1=params.block1, INT64=int64, num_warps=params.num_warps)
+        return _Launch(fn[(params.grid,)], args, slots, out_specs, kwargs, ks.source)
+
+
+class _Launch:
+    """A launch with everything fixed but the tensors: allocate outputs, fill pointers, go."""
+
+    __slots__ = ("launcher", "args", "slots", "out_specs", "kwargs", "source")
+
+    def __init__(self, launcher, args, slots, out_specs, kwargs, source):
+        self.launcher, self.args, self.slots = launcher, args, slots
+        self.out_specs, self.kwargs, self.source = out_specs, kwargs, source
+
+    def __call__(self, inputs: Sequence[torch.Tensor], device) -> list[torch.Tensor]:
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
+        tensors = list(inputs) + outputs
+        args = list(self.args)
+        for pos, k in self.slots:
+            args[pos] = tensors[k]
+        self.launcher(*args, **self.kwargs)
         return outputs

@@ -24,9 +24,9 @@ class BindingTable:
 
     __slots__ = ("values", "sources")
 
-    def __init__(self, values: dict[str, Any], sources: dict[str, str]):
+    def __init__(self, values: dict[str, Any], sources: Mapping[str, str]):
         self.values: Mapping[str, Any] = types.MappingProxyType(values)
-        self.sources: Mapping[str, str] = types.MappingProxyType(sources)
+        self.sources: Mapping[str, str] = sources
 
     def evaluate(self, e: Extent, what: str = "extent") -> Any:
         try:
@@ -178,3 +178,95 @@ def _check_contiguity(tv: TensorView, arg, label: str) -> None:
 
 def local_shape(tv: TensorView, table: BindingTable, with_streams: bool = False) -> tuple[int, ...]:
     return tuple(table.extent(e, f"T{tv.name} extent") for e in local_extents(tv, with_streams))
+
+
+class InputBinder:
+    """`bind_inputs` precompiled for one fusion: its checks and bindings as flat lists, so a call
+    walks no IR and evaluates no sympy. Anything that does not match exactly falls back to
+    `bind_inputs`, which raises the error naming the input (or, if it passes, binds as usual).
+    Where each symbol comes from is fixed by the definition, so the sources are computed once."""
+
+    def __init__(self, fusion: Fusion):
+        self.fusion = fusion
+        inputs = fusion.inputs()
+        self.count = len(inputs)
+        self.scalars: list[tuple[int, str]] = []
+        self.tensors: list[tuple] = []
+        self.checks: list[tuple] = []  # (evaluator, input index, axis, factor)
+        sources: dict[str, str] = {}
+        for i, val in enumerate(inputs):
+            label = input_label(i, val)
+            if isinstance(val, Scalar):
+                self.scalars.append((i, val.expr.name, val.dtype))
+                sources.setdefault(val.expr.name, label)
+                continue
+            axes = []
+            for axis, (d, factor) in enumerate(zip(val.domain.no_reductions(), sharding_factors(val))):
+                f = int(factor) if factor is not None and is_static(factor) else 1
+                e = d.extent
+                if d.is_broadcast and d.expanded_extent is None:
+                    axes.append((axis, None, 1, 1))
+                elif is_symbol(e):
+                    axes.append((axis, e.name, f, None))
+                    sources.setdefault(e.name, f"{label} axis {axis}")
+                elif is_static(e):
+                    axes.append((axis, None, f, int(e)))
+                else:
+                    self.checks.append((compile_extent(e), i, axis, f))
+            self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
+        self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
+        self.sources = sources
+
+    def bind(self, args: Sequence[Any]) -> BindingTable:
+        import torch
+
+        slow = lambda: bind_inputs(self.fusion, args)  # noqa: E731 - the error path
+        if not isinstance(args, (list, tuple)) or len(args) != self.count:
+            return slow()
+        values: dict[str, Any] = {}
+        device = None
+        for i, ndim, dtype, axes, dense in self.tensors:
+            a = args[i]
+            if type(a) is not torch.Tensor or a.dtype != dtype or a.dim() != ndim:
+                return slow()
+            if device is None:
+                device = a.device
+            elif a.device != device:
+                return slow()
+            shape = a.shape
+            for axis, name, factor, static in axes:
+                size = shape[axis] * factor
+                if name is None:
+                    if size != static:
+                        return slow()
+                elif values.setdefault(name, size) != size:
+                    return slow()
+            if dense is None or (dense and not a.is_contiguous()):
+                return slow()  # a layout check the fast path does not do
+        for i, name, dtype in self.scalars:
+            v = args[i]
+            if type(v) not in _SCALAR_TYPES[dtype.category]:
+                return slow()
+            values[name] = v
+        for fn, i, axis, factor in self.checks:
+            if fn(values) != args[i].shape[axis] * factor:
+                return slow()
+        for fa, fb in self.constraints:
+            if fa(values) != fb(values):
+                return slow()
+        return BindingTable(values, self.sources)
+
+
+_SCALAR_TYPES = {0: (bool,), 1: (int,), 2: (int, float), 3: (int, float, complex)}
+
+
+def _dense_declared(tv: TensorView):
+    """True: declared fully contiguous in logical order (is_contiguous() decides); False:
+    nothing declared contiguous (no check); None: a mixed layout (the full check runs)."""
+    dom = tv.domain
+    flags = [c for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction and c is not None]
+    if not any(flags):
+        return False
+    if all(flags) and dom.allocation is None:
+        return True
+    return None

@@ -31,8 +31,7 @@ class EvalContext:
     def scalar(self, s: Scalar) -> Any:
         if s.is_constant:
             return s.value
-        value = self.table.evaluate(s.expr, f"scalar {s!r}")
-        return value
+        return self.table.evaluate(s.expr, "scalar")
 
 
 class Environment:

@@ -14,7 +14,7 @@ import torch
 
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
-from ..evaluate.binding import BindingTable, bind_inputs, tensor_device
+from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..ir import Fusion, Scalar
 from ..schedulers.plan import plan_kernel
@@ -52,10 +52,15 @@ class FusionRuntime:
         else:
             self.segments = segment_fusion(fusion)
         self.launchers: dict[int, KernelLauncher] = {}
+        # per segment, the non-constant scalars its kernel takes, found once
+        self.kernel_scalars: dict[int, list[Scalar]] = {}
         for k, seg in enumerate(self.segments):
             if seg.kind is SegmentKind.kernel:
                 first_out = seg.outputs[0].name if seg.outputs else k
                 self.launchers[id(seg)] = KernelLauncher(seg.params, f"fuser_{_slug(seg)}_T{first_out}")
+                found = {id(v): v for e in seg.exprs for v in e.inputs
+                         if isinstance(v, Scalar) and not v.is_constant}
+                self.kernel_scalars[id(seg)] = list(found.values())
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
@@ -72,17 +77,17 @@ class FusionRuntime:
             if launcher is None:
                 run_exprs(seg.exprs, env)
                 continue
-            scalars = {id(v): ctx.scalar(v) for e in seg.exprs for v in e.inputs
-                       if isinstance(v, Scalar) and not v.is_constant}
+            scalars = {id(v): ctx.scalar(v) for v in self.kernel_scalars[id(seg)]}
             outs = launcher.run([env[v] for v in seg.inputs], scalars, table.values, self.device)
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env)
                 continue
             for o, t in zip(seg.outputs, outs):
                 env[o] = t
-            seg.source = launcher.last_source
-            if "triton" in dump_flags():
-                print(launcher.last_source)
+            if seg.source is not launcher.last_source:
+                seg.source = launcher.last_source
+                if "triton" in dump_flags():
+                    print(launcher.last_source)
         return [env[o] for o in self.fusion.outputs()]
 
     def triton_code(self) -> list[str]:
@@ -98,6 +103,7 @@ class FusionExecutorCache:
         self.fusion = fusion
         self.use_kernels = use_kernels
         self._runtimes: dict[tuple, FusionRuntime] = {}
+        self._binder = InputBinder(fusion)
         self._lock = threading.Lock()
         self.last_runtime: FusionRuntime | None = None
 
@@ -115,7 +121,7 @@ class FusionExecutorCache:
         return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        table = bind_inputs(self.fusion, args)  # validates every input before any work
+        table = self._binder.bind(args)  # validates every input before any work
         key = signature(args)
         runtime = self._runtimes.get(key)
         if runtime is None:

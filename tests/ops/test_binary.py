@@ -113,7 +113,15 @@ def _shape_bug(name, shapes, backend):
     return None
 
 
-@pytest.mark.parametrize("name,shapes,backend", cases(SHAPE_CASES, _shape_bug))
+KERNEL_SHAPES = {"bcast-row-col", "bcast-rank", "size0", "scalar-tensor", "size1-symbolic"}
+
+
+def shape_cases():
+    return (cases(SHAPE_CASES, _shape_bug, backends=("aten",))
+            + cases([p for p in SHAPE_CASES if p.values[1] in KERNEL_SHAPES], _shape_bug, backends=("kernel",)))
+
+
+@pytest.mark.parametrize("name,shapes,backend", shape_cases())
 def test_binary_shapes(name, shapes, backend):
     sa, ka, sb, kb = SHAPES[shapes]
     a, b = operands(name, sa, _natural(name), sb, _natural(name))
@@ -189,17 +197,19 @@ SCALAR_CASES = [pytest.param(n, d, s, first, id=f"{n}-{dtype_name(d)}-{s!r}-{'sc
 
 
 def _scalar_bug(name, dtype, s, first, backend):
-    if backend == "kernel" and name == "pow" and not first:
+    # (integer powers take another lowering and work)
+    if backend == "kernel" and name == "pow" and not first and (dtype.is_floating_point or isinstance(s, float)):
         return K_POW_SCALAR
-    if backend == "kernel" and name == "add" and dtype == b8 and s is True:
-        return K_BOOL_ADD
     return None
 
 
 def scalar_cases():
     aten = cases(SCALAR_CASES, _scalar_bug, backends=("aten",))
-    kernel = cases([p for p in SCALAR_CASES if p.values[1] in (f32, i64, b8)], _scalar_bug,
-                   backends=("kernel",))
+    # the kernel path (interpreter, slow) on a subset: f32 and i64 tensors, -1.5 and 2 after the
+    # tensor, 2 before it
+    subset = [p for p in SCALAR_CASES if p.values[1] in (f32, i64)
+              and ((not p.values[3] and p.values[2] in (-1.5, 2)) or (p.values[3] and p.values[2] == 2))]
+    kernel = cases(subset, _scalar_bug, backends=("kernel",))
     return aten + kernel
 
 
@@ -227,7 +237,7 @@ def _tensor_only_bug(name, dtype, backend):
 
 @pytest.mark.parametrize("name,dtype,backend", cases(
     [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in ("maximum", "minimum", "atan2")
-     for d in (i64, i32, b8)], _tensor_only_bug))
+     for d in (i64, i32, b8)], _tensor_only_bug, every_xfail=True))
 def test_binary_scalar_of_higher_category_tensor_only_ops(name, dtype, backend):
     """maximum(int tensor, 1.5) is float32 with the value 1.5 where the tensor is smaller."""
     x = covering((3, 5), dtype)  # every value in [-7, 7] (or both truth values): truncation shows
@@ -257,7 +267,7 @@ def _comparison_bug(name, dtype, backend):
 
 @pytest.mark.parametrize("name,dtype,backend", cases(
     [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in sorted(COMPARISONS) for d in (i64, i32, b8)],
-    _comparison_bug))
+    _comparison_bug, every_xfail=True))
 def test_comparison_with_scalar_first(name, dtype, backend):
     x = covering((3, 5), dtype)
     scalars = (1.5, -1.5) if dtype != b8 else (2, -3)
@@ -287,7 +297,7 @@ def _defined_scalar_bug(name, dtype, sdtype, first, backend):
 
 @pytest.mark.parametrize("name,dtype,sdtype,first,backend", cases(
     [pytest.param(n, d, sd, first, id=f"{n}-{dtype_name(d)}-{sd.name}-{'first' if first else 'second'}")
-     for n in ("add", "sub", "mul", "div", "pow", "lt")
+     for n in ("sub", "div", "pow", "lt")
      for d, sd in ((f32, DataType.Double), (i64, DataType.Double), (i64, DataType.Int),
                    (bf16, DataType.Double), (i32, DataType.Int))
      for first in (False, True)], _defined_scalar_bug))

@@ -77,8 +77,12 @@ def test_layouts_are_what_they_claim():
     assert not _layout("strided", torch.float32)[0].is_contiguous()
 
 
-@pytest.mark.parametrize("name,layout,backend",
-                         cases([pytest.param(n, lay, id=f"{n}-{lay}") for n in UNARY for lay in LAYOUTS]))
+LAYOUT_CASES = [pytest.param(n, lay, id=f"{n}-{lay}") for n in UNARY for lay in LAYOUTS]
+KERNEL_LAYOUTS = {"size0", "transposed", "strided", "size1-symbolic"}  # the interpreter is slow
+
+
+@pytest.mark.parametrize("name,layout,backend", cases(LAYOUT_CASES, backends=("aten",)) + cases(
+    [p for p in LAYOUT_CASES if p.values[1] in KERNEL_LAYOUTS], backends=("kernel",)))
 def test_unary_layouts(name, layout, backend):
     x, kw = _layout(layout, _natural_dtype(name))
     run_and_check(_op(name), UNARY[name], [x], decl=[kw], backend=backend)
@@ -89,7 +93,8 @@ FP32_MATH = [pytest.param(name, dt, id=f"{name}-{dtype_name(dt)}")
              for dt in (torch.bfloat16, torch.float16)]
 
 
-@pytest.mark.parametrize("name,dtype,backend", cases(FP32_MATH))
+@pytest.mark.parametrize("name,dtype,backend", cases(FP32_MATH, backends=("aten",)) + cases(
+    [p for p in FP32_MATH if p.values[1] == torch.bfloat16], backends=("kernel",)))
 def test_unary_reduced_precision_in_fp32(name, dtype, backend):
     """The canonical bf16/fp16 pattern: cast to Float, compute, cast back."""
     x = make((3, 5), dtype)
