@@ -85,8 +85,15 @@ class _Scope:
 
 
 class KernelWriter:
-    def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str):
+    def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
+                 split: Optional[str] = None):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
+        # split outer reductions run in two kernels: "partial" reduces one chunk of rows into a
+        # workspace row per chunk, "combine" reduces the workspace rows and finishes the group
+        self.split = split
+        self.workspaces: list[tuple[Expr, str]] = [
+            (e, part) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))
+            for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))] if split else []
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
         self.red = plan.red_dim
@@ -127,6 +134,11 @@ class KernelWriter:
                     self.add_param(f"T{v.name}_stride{j}", ArgSpec("stride", v, j))
         for j in range(len(self.layout.super_axes)):
             self.add_param(f"X{j}", ArgSpec("extent", super_axis=j))
+        for k in range(len(self.workspaces)):
+            self.add_param(f"W{k}_ptr", ArgSpec("workspace", super_axis=k))
+        if self.split:
+            self.add_param("S", ArgSpec("split_count"))
+            self.add_param("CHUNK", ArgSpec("split_chunk"))
         for e in self.plan.exprs:
             for v in e.inputs:
                 if isinstance(v, Scalar) and not v.is_constant and id(v) not in self.scalar_args:
@@ -140,7 +152,7 @@ class KernelWriter:
         """Index vector of tile dim `dim` from `start`, its mask, and per-super-axis indices."""
         block = f"BLOCK{dim}"
         shape = "[:, None]" if dim == 0 else "[None, :]"
-        n = "R" if dim == 0 else "C"
+        n = self.limit(dim)
         var = "r" if dim == 0 else "c"
         scope.lines.append(f"{var} = {start} + tl.arange(0, {block}){shape}")
         scope.lines.append(f"{var}_mask = {var} < {n}")
@@ -352,6 +364,13 @@ class KernelWriter:
             code = f"tl.reduce({masked}, {rd}, {self.combine(e.kind)}, keep_dims=True)"
         self.bind(scope, e.out, code)
 
+    def limit(self, dim: int) -> str:
+        if dim == self.red and self.split == "partial":
+            return "r_hi"
+        if dim == self.red and self.split == "combine":
+            return "S"
+        return "R" if dim == 0 else "C"
+
     def loop_scope(self) -> _Scope:
         scope = _Scope(parent=self.program_scope)
         start = f"{'r' if self.red == 0 else 'c'}_start"
@@ -359,10 +378,10 @@ class KernelWriter:
         return scope
 
     def close_loop(self, scope: _Scope) -> None:
-        n = self.reduced_count()
+        lo = "r_lo" if self.split == "partial" else "0"
         block = f"BLOCK{self.red}"
         var = f"{'r' if self.red == 0 else 'c'}_start"
-        self.program_scope.lines.append(f"for {var} in range(0, {n}, {block}):")
+        self.program_scope.lines.append(f"for {var} in range({lo}, {self.limit(self.red)}, {block}):")
         self.program_scope.lines += ["    " + line for line in scope.lines]
 
     def emit_reduction_loop(self, e: Expr) -> None:
@@ -371,11 +390,21 @@ class KernelWriter:
         shape = "[BLOCK0, BLOCK1]"
         body = self.loop_scope()
         m = self.full_mask()
+        ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
+        partial = f"W{{}}_ptr + r * C + c"  # workspace row r (a chunk), column c
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"
             for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
                 ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
+            if self.split == "combine":
+                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0)" for p in ("mean", "m2", "n")]
+                body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
+                                  f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
+                self.close_loop(body)
+                self.helpers_used = True
+                self.finish_var_mean(e, acc)
+                return
             x = self.operand(body, e.inp, e.inp.dtype)
             body.lines += [
                 f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
@@ -386,18 +415,16 @@ class KernelWriter:
             ]
             self.close_loop(body)
             self.helpers_used = True
-            n = self.reduced_count()
-            ps.lines.append(f"T{mean.name}, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
-                            f"{rd}, _welford_combine, keep_dims=True)")
-            ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({n} - {e.correction}, 0).to(tl.float32)")
-            ps.names[id(mean)] = f"T{mean.name}"
-            ps.names[id(var)] = f"T{var.name}"
+            self.finish_var_mean(e, acc)
             return
         dt = e.out.dtype
         acc = f"acc{e.out.name}"
         ident = self.identity(e.kind, dt)
         ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
-        x = self.operand(body, e.inp, dt)
+        if self.split == "combine":
+            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident})"
+        else:
+            x = self.operand(body, e.inp, dt)
         masked = f"tl.where({m}, {x}, {ident})"
         if e.kind is ReductionOpType.sum:
             body.lines.append(f"{acc} = {acc} + {masked}")
@@ -407,7 +434,27 @@ class KernelWriter:
             body.lines.append(f"{acc} = {fn}({acc}, {masked})")
             final = f"tl.reduce({acc}, {rd}, {fn}, keep_dims=True)"
         self.close_loop(body)
-        self.bind(ps, e.out, final)
+        if self.split == "partial":
+            self.store_partial(ws["acc"], final)
+        else:
+            self.bind(ps, e.out, final)
+
+    def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:
+        ps, var, mean = self.program_scope, *e.outputs
+        ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
+                        f"{self.red}, _welford_combine, keep_dims=True)")
+        if self.split == "partial":
+            ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
+            for part in ("mean", "m2", "n"):
+                self.store_partial(ws[part], f"{acc}_{part}r")
+            return
+        ps.lines.append(f"T{mean.name} = {acc}_meanr")
+        ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({acc}_nr - {e.correction}, 0.0)")
+        ps.names[id(mean)] = f"T{mean.name}"
+        ps.names[id(var)] = f"T{var.name}"
+
+    def store_partial(self, k: int, value: str) -> None:
+        self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
 
     # -- stores and assembly ----------------------------------------------------------------
 
@@ -443,6 +490,14 @@ class KernelWriter:
             ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
             self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
             self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
+        elif self.split == "partial":
+            ps.lines += ["blocks1 = tl.cdiv(C, BLOCK1)", "pid1 = pid % blocks1", "chunk = pid // blocks1",
+                         "r_lo = chunk * CHUNK", "r_hi = tl.minimum(r_lo + CHUNK, R)"]
+            self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
+            for e in self.plan.exprs:
+                if isinstance(e, (ReductionOp, VarMeanOp)):
+                    self.emit_reduction_loop(e)
+            return KernelSource(self.name, self.assemble(), self.args, list(self.params), False)
         else:
             keep = 1 - self.red
             ps.lines.append(f"pid{keep} = pid")
@@ -469,7 +524,8 @@ class KernelWriter:
         header = ["# Generated by fuser. Segment IR:"]
         for e in self.plan.exprs:
             header += ["#   " + line for line in format_expr(e).splitlines()]
-        header.append(f"# Plan: {self.plan.describe()}, {'persistent' if self.persistent else 'looped'}")
+        variant = f"split ({self.split})" if self.split else ("persistent" if self.persistent else "looped")
+        header.append(f"# Plan: {self.plan.describe()}, {variant}")
         for j, run in enumerate(self.layout.super_axes):
             ext = " * ".join(str(self.axes.axes[a].extent) for a in run)
             header.append(f"# X{j} = {ext}")
@@ -495,8 +551,32 @@ def _mul(a, b):
 '''
 
 
-def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str) -> KernelSource:
-    return KernelWriter(plan, layout, persistent, target, name).write()
+def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
+             split: Optional[str] = None) -> KernelSource:
+    return KernelWriter(plan, layout, persistent, target, name, split).write()
+
+
+def splittable(plan: KernelPlan) -> bool:
+    """An outer reduction can be split over chunks of rows when every reduction reads only
+    values computed before any reduction, and no output varies along the reduced rows."""
+    if plan.template is not Template.outer_reduction:
+        return False
+    reduced = set(plan.dim0)
+    if any(reduced & plan.axes.spans(o) for o in plan.outputs):
+        return False
+    producer = {id(o): e for e in plan.exprs for o in e.outputs}
+    reductions = [e for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+
+    def depends_on_reduction(v, seen) -> bool:
+        e = producer.get(id(v))
+        if e is None or id(e) in seen:
+            return False
+        seen.add(id(e))
+        if isinstance(e, (ReductionOp, VarMeanOp)):
+            return True
+        return any(depends_on_reduction(i, seen) for i in e.inputs)
+
+    return not any(depends_on_reduction(e.inp, set()) for e in reductions)
 
 
 def can_emit(e: Expr, target: str) -> bool:

@@ -6,6 +6,7 @@ evaluators, each tensor's map from logical axes to loop axes, the kernel variant
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Optional, Sequence
 
@@ -14,10 +15,10 @@ import torch
 from ..ir import TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import LaunchParams, choose
+from ..schedulers.heuristics import choose, next_pow2, split_count
 from ..schedulers.plan import KernelPlan, Template
 from .compile import load_kernel
-from .kernel import KernelSource, generate
+from .kernel import KernelSource, generate, splittable
 from .layout import Layout, make_layout, run_stride
 
 _INT32_LIMIT = 2**31
@@ -55,20 +56,20 @@ class KernelLauncher:
             out.append(s)
         return out
 
-    def kernel(self, layout: Layout, params: LaunchParams, int64: bool, target: str):
-        key = (layout, params.persistent, target)
+    def kernel(self, layout: Layout, variant: str, target: str):
+        """The kernel for (layout, variant, target), generated and compiled on first use.
+        Variants: tile (pointwise), persistent, looped, partial and combine (split)."""
+        key = (layout, variant, target)
         found = self.variants.get(key)
         if found is None:
             with self._lock:
                 found = self.variants.get(key)
                 if found is None:
-                    variant = "persistent" if params.persistent else "looped"
-                    if self.plan.template is Template.pointwise:
-                        variant = "tile"
-                    ks = generate(self.plan, layout, params.persistent, target, f"{self.name}_{variant}")
+                    split = variant if variant in ("partial", "combine") else None
+                    ks = generate(self.plan, layout, variant == "persistent", target,
+                                  f"{self.name}_{variant}", split)
                     found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
-        self.last_source = found[0].source
         return found
 
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
@@ -95,55 +96,80 @@ class KernelLauncher:
         plan = self.plan
         layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise)
         runs = layout.super_axes
-        run_extents = []
-        for run in runs:
-            n = 1
-            for a in run:
-                n *= extents[a]
-            run_extents.append(n)
-        rows = 1
-        for run, n in zip(runs, run_extents):
-            if run in layout.dim0:
-                rows *= n
-        cols = 1
-        for n in run_extents[len(layout.dim0):]:
-            cols *= n
+        run_extents = [math.prod(extents[a] for a in run) for run in runs]
+        rows = math.prod(run_extents[:len(layout.dim0)])
+        cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
-        ks, fn = self.kernel(layout, params, int64, target)
-        args, slots = [], []
+        chunks, chunk_rows = (split_count(params, rows, _processors(device)) if splittable(plan) else 1), rows
+        if chunks > 1:
+            chunk_rows = -(-(-(-rows // chunks)) // params.block0) * params.block0
+            chunks = -(-rows // chunk_rows)
+        variants = (["partial", "combine"] if chunks > 1 else
+                    ["tile" if plan.template is Template.pointwise else
+                     "persistent" if params.persistent else "looped"])
         index = {id(v): k for k, v in enumerate(self.tensors)}
-        for spec in ks.args:
-            if spec.kind == "tensor":
-                slots.append((len(args), index[id(spec.val)]))
-                args.append(None)
-            elif spec.kind == "stride":
-                args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
-            elif spec.kind == "extent":
-                args.append(run_extents[spec.super_axis])
-            else:
-                args.append(scalars[id(spec.val)])
+        n_tensors = len(self.tensors)
+        steps, source = [], []
+        for variant in variants:
+            ks, fn = self.kernel(layout, variant, target)
+            source.append(ks.source)
+            n_work = sum(a.kind == "workspace" for a in ks.args)
+            args, slots = [], []
+            for spec in ks.args:
+                if spec.kind == "tensor":
+                    slots.append((len(args), index[id(spec.val)]))
+                    args.append(None)
+                elif spec.kind == "workspace":
+                    slots.append((len(args), n_tensors + spec.super_axis))
+                    args.append(None)
+                elif spec.kind == "stride":
+                    args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
+                elif spec.kind == "extent":
+                    args.append(run_extents[spec.super_axis])
+                elif spec.kind == "split_count":
+                    args.append(chunks)
+                elif spec.kind == "split_chunk":
+                    args.append(chunk_rows)
+                else:
+                    args.append(scalars[id(spec.val)])
+            block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
+            grid = params.grid * (chunks if variant == "partial" else 1)
+            kwargs = dict(BLOCK0=block0, BLOCK1=params.block1, INT64=int64, num_warps=params.num_warps)
+            steps.append((fn[(grid,)], args, slots, kwargs))
         out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
-        kwargs = dict(BLOCK0=params.block0, BLOCK1=params.block1, INT64=int64, num_warps=params.num_warps)
-        return _Launch(fn[(params.grid,)], args, slots, out_specs, kwargs, ks.source)
+        work_specs = [((chunks, cols), torch.float32)] * n_work
+        return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
+
+
+def _processors(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return INTERPRETER_PROCESSORS
+
+
+# the interpreter has no processors to fill; tests raise this to exercise split reductions
+INTERPRETER_PROCESSORS = 0
 
 
 class _Launch:
-    """A launch with everything fixed but the tensors: allocate outputs, fill pointers, go."""
+    """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
+    the pointers, run each step (one kernel, or two for a split reduction)."""
 
-    __slots__ = ("launcher", "args", "slots", "out_specs", "kwargs", "source")
+    __slots__ = ("steps", "out_specs", "work_specs", "source")
 
-    def __init__(self, launcher, args, slots, out_specs, kwargs, source):
-        self.launcher, self.args, self.slots = launcher, args, slots
-        self.out_specs, self.kwargs, self.source = out_specs, kwargs, source
+    def __init__(self, steps, out_specs, work_specs, source):
+        self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
 
     def __call__(self, inputs: Sequence[torch.Tensor], device) -> list[torch.Tensor]:
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
         tensors = list(inputs) + outputs
-        args = list(self.args)
-        for pos, k in self.slots:
-            args[pos] = tensors[k]
-        self.launcher(*args, **self.kwargs)
+        tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        for launcher, template, slots, kwargs in self.steps:
+            args = list(template)
+            for pos, k in slots:
+                args[pos] = tensors[k]
+            launcher(*args, **kwargs)
         return outputs

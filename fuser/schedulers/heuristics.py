@@ -45,3 +45,12 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
     b1 = min(next_pow2(cols), 64)
     b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
     return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))
+
+
+def split_count(params: LaunchParams, rows: int, processors: int) -> int:
+    """Chunks of rows for a split outer reduction: enough programs for two per processor, each
+    chunk at least one block of rows (1: no split)."""
+    if params.grid >= 2 * processors or processors == 0:
+        return 1
+    wanted = -(-2 * processors // params.grid)
+    return max(1, min(wanted, rows // params.block0))

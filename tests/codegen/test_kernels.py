@@ -227,3 +227,32 @@ def test_aten_option_on_cpu(monkeypatch):
     (out,) = fd.execute([x])
     close(out, torch.softmax(x, -1))
     assert kinds(fd) == ["evaluator"]
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "var_mean"])
+def test_split_outer_reduction(monkeypatch, device, op):
+    # few columns: the rows are reduced in chunks by one kernel, the chunks by a second
+    from fuser.codegen import launch
+
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        if op == "var_mean":
+            var, mean = fd.ops.var_mean(xf, [0], 1)
+            fd.add_output(var)
+            fd.add_output(fd.ops.cast(mean, DataType.BFloat16))
+        else:
+            fd.add_output(getattr(fd.ops, op)(xf, [0]))
+    x = torch.randn(3000, 5, dtype=torch.bfloat16, device=device)
+    outs = fd.execute([x])
+    if op == "var_mean":
+        var, mean = torch.var_mean(x.float(), 0, correction=1)
+        torch.testing.assert_close(outs[0], var, rtol=1e-4, atol=1e-4)
+        close(outs[1], mean.bfloat16())
+    else:
+        ref = x.float().sum(0) if op == "sum" else x.float().amax(0)
+        torch.testing.assert_close(outs[0], ref, rtol=1e-4, atol=1e-3)
+    code = fd.last_triton_code()
+    if device.type == "cpu":
+        assert "split (partial)" in code and "split (combine)" in code

@@ -1,0 +1,160 @@
+"""Bad inputs: each raises the right FusionInputError naming the input index with expected and
+actual values, before any work, on a fresh definition and on one that already ran (a cached
+runtime and a precompiled binder); the same definition still runs correctly afterwards."""
+import re
+
+import pytest
+import torch
+
+import fuser
+from fuser import DataType, FusionDefinition
+from fuser.evaluate import bind_inputs
+from tests.helpers import assert_eager, make
+
+
+def add_fd():
+    """out = a + b * s with a: [i0, i1], b: [i0, 5] (one extent shared), s an Int."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1, 5], contiguity=True)
+        s = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(a, fd.ops.mul(b, s)))
+    return fd
+
+
+def good():
+    return [make((3, 5)), make((3, 5)), 3]
+
+
+def check_still_works(fd):
+    a, b, s = good()
+    assert_eager(fd.execute([a, b, s])[0], a + b * s)
+
+
+BAD = [  # (id, make the bad argument list, error class, regexes the message must match)
+    ("too-few", lambda: good()[:2], fuser.FusionInputError, [r"3 inputs", r"got 2"]),
+    ("too-many", lambda: good() + [1], fuser.FusionInputError, [r"3 inputs", r"got 4"]),
+    ("not-a-list", lambda: make((3, 5)), fuser.FusionInputError, [r"list", r"Tensor"]),
+    ("non-tensor", lambda: [make((3, 5)), 3.0, 3], fuser.FusionInputError,
+     [r"input 1\b", r"expected a tensor", r"float"]),
+    ("nested-list", lambda: [make((3, 5)), [[1.0] * 5] * 3, 3], fuser.FusionInputError,
+     [r"input 1\b", r"expected a tensor", r"list"]),
+    ("wrong-rank", lambda: [make((3, 5)), make((3, 5, 1)), 3], fuser.FusionInputError,
+     [r"input 1\b", r"2-D", r"3-D"]),
+    ("wrong-rank-0dim", lambda: [make(()), make((3, 5)), 3], fuser.FusionInputError,
+     [r"input 0\b", r"2-D", r"0-D"]),
+    ("wrong-dtype", lambda: [make((3, 5)), make((3, 5), torch.float64), 3], fuser.FusionInputError,
+     [r"input 1\b", r"float32", r"float64"]),
+    ("wrong-dtype-bf16", lambda: [make((3, 5), torch.bfloat16), make((3, 5)), 3], fuser.FusionInputError,
+     [r"input 0\b", r"float32", r"bfloat16"]),
+    ("static-extent", lambda: [make((3, 4)), make((3, 4)), 3], fuser.FusionInputError,
+     [r"input 1\b", r"axis 1", r"\b4\b", r"\b5\b"]),
+    ("extent-conflict", lambda: [make((3, 5)), make((4, 5)), 3], fuser.ExtentConflictError,
+     [r"\bi0\b", r"\b3\b", r"\b4\b", r"input 0\b", r"input 1\b"]),
+    ("extent-conflict-inner", lambda: [make((3, 7)), make((3, 5)), 3], fuser.ExtentConflictError,
+     [r"\bi1\b", r"\b7\b", r"\b5\b", r"input 0\b", r"input 1\b"]),
+    ("meta-device", lambda: [make((3, 5)), torch.empty(3, 5, device="meta"), 3], fuser.FusionInputError,
+     [r"input 1\b", r"meta", r"cpu"]),
+    ("not-contiguous", lambda: [make((3, 5)), make((5, 3)).t(), 3], fuser.FusionInputError,
+     [r"input 1\b", r"contiguous", r"stride 1", r"got 3"]),
+    ("strided-slice", lambda: [make((3, 10))[:, ::2], make((3, 5)), 3], fuser.FusionInputError,
+     [r"input 0\b", r"contiguous", r"got 2"]),
+    ("scalar-type", lambda: [make((3, 5)), make((3, 5)), "x"], fuser.FusionInputError,
+     [r"input 2\b", r"Int", r"str"]),
+    ("tensor-for-scalar", lambda: [make((3, 5)), make((3, 5)), make((3,))], fuser.FusionInputError,
+     [r"input 2\b", r"Int", r"Tensor"]),
+]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "after-a-run"])
+@pytest.mark.parametrize("bad,error,patterns", [pytest.param(*b[1:], id=b[0]) for b in BAD])
+def test_bad_input(bad, error, patterns, warm):
+    fd = add_fd()
+    if warm:
+        check_still_works(fd)
+    with pytest.raises(error) as info:
+        fd.execute(bad())
+    for p in patterns:
+        assert re.search(p, str(info.value)), f"{p!r} not in: {info.value}"
+    check_still_works(fd)
+
+
+def test_extent_conflict_is_an_input_error():
+    assert issubclass(fuser.ExtentConflictError, fuser.FusionInputError)
+    assert issubclass(fuser.FusionInputError, fuser.FuserError)
+
+
+def test_bad_input_raises_from_bind_inputs_too():
+    fd = add_fd()
+    with pytest.raises(fuser.ExtentConflictError, match="i0"):
+        bind_inputs(fd.fusion, [make((3, 5)), make((4, 5)), 3])
+
+
+def test_broadcast_declared_dim_must_be_size_1():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([1, -1], contiguity=True)
+        fd.add_output(fd.ops.exp(a))
+    with pytest.raises(fuser.FusionInputError, match=r"input 0.*axis 0.*broadcast.*size 3"):
+        fd.execute([make((3, 5))])
+    t = make((1, 5))
+    assert_eager(fd.execute([t])[0], t.exp())
+
+
+def test_conflict_with_derived_extent_names_both_inputs():
+    """b's extent is i0 * i1 (a reshaped, then added to b): a wrong b names a's symbols."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1], contiguity=True)
+        fd.add_output(fd.ops.add(fd.ops.reshape(a, [-1]), b))
+    x, y = make((3, 4)), make((12,))
+    assert_eager(fd.execute([x, y])[0], x.reshape(-1) + y)
+    with pytest.raises(fuser.ExtentConflictError) as info:
+        fd.execute([x, make((11,))])
+    msg = str(info.value)
+    for p in (r"input 1\b", r"\b11\b", r"\b12\b", r"input 0\b", r"i0 \* i1"):
+        assert re.search(p, msg), f"{p!r} not in: {msg}"
+
+
+def test_conflict_between_two_derived_extents():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.add(fd.ops.reshape(a, [-1]), fd.ops.reshape(b, [-1])))
+    x, y = make((3, 4)), make((2, 6))
+    assert_eager(fd.execute([x, y])[0], x.reshape(-1) + y.reshape(-1))
+    with pytest.raises(fuser.ExtentConflictError) as info:
+        fd.execute([x, make((2, 5))])
+    msg = str(info.value)
+    for p in (r"\b12\b", r"\b10\b", r"input 0\b", r"input 1\b"):
+        assert re.search(p, msg), f"{p!r} not in: {msg}"
+
+
+def test_size1_given_for_symbolic_extent_shared_with_a_larger_one():
+    """-1 is a non-broadcast extent: a size-1 tensor against a size-3 one is a conflict (as in
+    nvFuser), not an implicit broadcast."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.mul(a, b))
+    with pytest.raises(fuser.ExtentConflictError, match=r"i0.*\b3\b.*\b1\b"):
+        fd.execute([make((3, 5)), make((1, 5))])
+
+
+def test_binding_table_is_immutable_values():
+    fd = add_fd()
+    table = bind_inputs(fd.fusion, good())
+    assert sorted(table.values.values()) == [3, 3, 5]  # i0, i1 and the scalar
+    with pytest.raises(TypeError):
+        table.values["i0"] = 7
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: fuser/evaluate/binding.py BindingTable.__init__ stores `sources` as the given dict (no "
+    "MappingProxyType since the 'lean call path' change), and InputBinder passes one dict shared "
+    "by every execution: table.sources['i0'] = ... succeeds and changes what later executions "
+    "report (invariant 2: one immutable table per execution)"))
+def test_binding_table_is_immutable_sources():
+    fd = add_fd()
+    table = bind_inputs(fd.fusion, good())
+    with pytest.raises(TypeError):
+        table.sources["i0"] = "somewhere else"

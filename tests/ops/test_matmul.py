@@ -1,0 +1,109 @@
+"""linear, matmul and sdpfa_fwd against eager PyTorch (these run through ATen evaluator
+segments on either backend)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuser
+from fuser import DataType, FusionDefinition
+from tests.helpers import cases, make, run_and_check
+
+f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
+
+LINEARS = [  # (id, input shape, weight shape, bias shape or None, dtype)
+    ("2d", (3, 4), (5, 4), None, f32),
+    ("bias", (3, 4), (5, 4), (5,), f32),
+    ("3d-input", (2, 3, 4), (5, 4), (5,), f32),
+    ("1d-weight", (3, 4), (4,), None, f32),
+    ("bf16", (3, 8), (2, 8), (2,), bf16),
+    ("f16", (2, 3, 8), (5, 8), None, f16),
+    ("size1-rows", (1, 4), (5, 4), None, f32),
+]
+
+
+@pytest.mark.parametrize("sx,sw,sb,dtype,backend", cases([pytest.param(*c[1:], id=c[0]) for c in LINEARS]))
+def test_linear(sx, sw, sb, dtype, backend):
+    ins = [make(sx, dtype), make(sw, dtype)] + ([make(sb, dtype)] if sb else [])
+    decl = [{"size1_broadcast": False}] * len(ins)
+    run_and_check(lambda fd, *ts: fd.ops.linear(*ts), F.linear, ins, decl=decl, backend=backend)
+
+
+MATMULS = [  # (id, a shape, b shape, b transposed in memory)
+    ("mm", (3, 4), (4, 5), False),
+    ("mm-b-transposed", (3, 4), (4, 5), True),
+    ("batched-by-2d", (2, 3, 4), (4, 5), False),
+    ("bmm", (2, 3, 4), (2, 4, 5), False),
+    ("bcast-batch", (2, 3, 4), (1, 4, 5), False),
+    ("mv", (3, 4), (4,), False),
+    ("vm", (4,), (4, 5), False),
+    ("vv", (4,), (4,), False),
+]
+
+
+@pytest.mark.parametrize("sa,sb,transposed,backend", cases([pytest.param(*c[1:], id=c[0]) for c in MATMULS]))
+def test_matmul(sa, sb, transposed, backend):
+    a = make(sa)
+    b = make(sb[::-1]).t() if transposed else make(sb)
+    decl = [None, {"stride_order": [0, 1]} if transposed else None]
+    run_and_check(lambda fd, x, y: fd.ops.matmul(x, y), torch.matmul, [a, b], decl=decl, backend=backend)
+
+
+@pytest.mark.parametrize("dtype,backend", cases([(bf16,), (f16,)]))
+def test_matmul_reduced_precision(dtype, backend):
+    a, b = make((3, 8), dtype), make((8, 5), dtype)
+    run_and_check(lambda fd, x, y: fd.ops.matmul(x, y), torch.matmul, [a, b], backend=backend)
+
+
+def test_matmul_contraction_mismatch_is_an_input_error():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.matmul(a, b))
+    with pytest.raises(fuser.ExtentConflictError, match="input 0.*input 1|input 1.*input 0"):
+        fd.execute([make((3, 4)), make((5, 6))])
+    assert fd.execute([make((3, 4)), make((4, 6))])[0].shape == (3, 6)
+
+
+def test_matmul_of_int_tensors_is_a_definition_error():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Int)
+        with pytest.raises(fuser.FusionDefinitionError):
+            fd.ops.matmul(a, a)
+        fd.add_output(a)
+
+
+def _sdpa_ref(q, k, v, is_causal=False, scale=None):
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = q.float() @ k.float().transpose(-2, -1) * s
+    if is_causal:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+    return [out, torch.logsumexp(scores, -1)]
+
+
+SDPAS = [  # (id, q shape, kv length, v head size, is_causal, scale, dtype)
+    ("basic", (2, 3, 5, 4), 6, 7, False, None, f32),
+    ("causal", (1, 2, 5, 4), 5, 4, True, None, f32),
+    ("scale", (2, 3, 5, 4), 6, 4, False, 0.3, f32),
+    ("bf16", (1, 2, 3, 8), 4, 8, False, None, bf16),
+    ("f16-causal", (1, 1, 4, 8), 4, 8, True, None, f16),
+]
+
+
+@pytest.mark.parametrize("qs,s,ev,causal,scale,dtype,backend", cases([pytest.param(*c[1:], id=c[0]) for c in SDPAS]))
+def test_sdpfa_fwd(qs, s, ev, causal, scale, dtype, backend):
+    n, h, l, e = qs
+    q, k, v = make(qs, dtype), make((n, h, s, e), dtype), make((n, h, s, ev), dtype)
+    decl = [{"size1_broadcast": False}] * 3
+
+    def build(fd, a, b, c):
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(a, b, c, 0.0, causal, scale)
+        return [out, lse]
+
+    fd, outs = run_and_check(build, lambda a, b, c: _sdpa_ref(a, b, c, causal, scale), [q, k, v], decl=decl,
+                             backend=backend, rtol=2e-2 if dtype != f32 else 1e-5,
+                             atol=2e-2 if dtype != f32 else 1e-5)
+    assert fd.fusion.outputs()[1].dtype is DataType.Float  # log-sum-exp is fp32 whatever the inputs
