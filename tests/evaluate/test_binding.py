@@ -13,7 +13,8 @@ from tests.helpers import assert_eager, make
 
 
 def add_fd():
-    """out = a + b * s with a: [i0, i1], b: [i0, 5] (one extent shared), s an Int."""
+    """out = a + b * s with a: [-1, -1], b: [-1, 5], s an Int. The add makes a's extents i0 and
+    5 (unified with b's), so b's first axis is a's i0."""
     with FusionDefinition() as fd:
         a = fd.define_tensor([-1, -1], contiguity=True)
         b = fd.define_tensor([-1, 5], contiguity=True)
@@ -48,11 +49,11 @@ BAD = [  # (id, make the bad argument list, error class, regexes the message mus
     ("wrong-dtype-bf16", lambda: [make((3, 5), torch.bfloat16), make((3, 5)), 3], fuser.FusionInputError,
      [r"input 0\b", r"float32", r"bfloat16"]),
     ("static-extent", lambda: [make((3, 4)), make((3, 4)), 3], fuser.FusionInputError,
-     [r"input 1\b", r"axis 1", r"\b4\b", r"\b5\b"]),
+     [r"input 0\b", r"axis 1", r"size 4", r"declares 5"]),
+    ("static-extent-second", lambda: [make((3, 5)), make((3, 6)), 3], fuser.FusionInputError,
+     [r"input 1\b", r"axis 1", r"size 6", r"declares 5"]),
     ("extent-conflict", lambda: [make((3, 5)), make((4, 5)), 3], fuser.ExtentConflictError,
      [r"\bi0\b", r"\b3\b", r"\b4\b", r"input 0\b", r"input 1\b"]),
-    ("extent-conflict-inner", lambda: [make((3, 7)), make((3, 5)), 3], fuser.ExtentConflictError,
-     [r"\bi1\b", r"\b7\b", r"\b5\b", r"input 0\b", r"input 1\b"]),
     ("meta-device", lambda: [make((3, 5)), torch.empty(3, 5, device="meta"), 3], fuser.FusionInputError,
      [r"input 1\b", r"meta", r"cpu"]),
     ("not-contiguous", lambda: [make((3, 5)), make((5, 3)).t(), 3], fuser.FusionInputError,
@@ -77,6 +78,28 @@ def test_bad_input(bad, error, patterns, warm):
     for p in patterns:
         assert re.search(p, str(info.value)), f"{p!r} not in: {info.value}"
     check_still_works(fd)
+
+
+@pytest.mark.parametrize("sizes,symbol,first,second", [
+    (((3, 5), (3, 5), (4, 5)), "i0", "input 0", "input 2"),
+    (((3, 5), (3, 6), (3, 5)), "i1", "input 0", "input 1"),
+    (((3, 5), (3, 5), (3, 4)), "i1", "input 0", "input 2"),
+])
+def test_extent_conflict_names_symbol_values_and_inputs(sizes, symbol, first, second):
+    with FusionDefinition() as fd:
+        ts = [fd.define_tensor([-1, -1], contiguity=True) for _ in range(3)]
+        fd.add_output(fd.ops.add(fd.ops.mul(ts[0], ts[1]), ts[2]))
+    args = [make(s) for s in sizes]
+    with pytest.raises(fuser.ExtentConflictError) as info:
+        fd.execute(args)
+    msg = str(info.value)
+    for p in (rf"\b{symbol}\b", rf"{first}\b", rf"{second}\b"):
+        assert re.search(p, msg), f"{p!r} not in: {msg}"
+    axis = 0 if symbol == "i0" else 1
+    for v in {size[axis] for size in sizes}:
+        assert re.search(rf"\b{v}\b", msg), f"value {v} not in: {msg}"
+    good_args = [make((3, 5)) for _ in range(3)]
+    torch.testing.assert_close(fd.execute(good_args)[0], good_args[0] * good_args[1] + good_args[2])
 
 
 def test_extent_conflict_is_an_input_error():
@@ -143,7 +166,7 @@ def test_size1_given_for_symbolic_extent_shared_with_a_larger_one():
 def test_binding_table_is_immutable_values():
     fd = add_fd()
     table = bind_inputs(fd.fusion, good())
-    assert sorted(table.values.values()) == [3, 3, 5]  # i0, i1 and the scalar
+    assert dict(table.values) == {"i0": 3, fd.fusion.inputs()[2].expr.name: 3}  # i0, the scalar
     with pytest.raises(TypeError):
         table.values["i0"] = 7
 
@@ -158,3 +181,88 @@ def test_binding_table_is_immutable_sources():
     table = bind_inputs(fd.fusion, good())
     with pytest.raises(TypeError):
         table.sources["i0"] = "somewhere else"
+
+
+# -- a scalar input whose symbol is also a tensor extent (iota(n) + x unifies n with x's size) --
+
+def iota_plus_fd(scalar_first):
+    with FusionDefinition() as fd:
+        if scalar_first:
+            n = fd.define_scalar(dtype=DataType.Int)
+            x = fd.define_tensor([-1], contiguity=True)
+        else:
+            x = fd.define_tensor([-1], contiguity=True)
+            n = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(fd.ops.iota(n, 0, 1, DataType.Float), x))
+    return fd
+
+
+SCALAR_OVERWRITES = (
+    "BUG: fuser/evaluate/binding.py bind_inputs/_bind_scalar: a scalar input whose symbol was "
+    "unified with an EARLIER tensor input's extent (iota(n) + x) overwrites the tensor's binding "
+    "without a conflict check: with x of size 5 and n = 4, bind_inputs returns BindingTable{i0=4}; "
+    "the ATen path then raises a bare RuntimeError and the kernel path returns a 4-element result. "
+    "Expected: ExtentConflictError naming i0, 5 from input 0 and 4 from input 1 (as happens when "
+    "the scalar comes first)")
+FAST_BINDER_OVERWRITES = (
+    "BUG: fuser/evaluate/binding.py InputBinder.bind (the precompiled binder every "
+    "FusionExecutorCache.execute uses): scalars are bound after all tensors with `values[name] = v`, so a scalar "
+    "that disagrees with a tensor extent it shares a symbol with replaces it silently, whatever "
+    "the input order; execute then fails with a bare RuntimeError (ATen) or returns a wrong-sized "
+    "result (kernel). Expected: ExtentConflictError")
+
+
+def _check_conflict(fd, args, backend):
+    from tests.helpers import backend_env
+
+    with backend_env(backend):
+        with pytest.raises(fuser.ExtentConflictError) as info:
+            fd.execute(args)
+    msg = str(info.value)
+    for p in (r"\bi0\b", r"\b4\b", r"\b5\b", r"input 0\b", r"input 1\b"):
+        assert re.search(p, msg), f"{p!r} not in: {msg}"
+
+
+@pytest.mark.parametrize("scalar_first", [
+    pytest.param(True, id="scalar-first"),
+    pytest.param(False, id="tensor-first", marks=pytest.mark.xfail(strict=True, reason=SCALAR_OVERWRITES)),
+])
+def test_scalar_and_tensor_disagree_when_binding(scalar_first):
+    fd = iota_plus_fd(scalar_first)
+    x = make((5,))
+    args = [4, x] if scalar_first else [x, 4]
+    with pytest.raises(fuser.ExtentConflictError) as info:
+        bind_inputs(fd.fusion, args)
+    for p in (r"\bi0\b", r"\b4\b", r"\b5\b", r"input 0\b", r"input 1\b"):
+        assert re.search(p, str(info.value)), f"{p!r} not in: {info.value}"
+
+
+@pytest.mark.xfail(strict=True, reason=FAST_BINDER_OVERWRITES)
+@pytest.mark.parametrize("scalar_first", [True, False], ids=["scalar-first", "tensor-first"])
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_scalar_and_tensor_disagree_on_execute(scalar_first, backend):
+    from tests.helpers import backend_env
+
+    fd = iota_plus_fd(scalar_first)
+    x = make((5,))
+    args = (lambda n: [n, x]) if scalar_first else (lambda n: [x, n])
+    with backend_env(backend):
+        assert_eager(fd.execute(args(5))[0], torch.arange(5.0) + x)
+    _check_conflict(fd, args(4), backend)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: fuser/ir/fusion.py Fusion.unify/substitute rewrites the expr of a scalar INPUT: in "
+    "iota(n) + reshape(x, [-1]) with x [-1, -1], n's symbol is replaced by ( i0 * i1 ), so the "
+    "input scalar has no symbol to bind and execute raises AttributeError: 'Mul' object has no "
+    "attribute 'name' (not a FuserError). Expected: the result iota(12) + x.reshape(-1), and an "
+    "ExtentConflictError when n != x.numel()"))
+def test_scalar_input_unified_with_a_derived_extent():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        n = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(fd.ops.iota(n, 0, 1, DataType.Float), fd.ops.reshape(x, [-1])))
+    t = make((3, 4))
+    assert_eager(fd.execute([t, 12])[0], torch.arange(12.0) + t.reshape(-1))
+    with pytest.raises(fuser.ExtentConflictError):
+        fd.execute([t, 11])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import fuser
-from fuser import DataType, FusionDefinition, ParallelType
+from fuser import DataType, FusionDefinition
 from tests.helpers import backend_env, make
 
 

@@ -2,7 +2,6 @@
 by 3 onto streams and by 1 onto mesh_x) and on small fusions."""
 import re
 
-import pytest
 import torch
 import torch.nn.functional as F
 

@@ -143,6 +143,29 @@ def test_binary_noncontiguous(name, backend):
                   decl=[{"stride_order": [0, 1]}, {"contiguity": False}], backend=backend)
 
 
+FLOAT_OPS = [n for n in BINARY if eager_accepts(n, f32, f32)]
+
+
+@pytest.mark.parametrize("name,dtype,backend", cases(
+    [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in FLOAT_OPS for d in (bf16, f16)],
+    backends=("aten",)) + cases([pytest.param(n, bf16, id=f"{n}-bfloat16") for n in FLOAT_OPS],
+                                backends=("kernel",)))
+def test_binary_reduced_precision_in_fp32(name, dtype, backend):
+    """bf16/fp16 operands cast to Float, combined, and the result cast back (booleans stay)."""
+    a, b = make((3, 5), dtype), make((1, 5), dtype, nonzero=name in DIVISION)
+    low = DataType.BFloat16 if dtype == bf16 else DataType.Half
+
+    def build(fd, x, y):
+        r = getattr(fd.ops, name)(fd.ops.cast(x, DataType.Float), fd.ops.cast(y, DataType.Float))
+        return r if name in COMPARISONS or name.startswith("logical") else fd.ops.cast(r, low)
+
+    def ref(x, y):
+        r = BINARY[name](x.float(), y.float())
+        return r if r.dtype == torch.bool else r.to(dtype)
+
+    run_and_check(build, ref, [a, b], backend=backend)
+
+
 # -- Python scalars as operands ------------------------------------------------------------
 
 SCALARS = [2, -1.5, True]  # one of each category: int, float (negative), bool
@@ -190,8 +213,9 @@ def _scalar_bug_excluded(name, dtype, s, first):
     return name in TENSOR_ONLY or (first and name in COMPARISONS)
 
 
-SCALAR_CASES = [pytest.param(n, d, s, first, id=f"{n}-{dtype_name(d)}-{s!r}-{'scalar_first' if first else 'tensor_first'}")
-                for n in BINARY for d in (f32, bf16, i64, i32, b8) for s in SCALARS
+SCALAR_CASES = [pytest.param(n, d, s, first,
+                             id=f"{n}-{dtype_name(d)}-{s!r}-{'scalar_first' if first else 'tensor_first'}")
+                for n in BINARY for d in (f32, bf16, i64, b8) for s in SCALARS
                 for first in (False, True)
                 if scalar_combo_ok(n, d, s, first) and not _scalar_bug_excluded(n, d, s, first)]
 
@@ -224,15 +248,25 @@ def test_binary_python_scalar(name, dtype, scalar, first, backend):
 
 
 BUG_TENSOR_ONLY_SCALAR = (
-    "BUG: fuser/evaluate/aten.py _binary: for maximum/minimum/atan2 (ops in _TENSOR_ONLY) a Python "
-    "scalar is wrapped as torch.tensor(v, dtype=<the tensor operand's dtype>), so 1.5 next to an "
-    "int tensor becomes 1 and -3 next to a bool tensor becomes True; eager keeps the scalar's value "
-    "(e.g. maximum(int_t, 1.5) has 1.5 where int_t <= 1; the ATen path gives 1.0)")
+    "BUG: fuser/evaluate/aten.py _binary: for the ops in _TENSOR_ONLY (maximum, minimum, atan2, "
+    "logical_and, logical_or) a Python scalar is wrapped as torch.tensor(v, dtype=<the tensor "
+    "operand's dtype>), so 1.5 next to an int tensor becomes 1, 0.5 becomes 0 and -3 next to a bool "
+    "tensor becomes True; eager keeps the scalar's value (maximum(int_t, 1.5) has 1.5 where "
+    "int_t <= 1, the ATen path 1.0; logical_and(int_t, 0.5) is int_t != 0, the ATen path all False)")
 
 
 def _tensor_only_bug(name, dtype, backend):
     # atan2 has no interpreter lowering, so the kernel path also runs it through ATen
     return BUG_TENSOR_ONLY_SCALAR if backend == "aten" or name == "atan2" else None
+
+
+@pytest.mark.parametrize("name,backend", cases([pytest.param(n, id=n) for n in ("logical_and", "logical_or")],
+                                               lambda n, b: _tensor_only_bug(n, i64, b), every_xfail=True))
+def test_logical_with_fractional_scalar_on_int_tensor(name, backend):
+    x = covering((3, 5), i64)
+    run_and_check(lambda fd, t: [getattr(fd.ops, name)(t, 0.5), getattr(fd.ops, name)(0.5, t)],
+                  lambda t: [scalar_reference(name, t, 0.5, False), scalar_reference(name, t, 0.5, True)],
+                  [x], backend=backend)
 
 
 @pytest.mark.parametrize("name,dtype,backend", cases(

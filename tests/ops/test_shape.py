@@ -155,7 +155,8 @@ SLICES = [  # (id, input shape, start, end, strides or None, eager index)
 ]
 
 
-@pytest.mark.parametrize("shape,start,end,strides,index,backend", cases([pytest.param(*s[1:], id=s[0]) for s in SLICES]))
+@pytest.mark.parametrize("shape,start,end,strides,index,backend",
+                         cases([pytest.param(*s[1:], id=s[0]) for s in SLICES]))
 def test_slice(shape, start, end, strides, index, backend):
     x = make(shape)
     run_and_check(lambda fd, t: fd.ops.slice(t, start, end, strides), lambda t: t[index], [x], backend=backend)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tests.helpers import (ALL_DTYPES, TORCH_TO_DT, cases, dtype_name, make, run_and_check)
+from tests.helpers import ALL_DTYPES, TORCH_TO_DT, cases, dtype_name, make, run_and_check
 
 f32, bf16, f16, i64, i32, b8 = (torch.float32, torch.bfloat16, torch.float16, torch.int64,
                                 torch.int32, torch.bool)
