@@ -31,6 +31,10 @@ _STORAGE = {DataType.Float: "tl.float32", DataType.Half: "tl.float16", DataType.
             DataType.Bool: "tl.int1"}
 
 
+_ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpType.maximum,
+               BinaryOpType.minimum}
+
+
 def compute_type(dt: DataType) -> str:
     if dt not in _COMPUTE:
         raise InternalError(f"no kernel compute type for {dt}")
@@ -204,8 +208,8 @@ class KernelWriter:
         if isinstance(v, Scalar):
             if v.is_constant:
                 return self.literal(v, dtype)
-            name = self.scalar_args[id(v)]
-            return f"{name}.to({compute_type(dtype)})" if dtype.category >= 2 or dtype.is_boolean else name
+            # a [1, 1] block of the compute type: Python floats and Triton scalars alike
+            return f"tl.full([1, 1], {self.scalar_args[id(v)]}, {compute_type(dtype)})"
         code = self.value(scope, v)
         if compute_type(v.dtype) != compute_type(dtype):
             if dtype.is_boolean:
@@ -237,7 +241,8 @@ class KernelWriter:
 
     def emit_load(self, scope: _Scope, tv: TensorView) -> None:
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
-        ptr = f"T{tv.name}_ptr" + ("".join(f" + {o}" for o in offs))
+        # a one-element tensor still loads as a [1, 1] block, like every other value
+        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
         scope.lines.append(f"T{tv.name} = tl.load({ptr}{mask}).to({compute_type(tv.dtype)})")
@@ -298,8 +303,20 @@ class KernelWriter:
             compute = result_type(a, b)
         x, y = self.operand(scope, a, compute), self.operand(scope, b, compute)
         fmt = binary_lowering(e.kind, self.target)
-        self.helpers_used |= fmt.startswith("_")
+        if fmt.startswith("_"):  # helper functions take blocks, not Python literals
+            self.helpers_used = True
+            x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
+        if compute.is_boolean and e.kind in _ARITHMETIC:
+            # bool arithmetic as PyTorch does it: in integers, then nonzero is True
+            x, y = f"{x}.to(tl.int32)", f"{y}.to(tl.int32)"
+            self.bind(scope, e.out, f"({fmt.format(x=x, y=y)} != 0)")
+            return
         self.bind(scope, e.out, fmt.format(x=x, y=y))
+
+    def block_literal(self, v: Val, code: str, dtype: DataType) -> str:
+        if isinstance(v, Scalar) and v.is_constant:
+            return f"tl.full([1, 1], {code}, {compute_type(dtype)})"
+        return code
 
     def emit_ternary(self, scope: _Scope, e: TernaryOp) -> None:
         dt = e.out.dtype

@@ -19,7 +19,7 @@ _COMMON_UNARY = {
     U.abs: "tl.abs({x})", U.neg: "(-{x})", U.exp: "tl.exp({x})", U.exp2: "tl.exp2({x})",
     U.log: "tl.log({x})", U.log2: "tl.log2({x})", U.sqrt: "tl.sqrt({x})", U.rsqrt: "tl.rsqrt({x})",
     U.reciprocal: "(1.0 / {x})", U.sin: "tl.sin({x})", U.cos: "tl.cos({x})",
-    U.sigmoid: "(1.0 / (1.0 + tl.exp(-{x})))", U.relu: "tl.where({x} > 0, {x}, 0)",
+    U.sigmoid: "(1.0 / (1.0 + tl.exp(-{x})))", U.relu: "tl.where({x} < 0, 0, {x})",
     U.silu: "({x} / (1.0 + tl.exp(-{x})))", U.erf: "tl.math.erf({x})",
     U.floor: "tl.floor({x})", U.ceil: "tl.ceil({x})",
     U.sign: "tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0)).to({x}.dtype)",
@@ -74,14 +74,16 @@ def _remainder(a, b):
 @triton.jit
 def _log1p(x):
     u = 1.0 + x
-    return tl.where(u == 1.0, x, tl.log(u) * (x / (u - 1.0)))
+    res = tl.where(u == 1.0, x, tl.log(u) * (x / (u - 1.0)))
+    return tl.where(u == float('inf'), u, res)
 
 
 @triton.jit
 def _expm1(x):
     u = tl.exp(x)
     um1 = u - 1.0
-    return tl.where(u == 1.0, x, tl.where(um1 == -1.0, -1.0, um1 * (x / tl.log(u))))
+    res = tl.where(u == 1.0, x, tl.where(um1 == -1.0, -1.0, um1 * (x / tl.log(u))))
+    return tl.where(u == float('inf'), u, res)
 
 
 @triton.jit

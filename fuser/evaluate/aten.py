@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UnsupportedError
+from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
                   ReductionOpType, ReshapeOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
@@ -34,6 +35,29 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
     if fn is None:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
     return fn(expr, args, ctx)
+
+
+# Rules that write an op's result into a given tensor (a chunk view of a preallocated output,
+# inside a stream loop) instead of allocating one: (expr, args, ctx, dsts) -> outputs.
+INTO_RULES: dict[type, Callable[[Expr, list, Any, list], list]] = {}
+
+
+def evaluate_expr_into(expr: Expr, args: list, ctx, dsts: list) -> list:
+    """`evaluate_expr`, with output k written into `dsts[k]` where that is not None. linear and
+    matmul compute straight into it; other ops compute, then copy. A result whose shape differs
+    from its destination is returned uncopied, for the output check to report against the IR."""
+    fn = INTO_RULES.get(type(expr))
+    if fn is not None:
+        done = fn(expr, args, ctx, dsts)
+        if done is not None:
+            return done
+    out = []
+    for d, v in zip(dsts, evaluate_expr(expr, args, ctx)):
+        if d is None or not isinstance(v, torch.Tensor) or v.shape != d.shape:
+            out.append(v)
+        else:
+            out.append(d.copy_(v))
+    return out
 
 
 def _dt(v):
@@ -76,28 +100,25 @@ _BINARY = {
     _B.logical_or: torch.logical_or, _B.bitwise_and: torch.bitwise_and,
     _B.bitwise_or: torch.bitwise_or, _B.bitwise_xor: torch.bitwise_xor, _B.atan2: torch.atan2,
 }
-# ops whose ATen form needs tensor operands on both sides
-_TENSOR_ONLY = {_B.maximum, _B.minimum, _B.atan2, _B.logical_and, _B.logical_or}
+_LOGICAL = {_B.logical_and, _B.logical_or}
 
 
 @rule(BinaryOp)
 def _binary(e: BinaryOp, args, ctx):
+    """Operands are brought to the op's computation type first (the IR's promotion, which is
+    PyTorch's), so a Python scalar never takes a tensor's narrower type."""
     a, b = args
     out = _dt(e.out)
-    if e.kind in _TENSOR_ONLY:
-        like = a if isinstance(a, torch.Tensor) else b
-        a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=like.dtype, device=like.device)
-                for v in (a, b))
-    if e.kind is _B.sub and isinstance(a, torch.Tensor) and a.dtype == torch.bool:
-        a = a.to(out)
-    if not isinstance(a, torch.Tensor):
-        # torch has no scalar-first form for most ops: use a 0-dim tensor of the result type
-        compute = out if e.kind not in _COMPARE else b.dtype
-        a = torch.tensor(a, dtype=compute, device=b.device)
+    like = a if isinstance(a, torch.Tensor) else b
+    if e.kind in _LOGICAL:
+        a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, device=like.device) for v in (a, b))
+        return [_to(_BINARY[e.kind](a, b), out)]
+    compute = result_type(*e.inputs).to_torch()
+    a, b = (v.to(compute) if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=compute, device=like.device)
+            for v in (a, b))
+    if compute == torch.bool and e.kind in (_B.sub, _B.pow):  # ATen has no bool form of these
+        a, b = a.to(torch.int64), b.to(torch.int64)
     return [_to(_BINARY[e.kind](a, b), out)]
-
-
-_COMPARE = {_B.eq, _B.ne, _B.lt, _B.le, _B.gt, _B.ge}
 
 
 @rule(TernaryOp)
@@ -225,6 +246,19 @@ def _linear(e: LinearOp, args, ctx):
 @rule(MatmulOp)
 def _matmul(e: MatmulOp, args, ctx):
     return [torch.matmul(*args)]
+
+
+def _mm_into(a, b, d):
+    """a @ b straight into `d` when both are matrices and `d` is a dense chunk of that shape."""
+    if (d is None or a.dim() != 2 or b.dim() != 2 or not d.is_contiguous()
+            or d.shape != (a.shape[0], b.shape[1]) or d.dtype != a.dtype):
+        return None
+    return [torch.matmul(a, b, out=d)]
+
+
+INTO_RULES[LinearOp] = lambda e, args, ctx, dsts: (
+    _mm_into(args[0], args[1].t(), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)
+INTO_RULES[MatmulOp] = lambda e, args, ctx, dsts: _mm_into(args[0], args[1], dsts[0])
 
 
 @rule(SdpaFwdOp)

@@ -26,7 +26,8 @@ class BindingTable:
 
     def __init__(self, values: dict[str, Any], sources: Mapping[str, str]):
         self.values: Mapping[str, Any] = types.MappingProxyType(values)
-        self.sources: Mapping[str, str] = sources
+        self.sources: Mapping[str, str] = (sources if isinstance(sources, types.MappingProxyType)
+                                           else types.MappingProxyType(sources))
 
     def evaluate(self, e: Extent, what: str = "extent") -> Any:
         try:
@@ -107,15 +108,19 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
                         f"extent {e.name} has two values in one execution: {prev} from "
                         f"{sources[e.name]} and {size} from {where}")
             else:
-                checks.append((e, size, where))
+                checks.append((e, size, where, None if factor is None else int(factor), f"{label} axis {axis}"))
     table = BindingTable(values, sources)
-    for e, size, where in checks:
+    for e, size, where, shards, axis_label in checks:
         expected = table.extent(e, f"{where}: extent")
         if expected != size:
             cls = FusionInputError if is_static(e) else ExtentConflictError
             detail = f"declares {expected}" if is_static(e) else \
                 f"requires {format_extent(e)} = {expected} (with {table.describe(e)})"
-            raise cls(f"{where}: size {size}, but the definition {detail}")
+            if shards is None:
+                raise cls(f"{where}: size {size}, but the definition {detail}")
+            detail = f"declares the global extent {expected}" if is_static(e) else \
+                f"requires the global extent {format_extent(e)} = {expected} (with {table.describe(e)})"
+            raise cls(_shard_mismatch(axis_label, size // shards, shards, expected, detail))
     for a, b, why in fusion.constraints:
         va, vb = table.extent(a), table.extent(b)
         if va != vb:
@@ -123,6 +128,13 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
                 f"{why}: {format_extent(a)} = {va} but {format_extent(b)} = {vb} "
                 f"(with {table.describe(a + b)})")
     return table
+
+
+def _shard_mismatch(where: str, local: int, shards: int, expected: int, detail: str) -> str:
+    """A sharded axis whose local size does not fit: both the local and the global sizes."""
+    need = (f"each of the {shards} shards must have local size {expected // shards}"
+            if expected % shards == 0 else f"which does not split evenly into {shards} shards")
+    return f"{where}: local size {local} x {shards} shards = {local * shards}, but the definition {detail}; {need}"
 
 
 def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict) -> None:
@@ -137,8 +149,13 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
           isinstance(arg, (int, float, complex)))
     if not ok:
         raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
-    values[val.expr.name] = arg
-    sources[val.expr.name] = label
+    name = val.expr.name
+    if name in values and values[name] != arg:
+        raise ExtentConflictError(
+            f"{name} has two values in one execution: {values[name]} from {sources[name]} and "
+            f"{arg} from {label}")
+    values[name] = arg
+    sources[name] = label
 
 
 def _check_tensor(tv: TensorView, arg, label: str) -> None:
@@ -215,7 +232,7 @@ class InputBinder:
                     self.checks.append((compile_extent(e), i, axis, f))
             self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
-        self.sources = sources
+        self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
 
     def bind(self, args: Sequence[Any]) -> BindingTable:
         import torch
@@ -245,9 +262,8 @@ class InputBinder:
                 return slow()  # a layout check the fast path does not do
         for i, name, dtype in self.scalars:
             v = args[i]
-            if type(v) not in _SCALAR_TYPES[dtype.category]:
+            if type(v) not in _SCALAR_TYPES[dtype.category] or values.setdefault(name, v) != v:
                 return slow()
-            values[name] = v
         for fn, i, axis, factor in self.checks:
             if fn(values) != args[i].shape[axis] * factor:
                 return slow()

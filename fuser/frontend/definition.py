@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any, Optional, Sequence
 
 from ..errors import FusionDefinitionError
-from ..ir import DataType, Fusion, IterType, Scalar, TensorView
+from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..runtime import FusionExecutorCache
@@ -25,20 +25,22 @@ class _Recorder:
     def __init__(self, fd: "FusionDefinition"):
         self.fd = fd
         self.lines: list[str] = []
+        self.scalar_names: dict[int, str] = {}  # scalars bound to a variable by a recorded call
+        self.defined: list[TensorView] = []  # tensors in the order the printed code creates them
 
     def name(self, v: Any) -> str:
         if isinstance(v, TensorView):
             return f"tv{v.name}"
         if isinstance(v, Scalar):
+            if id(v) in self.scalar_names:
+                return self.scalar_names[id(v)]
             if v.is_constant:
                 return repr(v.value)
-            if any(v is i for i in self.fd.fusion.inputs()):
-                return f"s{v.name}"
-            for tv in self.fd.fusion.tensors():
+            for tv in self.defined:  # an extent of a tensor the code has already made
                 for k, d in enumerate(tv.domain.no_reductions()):
                     if d.extent == v.expr and not d.is_broadcast:
                         return f"tv{tv.name}.shape()[{k}]"
-            return repr(v)
+            raise FusionDefinitionError(f"repr: the scalar {v!r} is not reachable from the definition")
         if isinstance(v, (list, tuple)):
             inner = ", ".join(self.name(x) for x in v)
             return f"[{inner}]"
@@ -48,13 +50,32 @@ class _Recorder:
 
     def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
         parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
-        if result is None:
-            lhs = ""
-        elif isinstance(result, tuple):
-            lhs = ", ".join(self.name(r) for r in result) + " = "
-        else:
-            lhs = self.name(result) + " = "
+        results = [] if result is None else list(result) if isinstance(result, tuple) else [result]
+        for r in results:
+            if isinstance(r, Scalar):
+                self.scalar_names[id(r)] = f"s{len(self.scalar_names)}"
+            elif isinstance(r, TensorView):
+                self.defined.append(r)
+        lhs = ", ".join(self.name(r) for r in results) + " = " if results else ""
         self.lines.append(f"{lhs}{call}({', '.join(parts)})")
+
+    def schedule_lines(self) -> list[str]:
+        """The scheduling calls made on the tensors, then the parallel type of each loop axis."""
+        lines = []
+        for tv, method, args in self.fd.fusion.schedule_log:
+            if method == "set_device_mesh":
+                lines.append(f"tv{tv.name}.set_device_mesh(DeviceMesh({list(args[0].devices)}))")
+            elif method == "set_allocation_domain":
+                positions, contiguity = args
+                ids = ", ".join(f"tv{tv.name}.get_{where}_domain()[{k}]" for where, k in positions)
+                lines.append(f"tv{tv.name}.set_allocation_domain([{ids}], {contiguity!r})")
+            else:
+                lines.append(f"tv{tv.name}.{method}({', '.join(repr(a) for a in args)})")
+        for tv in self.defined:
+            for k, d in enumerate(tv.domain.loop):
+                if d.parallel_type is not ParallelType.serial:
+                    lines.append(f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})")
+        return lines
 
 
 class _Ops:
@@ -197,7 +218,11 @@ class FusionDefinition:
     # -- printing ----------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        body = "\n".join(f"    {line}" for line in self._recorder.lines)
+        schedule = self._recorder.schedule_lines()
+        lines = list(self._recorder.lines)
+        if schedule:
+            lines = ["from fuser import ParallelType", "from fuser.multidevice import DeviceMesh"] + lines + schedule
+        body = "\n".join(f"    {line}" for line in lines)
         return f"def nvfuser_fusion(fd : FusionDefinition) -> None :\n{body}\n"
 
     def __str__(self) -> str:

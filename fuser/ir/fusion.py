@@ -31,6 +31,10 @@ class Fusion:
         # (a, b, why): extents that must be equal but could not be made one symbol
         self.constraints: list[tuple[Extent, Extent, str]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
+        # scheduling calls made on tensors (tensor, method, arguments), for printing the definition
+        self.schedule_log: list[tuple[TensorView, str, tuple]] = []
+        # symbols of scalar inputs: bound to the value the caller passes, never rewritten
+        self._input_symbols: set[sympy.Symbol] = set()
 
     # -- names and construction ------------------------------------------------------------
 
@@ -39,10 +43,10 @@ class Fusion:
         self._counters[kind] = n + 1
         return n
 
-    def new_symbol(self, integer: bool = True) -> sympy.Symbol:
+    def new_symbol(self, integer: bool = True, nonnegative: bool = True) -> sympy.Symbol:
         """A fresh extent (or scalar-input) symbol named after the next scalar number: `i3`."""
         n = self._next("scalar")
-        return make_symbol(f"i{n}" if integer else f"d{n}", integer=integer)
+        return make_symbol(f"i{n}" if integer else f"d{n}", integer=integer, nonnegative=nonnegative)
 
     def new_id(self, extent: ExtentLike, iter_type: IterType = IterType.Iteration,
                parallel_type: ParallelType = ParallelType.serial,
@@ -63,8 +67,9 @@ class Fusion:
             expr = sympy.sympify(value)
             name = -1
         elif expr is None:
-            sym = self.new_symbol(integer=not (dtype.is_floating or dtype.is_complex))
+            sym = self.new_symbol(integer=not (dtype.is_floating or dtype.is_complex), nonnegative=False)
             expr, name = sym, int(sym.name[1:])
+            self._input_symbols.add(sym)
         else:
             name = -1
         s = Scalar(name, dtype, expr=expr, value=value, fusion=self)
@@ -115,12 +120,13 @@ class Fusion:
             return a
         if is_static(a) and is_static(b):
             raise FusionDefinitionError(f"{why}: extents {a} and {b} must be equal")
+        free = lambda e: is_symbol(e) and e not in self._input_symbols  # noqa: E731
         for sym, other in ((b, a), (a, b)):
-            if is_symbol(sym) and not other.has(sym) and (not is_symbol(other) or _later(sym, other)):
+            if free(sym) and not other.has(sym) and (not free(other) or _later(sym, other)):
                 self.substitute({sym: other})
                 return other
         for sym, other in ((a, b), (b, a)):
-            if is_symbol(sym) and not other.has(sym):
+            if free(sym) and not other.has(sym):
                 self.substitute({sym: other})
                 return other
         self.constraints.append((a, b, why))

@@ -32,6 +32,24 @@ class ceilDiv(sympy.Function):
         return None
 
 
+class normIndex(sympy.Function):
+    """A slice bound as PyTorch reads it: negative counts from the end, then clamped to
+    [0, extent]. Used for bounds only known at execution (scalar inputs)."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, index, extent):
+        if index.is_Integer and extent.is_Integer:
+            i, n = int(index), int(extent)
+            return sympy.Integer(min(max(i + n if i < 0 else i, 0), n))
+        return None
+
+
+def _norm_index(i: int, n: int) -> int:
+    return min(max(i + n if i < 0 else i, 0), n)
+
+
 def as_extent(value: ExtentLike) -> Extent:
     if isinstance(value, sympy.Basic):
         return value
@@ -40,9 +58,11 @@ def as_extent(value: ExtentLike) -> Extent:
     return sympy.Integer(value)
 
 
-def make_symbol(name: str, integer: bool = True) -> sympy.Symbol:
+def make_symbol(name: str, integer: bool = True, nonnegative: bool = True) -> sympy.Symbol:
+    """Extents are non-negative integers; scalar inputs may be any integer (or real)."""
     if integer:
-        return sympy.Symbol(name, integer=True, nonnegative=True)
+        return sympy.Symbol(name, integer=True, nonnegative=nonnegative) if nonnegative else \
+            sympy.Symbol(name, integer=True)
     return sympy.Symbol(name, real=True)
 
 
@@ -72,9 +92,13 @@ def _fmt(e: Extent, top: bool = False) -> str:
 def _fmt_inner(e: Extent) -> str:
     if isinstance(e, ceilDiv):
         return f"ceilDiv({_fmt(e.args[0])}, {_fmt(e.args[1])})"
+    if isinstance(e, normIndex):
+        return f"normIndex({_fmt(e.args[0])}, {_fmt(e.args[1])})"
     if isinstance(e, sympy.Add):
-        terms = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
-        out = _fmt(terms[0])
+        # positive symbolic terms first, then constants, then subtracted terms: ( i0 + 1 - i2 )
+        terms = sorted(e.args, key=lambda t: (t.could_extract_minus_sign(), t.is_Number,
+                                              sympy.default_sort_key(t)))
+        out = _fmt(terms[0]) if not terms[0].could_extract_minus_sign() else f"-{_fmt(-terms[0])}"
         for t in terms[1:]:
             if t.could_extract_minus_sign():
                 out += f" - {_fmt(-t)}"
@@ -85,9 +109,10 @@ def _fmt_inner(e: Extent) -> str:
         num, den = sympy.fraction(e)
         if den != 1:
             return f"{_fmt(num)} / {_fmt(den)}"
+        coeff, rest = e.as_coeff_Mul()
+        if coeff == -1:
+            return f"-{_fmt(rest)}"
         factors = sorted(e.args, key=lambda t: (t.is_Number, sympy.default_sort_key(t)))
-        if factors[0] == -1:
-            return f"-{_fmt(sympy.Mul(*factors[1:]))}"
         return " * ".join(_fmt(f) for f in factors)
     if isinstance(e, sympy.floor) and isinstance(e.args[0], sympy.Mul):
         num, den = sympy.fraction(e.args[0])
@@ -121,6 +146,8 @@ def _py(e: Extent) -> str:
         return f"env[{e.name!r}]"
     if isinstance(e, ceilDiv):
         return f"(-(-{_py(e.args[0])} // {_py(e.args[1])}))"
+    if isinstance(e, normIndex):
+        return f"_norm_index({_py(e.args[0])}, {_py(e.args[1])})"
     if isinstance(e, sympy.Add):
         return "(" + " + ".join(_py(a) for a in e.args) + ")"
     if isinstance(e, sympy.Mul):
@@ -159,7 +186,7 @@ def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
         value = int(e)
         return lambda env: value
     src = f"lambda env: {_py(e)}"
-    return eval(src, {"_div": _div, "_floor": _floor})  # noqa: S307 - source built above
+    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index})  # noqa: S307 - source built above
 
 
 def free_symbol_names(e: Extent) -> set[str]:

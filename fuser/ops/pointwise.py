@@ -30,6 +30,9 @@ def result_type(*operands: Operand) -> DataType:
             tiers[0 if v.ndim else 1].append(v.dtype)
         elif isinstance(v, Scalar):
             tiers[2].append(v.dtype)
+    if not tiers[0] and not tiers[1]:
+        # only Python or defined scalars: PyTorch's default type of their category
+        return default_dtype_of_category(promote(*tiers[2]).category)
     result = None
     for tier in tiers:
         if not tier:
@@ -100,7 +103,7 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
            B.maximum: sympy.Max, B.minimum: sympy.Min}
     if kind not in ops:
         raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
-    dtype = result_type(a, b)
+    dtype = promote(a.dtype, b.dtype)
     fusion = a.fusion
     return fusion.new_scalar(dtype, expr=ops[kind](a.expr, b.expr))
 
@@ -111,10 +114,9 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
     if kind is TernaryOpType.where:
         if isinstance(a, TensorView) and not a.dtype.is_boolean:
             raise FusionDefinitionError(f"where: the condition must be a bool tensor, got {a.dtype}")
-        dtype = result_type(b, c) if any(isinstance(v, TensorView) for v in (b, c)) else \
-            result_type(b, c)
+        dtype = result_type(b, c)
     elif kind is TernaryOpType.clamp:
-        dtype = a.dtype if isinstance(a, TensorView) else result_type(a)
+        dtype = result_type(a, b, c)
     else:  # lerp: start, end, weight
         dtype = result_type(a, b, c)
         if dtype.category < 2:

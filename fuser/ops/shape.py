@@ -12,6 +12,7 @@ from ..errors import FusionDefinitionError
 from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterType,
                   LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
                   SqueezeOp, TensorView, ceilDiv)
+from ..ir.symbolic import normIndex
 from ..ir.symbolic import is_static
 from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor
 from .pointwise import result_type
@@ -39,7 +40,7 @@ def broadcast_in_dim(tv: TensorView, shape: Sequence[Any], broadcast_dims: Seque
     if len(bdims) != tv.ndim:
         raise FusionDefinitionError(
             f"{op}: broadcast_dims has {len(bdims)} entries but {tv!r} has {tv.ndim} dims")
-    if len(set(bdims)) != len(bdims) or any(not 0 <= d < len(shape) for d in bdims) or bdims != sorted(bdims):
+    if len(frozenset(bdims)) != len(bdims) or any(not 0 <= d < len(shape) for d in bdims) or bdims != sorted(bdims):
         raise FusionDefinitionError(
             f"{op}: broadcast_dims {bdims} must be increasing output dims below {len(shape)}")
     out = broadcast(tv, [k not in bdims for k in range(len(shape))]) if len(shape) > tv.ndim else tv
@@ -184,7 +185,7 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
 def _normalize_index(f, v, ext, op):
     """PyTorch's slicing rules: negative counts from the end, then clamp to [0, extent]."""
     if isinstance(v, Scalar):
-        return sympy.Min(sympy.Max(v.expr, 0), ext)
+        return normIndex(v.expr, ext)
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: index {v!r} must be an int or an integer scalar")
     e = sympy.Integer(v) + ext if v < 0 else sympy.Integer(v)

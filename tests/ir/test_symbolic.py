@@ -75,10 +75,6 @@ def test_compiled_extent_names_the_missing_symbol():
         compile_extent(i0 + i1)({"i0": 3})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: fuser/ir/symbolic.py _fmt_inner: a negated term prints as `( i0 * -1 )` (5 - i0 prints "
-    "`( ( i0 * -1 ) + 5 )`): the `factors[0] == -1` branch is dead because numbers are sorted "
-    "last; nvFuser prints `( 5 - i0 )`"))
 def test_format_negated_term():
     text = format_extent(5 - i0)
     assert "* -1" not in text, text

@@ -18,14 +18,6 @@ COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
 TENSOR_ONLY = {"maximum", "minimum", "atan2", "logical_and", "logical_or"}  # no Scalar overload in ATen
 DIVISION = {"div", "fmod", "remainder"}
 
-K_BOOL_ADD = ("BUG: fuser/codegen (kernel add of Bool tensors): add(bool, bool) computes 1 + 1 = 2 and "
-              "stores it as a bool that reads False; eager True + True is True")
-K_POW_SCALAR = ("BUG: fuser/codegen/math.py interpreter `_pow`: with a Python-scalar exponent or a 0-dim "
-                "tensor operand the kernel raises InterpreterError (TypeError: ufunc 'bitwise_and' not "
-                "supported) at `b_int & (...)`; eager x ** 2 works")
-K_LOGICAL_0DIM = ("BUG: fuser/codegen (interpreter): logical_and/logical_or with a 0-dim tensor operand "
-                  "raises InterpreterError (TypeError: ufunc 'bitwise_and' not supported for the input "
-                  "types); eager broadcasts the 0-dim tensor")
 
 f32, bf16, f16, i64, i32, b8 = (torch.float32, torch.bfloat16, torch.float16, torch.int64,
                                 torch.int32, torch.bool)
@@ -61,16 +53,10 @@ DTYPE_CASES = [pytest.param(n, da, db, id=f"{n}-{dtype_name(da)}-{dtype_name(db)
 KERNEL_PAIRS = {(f32, f32), (bf16, f16), (i64, f32), (i32, i64), (b8, b8), (bf16, bf16)}
 
 
-def _dtype_bug(name, da, db, backend):
-    if backend == "kernel" and name == "add" and da == db == b8:
-        return K_BOOL_ADD
-    return None
-
-
 def dtype_cases():
-    aten = cases(DTYPE_CASES, _dtype_bug, backends=("aten",))
+    aten = cases(DTYPE_CASES, backends=("aten",))
     kernel = cases([p for p in DTYPE_CASES if (p.values[1], p.values[2]) in KERNEL_PAIRS],
-                   _dtype_bug, backends=("kernel",))
+                   backends=("kernel",))
     return aten + kernel
 
 
@@ -104,21 +90,12 @@ def _natural(name):
 SHAPE_CASES = [pytest.param(n, k, id=f"{n}-{k}") for n in BINARY for k in SHAPES]
 
 
-def _shape_bug(name, shapes, backend):
-    if backend == "kernel" and shapes == "scalar-tensor":
-        if name == "pow":
-            return K_POW_SCALAR
-        if name in ("logical_and", "logical_or"):
-            return K_LOGICAL_0DIM
-    return None
-
-
 KERNEL_SHAPES = {"bcast-row-col", "bcast-rank", "size0", "scalar-tensor", "size1-symbolic"}
 
 
 def shape_cases():
-    return (cases(SHAPE_CASES, _shape_bug, backends=("aten",))
-            + cases([p for p in SHAPE_CASES if p.values[1] in KERNEL_SHAPES], _shape_bug, backends=("kernel",)))
+    return (cases(SHAPE_CASES, backends=("aten",))
+            + cases([p for p in SHAPE_CASES if p.values[1] in KERNEL_SHAPES], backends=("kernel",)))
 
 
 @pytest.mark.parametrize("name,shapes,backend", shape_cases())
@@ -206,34 +183,20 @@ def _higher_scalar(dtype, s):
     return _category(s) > _category(dtype)
 
 
-def _scalar_bug_excluded(name, dtype, s, first):
-    # the combinations of known bugs in the ATen evaluator are covered by the xfail tests below
-    if not _higher_scalar(dtype, s):
-        return False
-    return name in TENSOR_ONLY or (first and name in COMPARISONS)
-
-
 SCALAR_CASES = [pytest.param(n, d, s, first,
                              id=f"{n}-{dtype_name(d)}-{s!r}-{'scalar_first' if first else 'tensor_first'}")
                 for n in BINARY for d in (f32, bf16, i64, b8) for s in SCALARS
                 for first in (False, True)
-                if scalar_combo_ok(n, d, s, first) and not _scalar_bug_excluded(n, d, s, first)]
-
-
-def _scalar_bug(name, dtype, s, first, backend):
-    # (integer powers take another lowering and work)
-    if backend == "kernel" and name == "pow" and not first and (dtype.is_floating_point or isinstance(s, float)):
-        return K_POW_SCALAR
-    return None
+                if scalar_combo_ok(n, d, s, first)]
 
 
 def scalar_cases():
-    aten = cases(SCALAR_CASES, _scalar_bug, backends=("aten",))
+    aten = cases(SCALAR_CASES, backends=("aten",))
     # the kernel path (interpreter, slow) on a subset: f32 and i64 tensors, -1.5 and 2 after the
     # tensor, 2 before it
     subset = [p for p in SCALAR_CASES if p.values[1] in (f32, i64)
               and ((not p.values[3] and p.values[2] in (-1.5, 2)) or (p.values[3] and p.values[2] == 2))]
-    kernel = cases(subset, _scalar_bug, backends=("kernel",))
+    kernel = cases(subset, backends=("kernel",))
     return aten + kernel
 
 
@@ -247,21 +210,8 @@ def test_binary_python_scalar(name, dtype, scalar, first, backend):
     run_and_check(build, lambda t: scalar_reference(name, t, scalar, first), [x], backend=backend)
 
 
-BUG_TENSOR_ONLY_SCALAR = (
-    "BUG: fuser/evaluate/aten.py _binary: for the ops in _TENSOR_ONLY (maximum, minimum, atan2, "
-    "logical_and, logical_or) a Python scalar is wrapped as torch.tensor(v, dtype=<the tensor "
-    "operand's dtype>), so 1.5 next to an int tensor becomes 1, 0.5 becomes 0 and -3 next to a bool "
-    "tensor becomes True; eager keeps the scalar's value (maximum(int_t, 1.5) has 1.5 where "
-    "int_t <= 1, the ATen path 1.0; logical_and(int_t, 0.5) is int_t != 0, the ATen path all False)")
-
-
-def _tensor_only_bug(name, dtype, backend):
-    # atan2 has no interpreter lowering, so the kernel path also runs it through ATen
-    return BUG_TENSOR_ONLY_SCALAR if backend == "aten" or name == "atan2" else None
-
-
 @pytest.mark.parametrize("name,backend", cases([pytest.param(n, id=n) for n in ("logical_and", "logical_or")],
-                                               lambda n, b: _tensor_only_bug(n, i64, b), every_xfail=True))
+                                               ))
 def test_logical_with_fractional_scalar_on_int_tensor(name, backend):
     x = covering((3, 5), i64)
     run_and_check(lambda fd, t: [getattr(fd.ops, name)(t, 0.5), getattr(fd.ops, name)(0.5, t)],
@@ -271,7 +221,7 @@ def test_logical_with_fractional_scalar_on_int_tensor(name, backend):
 
 @pytest.mark.parametrize("name,dtype,backend", cases(
     [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in ("maximum", "minimum", "atan2")
-     for d in (i64, i32, b8)], _tensor_only_bug, every_xfail=True))
+     for d in (i64, i32, b8)]))
 def test_binary_scalar_of_higher_category_tensor_only_ops(name, dtype, backend):
     """maximum(int tensor, 1.5) is float32 with the value 1.5 where the tensor is smaller."""
     x = covering((3, 5), dtype)  # every value in [-7, 7] (or both truth values): truncation shows
@@ -288,20 +238,9 @@ def test_binary_scalar_of_higher_category_tensor_only_ops(name, dtype, backend):
     run_and_check(build, ref, [x], backend=backend)
 
 
-BUG_SCALAR_FIRST_COMPARISON = (
-    "BUG: fuser/evaluate/aten.py _binary: a Python scalar as the FIRST operand of a comparison "
-    "is made a 0-dim tensor of the other operand's dtype (`compute = b.dtype` for _COMPARE), so "
-    "eq(1.5, int_t) compares with 1 and lt(2, bool_t) with True; eager compares with the "
-    "scalar's value (eq(1.5, int_t) is all False; the ATen path is True where int_t == 1)")
-
-
-def _comparison_bug(name, dtype, backend):
-    return BUG_SCALAR_FIRST_COMPARISON if backend == "aten" else None
-
-
 @pytest.mark.parametrize("name,dtype,backend", cases(
     [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in sorted(COMPARISONS) for d in (i64, i32, b8)],
-    _comparison_bug, every_xfail=True))
+    ))
 def test_comparison_with_scalar_first(name, dtype, backend):
     x = covering((3, 5), dtype)
     scalars = (1.5, -1.5) if dtype != b8 else (2, -3)
@@ -319,22 +258,12 @@ def test_comparison_with_scalar_first_same_category(name, backend):
 
 # -- scalars defined with fd.define_scalar (bound at execution) ------------------------------
 
-K_DOUBLE_INPUT = ("BUG: fuser/codegen (launcher/kernel, interpreter): a Double scalar input "
-                  "(fd.define_scalar(dtype=DataType.Double)) reaches the kernel as a Python float and "
-                  "the kernel calls `.to(...)` on it: InterpreterError AttributeError: 'float' object "
-                  "has no attribute 'to'; Int scalar inputs work")
-
-
-def _defined_scalar_bug(name, dtype, sdtype, first, backend):
-    return K_DOUBLE_INPUT if backend == "kernel" and sdtype is DataType.Double else None
-
-
 @pytest.mark.parametrize("name,dtype,sdtype,first,backend", cases(
     [pytest.param(n, d, sd, first, id=f"{n}-{dtype_name(d)}-{sd.name}-{'first' if first else 'second'}")
      for n in ("sub", "div", "pow", "lt")
      for d, sd in ((f32, DataType.Double), (i64, DataType.Double), (i64, DataType.Int),
                    (bf16, DataType.Double), (i32, DataType.Int))
-     for first in (False, True)], _defined_scalar_bug))
+     for first in (False, True)]))
 def test_binary_defined_scalar(name, dtype, sdtype, first, backend):
     value = 1.75 if sdtype is DataType.Double else 3
     x = make((3, 5), dtype, nonzero=first and name == "div", positive=first and name == "pow")

@@ -11,16 +11,8 @@ from tests.helpers import assert_eager, cases, make, run, run_and_check
 f32, bf16, i64, b8 = torch.float32, torch.bfloat16, torch.int64, torch.bool
 BACKENDS = ["aten", "kernel"]
 
-BROADCAST_IN_DIM_BUG = (
-    "BUG: fuser/ops/shape.py broadcast_in_dim: `len(set(bdims))` calls the module's own op "
-    "`set(tv, kind)` defined further down (it shadows the builtin set), so every broadcast_in_dim "
-    "raises FusionDefinitionError('set: input must be a TensorView, got [..]'); eager "
-    "x.unsqueeze/expand works")
-
-
 # -- broadcast_in_dim --------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=BROADCAST_IN_DIM_BUG)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_in_dim_shape_from_tv_shape(backend):
     """The canonical form: the output shape taken from another tensor's tv.shape()."""
@@ -29,7 +21,6 @@ def test_broadcast_in_dim_shape_from_tv_shape(backend):
                   lambda a, b: a.expand(2, 3, 5) + b, [v, y], backend=backend)
 
 
-@pytest.mark.xfail(strict=True, reason=BROADCAST_IN_DIM_BUG)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_in_dim_static_shape_middle_dim(backend):
     x = make((3, 5))
@@ -37,7 +28,6 @@ def test_broadcast_in_dim_static_shape_middle_dim(backend):
                   lambda a: a.unsqueeze(1).expand(3, 4, 5), [x], backend=backend)
 
 
-@pytest.mark.xfail(strict=True, reason=BROADCAST_IN_DIM_BUG)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_in_dim_expands_size1_input(backend):
     x = make((1, 5))  # declared [1, -1]: its broadcast dim expands to 4
@@ -180,12 +170,6 @@ def test_slice_with_defined_scalar_bounds(start, end):
     assert_eager(out, x[start:end])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: fuser/ir/fusion.py Fusion.new_scalar / symbolic.make_symbol: an Int scalar INPUT gets a "
-    "symbol with nonnegative=True, so slice's clamp Max(start, 0) simplifies to `start`; "
-    "slice(x, [s], ...) with s = -3 bound at execution gives an IR extent of 6 while ATen yields 2 "
-    "rows (x[-3:3] of 4 rows): InternalError 'SliceOp produced size ... but the IR extent ...'; "
-    "eager x[-3:3] has shape (2, 6)"))
 def test_slice_with_negative_defined_scalar_start():
     x = make((4, 6))
 

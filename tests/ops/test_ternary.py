@@ -55,10 +55,6 @@ def test_where_two_int_scalars():
     run_and_check(lambda fd, c: fd.ops.where(c, 1, -2), lambda c: torch.where(c, 1, -2), [cond])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: fuser/ops/pointwise.py result_type: with only Python-scalar branches, where(c, 1.5, 2.5) "
-    "gets DataType.Double (the scalars' own type); PyTorch gives the default float32 "
-    "(torch.where(c, 1.5, 2.5).dtype == torch.float32)"))
 def test_where_two_float_scalars_is_float32():
     cond = make((3, 5), b8)
     run_and_check(lambda fd, c: fd.ops.where(c, 1.5, 2.5), lambda c: torch.where(c, 1.5, 2.5), [cond])
@@ -91,10 +87,6 @@ def test_clamp_nan_propagates(backend):
     run_and_check(lambda fd, t: fd.ops.clamp(t, -0.5, 0.5), lambda t: torch.clamp(t, -0.5, 0.5), [x], backend=backend)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: fuser/ops/pointwise.py ternary (clamp): the output dtype is the input's dtype, ignoring "
-    "the bounds; eager torch.clamp(int_tensor, -2.5, 3.5) promotes to float32 (and keeps -2.5/3.5 "
-    "as bounds); fuser gives int64"))
 def test_clamp_int_tensor_float_bounds_promotes():
     x = make((3, 5), i64)
     run_and_check(lambda fd, t: fd.ops.clamp(t, -2.5, 3.5), lambda t: torch.clamp(t, -2.5, 3.5), [x])

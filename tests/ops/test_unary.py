@@ -113,25 +113,13 @@ def test_unary_reduced_precision_in_fp32(name, dtype, backend):
 
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-3, -2.5, 3.5]
 
-RELU_NAN = ("BUG: fuser/codegen/math.py _COMMON_UNARY[relu] = `tl.where(x > 0, x, 0)` maps NaN to 0; "
-            "eager torch.relu(nan) is nan")
-LOG1P_INF = ("BUG: fuser/codegen/math.py interpreter log1p (`_log1p`, Goldberg's log(u)*x/(u-1)) gives "
-             "nan for x = inf (inf*inf/inf); eager torch.log1p(inf) is inf")
-
-
-def _special_bug(name, dtype, backend):
-    if backend == "kernel" and name == "relu":
-        return RELU_NAN
-    if backend == "kernel" and name == "log1p":
-        return LOG1P_INF
-    return None
 
 
 SPECIAL_CASES = [pytest.param(name, dt, id=f"{name}-{dtype_name(dt)}")
                  for name, ref in UNARY.items() for dt in FLOAT_DTYPES if eager_accepts(ref, dt)]
 
 
-@pytest.mark.parametrize("name,dtype,backend", cases(SPECIAL_CASES, _special_bug))
+@pytest.mark.parametrize("name,dtype,backend", cases(SPECIAL_CASES))
 def test_unary_special_values(name, dtype, backend):
     """nan, +-inf and +-0 give eager's values (random values around them)."""
     x = make((2, 8), dtype)
