@@ -14,7 +14,8 @@ What it measures (see /work/shared/BENCHMARKS.md):
 Contenders: "eager"; "torch.compile" (static shapes, compiled afresh per case);
 "compile+cd" (the same with Inductor's coordinate-descent tuning); "compile dynamic"
 (dynamic=True); "liger" (rmsnorm, layernorm and cross entropy, when liger_kernel imports);
-"fuser" (`fuser.jit(fn)`, once the fuser package has `jit`; see `fuser_contender`).
+"fuser" (`fuser.jit(fn)` on the plain eager function) and "fuser-fd" (the same computation written
+by hand as FusionDefinitions, benchmarks/fuser_defs.py).
 
 A contender that raises or disagrees with eager gets "error: ..." in its cell; the run goes on.
 Output: a markdown table on stdout (rows = cases, columns = contenders, cells = share of copy),
@@ -52,7 +53,7 @@ COPY_NUMEL = {"cuda": 1 << 28, "cpu": 1 << 24}  # bf16 elements: 512 MiB on the 
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 1e-3,
              torch.float64: 1e-6}
 COMPILE_CONTENDERS = ("torch.compile", "compile+cd", "compile dynamic")
-NON_PEERS = ("eager", "fuser")  # "best peer" is the best of the other columns
+NON_PEERS = ("eager", "fuser", "fuser-fd")  # "best peer" is the best of the other columns
 TARGET_SHARE = 0.85  # fuser's target on every row (BENCHMARKS.md), dotted line on the chart
 
 
@@ -142,18 +143,25 @@ def fuser_contender(case: suite.Case) -> Callable | None:
     except ImportError:
         return None
     jit = getattr(fuser, "jit", None)
-    if jit is not None:
-        return jit(case.fn)
-    try:  # the suite as explicit FusionDefinitions
+    return None if jit is None else jit(case.fn)
+
+
+def fuser_fd_contender(case: suite.Case) -> Callable | None:
+    """The same computation written by hand as FusionDefinitions (benchmarks/fuser_defs.py)."""
+    try:
         from benchmarks import fuser_defs
     except ImportError:
         import fuser_defs
-
     return fuser_defs.implementation(case.kernel)
 
 
 def _fuser_impl(case: suite.Case) -> Impl | None:
     fn = fuser_contender(case)
+    return None if fn is None else Impl(fn)
+
+
+def _fuser_fd_impl(case: suite.Case) -> Impl | None:
+    fn = fuser_fd_contender(case)
     return None if fn is None else Impl(fn)
 
 
@@ -164,6 +172,7 @@ CONTENDERS: dict[str, Callable[[suite.Case], Impl | None]] = {
     "compile dynamic": compile_contender(dynamic=True),
     "liger": liger_contender,
     "fuser": _fuser_impl,
+    "fuser-fd": _fuser_fd_impl,
 }
 
 
