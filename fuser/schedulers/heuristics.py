@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from .plan import Template
 
-# the largest reduced extent kept whole in registers (beyond it: a looped kernel)
-MAX_PERSISTENT = 16384
+# the largest reduced extent kept whole in registers (beyond it: a looped kernel); with 32 warps
+# a 32768-element fp32 row is 32 registers a thread per live copy
+MAX_PERSISTENT = 32768
 TILE_ELEMENTS = 4096
 
 
@@ -25,7 +26,8 @@ def next_pow2(n: int) -> int:
 
 
 def _warps(elements: int) -> int:
-    return max(1, min(16, elements // 512))
+    """About 16 elements a thread (two 16-byte vectors of bf16), from 1 to 32 warps."""
+    return max(1, min(32, elements // 512))
 
 
 def choose(template: Template, rows: int, cols: int) -> LaunchParams:
