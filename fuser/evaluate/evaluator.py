@@ -11,22 +11,23 @@ import torch
 from ..errors import InternalError
 from ..ir import Expr, Fusion, Scalar, TensorView, Val
 from ..ir.printer import format_expr, format_extent
-from ..multidevice.sharding import local_extents
+from ..multidevice.sharding import local_extents, local_sizes
 from .aten import evaluate_expr
 from .binding import BindingTable
 
 
 class EvalContext:
-    """What a rule may ask: local sizes of a tensor, scalar values, the device."""
+    """What a rule may ask: local sizes of a tensor, scalar values, the device. Inside a stream
+    loop (`with_streams`), sizes are those of the current chunk (`stream_index`)."""
 
     def __init__(self, table: BindingTable, device, with_streams: bool = False):
         self.table = table
         self.device = device
         self.with_streams = with_streams
+        self.stream_index: Optional[int] = None
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
-        return tuple(self.table.extent(e, f"T{tv.name} extent")
-                     for e in local_extents(tv, self.with_streams))
+        return local_sizes(tv, self.table, self.with_streams, self.stream_index)
 
     def scalar(self, s: Scalar) -> Any:
         if s.is_constant:
@@ -66,13 +67,13 @@ def check_output(expr: Expr, tv: TensorView, value: Any, ctx: EvalContext) -> No
         raise InternalError(
             f"{expr.op_name} produced a {len(actual)}-D tensor of shape {actual} for T{tv.name}, "
             f"but the IR has {len(extents)} axes:\n{format_expr(expr)}")
-    for axis, (e, size) in enumerate(zip(extents, actual)):
-        expected = ctx.table.extent(e)
+    for axis, (e, size, expected) in enumerate(zip(extents, actual, ctx.shape(tv))):
         if expected != size:
+            chunk = "" if expected == ctx.table.extent(e) else f" (the last chunk of it: {expected})"
             raise InternalError(
                 f"{expr.op_name} produced size {size} on axis {axis} of T{tv.name}, but the IR "
-                f"extent {format_extent(e)} is {expected} (with {ctx.table.describe(e)}):\n"
-                f"{format_expr(expr)}")
+                f"extent {format_extent(e)} is {ctx.table.extent(e)}{chunk} (with "
+                f"{ctx.table.describe(e)}):\n{format_expr(expr)}")
     want = tv.dtype.to_torch()
     if value.dtype != want:
         raise InternalError(f"{expr.op_name} produced dtype {value.dtype} for T{tv.name}, IR says {want}")

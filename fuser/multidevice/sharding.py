@@ -5,6 +5,10 @@ is *sharded* when it is a device axis (mesh_x, ...) in the loop domain, or, for 
 stream axis in the allocation domain. Each sharded leaf contributes one index per rank (or per
 stream iteration), so the local extent of the axis is the product of its other leaves' extents.
 Binding, allocation, ShardByStream, validation and every op evaluation use these functions.
+
+Below the extent math: which axes are sharded (for the passes), where a rank sits in a mesh
+and which ranks share its collectives, and the same mapping on real tensors (a rank's shard of
+a full tensor, a stream chunk of a local tensor).
 """
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ from typing import Optional
 
 import sympy
 
-from ..errors import UnsupportedError
-from ..ir import IterDomain, Merge, TensorView
-from ..ir.symbolic import Extent
+from ..errors import FusionInputError, UnsupportedError
+from ..ir import DeviceMesh, IterDomain, Merge, ParallelType, Split, TensorView
+from ..ir.printer import format_transform
+from ..ir.symbolic import Extent, is_static
 
 
 def _leaves(tv: TensorView, d: IterDomain) -> list[IterDomain]:
@@ -82,3 +87,219 @@ def sharding_factors(tv: TensorView, with_streams: bool = False) -> list[Optiona
 
 def is_sharded(tv: TensorView) -> bool:
     return any(f is not None for f in sharding_factors(tv))
+
+
+# ---------------------------------------------------------------------------------------------
+# Which axes are sharded, and by what.
+
+
+def axis_leaves(tv: TensorView, d: IterDomain) -> list[IterDomain]:
+    """The leaves of the split tree below logical axis `d` (itself when it is not split)."""
+    return _leaves(tv, d)
+
+
+def device_axes(tv: TensorView) -> dict[ParallelType, IterDomain]:
+    """Per device parallel type, the logical axis (reductions included) whose split tree holds
+    a device leaf of that type in the loop domain."""
+    out: dict[ParallelType, IterDomain] = {}
+    if not tv.domain.transforms:
+        return out
+    loop = set(map(id, tv.domain.loop))
+    for d in tv.domain.logical:
+        for leaf in _leaves(tv, d):
+            if leaf.is_device_dim and id(leaf) in loop:
+                out[leaf.parallel_type] = d
+    return out
+
+
+def stream_leaf(tv: TensorView) -> Optional[tuple[IterDomain, Split]]:
+    """The stream leaf of an iteration axis in the loop domain and the split that made it from a
+    logical axis, or None. A stream leaf must be a direct output of a split of a logical axis."""
+    loop = [d for d in tv.domain.loop if d.is_stream and not d.is_reduction]
+    if not loop:
+        return None
+    if len(loop) > 1:
+        raise UnsupportedError(f"{tv!r} has {len(loop)} stream axes; one is supported")
+    leaf = loop[0]
+    logical = set(map(id, tv.domain.logical))
+    for t in tv.domain.transforms:
+        if isinstance(t, Split) and (t.outer is leaf or t.inner is leaf):
+            if id(t.input) not in logical:
+                raise UnsupportedError(
+                    f"{tv!r}: the stream axis {leaf!r} must come from splitting a logical axis "
+                    f"directly, not from {t.input!r}")
+            return leaf, t
+    raise UnsupportedError(f"{tv!r}: the stream axis {leaf!r} is not made by a split")
+
+
+def is_distributed(tv: TensorView) -> bool:
+    """True when the tensor has a device mesh or a device or stream axis anywhere."""
+    return tv.device_mesh is not None or any(
+        d.is_device_dim or d.is_stream for d in tv.domain.all_ids())
+
+
+# ---------------------------------------------------------------------------------------------
+# Meshes: where a rank sits, and which ranks share its collective.
+
+_MESH_AXIS = {ParallelType.mesh_x: -1, ParallelType.mesh_y: -2, ParallelType.mesh_z: -3}
+
+
+def _coordinates(mesh: DeviceMesh, rank: int) -> tuple[int, ...]:
+    if rank not in mesh.devices:
+        raise FusionInputError(f"rank {rank} is not in {mesh!r}; every process must be in the "
+                               f"mesh of the tensors it runs (launch as many processes as devices)")
+    k = mesh.rank_index(rank)
+    coords = []
+    for extent in reversed(mesh.shape):
+        coords.append(k % extent)
+        k //= extent
+    return tuple(reversed(coords))
+
+
+def mesh_index(mesh: DeviceMesh, parallel_type: ParallelType, rank: int) -> int:
+    """The index of `rank` along the mesh axis of `parallel_type` (its shard number)."""
+    mesh.size_of(parallel_type)  # raises for an axis the mesh does not have
+    return _coordinates(mesh, rank)[_MESH_AXIS[parallel_type]]
+
+
+def team(mesh: DeviceMesh, parallel_type: ParallelType, rank: int) -> tuple[int, ...]:
+    """The ranks that differ from `rank` only along the mesh axis of `parallel_type`, in mesh
+    order: those that take part in a collective over that axis."""
+    n = mesh.size_of(parallel_type)
+    axis = len(mesh.shape) + _MESH_AXIS[parallel_type]
+    coords = list(_coordinates(mesh, rank))
+    out = []
+    for j in range(n):
+        coords[axis] = j
+        flat = 0
+        for c, extent in zip(coords, mesh.shape):
+            flat = flat * extent + c
+        out.append(mesh.devices[flat])
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real tensors: a rank's shard of a full tensor, and a stream chunk of a local tensor. Leaf
+# sizes come from the tensor's size and the (static) split factors, so uneven divisions are
+# reported here, naming the tensor and axis.
+
+
+def _leaf_sizes(tv: TensorView, d: IterDomain, size: int, where: str) -> dict[int, int]:
+    sizes = {id(d): size}
+    for t in tv.domain.transforms_from([d]):
+        if not isinstance(t, Split):
+            raise UnsupportedError(f"{where}: sharding through a merge is not supported")
+        if not is_static(t.factor):
+            raise UnsupportedError(f"{where}: split factor {t.factor} must be static to shard")
+        n, f = sizes[id(t.input)], int(t.factor)
+        if n % f:
+            raise FusionInputError(
+                f"{where}: size {n} does not divide evenly by the split factor {f} "
+                f"({format_transform(t)}); sharded and stream-parallel axes must divide evenly")
+        sizes[id(t.outer)], sizes[id(t.inner)] = (n // f, f) if t.inner_split else (f, n // f)
+    return sizes
+
+
+def _select(tv: TensorView, tensor, axis: int, d: IterDomain, global_size: int,
+            present: list[IterDomain], chosen: dict[int, int], where: str):
+    """Fix the leaves in `chosen` (leaf id -> index) of logical axis `d`, held in `tensor`'s
+    dim `axis` as the leaves `present` (outer to inner)."""
+    sizes = _leaf_sizes(tv, d, global_size, where)
+    t = tensor.unflatten(axis, [sizes[id(x)] for x in present])
+    kept = len(present)
+    for k in reversed(range(len(present))):
+        index = chosen.get(id(present[k]))
+        if index is not None:
+            t = t.select(axis + k, index)
+            kept -= 1
+    if kept > 1:
+        return t.flatten(axis, axis + kept - 1)
+    return t if kept == 1 else t.unsqueeze(axis)
+
+
+def shard_tensor(full, tv: TensorView, rank: int):
+    """This rank's shard of `full` (the whole logical tensor), replaying `tv`'s device splits:
+    the local tensor a sharded fusion input expects. A replicated tensor comes back whole."""
+    mesh = tv.device_mesh
+    out = full
+    for axis, d in enumerate(tv.domain.no_reductions()):
+        leaves = _leaves(tv, d)
+        loop = set(map(id, tv.domain.loop))
+        chosen = {id(x): None for x in leaves if x.is_device_dim and id(x) in loop}
+        if not chosen:
+            continue
+        if mesh is None:
+            raise FusionInputError(f"T{tv.name} is sharded on axis {axis} but has no device mesh")
+        for x in leaves:
+            if id(x) in chosen:
+                chosen[id(x)] = mesh_index(mesh, x.parallel_type, rank)
+        out = _select(tv, out, axis, d, full.shape[axis], leaves, chosen, f"T{tv.name} axis {axis}")
+    return out.contiguous()
+
+
+def _stream_axis(tv: TensorView) -> Optional[tuple[int, IterDomain, IterDomain]]:
+    """(position, logical axis, stream leaf) when the stream leaf is the outermost leaf of its
+    logical axis in the allocation: the chunks are then consecutive blocks, the last one
+    possibly shorter (a ceilDiv split). None when the allocation is not stream-parallel."""
+    alloc = tv.domain.maybe_allocation
+    leaf = next((d for d in alloc if d.is_stream and not d.is_reduction), None)
+    if leaf is None:
+        return None
+    for k, d in enumerate(tv.domain.no_reductions()):
+        leaves = _leaves(tv, d)
+        if any(x is leaf for x in leaves):
+            return (k, d, leaf) if leaves[0] is leaf else None
+    return None
+
+
+def local_sizes(tv: TensorView, table, with_streams: bool = False,
+                stream_index: Optional[int] = None) -> tuple[int, ...]:
+    """`local_extents` evaluated under a binding table. Inside a stream loop (`stream_index`
+    given) the chunk of a stream-allocated tensor is the nominal chunk (its ceilDiv extent),
+    except the last, which holds what is left: min(chunk, whole - index * chunk)."""
+    sizes = [table.extent(e, f"T{tv.name} extent") for e in local_extents(tv, with_streams)]
+    if with_streams and stream_index is not None:
+        found = _stream_axis(tv)
+        if found is not None:
+            k = found[0]
+            whole = table.extent(local_extents(tv)[k], f"T{tv.name} extent")
+            sizes[k] = max(0, min(sizes[k], whole - stream_index * sizes[k]))
+    return tuple(sizes)
+
+
+class StreamChunker:
+    """Views of one stream chunk of a tensor's local value, per stream index. `chunk_tv` is the
+    chunk tensor (the source's splits plus a stream-parallel allocation); its sizes, the last
+    chunk's included, come from `local_sizes`. Built once per execution, called per iteration."""
+
+    __slots__ = ("tv", "table", "axis", "nominal", "generic")
+
+    def __init__(self, chunk_tv: TensorView, table, local_shape, where: str):
+        found = stream_leaf(chunk_tv)
+        if found is None:
+            raise UnsupportedError(f"{where}: {chunk_tv!r} has no stream axis to chunk")
+        self.tv, self.table = chunk_tv, table
+        simple = _stream_axis(chunk_tv)
+        if simple is not None:
+            self.axis = simple[0]
+            self.nominal = local_sizes(chunk_tv, table, True)[self.axis]
+            self.generic = None
+            return
+        # a stream leaf inside the axis: the axis must divide evenly into its leaves
+        leaf, split = found
+        d = split.input
+        axis = next(k for k, x in enumerate(chunk_tv.domain.no_reductions()) if x is d)
+        factor = sharding_factors(chunk_tv)[axis]
+        global_size = local_shape[axis] * (int(factor) if factor is not None else 1)
+        loop = set(map(id, chunk_tv.domain.loop))
+        present = [x for x in _leaves(chunk_tv, d) if not (x.is_device_dim and id(x) in loop)]
+        _leaf_sizes(chunk_tv, d, global_size, where)  # reports an uneven split here
+        self.axis, self.nominal = axis, None
+        self.generic = (d, global_size, present, id(leaf), where)
+
+    def __call__(self, tensor, index: int):
+        if self.generic is None:
+            size = local_sizes(self.tv, self.table, True, index)[self.axis]
+            return tensor.narrow(self.axis, min(index * self.nominal, tensor.shape[self.axis]), size)
+        d, size, present, leaf, where = self.generic
+        return _select(self.tv, tensor, self.axis, d, size, present, {leaf: index}, where)

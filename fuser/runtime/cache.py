@@ -16,7 +16,9 @@ from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
+from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
+from ..passes import run_passes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 
@@ -102,10 +104,14 @@ class FusionExecutorCache:
     def __init__(self, fusion: Fusion, use_kernels: Optional[bool] = None):
         self.fusion = fusion
         self.use_kernels = use_kernels
-        self._runtimes: dict[tuple, FusionRuntime] = {}
-        self._binder = InputBinder(fusion)
+        # the pre-segmentation passes; a fusion with no mesh, device or stream axis comes back
+        # as it is and keeps the single-device runtime
+        self.prepared = run_passes(fusion)
+        self._host = self.prepared is not fusion
+        self._runtimes: dict[tuple, FusionRuntime | HostRuntime] = {}
+        self._binder = InputBinder(self.prepared)
         self._lock = threading.Lock()
-        self.last_runtime: FusionRuntime | None = None
+        self.last_runtime: FusionRuntime | HostRuntime | None = None
 
     @property
     def num_runtimes(self) -> int:
@@ -129,7 +135,8 @@ class FusionExecutorCache:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
                     device = tensor_device(args) or torch.device("cpu")
-                    runtime = FusionRuntime(self.fusion, device, self.kernels_enabled(device))
+                    kind = HostRuntime if self._host else FusionRuntime
+                    runtime = kind(self.prepared, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime
         self.last_runtime = runtime
         return runtime.run(args, table)

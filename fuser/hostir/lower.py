@@ -1,0 +1,238 @@
+"""Lower a fusion (after the pre-segmentation passes) to a host program.
+
+The exprs come grouped by `stream_loops`. A stream loop becomes a ForLoop whose body works on
+chunk tensors: every tensor the loop reads whole-allocated gets a ShardByStream view (a chunk
+tensor: the same logical extents, the loop's stream split, a stream-parallel allocation, so
+the sharding math reads one chunk for it); every tensor the loop hands to later exprs is
+allocated whole before the loop and each iteration writes its chunk through such a view.
+Intermediates the pass gave a stream-parallel allocation stay as they are. Exprs in the loop
+are copies of the fusion's exprs reading and writing chunk tensors, so an op evaluated there
+consumes and produces chunks (invariant 4), and its output is checked against chunk extents.
+
+Outside loops, each Communication becomes Communicate + Wait; runs of other exprs become
+segments: generated kernels where no tensor is sharded (kernels index by logical extents),
+ATen otherwise. The lowering works on its own clone of the fusion, so the chunk tensors it
+adds never touch a fusion shared by other runtimes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from ..errors import UnsupportedError
+from ..ir import Expr, Fusion, LinearOp, MatmulOp, TensorView
+from ..multidevice.axis_map import mapped_input_axis
+from ..multidevice.communication import Collective, Communication
+from ..multidevice.sharding import is_sharded, stream_leaf
+from ..multidevice.transform import is_split, like, replay_splits, set_stream_allocation
+from ..passes.schedule_stream_loops import loop_axis, stream_loops
+from ..segment import Segment, SegmentKind, segment_fusion
+from ..segment.segments import segment_io
+from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
+                    LaunchKernel, SetCurrentStream, ShardByStream, Synchronize, Wait)
+
+# (exprs) -> segments with kernels, for runs of unsharded exprs; None: ATen only
+KernelSegmenter = Optional[Callable[[object], list[Segment]]]
+
+
+class _Lowering:
+    def __init__(self, fusion: Fusion, make_launcher: Callable, segment_kernels: KernelSegmenter):
+        self.fusion = fusion
+        self.make_launcher = make_launcher
+        self.segment_kernels = segment_kernels
+        self.segments: list[Segment] = []
+        self.n_comms = 0
+        self.consumers: dict[int, list[Expr]] = {}
+        for e in fusion.exprs:
+            for v in e.inputs:
+                self.consumers.setdefault(id(v), []).append(e)
+        self.fusion_outputs = {id(o) for o in fusion.outputs()}
+
+    # -- top level --------------------------------------------------------------------------
+
+    def lower(self) -> HostProgram:
+        body: list = []
+        plain: list[Expr] = []
+        groups = stream_loops(self.fusion.exprs)
+        for g in groups:
+            if isinstance(g, list):
+                body += self.plain(plain)
+                plain = []
+                body += self.loop(g)
+            elif isinstance(g, Communication):
+                body += self.plain(plain)
+                plain = []
+                body += self.communicate(g, None)
+            else:
+                plain.append(g)
+        body += self.plain(plain)
+        f = self.fusion
+        return HostProgram(f.inputs(), f.outputs(), body, self.segments)
+
+    def communicate(self, comm: Communication, loop: Optional[ForLoop], in_place: bool = False) -> list:
+        if comm.collective is Collective.allreduce and not in_place:
+            # the partial sums are read by nothing else: reduce them where they are
+            partial = comm.inputs[0]
+            in_place = (len(self.consumers.get(id(partial), [])) == 1 and id(partial) not in self.fusion_outputs
+                        and all(partial is not v for v in self.fusion.inputs()))
+        op = Communicate(self.n_comms, comm, in_loop=loop is not None, in_place=in_place)
+        if comm.collective is Collective.broadcast:
+            op.loop_index, op.loop_extent = loop.index, loop.extent
+        self.n_comms += 1
+        seg = Segment(SegmentKind.communication, [comm], list(comm.inputs), list(comm.outputs),
+                      why=f"{comm.collective.value} over {comm.mesh!r} ({comm.parallel_type.value})")
+        self.segments.append(seg)
+        return [op, Wait(op)]
+
+    def plain(self, exprs: list[Expr]) -> list:
+        """Exprs outside loops and collectives: kernels where nothing is sharded, else ATen."""
+        if not exprs:
+            return []
+        later = [e for e in self.fusion.exprs if all(e is not x for x in exprs)]
+        inputs, outputs = segment_io(exprs, self.fusion.outputs(), later)
+        tvs = [v for e in exprs for v in (*e.inputs, *e.outputs) if isinstance(v, TensorView)]
+        if self.segment_kernels is not None and not any(is_sharded(tv) for tv in tvs):
+            segments = self.segment_kernels(_SubFusion(exprs, outputs))
+        else:
+            why = "sharded tensors: ATen on the local shards" if any(is_sharded(t) for t in tvs) \
+                else "ATen evaluation"
+            segments = [Segment(SegmentKind.evaluator, exprs, inputs,
+                                [o for o in outputs if isinstance(o, TensorView)], why=why)]
+        ops = []
+        for seg in segments:
+            self.segments.append(seg)
+            if seg.kind is SegmentKind.kernel:
+                ops.append(self.make_launcher(seg))
+            else:
+                ops.append(Evaluate(seg))
+        return ops
+
+    # -- stream loops -----------------------------------------------------------------------
+
+    def loop(self, group: list[Expr]) -> list:
+        leaf, split = loop_axis(group[0])
+        index = str(self.fusion.new_symbol())
+        loop = ForLoop(index, leaf.extent)
+        members = {id(e) for e in group}
+        produced = {id(o) for e in group for o in e.outputs}
+        leaving = [o for e in group for o in e.outputs if isinstance(o, TensorView) and (
+            id(o) in self.fusion_outputs
+            or any(id(c) not in members for c in self.consumers.get(id(o), [])))]
+        before = [Allocate(o) for o in leaving]
+        body = [SetCurrentStream(index), Synchronize(None)]
+        chunks: dict[int, TensorView] = {}  # whole tensor -> its chunk tensor in this loop
+        aliases = self.aliases(group, {id(o) for o in leaving})
+        views: dict[int, ShardByStream] = {}
+        for e in group:
+            ins = []
+            for v in e.inputs:
+                if not isinstance(v, TensorView):
+                    ins.append(v)
+                elif id(v) in produced:
+                    ins.append(chunks.get(id(v), v))
+                elif isinstance(e, Communication) and e.collective is Collective.broadcast:
+                    ins.append(v)  # each chunk comes whole from the rank that holds it
+                else:
+                    c = self.input_chunk(v, e, index, chunks, body)
+                    ins.append(c)
+            outs = []
+            for o in e.outputs:
+                if isinstance(o, TensorView) and any(o is x for x in leaving):
+                    c = _chunk_tensor(o)
+                    chunks[id(o)] = c
+                    view = ShardByStream(o, c, index)
+                    views[id(o)] = view
+                    body.append(view)
+                    outs.append(c)
+                else:
+                    outs.append(o)
+            local = dataclasses.replace(e, inputs=tuple(ins), outputs=tuple(outs))
+            if isinstance(e, Communication):
+                body += self.communicate(local, loop, in_place=any(c is e for _, c in aliases))
+            else:
+                seg = Segment(SegmentKind.evaluator, [local], [v for v in ins if isinstance(v, TensorView)],
+                              [o for o in outs if isinstance(o, TensorView)], why="stream loop: ATen on chunks")
+                self.segments.append(seg)
+                body.append(Evaluate(seg, in_loop=True))
+        # the producer of an aliased partial writes into the collective's output chunk
+        for partial, comm in aliases:
+            view = views[id(comm.outputs[0])]
+            view.aliases = (*view.aliases, partial)
+            body.remove(view)
+            producer_pos = next(k for k, op in enumerate(body) if isinstance(op, Evaluate)
+                                and any(o is partial for e in op.segment.exprs for o in e.outputs))
+            body.insert(producer_pos, view)
+        loop.body = body + [SetCurrentStream(None)]
+        join = ForLoop(index, leaf.extent, [Synchronize(index)])
+        return before + [GetCurrentStream(), loop, join]
+
+    def aliases(self, group: list[Expr], leaving: set[int]) -> list[tuple[TensorView, Communication]]:
+        """Allreduces whose partial sums a linear or matmul can write straight into the
+        output chunk, so the collective runs in place there (no copy, no extra buffer)."""
+        out = []
+        producers = {id(o): e for e in group for o in e.outputs}
+        for e in group:
+            if not (isinstance(e, Communication) and e.collective is Collective.allreduce):
+                continue
+            partial = e.inputs[0]
+            p = producers.get(id(partial))
+            if (p is not None and isinstance(p, (LinearOp, MatmulOp)) and len(p.outputs) == 1
+                    and len(self.consumers.get(id(partial), [])) == 1
+                    and id(e.outputs[0]) in leaving and partial.dtype == e.outputs[0].dtype):
+                out.append((partial, e))
+        return out
+
+    def input_chunk(self, v: TensorView, e: Expr, index: str, chunks: dict, body: list) -> TensorView:
+        """The chunk of `v` that the loop expr `e` reads, or `v` itself when `e` reads it whole
+        (an axis `e`'s stream axis does not map to, or a broadcast one)."""
+        out = next(o for o in e.outputs if isinstance(o, TensorView))
+        leaf, split = stream_leaf(out)
+        a = mapped_input_axis(e, v, out, split.input)
+        if a is None or a.is_broadcast:
+            return v
+        key = id(v)
+        if key in chunks:
+            return chunks[key]
+        own = stream_leaf(v)
+        if own is not None:
+            if own[1].input is not a or own[1].factor != split.factor or own[1].inner_split != split.inner_split:
+                raise UnsupportedError(
+                    f"{e.op_name}: its input {v!r} is split onto streams differently from its "
+                    f"output {out!r}; split both the same way")
+            c = _chunk_tensor(v)
+        else:
+            if is_split(v, a):
+                raise UnsupportedError(
+                    f"{e.op_name}: cannot take stream chunks of {v!r} along {a!r}, which is "
+                    f"already split; gather it first")
+            c = like(v)
+            target = c.domain.logical[next(k for k, d in enumerate(v.domain.logical) if d is a)]
+            replay_splits(out, split.input, c, target, keep=lambda x: x.is_stream)
+            set_stream_allocation(c)
+        chunks[key] = c
+        body.append(ShardByStream(v, c, index))
+        return c
+
+
+def _chunk_tensor(tv: TensorView) -> TensorView:
+    c = like(tv)
+    set_stream_allocation(c)
+    return c
+
+
+class _SubFusion:
+    """A run of exprs seen by the segmenter as a fusion of its own."""
+
+    def __init__(self, exprs: list[Expr], outputs: list):
+        self.exprs = exprs
+        self._outputs = outputs
+
+    def outputs(self) -> list:
+        return list(self._outputs)
+
+
+def lower(fusion: Fusion, make_launcher: Callable, segment_kernels: KernelSegmenter) -> HostProgram:
+    """The host program of `fusion` (already through the passes). `make_launcher(segment)`
+    makes the LaunchKernel op of a kernel segment; `segment_kernels(subfusion)` cuts a run of
+    unsharded exprs into kernel and ATen segments (None: ATen only)."""
+    return _Lowering(fusion.clone(), make_launcher, segment_kernels).lower()

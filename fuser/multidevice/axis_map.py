@@ -1,0 +1,146 @@
+"""Which logical axis of an op's input becomes which logical axis of its output.
+
+Sharding propagation, resharding detection and stream chunking all ask one question: "this
+input axis is split (onto devices or streams); which output axis is that?". The answer is a
+rule per Expr class in `RULES` (JAX's per-primitive tables). An op without a rule maps nothing:
+sharding does not flow through it, and a sharded input is gathered before it, which is always
+correct. Reduction axes count: a linear's contraction axis maps to the output's trailing
+reduction axis, which is how a sharded contraction becomes a partial sum plus a collective.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDomain, LinearOp,
+                  LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SdpaFwdOp, SliceOp,
+                  SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
+from .communication import Communication
+
+Pairs = list[tuple[IterDomain, IterDomain]]
+RULES: dict[type, Callable[[Expr, TensorView, TensorView], Pairs]] = {}
+
+
+def rule(*classes):
+    def register(fn):
+        for cls in classes:
+            RULES[cls] = fn
+        return fn
+    return register
+
+
+def axis_pairs(expr: Expr, inp: TensorView, out: TensorView) -> Pairs:
+    """(input logical axis, output logical axis) pairs for `inp` -> `out` of `expr`."""
+    fn = RULES.get(type(expr))
+    if fn is None or not any(v is inp for v in expr.inputs):
+        return []
+    return fn(expr, inp, out)
+
+
+def mapped_output_axis(expr: Expr, inp: TensorView, out: TensorView, d: IterDomain):
+    for a, b in axis_pairs(expr, inp, out):
+        if a is d:
+            return b
+    return None
+
+
+def mapped_input_axis(expr: Expr, inp: TensorView, out: TensorView, d: IterDomain):
+    for a, b in axis_pairs(expr, inp, out):
+        if b is d:
+            return a
+    return None
+
+
+def _positional(a: list[IterDomain], b: list[IterDomain]) -> Pairs:
+    return list(zip(a, b)) if len(a) == len(b) else []
+
+
+@rule(UnaryOp, BinaryOp, TernaryOp, CastOp, LoadStoreOp, ExpandOp, Communication)
+def _elementwise(e, inp, out):
+    return _positional(inp.domain.no_reductions(), out.domain.no_reductions())
+
+
+@rule(ReductionOp, VarMeanOp)
+def _reduction(e, inp, out):
+    # the output's logical domain lists every input axis, the reduced ones as reduction axes
+    return _positional(inp.domain.no_reductions(), out.domain.logical)
+
+
+@rule(BroadcastOp)
+def _broadcast(e: BroadcastOp, inp, out):
+    kept = [d for d, new in zip(out.domain.no_reductions(), e.is_broadcast) if not new]
+    return _positional(inp.domain.no_reductions(), kept)
+
+
+@rule(SqueezeOp)
+def _squeeze(e: SqueezeOp, inp, out):
+    kept = [d for k, d in enumerate(inp.domain.no_reductions()) if k not in set(e.dims)]
+    return _positional(kept, out.domain.no_reductions())
+
+
+@rule(PermuteOp)
+def _permute(e: PermuteOp, inp, out):
+    ins = inp.domain.no_reductions()
+    return [(ins[src], o) for src, o in zip(e.dims, out.domain.no_reductions())]
+
+
+@rule(SliceOp, PadOp)
+def _same_extents(e, inp, out):
+    # only axes the op leaves whole keep their sharding
+    return [(a, b) for a, b in _positional(inp.domain.no_reductions(), out.domain.no_reductions())
+            if a.extent == b.extent]
+
+
+@rule(CatOp)
+def _cat(e: CatOp, inp, out):
+    return [(a, b) for k, (a, b) in enumerate(_positional(inp.domain.no_reductions(),
+                                                         out.domain.no_reductions())) if k != e.dim]
+
+
+@rule(LinearOp)
+def _linear(e: LinearOp, inp, out):
+    o = out.domain.logical  # [..., (N), rK]
+    x, w = e.inputs[0], e.inputs[1]
+    if inp is x:
+        xs = x.domain.no_reductions()
+        return list(zip(xs[:-1], o)) + [(xs[-1], o[-1])]
+    if inp is w:
+        ws = w.domain.no_reductions()
+        return [(ws[0], o[-2]), (ws[1], o[-1])] if len(ws) == 2 else [(ws[0], o[-1])]
+    bias = inp.domain.no_reductions()  # [N], or a scalar-like 0-d bias
+    return [(bias[0], o[-2])] if len(bias) == 1 and w.ndim == 2 else []
+
+
+@rule(MatmulOp)
+def _matmul(e: MatmulOp, inp, out):
+    a, b = e.inputs
+    o = out.domain.logical  # [batch..., (M), (N), rK]
+    has_m, has_n = a.ndim >= 2, b.ndim >= 2
+    n_batch = len(o) - 1 - has_m - has_n
+    batch = o[:n_batch]
+    ids = inp.domain.no_reductions()
+    pairs = []
+    if inp is a:
+        pairs.append((ids[-1], o[-1]))
+        if has_m:
+            pairs.append((ids[-2], o[n_batch]))
+        own_batch = ids[:-2] if has_m else []
+    else:
+        pairs.append((ids[0] if b.ndim == 1 else ids[-2], o[-1]))
+        if has_n:
+            pairs.append((ids[-1], o[-2]))
+        own_batch = ids[:-2] if has_n else []
+    for k in range(1, len(own_batch) + 1):
+        pairs.append((own_batch[-k], batch[-k]))
+    return pairs
+
+
+@rule(SdpaFwdOp)
+def _sdpa(e: SdpaFwdOp, inp, out):
+    ids = inp.domain.no_reductions()  # [N, H, L, E]
+    o = out.domain.no_reductions()
+    pairs = [(ids[0], o[0]), (ids[1], o[1])]  # batch and heads shard freely
+    if inp is e.inputs[0]:
+        pairs.append((ids[2], o[2]))
+    if inp is e.inputs[2] and len(o) == 4:
+        pairs.append((ids[3], o[3]))
+    return pairs

@@ -1,0 +1,286 @@
+"""Collectives over torch.distributed, or over nothing in a single process.
+
+`Communicator.default()` uses the default process group when the program has initialized one;
+otherwise, under torchrun (WORLD_SIZE in the environment), it initializes one from the usual
+variables with NCCL for CUDA tensors and gloo for CPU tensors; otherwise it is a world of one
+process, where every collective over a one-device team is a local copy.
+
+Every collective takes the *team* (the ranks taking part, in mesh order) and returns a Pending
+whose `wait()` finishes it. A failure or timeout becomes a CollectiveError naming the
+collective, the team and this rank. Team order is mesh order: the k-th chunk of a gather comes
+from team[k], whatever the ranks' numbers.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from ..errors import FuserError
+
+_TIMEOUT_ENV = "FUSER_COLLECTIVE_TIMEOUT"  # seconds; the process group's timeout
+
+
+class CollectiveError(FuserError):
+    """A collective failed or timed out; the message names it, its ranks and this rank."""
+
+
+class Pending:
+    """A posted collective. `wait()` blocks (CPU) or orders the current stream after it (CUDA),
+    then runs the step that moves the result into place, if any."""
+
+    __slots__ = ("works", "finish", "label", "_comm")
+
+    def __init__(self, comm: "Communicator", label: str, works=(), finish: Optional[Callable] = None):
+        self._comm, self.label, self.works, self.finish = comm, label, works, finish
+
+    def wait(self) -> None:
+        for w in self.works:
+            self._comm._guard(self.label, w.wait)
+        if self.finish is not None:
+            self.finish()
+
+
+class Communicator:
+    _default: Optional["Communicator"] = None
+    _lock = threading.Lock()
+
+    def __init__(self, group=None, rank: int = 0, world_size: int = 1, backend: str = "none"):
+        """`group`: a torch.distributed process group (None: the default group when
+        torch.distributed is initialized, else a world of one process)."""
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.group = group
+        self._subgroups: dict[tuple[int, ...], object] = {}
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def default(cls) -> "Communicator":
+        with cls._lock:
+            if cls._default is None or not cls._default._still_valid():
+                cls._default = cls._create()
+            return cls._default
+
+    @classmethod
+    def from_group(cls, group) -> "Communicator":
+        """A communicator over an existing process group (for example one with a short timeout)."""
+        import torch.distributed as dist
+
+        return cls(group, dist.get_rank(group), dist.get_world_size(group), dist.get_backend(group))
+
+    @classmethod
+    def _create(cls) -> "Communicator":
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return cls(None, dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
+        if dist.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            backend = "gloo"
+            if torch.cuda.is_available() and dist.is_nccl_available():
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+                backend = "cpu:gloo,cuda:nccl"
+            timeout = datetime.timedelta(seconds=float(os.environ.get(_TIMEOUT_ENV, "600")))
+            try:
+                dist.init_process_group(backend=backend, timeout=timeout)
+            except Exception as err:  # noqa: BLE001 - any rendezvous failure
+                raise CollectiveError(
+                    f"initializing torch.distributed ({backend}) from torchrun's environment "
+                    f"(RANK={os.environ.get('RANK')}, WORLD_SIZE={os.environ.get('WORLD_SIZE')}, "
+                    f"MASTER_ADDR={os.environ.get('MASTER_ADDR')}, "
+                    f"MASTER_PORT={os.environ.get('MASTER_PORT')}) failed: {err}") from err
+            return cls(None, dist.get_rank(), dist.get_world_size(), backend)
+        return cls()
+
+    def _still_valid(self) -> bool:
+        if self.world_size == 1 and self.backend == "none":
+            import torch.distributed as dist
+
+            return not (dist.is_available() and dist.is_initialized())
+        return True
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.backend != "none"
+
+    def __repr__(self) -> str:
+        return f"Communicator(rank={self.rank}, world_size={self.world_size}, backend={self.backend})"
+
+    # -- teams ----------------------------------------------------------------------------
+
+    def _team_group(self, team: tuple[int, ...]):
+        """The process group of `team`: the communicator's own group when the team is all of
+        it; otherwise a subgroup made on first use. Only the team's members create it (local
+        synchronization), so the teams of a 2-D mesh never wait for each other."""
+        import torch.distributed as dist
+
+        if len(team) == self.world_size:
+            return self.group
+        key = tuple(sorted(team))
+        found = self._subgroups.get(key)
+        if found is None:
+            found = dist.new_group([self._global(r) for r in key], use_local_synchronization=True)
+            self._subgroups[key] = found
+        return found
+
+    def _global(self, rank: int) -> int:
+        """The global rank of a rank of this communicator's group (mesh ids are the latter)."""
+        if self.group is None:
+            return rank
+        import torch.distributed as dist
+
+        return dist.get_global_rank(self.group, rank)
+
+    def _check_team(self, name: str, team: Sequence[int]) -> tuple[int, ...]:
+        team = tuple(team)
+        if self.rank not in team:
+            raise CollectiveError(f"{name} over ranks {team}: this process (rank {self.rank}) is "
+                                  f"not one of them")
+        if max(team) >= self.world_size:
+            raise CollectiveError(
+                f"{name} over ranks {team} needs {max(team) + 1} processes, but this world has "
+                f"{self.world_size}; launch with torchrun --nproc-per-node={max(team) + 1}")
+        return team
+
+    def _guard(self, label: str, fn: Callable):
+        try:
+            return fn()
+        except FuserError:
+            raise
+        except Exception as err:  # noqa: BLE001 - gloo and NCCL raise RuntimeError and friends
+            raise CollectiveError(f"{label} failed on rank {self.rank}: {err}") from err
+
+    def _label(self, name: str, team) -> str:
+        return f"{name} over ranks {tuple(team)} ({self.backend})"
+
+    @staticmethod
+    def _group_order(team: tuple[int, ...]) -> list[int]:
+        """Process-group rank of each team member: groups number their ranks in sorted order."""
+        ordered = sorted(team)
+        return [ordered.index(r) for r in team]
+
+    # -- collectives ----------------------------------------------------------------------
+
+    def allreduce(self, tensor: torch.Tensor, team: Sequence[int], op: str = "sum") -> Pending:
+        """Reduce `tensor` over the team, in place."""
+        name = "allreduce"
+        team = self._check_team(name, team)
+        label = self._label(name, team)
+        if len(team) == 1:
+            return Pending(self, label)
+        import torch.distributed as dist
+
+        buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+        work = self._guard(label, lambda: dist.all_reduce(
+            buf, op=_REDUCE_OPS[op](), group=self._team_group(team), async_op=True))
+        finish = None if buf is tensor else (lambda: tensor.copy_(buf))
+        return Pending(self, label, (work,), finish)
+
+    def allgather(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], axis: int) -> Pending:
+        """`out` (the team's shards side by side along `axis`, in team order) from `inp`."""
+        name = "allgather"
+        team = self._check_team(name, team)
+        label = self._label(name, team)
+        if len(team) == 1:
+            out.copy_(inp)
+            return Pending(self, label)
+        import torch.distributed as dist
+
+        n = len(team)
+        if axis == 0 and out.is_contiguous() and team == tuple(sorted(team)):
+            buf, finish = out, None
+        else:
+            buf = torch.empty((n, *inp.shape), dtype=inp.dtype, device=inp.device)
+            order = self._group_order(team)
+
+            def finish():
+                out.copy_(buf[order].movedim(0, axis).flatten(axis, axis + 1))
+        src = inp.contiguous()
+        work = self._guard(label, lambda: dist.all_gather_into_tensor(
+            buf, src, group=self._team_group(team), async_op=True))
+        return Pending(self, label, (work,), finish)
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], axis: int,
+                       op: str = "sum") -> Pending:
+        """`out` = this rank's block (along `axis`, blocks in team order) of the team's sum."""
+        name = "reduce_scatter"
+        team = self._check_team(name, team)
+        label = self._label(name, team)
+        if len(team) == 1:
+            out.copy_(inp)
+            return Pending(self, label)
+        import torch.distributed as dist
+
+        n = len(team)
+        blocks = inp.unflatten(axis, (n, inp.shape[axis] // n)).movedim(axis, 0)
+        order = self._group_order(team)
+        src = torch.empty_like(blocks, memory_format=torch.contiguous_format)
+        src[order] = blocks  # group rank g receives block k where order[k] == g
+        buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
+        work = self._guard(label, lambda: dist.reduce_scatter_tensor(
+            buf, src.flatten(0, 1) if src.dim() > 1 else src, op=_REDUCE_OPS[op](),
+            group=self._team_group(team), async_op=True))
+        finish = None if buf is out else (lambda: out.copy_(buf))
+        return Pending(self, label, (work,), finish)
+
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], in_axis: int,
+                   out_axis: int) -> Pending:
+        """From shards along `in_axis` to shards along `out_axis`: block k of `inp` along
+        `out_axis` goes to team[k]; what team[k] sends lands as block k along `in_axis`."""
+        name = "all_to_all"
+        team = self._check_team(name, team)
+        label = self._label(name, team)
+        if len(team) == 1:
+            out.copy_(inp)
+            return Pending(self, label)
+        import torch.distributed as dist
+
+        n = len(team)
+        order = self._group_order(team)
+        blocks = inp.unflatten(out_axis, (n, inp.shape[out_axis] // n)).movedim(out_axis, 0)
+        send = torch.empty_like(blocks, memory_format=torch.contiguous_format)
+        send[order] = blocks
+        recv = torch.empty_like(send)
+
+        def finish():
+            got = recv[order]  # block k from team[k], in team order
+            out.copy_(got.movedim(0, in_axis).flatten(in_axis, in_axis + 1))
+        work = self._guard(label, lambda: dist.all_to_all_single(
+            recv, send, group=self._team_group(team), async_op=True))
+        return Pending(self, label, (work,), finish)
+
+    def broadcast(self, tensor: torch.Tensor, team: Sequence[int], root: int) -> Pending:
+        """`tensor` on every team member becomes the root's (`root` is a rank of the team)."""
+        name = "broadcast"
+        team = self._check_team(name, team)
+        label = self._label(name, team) + f" from rank {root}"
+        if len(team) == 1:
+            return Pending(self, label)
+        import torch.distributed as dist
+
+        group = self._team_group(team)
+        buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+        src = self._global(root)
+        work = self._guard(label, lambda: dist.broadcast(buf, src=src, group=group, async_op=True))
+        finish = None if buf is tensor else (lambda: tensor.copy_(buf))
+        return Pending(self, label, (work,), finish)
+
+    def barrier(self) -> None:
+        if self.is_distributed:
+            import torch.distributed as dist
+
+            self._guard(f"barrier over {self.world_size} ranks", lambda: dist.barrier(group=self.group))
+
+
+def _reduce(name: str):
+    def get():
+        import torch.distributed as dist
+
+        return getattr(dist.ReduceOp, name)
+    return get
+
+
+_REDUCE_OPS = {"sum": _reduce("SUM"), "add": _reduce("SUM"), "max": _reduce("MAX"),
+               "min": _reduce("MIN"), "mul": _reduce("PRODUCT")}

@@ -1,0 +1,340 @@
+"""Multi-device cases, each a function of the device that runs on every rank of a mesh of all
+processes: two ranks under torchrun (`worker.py`, gloo on CPU tensors or NCCL on GPUs), or one
+process with a mesh of one device (`test_cases.py`). Inputs are integer-valued, so every
+result is compared exactly with eager PyTorch on the full tensors.
+
+A case raises (AssertionError, FuserError) to fail. Nothing here starts processes.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import fuser
+from fuser import DataType, FusionDefinition, ParallelType
+from fuser.multidevice import Communicator, DeviceMesh, shard_tensor
+
+DT = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16}
+
+
+def world() -> tuple[int, int]:
+    comm = Communicator.default()
+    return comm.rank, comm.world_size
+
+
+def ints(*shape, dtype=torch.float32, device="cpu", seed=0):
+    """The same integer-valued tensor on every rank (a fixed seed per call site)."""
+    g = torch.Generator().manual_seed(seed + 1000 * len(shape) + sum(shape))
+    return torch.randint(-3, 4, shape, generator=g).to(dtype).to(device)
+
+
+def shard_rows(full, d, rank, axis=0):
+    n = full.shape[axis] // d
+    return full.narrow(axis, rank * n, n)
+
+
+def exact(actual, expected, what=""):
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert torch.equal(actual.cpu(), expected.cpu()), f"{what}: values differ\n{actual}\nvs\n{expected}"
+
+
+def shard(fd, k, full):
+    return shard_tensor(full, fd.fusion.inputs()[k])
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def case_allgather(device):
+    """A row-sharded tensor `set` into a replicated one: an allgather."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        fd.add_output(y)
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        x.outer_split(0, d)
+        x.axis(0).parallelize(ParallelType.mesh_x)
+    full = ints(3 * d, 5, device=device)
+    out, = fd.execute([shard(fd, 0, full)])
+    exact(out, full, "allgather")
+    _collectives(fd, ["Allgather"])
+
+
+def _row_parallel(d, mesh, bias, k=8, n=3, out_rows_sharded=False):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, k * d], contiguity=True)
+        w = fd.define_tensor([n, k * d], contiguity=True)
+        args = [x, w]
+        if bias:
+            args.append(fd.define_tensor([n], contiguity=True))
+        y = fd.ops.linear(*args)
+        fd.add_output(y)
+        for tv in (x, w):
+            tv.set_device_mesh(mesh)
+        x.outer_split(1, d)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+        w.outer_split(1, d)
+        w.axis(1).parallelize(ParallelType.mesh_x)
+        if out_rows_sharded:
+            y.set_device_mesh(mesh)
+            y.outer_split(0, d)
+            y.axis(0).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def case_row_parallel_allreduce(device):
+    """K sharded: local linear of the shards, then an allreduce; the bias is added once."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    for bias in (False, True):
+        fd = _row_parallel(d, mesh, bias)
+        x, w, b = ints(6, 8 * d, device=device), ints(3, 8 * d, device=device, seed=1), ints(3, device=device, seed=2)
+        args = [shard(fd, 0, x), shard(fd, 1, w)] + ([b] if bias else [])
+        out, = fd.execute(args)
+        exact(out, F.linear(x, w, b if bias else None), f"row-parallel linear, bias={bias}")
+        _collectives(fd, ["Allreduce"])
+
+
+def case_row_parallel_reduce_scatter(device):
+    """K sharded and the output sharded on its rows: a reduce-scatter."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    for bias in (False, True):
+        fd = _row_parallel(d, mesh, bias, out_rows_sharded=True)
+        x, w, b = ints(4 * d, 8 * d, device=device), ints(3, 8 * d, device=device, seed=1), ints(3, device=device, seed=2)
+        args = [shard(fd, 0, x), shard(fd, 1, w)] + ([b] if bias else [])
+        out, = fd.execute(args)
+        exact(out, shard_rows(F.linear(x, w, b if bias else None), d, rank), f"reduce-scatter, bias={bias}")
+        _collectives(fd, ["ReduceScatter"])
+
+
+def seed_definition(d, s=3, h=2, dtype=DataType.Float):
+    """The seed issue's configuration: x [t, 4h] split by s onto streams (rows) and by d onto
+    mesh_x (columns), the weight [h, 4h] by d onto mesh_x."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 4 * h], contiguity=True, dtype=dtype)
+        w = fd.define_tensor(shape=[h, 4 * h], contiguity=True, dtype=dtype)
+        fd.add_output(fd.ops.linear(x, w))
+        mesh = DeviceMesh(torch.arange(d))
+        for tv in (x, w):
+            tv.set_device_mesh(mesh)
+        x.outer_split(0, s)
+        x.axis(0).parallelize(ParallelType.stream)
+        x.outer_split(2, d)
+        x.axis(2).parallelize(ParallelType.mesh_x)
+        w.outer_split(1, d)
+        w.axis(1).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def mm_calls(fn):
+    """(fn's result, the input shapes of every aten::mm it ran)."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        result = fn()
+    return result, [e.input_shapes for e in prof.events() if e.name == "aten::mm"]
+
+
+def case_seed(device, dtype=torch.float32):
+    """s matmuls of [t/s, 4h/d] chunks, each allreduced; the same runtime for another t."""
+    rank, d = world()
+    s, h = 3, 2 * d
+    fd = seed_definition(d, s, h, DT[dtype])
+    for t in (6, 12):
+        x, w = ints(t, 4 * h, dtype=dtype, device=device), ints(h, 4 * h, dtype=dtype, device=device, seed=1)
+        (out,), calls = mm_calls(lambda: fd.execute([shard(fd, 0, x), shard(fd, 1, w)]))
+        exact(out, F.linear(x, w), f"seed t={t}")
+        assert len(calls) == s, f"t={t}: {len(calls)} aten::mm calls, expected {s}: {calls}"
+        for c in calls:
+            assert list(c[0]) == [t // s, 4 * h // d], f"t={t}: aten::mm input {c[0]}, expected [{t // s}, {4 * h // d}]"
+    # rows that do not divide by s: the last chunk is shorter, still one runtime
+    x, w = ints(7, 4 * h, dtype=dtype, device=device), ints(h, 4 * h, dtype=dtype, device=device, seed=1)
+    (out,), calls = mm_calls(lambda: fd.execute([shard(fd, 0, x), shard(fd, 1, w)]))
+    exact(out, F.linear(x, w), "seed t=7")
+    assert [c[0][0] for c in calls] == [3, 3, 1], calls
+    assert fd.cache.num_runtimes == 1, f"{fd.cache.num_runtimes} runtimes for three values of t"
+
+
+def case_column_parallel_stream_allgather(device):
+    """x sharded on rows, the weight on its output rows (column-parallel); the output splits
+    the rows onto streams: x is allgathered chunk by chunk inside the stream loop."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    for s in (d, 2 * d):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, 5], contiguity=True)
+            w = fd.define_tensor([-1, 5], contiguity=True)
+            y = fd.ops.linear(x, w)
+            fd.add_output(y)
+            for tv in (x, w, y):
+                tv.set_device_mesh(mesh)
+            x.outer_split(0, d)
+            x.axis(0).parallelize(ParallelType.mesh_x)
+            w.outer_split(0, d)
+            w.axis(0).parallelize(ParallelType.mesh_x)
+            y.outer_split(1, d)
+            y.axis(1).parallelize(ParallelType.mesh_x)
+            y.outer_split(0, s)
+            y.axis(0).parallelize(ParallelType.stream)
+        xf, wf = ints(2 * s, 5, device=device), ints(3 * d, 5, device=device, seed=1)
+        (out,), calls = mm_calls(lambda: fd.execute([shard(fd, 0, xf), shard(fd, 1, wf)]))
+        exact(out, shard_rows(F.linear(xf, wf), d, rank, axis=1), f"column-parallel, s={s}")
+        assert len(calls) == s and all(list(c[0]) == [2, 5] for c in calls), calls
+        _collectives(fd, ["Broadcast"])
+        assert "FOR" in str(fd.cache.last_runtime.program)
+
+
+def tp_mlp_definition(d, h=4, dtype=DataType.Float, act="relu"):
+    """Column-parallel linear (+ sharded bias), an activation, row-parallel linear (+ bias)."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, h], contiguity=True, dtype=dtype)
+        w1 = fd.define_tensor([4 * h, h], contiguity=True, dtype=dtype)
+        b1 = fd.define_tensor([4 * h], contiguity=True, dtype=dtype)
+        w2 = fd.define_tensor([h, 4 * h], contiguity=True, dtype=dtype)
+        b2 = fd.define_tensor([h], contiguity=True, dtype=dtype)
+        y1 = fd.ops.linear(x, w1, b1)
+        if act == "relu":
+            a = fd.ops.relu(y1)
+        else:  # gelu, tanh approximation
+            inner = fd.ops.mul(fd.ops.add(y1, fd.ops.mul(fd.ops.mul(fd.ops.mul(y1, y1), y1), 0.044715)),
+                               0.7978845608028654)
+            a = fd.ops.mul(fd.ops.mul(y1, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+        fd.add_output(fd.ops.linear(a, w2, b2))
+        for tv in (x, w1, b1, w2, b2):
+            tv.set_device_mesh(mesh)
+        for tv, axis in ((w1, 0), (b1, 0), (w2, 1)):
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def case_tp_mlp(device):
+    rank, d = world()
+    h = 4
+    fd = tp_mlp_definition(d, h)
+    full = [ints(5, h, device=device), ints(4 * h, h, device=device, seed=1), ints(4 * h, device=device, seed=2),
+            ints(h, 4 * h, device=device, seed=3), ints(h, device=device, seed=4)]
+    out, = fd.execute([shard(fd, k, t) for k, t in enumerate(full)])
+    x, w1, b1, w2, b2 = full
+    exact(out, F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2), "tensor-parallel MLP")
+    _collectives(fd, ["Allreduce"])
+
+
+def case_all_to_all(device):
+    """A device axis moved from rows to columns."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        fd.add_output(y)
+        for tv, axis in ((x, 0), (y, 1)):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    full = ints(2 * d, 3 * d, device=device)
+    out, = fd.execute([shard(fd, 0, full)])
+    exact(out, shard_rows(full, d, rank, axis=1), "all-to-all")
+    _collectives(fd, ["AllToAll"])
+
+
+def case_replicated_to_sharded(device):
+    """Replicated to sharded: a local slice; then a sum over the sharded axis: an allreduce."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        z = fd.ops.sum(fd.ops.mul(y, 2.0), [1])
+        m = fd.ops.max(y, [1])
+        fd.add_output(y)
+        fd.add_output(z)
+        fd.add_output(m)
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+    full = ints(4, 2 * d, device=device)
+    y_out, z_out, m_out = fd.execute([full])
+    exact(y_out, shard_rows(full, d, rank, axis=1), "shard")
+    exact(z_out, (full * 2).sum(1), "sum over a sharded axis")
+    exact(m_out, full.amax(1), "max over a sharded axis")
+    _collectives(fd, ["Shard", "Allreduce", "Allreduce"])
+
+
+def case_weight_sharding_wins(device):
+    """x sharded on rows, the weight on the contraction: the output follows the weight (a
+    partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 4 * d], contiguity=True)
+        w = fd.define_tensor([3, 4 * d], contiguity=True)
+        fd.add_output(fd.ops.linear(x, w))
+        for tv, axis in ((x, 0), (w, 1)):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    x, w = ints(2 * d, 4 * d, device=device), ints(3, 4 * d, device=device, seed=1)
+    out, = fd.execute([shard(fd, 0, x), shard(fd, 1, w)])
+    exact(out, F.linear(x, w), "weight sharding wins")
+    _collectives(fd, ["AllToAll", "Allreduce"])
+
+
+def case_2d_mesh(device):
+    """A 2-D mesh: the contraction sharded on mesh_y of a (d x 1) mesh, then on mesh_x of a
+    (1 x d) mesh."""
+    rank, d = world()
+    for devices, pt in ((torch.arange(d).reshape(d, 1), ParallelType.mesh_y),
+                        (torch.arange(d).reshape(1, d), ParallelType.mesh_x)):
+        mesh = DeviceMesh(devices)
+        assert mesh.size == d
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, 4 * d], contiguity=True)
+            w = fd.define_tensor([3, 4 * d], contiguity=True)
+            fd.add_output(fd.ops.linear(x, w))
+            for tv in (x, w):
+                tv.set_device_mesh(mesh)
+                tv.outer_split(1, d)
+                tv.axis(1).parallelize(pt)
+        x, w = ints(5, 4 * d, device=device), ints(3, 4 * d, device=device, seed=1)
+        out, = fd.execute([shard(fd, 0, x), shard(fd, 1, w)])
+        exact(out, F.linear(x, w), f"2-D mesh {tuple(devices.shape)} on {pt.name}")
+
+
+def case_bad_shard(device):
+    """A shard of the wrong size: a FusionInputError naming the input, the axis, and the
+    expected local and global sizes."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    fd = _row_parallel(d, mesh, False)
+    w = ints(3, 8 * d, device=device)
+    bad = ints(6, 8 - 1, device=device)
+    try:
+        fd.execute([bad, shard(fd, 1, w)])
+    except fuser.FusionInputError as err:
+        msg = str(err)
+        for pattern in (r"input 0\b", r"axis 1\b", r"local size 7\b", rf"global extent {8 * d}\b",
+                        r"local size 8\b"):
+            assert re.search(pattern, msg), f"{pattern!r} not in: {msg}"
+    else:
+        raise AssertionError("a shard of the wrong size was accepted")
+    # and the definition still works
+    x = ints(6, 8 * d, device=device)
+    out, = fd.execute([shard(fd, 0, x), shard(fd, 1, w)])
+    exact(out, F.linear(x, w), "after a bad input")
+
+
+def _collectives(fd, expected: list[str]) -> None:
+    found = [s.exprs[0].op_name for s in fd.last_segments() if s.kind.value == "communication"]
+    assert found == expected, f"collectives {found}, expected {expected}"
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}

@@ -1,0 +1,67 @@
+"""The multi-device cases on two ranks under torchrun: one launch runs them all (gloo on CPU
+tensors here; NCCL on GPUs in the `gpu` test), each rank writes its results, and every case
+is reported as its own test."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.multidevice.cases import CASES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(ROOT, "tests", "multidevice", "worker.py")
+NAMES = list(CASES) + ["collective_timeout"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out_dir, device: str, timeout: int) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               FUSER_COLLECTIVE_TIMEOUT="20", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", WORKER,
+           "--out", str(out_dir), "--device", device]
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"torchrun did not finish in {timeout} s:\n{err.stdout}\n{err.stderr}")
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    results = []
+    for rank in (0, 1):
+        path = os.path.join(out_dir, f"rank{rank}.json")
+        assert os.path.exists(path), f"rank {rank} wrote no results:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        with open(path) as f:
+            results.append(json.load(f))
+    return results
+
+
+@pytest.fixture(scope="module")
+def cpu_results(tmp_path_factory):
+    return launch(tmp_path_factory.mktemp("torchrun_cpu"), "cpu", timeout=55)
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("name", NAMES)
+def test_two_ranks_gloo(cpu_results, name):
+    for rank, results in enumerate(cpu_results):
+        assert results["world_size"] == 2 and results["backend"] == "gloo"
+        r = results[name]
+        assert r["ok"], f"rank {rank}: {r.get('error')}"
+
+
+@pytest.mark.gpu
+@pytest.mark.multidevice
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_ranks_nccl(tmp_path):
+    results = launch(tmp_path, "cuda", timeout=300)
+    failed = {f"rank {rank} {name}": r.get("error") for rank, res in enumerate(results)
+              for name, r in res.items() if isinstance(r, dict) and not r["ok"]}
+    assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())
