@@ -2,13 +2,17 @@
 from . import multidevice
 from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionInputError,
                      InternalError, UnsupportedError)
-from .frontend import FusionDefinition
+from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
+from .frontend.backend import register as _register_backend
 from .ir import DataType, Fusion, ParallelType
 
 __version__ = "0.1.0"
 
+_register_backend()  # torch.compile(fn, backend="fuser")
+
 __all__ = [
-    "FusionDefinition", "DataType", "ParallelType", "Fusion", "multidevice",
+    "FusionDefinition", "jit", "explain", "CacheInfo", "ExplainReport", "DataType", "ParallelType",
+    "Fusion", "multidevice",
     "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
     "UnsupportedError", "InternalError",
 ]

@@ -1,0 +1,104 @@
+"""The TorchDynamo backend: `torch.compile(fn, backend="fuser")`.
+
+Dynamo captures Python into FX graphs (graph breaks are its business). AOTAutograd traces each
+graph to ATen with the core-ATen decompositions, functionalizes it, and, when gradients are
+needed, splits the joint graph into forward and backward with the min-cut partitioner, which
+chooses the activations to save (recomputing cheap pointwise values rather than storing them,
+never storing one value twice). Each ATen graph is planned (`partition.py`) and becomes a
+`GraphProgram`.
+
+One backend object exists per set of options, so every `fuser.jit` with the same options
+shares Dynamo's cache for a function instead of recompiling it per decorator.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .partition import plan_graph
+from .program import CURRENT_STATS, GraphProgram
+
+
+@dataclass(eq=False)
+class GraphRecord:
+    """One graph Dynamo captured, and the programs compiled from it (inference, or forward and
+    backward, the backward compiled when first needed)."""
+
+    dynamo_code: str
+    programs: list[GraphProgram] = field(default_factory=list)
+
+
+@functools.cache
+def decompositions() -> dict:
+    """Core-ATen decompositions. Ops with a lowering of their own that beats their
+    decomposition (softmax, layer norm, gelu stay whole there already) are left out."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    aten = torch.ops.aten
+    for op in (aten.silu.default,):
+        table.pop(op, None)
+    return table
+
+
+class FuserBackend:
+    def __init__(self, **options: Any):
+        self.options = dict(options)
+        self.records: list[GraphRecord] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        from functorch.compile import min_cut_rematerialization_partition
+        from torch._dynamo.backends.common import aot_autograd
+
+        record = GraphRecord(dynamo_code=gm.code)
+        with self._lock:
+            self.records.append(record)
+        stats = CURRENT_STATS.get()
+        if stats is not None:
+            stats.saw(record)
+
+        def compiler(kind: str):
+            def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
+                program = GraphProgram(plan_graph(graph), kind, record)
+                record.programs.append(program)
+                return program
+            return compile_graph
+
+        aot = aot_autograd(
+            fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+            inference_compiler=compiler("inference"), decompositions=decompositions(),
+            partition_fn=min_cut_rematerialization_partition, keep_inference_input_mutations=True)
+        return aot(gm, example_inputs)
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"FuserBackend({opts})"
+
+
+_BACKENDS: dict[tuple, FuserBackend] = {}
+
+
+def backend_for(**options: Any) -> FuserBackend:
+    key = tuple(sorted(options.items()))
+    found = _BACKENDS.get(key)
+    if found is None:
+        found = _BACKENDS.setdefault(key, FuserBackend(**options))
+    return found
+
+
+def fuser_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+    """The registered `"fuser"` backend (default options)."""
+    return backend_for()(gm, example_inputs)
+
+
+def register() -> None:
+    """Make `torch.compile(fn, backend="fuser")` work."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "fuser" not in _COMPILER_FNS:
+        register_backend(backend_for(), name="fuser")

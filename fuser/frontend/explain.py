@@ -1,0 +1,167 @@
+"""`fuser.explain(fn, *args)`: what fuser made of a function, for people and notebooks.
+
+It runs `fn` once through `fuser.jit` (and its backward, when an output requires grad, without
+touching any `.grad`), then reports, per graph Dynamo captured: the Dynamo graph; per ATen
+graph (inference, forward, backward): its code, each fusion in nvFuser notation with its
+segments and why they were cut, the generated Triton source, and the ATen ops run between
+fusions with the reason for each. `str(report)` is text; `report._repr_html_()` renders it with
+collapsible sections in a notebook.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .jit import JitFunction, JitModule, Stats, jit
+from .partition import SIZE
+from .program import EagerStep, FusionStep, GraphProgram
+
+
+@dataclass
+class FusionReport:
+    name: str
+    nodes: list[str]
+    fusion: str
+    definition: str
+    segments: list[str]
+    triton: list[str]
+
+
+@dataclass
+class ProgramReport:
+    kind: str
+    aten_code: str
+    fusions: list[FusionReport] = field(default_factory=list)
+    eager: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason)
+
+
+@dataclass
+class GraphReport:
+    dynamo_code: str
+    programs: list[ProgramReport] = field(default_factory=list)
+
+
+class ExplainReport:
+    def __init__(self, graphs: list[GraphReport], info: Any):
+        self.graphs = graphs
+        self.info = info
+
+    @property
+    def fusions(self) -> list[FusionReport]:
+        return [f for g in self.graphs for p in g.programs for f in p.fusions]
+
+    def __str__(self) -> str:
+        out = [f"fuser.explain: {len(self.graphs)} captured graph(s); {self.info}"]
+        for gi, g in enumerate(self.graphs):
+            out += [_rule(f"graph {gi}: captured by Dynamo"), g.dynamo_code.strip()]
+            for p in g.programs:
+                out += [_rule(f"graph {gi} {p.kind}: ATen graph"), p.aten_code.strip()]
+                for f in p.fusions:
+                    out += [_rule(f"graph {gi} {p.kind}: {f.name} (nodes {', '.join(f.nodes)})"),
+                            f.fusion.strip(), "", "-- segments --"]
+                    out += [s.strip() for s in f.segments] or ["(not run yet)"]
+                    if f.triton:
+                        out += ["", "-- Triton --"] + [t.strip() for t in f.triton]
+                if p.eager:
+                    out += [_rule(f"graph {gi} {p.kind}: ATen calls between fusions")]
+                    out += [f"{n} = {op}: {why}" for n, op, why in p.eager]
+        return "\n".join(out) + "\n"
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        pre = lambda text: f"<pre style='font-size:85%'>{esc(text.strip())}</pre>"  # noqa: E731
+        parts = [f"<div><b>fuser.explain</b>: {len(self.graphs)} captured graph(s)<br>"
+                 f"<code>{esc(str(self.info))}</code>"]
+        for gi, g in enumerate(self.graphs):
+            parts.append(f"<details open><summary><b>graph {gi}</b></summary>")
+            parts.append(f"<details><summary>captured by Dynamo</summary>{pre(g.dynamo_code)}</details>")
+            for p in g.programs:
+                parts.append(f"<details open><summary><b>{esc(p.kind)}</b>: {len(p.fusions)} "
+                             f"fusion(s), {len(p.eager)} ATen call(s)</summary>")
+                parts.append(f"<details><summary>ATen graph</summary>{pre(p.aten_code)}</details>")
+                for f in p.fusions:
+                    parts.append(f"<details><summary>{esc(f.name)}: {esc(', '.join(f.nodes))}</summary>")
+                    parts.append(pre(f.fusion))
+                    parts.append(f"<details><summary>definition</summary>{pre(f.definition)}</details>")
+                    parts.append("<b>segments</b>" + "".join(pre(s) for s in f.segments))
+                    if f.triton:
+                        parts.append("<details><summary>Triton</summary>" +
+                                     "".join(pre(t) for t in f.triton) + "</details>")
+                    parts.append("</details>")
+                if p.eager:
+                    rows = "".join(f"<tr><td><code>{esc(n)}</code></td><td><code>{esc(op)}</code></td>"
+                                   f"<td>{esc(why)}</td></tr>" for n, op, why in p.eager)
+                    parts.append(f"<details><summary>ATen calls between fusions</summary>"
+                                 f"<table>{rows}</table></details>")
+                parts.append("</details>")
+            parts.append("</details>")
+        return "".join(parts) + "</div>"
+
+
+def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
+    """Run `fn(*args, **kwargs)` through fuser once (and its backward, if any output requires
+    grad) and report what was captured, fused, cut and generated."""
+    jitted = fn if isinstance(fn, (JitFunction, JitModule)) else jit(fn)
+    target = jitted._jit if isinstance(jitted, JitModule) else jitted
+    stats = Stats()
+    out = target._call(stats, args, kwargs)
+    _run_backward(out, fn, args, kwargs, stats)
+    return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info())
+
+
+def _run_backward(out: Any, fn: Any, args: tuple, kwargs: dict, stats: Stats) -> None:
+    outs = [t for t in _tensors(out) if t.requires_grad]
+    if not outs:
+        return
+    wrt = [t for t in _tensors((args, kwargs)) if t.requires_grad and t.is_leaf]
+    if isinstance(fn, torch.nn.Module):
+        wrt += [p for p in fn.parameters() if p.requires_grad]
+    if not wrt:
+        return
+    grads = [torch.randn_like(t) for t in outs]
+    from .program import CURRENT_STATS
+
+    token = CURRENT_STATS.set(stats)
+    try:
+        torch.autograd.grad(outs, wrt, grads, allow_unused=True)
+    finally:
+        CURRENT_STATS.reset(token)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _graph_report(record) -> GraphReport:
+    return GraphReport(record.dynamo_code, [_program_report(p) for p in record.programs])
+
+
+def _program_report(program: GraphProgram) -> ProgramReport:
+    report = ProgramReport(program.kind, program.plan.graph.code)
+    fusions = 0
+    for step in program.steps:
+        if isinstance(step, FusionStep):
+            rt = step.fd.cache.last_runtime if step.fd.cache is not None else None
+            report.fusions.append(FusionReport(
+                name=f"fusion {fusions}", nodes=[n.name for n in step.region.nodes],
+                fusion=str(step.fd.fusion), definition=repr(step.fd),
+                segments=[s.describe() for s in rt.segments] if rt else [],
+                triton=rt.triton_code() if rt else []))
+            fusions += 1
+        elif isinstance(step, EagerStep) and step.eager.kind != SIZE:
+            node = step.eager.node
+            report.eager.append((node.name, str(node.target), step.eager.reason))
+    return report
+
+
+def _rule(title: str) -> str:
+    return f"\n=== {title} " + "=" * max(3, 88 - len(title))

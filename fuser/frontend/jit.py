@@ -1,0 +1,249 @@
+"""`fuser.jit`: compile a function or an nn.Module with the fuser backend.
+
+    @fuser.jit
+    def block(x, w): ...
+
+    model = fuser.jit(model)          # an nn.Module wrapper sharing the model's parameters
+    block.cache_info()                # calls, graphs, fusions, compiles, kernels, fallback_ops
+
+Sizes other than 0 and 1 are symbolic from the first call (`dynamic=True`), so new batch or
+sequence lengths reuse the compiled program. Arguments fuser cannot run (sparse, nested or
+quantized tensors, tensors on devices other than CPU and CUDA) raise a `FusionInputError`
+naming the argument, or, with `fallback="eager"`, run the original function after a warning.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..errors import FuserError, FusionInputError, InternalError
+from .backend import GraphRecord, backend_for
+from .program import CURRENT_STATS
+
+_FALLBACKS = ("error", "eager")
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    calls: int         # calls of the jitted callable
+    graphs: int        # graphs Dynamo captured (more after graph breaks or recompiles)
+    fusions: int       # FusionDefinitions built from those graphs (forward and backward)
+    compiles: int      # fusion runtimes segmented and compiled (one per fusion and input layout)
+    kernels: int       # distinct generated kernels
+    fallback_ops: int  # ATen ops with no lowering, run eagerly between fusions
+
+
+class Stats:
+    """What one jitted callable has run: its call count and the graphs its calls used."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.records: dict[int, GraphRecord] = {}
+
+    def saw(self, record: GraphRecord) -> None:
+        if id(record) not in self.records:
+            self.records[id(record)] = record
+
+    def info(self) -> CacheInfo:
+        totals = {"fusions": 0, "compiles": 0, "kernels": 0, "fallback_ops": 0}
+        for record in self.records.values():
+            for program in record.programs:
+                for k, v in program.counts().items():
+                    totals[k] += v
+        return CacheInfo(calls=self.calls, graphs=len(self.records), **totals)
+
+
+class JitFunction:
+    """A function compiled with fuser; call it like the function."""
+
+    def __init__(self, fn: Callable, dynamic: Optional[bool] = True, fallback: str = "error",
+                 **options: Any):
+        if fallback not in _FALLBACKS:
+            raise FusionInputError(f"fuser.jit: fallback must be one of {_FALLBACKS}, got {fallback!r}")
+        self._fn = fn
+        self._fallback = fallback
+        self._stats = Stats()
+        self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=dynamic)
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self._stats, args, kwargs)
+
+    def _call(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
+        stats.calls += 1
+        problem = untraceable_argument(self._fn, args, kwargs)
+        if problem is not None:
+            if self._fallback == "eager":
+                warnings.warn(f"fuser.jit: {problem}; running {_name(self._fn)} eagerly", stacklevel=3)
+                return self._fn(*args, **kwargs)
+            raise FusionInputError(f"{_name(self._fn)}: {problem}")
+        token = CURRENT_STATS.set(stats)
+        try:
+            return self._compiled(*args, **kwargs)
+        except Exception as e:
+            failure = _backend_failure(e)
+            if failure is None:
+                raise
+            if self._fallback == "eager":
+                warnings.warn(f"fuser.jit: compiling {_name(self._fn)} failed ({failure}); running "
+                              f"it eagerly", stacklevel=3)
+                return self._fn(*args, **kwargs)
+            if isinstance(failure, FuserError):
+                raise failure from e
+            raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
+        finally:
+            CURRENT_STATS.reset(token)
+
+    def cache_info(self) -> CacheInfo:
+        return self._stats.info()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"fuser.jit({_name(self._fn)})"
+
+
+class JitModule(torch.nn.Module):
+    """An nn.Module compiled with fuser. Parameters, buffers and attributes are the wrapped
+    module's own (`state_dict()` has its keys); `forward` runs the compiled program."""
+
+    def __init__(self, module: torch.nn.Module, **jit_options: Any):
+        super().__init__()
+        self._orig_mod = module
+        self.__dict__["_jit"] = JitFunction(module, **jit_options)  # not a submodule
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._jit(*args, **kwargs)
+
+    def cache_info(self) -> CacheInfo:
+        return self._jit.cache_info()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"fuser.jit({self._orig_mod!r})"
+
+
+def jit(fn: Any = None, *, dynamic: Optional[bool] = True, fallback: str = "error", **options: Any):
+    """Compile `fn` (a function or an nn.Module) with fuser. Usable as `@fuser.jit`,
+    `@fuser.jit(fallback="eager")` and `fuser.jit(model)`.
+
+    dynamic: True (default) makes every size other than 0 and 1 symbolic from the first call;
+      None lets Dynamo specialize first and generalize on a second shape; False specializes.
+    fallback: "error" (default) raises a FusionInputError naming an argument fuser cannot run;
+      "eager" warns and runs the original function instead.
+    """
+    if fn is None:
+        return lambda f: jit(f, dynamic=dynamic, fallback=fallback, **options)
+    if isinstance(fn, (JitFunction, JitModule)):
+        return fn
+    if isinstance(fn, torch.nn.Module):
+        return JitModule(fn, dynamic=dynamic, fallback=fallback, **options)
+    if not callable(fn):
+        raise FusionInputError(f"fuser.jit expects a function or an nn.Module, got {type(fn).__name__}")
+    return JitFunction(fn, dynamic=dynamic, fallback=fallback, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments fuser cannot run
+
+
+_DEVICES = ("cpu", "cuda")
+
+
+def untraceable_argument(fn: Callable, args: tuple, kwargs: dict) -> Optional[str]:
+    """A sentence naming the first argument fuser cannot trace or run, or None."""
+    if all(type(a) is torch.Tensor and _tensor_problem(a) is None for a in args) and not kwargs:
+        return None  # the common case, checked without walking anything
+    for name, value in _named_arguments(fn, args, kwargs):
+        found = _find_problem(value, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _named_arguments(fn: Callable, args: tuple, kwargs: dict):
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [(f"argument {k}", a) for k, a in enumerate(args)] + \
+            [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    out = []
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            out += [(f"{name}[{k}]", v) for k, v in enumerate(value)]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            out += [(f"{name}[{k!r}]", v) for k, v in value.items()]
+        else:
+            out.append((f"argument {name!r}", value))
+    return out
+
+
+def _find_problem(value: Any, where: str, depth: int = 0) -> Optional[str]:
+    if isinstance(value, torch.Tensor):
+        why = _tensor_problem(value)
+        return None if why is None else f"{where} is {why}, which fuser cannot trace"
+    if isinstance(value, (types.GeneratorType, types.CoroutineType)):
+        return f"{where} is a {type(value).__name__}, which tracing would consume"
+    if depth > 8:
+        return None
+    if isinstance(value, (list, tuple)):
+        for k, v in enumerate(value):
+            found = _find_problem(v, f"{where}[{k}]", depth + 1)
+            if found:
+                return found
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            found = _find_problem(v, f"{where}[{k!r}]", depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _tensor_problem(t: torch.Tensor) -> Optional[str]:
+    if t.layout is not torch.strided:
+        return f"a tensor with layout {t.layout}"
+    if t.is_nested:
+        return "a nested tensor"
+    if t.is_quantized:
+        return "a quantized tensor"
+    if t.device.type not in _DEVICES:
+        return f"a tensor on device {t.device} (fuser runs on cpu and cuda)"
+    return None
+
+
+def _backend_failure(e: Exception) -> Optional[Exception]:
+    """The error inside a failed compile by fuser's backend, or None for other errors (the
+    user's own, raised as eager PyTorch would)."""
+    try:
+        from torch._dynamo.exc import BackendCompilerFailed
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(e, BackendCompilerFailed):
+        return getattr(e, "inner_exception", None) or e
+    return None
+
+
+def _name(fn: Any) -> str:
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).__name__
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)

@@ -1,0 +1,398 @@
+"""Lowering one region of a captured ATen graph (a set of FX nodes) to a FusionDefinition.
+
+A region's inputs are the tensors its nodes read from outside it, declared with `-1` for each
+symbolic size and `1` for each size-1 dim, so one definition serves every size Dynamo's guards
+admit. Dynamo's size symbols (`s0`, `s1`, ...) map to the extents of those inputs: the first
+input axis whose traced size is a bare symbol defines it, later axes with the same symbol are
+unified with it. A size no input axis carries (a symbol of another graph input, or an
+operation the fusion's scalar arithmetic lacks, such as `s0 // 2`) becomes an integer scalar
+input of the fusion, computed at run time from the graph inputs (`SizeInput`).
+
+Each node is lowered by its rule (`rules/`), then checked against the node's traced metadata:
+the same rank, the same dtype, size-1 dims as broadcast dims, the same static sizes. A node
+that a rule refuses, or whose result does not match, raises `NodeLoweringError` naming it.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import sympy
+import torch
+from torch.fx import Node
+
+from ..errors import FuserError, UnsupportedError
+from ..ir import DataType, IterType, Scalar, TensorView
+from .definition import FusionDefinition
+from .meta import is_size_node, is_tensor_node, meta_val, node_device, size_expr
+from .rules import LoweringError, find_rule
+
+
+class NodeLoweringError(UnsupportedError):
+    def __init__(self, node: Node, reason: str):
+        super().__init__(f"{node.name}: {reason}")
+        self.node = node
+        self.reason = reason
+
+
+class RuntimeSymbols:
+    """Where each of Dynamo's size symbols can be read when the graph runs: a graph input that
+    is the symbol itself (a SymInt placeholder) or a tensor input whose size is the symbol."""
+
+    def __init__(self, placeholders: list[Node]):
+        self.sources: dict[sympy.Symbol, tuple[Node, Optional[int]]] = {}
+        for ph in placeholders:
+            val = meta_val(ph)
+            if isinstance(val, torch.SymInt):
+                e = size_expr(val)
+                if e.is_Symbol:
+                    self.sources.setdefault(e, (ph, None))
+            elif isinstance(val, torch.Tensor):
+                for axis, s in enumerate(val.shape):
+                    e = size_expr(s)
+                    if e.is_Symbol:
+                        self.sources.setdefault(e, (ph, axis))
+
+    def source(self, e: sympy.Expr) -> Optional["SizeInput"]:
+        """How to compute size expression `e` at run time, or None if it cannot be."""
+        syms = sorted(e.free_symbols, key=lambda x: x.name)
+        if any(x not in self.sources for x in syms):
+            return None
+        try:
+            fn = compile_size_expr(e, syms)
+        except LoweringError:
+            return None
+        return SizeInput(e, [self.sources[x] for x in syms], fn)
+
+
+@dataclass
+class SizeInput:
+    """An integer scalar input of a fusion: a size expression over sizes of graph inputs."""
+
+    expr: sympy.Expr
+    reads: list[tuple[Node, Optional[int]]]  # (tensor input, axis) or (SymInt input, None)
+    fn: Any  # the values read -> the size
+
+
+def compile_size_expr(e: sympy.Expr, syms: list) -> Any:
+    """A Python function of the symbols' values computing Dynamo's expression `e`."""
+    names = {x: f"a{k}" for k, x in enumerate(syms)}
+    src = f"lambda {', '.join(names.values())}: int({_py(e, names)})"
+    return eval(src)  # noqa: S307 - source built from a sympy tree above
+
+
+def _py(e: sympy.Expr, names: dict) -> str:
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return names[e]
+    args = [_py(a, names) for a in e.args] if not e.is_Number else []
+    name = type(e).__name__
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(args) + ")"
+    if isinstance(e, sympy.Mul) and all(a.is_Integer or not a.is_Number for a in e.args):
+        return "(" + " * ".join(args) + ")"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+        return f"({args[0]} ** {args[1]})"
+    if name == "FloorDiv":
+        return f"({args[0]} // {args[1]})"
+    if name == "CeilDiv":
+        return f"(-(-{args[0]} // {args[1]}))"
+    if name in ("Mod", "PythonMod"):
+        return f"({args[0]} % {args[1]})"
+    if isinstance(e, sympy.Max):
+        return f"max({', '.join(args)})"
+    if isinstance(e, sympy.Min):
+        return f"min({', '.join(args)})"
+    raise LoweringError(f"size expression {e} cannot be evaluated")
+
+
+# ---------------------------------------------------------------------------------------------
+# The result of lowering a region
+
+
+@dataclass
+class Region:
+    fd: FusionDefinition
+    nodes: list[Node]
+    # fusion inputs in order: a graph node (a tensor) or a size computed from graph inputs
+    inputs: list[Union[Node, SizeInput]]
+    # graph nodes the fusion produces: node -> output index, or the input node it aliases
+    outputs: dict[Node, Union[int, Node]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder
+
+
+class RegionBuilder:
+    def __init__(self, symbols: RuntimeSymbols, nodes: list[Node], check_devices: bool = False):
+        self.symbols = symbols
+        self.nodes = nodes
+        self.members = set(nodes)
+        self.check_devices = check_devices
+        self.fd = FusionDefinition()
+        self.values: dict[Node, Any] = {}
+        self.inputs: list = []
+        # Dynamo size expressions -> the first input axis of that size, or the scalar input
+        self._dims: dict[sympy.Expr, tuple[TensorView, int]] = {}
+        self._opaque: dict[sympy.Expr, Scalar] = {}
+
+    # -- the whole region --------------------------------------------------------------------
+
+    def build(self, needed_outside) -> Region:
+        """Lower every node; `needed_outside(node)` says whether a value leaves the region."""
+        tensor_inputs = self._tensor_inputs()
+        self._define_inputs(tensor_inputs)
+        for node in self.nodes:
+            self._lower(node)
+        return self._outputs(needed_outside)
+
+    def _tensor_inputs(self) -> list[Node]:
+        found: dict[Node, None] = {}
+        for node in self.nodes:
+            for inp in node.all_input_nodes:
+                if inp in self.members or inp in found:
+                    continue
+                if is_tensor_node(inp):
+                    found[inp] = None
+                elif not is_size_node(inp):
+                    raise NodeLoweringError(node, f"reads {inp.name}, which is neither a tensor nor a size")
+        return list(found)
+
+    def _define_inputs(self, tensor_nodes: list[Node]) -> None:
+        in_tensors = {size_expr(s) for n in tensor_nodes for s in meta_val(n).shape}
+        wanted: set = set()
+        for node in self.nodes:
+            for v in [meta_val(node)] + [meta_val(i) for i in node.all_input_nodes if is_size_node(i)]:
+                wanted |= _size_exprs(v)
+        opaque: set = set()
+        for e in wanted:
+            _opaque_parts(e, in_tensors, opaque)
+        for e in sorted(opaque, key=str):
+            src = self.symbols.source(e)
+            if src is not None:  # else a rule that needs it fails, naming the expression
+                self._opaque[e] = self.fd.define_scalar(dtype=DataType.Int)
+                self.inputs.append(src)
+        for node in tensor_nodes:
+            fake = meta_val(node)
+            try:
+                dtype = DataType.from_torch(fake.dtype)
+            except FuserError as e:
+                raise NodeLoweringError(_first_user(node, self.members), str(e)) from None
+            exprs = [size_expr(s) for s in fake.shape]
+            shape = [int(e) if e.is_Integer else -1 for e in exprs]
+            tv = self.fd.define_tensor(shape=shape, contiguity=None, dtype=dtype)
+            self.values[node] = tv
+            self.inputs.append(node)
+            for axis, e in enumerate(exprs):
+                if e.is_Integer:
+                    continue
+                if e in self._dims:
+                    self._unify(_axis_extent(*self._dims[e]), _axis_extent(tv, axis), f"size {e}")
+                else:
+                    self._dims[e] = (tv, axis)
+
+    def _unify(self, a, b, why: str) -> None:
+        self.fd.fusion.unify(a, b, f"{why} (equal by Dynamo's guards)")
+
+    # -- one node ----------------------------------------------------------------------------
+
+    def _lower(self, node: Node) -> None:
+        try:
+            if self.check_devices:
+                _check_devices(node)
+            if node.target is operator.getitem:
+                src, index = node.args
+                value = self.values[src][index]
+            else:
+                rule = find_rule(node.target)
+                if rule is None:
+                    raise LoweringError(f"no lowering for {_target_name(node.target)}")
+                args = self._convert(node.args)
+                kwargs = self._convert(dict(node.kwargs))
+                value = rule.fn(self, node, *args, **kwargs)
+            self.values[node] = self._check(node, value)
+        except NodeLoweringError:
+            raise
+        except FuserError as e:
+            raise NodeLoweringError(node, str(e)) from e
+        except (TypeError, ValueError, KeyError, IndexError, NotImplementedError) as e:
+            # a call shape a rule does not model (an extra argument, an unexpected type)
+            raise NodeLoweringError(node, f"{type(e).__name__}: {e}") from e
+
+    def _convert(self, a: Any) -> Any:
+        if isinstance(a, Node):
+            if a in self.values:
+                return self.values[a]
+            if is_size_node(a):
+                return self.size(meta_val(a))
+            raise LoweringError(f"{a.name} is not available in this region")
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._convert(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._convert(v) for k, v in a.items()}
+        return a
+
+    def _check(self, node: Node, value: Any) -> Any:
+        meta = meta_val(node)
+        if isinstance(meta, torch.Tensor):
+            if not isinstance(value, TensorView):
+                raise LoweringError(f"lowered to {type(value).__name__}, traced a tensor")
+            return self._match(value, meta)
+        if isinstance(meta, (list, tuple)):
+            if not isinstance(value, (list, tuple)) or len(value) != len(meta):
+                raise LoweringError(f"lowered to {value!r}, traced {len(meta)} results")
+            return tuple(self._match(v, m) if isinstance(m, torch.Tensor) else v
+                         for v, m in zip(value, meta))
+        raise LoweringError(f"traced value {type(meta).__name__} is not a tensor")
+
+    def _match(self, tv: TensorView, fake: torch.Tensor) -> TensorView:
+        """The lowered tensor agrees with the traced one; size-1 dims become broadcast dims."""
+        if not isinstance(tv, TensorView):
+            raise LoweringError(f"lowered to {tv!r}, traced a tensor")
+        if tv.ndim != fake.dim():
+            raise LoweringError(f"lowered to {tv.ndim} dims, traced {fake.dim()} ({tuple(fake.shape)})")
+        want = DataType.from_torch(fake.dtype)
+        if tv.dtype is not want:
+            if not (tv.dtype.is_floating and want.is_floating):
+                raise LoweringError(f"lowered to dtype {tv.dtype.name}, traced {fake.dtype}")
+            tv = self.fd.ops.cast(tv, want)
+        ones = []
+        for axis, (d, s) in enumerate(zip(tv.domain.no_reductions(), fake.shape)):
+            e = size_expr(s)
+            if e == 1:
+                if not d.is_broadcast or d.expanded_extent is not None:
+                    ones.append(axis)
+            elif e.is_Integer and d.extent.is_Integer and not d.is_broadcast and int(d.extent) != int(e):
+                raise LoweringError(f"axis {axis}: lowered to size {d.extent}, traced {e}")
+            elif d.is_broadcast and d.expanded_extent is None:
+                raise LoweringError(f"axis {axis}: lowered to a broadcast dim, traced size {e}")
+        return self.as_broadcast(tv, ones) if ones else tv
+
+    # -- helpers for rules ---------------------------------------------------------------------
+
+    def as_broadcast(self, tv: TensorView, axes: list[int]) -> TensorView:
+        """`tv` with the given size-1 axes as broadcast dims (they broadcast in elementwise ops)."""
+        axes = [a for a in axes if not (tv.domain.no_reductions()[a].is_broadcast and
+                                        tv.domain.no_reductions()[a].expanded_extent is None)]
+        if not axes:
+            return tv
+        squeezed = self.fd.ops.squeeze(tv, axes)
+        return self.fd.ops.broadcast(squeezed, [k in axes for k in range(tv.ndim)])
+
+    def meta(self, node: Node) -> Any:
+        return meta_val(node)
+
+    def input_meta(self, node: Node, k: int = 0) -> Any:
+        """The traced value of the node's k-th argument."""
+        return meta_val(node.args[k])
+
+    def out_shape(self, node: Node) -> list:
+        """The traced output shape as op arguments (ints and extent Scalars)."""
+        return [self.size(s) for s in meta_val(node).shape]
+
+    def size(self, s: Any) -> Union[int, Scalar]:
+        """A traced size (int or SymInt) as an op argument: an int, or an integer Scalar."""
+        if isinstance(s, bool) or not isinstance(s, (int, torch.SymInt)):
+            raise LoweringError(f"{s!r} is not an integer size")
+        return self.scalar(size_expr(s))
+
+    def scalar(self, e: sympy.Expr) -> Union[int, Scalar]:
+        """Dynamo's size expression `e` as an op argument: an int, an input's extent, a scalar
+        input, or scalar arithmetic on those (recorded, so `repr(fd)` rebuilds it)."""
+        if e.is_Integer:
+            return int(e)
+        if e in self._dims:
+            tv, axis = self._dims[e]
+            return tv.shape()[axis]
+        if e in self._opaque:
+            return self._opaque[e]
+        ops = self.fd.ops
+        combine = {sympy.Add: (operator.add, ops.add), sympy.Mul: (operator.mul, ops.mul),
+                   sympy.Max: (max, ops.maximum), sympy.Min: (min, ops.minimum)}
+        for cls, (py, ir) in combine.items():
+            if isinstance(e, cls):
+                acc = None
+                for a in e.args:
+                    v = self.scalar(a)
+                    both_int = isinstance(acc, int) and isinstance(v, int)
+                    acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
+                return acc
+        raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
+
+    def extent(self, e: sympy.Expr) -> sympy.Expr:
+        """Dynamo's size expression `e` in this fusion's extents."""
+        v = self.scalar(e)
+        return sympy.Integer(v) if isinstance(v, int) else v.expr
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    def _outputs(self, needed_outside) -> Region:
+        region = Region(self.fd, list(self.nodes), list(self.inputs))
+        input_of = {id(v): n for n, v in self.values.items() if n not in self.members}
+        index_of: dict[int, int] = {}
+        for node in self.nodes:
+            value = self.values[node]
+            if not isinstance(value, TensorView) or not needed_outside(node):
+                continue
+            if id(value) in input_of:
+                region.outputs[node] = input_of[id(value)]  # the node is its input, unchanged
+                continue
+            if id(value) not in index_of:
+                index_of[id(value)] = len(self.fd.fusion.outputs())
+                self.fd.add_output(value)
+            region.outputs[node] = index_of[id(value)]
+        return region
+
+
+def _axis_extent(tv: TensorView, axis: int) -> sympy.Expr:
+    return tv.domain.no_reductions()[axis].extent
+
+
+def _size_exprs(v: Any) -> set:
+    if isinstance(v, torch.Tensor):
+        return {size_expr(s) for s in v.shape}
+    if isinstance(v, torch.SymInt):
+        return {size_expr(v)}
+    if isinstance(v, (list, tuple)):
+        out = set()
+        for x in v:
+            out |= _size_exprs(x)
+        return out
+    return set()
+
+
+def _opaque_parts(e: sympy.Expr, known: set, out: set) -> None:
+    """The parts of `e` a fusion takes as scalar inputs: symbols no input axis carries, and
+    operations its scalar arithmetic (+, *, max, min) lacks, such as floor division."""
+    if e.is_Integer or e in known:
+        return
+    if isinstance(e, (sympy.Add, sympy.Max, sympy.Min)) or (
+            isinstance(e, sympy.Mul) and all(a.is_Integer or not a.is_Number for a in e.args)):
+        for a in e.args:
+            _opaque_parts(a, known, out)
+        return
+    out.add(e)
+
+
+def _first_user(node: Node, members: set) -> Node:
+    return next((u for u in node.users if u in members), node)
+
+
+def _check_devices(node: Node) -> None:
+    device = node_device(node)
+    for inp in node.all_input_nodes:
+        d = node_device(inp)
+        if d is not None and device is not None and d != device:
+            raise LoweringError(f"mixes devices ({inp.name} on {d}, result on {device})")
+
+
+def _target_name(target) -> str:
+    return str(target) if hasattr(target, "overloadpacket") else getattr(target, "__name__", repr(target))
+
+
+def is_broadcast_dim(tv: TensorView, axis: int) -> bool:
+    d = tv.domain.no_reductions()[axis]
+    return d.iter_type is IterType.Broadcast

@@ -1,0 +1,163 @@
+"""Cutting a captured ATen graph into fusions and eager ATen calls.
+
+1. Every node is tried alone (`RegionBuilder` on that node): if its rule refuses it, or the
+   result disagrees with the traced metadata, it will run eagerly, and the reason is kept.
+2. The rest are grouped by *phase*. Fusions run in even phases, eager nodes in odd ones, in
+   graph order within a phase. A fusible node joins the earliest even phase after all its
+   tensor inputs are available; an eager node the earliest odd phase. So a fusion never waits
+   for itself: every value it reads comes from an earlier phase or from inside it, and fusible
+   nodes are only split where an eager node really stands between them. Nodes of one phase on
+   one device form one region (they may be unconnected; the segmenter cuts them apart).
+3. Views at the end of a region whose results only leave it (a `permute` saved for backward)
+   run as ATen views after the fusion instead of being written out a second time.
+4. A region with no arithmetic (only views, matmuls, creation) or no tensor input runs eagerly:
+   a fusion would only add its call overhead.
+5. Each region is lowered to a FusionDefinition; a node that fails there runs eagerly and the
+   grouping is redone.
+
+Size arithmetic (SymInt nodes) runs eagerly in Python; fusions never wait for it, since they
+see sizes as extent expressions.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..errors import FuserError
+from .lowering import NodeLoweringError, Region, RegionBuilder, RuntimeSymbols
+from .meta import is_size_node, meta_val, node_device
+from .rules import find_rule
+
+aten = torch.ops.aten
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.permute.default,
+          aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+          aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.slice.Tensor,
+          aten.select.int, aten.alias.default}
+
+# why a node runs eagerly: kinds, so statistics can tell fallbacks from Python size arithmetic
+UNSUPPORTED = "unsupported"   # no lowering, or the lowering refused this call
+SIZE = "size"                 # SymInt arithmetic
+VIEW = "view"                 # a view of a fusion output, taken by ATen
+NOT_WORTH = "not worth"       # a region with nothing to fuse
+
+
+@dataclass
+class Eager:
+    node: Node
+    kind: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    graph: GraphModule
+    steps: list[Union[Region, Eager]]
+
+    @property
+    def regions(self) -> list[Region]:
+        return [s for s in self.steps if isinstance(s, Region)]
+
+    @property
+    def eager(self) -> list[Eager]:
+        return [s for s in self.steps if isinstance(s, Eager)]
+
+
+def plan_graph(gm: GraphModule) -> Plan:
+    nodes = list(gm.graph.nodes)
+    symbols = RuntimeSymbols([n for n in nodes if n.op == "placeholder"])
+    refused: dict[Node, Eager] = {}
+    for node in nodes:
+        if node.op == "call_function":
+            why = _refusal(symbols, node, refused)
+            if why is not None:
+                refused[node] = why
+    for _ in range(len(nodes) + 1):
+        eager = dict(refused)
+        phase, groups = _phases(nodes, eager)
+        _sink_tail_views(groups, phase, eager)
+        _drop_idle_regions(groups, phase, eager)
+        try:
+            regions = {key: _build(symbols, members) for key, members in groups.items() if members}
+        except NodeLoweringError as e:
+            refused[e.node] = Eager(e.node, UNSUPPORTED, e.reason)
+            continue
+        order = {n: k for k, n in enumerate(nodes)}
+        steps: list = [(key[0], order[r.nodes[0]], r) for key, r in regions.items()]
+        steps += [(phase[n], order[n], e) for n, e in eager.items()]
+        steps.sort(key=lambda s: (s[0], s[1]))
+        return Plan(gm, [s[2] for s in steps])
+    raise FuserError("the graph partition did not settle")  # each pass removes a node: unreachable
+
+
+def _refusal(symbols: RuntimeSymbols, node: Node, eager: dict) -> Eager | None:
+    if is_size_node(node):
+        return Eager(node, SIZE, "size arithmetic runs in Python")
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return Eager(node, eager[src].kind, f"an element of {src.name}") if src in eager else None
+    if meta_val(node) is None:
+        return Eager(node, UNSUPPORTED, "no traced value")
+    rule = find_rule(node.target)
+    if rule is None:
+        return Eager(node, UNSUPPORTED, f"no lowering for {node.target}")
+    try:
+        RegionBuilder(symbols, [node], check_devices=True).build(lambda n: True)
+    except NodeLoweringError as e:
+        return Eager(node, UNSUPPORTED, e.reason)
+    except Exception as e:  # noqa: BLE001 - a rule bug must not fail the compile: run ATen
+        return Eager(node, UNSUPPORTED, f"lowering failed: {type(e).__name__}: {e}")
+    return None
+
+
+def _phases(nodes: list[Node], eager: dict):
+    """Phase of each node (see the module docstring) and the fusible nodes per (phase, device)."""
+    phase: dict[Node, int] = {}
+    groups: dict[tuple, list[Node]] = {}
+    for node in nodes:
+        if node.op in ("placeholder", "get_attr"):
+            phase[node] = -1
+        elif node.op == "call_function" and node in eager:
+            m = max((phase[p] for p in node.all_input_nodes), default=-1)
+            phase[node] = m if m % 2 else m + 1
+        elif node.op == "call_function":
+            m = max((phase[p] for p in node.all_input_nodes if not is_size_node(p)), default=-1)
+            phase[node] = 2 * max(0, (m + 1) // 2)
+            groups.setdefault((phase[node], str(node_device(node))), []).append(node)
+    return phase, groups
+
+
+def _sink_tail_views(groups: dict, phase: dict, eager: dict) -> None:
+    for key, members in groups.items():
+        inside = set(members)
+        for node in reversed(members):
+            if node.target in _VIEWS and all(u not in inside for u in node.users):
+                inside.discard(node)
+                eager[node] = Eager(node, VIEW, "a view of a fusion output, taken by ATen")
+                phase[node] = key[0] + 1
+        members[:] = [n for n in members if n in inside]
+
+
+def _drop_idle_regions(groups: dict, phase: dict, eager: dict) -> None:
+    for key, members in groups.items():
+        inside = set(members)
+        computes = any(node.target is not operator.getitem and find_rule(node.target).compute
+                       for node in members)
+        reads = any(p not in inside and not is_size_node(p) for n in members for p in n.all_input_nodes)
+        if computes and reads:
+            continue
+        why = "nothing to fuse (only views, matmuls or creation)" if not computes else \
+            "no tensor input (creation only)"
+        for node in members:
+            eager[node] = Eager(node, NOT_WORTH, why)
+            phase[node] = key[0] + 1
+        members.clear()
+
+
+def _build(symbols: RuntimeSymbols, members: list[Node]) -> Region:
+    inside = set(members)
+    return RegionBuilder(symbols, members).build(lambda n: any(u not in inside for u in n.users))

@@ -1,0 +1,175 @@
+"""Running a planned graph: a short interpreter over its steps.
+
+Every graph value has a slot in a list. A fusion step executes its FusionDefinition (built once,
+its FusionExecutorCache reused by every call) on the slots it reads, plus the size symbols it
+takes as scalars, read from the graph inputs that hold them; an eager step calls its ATen op.
+A slot is cleared after its last reader, so intermediates die as early as in eager mode.
+"""
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Optional
+
+import torch
+from torch.fx import Node
+
+from .lowering import Region
+from .partition import UNSUPPORTED, Eager, Plan
+
+# the statistics of the jitted callable being called (see jit.py); None outside one
+CURRENT_STATS: contextvars.ContextVar = contextvars.ContextVar("fuser_jit_stats", default=None)
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _template(a: Any, slot_of: dict) -> Any:
+    if isinstance(a, Node):
+        return _Slot(slot_of[a])
+    if isinstance(a, (list, tuple)):
+        return type(a)(_template(x, slot_of) for x in a)
+    if isinstance(a, dict):
+        return {k: _template(v, slot_of) for k, v in a.items()}
+    return a
+
+
+def _resolve(a: Any, env: list) -> Any:
+    if type(a) is _Slot:
+        return env[a.index]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_resolve(x, env) for x in a)
+    if isinstance(a, dict):
+        return {k: _resolve(v, env) for k, v in a.items()}
+    return a
+
+
+class FusionStep:
+    def __init__(self, region: Region, slot_of: dict):
+        self.region = region
+        self.fd = region.fd
+        # fusion inputs: a slot's value, or a size: fn of the values at (slot, axis) reads
+        self.reads = [(slot_of[src], None) if isinstance(src, Node) else
+                      (src.fn, [(slot_of[n], axis) for n, axis in src.reads]) for src in region.inputs]
+        self.writes = [(slot_of[n], i) for n, i in region.outputs.items() if isinstance(i, int)]
+        self.aliases = [(slot_of[n], slot_of[i]) for n, i in region.outputs.items() if isinstance(i, Node)]
+        self.frees: list[int] = []
+        self.runtimes: dict[int, Any] = {}  # every FusionRuntime this step has used
+        self._last = None
+
+    def run(self, env: list) -> None:
+        args = [env[a] if b is None else a(*[env[s] if axis is None else env[s].shape[axis]
+                                             for s, axis in b]) for a, b in self.reads]
+        outs = self.fd.execute(args)
+        for slot, i in self.writes:
+            env[slot] = outs[i]
+        for slot, src in self.aliases:
+            env[slot] = env[src]
+        rt = self.fd.cache.last_runtime
+        if rt is not self._last:
+            self._last = rt
+            self.runtimes[id(rt)] = rt
+
+    @property
+    def kernels(self) -> int:
+        return sum(len(launcher.variants) for rt in self.runtimes.values()
+                   for launcher in getattr(rt, "launchers", {}).values())
+
+    def reads_nodes(self) -> list[Node]:
+        return [n for src in self.region.inputs
+                for n in ([src] if isinstance(src, Node) else [r[0] for r in src.reads])]
+
+
+class EagerStep:
+    def __init__(self, eager: Eager, slot_of: dict):
+        self.eager = eager
+        node = eager.node
+        self.target = node.target
+        self.args = _template(node.args, slot_of)
+        self.kwargs = _template(dict(node.kwargs), slot_of)
+        self.slot = slot_of[node]
+        self.frees: list[int] = []
+
+    def run(self, env: list) -> None:
+        env[self.slot] = self.target(*_resolve(self.args, env), **_resolve(self.kwargs, env))
+
+    def reads_nodes(self) -> list[Node]:
+        return list(self.eager.node.all_input_nodes)
+
+
+class GraphProgram:
+    """The compiled form of one ATen graph (forward, backward or inference): a boxed callable."""
+
+    def __init__(self, plan: Plan, kind: str, record: Any = None):
+        # AOTAutograd passes the arguments as one list we may clear (in __dict__, so that the
+        # wrappers it puts around a backward copy it along)
+        self._boxed_call = True
+        self.plan = plan
+        self.kind = kind
+        self.record = record
+        gm = plan.graph
+        nodes = list(gm.graph.nodes)
+        slot_of = {n: k for k, n in enumerate(nodes)}
+        self.n_slots = len(nodes)
+        self.inputs = [slot_of[n] for n in nodes if n.op == "placeholder"]
+        self.constants = [(slot_of[n], _fetch_attr(gm, n.target)) for n in nodes if n.op == "get_attr"]
+        self.steps = [FusionStep(s, slot_of) if isinstance(s, Region) else EagerStep(s, slot_of)
+                      for s in plan.steps]
+        out_node = next(n for n in nodes if n.op == "output")
+        self.output = _template(out_node.args[0], slot_of)
+        self._set_frees(out_node, slot_of)
+
+    def _set_frees(self, out_node: Node, slot_of: dict) -> None:
+        last: dict[int, int] = {}
+        for k, step in enumerate(self.steps):
+            for n in step.reads_nodes():
+                last[slot_of[n]] = k
+        kept = {slot_of[n] for n in out_node.all_input_nodes}
+        for slot, k in last.items():
+            if slot not in kept:
+                self.steps[k].frees.append(slot)
+
+    def __call__(self, args: list) -> Any:
+        stats = CURRENT_STATS.get()
+        if stats is not None and self.record is not None:
+            stats.saw(self.record)
+        env: list = [None] * self.n_slots
+        for slot, a in zip(self.inputs, args):
+            env[slot] = a
+        args.clear()
+        for slot, value in self.constants:
+            env[slot] = value
+        for step in self.steps:
+            step.run(env)
+            for slot in step.frees:
+                env[slot] = None
+        return _resolve(self.output, env)
+
+    # -- statistics and inspection -------------------------------------------------------------
+
+    @property
+    def fusion_steps(self) -> list[FusionStep]:
+        return [s for s in self.steps if isinstance(s, FusionStep)]
+
+    @property
+    def eager_steps(self) -> list[EagerStep]:
+        return [s for s in self.steps if isinstance(s, EagerStep)]
+
+    def counts(self) -> dict[str, int]:
+        fusions = self.fusion_steps
+        return {
+            "fusions": len(fusions),
+            "compiles": sum(f.fd.cache.num_runtimes for f in fusions if f.fd.cache is not None),
+            "kernels": sum(f.kernels for f in fusions),
+            "fallback_ops": sum(1 for s in self.eager_steps if s.eager.kind == UNSUPPORTED),
+        }
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Optional[Any] = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,0 +1,55 @@
+"""Lowering rules: one function per ATen op, turning a node of a captured graph into
+FusionDefinition calls.
+
+A rule receives the region builder (`b`: its `fd`, and helpers that read the node's traced
+metadata), the FX node, and the node's arguments with graph values already replaced by IR
+values (TensorView for tensors, Scalar or int for sizes). It returns a TensorView, or a tuple of
+them for ops with several outputs. A rule that cannot take a particular call (an argument it
+does not model, a dtype the IR lacks) raises `LoweringError` with the reason; the node then runs
+as its own ATen call between fusions.
+
+`compute=False` marks rules that only move or create data, or call a library kernel (views,
+matmul, `full`): a region made of such nodes alone is not worth a fusion and runs eagerly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ...errors import UnsupportedError
+
+
+class LoweringError(UnsupportedError):
+    """This node cannot become IR ops (the reason says why); it runs through ATen instead."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    fn: Callable[..., Any]
+    compute: bool
+
+
+RULES: dict[Any, Rule] = {}
+
+
+def register(*targets, compute: bool = True):
+    """Register a rule for ATen overloads (`aten.add.Tensor`) or whole packets (`aten.exp`)."""
+    def deco(fn):
+        for t in targets:
+            RULES[t] = Rule(fn, compute)
+        return fn
+    return deco
+
+
+def find_rule(target) -> Optional[Rule]:
+    rule = RULES.get(target)
+    if rule is None and hasattr(target, "overloadpacket"):
+        rule = RULES.get(target.overloadpacket)
+    return rule
+
+
+def _load() -> None:
+    from . import matmul, pointwise, reduction, shape  # noqa: F401 - they register their rules
+
+
+_load()

@@ -1,0 +1,36 @@
+"""Matrix products. They become the IR's `linear` and `matmul`, which run through ATen (cuBLAS)
+inside the fusion, between the generated kernels of their producers and consumers."""
+from __future__ import annotations
+
+import torch
+
+from . import register
+
+aten = torch.ops.aten
+
+
+@register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.mv.default,
+          aten.dot.default, compute=False)
+def _matmul(b, node, x, y):
+    return b.fd.ops.matmul(x, y)
+
+
+@register(aten.linear.default, compute=False)
+def _linear(b, node, x, weight, bias=None):
+    return b.fd.ops.linear(x, weight, bias)
+
+
+@register(aten.addmm.default, compute=False)
+def _addmm(b, node, bias, x, y, *, beta=1, alpha=1):
+    """`bias + x @ y` is `linear(x, y.T, bias)`: one GEMM with the bias in its epilogue, as
+    `F.linear` runs it (the usual form of a decomposed nn.Linear, `y` being a weight's `t()`)."""
+    ops = b.fd.ops
+    if (beta == 1 and alpha == 1 and bias.ndim == 1 and x.ndim == 2 and y.ndim == 2
+            and not bias.domain.no_reductions()[0].is_broadcast):
+        return ops.linear(x, ops.permute(y, [1, 0]), bias)
+    out = ops.matmul(x, y)
+    if alpha != 1:
+        out = ops.mul(out, alpha)
+    if beta == 0:
+        return out
+    return ops.add(out, bias if beta == 1 else ops.mul(bias, beta))

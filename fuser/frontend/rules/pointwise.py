@@ -1,0 +1,230 @@
+"""Elementwise ATen ops: unary and binary math, comparisons, where, clamp, casts, activations."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...ir import DataType, TensorView
+from . import LoweringError, register
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_UNARY = {
+    aten.abs: "abs", aten.neg: "neg", aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1",
+    aten.log: "log", aten.log2: "log2", aten.log10: "log10", aten.log1p: "log1p",
+    aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.reciprocal: "reciprocal", aten.sin: "sin",
+    aten.cos: "cos", aten.tan: "tan", aten.tanh: "tanh", aten.sigmoid: "sigmoid",
+    aten.relu: "relu", aten.silu: "silu", aten.erf: "erf", aten.floor: "floor",
+    aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.isnan: "isnan",
+    aten.isinf: "isinf", aten.logical_not: "logical_not", aten.bitwise_not: "bitwise_not",
+}
+
+
+def _unary_rule(name):
+    def rule(b, node, x):
+        return getattr(b.fd.ops, name)(x)
+    rule.__name__ = f"lower_{name}"
+    return rule
+
+
+for _op, _name in _UNARY.items():
+    register(_op.default)(_unary_rule(_name))
+register(aten.round.default)(_unary_rule("round"))
+
+
+_BINARY = {
+    aten.mul: "mul", aten.div: "div", aten.true_divide: "div", aten.maximum: "maximum",
+    aten.minimum: "minimum", aten.fmod: "fmod", aten.remainder: "remainder", aten.atan2: "atan2",
+    aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge",
+    aten.logical_and: "logical_and", aten.logical_or: "logical_or",
+    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or", aten.bitwise_xor: "bitwise_xor",
+}
+
+
+def _binary_rule(name):
+    def rule(b, node, x, y):
+        return getattr(b.fd.ops, name)(x, y)
+    rule.__name__ = f"lower_{name}"
+    return rule
+
+
+for _op, _name in _BINARY.items():
+    for _overload in ("Tensor", "Scalar", "default"):
+        if hasattr(_op, _overload):
+            register(getattr(_op, _overload))(_binary_rule(_name))
+
+
+@register(aten.add.Tensor, aten.add.Scalar)
+def _add(b, node, x, y, alpha=1):
+    return b.fd.ops.add(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(b, node, x, y, alpha=1):
+    return b.fd.ops.sub(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
+
+
+@register(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(b, node, x, y, alpha=1):
+    return b.fd.ops.sub(y, x if alpha == 1 else b.fd.ops.mul(x, alpha))
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(b, node, x, y, rounding_mode=None):
+    q = b.fd.ops.div(x, y)
+    if rounding_mode is None:
+        return q
+    if not b.meta(node).dtype.is_floating_point:
+        raise LoweringError(f"integer division with rounding_mode={rounding_mode!r}")
+    return {"trunc": b.fd.ops.trunc, "floor": b.fd.ops.floor}[rounding_mode](q)
+
+
+@register(aten.pow.Tensor_Scalar)
+def _pow_scalar(b, node, x, e):
+    """Small exponents as multiplications and roots, as ATen special-cases them."""
+    ops = b.fd.ops
+    if isinstance(e, (int, float)) and not isinstance(e, bool):
+        if e == 1:
+            return ops.set(x)
+        if e == 2:
+            return ops.mul(x, x)
+        if e == 3:
+            return ops.mul(ops.mul(x, x), x)
+        if e == 0.5:
+            return ops.sqrt(x)
+        if e == -0.5:
+            return ops.rsqrt(x)
+        if e == -1 and x.dtype.is_floating:
+            return ops.reciprocal(x)
+        if e == -2 and x.dtype.is_floating:
+            return ops.reciprocal(ops.mul(x, x))
+    return ops.pow(x, e)
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(b, node, x, e):
+    return b.fd.ops.pow(x, e)
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(b, node, cond, x, y):
+    return b.fd.ops.where(cond, x, y)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(b, node, x, min=None, max=None):
+    out = x
+    if min is not None:
+        out = b.fd.ops.maximum(out, min)
+    if max is not None:
+        out = b.fd.ops.minimum(out, max)
+    return out if out is not x else b.fd.ops.set(x)
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(b, node, x, min):
+    return b.fd.ops.maximum(x, min)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(b, node, x, max):
+    return b.fd.ops.minimum(x, max)
+
+
+@register(aten.hardtanh.default)
+def _hardtanh(b, node, x, min_val=-1.0, max_val=1.0):
+    return b.fd.ops.minimum(b.fd.ops.maximum(x, min_val), max_val)
+
+
+@register(aten.leaky_relu.default)
+def _leaky_relu(b, node, x, negative_slope=0.01):
+    ops = b.fd.ops
+    return ops.where(ops.gt(x, 0), x, ops.mul(x, negative_slope))
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(b, node, start, end, weight):
+    return b.fd.ops.lerp(start, end, weight)
+
+
+def compute_dtype(x: TensorView) -> DataType:
+    """Half and bf16 compute in fp32, as ATen's kernels do."""
+    return DataType.Float if x.dtype in (DataType.Half, DataType.BFloat16) else x.dtype
+
+
+def upcast(b, x: TensorView) -> TensorView:
+    dt = compute_dtype(x)
+    return x if dt is x.dtype else b.fd.ops.cast(x, dt)
+
+
+@register(aten.gelu.default)
+def _gelu(b, node, x, approximate="none"):
+    ops = b.fd.ops
+    xf = upcast(b, x)
+    if approximate == "tanh":
+        inner = ops.mul(ops.add(xf, ops.mul(ops.mul(ops.mul(xf, xf), xf), 0.044715)),
+                        math.sqrt(2.0 / math.pi))
+        y = ops.mul(ops.mul(xf, 0.5), ops.add(ops.tanh(inner), 1.0))
+    elif approximate == "none":
+        y = ops.mul(ops.mul(xf, 0.5), ops.add(ops.erf(ops.mul(xf, 1.0 / math.sqrt(2.0))), 1.0))
+    else:
+        raise LoweringError(f"gelu approximate={approximate!r}")
+    return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y
+
+
+# -- casts and copies ---------------------------------------------------------------------------
+
+
+def _cast_or_copy(b, x, dtype: torch.dtype):
+    want = DataType.from_torch(dtype)
+    return b.fd.ops.set(x) if want is x.dtype else b.fd.ops.cast(x, want)
+
+
+@register(aten._to_copy.default)
+def _to_copy(b, node, x, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    src = b.input_meta(node)
+    if device is not None and torch.device(device) != src.device:
+        raise LoweringError(f"copies from {src.device} to {device}")
+    if layout not in (None, torch.strided):
+        raise LoweringError(f"layout {layout}")
+    _check_format(memory_format)
+    return _cast_or_copy(b, x, b.meta(node).dtype)
+
+
+@register(prims.convert_element_type.default)
+def _convert(b, node, x, dtype):
+    return _cast_or_copy(b, x, dtype)
+
+
+@register(aten.clone.default)
+def _clone(b, node, x, memory_format=None):
+    _check_format(memory_format)
+    return b.fd.ops.set(x)
+
+
+@register(aten.lift_fresh_copy.default)
+def _lift_fresh_copy(b, node, x):
+    return b.fd.ops.set(x)
+
+
+@register(aten.alias.default)
+def _alias(b, node, x):
+    return x
+
+
+@register(aten.copy.default)
+def _copy(b, node, dst, src, non_blocking=False):
+    """A new tensor shaped like `dst` holding `src` (broadcast and cast)."""
+    from .shape import expand_to
+
+    want = DataType.from_torch(b.meta(node).dtype)
+    out = src if src.dtype is want else b.fd.ops.cast(src, want)
+    return b.fd.ops.set(expand_to(b, out, b.out_shape(node)))
+
+
+def _check_format(memory_format) -> None:
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        raise LoweringError(f"memory_format {memory_format}")

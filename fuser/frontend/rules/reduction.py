@@ -1,0 +1,169 @@
+"""Reductions and the normalizations built from them: sum, mean, amax, var_mean, softmax,
+log_softmax, layer norm. Half and bf16 inputs compute in fp32 where ATen does."""
+from __future__ import annotations
+
+import torch
+
+from ...ir import DataType
+from . import LoweringError, register
+from .pointwise import upcast
+
+aten = torch.ops.aten
+
+
+def reduce_dims(x, dim) -> list[int]:
+    """ATen's dim argument: None or an empty list reduce every dim."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.ndim))
+    if isinstance(dim, int):
+        return [dim]
+    return [int(d) for d in dim]
+
+
+def _dtype(dtype):
+    return None if dtype is None else DataType.from_torch(dtype)
+
+
+def reduced_count(b, node, dims: list[int]):
+    """The number of elements each output element reduces over (an int or a Scalar), from the
+    traced input's sizes (an expanded dim counts its expanded size)."""
+    sizes = b.input_meta(node).shape
+    n = 1
+    for d in dims:
+        if len(sizes):
+            s = b.size(sizes[d % len(sizes)])
+            n = n * s if isinstance(n, int) and isinstance(s, int) else b.fd.ops.mul(n, s) \
+                if not isinstance(n, int) else b.fd.ops.mul(s, n)
+    return n
+
+
+@register(aten.sum.dim_IntList)
+def _sum(b, node, x, dim=None, keepdim=False, dtype=None):
+    return b.fd.ops.sum(x, reduce_dims(x, dim), keepdim, dtype=_dtype(dtype))
+
+
+@register(aten.sum.default)
+def _sum_all(b, node, x, dtype=None):
+    return b.fd.ops.sum(x, reduce_dims(x, None), False, dtype=_dtype(dtype))
+
+
+@register(aten.prod.dim_int)
+def _prod(b, node, x, dim, keepdim=False, dtype=None):
+    return b.fd.ops.prod(x, [dim], keepdim, dtype=_dtype(dtype))
+
+
+@register(aten.prod.default)
+def _prod_all(b, node, x, dtype=None):
+    return b.fd.ops.prod(x, reduce_dims(x, None), False, dtype=_dtype(dtype))
+
+
+@register(aten.mean.dim)
+def _mean(b, node, x, dim=None, keepdim=False, dtype=None):
+    ops = b.fd.ops
+    if dtype is not None:
+        x = ops.cast(x, DataType.from_torch(dtype))
+    if not x.dtype.is_floating:
+        raise LoweringError(f"mean of a {x.dtype.name} tensor")
+    dims = reduce_dims(x, dim)
+    total = ops.sum(upcast(b, x), dims, keepdim)
+    return ops.div(total, reduced_count(b, node, dims))
+
+
+@register(aten.mean.default)
+def _mean_all(b, node, x, dtype=None):
+    return _mean(b, node, x, None, False, dtype)
+
+
+@register(aten.amax.default)
+def _amax(b, node, x, dim=(), keepdim=False):
+    return b.fd.ops.max(x, reduce_dims(x, dim), keepdim)
+
+
+@register(aten.amin.default)
+def _amin(b, node, x, dim=(), keepdim=False):
+    return b.fd.ops.min(x, reduce_dims(x, dim), keepdim)
+
+
+def _correction(correction) -> int:
+    if correction is None:
+        return 1
+    if float(correction) != int(correction) or correction < 0:
+        raise LoweringError(f"correction {correction!r} is not a non-negative integer")
+    return int(correction)
+
+
+@register(aten.var_mean.correction)
+def _var_mean(b, node, x, dim=None, *, correction=None, keepdim=False):
+    return b.fd.ops.var_mean(x, reduce_dims(x, dim), _correction(correction), keepdim)
+
+
+@register(aten.var.correction)
+def _var(b, node, x, dim=None, *, correction=None, keepdim=False):
+    return b.fd.ops.var(x, reduce_dims(x, dim), _correction(correction), keepdim)
+
+
+@register(aten.std.correction)
+def _std(b, node, x, dim=None, *, correction=None, keepdim=False):
+    return b.fd.ops.sqrt(_var(b, node, x, dim, correction=correction, keepdim=keepdim))
+
+
+def _shifted(b, x, dim):
+    """x - max(x) along dim, in the compute type, and the exp of it summed."""
+    ops = b.fd.ops
+    xf = upcast(b, x)
+    shifted = ops.sub(xf, ops.max(xf, [dim], True))
+    return shifted, ops.sum(ops.exp(shifted), [dim], True)
+
+
+@register(aten._softmax.default)
+def _softmax(b, node, x, dim, half_to_float=False):
+    ops = b.fd.ops
+    xf = upcast(b, x)
+    e = ops.exp(ops.sub(xf, ops.max(xf, [dim], True)))
+    return ops.div(e, ops.sum(e, [dim], True))
+
+
+@register(aten._log_softmax.default)
+def _log_softmax(b, node, x, dim, half_to_float=False):
+    shifted, total = _shifted(b, x, dim)
+    return b.fd.ops.sub(shifted, b.fd.ops.log(total))
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
+    ops = b.fd.ops
+    axes = list(range(x.ndim - len(normalized_shape), x.ndim))
+    xf = upcast(b, x)
+    var, mean = ops.var_mean(xf, axes, 0, True)
+    rstd = ops.rsqrt(ops.add(var, eps))
+    y = ops.mul(ops.sub(xf, mean), rstd)
+    if weight is not None:
+        y = ops.mul(y, upcast(b, weight))
+    if bias is not None:
+        y = ops.add(y, upcast(b, bias))
+    return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y, mean, rstd
+
+
+@register(aten.max.default)
+def _max_all(b, node, x):
+    return b.fd.ops.max(x, reduce_dims(x, None), False)
+
+
+@register(aten.min.default)
+def _min_all(b, node, x):
+    return b.fd.ops.min(x, reduce_dims(x, None), False)
+
+
+@register(aten.linalg_vector_norm.default)
+def _vector_norm(b, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    ops = b.fd.ops
+    if dtype is not None:
+        x = ops.cast(x, DataType.from_torch(dtype))
+    xf, dims = upcast(b, x), reduce_dims(x, dim)
+    if ord == 2:
+        return ops.sqrt(ops.sum(ops.mul(xf, xf), dims, keepdim))
+    if ord == 1:
+        return ops.sum(ops.abs(xf), dims, keepdim)
+    if ord == float("inf"):
+        return ops.max(ops.abs(xf), dims, keepdim)
+    raise LoweringError(f"vector norm of order {ord!r}")

@@ -1,0 +1,323 @@
+"""Views and data movement (view, permute, expand, squeeze, slice, cat, pad), tensor creation
+(full, arange) and two scatter patterns that are really pads and one-hots.
+
+Target shapes are read from the node's traced output, whose sizes Dynamo already resolved (a
+`-1` in `view`, the `end` of a slice), and translated into this fusion's extents."""
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+
+from ...ir import DataType
+from ..meta import meta_val, size_expr
+from . import LoweringError, register
+
+aten = torch.ops.aten
+_BIG = 2**62  # ATen's "to the end" slice bound is INT64_MAX
+
+
+# -- views --------------------------------------------------------------------------------------
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.view_copy.default, compute=False)
+def _view(b, node, x, size):
+    before = [size_expr(s) for s in b.input_meta(node).shape]
+    after = [size_expr(s) for s in b.meta(node).shape]
+    if [e for e in before if e != 1] == [e for e in after if e != 1]:
+        # only size-1 dims come or go: a squeeze and a broadcast, which kernels fuse
+        ones = [k for k, e in enumerate(before) if e == 1]
+        out = b.fd.ops.squeeze(x, ones) if ones else x
+        flags = [e == 1 for e in after]
+        return b.fd.ops.broadcast(out, flags) if any(flags) else out
+    return b.fd.ops.reshape(x, b.out_shape(node))
+
+
+@register(aten.permute.default, compute=False)
+def _permute(b, node, x, dims):
+    return b.fd.ops.permute(x, [d % x.ndim for d in dims]) if x.ndim else x
+
+
+@register(aten.transpose.int, compute=False)
+def _transpose(b, node, x, dim0, dim1):
+    if x.ndim < 2:
+        return x
+    perm = list(range(x.ndim))
+    a, c = dim0 % x.ndim, dim1 % x.ndim
+    perm[a], perm[c] = perm[c], perm[a]
+    return b.fd.ops.permute(x, perm)
+
+
+@register(aten.t.default, compute=False)
+def _t(b, node, x):
+    return b.fd.ops.permute(x, [1, 0]) if x.ndim == 2 else x
+
+
+def expand_to(b, x, shape: list):
+    """`x` broadcast to `shape` (ints and extent Scalars), PyTorch's expand."""
+    n = len(shape)
+    if x.ndim < n:
+        x = b.fd.ops.broadcast(x, [True] * (n - x.ndim) + [False] * x.ndim)
+    target, needed = [], False
+    for d, s in zip(x.domain.no_reductions(), shape):
+        if d.is_broadcast and not (isinstance(s, int) and s == 1):
+            target.append(s)
+            needed = True
+        else:
+            target.append(-1)
+    return b.fd.ops.expand(x, target) if needed else x
+
+
+@register(aten.expand.default, aten.expand_copy.default, compute=False)
+def _expand(b, node, x, size, implicit=False):
+    return expand_to(b, x, b.out_shape(node))
+
+
+@register(aten.unsqueeze.default, compute=False)
+def _unsqueeze(b, node, x, dim):
+    n = x.ndim + 1
+    return b.fd.ops.broadcast(x, [k == dim % n for k in range(n)])
+
+
+@register(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, compute=False)
+def _squeeze(b, node, x, dim=None):
+    sizes = [size_expr(s) for s in b.input_meta(node).shape]
+    if dim is None:
+        dims = range(len(sizes))
+    else:
+        dims = [dim] if isinstance(dim, int) else dim
+    ones = sorted({d % len(sizes) for d in dims if len(sizes) and sizes[d % len(sizes)] == 1})
+    return b.fd.ops.squeeze(x, ones) if ones else x
+
+
+# -- slicing and joining --------------------------------------------------------------------------
+
+
+def _index(b, node: Node, raw, size) -> object:
+    """A slice bound (int or SymInt node) as an op argument, counted from the start."""
+    if raw is None:
+        return None
+    if isinstance(raw, Node):
+        e = size_expr(meta_val(raw))
+    elif isinstance(raw, int):
+        return None if raw >= _BIG else raw
+    else:
+        raise LoweringError(f"slice bound {raw!r}")
+    if e.is_Integer:
+        return int(e)
+    if _known(meta_val(raw) < 0):
+        e = e + size_expr(size)
+    elif not _known(meta_val(raw) >= 0):
+        raise LoweringError(f"slice bound {e} of unknown sign")
+    return b.scalar(e)
+
+
+def _known(cond) -> bool:
+    """True when Dynamo's shape facts prove `cond` (without adding a guard)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(cond))
+
+
+def slice_axis(b, x, dim: int, start, end, step: int = 1):
+    n = x.ndim
+    starts, ends = [0] * n, list(x.shape())
+    starts[dim] = 0 if start is None else start
+    if end is not None:
+        ends[dim] = end
+    strides = [1] * n
+    strides[dim] = step
+    return b.fd.ops.slice(x, starts, ends, strides)
+
+
+def _arg(node: Node, pos: int, name: str, default=None):
+    if len(node.args) > pos:
+        return node.args[pos]
+    return node.kwargs.get(name, default)
+
+
+@register(aten.slice.Tensor, compute=False)
+def _slice(b, node, x, dim=0, start=None, end=None, step=1):
+    if not isinstance(step, int) or step < 1:
+        raise LoweringError(f"slice step {step!r}")
+    size = b.input_meta(node).shape[dim]
+    return slice_axis(b, x, dim % x.ndim, _index(b, node, _arg(node, 2, "start"), size),
+                      _index(b, node, _arg(node, 3, "end"), size), step)
+
+
+@register(aten.select.int, compute=False)
+def _select(b, node, x, dim, index):
+    dim %= x.ndim
+    size = b.input_meta(node).shape[dim]
+    raw = _arg(node, 2, "index")
+    if isinstance(raw, int) and raw < 0:
+        start = b.scalar(size_expr(size) + raw)
+    else:
+        start = _index(b, node, raw, size)
+    stop = start + 1 if isinstance(start, int) else b.fd.ops.add(start, 1)
+    return b.fd.ops.squeeze(slice_axis(b, x, dim, start, stop), [dim])
+
+
+@register(aten.split_with_sizes.default, compute=False)
+def _split_with_sizes(b, node, x, split_sizes, dim=0):
+    dim %= x.ndim
+    offset, out = size_expr(0), []
+    for s in _arg(node, 1, "split_sizes"):
+        e = size_expr(meta_val(s)) if isinstance(s, Node) else size_expr(s)
+        out.append(slice_axis(b, x, dim, b.scalar(offset), b.scalar(offset + e)))
+        offset = offset + e
+    return tuple(out)
+
+
+@register(aten.cat.default, compute=False)
+def _cat(b, node, tensors, dim=0):
+    if len({t.ndim for t in tensors}) != 1:
+        raise LoweringError("cat of tensors of different ranks")
+    return b.fd.ops.cat(list(tensors), dim % tensors[0].ndim)
+
+
+@register(aten.constant_pad_nd.default, compute=False)
+def _pad(b, node, x, pad, value=0):
+    if any(not isinstance(p, int) or p < 0 for p in pad):
+        raise LoweringError(f"pad widths {list(pad)} (only non-negative static widths)")
+    return b.fd.ops.pad(x, list(pad), value)
+
+
+# -- creation ---------------------------------------------------------------------------------------
+
+
+def _typed(value, dtype: DataType):
+    if isinstance(value, (bool, int, float)):
+        if dtype.is_boolean:
+            return bool(value)
+        if dtype.is_integral:
+            return int(value)
+        if dtype.is_floating:
+            return float(value)
+    return value
+
+
+def _full(b, node, value):
+    dtype = DataType.from_torch(b.meta(node).dtype)
+    return b.fd.ops.full(b.out_shape(node), _typed(value, dtype), dtype)
+
+
+@register(aten.full.default, aten.full_like.default, aten.new_full.default, compute=False)
+def _full_rule(b, node, *args, **kwargs):
+    value = args[1] if len(args) > 1 else kwargs["fill_value"]
+    return _full(b, node, value)
+
+
+@register(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
+          aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
+          aten.empty_strided.default, compute=False)
+def _zeros(b, node, *args, **kwargs):
+    return _full(b, node, 0)  # empty tensors hold no defined values: zeros are one choice
+
+
+@register(aten.ones.default, aten.ones_like.default, aten.new_ones.default, compute=False)
+def _ones(b, node, *args, **kwargs):
+    return _full(b, node, 1)
+
+
+@register(aten.scalar_tensor.default, compute=False)
+def _scalar_tensor(b, node, value, **kwargs):
+    return _full(b, node, value)
+
+
+@register(aten.arange.start_step, aten.arange.start, aten.arange.default, compute=False)
+def _arange(b, node, *args, **kwargs):
+    dtype = DataType.from_torch(b.meta(node).dtype)
+    if not dtype.is_integral:
+        raise LoweringError("arange of a floating dtype (rounding of start + k * step)")
+    positional = [a for a in args if not isinstance(a, torch.dtype)]
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = positional[0]
+        step = positional[2] if len(positional) > 2 else kwargs.get("step", 1)
+    (length,) = b.out_shape(node)
+    return b.fd.ops.iota(length, start, step, dtype)
+
+
+# -- scatters that are pads and one-hots --------------------------------------------------------------
+
+_FILLS = {aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 1,
+          aten.zeros.default: None, aten.zeros_like.default: None, aten.new_zeros.default: None}
+
+
+def _constant_fill(node) -> object:
+    """The fill value of a tensor created by a full/zeros node, or None."""
+    if not isinstance(node, Node) or node.target not in _FILLS:
+        return None
+    pos = _FILLS[node.target]
+    if pos is None:
+        return 0
+    value = node.args[pos] if len(node.args) > pos else node.kwargs.get("fill_value")
+    return value if isinstance(value, (int, float, bool)) else None
+
+
+@register(aten.slice_scatter.default, compute=False)
+def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
+    """Writing `src` into a slice of zeros is `src` between two blocks of zeros."""
+    if _constant_fill(node.args[0]) != 0 or step != 1:
+        raise LoweringError("slice_scatter into a tensor that is not all zeros, or with a step")
+    fake = b.meta(node)
+    dim %= fake.dim()
+    total = fake.shape[dim]
+    lo = _index(b, node, _arg(node, 3, "start"), total)
+    hi = _index(b, node, _arg(node, 4, "end"), total)
+    dtype = DataType.from_torch(fake.dtype)
+    ops = b.fd.ops
+    src = src if src.dtype is dtype else ops.cast(src, dtype)
+    shape = b.out_shape(node)
+    parts = []
+    if lo is not None and not (isinstance(lo, int) and lo == 0):
+        parts.append(ops.full(shape[:dim] + [lo] + shape[dim + 1:], _typed(0, dtype), dtype))
+    parts.append(src)
+    if hi is not None:
+        rest = b.size(total) - hi if isinstance(hi, int) and isinstance(b.size(total), int) else \
+            ops.sub(b.size(total), hi)
+        if not (isinstance(rest, int) and rest == 0):
+            parts.append(ops.full(shape[:dim] + [rest] + shape[dim + 1:], _typed(0, dtype), dtype))
+    return parts[0] if len(parts) == 1 else ops.cat(parts, dim)
+
+
+@register(aten.scatter.value)
+def _scatter_value(b, node, base, dim, index, value):
+    """`full(f).scatter(dim, index, value)` with one index per row: a one-hot, as
+    `where(iota == index, value, f)` (the cross-entropy gradient)."""
+    fill = _constant_fill(node.args[0])
+    if fill is None:
+        raise LoweringError("scatter into a tensor that is not a constant fill")
+    out_sizes = [size_expr(s) for s in b.meta(node).shape]
+    idx_sizes = [size_expr(s) for s in meta_val(node.args[2]).shape]
+    dim %= len(out_sizes)
+    if len(idx_sizes) != len(out_sizes) or idx_sizes[dim] != 1 or any(
+            a != c for k, (a, c) in enumerate(zip(idx_sizes, out_sizes)) if k != dim):
+        raise LoweringError("scatter with more than one index per row")
+    ops = b.fd.ops
+    dtype = DataType.from_torch(b.meta(node).dtype)
+    positions = ops.iota(b.out_shape(node)[dim], 0, 1, DataType.Int)
+    positions = ops.broadcast(positions, [k != dim for k in range(len(out_sizes))])
+    hit = ops.eq(positions, index)
+    return ops.where(hit, b.fd.define_scalar(_typed(value, dtype), dtype=dtype),
+                     b.fd.define_scalar(_typed(fill, dtype), dtype=dtype))
+
+
+@register(aten.gather.default)
+def _gather(b, node, x, dim, index, sparse_grad=False):
+    """`x.gather(dim, index)` with one index per row picks one element: the sum along `dim` of
+    `where(iota == index, x, 0)`, a reduction a kernel fuses with its neighbours (the target
+    logit of a cross entropy)."""
+    x_sizes = [size_expr(s) for s in b.input_meta(node).shape]
+    idx_sizes = [size_expr(s) for s in meta_val(node.args[2]).shape]
+    dim %= len(x_sizes)
+    if len(idx_sizes) != len(x_sizes) or idx_sizes[dim] != 1 or any(
+            a != c for k, (a, c) in enumerate(zip(idx_sizes, x_sizes)) if k != dim):
+        raise LoweringError("gather of more than one index per row")
+    ops = b.fd.ops
+    positions = ops.iota(b.size(b.input_meta(node).shape[dim]), 0, 1, DataType.Int)
+    positions = ops.broadcast(positions, [k != dim for k in range(len(x_sizes))])
+    picked = ops.where(ops.eq(positions, index), x, 0)
+    return ops.sum(picked, [dim], True)

@@ -1,0 +1,68 @@
+"""Helpers for the `fuser.jit` tests: run a function through fuser and eager on the same fresh
+random inputs, forward and backward, and compare with dtype-aware tolerances."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+# (rtol, atol) for comparing fuser against eager in the same dtype. Fused kernels keep
+# intermediates in fp32 where eager rounds each op to the tensor's dtype, so half types get the
+# tolerance of a few roundings.
+TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7),
+       torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+def clone_args(args: Sequence) -> list:
+    return [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+            for a in args]
+
+
+def as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def assert_close_to_eager(actual, expected, reference=None):
+    """`actual` (fuser) matches `expected` (eager, same dtype). For half types with a
+    `reference` (the same computation in fp32), fuser's error against it must also be no
+    worse than about twice eager's: rounding differences compound through matmuls."""
+    for a, e, r in zip(as_tuple(actual), as_tuple(expected),
+                       as_tuple(reference) if reference is not None else [None] * len(as_tuple(actual))):
+        if e is None:
+            assert a is None
+            continue
+        assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, a.shape, e.dtype, e.shape)
+        if r is not None and e.dtype in (torch.bfloat16, torch.float16):
+            err = (a.double() - r.double()).abs().max().item()
+            eager_err = (e.double() - r.double()).abs().max().item()
+            scale = r.double().abs().max().item() + 1e-6
+            assert err <= 2.5 * eager_err + 1e-2 * scale, (err, eager_err, scale)
+            continue
+        rtol, atol = TOL.get(e.dtype, (0, 0))
+        torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+
+
+def check_forward_backward(fn: Callable, jitted: Callable, args: Sequence, reference_dtype=None):
+    """Forward outputs and gradients of every input that requires grad, fuser vs eager."""
+    ours, theirs = clone_args(args), clone_args(args)
+    out, ref = jitted(*ours), fn(*theirs)
+    high = None
+    if reference_dtype is not None:
+        hi_args = [a.detach().to(reference_dtype).requires_grad_(a.requires_grad)
+                   if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        high = fn(*hi_args)
+    assert_close_to_eager(out, ref, high)
+    wrt = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not wrt:
+        return
+    outs = [o for o in as_tuple(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    refs = [o for o in as_tuple(ref) if isinstance(o, torch.Tensor) and o.requires_grad]
+    grads = [torch.randn_like(o) for o in refs]
+    got = torch.autograd.grad(outs, [ours[k] for k in wrt], grads)
+    want = torch.autograd.grad(refs, [theirs[k] for k in wrt], grads)
+    high_grads = None
+    if high is not None:
+        his = [o for o in as_tuple(high) if isinstance(o, torch.Tensor) and o.requires_grad]
+        hi_in = [h for h in hi_args if isinstance(h, torch.Tensor) and h.requires_grad]
+        high_grads = torch.autograd.grad(his, hi_in, [g.to(reference_dtype) for g in grads])
+    assert_close_to_eager(got, want, high_grads)

@@ -1,0 +1,51 @@
+"""`fuser.explain`: the captured graphs, the fusions in nvFuser notation, the segments and why
+they were cut, the generated Triton, and the ATen ops run between fusions."""
+import torch
+
+import fuser
+
+
+def softmax_cumsum(x, w):
+    y = torch.softmax(x * w, dim=-1)
+    return torch.cumsum(y, dim=-1) * 2.0
+
+
+def test_explain_text_shows_every_layer():
+    x, w = torch.randn(4, 8), torch.randn(8)
+    report = fuser.explain(softmax_cumsum, x, w)
+    text = str(report)
+    assert "captured by Dynamo" in text
+    assert "inference: ATen graph" in text and "torch.ops.aten._softmax" in text
+    assert "T0_g_float[iS0{i0}, iS1{i1}]" in text  # a fusion input, in nvFuser notation
+    assert "kernel segment" in text and "inner reduction" in text
+    assert "import triton" in text and "tl.store" in text
+    assert "aten.cumsum.default: no lowering" in text
+    assert report.info.fallback_ops == 1
+    assert len(report.fusions) == 2
+
+
+def test_explain_runs_the_backward_without_touching_grads():
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    report = fuser.explain(lambda a, b: torch.tanh(a * b).sum(-1), x, w)
+    text = str(report)
+    assert "forward: ATen graph" in text and "backward: ATen graph" in text
+    assert x.grad is None and w.grad is None
+    assert {p.kind for g in report.graphs for p in g.programs} == {"forward", "backward"}
+
+
+def test_explain_html_for_notebooks():
+    report = fuser.explain(softmax_cumsum, torch.randn(3, 5), torch.randn(5))
+    html = report._repr_html_()
+    assert html.startswith("<div>") and html.endswith("</div>")
+    assert "<details" in html and "&lt;" not in html.split("<pre")[0]
+    assert "tl.store" in html and "cumsum" in html
+
+
+def test_explain_a_jitted_module_reuses_its_program():
+    model = fuser.jit(torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU()))
+    x = torch.randn(3, 6)
+    model(x)
+    report = fuser.explain(model, x)
+    assert report.info.graphs == 1
+    assert "aten.addmm" in str(report) or "aten.mm" in str(report)

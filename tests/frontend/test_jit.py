@@ -1,0 +1,207 @@
+"""`fuser.jit` and `torch.compile(backend="fuser")`: decorator forms, dynamic shapes and the
+compile counters, eager fallback for ops with no lowering, bad arguments."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuser
+
+from .jit_helpers import assert_close_to_eager
+
+
+def gelu_bias(x, bias):
+    return F.gelu(x + bias, approximate="tanh")
+
+
+def test_decorator_forms_match_eager():
+    @fuser.jit
+    def plain(x):
+        return torch.sigmoid(x) * x + 1.0
+
+    @fuser.jit(dynamic=True, fallback="eager")
+    def configured(x):
+        return torch.sigmoid(x) * x + 1.0
+
+    x = torch.randn(5, 7)
+    expected = torch.sigmoid(x) * x + 1.0
+    assert_close_to_eager(plain(x), expected)
+    assert_close_to_eager(configured(x), expected)
+    assert plain.__name__ == "plain"
+    assert fuser.jit(plain) is plain
+
+
+def test_torch_compile_backend_by_name():
+    compiled = torch.compile(gelu_bias, backend="fuser", dynamic=True)
+    x, b = torch.randn(6, 10), torch.randn(10)
+    assert_close_to_eager(compiled(x, b), gelu_bias(x, b))
+
+
+def test_six_batch_sizes_compile_once():
+    jitted = fuser.jit(gelu_bias)
+    bias = torch.randn(24)
+    for batch in (2, 3, 5, 8, 13, 21):
+        x = torch.randn(batch, 24)
+        assert_close_to_eager(jitted(x, bias), gelu_bias(x, bias))
+    info = jitted.cache_info()
+    assert info.calls == 6
+    assert info.graphs == 1
+    assert info.compiles == 1, info
+    assert info.kernels >= 1
+    assert info.fallback_ops == 0
+
+
+def test_batch_and_sequence_lengths_share_one_program():
+    @fuser.jit
+    def norm(x, w):
+        return F.layer_norm(x, (x.shape[-1],), w) * torch.sigmoid(x)
+
+    w = torch.randn(16)
+    for batch, seq in ((2, 3), (4, 9), (3, 17)):
+        x = torch.randn(batch, seq, 16)
+        assert_close_to_eager(norm(x, w), F.layer_norm(x, (16,), w) * torch.sigmoid(x))
+    assert norm.cache_info().compiles == 1
+
+
+def test_ops_with_no_lowering_run_eagerly_between_fusions():
+    def f(x):
+        y = torch.cumsum(torch.exp(x), dim=-1)
+        values, indices = torch.sort(y * 2.0, dim=-1, descending=True)
+        return values.tanh() + 1.0, indices
+
+    jitted = fuser.jit(f)
+    x = torch.randn(4, 9)
+    got, want = jitted(x), f(x)
+    assert_close_to_eager(got[0], want[0])
+    assert torch.equal(got[1], want[1])
+    info = jitted.cache_info()
+    assert info.fallback_ops >= 2  # cumsum and sort
+    assert info.fusions >= 2  # exp before them, the rest after
+
+
+def test_python_scalars_and_int_arguments():
+    @fuser.jit
+    def f(x, scale, n: int):
+        return x[:, :n] * scale + n
+
+    x = torch.randn(6, 10)
+    for n in (3, 5):
+        assert_close_to_eager(f(x, 0.5, n), x[:, :n] * 0.5 + n)
+    assert_close_to_eager(f(x, scale=2.0, n=4), x[:, :4] * 2.0 + 4)
+
+
+def test_outputs_views_inputs_and_non_tensors():
+    @fuser.jit
+    def f(x):
+        y = x * 2
+        return y.t(), (x + 1).reshape(-1), x, None, x.shape[0]
+
+    x = torch.randn(4, 6)
+    a, b, c, d, e = f(x)
+    assert_close_to_eager(a, (x * 2).t())
+    assert_close_to_eager(b, (x + 1).reshape(-1))
+    assert c is x and d is None and e == 4
+
+
+def test_copies_do_not_alias_their_input():
+    @fuser.jit
+    def f(x):
+        return x.clone(), x.to(torch.float32), x.contiguous()
+
+    x = torch.randn(3, 5)
+    for out in f(x):
+        out.add_(1.0)
+    torch.testing.assert_close(x, x.clone())  # x itself untouched
+    a, _, _ = f(x)
+    assert a.data_ptr() != x.data_ptr()
+
+
+def test_in_place_update_of_an_input_is_kept():
+    @fuser.jit
+    def f(x, y):
+        x.mul_(2.0)
+        return x + y
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    x0 = x.clone()
+    out = f(x, y)
+    torch.testing.assert_close(x, x0 * 2)
+    assert_close_to_eager(out, x0 * 2 + y)
+
+
+def test_graph_break_gives_two_graphs():
+    @fuser.jit
+    def f(x):
+        y = torch.exp(x)
+        if y.sum().item() > 0:  # data-dependent Python: Dynamo breaks the graph here
+            y = y * 3.0
+        return y - 1.0
+
+    x = torch.randn(5, 3)
+    assert_close_to_eager(f(x), torch.exp(x) * 3.0 - 1.0)
+    assert f.cache_info().graphs >= 2
+
+
+def test_mixed_dtypes_and_integer_ops():
+    @fuser.jit
+    def f(x, idx, mask):
+        scaled = x.to(torch.bfloat16) * 3
+        shifted = (idx * 2 + 1) // 3
+        return scaled.float() + shifted, torch.where(mask, x, -x).amax(-1), (idx > 2).sum(-1)
+
+    x = torch.randn(5, 6)
+    idx = torch.randint(-5, 6, (5, 6))
+    mask = torch.rand(5, 6) > 0.5
+    got = f(x, idx, mask)
+    want = ((x.to(torch.bfloat16) * 3).float() + (idx * 2 + 1) // 3,
+            torch.where(mask, x, -x).amax(-1), (idx > 2).sum(-1))
+    # the bf16 product stays in fp32 inside the kernel (eager rounds it): bf16 tolerance
+    torch.testing.assert_close(got[0], want[0], rtol=2e-2, atol=2e-2)
+    for g, w in zip(got[1:], want[1:]):
+        assert_close_to_eager(g, w)
+
+
+# -- arguments fuser cannot trace ------------------------------------------------------------
+
+
+def add_one(x, y):
+    return x + y + 1
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda: torch.eye(3).to_sparse(), "layout torch.sparse_coo"),
+    (lambda: torch.randn(3, 3, device="meta"), "device meta"),
+])
+def test_untraceable_argument_is_a_fuser_error_naming_it(make, what):
+    jitted = fuser.jit(add_one)
+    with pytest.raises(fuser.FusionInputError) as info:
+        jitted(torch.randn(3, 3), make())
+    assert "'y'" in str(info.value) and what in str(info.value)
+
+
+def test_untraceable_argument_inside_a_container_is_named():
+    @fuser.jit
+    def f(xs):
+        return xs[0] + xs[1]
+
+    with pytest.raises(fuser.FusionInputError, match=r"'xs'\[1\]"):
+        f([torch.randn(2), torch.eye(2).to_sparse()])
+
+
+def test_untraceable_argument_falls_back_to_eager_when_asked():
+    jitted = fuser.jit(add_one, fallback="eager")
+    x = torch.randn(3, 3)
+    with pytest.warns(UserWarning, match="running add_one eagerly"):
+        out = jitted(torch.randn(3, 3, device="meta"), torch.randn(3, 3, device="meta"))
+    assert out.device.type == "meta"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert_close_to_eager(jitted(x, x), x + x + 1)
+
+
+def test_bad_jit_arguments():
+    with pytest.raises(fuser.FusionInputError, match="fallback"):
+        fuser.jit(add_one, fallback="maybe")
+    with pytest.raises(fuser.FusionInputError, match="function or an nn.Module"):
+        fuser.jit(3)
