@@ -20,14 +20,16 @@ class EvalContext:
     """What a rule may ask: local sizes of a tensor, scalar values, the device. Inside a stream
     loop (`with_streams`), sizes are those of the current chunk (`stream_index`)."""
 
-    def __init__(self, table: BindingTable, device, with_streams: bool = False):
+    def __init__(self, table: BindingTable, device, with_streams: bool = False, sizes=None):
         self.table = table
         self.device = device
         self.with_streams = with_streams
         self.stream_index: Optional[int] = None
+        # the sharding math's local_sizes, or a runtime's precompiled LocalSizes
+        self._sizes = sizes or local_sizes
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
-        return local_sizes(tv, self.table, self.with_streams, self.stream_index)
+        return self._sizes(tv, self.table, self.with_streams, self.stream_index)
 
     def scalar(self, s: Scalar) -> Any:
         if s.is_constant:
@@ -61,22 +63,29 @@ def check_output(expr: Expr, tv: TensorView, value: Any, ctx: EvalContext) -> No
     """Invariant 3: the produced local size equals what the IR predicts."""
     if not isinstance(value, torch.Tensor):
         raise InternalError(f"{expr.op_name} produced {type(value).__name__} for T{tv.name}")
-    extents = local_extents(tv, ctx.with_streams)
+    expected = ctx.shape(tv)
     actual = tuple(value.shape)
+    if actual != expected:
+        _size_mismatch(expr, tv, actual, expected, ctx)
+    want = tv.dtype.to_torch()
+    if value.dtype != want:
+        raise InternalError(f"{expr.op_name} produced dtype {value.dtype} for T{tv.name}, IR says {want}")
+
+
+def _size_mismatch(expr: Expr, tv: TensorView, actual: tuple, expected: tuple, ctx: EvalContext):
+    extents = local_extents(tv, ctx.with_streams)
     if len(actual) != len(extents):
         raise InternalError(
             f"{expr.op_name} produced a {len(actual)}-D tensor of shape {actual} for T{tv.name}, "
             f"but the IR has {len(extents)} axes:\n{format_expr(expr)}")
-    for axis, (e, size, expected) in enumerate(zip(extents, actual, ctx.shape(tv))):
-        if expected != size:
-            chunk = "" if expected == ctx.table.extent(e) else f" (the last chunk of it: {expected})"
+    for axis, (e, size, want) in enumerate(zip(extents, actual, expected)):
+        if want != size:
+            whole = ctx.table.extent(e)
+            chunk = "" if want == whole else f" (the last chunk of it: {want})"
             raise InternalError(
                 f"{expr.op_name} produced size {size} on axis {axis} of T{tv.name}, but the IR "
-                f"extent {format_extent(e)} is {ctx.table.extent(e)}{chunk} (with "
+                f"extent {format_extent(e)} is {whole}{chunk} (with "
                 f"{ctx.table.describe(e)}):\n{format_expr(expr)}")
-    want = tv.dtype.to_torch()
-    if value.dtype != want:
-        raise InternalError(f"{expr.op_name} produced dtype {value.dtype} for T{tv.name}, IR says {want}")
 
 
 def run_exprs(exprs: Iterable[Expr], env: Environment, check: bool = True) -> None:

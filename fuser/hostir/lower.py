@@ -26,10 +26,10 @@ from ..multidevice.communication import Collective, Communication
 from ..multidevice.sharding import is_sharded, stream_leaf
 from ..multidevice.transform import is_split, like, replay_splits, set_stream_allocation
 from ..passes.schedule_stream_loops import loop_axis, stream_loops
-from ..segment import Segment, SegmentKind, segment_fusion
+from ..segment import Segment, SegmentKind
 from ..segment.segments import segment_io
 from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
-                    LaunchKernel, SetCurrentStream, ShardByStream, Synchronize, Wait)
+                    SetCurrentStream, ShardByStream, Synchronize, Wait)
 
 # (exprs) -> segments with kernels, for runs of unsharded exprs; None: ATen only
 KernelSegmenter = Optional[Callable[[object], list[Segment]]]

@@ -18,14 +18,14 @@ from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
 from ..errors import FuserError, FusionInputError, InternalError
 from ..evaluate.aten import evaluate_expr, evaluate_expr_into
-from ..evaluate.binding import BindingTable, local_shape
+from ..evaluate.binding import BindingTable
 from ..evaluate.evaluator import EvalContext, check_output
 from ..ir import Fusion, Scalar, TensorView
 from ..multidevice.communication import Collective
 from ..multidevice.communicator import Communicator, Pending
-from ..multidevice.sharding import StreamChunker, local_sizes, mesh_index, team
+from ..multidevice.sharding import LocalSizes, StreamChunker, mesh_index, team
 from ..schedulers.plan import plan_kernel
-from ..segment import SegmentKind, segment_fusion
+from ..segment import segment_fusion
 from .lower import lower
 from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
                     LaunchKernel, SetCurrentStream, ShardByStream, Synchronize, Wait)
@@ -40,14 +40,15 @@ class _State:
     __slots__ = ("table", "device", "comm", "trace", "values", "dests", "pending", "index",
                  "ctx", "loop_ctx", "chunkers", "main", "pool", "cuda")
 
-    def __init__(self, table: BindingTable, device, comm: Communicator, trace: Optional[Trace]):
+    def __init__(self, table: BindingTable, device, comm: Communicator, trace: Optional[Trace],
+                 sizes: LocalSizes):
         self.table, self.device, self.comm, self.trace = table, device, comm, trace
         self.values: dict[int, Any] = {}
         self.dests: dict[int, torch.Tensor] = {}
         self.pending: dict[int, tuple[Pending, Any]] = {}
         self.index: dict[str, int] = {}
-        self.ctx = EvalContext(table, device)
-        self.loop_ctx = EvalContext(table, device, with_streams=True)
+        self.ctx = EvalContext(table, device, sizes=sizes)
+        self.loop_ctx = EvalContext(table, device, with_streams=True, sizes=sizes)
         self.chunkers: dict[int, StreamChunker] = {}
         self.cuda = device.type == "cuda"
         self.main = None
@@ -67,6 +68,8 @@ class HostRunner:
         self.program = program
         self.device = device
         self._checked_world: Optional[int] = None
+        self.sizes = LocalSizes()  # every tensor's local sizes, compiled on first use
+        self._teams: dict[tuple[int, int], tuple[int, ...]] = {}
         self._dispatch = {
             Allocate: self._allocate, ForLoop: self._for, GetCurrentStream: self._get_stream,
             SetCurrentStream: self._set_stream, Synchronize: self._synchronize,
@@ -78,7 +81,7 @@ class HostRunner:
             device=None, trace: Optional[Trace] = None) -> list:
         comm = comm or Communicator.default()
         self._check_world(comm)
-        state = _State(table, device or self.device, comm, trace)
+        state = _State(table, device or self.device, comm, trace, self.sizes)
         for val, arg in zip(self.program.inputs, args):
             state.values[id(val)] = arg
         self._ops(self.program.body, state)
@@ -104,7 +107,7 @@ class HostRunner:
 
     def _allocate(self, op: Allocate, state: _State) -> None:
         tv = op.tv
-        state.values[id(tv)] = torch.empty(local_shape(tv, state.table), dtype=tv.dtype.to_torch(),
+        state.values[id(tv)] = torch.empty(self.sizes(tv, state.table), dtype=tv.dtype.to_torch(),
                                            device=state.device)
 
     def _for(self, op: ForLoop, state: _State) -> None:
@@ -112,11 +115,15 @@ class HostRunner:
         if state.cuda and not state.pool:
             count = max(1, min(n, MAX_STREAMS))
             state.pool = _stream_pool(state.device, count)
-        for i in range(n):
-            state.index[op.index] = i
-            state.loop_ctx.stream_index = i
-            self._ops(op.body, state)
-        state.loop_ctx.stream_index = None
+        try:
+            for i in range(n):
+                state.index[op.index] = i
+                state.loop_ctx.stream_index = i
+                self._ops(op.body, state)
+        finally:
+            state.loop_ctx.stream_index = None
+            if state.cuda and state.main is not None:
+                torch.cuda.set_stream(state.main)  # also when an op in the loop raised
 
     def _stream_of(self, index: Optional[str], state: _State):
         if index is None:
@@ -139,7 +146,7 @@ class HostRunner:
         src = state.value(op.src, state.ctx)
         chunker = state.chunkers.get(id(op))
         if chunker is None:
-            chunker = StreamChunker(op.dst, state.table, tuple(src.shape), f"T{op.src.name}")
+            chunker = StreamChunker(op.dst, state.table, tuple(src.shape), f"T{op.src.name}", self.sizes)
             state.chunkers[id(op)] = chunker
         view = chunker(src, state.index[op.index])
         state.values[id(op.dst)] = view
@@ -186,7 +193,9 @@ class HostRunner:
         c = op.comm
         ctx = state.loop_ctx if op.in_loop else state.ctx
         comm = state.comm
-        members = team(c.mesh, c.parallel_type, comm.rank)
+        members = self._teams.get((op.number, comm.rank))
+        if members is None:
+            members = self._teams[(op.number, comm.rank)] = team(c.mesh, c.parallel_type, comm.rank)
         inp = state.value(c.inputs[0], ctx)
         out_tv = c.outputs[0]
         dst = state.dests.get(id(out_tv)) if op.in_loop else None
@@ -219,7 +228,7 @@ class HostRunner:
             result = buffer()
             j = state.index[op.loop_index]
             per_rank = state.table.extent(op.loop_extent) // len(members)
-            chunk = local_sizes(out_tv, state.table, True)[c.out_axis]  # every chunk but a last
+            chunk = self.sizes(out_tv, state.table, True)[c.out_axis]  # every chunk but a last
             if chunk * per_rank != inp.shape[c.in_axis]:
                 raise FusionInputError(
                     f"T{c.inputs[0].name} axis {c.in_axis}: {inp.shape[c.in_axis]} rows per rank do "

@@ -20,7 +20,7 @@ import sympy
 from ..errors import FusionInputError, UnsupportedError
 from ..ir import DeviceMesh, IterDomain, Merge, ParallelType, Split, TensorView
 from ..ir.printer import format_transform
-from ..ir.symbolic import Extent, is_static
+from ..ir.symbolic import Extent, compile_extent, is_static
 
 
 def _leaves(tv: TensorView, d: IterDomain) -> list[IterDomain]:
@@ -267,22 +267,57 @@ def local_sizes(tv: TensorView, table, with_streams: bool = False,
     return tuple(sizes)
 
 
+class LocalSizes:
+    """`local_sizes`, precompiled per tensor: a runtime asks the same tensors' sizes on every
+    call, so each tensor's local extents are derived from its domains once and kept as compiled
+    extent functions (owned by the runtime, never module-level). Same results as local_sizes."""
+
+    def __init__(self):
+        self._plans: dict[tuple[int, bool], tuple] = {}
+
+    def _plan(self, tv: TensorView, with_streams: bool) -> tuple:
+        fns = [compile_extent(e) for e in local_extents(tv, with_streams)]
+        ragged = None
+        if with_streams:
+            found = _stream_axis(tv)
+            if found is not None:
+                ragged = (found[0], compile_extent(local_extents(tv)[found[0]]))
+        plan = (tv, fns, ragged)  # tv kept alive: its id stays its own
+        self._plans[(id(tv), with_streams)] = plan
+        return plan
+
+    def __call__(self, tv: TensorView, table, with_streams: bool = False,
+                 stream_index: Optional[int] = None) -> tuple[int, ...]:
+        plan = self._plans.get((id(tv), with_streams)) or self._plan(tv, with_streams)
+        values = table.values
+        try:
+            sizes = [f(values) for f in plan[1]]
+            if any(type(v) is not int for v in sizes):
+                raise KeyError
+            if stream_index is not None and plan[2] is not None:
+                k, whole = plan[2]
+                sizes[k] = max(0, min(sizes[k], whole(values) - stream_index * sizes[k]))
+        except KeyError:  # the slow path reports the unbound symbol or a fractional extent
+            return local_sizes(tv, table, with_streams, stream_index)
+        return tuple(sizes)
+
+
 class StreamChunker:
     """Views of one stream chunk of a tensor's local value, per stream index. `chunk_tv` is the
     chunk tensor (the source's splits plus a stream-parallel allocation); its sizes, the last
     chunk's included, come from `local_sizes`. Built once per execution, called per iteration."""
 
-    __slots__ = ("tv", "table", "axis", "nominal", "generic")
+    __slots__ = ("tv", "table", "axis", "nominal", "generic", "sizes")
 
-    def __init__(self, chunk_tv: TensorView, table, local_shape, where: str):
+    def __init__(self, chunk_tv: TensorView, table, local_shape, where: str, sizes=local_sizes):
         found = stream_leaf(chunk_tv)
         if found is None:
             raise UnsupportedError(f"{where}: {chunk_tv!r} has no stream axis to chunk")
-        self.tv, self.table = chunk_tv, table
+        self.tv, self.table, self.sizes = chunk_tv, table, sizes
         simple = _stream_axis(chunk_tv)
         if simple is not None:
             self.axis = simple[0]
-            self.nominal = local_sizes(chunk_tv, table, True)[self.axis]
+            self.nominal = sizes(chunk_tv, table, True)[self.axis]
             self.generic = None
             return
         # a stream leaf inside the axis: the axis must divide evenly into its leaves
@@ -299,7 +334,7 @@ class StreamChunker:
 
     def __call__(self, tensor, index: int):
         if self.generic is None:
-            size = local_sizes(self.tv, self.table, True, index)[self.axis]
+            size = self.sizes(self.tv, self.table, True, index)[self.axis]
             return tensor.narrow(self.axis, min(index * self.nominal, tensor.shape[self.axis]), size)
         d, size, present, leaf, where = self.generic
         return _select(self.tv, tensor, self.axis, d, size, present, {leaf: index}, where)

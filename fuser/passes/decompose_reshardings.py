@@ -170,8 +170,6 @@ def _underived(e: Expr, inputs, out: TensorView) -> set[ParallelType]:
 
 def _communication(p: TensorView, q: TensorView) -> Optional[Communication]:
     """The collective that turns `p` into `q` (same logical shape), None if none is needed."""
-    if any(d.is_reduction for d in device_axes(p).values()):
-        raise UnsupportedError(f"{p!r} holds partial sums; only a reduction can consume them")
     have, need = _sharded_axes(p), _sharded_axes(q)
     pts = [pt for pt in set(have) | set(need) if _pos(p, have.get(pt)) != _pos(q, need.get(pt))]
     if not pts:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from ..ir import Expr, Fusion, IterDomain, TensorView
+from ..ir import Expr, Fusion, TensorView
 from ..multidevice.axis_map import mapped_output_axis
 from ..multidevice.sharding import stream_leaf
 

@@ -337,4 +337,42 @@ def _collectives(fd, expected: list[str]) -> None:
     assert found == expected, f"collectives {found}, expected {expected}"
 
 
-CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+# ---------------------------------------------------------------------------------------------
+# Four ranks: a 2 x 2 mesh, whose collectives run in subgroups (rows or columns of the mesh).
+
+
+def case_2x2_mesh(device):
+    """x [t, K]: rows on mesh_y, K on mesh_x; w [N, K]: K on mesh_x. The linear's partial sums
+    are allreduced within each mesh row (teams {0, 1} and {2, 3}); the output keeps its rows
+    on mesh_y, then a set into a replicated tensor allgathers them within each mesh column."""
+    rank, n = world()
+    assert n == 4, f"needs 4 ranks, got {n}"
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 8], contiguity=True)
+        w = fd.define_tensor([3, 8], contiguity=True)
+        y = fd.ops.linear(x, w)
+        z = fd.ops.set(y)
+        fd.add_output(y)
+        fd.add_output(z)
+        for tv in (x, w, z):
+            tv.set_device_mesh(mesh)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(ParallelType.mesh_y)
+        x.outer_split(2, 2)
+        x.axis(2).parallelize(ParallelType.mesh_x)
+        w.outer_split(1, 2)
+        w.axis(1).parallelize(ParallelType.mesh_x)
+    xf, wf = ints(4, 8, device=device), ints(3, 8, device=device, seed=1)
+    y_out, z_out = fd.execute([shard(fd, 0, xf), shard(fd, 1, wf)])
+    row = rank // 2  # this rank's mesh_y index
+    exact(y_out, shard_rows(F.linear(xf, wf), 2, row), "2x2 mesh: rows on mesh_y, allreduce on mesh_x")
+    exact(z_out, F.linear(xf, wf), "2x2 mesh: allgather on mesh_y")
+    _collectives(fd, ["Allreduce", "Allgather"])
+
+
+CASES_4 = {"2x2_mesh": case_2x2_mesh}
+CASES = {name[len("case_"):]: fn for name, fn in list(globals().items())
+         if name.startswith("case_") and name[len("case_"):] not in CASES_4}

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.multidevice.cases import CASES
+from tests.multidevice.cases import CASES, CASES_4
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "multidevice", "worker.py")
@@ -23,19 +23,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out_dir, device: str, timeout: int) -> list[dict]:
+def launch(out_dir, device: str, timeout: int, nproc: int = 2, cases: str = "") -> list[dict]:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                FUSER_COLLECTIVE_TIMEOUT="20", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            "--master-addr=127.0.0.1", f"--master-port={free_port()}", WORKER,
-           "--out", str(out_dir), "--device", device]
+           "--out", str(out_dir), "--device", device] + (["--cases", cases] if cases else [])
     try:
         proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"torchrun did not finish in {timeout} s:\n{err.stdout}\n{err.stderr}")
     assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     results = []
-    for rank in (0, 1):
+    for rank in range(nproc):
         path = os.path.join(out_dir, f"rank{rank}.json")
         assert os.path.exists(path), f"rank {rank} wrote no results:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         with open(path) as f:
@@ -65,3 +65,11 @@ def test_two_ranks_nccl(tmp_path):
     failed = {f"rank {rank} {name}": r.get("error") for rank, res in enumerate(results)
               for name, r in res.items() if isinstance(r, dict) and not r["ok"]}
     assert not failed, "\n".join(f"{k}: {v}" for k, v in failed.items())
+
+
+@pytest.mark.multidevice
+def test_four_ranks_on_a_2x2_mesh_use_subgroups(tmp_path):
+    results = launch(tmp_path, "cpu", timeout=55, nproc=4, cases=",".join(CASES_4))
+    for rank, res in enumerate(results):
+        for name in CASES_4:
+            assert res[name]["ok"], f"rank {rank}: {res[name].get('error')}"
