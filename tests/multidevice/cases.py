@@ -115,6 +115,28 @@ def case_row_parallel_reduce_scatter(device):
         _collectives(fd, ["ReduceScatter"])
 
 
+def case_row_parallel_matmul_on_streams(device):
+    """matmul(a, b) with the contraction sharded and a's rows split onto 2 streams: per chunk,
+    a local matmul into the output chunk and an allreduce of the chunk."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, 4 * d], contiguity=True)
+        b = fd.define_tensor([4 * d, -1], contiguity=True)
+        fd.add_output(fd.ops.matmul(a, b))
+        for tv, axis in ((a, 1), (b, 0)):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+        a.outer_split(0, 2)
+        a.axis(0).parallelize(ParallelType.stream)
+    af, bf = ints(6, 4 * d, device=device), ints(4 * d, 5, device=device, seed=1)
+    (out,), calls = mm_calls(lambda: fd.execute([shard(fd, 0, af), shard(fd, 1, bf)]))
+    exact(out, af @ bf, "row-parallel matmul on streams")
+    assert [list(c[0]) for c in calls] == [[3, 4]] * 2, calls
+    _collectives(fd, ["Allreduce"])
+
+
 def seed_definition(d, s=3, h=2, dtype=DataType.Float):
     """The seed issue's configuration: x [t, 4h] split by s onto streams (rows) and by d onto
     mesh_x (columns), the weight [h, 4h] by d onto mesh_x."""
