@@ -1,9 +1,10 @@
 """Propagate meshes, device splits and stream splits from annotated tensors to the others.
 
-A tensor the user annotated (it has a mesh, or a device or stream axis) keeps exactly what the
-user wrote: a `set` into a tensor with a mesh and no split asks for a replicated tensor, and
-gets an allgather. Every other tensor, in definition order, takes the mesh of its producers and
-the device and stream splits of the producer axes that map to its axes (`axis_map`). For
+A tensor the user gave a mesh keeps exactly the sharding the user wrote: a `set` into a tensor
+with a mesh and no split asks for a replicated tensor, and gets an allgather. Every other
+tensor, in definition order, takes the mesh of its producers and the device and stream splits
+of the producer axes that map to its unsplit axes (`axis_map`), for the parallel types it does
+not use yet: a tensor the user only split onto streams still gets its device splits. For
 linear and matmul the weight goes first, so the contraction axis and the weight's output axis
 get the weight's sharding, and an activation that disagrees is the one resharded.
 
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 from ..ir import Expr, Fusion, LinearOp, MatmulOp, ParallelType, TensorView
 from ..multidevice.axis_map import axis_pairs
-from ..multidevice.sharding import axis_leaves, is_distributed
+from ..multidevice.sharding import axis_leaves
 from ..multidevice.transform import is_split, replay_splits
 
 
 def propagate_shardings(fusion: Fusion) -> Fusion:
-    annotated = {id(tv) for tv in fusion.tensors() if is_distributed(tv)}
+    annotated = {id(tv) for tv in fusion.tensors() if tv.device_mesh is not None}
     meshes = {tv.device_mesh for tv in fusion.tensors() if tv.device_mesh is not None}
     default = next(iter(meshes)) if len(meshes) == 1 else None
     for v in fusion.inputs():

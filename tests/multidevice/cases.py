@@ -188,20 +188,22 @@ def case_column_parallel_stream_allgather(device):
     the rows onto streams: x is allgathered chunk by chunk inside the stream loop."""
     rank, d = world()
     mesh = DeviceMesh(torch.arange(d))
-    for s in (d, 2 * d):
+    for s, annotate_y in ((d, True), (2 * d, True), (2 * d, False)):
         with FusionDefinition() as fd:
             x = fd.define_tensor([-1, 5], contiguity=True)
             w = fd.define_tensor([-1, 5], contiguity=True)
             y = fd.ops.linear(x, w)
             fd.add_output(y)
-            for tv in (x, w, y):
+            for tv in (x, w):
                 tv.set_device_mesh(mesh)
             x.outer_split(0, d)
             x.axis(0).parallelize(ParallelType.mesh_x)
             w.outer_split(0, d)
             w.axis(0).parallelize(ParallelType.mesh_x)
-            y.outer_split(1, d)
-            y.axis(1).parallelize(ParallelType.mesh_x)
+            if annotate_y:  # else y's mesh and column split come from w by propagation
+                y.set_device_mesh(mesh)
+                y.outer_split(1, d)
+                y.axis(1).parallelize(ParallelType.mesh_x)
             y.outer_split(0, s)
             y.axis(0).parallelize(ParallelType.stream)
         xf, wf = ints(2 * s, 5, device=device), ints(3 * d, 5, device=device, seed=1)
