@@ -79,8 +79,10 @@ class Communicator:
             return cls(None, dist.get_rank(), dist.get_world_size(), str(dist.get_backend()))
         if dist.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             backend = "gloo"
-            if torch.cuda.is_available() and dist.is_nccl_available():
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            if (torch.cuda.is_available() and dist.is_nccl_available()
+                    and local_rank < torch.cuda.device_count()):
+                torch.cuda.set_device(local_rank)  # one GPU per process, as NCCL wants
                 backend = "cpu:gloo,cuda:nccl"
             timeout = datetime.timedelta(seconds=float(os.environ.get(_TIMEOUT_ENV, "600")))
             try:

@@ -52,7 +52,7 @@ def cpu_results(tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 def test_two_ranks_gloo(cpu_results, name):
     for rank, results in enumerate(cpu_results):
-        assert results["world_size"] == 2 and results["backend"] == "gloo"
+        assert results["world_size"] == 2 and "gloo" in results["backend"]
         r = results[name]
         assert r["ok"], f"rank {rank}: {r.get('error')}"
 
