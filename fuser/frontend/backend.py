@@ -45,6 +45,35 @@ def decompositions() -> dict:
     return table
 
 
+def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    """With dynamic shapes Dynamo turns each Python float into a 0-dim float64 CPU tensor input
+    (a "tensorified" SymFloat), and on the GPU every op using it would mix devices and cut the
+    fusion. Ask Dynamo to trace again with those floats as constants (guarded by value), as
+    AOTAutograd's own pass does for the floats it cannot keep."""
+    names = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if isinstance(value, torch.SymFloat):
+            names |= {str(sym) for sym in value.node.expr.free_symbols}
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is not None:  # floats already specialized to a value, keeping their symbol
+        names |= {str(sym) for sym in getattr(shape_env, "backed_var_to_val", {})
+                  if str(sym).startswith("zf")}
+    if not names:
+        return
+    try:
+        from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except ImportError:  # pragma: no cover - a torch without the mechanism keeps the floats
+        return
+    if all(TensorifyState.should_specialize(n) for n in names):
+        return  # already asked once: keep what Dynamo made
+    for n in names:
+        TensorifyState.specialize(n)
+    raise TensorifyScalarRestartAnalysis
+
+
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
@@ -55,12 +84,8 @@ class FuserBackend:
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
+        _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
-        with self._lock:
-            self.records.append(record)
-        stats = CURRENT_STATS.get()
-        if stats is not None:
-            stats.saw(record)
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
@@ -73,7 +98,14 @@ class FuserBackend:
             fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"), decompositions=decompositions(),
             partition_fn=min_cut_rematerialization_partition, keep_inference_input_mutations=True)
-        return aot(gm, example_inputs)
+        compiled = aot(gm, example_inputs)
+        # registered only now: AOTAutograd may have asked Dynamo to trace again instead
+        with self._lock:
+            self.records.append(record)
+        stats = CURRENT_STATS.get()
+        if stats is not None:
+            stats.saw(record)
+        return compiled
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -26,7 +26,7 @@ from ..errors import FuserError, UnsupportedError
 from ..ir import DataType, IterType, Scalar, TensorView
 from .definition import FusionDefinition
 from .meta import is_size_node, is_tensor_node, meta_val, node_device, size_expr
-from .rules import LoweringError, find_rule
+from .rules import Kind, LoweringError, find_rule
 
 
 class NodeLoweringError(UnsupportedError):
@@ -40,7 +40,9 @@ class RuntimeSymbols:
     """Where each of Dynamo's size symbols can be read when the graph runs: a graph input that
     is the symbol itself (a SymInt placeholder) or a tensor input whose size is the symbol."""
 
-    def __init__(self, placeholders: list[Node]):
+    def __init__(self, placeholders: list[Node], constants: Optional[dict] = None):
+        # 0-dim tensor constants of the graph (get_attr nodes) and their values
+        self.constants: dict[Node, Any] = dict(constants or {})
         self.sources: dict[sympy.Symbol, tuple[Node, Optional[int]]] = {}
         for ph in placeholders:
             val = meta_val(ph)
@@ -138,6 +140,8 @@ class RegionBuilder:
         # Dynamo size expressions -> the first input axis of that size, or the scalar input
         self._dims: dict[sympy.Expr, tuple[TensorView, int]] = {}
         self._opaque: dict[sympy.Expr, Scalar] = {}
+        # tensors known to hold one constant everywhere (id -> Python number), set by rules
+        self.constants: dict[int, Any] = {}
 
     # -- the whole region --------------------------------------------------------------------
 
@@ -185,6 +189,8 @@ class RegionBuilder:
             shape = [int(e) if e.is_Integer else -1 for e in exprs]
             tv = self.fd.define_tensor(shape=shape, contiguity=None, dtype=dtype)
             self.values[node] = tv
+            if node in self.symbols.constants:
+                self.constants[id(tv)] = self.symbols.constants[node]
             self.inputs.append(node)
             for axis, e in enumerate(exprs):
                 if e.is_Integer:
@@ -212,6 +218,8 @@ class RegionBuilder:
                     raise LoweringError(f"no lowering for {_target_name(node.target)}")
                 args = self._convert(node.args)
                 kwargs = self._convert(dict(node.kwargs))
+                if rule.kind is Kind.pointwise:
+                    args, kwargs = self._inline_constants(node, args, kwargs)
                 value = rule.fn(self, node, *args, **kwargs)
             self.values[node] = self._check(node, value)
         except NodeLoweringError:
@@ -234,6 +242,23 @@ class RegionBuilder:
         if isinstance(a, dict):
             return {k: self._convert(v) for k, v in a.items()}
         return a
+
+    def _inline_constants(self, node: Node, args: tuple, kwargs: dict):
+        """0-dim constants (`scalar_tensor(0.0)`, a `full([], -inf)`) become Python numbers
+        when another operand fixes the result type the same way (a dimensioned tensor of at
+        least their category, or a tensor of their dtype), so no 0-dim tensor is made at run
+        time. A `where` condition does not take part in its result type."""
+        values = list(args[1:] if node.target in _WHERE else args) + list(kwargs.values())
+
+        def inline(a):
+            if not (isinstance(a, TensorView) and id(a) in self.constants and a.ndim == 0):
+                return a
+            for t in values:
+                if isinstance(t, TensorView) and t is not a and (
+                        t.dtype is a.dtype or (t.ndim > 0 and t.dtype.category >= a.dtype.category)):
+                    return self.constants[id(a)]
+            return a
+        return tuple(inline(a) for a in args), {k: inline(v) for k, v in kwargs.items()}
 
     def _check(self, node: Node, value: Any) -> Any:
         meta = meta_val(node)
@@ -344,7 +369,24 @@ class RegionBuilder:
                 index_of[id(value)] = len(self.fd.fusion.outputs())
                 self.fd.add_output(value)
             region.outputs[node] = index_of[id(value)]
+        _drop_dead_exprs(self.fd.fusion)
         return region
+
+
+_WHERE = {torch.ops.aten.where.self, torch.ops.aten.where.ScalarSelf,
+          torch.ops.aten.where.ScalarOther, torch.ops.aten.where.Scalar}
+
+
+def _drop_dead_exprs(fusion) -> None:
+    """Remove exprs no output depends on (a constant inlined into its users, the zeros a
+    scatter lowering does not read), so no segment computes them."""
+    live = {id(o) for o in fusion.outputs()}
+    kept = []
+    for e in reversed(fusion.exprs):
+        if any(id(o) in live for o in e.outputs):
+            kept.append(e)
+            live |= {id(v) for v in e.inputs}
+    fusion.exprs[:] = reversed(kept)
 
 
 def _axis_extent(tv: TensorView, axis: int) -> sympy.Expr:

@@ -1,5 +1,7 @@
 """Cutting a captured ATen graph into fusions and eager ATen calls.
 
+0. Pointwise values shared by reductions that cannot share a kernel are copied, so each
+   kernel recomputes them (recompute.py).
 1. Every node is tried alone (`RegionBuilder` on that node): if its rule refuses it, or the
    result disagrees with the traced metadata, it will run eagerly, and the reason is kept.
 2. The rest are grouped by *phase*. Fusions run in even phases, eager nodes in odd ones, in
@@ -30,6 +32,7 @@ from torch.fx import GraphModule, Node
 from ..errors import FuserError
 from .lowering import NodeLoweringError, Region, RegionBuilder, RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device
+from .recompute import recompute_shared_pointwise
 from .rules import find_rule
 
 aten = torch.ops.aten
@@ -68,8 +71,9 @@ class Plan:
 
 
 def plan_graph(gm: GraphModule) -> Plan:
+    recompute_shared_pointwise(gm)
     nodes = list(gm.graph.nodes)
-    symbols = RuntimeSymbols([n for n in nodes if n.op == "placeholder"])
+    symbols = RuntimeSymbols([n for n in nodes if n.op == "placeholder"], _scalar_constants(gm))
     refused: dict[Node, Eager] = {}
     for node in nodes:
         if node.op == "call_function":
@@ -92,6 +96,22 @@ def plan_graph(gm: GraphModule) -> Plan:
         steps.sort(key=lambda s: (s[0], s[1]))
         return Plan(gm, [s[2] for s in steps])
     raise FuserError("the graph partition did not settle")  # each pass removes a node: unreachable
+
+
+def _scalar_constants(gm: GraphModule) -> dict:
+    """Values of the graph's 0-dim tensor constants (`torch.tensor(0.0)` in the traced code)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part, None)
+            if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_complex():
+                with unset_fake_temporarily():  # the compiler runs under AOTAutograd's fake mode
+                    out[node] = value.item()
+    return out
 
 
 def _refusal(symbols: RuntimeSymbols, node: Node, eager: dict) -> Eager | None:

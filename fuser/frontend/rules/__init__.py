@@ -8,11 +8,13 @@ them for ops with several outputs. A rule that cannot take a particular call (an
 does not model, a dtype the IR lacks) raises `LoweringError` with the reason; the node then runs
 as its own ATen call between fusions.
 
-`compute=False` marks rules that only move or create data, or call a library kernel (views,
-matmul, `full`): a region made of such nodes alone is not worth a fusion and runs eagerly.
+Each rule has a `Kind`. Only pointwise ops and reductions are arithmetic a kernel fuses: a
+region made of views, data movement, matmuls and creation alone is not worth a fusion and runs
+eagerly. Pointwise ops and views are cheap to recompute (see recompute.py).
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -23,20 +25,33 @@ class LoweringError(UnsupportedError):
     """This node cannot become IR ops (the reason says why); it runs through ATen instead."""
 
 
+class Kind(enum.Enum):
+    pointwise = "pointwise"    # elementwise math and casts
+    reduction = "reduction"    # sums, maxima, var_mean, softmax, layer norm
+    view = "view"              # reshape, permute, expand, squeeze: no data moved in a kernel
+    movement = "movement"      # slice, cat, pad: run through ATen inside the fusion
+    matmul = "matmul"          # linear, matmul: ATen (cuBLAS) inside the fusion
+    creation = "creation"      # full, arange
+
+
 @dataclass(frozen=True)
 class Rule:
     fn: Callable[..., Any]
-    compute: bool
+    kind: Kind
+
+    @property
+    def compute(self) -> bool:
+        return self.kind in (Kind.pointwise, Kind.reduction)
 
 
 RULES: dict[Any, Rule] = {}
 
 
-def register(*targets, compute: bool = True):
+def register(*targets, kind: Kind = Kind.pointwise):
     """Register a rule for ATen overloads (`aten.add.Tensor`) or whole packets (`aten.exp`)."""
     def deco(fn):
         for t in targets:
-            RULES[t] = Rule(fn, compute)
+            RULES[t] = Rule(fn, kind)
         return fn
     return deco
 

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import torch
 
-from . import register
+from . import Kind, register
 
 aten = torch.ops.aten
 
 
 @register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.mv.default,
-          aten.dot.default, compute=False)
+          aten.dot.default, kind=Kind.matmul)
 def _matmul(b, node, x, y):
     return b.fd.ops.matmul(x, y)
 
 
-@register(aten.linear.default, compute=False)
+@register(aten.linear.default, kind=Kind.matmul)
 def _linear(b, node, x, weight, bias=None):
     return b.fd.ops.linear(x, weight, bias)
 
 
-@register(aten.addmm.default, compute=False)
+@register(aten.addmm.default, kind=Kind.matmul)
 def _addmm(b, node, bias, x, y, *, beta=1, alpha=1):
     """`bias + x @ y` is `linear(x, y.T, bias)`: one GEMM with the bias in its epilogue, as
     `F.linear` runs it (the usual form of a decomposed nn.Linear, `y` being a weight's `t()`)."""

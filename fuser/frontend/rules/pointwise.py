@@ -6,7 +6,7 @@ import math
 import torch
 
 from ...ir import DataType, TensorView
-from . import LoweringError, register
+from . import Kind, LoweringError, register
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -179,7 +179,12 @@ def _gelu(b, node, x, approximate="none"):
 
 def _cast_or_copy(b, x, dtype: torch.dtype):
     want = DataType.from_torch(dtype)
-    return b.fd.ops.set(x) if want is x.dtype else b.fd.ops.cast(x, want)
+    out = b.fd.ops.set(x) if want is x.dtype else b.fd.ops.cast(x, want)
+    if id(x) in b.constants:  # a copy of a constant is that constant, in the new type
+        value = b.constants[id(x)]
+        b.constants[id(out)] = (bool(value) if want.is_boolean else int(value) if want.is_integral
+                                else float(value))
+    return out
 
 
 @register(aten._to_copy.default)
@@ -202,15 +207,15 @@ def _convert(b, node, x, dtype):
 @register(aten.clone.default)
 def _clone(b, node, x, memory_format=None):
     _check_format(memory_format)
-    return b.fd.ops.set(x)
+    return _cast_or_copy(b, x, x.dtype.to_torch())
 
 
 @register(aten.lift_fresh_copy.default)
 def _lift_fresh_copy(b, node, x):
-    return b.fd.ops.set(x)
+    return _cast_or_copy(b, x, x.dtype.to_torch())
 
 
-@register(aten.alias.default)
+@register(aten.alias.default, kind=Kind.view)
 def _alias(b, node, x):
     return x
 

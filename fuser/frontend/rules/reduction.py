@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import DataType
-from . import LoweringError, register
+from . import Kind, LoweringError, register
 from .pointwise import upcast
 
 aten = torch.ops.aten
@@ -37,27 +37,27 @@ def reduced_count(b, node, dims: list[int]):
     return n
 
 
-@register(aten.sum.dim_IntList)
+@register(aten.sum.dim_IntList, kind=Kind.reduction)
 def _sum(b, node, x, dim=None, keepdim=False, dtype=None):
     return b.fd.ops.sum(x, reduce_dims(x, dim), keepdim, dtype=_dtype(dtype))
 
 
-@register(aten.sum.default)
+@register(aten.sum.default, kind=Kind.reduction)
 def _sum_all(b, node, x, dtype=None):
     return b.fd.ops.sum(x, reduce_dims(x, None), False, dtype=_dtype(dtype))
 
 
-@register(aten.prod.dim_int)
+@register(aten.prod.dim_int, kind=Kind.reduction)
 def _prod(b, node, x, dim, keepdim=False, dtype=None):
     return b.fd.ops.prod(x, [dim], keepdim, dtype=_dtype(dtype))
 
 
-@register(aten.prod.default)
+@register(aten.prod.default, kind=Kind.reduction)
 def _prod_all(b, node, x, dtype=None):
     return b.fd.ops.prod(x, reduce_dims(x, None), False, dtype=_dtype(dtype))
 
 
-@register(aten.mean.dim)
+@register(aten.mean.dim, kind=Kind.reduction)
 def _mean(b, node, x, dim=None, keepdim=False, dtype=None):
     ops = b.fd.ops
     if dtype is not None:
@@ -69,17 +69,17 @@ def _mean(b, node, x, dim=None, keepdim=False, dtype=None):
     return ops.div(total, reduced_count(b, node, dims))
 
 
-@register(aten.mean.default)
+@register(aten.mean.default, kind=Kind.reduction)
 def _mean_all(b, node, x, dtype=None):
     return _mean(b, node, x, None, False, dtype)
 
 
-@register(aten.amax.default)
+@register(aten.amax.default, kind=Kind.reduction)
 def _amax(b, node, x, dim=(), keepdim=False):
     return b.fd.ops.max(x, reduce_dims(x, dim), keepdim)
 
 
-@register(aten.amin.default)
+@register(aten.amin.default, kind=Kind.reduction)
 def _amin(b, node, x, dim=(), keepdim=False):
     return b.fd.ops.min(x, reduce_dims(x, dim), keepdim)
 
@@ -92,17 +92,17 @@ def _correction(correction) -> int:
     return int(correction)
 
 
-@register(aten.var_mean.correction)
+@register(aten.var_mean.correction, kind=Kind.reduction)
 def _var_mean(b, node, x, dim=None, *, correction=None, keepdim=False):
     return b.fd.ops.var_mean(x, reduce_dims(x, dim), _correction(correction), keepdim)
 
 
-@register(aten.var.correction)
+@register(aten.var.correction, kind=Kind.reduction)
 def _var(b, node, x, dim=None, *, correction=None, keepdim=False):
     return b.fd.ops.var(x, reduce_dims(x, dim), _correction(correction), keepdim)
 
 
-@register(aten.std.correction)
+@register(aten.std.correction, kind=Kind.reduction)
 def _std(b, node, x, dim=None, *, correction=None, keepdim=False):
     return b.fd.ops.sqrt(_var(b, node, x, dim, correction=correction, keepdim=keepdim))
 
@@ -115,7 +115,7 @@ def _shifted(b, x, dim):
     return shifted, ops.sum(ops.exp(shifted), [dim], True)
 
 
-@register(aten._softmax.default)
+@register(aten._softmax.default, kind=Kind.reduction)
 def _softmax(b, node, x, dim, half_to_float=False):
     ops = b.fd.ops
     xf = upcast(b, x)
@@ -123,13 +123,13 @@ def _softmax(b, node, x, dim, half_to_float=False):
     return ops.div(e, ops.sum(e, [dim], True))
 
 
-@register(aten._log_softmax.default)
+@register(aten._log_softmax.default, kind=Kind.reduction)
 def _log_softmax(b, node, x, dim, half_to_float=False):
     shifted, total = _shifted(b, x, dim)
     return b.fd.ops.sub(shifted, b.fd.ops.log(total))
 
 
-@register(aten.native_layer_norm.default)
+@register(aten.native_layer_norm.default, kind=Kind.reduction)
 def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
     ops = b.fd.ops
     axes = list(range(x.ndim - len(normalized_shape), x.ndim))
@@ -144,17 +144,17 @@ def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
     return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y, mean, rstd
 
 
-@register(aten.max.default)
+@register(aten.max.default, kind=Kind.reduction)
 def _max_all(b, node, x):
     return b.fd.ops.max(x, reduce_dims(x, None), False)
 
 
-@register(aten.min.default)
+@register(aten.min.default, kind=Kind.reduction)
 def _min_all(b, node, x):
     return b.fd.ops.min(x, reduce_dims(x, None), False)
 
 
-@register(aten.linalg_vector_norm.default)
+@register(aten.linalg_vector_norm.default, kind=Kind.reduction)
 def _vector_norm(b, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     ops = b.fd.ops
     if dtype is not None:

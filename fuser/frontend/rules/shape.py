@@ -10,7 +10,7 @@ from torch.fx import Node
 
 from ...ir import DataType
 from ..meta import meta_val, size_expr
-from . import LoweringError, register
+from . import Kind, LoweringError, register
 
 aten = torch.ops.aten
 _BIG = 2**62  # ATen's "to the end" slice bound is INT64_MAX
@@ -20,7 +20,7 @@ _BIG = 2**62  # ATen's "to the end" slice bound is INT64_MAX
 
 
 @register(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-          aten.view_copy.default, compute=False)
+          aten.view_copy.default, kind=Kind.view)
 def _view(b, node, x, size):
     before = [size_expr(s) for s in b.input_meta(node).shape]
     after = [size_expr(s) for s in b.meta(node).shape]
@@ -33,12 +33,12 @@ def _view(b, node, x, size):
     return b.fd.ops.reshape(x, b.out_shape(node))
 
 
-@register(aten.permute.default, compute=False)
+@register(aten.permute.default, kind=Kind.view)
 def _permute(b, node, x, dims):
     return b.fd.ops.permute(x, [d % x.ndim for d in dims]) if x.ndim else x
 
 
-@register(aten.transpose.int, compute=False)
+@register(aten.transpose.int, kind=Kind.view)
 def _transpose(b, node, x, dim0, dim1):
     if x.ndim < 2:
         return x
@@ -48,7 +48,7 @@ def _transpose(b, node, x, dim0, dim1):
     return b.fd.ops.permute(x, perm)
 
 
-@register(aten.t.default, compute=False)
+@register(aten.t.default, kind=Kind.view)
 def _t(b, node, x):
     return b.fd.ops.permute(x, [1, 0]) if x.ndim == 2 else x
 
@@ -68,18 +68,18 @@ def expand_to(b, x, shape: list):
     return b.fd.ops.expand(x, target) if needed else x
 
 
-@register(aten.expand.default, aten.expand_copy.default, compute=False)
+@register(aten.expand.default, aten.expand_copy.default, kind=Kind.view)
 def _expand(b, node, x, size, implicit=False):
     return expand_to(b, x, b.out_shape(node))
 
 
-@register(aten.unsqueeze.default, compute=False)
+@register(aten.unsqueeze.default, kind=Kind.view)
 def _unsqueeze(b, node, x, dim):
     n = x.ndim + 1
     return b.fd.ops.broadcast(x, [k == dim % n for k in range(n)])
 
 
-@register(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, compute=False)
+@register(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, kind=Kind.view)
 def _squeeze(b, node, x, dim=None):
     sizes = [size_expr(s) for s in b.input_meta(node).shape]
     if dim is None:
@@ -136,7 +136,7 @@ def _arg(node: Node, pos: int, name: str, default=None):
     return node.kwargs.get(name, default)
 
 
-@register(aten.slice.Tensor, compute=False)
+@register(aten.slice.Tensor, kind=Kind.movement)
 def _slice(b, node, x, dim=0, start=None, end=None, step=1):
     if not isinstance(step, int) or step < 1:
         raise LoweringError(f"slice step {step!r}")
@@ -145,7 +145,7 @@ def _slice(b, node, x, dim=0, start=None, end=None, step=1):
                       _index(b, node, _arg(node, 3, "end"), size), step)
 
 
-@register(aten.select.int, compute=False)
+@register(aten.select.int, kind=Kind.movement)
 def _select(b, node, x, dim, index):
     dim %= x.ndim
     size = b.input_meta(node).shape[dim]
@@ -158,7 +158,7 @@ def _select(b, node, x, dim, index):
     return b.fd.ops.squeeze(slice_axis(b, x, dim, start, stop), [dim])
 
 
-@register(aten.split_with_sizes.default, compute=False)
+@register(aten.split_with_sizes.default, kind=Kind.movement)
 def _split_with_sizes(b, node, x, split_sizes, dim=0):
     dim %= x.ndim
     offset, out = size_expr(0), []
@@ -169,14 +169,14 @@ def _split_with_sizes(b, node, x, split_sizes, dim=0):
     return tuple(out)
 
 
-@register(aten.cat.default, compute=False)
+@register(aten.cat.default, kind=Kind.movement)
 def _cat(b, node, tensors, dim=0):
     if len({t.ndim for t in tensors}) != 1:
         raise LoweringError("cat of tensors of different ranks")
     return b.fd.ops.cat(list(tensors), dim % tensors[0].ndim)
 
 
-@register(aten.constant_pad_nd.default, compute=False)
+@register(aten.constant_pad_nd.default, kind=Kind.movement)
 def _pad(b, node, x, pad, value=0):
     if any(not isinstance(p, int) or p < 0 for p in pad):
         raise LoweringError(f"pad widths {list(pad)} (only non-negative static widths)")
@@ -199,10 +199,14 @@ def _typed(value, dtype: DataType):
 
 def _full(b, node, value):
     dtype = DataType.from_torch(b.meta(node).dtype)
-    return b.fd.ops.full(b.out_shape(node), _typed(value, dtype), dtype)
+    value = _typed(value, dtype)
+    out = b.fd.ops.full(b.out_shape(node), value, dtype)
+    if isinstance(value, (bool, int, float)):
+        b.constants[id(out)] = value
+    return out
 
 
-@register(aten.full.default, aten.full_like.default, aten.new_full.default, compute=False)
+@register(aten.full.default, aten.full_like.default, aten.new_full.default, kind=Kind.creation)
 def _full_rule(b, node, *args, **kwargs):
     value = args[1] if len(args) > 1 else kwargs["fill_value"]
     return _full(b, node, value)
@@ -210,22 +214,22 @@ def _full_rule(b, node, *args, **kwargs):
 
 @register(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
           aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
-          aten.empty_strided.default, compute=False)
+          aten.empty_strided.default, kind=Kind.creation)
 def _zeros(b, node, *args, **kwargs):
     return _full(b, node, 0)  # empty tensors hold no defined values: zeros are one choice
 
 
-@register(aten.ones.default, aten.ones_like.default, aten.new_ones.default, compute=False)
+@register(aten.ones.default, aten.ones_like.default, aten.new_ones.default, kind=Kind.creation)
 def _ones(b, node, *args, **kwargs):
     return _full(b, node, 1)
 
 
-@register(aten.scalar_tensor.default, compute=False)
+@register(aten.scalar_tensor.default, kind=Kind.creation)
 def _scalar_tensor(b, node, value, **kwargs):
     return _full(b, node, value)
 
 
-@register(aten.arange.start_step, aten.arange.start, aten.arange.default, compute=False)
+@register(aten.arange.start_step, aten.arange.start, aten.arange.default, kind=Kind.creation)
 def _arange(b, node, *args, **kwargs):
     dtype = DataType.from_torch(b.meta(node).dtype)
     if not dtype.is_integral:
@@ -257,7 +261,7 @@ def _constant_fill(node) -> object:
     return value if isinstance(value, (int, float, bool)) else None
 
 
-@register(aten.slice_scatter.default, compute=False)
+@register(aten.slice_scatter.default, kind=Kind.movement)
 def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     """Writing `src` into a slice of zeros is `src` between two blocks of zeros."""
     if _constant_fill(node.args[0]) != 0 or step != 1:
@@ -283,7 +287,7 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     return parts[0] if len(parts) == 1 else ops.cat(parts, dim)
 
 
-@register(aten.scatter.value)
+@register(aten.scatter.value, kind=Kind.pointwise)
 def _scatter_value(b, node, base, dim, index, value):
     """`full(f).scatter(dim, index, value)` with one index per row: a one-hot, as
     `where(iota == index, value, f)` (the cross-entropy gradient)."""
@@ -305,7 +309,7 @@ def _scatter_value(b, node, base, dim, index, value):
                      b.fd.define_scalar(_typed(fill, dtype), dtype=dtype))
 
 
-@register(aten.gather.default)
+@register(aten.gather.default, kind=Kind.reduction)
 def _gather(b, node, x, dim, index, sparse_grad=False):
     """`x.gather(dim, index)` with one index per row picks one element: the sum along `dim` of
     `where(iota == index, x, 0)`, a reduction a kernel fuses with its neighbours (the target

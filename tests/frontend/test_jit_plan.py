@@ -1,0 +1,111 @@
+"""How captured graphs are cut into fusions and ATen calls: phases around eager ops, views taken
+by ATen, recomputation instead of storing, floats as constants, sizes computed at run time."""
+import torch
+import torch.nn.functional as F
+
+import fuser
+from fuser.frontend.program import FusionStep
+
+from .jit_helpers import assert_close_to_eager, check_forward_backward
+
+
+def _programs(jitted):
+    return [p for r in jitted._stats.records.values() for p in r.programs]
+
+
+def _kernel_segments(program):
+    return [s for step in program.fusion_steps for s in step.fd.last_segments()
+            if s.kind.value == "kernel"]
+
+
+def test_an_eager_op_cuts_only_what_depends_on_it():
+    def f(x, y):
+        a = torch.cumsum(x.exp(), -1)      # no lowering: runs through ATen
+        b = torch.tanh(y) * 2.0            # independent of the cumsum: fused before it
+        return a.sigmoid() + b.sum(-1, keepdim=True)
+
+    jitted = fuser.jit(f)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    assert_close_to_eager(jitted(x, y), f(x, y))
+    (program,) = _programs(jitted)
+    kinds = [type(s).__name__ for s in program.steps]
+    assert kinds == ["FusionStep", "EagerStep", "FusionStep"], kinds
+    first = program.steps[0].region.nodes
+    assert {n.target for n in first} >= {torch.ops.aten.exp.default, torch.ops.aten.tanh.default}
+
+
+def test_views_of_fusion_outputs_are_aten_views():
+    @fuser.jit
+    def f(x):
+        return (x * 2.0).t()
+
+    x = torch.randn(3, 5)
+    out = f(x)
+    assert_close_to_eager(out, (x * 2.0).t())
+    assert out.stride() == (1, 5)  # a transposed view of the kernel's [3, 5] output
+
+
+def test_shared_pointwise_values_are_recomputed_not_stored():
+    """RMSNorm's backward: a column sum (weight gradient) and a row sum (input gradient) need
+    dy * w and x * rstd; each kernel recomputes them rather than one writing them for the
+    other."""
+    def rmsnorm(x, w):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x * rstd * w
+
+    jitted = fuser.jit(rmsnorm)
+    args = (torch.randn(8, 32, requires_grad=True), torch.randn(32, requires_grad=True))
+    check_forward_backward(rmsnorm, jitted, args)
+    backward = next(p for p in _programs(jitted) if p.kind == "backward")
+    kernels = _kernel_segments(backward)
+    assert len(kernels) == 2, [k.describe().splitlines()[0] for k in kernels]
+    for k in kernels:  # each writes only gradients: a [8, 32] dx or a [32] dw
+        assert len(k.outputs) == 1
+
+
+def test_python_floats_are_constants():
+    @fuser.jit
+    def f(x, scale):
+        return x * scale + 1e-3
+
+    x = torch.randn(4, 5)
+    assert_close_to_eager(f(x, 0.5), x * 0.5 + 1e-3)
+    assert_close_to_eager(f(x, 0.25), x * 0.25 + 1e-3)
+    for program in _programs(f):
+        graph = program.plan.graph.graph
+        inputs = [n.meta["val"] for n in graph.nodes if n.op == "placeholder"]
+        assert not any(isinstance(v, torch.Tensor) and v.dim() == 0 for v in inputs)
+
+
+def test_floor_divided_sizes_are_computed_at_run_time():
+    def halves(x):
+        d = x.shape[-1]
+        return x[..., : d // 2] * 2.0 + x[..., d // 2:]
+
+    jitted = fuser.jit(halves)
+    for d in (6, 10, 14):
+        x = torch.randn(3, d, requires_grad=True)
+        check_forward_backward(halves, jitted, (x,))
+    info = jitted.cache_info()
+    assert info.graphs == 1 and info.fallback_ops == 0
+
+
+def test_zero_dim_constants_become_numbers():
+    def f(x, m):
+        return torch.where(m, x, torch.tensor(0.0)).sum(-1)
+
+    jitted = fuser.jit(f)
+    x, m = torch.randn(4, 7), torch.rand(4, 7) > 0.3
+    assert_close_to_eager(jitted(x, m), f(x, m))
+    (program,) = _programs(jitted)
+    (step,) = [s for s in program.steps if isinstance(s, FusionStep)]
+    assert all(s.kind.value == "kernel" for s in step.fd.last_segments())
+
+
+def test_cross_entropy_gradient_stays_in_kernels():
+    def ce(logits, target):
+        return F.cross_entropy(logits, target)
+
+    jitted = fuser.jit(ce)
+    check_forward_backward(ce, jitted, (torch.randn(6, 11, requires_grad=True), torch.randint(0, 11, (6,))))
+    assert jitted.cache_info().fallback_ops == 0  # gather and scatter lowered as one-hots
