@@ -10,11 +10,11 @@ Floating values compute in fp32 (fp64 stays fp64); a cast to half or bf16 rounds
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import InternalError
-from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, ReductionOp, ReductionOpType,
+from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, ReductionOp,
                   Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from ..ir.printer import format_expr, format_tv
@@ -22,23 +22,12 @@ from ..ops.pointwise import result_type
 from ..schedulers.plan import KernelPlan, Template
 from .layout import Layout
 from .math import HELPERS, binary_lowering, unary_lowering
-
-_COMPUTE = {DataType.Float: "tl.float32", DataType.Half: "tl.float32", DataType.BFloat16: "tl.float32",
-            DataType.Double: "tl.float64", DataType.Int: "tl.int64", DataType.Int32: "tl.int32",
-            DataType.Bool: "tl.int1"}
-_STORAGE = {DataType.Float: "tl.float32", DataType.Half: "tl.float16", DataType.BFloat16: "tl.bfloat16",
-            DataType.Double: "tl.float64", DataType.Int: "tl.int64", DataType.Int32: "tl.int32",
-            DataType.Bool: "tl.int1"}
-
+from .reductions import ReductionEmitter
+from .scope import Scope
+from .types import COMPUTE, STORAGE, compute_type
 
 _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpType.maximum,
                BinaryOpType.minimum}
-
-
-def compute_type(dt: DataType) -> str:
-    if dt not in _COMPUTE:
-        raise InternalError(f"no kernel compute type for {dt}")
-    return _COMPUTE[dt]
 
 
 @dataclass
@@ -63,32 +52,7 @@ class KernelSource:
         return [p for p, a in zip(self.params, self.args) if a.kind == "scalar"]
 
 
-@dataclass
-class _Scope:
-    parent: Optional["_Scope"]
-    lines: list[str] = field(default_factory=list)
-    names: dict[int, str] = field(default_factory=dict)
-    offsets: dict[tuple[int, int], str] = field(default_factory=dict)
-    dims: tuple[int, ...] = ()  # tile dims whose indices live in this scope
-
-    def lookup(self, key: int) -> Optional[str]:
-        s = self
-        while s is not None:
-            if key in s.names:
-                return s.names[key]
-            s = s.parent
-        return None
-
-    def owner_of_dim(self, dim: int) -> "_Scope":
-        s = self
-        while s is not None:
-            if dim in s.dims:
-                return s
-            s = s.parent
-        raise InternalError(f"tile dim {dim} has no index in scope")
-
-
-class KernelWriter:
+class KernelWriter(ReductionEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
@@ -152,7 +116,7 @@ class KernelWriter:
 
     # -- indices and offsets ----------------------------------------------------------------
 
-    def emit_dim_index(self, scope: _Scope, dim: int, start: str) -> None:
+    def emit_dim_index(self, scope: Scope, dim: int, start: str) -> None:
         """Index vector of tile dim `dim` from `start`, its mask, and per-super-axis indices."""
         block = f"BLOCK{dim}"
         shape = "[:, None]" if dim == 0 else "[None, :]"
@@ -171,7 +135,7 @@ class KernelWriter:
                 rest = f"{var}_rest{j}"
         scope.dims = scope.dims + (dim,)
 
-    def offset(self, scope: _Scope, tv: TensorView, dim: int) -> Optional[str]:
+    def offset(self, scope: Scope, tv: TensorView, dim: int) -> Optional[str]:
         js = [j for j in self.super_axes_of(tv) if self.super_dim[j] == dim]
         if not js:
             return None
@@ -203,7 +167,7 @@ class KernelWriter:
             return repr(f)
         return repr(int(v))
 
-    def operand(self, scope: _Scope, v: Val, dtype: DataType) -> str:
+    def operand(self, scope: Scope, v: Val, dtype: DataType) -> str:
         """Value `v` converted to the compute type of `dtype`."""
         if isinstance(v, Scalar):
             if v.is_constant:
@@ -217,7 +181,7 @@ class KernelWriter:
             return f"{code}.to({compute_type(dtype)})"
         return code
 
-    def value(self, scope: _Scope, v: TensorView) -> str:
+    def value(self, scope: Scope, v: TensorView) -> str:
         name = scope.lookup(id(v))
         if name is not None:
             return name
@@ -239,7 +203,7 @@ class KernelWriter:
             raise InternalError(f"T{v.name} was not emitted")
         return name
 
-    def emit_load(self, scope: _Scope, tv: TensorView) -> None:
+    def emit_load(self, scope: Scope, tv: TensorView) -> None:
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a one-element tensor still loads as a [1, 1] block, like every other value
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
@@ -248,13 +212,13 @@ class KernelWriter:
         scope.lines.append(f"T{tv.name} = tl.load({ptr}{mask}).to({compute_type(tv.dtype)})")
         scope.names[id(tv)] = f"T{tv.name}"
 
-    def bind(self, scope: _Scope, tv: Val, code: str) -> None:
+    def bind(self, scope: Scope, tv: Val, code: str) -> None:
         scope.lines.append(f"T{tv.name} = {code}")
         scope.names[id(tv)] = f"T{tv.name}"
 
     # -- ops --------------------------------------------------------------------------------
 
-    def emit_expr(self, scope: _Scope, e: Expr) -> None:
+    def emit_expr(self, scope: Scope, e: Expr) -> None:
         out = e.out
         if isinstance(e, UnaryOp):
             self.emit_unary(scope, e)
@@ -269,7 +233,7 @@ class KernelWriter:
         else:  # broadcast, expand, squeeze, permute, set: the tile value is unchanged
             self.bind(scope, out, self.value(scope, e.inp))
 
-    def cast_code(self, scope: _Scope, v: Val, dtype: DataType) -> str:
+    def cast_code(self, scope: Scope, v: Val, dtype: DataType) -> str:
         src = self.operand(scope, v, v.dtype)
         if dtype.is_boolean:
             return f"({src} != 0)"
@@ -278,10 +242,10 @@ class KernelWriter:
                 return f"{src}.to(tl.float32)"  # 0 and 1 are exact
             if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
                 src = f"{src}.to(tl.float32)"
-            return f"{src}.to({_STORAGE[dtype]}).to(tl.float32)"
+            return f"{src}.to({STORAGE[dtype]}).to(tl.float32)"
         return f"{src}.to({compute_type(dtype)})"
 
-    def emit_unary(self, scope: _Scope, e: UnaryOp) -> None:
+    def emit_unary(self, scope: Scope, e: UnaryOp) -> None:
         out_dt = e.out.dtype
         in_dt = e.inp.dtype
         keep_int = e.kind in (UnaryOpType.floor, UnaryOpType.ceil, UnaryOpType.round,
@@ -296,7 +260,7 @@ class KernelWriter:
         self.helpers_used |= fmt.startswith("_")
         self.bind(scope, e.out, fmt.format(x=x))
 
-    def emit_binary(self, scope: _Scope, e: BinaryOp) -> None:
+    def emit_binary(self, scope: Scope, e: BinaryOp) -> None:
         a, b = e.inputs
         compute = result_type(a, b) if e.out.dtype.is_boolean else e.out.dtype
         if e.kind in (BinaryOpType.logical_and, BinaryOpType.logical_or):
@@ -318,7 +282,7 @@ class KernelWriter:
             return f"tl.full([1, 1], {code}, {compute_type(dtype)})"
         return code
 
-    def emit_ternary(self, scope: _Scope, e: TernaryOp) -> None:
+    def emit_ternary(self, scope: Scope, e: TernaryOp) -> None:
         dt = e.out.dtype
         a, b, c = e.inputs
         if e.kind is TernaryOpType.where:
@@ -333,149 +297,9 @@ class KernelWriter:
             code = f"tl.where({w} < 0.5, {s} + {w} * ({t} - {s}), {t} - ({t} - {s}) * (1.0 - {w}))"
         self.bind(scope, e.out, code)
 
-    # -- reductions -------------------------------------------------------------------------
-
-    def reduced_count(self) -> str:
-        return "R" if self.red == 0 else "C"
-
-    def full_mask(self) -> str:
-        return "r_mask & c_mask"
-
-    def identity(self, kind: ReductionOpType, dt: DataType) -> str:
-        floating = dt.category >= 2
-        if kind is ReductionOpType.sum:
-            return "0.0" if floating else "0"
-        if kind is ReductionOpType.prod:
-            return "1.0" if floating else "1"
-        lo, hi = {DataType.Int: ("-9223372036854775808", "9223372036854775807"),
-                  DataType.Int32: ("-2147483648", "2147483647"), DataType.Bool: ("0", "1")}.get(
-                      dt, ("float('-inf')", "float('inf')"))
-        return lo if kind is ReductionOpType.max else hi
-
-    def combine(self, kind: ReductionOpType) -> str:
-        self.helpers_used = True
-        return {ReductionOpType.max: "_max_nan", ReductionOpType.min: "_min_nan",
-                ReductionOpType.prod: "_mul"}[kind]
-
-    def emit_inline_reduction(self, scope: _Scope, e: Expr) -> None:
-        rd = self.red
-        m = self.full_mask()
-        if isinstance(e, VarMeanOp):
-            x = self.operand(scope, e.inp, e.inp.dtype)
-            var, mean = e.outputs
-            n = self.reduced_count()
-            scope.lines.append(f"T{mean.name} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True) / {n}")
-            scope.names[id(mean)] = f"T{mean.name}"
-            scope.lines.append(f"T{var.name}_dev = tl.where({m}, {x} - T{mean.name}, 0.0)")
-            scope.lines.append(
-                f"T{var.name} = tl.sum(T{var.name}_dev * T{var.name}_dev, axis={rd}, keep_dims=True)"
-                f" / tl.maximum({n} - {e.correction}, 0).to(tl.float32)")
-            scope.names[id(var)] = f"T{var.name}"
-            return
-        dt = e.out.dtype
-        x = self.operand(scope, e.inp, dt)
-        masked = f"tl.where({m}, {x}, {self.identity(e.kind, dt)})"
-        if e.kind is ReductionOpType.sum:
-            code = f"tl.sum({masked}, axis={rd}, keep_dims=True)"
-        else:
-            code = f"tl.reduce({masked}, {rd}, {self.combine(e.kind)}, keep_dims=True)"
-        self.bind(scope, e.out, code)
-
-    def limit(self, dim: int) -> str:
-        if dim == self.red and self.split == "partial":
-            return "r_hi"
-        if dim == self.red and self.split == "combine":
-            return "S"
-        return "R" if dim == 0 else "C"
-
-    def loop_scope(self) -> _Scope:
-        scope = _Scope(parent=self.program_scope)
-        start = f"{'r' if self.red == 0 else 'c'}_start"
-        self.emit_dim_index(scope, self.red, start)
-        return scope
-
-    def close_loop(self, scope: _Scope) -> None:
-        lo = "r_lo" if self.split == "partial" else "0"
-        block = f"BLOCK{self.red}"
-        var = f"{'r' if self.red == 0 else 'c'}_start"
-        self.program_scope.lines.append(f"for {var} in range({lo}, {self.limit(self.red)}, {block}):")
-        self.program_scope.lines += ["    " + line for line in scope.lines]
-
-    def emit_reduction_loop(self, e: Expr) -> None:
-        """One pass over the reduced dim accumulating `e` per lane, then across lanes."""
-        rd, ps = self.red, self.program_scope
-        shape = "[BLOCK0, BLOCK1]"
-        body = self.loop_scope()
-        m = self.full_mask()
-        ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-        partial = f"W{{}}_ptr + r * C + c"  # workspace row r (a chunk), column c
-        if isinstance(e, VarMeanOp):
-            var, mean = e.outputs
-            acc = f"acc{var.name}"
-            for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
-                ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
-            if self.split == "combine":
-                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0)" for p in ("mean", "m2", "n")]
-                body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
-                                  f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
-                self.close_loop(body)
-                self.helpers_used = True
-                self.finish_var_mean(e, acc)
-                return
-            x = self.operand(body, e.inp, e.inp.dtype)
-            body.lines += [
-                f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
-                f"{acc}_delta = {x} - {acc}_mean",
-                f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n_new, 1.0), {acc}_mean)",
-                f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",
-                f"{acc}_n = {acc}_n_new",
-            ]
-            self.close_loop(body)
-            self.helpers_used = True
-            self.finish_var_mean(e, acc)
-            return
-        dt = e.out.dtype
-        acc = f"acc{e.out.name}"
-        ident = self.identity(e.kind, dt)
-        ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
-        if self.split == "combine":
-            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident})"
-        else:
-            x = self.operand(body, e.inp, dt)
-        masked = f"tl.where({m}, {x}, {ident})"
-        if e.kind is ReductionOpType.sum:
-            body.lines.append(f"{acc} = {acc} + {masked}")
-            final = f"tl.sum({acc}, axis={rd}, keep_dims=True)"
-        else:
-            fn = self.combine(e.kind)
-            body.lines.append(f"{acc} = {fn}({acc}, {masked})")
-            final = f"tl.reduce({acc}, {rd}, {fn}, keep_dims=True)"
-        self.close_loop(body)
-        if self.split == "partial":
-            self.store_partial(ws["acc"], final)
-        else:
-            self.bind(ps, e.out, final)
-
-    def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:
-        ps, var, mean = self.program_scope, *e.outputs
-        ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
-                        f"{self.red}, _welford_combine, keep_dims=True)")
-        if self.split == "partial":
-            ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-            for part in ("mean", "m2", "n"):
-                self.store_partial(ws[part], f"{acc}_{part}r")
-            return
-        ps.lines.append(f"T{mean.name} = {acc}_meanr")
-        ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({acc}_nr - {e.correction}, 0.0)")
-        ps.names[id(mean)] = f"T{mean.name}"
-        ps.names[id(var)] = f"T{var.name}"
-
-    def store_partial(self, k: int, value: str) -> None:
-        self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
-
     # -- stores and assembly ----------------------------------------------------------------
 
-    def emit_store(self, scope: _Scope, tv: TensorView) -> None:
+    def emit_store(self, scope: Scope, tv: TensorView) -> None:
         code = self.value(scope, tv)
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a tensor spanning no loop axis (one element) still stores through a [1, 1] block
@@ -485,7 +309,7 @@ class KernelWriter:
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
         masks += [f"((tl.full([1, 1], 0, tl.int32) + pid{d}) == 0)" for d in missing]
         mask = f", mask={' & '.join(masks)}" if masks else ""
-        scope.lines.append(f"tl.store({ptr}, {code}.to({_STORAGE[tv.dtype]}){mask})")
+        scope.lines.append(f"tl.store({ptr}, {code}.to({STORAGE[tv.dtype]}){mask})")
 
     def program_dims(self) -> list[int]:
         if self.plan.template is Template.pointwise:
@@ -494,7 +318,7 @@ class KernelWriter:
 
     def write(self) -> KernelSource:
         self.declare_params()
-        ps = self.program_scope = _Scope(parent=None)
+        ps = self.program_scope = Scope(parent=None)
         dim0 = [j for j, d in enumerate(self.super_dim) if d == 0]
         dim1 = [j for j, d in enumerate(self.super_dim) if d == 1]
         ps.lines.append("R = " + (" * ".join(f"X{j}" for j in dim0) or "1"))
@@ -573,29 +397,6 @@ def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, na
     return KernelWriter(plan, layout, persistent, target, name, split).write()
 
 
-def splittable(plan: KernelPlan) -> bool:
-    """An outer reduction can be split over chunks of rows when every reduction reads only
-    values computed before any reduction, and no output varies along the reduced rows."""
-    if plan.template is not Template.outer_reduction:
-        return False
-    reduced = set(plan.dim0)
-    if any(reduced & plan.axes.spans(o) for o in plan.outputs):
-        return False
-    producer = {id(o): e for e in plan.exprs for o in e.outputs}
-    reductions = [e for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))]
-
-    def depends_on_reduction(v, seen) -> bool:
-        e = producer.get(id(v))
-        if e is None or id(e) in seen:
-            return False
-        seen.add(id(e))
-        if isinstance(e, (ReductionOp, VarMeanOp)):
-            return True
-        return any(depends_on_reduction(i, seen) for i in e.inputs)
-
-    return not any(depends_on_reduction(e.inp, set()) for e in reductions)
-
-
 def can_emit(e: Expr, target: str) -> bool:
     """Whether generated code can compute `e` on `target` (the fusibility rule per op)."""
     from ..schedulers.plan import KERNEL_OPS
@@ -603,7 +404,7 @@ def can_emit(e: Expr, target: str) -> bool:
     if not isinstance(e, KERNEL_OPS):
         return False
     for v in list(e.inputs) + list(e.outputs):
-        if v.dtype not in _COMPUTE:
+        if v.dtype not in COMPUTE:
             return False
     if isinstance(e, UnaryOp):
         return unary_lowering(e.kind, target) is not None

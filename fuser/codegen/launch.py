@@ -18,7 +18,8 @@ from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import choose, next_pow2, split_count
 from ..schedulers.plan import KernelPlan, Template
 from .compile import load_kernel
-from .kernel import KernelSource, generate, splittable
+from .kernel import KernelSource, generate
+from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
 
 _INT32_LIMIT = 2**31

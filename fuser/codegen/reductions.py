@@ -1,0 +1,173 @@
+"""Reductions in generated kernels: inline (the whole reduced dim in one tile), looped (one
+pass per reduction over chunks of the reduced dim, Welford for var_mean) and split (a partial
+kernel per chunk of rows into a workspace, then a combine kernel). A mixin of KernelWriter: it
+uses the writer's scopes, operands and bindings."""
+from __future__ import annotations
+
+from ..ir import DataType, Expr, ReductionOp, ReductionOpType, VarMeanOp
+from ..schedulers.plan import KernelPlan, Template
+from .scope import Scope
+from .types import compute_type
+
+
+class ReductionEmitter:
+    def reduced_count(self) -> str:
+        return "R" if self.red == 0 else "C"
+
+    def full_mask(self) -> str:
+        return "r_mask & c_mask"
+
+    def identity(self, kind: ReductionOpType, dt: DataType) -> str:
+        floating = dt.category >= 2
+        if kind is ReductionOpType.sum:
+            return "0.0" if floating else "0"
+        if kind is ReductionOpType.prod:
+            return "1.0" if floating else "1"
+        lo, hi = {DataType.Int: ("-9223372036854775808", "9223372036854775807"),
+                  DataType.Int32: ("-2147483648", "2147483647"), DataType.Bool: ("0", "1")}.get(
+                      dt, ("float('-inf')", "float('inf')"))
+        return lo if kind is ReductionOpType.max else hi
+
+    def combine(self, kind: ReductionOpType) -> str:
+        self.helpers_used = True
+        return {ReductionOpType.max: "_max_nan", ReductionOpType.min: "_min_nan",
+                ReductionOpType.prod: "_mul"}[kind]
+
+    def emit_inline_reduction(self, scope: Scope, e: Expr) -> None:
+        rd = self.red
+        m = self.full_mask()
+        if isinstance(e, VarMeanOp):
+            x = self.operand(scope, e.inp, e.inp.dtype)
+            var, mean = e.outputs
+            n = self.reduced_count()
+            scope.lines.append(f"T{mean.name} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True) / {n}")
+            scope.names[id(mean)] = f"T{mean.name}"
+            scope.lines.append(f"T{var.name}_dev = tl.where({m}, {x} - T{mean.name}, 0.0)")
+            scope.lines.append(
+                f"T{var.name} = tl.sum(T{var.name}_dev * T{var.name}_dev, axis={rd}, keep_dims=True)"
+                f" / tl.maximum({n} - {e.correction}, 0).to(tl.float32)")
+            scope.names[id(var)] = f"T{var.name}"
+            return
+        dt = e.out.dtype
+        x = self.operand(scope, e.inp, dt)
+        masked = f"tl.where({m}, {x}, {self.identity(e.kind, dt)})"
+        if e.kind is ReductionOpType.sum:
+            code = f"tl.sum({masked}, axis={rd}, keep_dims=True)"
+        else:
+            code = f"tl.reduce({masked}, {rd}, {self.combine(e.kind)}, keep_dims=True)"
+        self.bind(scope, e.out, code)
+
+    def limit(self, dim: int) -> str:
+        if dim == self.red and self.split == "partial":
+            return "r_hi"
+        if dim == self.red and self.split == "combine":
+            return "S"
+        return "R" if dim == 0 else "C"
+
+    def loop_scope(self) -> Scope:
+        scope = Scope(parent=self.program_scope)
+        start = f"{'r' if self.red == 0 else 'c'}_start"
+        self.emit_dim_index(scope, self.red, start)
+        return scope
+
+    def close_loop(self, scope: Scope) -> None:
+        lo = "r_lo" if self.split == "partial" else "0"
+        block = f"BLOCK{self.red}"
+        var = f"{'r' if self.red == 0 else 'c'}_start"
+        self.program_scope.lines.append(f"for {var} in range({lo}, {self.limit(self.red)}, {block}):")
+        self.program_scope.lines += ["    " + line for line in scope.lines]
+
+    def emit_reduction_loop(self, e: Expr) -> None:
+        """One pass over the reduced dim accumulating `e` per lane, then across lanes."""
+        rd, ps = self.red, self.program_scope
+        shape = "[BLOCK0, BLOCK1]"
+        body = self.loop_scope()
+        m = self.full_mask()
+        ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
+        partial = "W{}_ptr + r * C + c"  # workspace row r (a chunk), column c
+        if isinstance(e, VarMeanOp):
+            var, mean = e.outputs
+            acc = f"acc{var.name}"
+            for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
+                ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
+            if self.split == "combine":
+                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0)" for p in ("mean", "m2", "n")]
+                body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
+                                  f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
+                self.close_loop(body)
+                self.helpers_used = True
+                self.finish_var_mean(e, acc)
+                return
+            x = self.operand(body, e.inp, e.inp.dtype)
+            body.lines += [
+                f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
+                f"{acc}_delta = {x} - {acc}_mean",
+                f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n_new, 1.0), {acc}_mean)",
+                f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",
+                f"{acc}_n = {acc}_n_new",
+            ]
+            self.close_loop(body)
+            self.helpers_used = True
+            self.finish_var_mean(e, acc)
+            return
+        dt = e.out.dtype
+        acc = f"acc{e.out.name}"
+        ident = self.identity(e.kind, dt)
+        ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
+        if self.split == "combine":
+            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident})"
+        else:
+            x = self.operand(body, e.inp, dt)
+        masked = f"tl.where({m}, {x}, {ident})"
+        if e.kind is ReductionOpType.sum:
+            body.lines.append(f"{acc} = {acc} + {masked}")
+            final = f"tl.sum({acc}, axis={rd}, keep_dims=True)"
+        else:
+            fn = self.combine(e.kind)
+            body.lines.append(f"{acc} = {fn}({acc}, {masked})")
+            final = f"tl.reduce({acc}, {rd}, {fn}, keep_dims=True)"
+        self.close_loop(body)
+        if self.split == "partial":
+            self.store_partial(ws["acc"], final)
+        else:
+            self.bind(ps, e.out, final)
+
+    def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:
+        ps, var, mean = self.program_scope, *e.outputs
+        ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
+                        f"{self.red}, _welford_combine, keep_dims=True)")
+        if self.split == "partial":
+            ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
+            for part in ("mean", "m2", "n"):
+                self.store_partial(ws[part], f"{acc}_{part}r")
+            return
+        ps.lines.append(f"T{mean.name} = {acc}_meanr")
+        ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({acc}_nr - {e.correction}, 0.0)")
+        ps.names[id(mean)] = f"T{mean.name}"
+        ps.names[id(var)] = f"T{var.name}"
+
+    def store_partial(self, k: int, value: str) -> None:
+        self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
+
+
+def splittable(plan: KernelPlan) -> bool:
+    """An outer reduction can be split over chunks of rows when every reduction reads only
+    values computed before any reduction, and no output varies along the reduced rows."""
+    if plan.template is not Template.outer_reduction:
+        return False
+    reduced = set(plan.dim0)
+    if any(reduced & plan.axes.spans(o) for o in plan.outputs):
+        return False
+    producer = {id(o): e for e in plan.exprs for o in e.outputs}
+    reductions = [e for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+
+    def depends_on_reduction(v, seen) -> bool:
+        e = producer.get(id(v))
+        if e is None or id(e) in seen:
+            return False
+        seen.add(id(e))
+        if isinstance(e, (ReductionOp, VarMeanOp)):
+            return True
+        return any(depends_on_reduction(i, seen) for i in e.inputs)
+
+    return not any(depends_on_reduction(e.inp, set()) for e in reductions)
