@@ -157,7 +157,8 @@ def fuser_fd_contender(case: suite.Case) -> Callable | None:
 
 def _fuser_impl(case: suite.Case) -> Impl | None:
     fn = fuser_contender(case)
-    return None if fn is None else Impl(fn)
+    # fuser.jit compiles through AOTAutograd too: the same donated-buffer setting as torch.compile
+    return None if fn is None else Impl(fn, lambda: compile_config(False))
 
 
 def _fuser_fd_impl(case: suite.Case) -> Impl | None:
