@@ -34,14 +34,18 @@ class GraphRecord:
 
 @functools.cache
 def decompositions() -> dict:
-    """Core-ATen decompositions. Ops with a lowering of their own that beats their
-    decomposition (softmax, layer norm, gelu stay whole there already) are left out."""
+    """Core-ATen decompositions, less: silu (a lowering of its own; softmax, layer norm and gelu
+    stay whole in the core set already) and the CPU flash-attention forward, whose
+    decomposition returns a second output its (undecomposed) backward does not expect, so
+    gradients came out wrong; it stays one ATen call, like the GPU attention kernels."""
     from torch._decomp import core_aten_decompositions
 
     table = dict(core_aten_decompositions())
     aten = torch.ops.aten
-    for op in (aten.silu.default,):
-        table.pop(op, None)
+    for name in ("silu", "_scaled_dot_product_flash_attention_for_cpu"):
+        op = getattr(aten, name, None)
+        if op is not None:
+            table.pop(op.default, None)
     return table
 
 

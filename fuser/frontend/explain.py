@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .jit import JitFunction, JitModule, Stats, jit
-from .partition import SIZE
+from .partition import ELEMENT, SIZE
 from .program import EagerStep, FusionStep, GraphProgram
 
 
@@ -157,7 +157,7 @@ def _program_report(program: GraphProgram) -> ProgramReport:
                 segments=[s.describe() for s in rt.segments] if rt else [],
                 triton=rt.triton_code() if rt else []))
             fusions += 1
-        elif isinstance(step, EagerStep) and step.eager.kind != SIZE:
+        elif isinstance(step, EagerStep) and step.eager.kind not in (SIZE, ELEMENT):
             node = step.eager.node
             report.eager.append((node.name, str(node.target), step.eager.reason))
     return report

@@ -14,6 +14,7 @@ that a rule refuses, or whose result does not match, raises `NodeLoweringError` 
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -56,13 +57,14 @@ class RuntimeSymbols:
                     if e.is_Symbol:
                         self.sources.setdefault(e, (ph, axis))
 
-    def source(self, e: sympy.Expr) -> Optional["SizeInput"]:
-        """How to compute size expression `e` at run time, or None if it cannot be."""
+    def source(self, e: sympy.Expr, floating: bool = False) -> Optional["SizeInput"]:
+        """How to compute size expression `e` (a float one: `2.0 / (s0 - 1)`) at run time, or
+        None if it cannot be."""
         syms = sorted(e.free_symbols, key=lambda x: x.name)
         if any(x not in self.sources for x in syms):
             return None
         try:
-            fn = compile_size_expr(e, syms)
+            fn = compile_size_expr(e, syms, floating)
         except LoweringError:
             return None
         return SizeInput(e, [self.sources[x] for x in syms], fn)
@@ -77,11 +79,11 @@ class SizeInput:
     fn: Any  # the values read -> the size
 
 
-def compile_size_expr(e: sympy.Expr, syms: list) -> Any:
+def compile_size_expr(e: sympy.Expr, syms: list, floating: bool = False) -> Any:
     """A Python function of the symbols' values computing Dynamo's expression `e`."""
     names = {x: f"a{k}" for k, x in enumerate(syms)}
-    src = f"lambda {', '.join(names.values())}: int({_py(e, names)})"
-    return eval(src)  # noqa: S307 - source built from a sympy tree above
+    src = f"lambda {', '.join(names.values())}: {'float' if floating else 'int'}({_py(e, names)})"
+    return eval(src, {"_math": math})  # noqa: S307 - source built from a sympy tree above
 
 
 def _py(e: sympy.Expr, names: dict) -> str:
@@ -89,12 +91,24 @@ def _py(e: sympy.Expr, names: dict) -> str:
         return str(int(e))
     if e.is_Symbol:
         return names[e]
+    if e.is_Float:
+        return repr(float(e))
+    if e.is_Rational:
+        return f"({int(e.p)} / {int(e.q)})"
     args = [_py(a, names) for a in e.args] if not e.is_Number else []
     name = type(e).__name__
     if isinstance(e, sympy.Add):
         return "(" + " + ".join(args) + ")"
-    if isinstance(e, sympy.Mul) and all(a.is_Integer or not a.is_Number for a in e.args):
+    if isinstance(e, sympy.Mul):  # a non-integer coefficient only in float expressions
         return "(" + " * ".join(args) + ")"
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return f"({args[0]} / {args[1]})"
+    if name == "ToFloat":
+        return f"float({args[0]})"
+    if name in ("TruncToInt", "TruncToFloat"):
+        return f"_math.trunc({args[0]})"
+    if name in ("FloatPow", "PowByNatural"):
+        return f"({args[0]} ** {args[1]})"
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
         return f"({args[0]} ** {args[1]})"
     if name == "FloorDiv":
@@ -140,6 +154,7 @@ class RegionBuilder:
         # Dynamo size expressions -> the first input axis of that size, or the scalar input
         self._dims: dict[sympy.Expr, tuple[TensorView, int]] = {}
         self._opaque: dict[sympy.Expr, Scalar] = {}
+        self._floats: dict[sympy.Expr, Scalar] = {}  # float size expressions: scalar inputs
         # tensors known to hold one constant everywhere (id -> Python number), set by rules
         self.constants: dict[int, Any] = {}
 
@@ -178,6 +193,13 @@ class RegionBuilder:
             src = self.symbols.source(e)
             if src is not None:  # else a rule that needs it fails, naming the expression
                 self._opaque[e] = self.fd.define_scalar(dtype=DataType.Int)
+                self.inputs.append(src)
+        floats = {size_expr(meta_val(i)) for node in self.nodes for i in node.all_input_nodes
+                  if isinstance(meta_val(i), torch.SymFloat)}
+        for e in sorted(floats, key=str):
+            src = self.symbols.source(e, floating=True)
+            if src is not None and not e.is_Number:
+                self._floats[e] = self.fd.define_scalar(dtype=DataType.Double)
                 self.inputs.append(src)
         for node in tensor_nodes:
             fake = meta_val(node)
@@ -234,6 +256,8 @@ class RegionBuilder:
         if isinstance(a, Node):
             if a in self.values:
                 return self.values[a]
+            if isinstance(meta_val(a), torch.SymFloat):
+                return self._float_size(meta_val(a))
             if is_size_node(a):
                 return self.size(meta_val(a))
             raise LoweringError(f"{a.name} is not available in this region")
@@ -346,6 +370,14 @@ class RegionBuilder:
                     acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
                 return acc
         raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
+
+    def _float_size(self, s: torch.SymFloat) -> Any:
+        e = size_expr(s)
+        if e.is_Number:
+            return float(e)
+        if e in self._floats:
+            return self._floats[e]
+        raise LoweringError(f"float size {e} cannot be computed from graph inputs")
 
     def extent(self, e: sympy.Expr) -> sympy.Expr:
         """Dynamo's size expression `e` in this fusion's extents."""

@@ -21,10 +21,12 @@ def is_size_node(node: Node) -> bool:
     return isinstance(meta_val(node), (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
 
 
-def size_expr(s: Union[int, torch.SymInt]) -> sympy.Expr:
+def size_expr(s: Union[int, torch.SymInt, torch.SymFloat]) -> sympy.Expr:
     """A traced size as a sympy expression over Dynamo's symbols (`s0`, `2*s1`, `8`)."""
-    if isinstance(s, torch.SymInt):
+    if isinstance(s, (torch.SymInt, torch.SymFloat)):
         return sympy.sympify(s.node.expr)
+    if isinstance(s, float):
+        return sympy.Float(s)
     return sympy.Integer(int(s))
 
 

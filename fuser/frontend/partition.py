@@ -45,6 +45,7 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.permute.default,
 # why a node runs eagerly: kinds, so statistics can tell fallbacks from Python size arithmetic
 UNSUPPORTED = "unsupported"   # no lowering, or the lowering refused this call
 SIZE = "size"                 # SymInt arithmetic
+ELEMENT = "element"           # an element of an eager op's tuple result
 VIEW = "view"                 # a view of a fusion output, taken by ATen
 NOT_WORTH = "not worth"       # a region with nothing to fuse
 
@@ -119,7 +120,7 @@ def _refusal(symbols: RuntimeSymbols, node: Node, eager: dict) -> Eager | None:
         return Eager(node, SIZE, "size arithmetic runs in Python")
     if node.target is operator.getitem:
         src = node.args[0]
-        return Eager(node, eager[src].kind, f"an element of {src.name}") if src in eager else None
+        return Eager(node, ELEMENT, f"an element of {src.name}") if src in eager else None
     if meta_val(node) is None:
         return Eager(node, UNSUPPORTED, "no traced value")
     rule = find_rule(node.target)

@@ -30,8 +30,10 @@ class _Slot:
 def _template(a: Any, slot_of: dict) -> Any:
     if isinstance(a, Node):
         return _Slot(slot_of[a])
-    if isinstance(a, (list, tuple)):
-        return type(a)(_template(x, slot_of) for x in a)
+    if isinstance(a, list):  # FX's immutable_list is a list subclass ATen's signatures refuse
+        return [_template(x, slot_of) for x in a]
+    if isinstance(a, tuple):
+        return tuple(_template(x, slot_of) for x in a)
     if isinstance(a, dict):
         return {k: _template(v, slot_of) for k, v in a.items()}
     return a
@@ -40,8 +42,10 @@ def _template(a: Any, slot_of: dict) -> Any:
 def _resolve(a: Any, env: list) -> Any:
     if type(a) is _Slot:
         return env[a.index]
-    if isinstance(a, (list, tuple)):
-        return type(a)(_resolve(x, env) for x in a)
+    if type(a) is list:
+        return [_resolve(x, env) for x in a]
+    if type(a) is tuple:
+        return tuple(_resolve(x, env) for x in a)
     if isinstance(a, dict):
         return {k: _resolve(v, env) for k, v in a.items()}
     return a

@@ -146,3 +146,42 @@ def test_saved_activations_are_statistics_not_normalized_rows():
     saved = [n for n in out_node.args[0][1:] if n is not None and hasattr(n, "meta")
              and isinstance(n.meta.get("val"), torch.Tensor) and n.op != "placeholder"]
     assert [tuple(n.meta["val"].shape)[-1] for n in saved] == [1], saved
+
+
+def _std_normalize(x):
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
+
+
+_BN = nn.BatchNorm1d(6)
+_CONV = nn.Conv1d(3, 4, 3)
+
+MORE = {
+    # float size arithmetic in the backward (2 / (n - 1)), for two row lengths
+    "std": (_std_normalize, lambda: (_r(3, 6),)),
+    "std_other_length": (_std_normalize, lambda: (_r(3, 9),)),
+    # the attention kernel stays one ATen call, forward and backward
+    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0,
+             lambda: tuple(_r(2, 2, 5, 8) for _ in range(3))),
+    # running statistics are updated in place: AOTAutograd's input mutation
+    "batchnorm_train": (lambda x: _BN(x), lambda: (_r(8, 6),)),
+    "conv_gelu": (lambda x: F.gelu(_CONV(x)), lambda: (_r(2, 3, 10),)),
+    "transposed_input": (lambda x: (x * x.sigmoid()).sum(0), lambda: (_r(5, 7).t().detach().requires_grad_(),)),
+    "topk": (lambda x: torch.topk(x, 2, -1).values.exp(), lambda: (_r(4, 5),)),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE))
+def test_more_pytorch_code_forward_backward(name):
+    fn, make = MORE[name]
+    jitted = fuser.jit(fn)
+    check_forward_backward(fn, jitted, make())
+
+
+def test_batchnorm_running_statistics_follow_eager():
+    eager, ours = nn.BatchNorm1d(4), nn.BatchNorm1d(4)
+    jitted = fuser.jit(ours)
+    for _ in range(2):
+        x = torch.randn(6, 4)
+        eager(x), jitted(x)
+    torch.testing.assert_close(ours.running_mean, eager.running_mean)
+    torch.testing.assert_close(ours.running_var, eager.running_var)
