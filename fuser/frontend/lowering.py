@@ -14,20 +14,20 @@ that a rule refuses, or whose result does not match, raises `NodeLoweringError` 
 """
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import sympy
 import torch
 from torch.fx import Node
 
 from ..errors import FuserError, UnsupportedError
-from ..ir import DataType, IterType, Scalar, TensorView
+from ..ir import DataType, Scalar, TensorView
 from .definition import FusionDefinition
 from .meta import is_size_node, is_tensor_node, meta_val, node_device, size_expr
 from .rules import Kind, LoweringError, find_rule
+from .sizes import RuntimeSymbols, SizeInput, opaque_parts, size_exprs
 
 
 class NodeLoweringError(UnsupportedError):
@@ -35,93 +35,6 @@ class NodeLoweringError(UnsupportedError):
         super().__init__(f"{node.name}: {reason}")
         self.node = node
         self.reason = reason
-
-
-class RuntimeSymbols:
-    """Where each of Dynamo's size symbols can be read when the graph runs: a graph input that
-    is the symbol itself (a SymInt placeholder) or a tensor input whose size is the symbol."""
-
-    def __init__(self, placeholders: list[Node], constants: Optional[dict] = None):
-        # 0-dim tensor constants of the graph (get_attr nodes) and their values
-        self.constants: dict[Node, Any] = dict(constants or {})
-        self.sources: dict[sympy.Symbol, tuple[Node, Optional[int]]] = {}
-        for ph in placeholders:
-            val = meta_val(ph)
-            if isinstance(val, torch.SymInt):
-                e = size_expr(val)
-                if e.is_Symbol:
-                    self.sources.setdefault(e, (ph, None))
-            elif isinstance(val, torch.Tensor):
-                for axis, s in enumerate(val.shape):
-                    e = size_expr(s)
-                    if e.is_Symbol:
-                        self.sources.setdefault(e, (ph, axis))
-
-    def source(self, e: sympy.Expr, floating: bool = False) -> Optional["SizeInput"]:
-        """How to compute size expression `e` (a float one: `2.0 / (s0 - 1)`) at run time, or
-        None if it cannot be."""
-        syms = sorted(e.free_symbols, key=lambda x: x.name)
-        if any(x not in self.sources for x in syms):
-            return None
-        try:
-            fn = compile_size_expr(e, syms, floating)
-        except LoweringError:
-            return None
-        return SizeInput(e, [self.sources[x] for x in syms], fn)
-
-
-@dataclass
-class SizeInput:
-    """An integer scalar input of a fusion: a size expression over sizes of graph inputs."""
-
-    expr: sympy.Expr
-    reads: list[tuple[Node, Optional[int]]]  # (tensor input, axis) or (SymInt input, None)
-    fn: Any  # the values read -> the size
-
-
-def compile_size_expr(e: sympy.Expr, syms: list, floating: bool = False) -> Any:
-    """A Python function of the symbols' values computing Dynamo's expression `e`."""
-    names = {x: f"a{k}" for k, x in enumerate(syms)}
-    src = f"lambda {', '.join(names.values())}: {'float' if floating else 'int'}({_py(e, names)})"
-    return eval(src, {"_math": math})  # noqa: S307 - source built from a sympy tree above
-
-
-def _py(e: sympy.Expr, names: dict) -> str:
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Symbol:
-        return names[e]
-    if e.is_Float:
-        return repr(float(e))
-    if e.is_Rational:
-        return f"({int(e.p)} / {int(e.q)})"
-    args = [_py(a, names) for a in e.args] if not e.is_Number else []
-    name = type(e).__name__
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(args) + ")"
-    if isinstance(e, sympy.Mul):  # a non-integer coefficient only in float expressions
-        return "(" + " * ".join(args) + ")"
-    if name in ("FloatTrueDiv", "IntTrueDiv"):
-        return f"({args[0]} / {args[1]})"
-    if name == "ToFloat":
-        return f"float({args[0]})"
-    if name in ("TruncToInt", "TruncToFloat"):
-        return f"_math.trunc({args[0]})"
-    if name in ("FloatPow", "PowByNatural"):
-        return f"({args[0]} ** {args[1]})"
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
-        return f"({args[0]} ** {args[1]})"
-    if name == "FloorDiv":
-        return f"({args[0]} // {args[1]})"
-    if name == "CeilDiv":
-        return f"(-(-{args[0]} // {args[1]}))"
-    if name in ("Mod", "PythonMod"):
-        return f"({args[0]} % {args[1]})"
-    if isinstance(e, sympy.Max):
-        return f"max({', '.join(args)})"
-    if isinstance(e, sympy.Min):
-        return f"min({', '.join(args)})"
-    raise LoweringError(f"size expression {e} cannot be evaluated")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,10 +98,10 @@ class RegionBuilder:
         wanted: set = set()
         for node in self.nodes:
             for v in [meta_val(node)] + [meta_val(i) for i in node.all_input_nodes if is_size_node(i)]:
-                wanted |= _size_exprs(v)
+                wanted |= size_exprs(v)
         opaque: set = set()
         for e in wanted:
-            _opaque_parts(e, in_tensors, opaque)
+            opaque_parts(e, in_tensors, opaque)
         for e in sorted(opaque, key=str):
             src = self.symbols.source(e)
             if src is not None:  # else a rule that needs it fails, naming the expression
@@ -425,32 +338,6 @@ def _axis_extent(tv: TensorView, axis: int) -> sympy.Expr:
     return tv.domain.no_reductions()[axis].extent
 
 
-def _size_exprs(v: Any) -> set:
-    if isinstance(v, torch.Tensor):
-        return {size_expr(s) for s in v.shape}
-    if isinstance(v, torch.SymInt):
-        return {size_expr(v)}
-    if isinstance(v, (list, tuple)):
-        out = set()
-        for x in v:
-            out |= _size_exprs(x)
-        return out
-    return set()
-
-
-def _opaque_parts(e: sympy.Expr, known: set, out: set) -> None:
-    """The parts of `e` a fusion takes as scalar inputs: symbols no input axis carries, and
-    operations its scalar arithmetic (+, *, max, min) lacks, such as floor division."""
-    if e.is_Integer or e in known:
-        return
-    if isinstance(e, (sympy.Add, sympy.Max, sympy.Min)) or (
-            isinstance(e, sympy.Mul) and all(a.is_Integer or not a.is_Number for a in e.args)):
-        for a in e.args:
-            _opaque_parts(a, known, out)
-        return
-    out.add(e)
-
-
 def _first_user(node: Node, members: set) -> Node:
     return next((u for u in node.users if u in members), node)
 
@@ -467,6 +354,3 @@ def _target_name(target) -> str:
     return str(target) if hasattr(target, "overloadpacket") else getattr(target, "__name__", repr(target))
 
 
-def is_broadcast_dim(tv: TensorView, axis: int) -> bool:
-    d = tv.domain.no_reductions()[axis]
-    return d.iter_type is IterType.Broadcast

@@ -30,7 +30,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..errors import FuserError
-from .lowering import NodeLoweringError, Region, RegionBuilder, RuntimeSymbols
+from .lowering import NodeLoweringError, Region, RegionBuilder
+from .sizes import RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device
 from .recompute import recompute_shared_pointwise
 from .rules import find_rule
