@@ -29,7 +29,7 @@ from typing import Union
 import torch
 from torch.fx import GraphModule, Node
 
-from ..errors import FuserError
+from ..errors import InternalError
 from .lowering import NodeLoweringError, Region, RegionBuilder
 from .sizes import RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device
@@ -91,13 +91,16 @@ def plan_graph(gm: GraphModule) -> Plan:
             regions = {key: _build(symbols, members) for key, members in groups.items() if members}
         except NodeLoweringError as e:
             refused[e.node] = Eager(e.node, UNSUPPORTED, e.reason)
+            for user in e.node.users:
+                if user.target is operator.getitem:
+                    refused[user] = Eager(user, ELEMENT, f"an element of {e.node.name}")
             continue
         order = {n: k for k, n in enumerate(nodes)}
         steps: list = [(key[0], order[r.nodes[0]], r) for key, r in regions.items()]
         steps += [(phase[n], order[n], e) for n, e in eager.items()]
         steps.sort(key=lambda s: (s[0], s[1]))
         return Plan(gm, [s[2] for s in steps])
-    raise FuserError("the graph partition did not settle")  # each pass removes a node: unreachable
+    raise InternalError("the graph partition did not settle")  # each pass refuses a node: unreachable
 
 
 def _scalar_constants(gm: GraphModule) -> dict:

@@ -8,6 +8,7 @@ A slot is cleared after its last reader, so intermediates die as early as in eag
 from __future__ import annotations
 
 import contextvars
+import operator
 from typing import Any, Optional
 
 import torch
@@ -51,13 +52,21 @@ def _resolve(a: Any, env: list) -> Any:
     return a
 
 
+def _reader(src, slot_of: dict):
+    """A function of the environment giving one fusion input: a graph value, or a size
+    computed from sizes of graph inputs."""
+    if isinstance(src, Node):
+        return operator.itemgetter(slot_of[src])
+    reads = [(slot_of[n], axis) for n, axis in src.reads]
+    fn = src.fn
+    return lambda env: fn(*[env[s] if axis is None else env[s].shape[axis] for s, axis in reads])
+
+
 class FusionStep:
     def __init__(self, region: Region, slot_of: dict):
         self.region = region
         self.fd = region.fd
-        # fusion inputs: a slot's value, or a size: fn of the values at (slot, axis) reads
-        self.reads = [(slot_of[src], None) if isinstance(src, Node) else
-                      (src.fn, [(slot_of[n], axis) for n, axis in src.reads]) for src in region.inputs]
+        self.readers = [_reader(src, slot_of) for src in region.inputs]  # env -> fusion input
         self.writes = [(slot_of[n], i) for n, i in region.outputs.items() if isinstance(i, int)]
         self.aliases = [(slot_of[n], slot_of[i]) for n, i in region.outputs.items() if isinstance(i, Node)]
         self.frees: list[int] = []
@@ -65,9 +74,7 @@ class FusionStep:
         self._last = None
 
     def run(self, env: list) -> None:
-        args = [env[a] if b is None else a(*[env[s] if axis is None else env[s].shape[axis]
-                                             for s, axis in b]) for a, b in self.reads]
-        outs = self.fd.execute(args)
+        outs = self.fd.execute([read(env) for read in self.readers])
         for slot, i in self.writes:
             env[slot] = outs[i]
         for slot, src in self.aliases:
