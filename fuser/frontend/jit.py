@@ -69,6 +69,7 @@ class JitFunction:
         self._fn = fn
         self._fallback = fallback
         self._stats = Stats()
+        self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=dynamic)
         functools.update_wrapper(self, fn, updated=())
 
@@ -83,19 +84,23 @@ class JitFunction:
                 warnings.warn(f"fuser.jit: {problem}; running {_name(self._fn)} eagerly", stacklevel=3)
                 return self._fn(*args, **kwargs)
             raise FusionInputError(f"{_name(self._fn)}: {problem}")
+        if self._failed:
+            return self._fn(*args, **kwargs)
         token = CURRENT_STATS.set(stats)
         try:
             return self._compiled(*args, **kwargs)
         except Exception as e:
             failure = _backend_failure(e)
-            if failure is None:
-                raise
+            if failure is None and not isinstance(e, FuserError):
+                raise  # the function's own error, as eager PyTorch raises it
+            failure = e if failure is None else failure
             if self._fallback == "eager":
-                warnings.warn(f"fuser.jit: compiling {_name(self._fn)} failed ({failure}); running "
-                              f"it eagerly", stacklevel=3)
+                warnings.warn(f"fuser.jit: {_name(self._fn)} failed in fuser ({failure}); running "
+                              f"it eagerly from now on", stacklevel=3)
+                self._failed = True
                 return self._fn(*args, **kwargs)
             if isinstance(failure, FuserError):
-                raise failure from e
+                raise failure from (e if failure is not e else None)
             raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
         finally:
             CURRENT_STATS.reset(token)

@@ -205,3 +205,29 @@ def test_bad_jit_arguments():
         fuser.jit(add_one, fallback="maybe")
     with pytest.raises(fuser.FusionInputError, match="function or an nn.Module"):
         fuser.jit(3)
+
+
+def test_a_failure_inside_fuser_is_an_internal_error_or_eager_when_asked(monkeypatch):
+    import fuser.frontend.backend as backend
+
+    def broken(graph):
+        raise RuntimeError("a planted bug")
+
+    monkeypatch.setattr(backend, "plan_graph", broken)
+
+    def f(x):
+        return x.cos() * 3.0
+
+    with pytest.raises(fuser.InternalError, match="planted bug"):
+        fuser.jit(f)(torch.randn(3, 4))
+
+    def g(x):
+        return x.cos() * 4.0
+
+    jitted = fuser.jit(g, fallback="eager")
+    x = torch.randn(3, 4)
+    with pytest.warns(UserWarning, match="running it eagerly"):
+        assert_close_to_eager(jitted(x), g(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert_close_to_eager(jitted(x), g(x))  # eager from now on, without another compile
