@@ -84,7 +84,8 @@ class FuserBackend:
         self.records: list[GraphRecord] = []
         self._lock = threading.Lock()
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **compile_kwargs: Any) -> Any:
+        """`compile_kwargs`: torch.compile's `mode` and `options`, which fuser does not use."""
         from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
 
