@@ -120,6 +120,23 @@ def _interpreted_device_call(jit_fn, *args, **kwargs):
         scope.restore()
 
 
+def _fix_interpreter_index() -> None:
+    """Older interpreters (Triton 3.6 with NumPy 2) turn a scalar into an index with
+    `int(array_of_one)`, which NumPy 2 refuses; loops over runtime bounds need it."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "fuser_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched.fuser_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
 class _Interpreted:
     """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
 
@@ -131,6 +148,7 @@ class _Interpreted:
     def __init__(self, raw: Callable):
         from triton.runtime.interpreter import InterpretedFunction
 
+        _fix_interpreter_index()
         self.fn = InterpretedFunction(raw)
 
     def __getitem__(self, grid):

@@ -14,8 +14,19 @@ class ReductionEmitter:
     def reduced_count(self) -> str:
         return "R" if self.red == 0 else "C"
 
-    def full_mask(self) -> str:
-        return "r_mask & c_mask"
+    def reduce_dims(self, e: Expr) -> list[int]:
+        """Tile dims a reduction's lanes span: the reduced dim and those its input varies
+        along (a value constant along rows stays [1, BLOCK1], so its result is [1, 1])."""
+        if self.split == "combine":
+            return [0, 1]  # the workspace varies along chunks and columns
+        return sorted(self.dims_of(e.inp) | {self.red})
+
+    def reduce_mask(self, e: Expr) -> str:
+        return " & ".join("r_mask" if d == 0 else "c_mask" for d in self.reduce_dims(e))
+
+    def reduce_shape(self, e: Expr) -> str:
+        dims = self.reduce_dims(e)
+        return f"[{'BLOCK0' if 0 in dims else 1}, {'BLOCK1' if 1 in dims else 1}]"
 
     def identity(self, kind: ReductionOpType, dt: DataType) -> str:
         floating = dt.category >= 2
@@ -35,7 +46,7 @@ class ReductionEmitter:
 
     def emit_inline_reduction(self, scope: Scope, e: Expr) -> None:
         rd = self.red
-        m = self.full_mask()
+        m = self.reduce_mask(e)
         if isinstance(e, VarMeanOp):
             x = self.operand(scope, e.inp, e.inp.dtype)
             var, mean = e.outputs
@@ -80,9 +91,9 @@ class ReductionEmitter:
     def emit_reduction_loop(self, e: Expr) -> None:
         """One pass over the reduced dim accumulating `e` per lane, then across lanes."""
         rd, ps = self.red, self.program_scope
-        shape = "[BLOCK0, BLOCK1]"
+        shape = self.reduce_shape(e)
         body = self.loop_scope()
-        m = self.full_mask()
+        m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
         partial = "W{}_ptr + r * C + c"  # workspace row r (a chunk), column c
         if isinstance(e, VarMeanOp):
