@@ -1,0 +1,92 @@
+"""Host cost per call: how long the CPU spends between `fn(*args)` and the kernel launch.
+
+Times a small launch-bound function (4 ops on [8, 32], BENCHMARKS.md) through eager,
+torch.compile, fuser.jit and an equivalent FusionDefinition, as calls per second of wall time
+with the GPU far from busy. With --row NAME it also profiles one suite row (e.g.
+add_rmsnorm_fwd) through fuser.jit and its hand-written definition, listing the kernels each
+launches and their GPU time, to tell host overhead from kernel time.
+
+Run on the GPU machine: FUSER_SYSTEM_PYTHON=1 python3 scripts/host_overhead.py [--row NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import fuser  # noqa: E402
+from fuser import DataType, FusionDefinition  # noqa: E402
+
+
+def small(x, y):
+    return torch.relu(x * y + 1.0).sum(-1)
+
+
+def small_fd():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        y = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.relu(fd.ops.add(fd.ops.mul(x, y), 1.0)), [-1]))
+    return lambda a, b: fd.execute([a, b])[0]
+
+
+def per_call_us(fn, args, calls: int = 2000) -> float:
+    for _ in range(50):
+        fn(*args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def host_table() -> None:
+    x, y = (torch.randn(8, 32, device="cuda") for _ in range(2))
+    versions = {"eager": small, "torch.compile": torch.compile(small, dynamic=False),
+                "fuser.jit": fuser.jit(small), "fuser FusionDefinition": small_fd()}
+    ref = small(x, y)
+    print("| version | us per call |\n| --- | --- |")
+    for name, fn in versions.items():
+        torch.testing.assert_close(fn(x, y), ref, rtol=1e-5, atol=1e-5)
+        print(f"| {name} | {per_call_us(fn, (x, y)):.1f} |")
+
+
+def profile_row(name: str) -> None:
+    from benchmarks import fuser_defs, suite
+
+    case = next(c for c in suite.build_suite() if c.kernel == name and c.shape == (16384, 4096))
+    args = case.make_inputs("cuda")
+    for label, fn in (("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))):
+        for _ in range(20):
+            fn(*args)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                fn(*args)
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        print(f"== {label}: {name}[16384x4096], wall {per_call_us(fn, args, 50):.1f} us per call")
+        for e in sorted(kernels, key=lambda e: -e.device_time_total)[:6]:
+            print(f"   {e.key[:70]:70s} x{e.count // 10} {e.device_time_total / 10:.1f} us")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--row", action="append", default=[], help="suite kernel name to profile")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("host_overhead: needs a CUDA GPU")
+    host_table()
+    for row in args.row:
+        profile_row(row)
+
+
+if __name__ == "__main__":
+    main()
