@@ -138,13 +138,14 @@ def cast(x: Operand, dtype: DataType):
     x = as_val(fusion, x, "cast")
     if isinstance(x, Scalar):
         return fusion.new_scalar(dtype, expr=x.expr) if x.value is None else \
-            fusion.new_scalar(dtype, value=_cast_python(x.value, dtype))
+            fusion.new_scalar(dtype, value=python_value(x.value, dtype))
     out = _elementwise_output("cast", [x], dtype)
     fusion.add_expr(CastOp(inputs=(x,), outputs=(out,), dtype=dtype))
     return out
 
 
-def _cast_python(value, dtype: DataType):
+def python_value(value, dtype: DataType):
+    """A Python number converted as a cast to `dtype` converts it (bool, int, float, complex)."""
     if dtype.is_boolean:
         return bool(value)
     if dtype.is_integral:

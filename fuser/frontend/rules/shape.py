@@ -9,6 +9,7 @@ import torch
 from torch.fx import Node
 
 from ...ir import DataType
+from ...ops.pointwise import python_value
 from ..meta import meta_val, size_expr
 from . import Kind, LoweringError, register
 
@@ -186,20 +187,13 @@ def _pad(b, node, x, pad, value=0):
 # -- creation ---------------------------------------------------------------------------------------
 
 
-def _typed(value, dtype: DataType):
-    if isinstance(value, (bool, int, float)):
-        if dtype.is_boolean:
-            return bool(value)
-        if dtype.is_integral:
-            return int(value)
-        if dtype.is_floating:
-            return float(value)
-    return value
+def _python_value(value, dtype: DataType):
+    return python_value(value, dtype) if isinstance(value, (bool, int, float)) else value
 
 
 def _full(b, node, value):
     dtype = DataType.from_torch(b.meta(node).dtype)
-    value = _typed(value, dtype)
+    value = _python_value(value, dtype)
     out = b.fd.ops.full(b.out_shape(node), value, dtype)
     if isinstance(value, (bool, int, float)):
         b.constants[id(out)] = value
@@ -277,13 +271,13 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     shape = b.out_shape(node)
     parts = []
     if lo is not None and not (isinstance(lo, int) and lo == 0):
-        parts.append(ops.full(shape[:dim] + [lo] + shape[dim + 1:], _typed(0, dtype), dtype))
+        parts.append(ops.full(shape[:dim] + [lo] + shape[dim + 1:], _python_value(0, dtype), dtype))
     parts.append(src)
     if hi is not None:
         rest = b.size(total) - hi if isinstance(hi, int) and isinstance(b.size(total), int) else \
             ops.sub(b.size(total), hi)
         if not (isinstance(rest, int) and rest == 0):
-            parts.append(ops.full(shape[:dim] + [rest] + shape[dim + 1:], _typed(0, dtype), dtype))
+            parts.append(ops.full(shape[:dim] + [rest] + shape[dim + 1:], _python_value(0, dtype), dtype))
     return parts[0] if len(parts) == 1 else ops.cat(parts, dim)
 
 
@@ -305,8 +299,8 @@ def _scatter_value(b, node, base, dim, index, value):
     positions = ops.iota(b.out_shape(node)[dim], 0, 1, DataType.Int)
     positions = ops.broadcast(positions, [k != dim for k in range(len(out_sizes))])
     hit = ops.eq(positions, index)
-    return ops.where(hit, b.fd.define_scalar(_typed(value, dtype), dtype=dtype),
-                     b.fd.define_scalar(_typed(fill, dtype), dtype=dtype))
+    return ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
+                     b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype))
 
 
 @register(aten.gather.default, kind=Kind.reduction)
