@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import InternalError
-from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, ReductionOp,
+from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp,
                   Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from ..ir.printer import format_expr, format_tv
@@ -230,8 +230,24 @@ class KernelWriter(ReductionEmitter):
             self.bind(scope, out, self.cast_code(scope, e.inp, e.dtype))
         elif isinstance(e, (ReductionOp, VarMeanOp)):
             self.emit_inline_reduction(scope, e)
+        elif isinstance(e, IotaOp):
+            self.emit_iota(scope, e)
+        elif isinstance(e, FullOp):
+            value = self.operand(scope, e.inp, out.dtype)  # a [1, 1] block, or a literal
+            self.bind(scope, out, self.block_literal(e.inp, value, out.dtype))
         else:  # broadcast, expand, squeeze, permute, set: the tile value is unchanged
             self.bind(scope, out, self.value(scope, e.inp))
+
+    def emit_iota(self, scope: Scope, e: IotaOp) -> None:
+        """start + step * index along the loop axis of the output (its own super-axis: the
+        launcher never folds it with a neighbour)."""
+        dt = e.out.dtype
+        (j,) = self.super_axes_of(e.out) or [None]
+        index = "0" if j is None else f"idx{j}"
+        if j is not None:
+            scope.owner_of_dim(self.super_dim[j])  # the index must be live in this scope
+        _, start, step = (self.operand(scope, v, dt) for v in e.inputs)
+        self.bind(scope, e.out, f"({start} + {step} * {index}.to({compute_type(dt)}))")
 
     def cast_code(self, scope: Scope, v: Val, dtype: DataType) -> str:
         src = self.operand(scope, v, v.dtype)

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ..ir import TensorView
+from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import choose, next_pow2, split_count
@@ -35,8 +35,15 @@ class KernelLauncher:
         self.name = name
         self.tensors = [v for v in plan.inputs if isinstance(v, TensorView)] + list(plan.outputs)
         self.axis_maps = [plan.axes.of(t) for t in self.tensors]
+        # tensors made inside the kernel (iota) index their own loop axis: for folding the
+        # layout they count as dense tensors, so their axis is never merged with a neighbour
+        self.made_inside = [plan.axes.of(e.out) for e in plan.exprs if isinstance(e, IotaOp)]
         self.axis_extents = [compile_extent(a.extent) for a in plan.axes.axes]
         self.out_extents = [[compile_extent(e) for e in local_extents(o)] for o in plan.outputs]
+        # symbols the loop space and the outputs depend on: with the inputs' shapes they key a
+        # ready launch (an iota's or full's extent can come from a scalar input alone)
+        exprs = [a.extent for a in plan.axes.axes] + [e for o in plan.outputs for e in local_extents(o)]
+        self.key_symbols = sorted({s.name for e in exprs for s in e.free_symbols})
         self.variants: dict[tuple, tuple[KernelSource, Any]] = {}
         # (input shapes and strides, scalar values) -> a ready launch; the hot path of a call
         self.launches: dict[tuple, "_Launch"] = {}
@@ -54,6 +61,12 @@ class KernelLauncher:
             for k, a in enumerate(amap):
                 if a is not None and t.shape[k] != 1:
                     s[a] = t.stride(k)
+            out.append(s)
+        for amap in self.made_inside:
+            s = [0] * n_axes
+            for a in amap:
+                if a is not None:
+                    s[a] = 1
             out.append(s)
         return out
 
@@ -74,7 +87,8 @@ class KernelLauncher:
         return found
 
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
-        key = (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(scalars.values()))
+        key = (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(scalars.values()),
+               tuple(values[name] for name in self.key_symbols))
         launch = self.launches.get(key)
         if launch is None:
             launch = self.prepare(inputs, scalars, values, device)

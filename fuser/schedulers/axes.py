@@ -142,13 +142,14 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
 
     needed = {r for r, e in concrete.items() if e is not None}
     reference = max(tensors, key=lambda t: (len(coverage(t)), -tensors.index(t)))
-    if coverage(reference) != needed:
-        missing = needed - coverage(reference)
-        return None, (f"no tensor spans all {len(needed)} loop axes (T{reference.name} misses "
-                      f"{len(missing)}): an outer-product shape")
     order = [uf.find(id(d)) for d in ids_of(reference) if concrete_extent(d) is not None]
     if len(set(order)) != len(order):
         return None, f"T{reference.name} maps two of its axes to one loop axis"
+    # axes no single tensor spans with the reference (an outer product, an iota's axis) go
+    # outermost, in the order the group's tensors list them; the reference keeps the inner ones
+    missing = [r for t in tensors for r in (uf.find(id(d)) for d in ids_of(t) if concrete_extent(d) is not None)
+               if r not in order]
+    order = list(dict.fromkeys(missing)) + order
     index = {root: k for k, root in enumerate(order)}
     axes = [LoopAxis(k, concrete[root], root in reduction_roots, classes[root]) for k, root in enumerate(order)]
     tensor_axes = {}

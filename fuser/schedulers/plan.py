@@ -12,14 +12,14 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, LoadStoreOp, LoadStoreOpType,
+from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp, LoadStoreOpType,
                   PermuteOp, ReductionOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, Val,
                   VarMeanOp)
 from .axes import KernelAxes, analyze_axes
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
-              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp)
-_COMPUTE_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, LoadStoreOp)
+              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp)
+_COMPUTE_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, LoadStoreOp, IotaOp, FullOp)
 
 
 class Template(enum.Enum):

@@ -256,3 +256,47 @@ def test_split_outer_reduction(monkeypatch, device, op):
     code = fd.last_triton_code()
     if device.type == "cpu":
         assert "split (partial)" in code and "split (combine)" in code
+
+
+def test_outer_product_is_one_kernel(device):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        ab = fd.ops.mul(fd.ops.broadcast(a, [False, True]), fd.ops.broadcast(b, [True, False]))
+        fd.add_output(fd.ops.exp(ab))
+    a, b = torch.randn(7, device=device), torch.randn(33, device=device)
+    (out,) = fd.execute([a, b])
+    close(out, torch.exp(a[:, None] * b[None, :]))
+    assert kinds(fd) == ["kernel"]
+
+
+def test_iota_one_hot_and_full_in_one_kernel(device):
+    """The cross-entropy gradient's shape: softmax minus a one-hot made with iota, scaled."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        t = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int)
+        n = x.shape()[1]
+        cls = fd.ops.broadcast(fd.ops.iota(n, 0, 1, DataType.Int), [True, False])
+        hot = fd.ops.eq(cls, fd.ops.broadcast(t, [False, True]))
+        e = fd.ops.exp(fd.ops.sub(x, fd.ops.max(x, [1], True)))
+        p = fd.ops.div(e, fd.ops.sum(e, [1], True))
+        ones = fd.ops.full([x.shape()[0], n], 1.0, DataType.Float)
+        fd.add_output(fd.ops.sub(p, fd.ops.where(hot, ones, 0.0)))
+    x = torch.randn(5, 37, device=device)
+    t = torch.randint(0, 37, (5,), device=device)
+    (out,) = fd.execute([x, t])
+    close(out, torch.softmax(x, 1) - torch.nn.functional.one_hot(t, 37).float())
+    assert kinds(fd) == ["kernel"]
+
+
+def test_sizes_from_scalar_inputs_are_part_of_the_launch_key(device):
+    # the output's extent comes from a scalar input alone: a new value must not reuse the
+    # launch prepared for the old one
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=DataType.Float)
+        n = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.exp(fd.ops.expand(x, [x.shape()[0], n])))
+    x = torch.randn(3, 1, device=device)
+    for cols in (4, 9):
+        (out,) = fd.execute([x, cols])
+        close(out, torch.exp(x).expand(3, cols))
