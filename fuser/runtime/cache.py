@@ -18,6 +18,7 @@ from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
+from ..ir.symbolic import compile_extent
 from ..passes import run_passes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
@@ -54,22 +55,57 @@ class FusionRuntime:
         else:
             self.segments = segment_fusion(fusion)
         self.launchers: dict[int, KernelLauncher] = {}
-        # per segment, the non-constant scalars its kernel takes, found once
-        self.kernel_scalars: dict[int, list[Scalar]] = {}
+        # per segment, the non-constant scalars its kernel takes and their compiled values
+        self.kernel_scalars: dict[int, list[tuple[int, Any]]] = {}
         for k, seg in enumerate(self.segments):
             if seg.kind is SegmentKind.kernel:
                 first_out = seg.outputs[0].name if seg.outputs else k
                 self.launchers[id(seg)] = KernelLauncher(seg.params, f"fuser_{_slug(seg)}_T{first_out}")
                 found = {id(v): v for e in seg.exprs for v in e.inputs
                          if isinstance(v, Scalar) and not v.is_constant}
-                self.kernel_scalars[id(seg)] = list(found.values())
+                self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
+        self.single = self._single_kernel()
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
         if "segments" in flags:
             print("\n\n".join(s.describe() for s in self.segments))
 
+    def _single_kernel(self):
+        """For a fusion that is one kernel reading fusion inputs and writing the fusion's
+        outputs (the common case), where each kernel input and fusion output sits in the call:
+        the call then skips the environment of values."""
+        if len(self.segments) != 1 or self.segments[0].kind is not SegmentKind.kernel:
+            return None
+        seg = self.segments[0]
+        inputs = self.fusion.inputs()
+        position = {id(v): k for k, v in enumerate(inputs)}
+        if any(id(v) not in position for v in seg.inputs):
+            return None
+        produced = {id(o): k for k, o in enumerate(seg.outputs)}
+        outputs = []
+        for o in self.fusion.outputs():
+            if id(o) in produced:
+                outputs.append((True, produced[id(o)]))
+            elif id(o) in position:
+                outputs.append((False, position[id(o)]))
+            else:
+                return None
+        return seg, [position[id(v)] for v in seg.inputs], outputs
+
     def run(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
+        values = table.values
+        if self.single is not None:
+            seg, take, give = self.single
+            launcher = self.launchers[id(seg)]
+            scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
+            outs = launcher.run([args[k] for k in take], scalars, values, self.device)
+            if outs is not None:
+                if seg.source is not launcher.last_source:
+                    seg.source = launcher.last_source
+                    if "triton" in dump_flags():
+                        print(launcher.last_source)
+                return [outs[k] if made else args[k] for made, k in give]
         ctx = EvalContext(table, self.device)
         env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
@@ -79,7 +115,7 @@ class FusionRuntime:
             if launcher is None:
                 run_exprs(seg.exprs, env)
                 continue
-            scalars = {id(v): ctx.scalar(v) for v in self.kernel_scalars[id(seg)]}
+            scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
             outs = launcher.run([env[v] for v in seg.inputs], scalars, table.values, self.device)
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env)
@@ -109,6 +145,9 @@ class FusionExecutorCache:
         self.prepared = run_passes(fusion)
         self._host = self.prepared is not fusion
         self._runtimes: dict[tuple, FusionRuntime | HostRuntime] = {}
+        # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
+        # call finds its runtime without computing the signature
+        self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
         self._binder = InputBinder(self.prepared)
         self._lock = threading.Lock()
         self.last_runtime: FusionRuntime | HostRuntime | None = None
@@ -128,6 +167,18 @@ class FusionExecutorCache:
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
         table = self._binder.bind(args)  # validates every input before any work
+        layout = tuple((a.shape, a.stride(), a.dtype, a.device) if type(a) is torch.Tensor else type(a)
+                       for a in args)
+        runtime = self._by_layout.get(layout)
+        if runtime is None:
+            runtime = self._runtime_for(args)
+            if len(self._by_layout) > 256:  # many layouts: start over rather than grow
+                self._by_layout.clear()
+            self._by_layout[layout] = runtime
+        self.last_runtime = runtime
+        return runtime.run(args, table)
+
+    def _runtime_for(self, args: Sequence[Any]):
         key = signature(args)
         runtime = self._runtimes.get(key)
         if runtime is None:
@@ -138,5 +189,4 @@ class FusionExecutorCache:
                     kind = HostRuntime if self._host else FusionRuntime
                     runtime = kind(self.prepared, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime
-        self.last_runtime = runtime
-        return runtime.run(args, table)
+        return runtime
