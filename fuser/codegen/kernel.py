@@ -30,6 +30,15 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
                BinaryOpType.minimum}
 
 
+def _wrap_int(v: int, dtype: DataType) -> int:
+    """An integer constant as the tensor's integer type holds it (two's complement wrap, as
+    eager `int32_tensor + 2**40` computes)."""
+    if not dtype.is_integral:
+        return v
+    bits = 8 * dtype.itemsize
+    return (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+
+
 @dataclass
 class ArgSpec:
     """What the launcher passes for each kernel parameter."""
@@ -165,7 +174,7 @@ class KernelWriter(ReductionEmitter):
             if f in (float("inf"), float("-inf")):
                 return f"float('{'-' if f < 0 else ''}inf')"
             return repr(f)
-        return repr(int(v))
+        return repr(_wrap_int(int(v), dtype))
 
     def operand(self, scope: Scope, v: Val, dtype: DataType) -> str:
         """Value `v` converted to the compute type of `dtype`."""
@@ -258,8 +267,16 @@ class KernelWriter(ReductionEmitter):
                 return f"{src}.to(tl.float32)"  # 0 and 1 are exact
             if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
                 src = f"{src}.to(tl.float32)"
-            return f"{src}.to({STORAGE[dtype]}).to(tl.float32)"
+            return f"{self.narrow(src, dtype)}.to(tl.float32)"
         return f"{src}.to({compute_type(dtype)})"
+
+    def narrow(self, code: str, dtype: DataType) -> str:
+        """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so
+        there the rounding to nearest even is done first, as the GPU and eager do it."""
+        if dtype is DataType.BFloat16 and self.target == "interpreter":
+            self.helpers_used = True
+            code = f"_round_bf16({code})"
+        return f"{code}.to({STORAGE[dtype]})"
 
     def emit_unary(self, scope: Scope, e: UnaryOp) -> None:
         out_dt = e.out.dtype
@@ -325,7 +342,8 @@ class KernelWriter(ReductionEmitter):
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
         masks += [f"((tl.full([1, 1], 0, tl.int32) + pid{d}) == 0)" for d in missing]
         mask = f", mask={' & '.join(masks)}" if masks else ""
-        scope.lines.append(f"tl.store({ptr}, {code}.to({STORAGE[tv.dtype]}){mask})")
+        value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
+        scope.lines.append(f"tl.store({ptr}, {value}{mask})")
 
     def program_dims(self) -> list[int]:
         if self.plan.template is Template.pointwise:

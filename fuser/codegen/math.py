@@ -104,6 +104,14 @@ def _pow(a, b):
 
 
 @triton.jit
+def _round_bf16(x):
+    # fp32 rounded to the nearest bf16 (ties to even), still held in fp32; NaN kept
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 

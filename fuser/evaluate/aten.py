@@ -103,6 +103,16 @@ _BINARY = {
 _LOGICAL = {_B.logical_and, _B.logical_or}
 
 
+def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
+    """A Python scalar as a 0-dim tensor of the computation type; an integer wraps to the
+    type's width as eager arithmetic does (`int32_tensor + 2**40`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point \
+            and dtype != torch.bool:
+        bits = torch.iinfo(dtype).bits
+        value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+    return torch.tensor(value, dtype=dtype, device=device)
+
+
 @rule(BinaryOp)
 def _binary(e: BinaryOp, args, ctx):
     """Operands are brought to the op's computation type first (the IR's promotion, which is
@@ -114,7 +124,7 @@ def _binary(e: BinaryOp, args, ctx):
         a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, device=like.device) for v in (a, b))
         return [_to(_BINARY[e.kind](a, b), out)]
     compute = result_type(*e.inputs).to_torch()
-    a, b = (v.to(compute) if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=compute, device=like.device)
+    a, b = (v.to(compute) if isinstance(v, torch.Tensor) else _scalar_tensor(v, compute, like.device)
             for v in (a, b))
     if compute == torch.bool and e.kind in (_B.sub, _B.pow):  # ATen has no bool form of these
         a, b = a.to(torch.int64), b.to(torch.int64)

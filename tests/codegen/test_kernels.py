@@ -300,3 +300,25 @@ def test_sizes_from_scalar_inputs_are_part_of_the_launch_key(device):
     for cols in (4, 9):
         (out,) = fd.execute([x, cols])
         close(out, torch.exp(x).expand(3, cols))
+
+
+def test_bf16_casts_round_to_nearest_even(device):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.cast(a, DataType.BFloat16))
+        fd.add_output(fd.ops.mul(fd.ops.cast(fd.ops.cast(a, DataType.BFloat16), DataType.Float), 3.0))
+    x = torch.randn(3000, device=device)
+    x[:4] = torch.tensor([float("inf"), -0.0, 3.4e38, 1.0 + 2**-8], device=device)  # the last is a tie
+    stored, rounded_then_scaled = fd.execute([x])
+    assert torch.equal(stored, x.bfloat16())
+    assert torch.equal(rounded_then_scaled, x.bfloat16().float() * 3.0)
+
+
+def test_integer_constants_wrap_like_eager(device):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int32)
+        fd.add_output(fd.ops.add(a, 2**40 + 7))
+        fd.add_output(fd.ops.mul(a, -2**33 + 5))
+    x = torch.randint(-100, 100, (17,), dtype=torch.int32, device=device)
+    s, m = fd.execute([x])
+    assert torch.equal(s, x + (2**40 + 7)) and torch.equal(m, x * (-2**33 + 5))

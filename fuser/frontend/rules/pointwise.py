@@ -6,6 +6,7 @@ import math
 import torch
 
 from ...ir import DataType, TensorView
+from ...ops.pointwise import python_value
 from . import Kind, LoweringError, register
 
 aten = torch.ops.aten
@@ -226,6 +227,8 @@ def _copy(b, node, dst, src, non_blocking=False):
     from .shape import expand_to
 
     want = DataType.from_torch(b.meta(node).dtype)
+    if not hasattr(src, "dtype"):  # a Python number (a lifted 0-dim constant): fill with it
+        return b.fd.ops.full(b.out_shape(node), python_value(src, want), want)
     out = src if src.dtype is want else b.fd.ops.cast(src, want)
     return b.fd.ops.set(expand_to(b, out, b.out_shape(node)))
 
