@@ -305,7 +305,7 @@ class KernelWriter(ReductionEmitter):
             x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
         if compute.is_boolean and e.kind in _ARITHMETIC:
             # bool arithmetic as PyTorch does it: in integers, then nonzero is True
-            x, y = f"{x}.to(tl.int32)", f"{y}.to(tl.int32)"
+            x, y = (f"{self.block_literal(v, code, compute)}.to(tl.int32)" for v, code in ((a, x), (b, y)))
             self.bind(scope, e.out, f"({fmt.format(x=x, y=y)} != 0)")
             return
         self.bind(scope, e.out, fmt.format(x=x, y=y))

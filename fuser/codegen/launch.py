@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
@@ -51,8 +52,14 @@ class KernelLauncher:
         self._lock = threading.Lock()
 
     def allocate_outputs(self, values, device) -> list[torch.Tensor]:
-        return [torch.empty([int(f(values)) for f in fs], dtype=o.dtype.to_torch(), device=device)
-                for o, fs in zip(self.plan.outputs, self.out_extents)]
+        outputs = []
+        for o, fs in zip(self.plan.outputs, self.out_extents):
+            shape = [int(f(values)) for f in fs]
+            if any(s < 0 for s in shape):
+                raise FusionInputError(f"T{o.name} would have the negative shape {shape} in this "
+                                       f"execution (its extents: {[str(e) for e in local_extents(o)]})")
+            outputs.append(torch.empty(shape, dtype=o.dtype.to_torch(), device=device))
+        return outputs
 
     def strides(self, tensors: Sequence[torch.Tensor], n_axes: int) -> list[list[int]]:
         out = []

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import UnsupportedError
+from ..errors import FusionInputError, UnsupportedError
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
@@ -158,6 +158,11 @@ def _reduction(e: ReductionOp, args, ctx):
     axes = list(e.axes)
     if not axes or x.dim() == 0:
         return [x.to(out).clone()]
+    if e.kind in (ReductionOpType.max, ReductionOpType.min) and any(x.shape[a] == 0 for a in axes):
+        raise FusionInputError(
+            f"{e.kind.name}: T{e.inp.name} has size 0 on reduced axis "
+            f"{next(a for a in axes if x.shape[a] == 0)} in this execution; {e.kind.name} of no "
+            f"elements is undefined (PyTorch raises too)")
     if e.kind is ReductionOpType.sum:
         r = torch.sum(x, dim=axes)
     elif e.kind is ReductionOpType.prod:

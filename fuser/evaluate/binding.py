@@ -42,6 +42,9 @@ class BindingTable:
                 raise FusionInputError(f"{what} {format_extent(e)} evaluates to {v}, not an integer "
                                        f"(with {self.describe(e)})")
             v = int(v)
+        if v < 0:
+            raise FusionInputError(f"{what} {format_extent(e)} evaluates to {v}, a negative size "
+                                   f"(with {self.describe(e)})")
         return v
 
     def describe(self, e: Extent) -> str:

@@ -9,6 +9,7 @@ Every call is recorded, so `repr(fd)` prints Python that rebuilds the definition
 """
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, Optional, Sequence
 
@@ -35,7 +36,7 @@ class _Recorder:
             if id(v) in self.scalar_names:
                 return self.scalar_names[id(v)]
             if v.is_constant:
-                return repr(v.value)
+                return _python_literal(v.value)
             for tv in self.defined:  # an extent of a tensor the code has already made
                 for k, d in enumerate(tv.domain.no_reductions()):
                     if d.extent == v.expr and not d.is_broadcast:
@@ -46,7 +47,7 @@ class _Recorder:
             return f"[{inner}]"
         if isinstance(v, dict):
             return "{" + ", ".join(f"{k!r}: {self.name(x)}" for k, x in v.items()) + "}"
-        return repr(v)
+        return _python_literal(v)
 
     def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
         parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
@@ -76,6 +77,13 @@ class _Recorder:
                 if d.parallel_type is not ParallelType.serial:
                     lines.append(f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})")
         return lines
+
+
+def _python_literal(v: Any) -> str:
+    """Python source for a value; non-finite floats as float('inf') (repr gives a bare name)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float('{v}')"
+    return repr(v)
 
 
 class _Ops:

@@ -15,3 +15,15 @@ def test_python_float_assigned_into_a_slice():
     got = fuser.jit(f)(x)
     torch.testing.assert_close(got, f(y))
     torch.testing.assert_close(x, y)  # the argument was updated in place, as eager does
+
+
+def test_grouped_query_attention_repeat_kv():
+    def repeat_kv(h):
+        b, kvh, s, d = h.shape
+        return h[:, :, None].expand(b, kvh, 2, s, d).reshape(b, kvh * 2, s, d)
+
+    def attention_scores(q, k):
+        return torch.softmax(q @ repeat_kv(k).transpose(-1, -2), -1)
+
+    q, k = torch.randn(2, 6, 4, 5), torch.randn(2, 3, 4, 5)
+    torch.testing.assert_close(fuser.jit(attention_scores)(q, k), attention_scores(q, k))
