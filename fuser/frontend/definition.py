@@ -25,7 +25,7 @@ class _Recorder:
 
     def __init__(self, fd: "FusionDefinition"):
         self.fd = fd
-        self.lines: list[str] = []
+        self.lines: list[tuple[int, str]] = []  # (event number, Python line)
         self.scalar_names: dict[int, str] = {}  # scalars bound to a variable by a recorded call
         self.defined: list[TensorView] = []  # tensors in the order the printed code creates them
 
@@ -58,24 +58,27 @@ class _Recorder:
             elif isinstance(r, TensorView):
                 self.defined.append(r)
         lhs = ", ".join(self.name(r) for r in results) + " = " if results else ""
-        self.lines.append(f"{lhs}{call}({', '.join(parts)})")
+        self.lines.append((self.fd.fusion.next_event(), f"{lhs}{call}({', '.join(parts)})"))
 
-    def schedule_lines(self) -> list[str]:
-        """The scheduling calls made on the tensors, then the parallel type of each loop axis."""
+    def schedule_lines(self) -> list[tuple[int, str]]:
+        """The scheduling calls made on the tensors (numbered as they were made), then the
+        parallel type of each loop axis (last: parallelizing creates no IterDomains)."""
         lines = []
-        for tv, method, args in self.fd.fusion.schedule_log:
+        for event, tv, method, args in self.fd.fusion.schedule_log:
             if method == "set_device_mesh":
-                lines.append(f"tv{tv.name}.set_device_mesh(DeviceMesh({list(args[0].devices)}))")
+                line = f"tv{tv.name}.set_device_mesh(DeviceMesh({list(args[0].devices)}))"
             elif method == "set_allocation_domain":
                 positions, contiguity = args
                 ids = ", ".join(f"tv{tv.name}.get_{where}_domain()[{k}]" for where, k in positions)
-                lines.append(f"tv{tv.name}.set_allocation_domain([{ids}], {contiguity!r})")
+                line = f"tv{tv.name}.set_allocation_domain([{ids}], {contiguity!r})"
             else:
-                lines.append(f"tv{tv.name}.{method}({', '.join(repr(a) for a in args)})")
+                line = f"tv{tv.name}.{method}({', '.join(repr(a) for a in args)})"
+            lines.append((event, line))
+        last = float("inf")
         for tv in self.defined:
             for k, d in enumerate(tv.domain.loop):
                 if d.parallel_type is not ParallelType.serial:
-                    lines.append(f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})")
+                    lines.append((last, f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})"))
         return lines
 
 
@@ -227,9 +230,9 @@ class FusionDefinition:
 
     def __repr__(self) -> str:
         schedule = self._recorder.schedule_lines()
-        lines = list(self._recorder.lines)
+        lines = [line for _, line in sorted(self._recorder.lines + schedule, key=lambda e: e[0])]
         if schedule:
-            lines = ["from fuser import ParallelType", "from fuser.multidevice import DeviceMesh"] + lines + schedule
+            lines = ["from fuser import ParallelType", "from fuser.multidevice import DeviceMesh"] + lines
         body = "\n".join(f"    {line}" for line in lines)
         return f"def nvfuser_fusion(fd : FusionDefinition) -> None :\n{body}\n"
 

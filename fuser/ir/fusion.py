@@ -27,12 +27,13 @@ class Fusion:
         self._tvs: list[TensorView] = []
         self._scalars: list[Scalar] = []
         self._ids: list[IterDomain] = []
-        self._counters = {"tv": 0, "id": 0, "scalar": 0}
+        self._counters = {"tv": 0, "id": 0, "scalar": 0, "event": 0}
         # (a, b, why): extents that must be equal but could not be made one symbol
         self.constraints: list[tuple[Extent, Extent, str]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
-        # scheduling calls made on tensors (tensor, method, arguments), for printing the definition
-        self.schedule_log: list[tuple[TensorView, str, tuple]] = []
+        # scheduling calls made on tensors (event number, tensor, method, arguments), for printing
+        # the definition in the order it was written
+        self.schedule_log: list[tuple[int, TensorView, str, tuple]] = []
         # symbols of scalar inputs: bound to the value the caller passes, never rewritten
         self._input_symbols: set[sympy.Symbol] = set()
 
@@ -82,6 +83,13 @@ class Fusion:
             s = self.new_scalar(DataType.Int, expr=extent)
             self._extent_scalars[extent] = s
         return s
+
+    def next_event(self) -> int:
+        """A number that orders definition and scheduling calls as they were made."""
+        return self._next("event")
+
+    def log_schedule(self, entry: tuple) -> None:
+        self.schedule_log.append((self.next_event(), *entry))
 
     def add_input(self, val: Val) -> None:
         self._inputs.append(val)

@@ -129,7 +129,7 @@ class TensorView(Val):
 
     def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
         self.domain.split(self.fusion.new_id, axis, factor, inner_split)
-        self.fusion.schedule_log.append((self, "split", (axis, factor, inner_split)))
+        self.fusion.log_schedule((self, "split", (axis, factor, inner_split)))
         return self
 
     def inner_split(self, axis: int, factor) -> "TensorView":
@@ -140,12 +140,12 @@ class TensorView(Val):
 
     def merge(self, axis_o: int, axis_i: Optional[int] = None) -> "TensorView":
         self.domain.merge(self.fusion.new_id, axis_o, axis_i)
-        self.fusion.schedule_log.append((self, "merge", (axis_o,) if axis_i is None else (axis_o, axis_i)))
+        self.fusion.log_schedule((self, "merge", (axis_o,) if axis_i is None else (axis_o, axis_i)))
         return self
 
     def reorder(self, old_to_new: dict[int, int]) -> "TensorView":
         self.domain.reorder(old_to_new)
-        self.fusion.schedule_log.append((self, "reorder", (dict(old_to_new),)))
+        self.fusion.log_schedule((self, "reorder", (dict(old_to_new),)))
         return self
 
     def set_allocation_domain(self, ids: Sequence[IterDomain], new_contiguity=True) -> "TensorView":
@@ -153,14 +153,14 @@ class TensorView(Val):
         positions = [("loop", next(k for k, x in enumerate(loop) if x is d)) if any(x is d for x in loop)
                      else ("logical", next((k for k, x in enumerate(logical) if x is d), -1)) for d in ids]
         self.domain.set_allocation(ids, new_contiguity)
-        self.fusion.schedule_log.append((self, "set_allocation_domain", (positions, new_contiguity)))
+        self.fusion.log_schedule((self, "set_allocation_domain", (positions, new_contiguity)))
         return self
 
     def set_device_mesh(self, mesh: DeviceMesh) -> "TensorView":
         if not isinstance(mesh, DeviceMesh):
             raise FusionDefinitionError(f"set_device_mesh expects a DeviceMesh, got {mesh!r}")
         self.device_mesh = mesh
-        self.fusion.schedule_log.append((self, "set_device_mesh", (mesh,)))
+        self.fusion.log_schedule((self, "set_device_mesh", (mesh,)))
         return self
 
     def __repr__(self) -> str:

@@ -79,3 +79,18 @@ def test_repr_of_non_finite_constants_runs():
     with FusionDefinition() as again:
         ns["nvfuser_fusion"](again)
     assert again.fusion.structural_hash() == fd.fusion.structural_hash()
+
+
+def test_repr_keeps_scheduling_calls_where_they_were_made():
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        y = fd.ops.exp(t)
+        y.split(1, 2)
+        fd.add_output(fd.ops.neg(y))
+    text = repr(fd)
+    assert text.index(".split(1, 2") < text.index("fd.ops.neg")
+    ns = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(text, ns)  # noqa: S102
+    with FusionDefinition() as again:
+        ns["nvfuser_fusion"](again)
+    assert again.fusion.structural_hash() == fd.fusion.structural_hash()
