@@ -31,6 +31,11 @@ class IterDomain:
     is_rfactor: bool = False
 
     @property
+    def size(self) -> Extent:
+        """Elements along the axis: an expanded broadcast counts its expanded size."""
+        return self.expanded_extent if self.expanded_extent is not None else self.extent
+
+    @property
     def is_reduction(self) -> bool:
         return self.iter_type is IterType.Reduction
 

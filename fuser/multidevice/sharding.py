@@ -52,20 +52,16 @@ def _sharded(tv: TensorView, leaf: IterDomain, with_streams: bool) -> bool:
     return with_streams and leaf.is_stream and any(leaf is x for x in dom.maybe_allocation)
 
 
-def _axis_extent(d: IterDomain) -> Extent:
-    return d.expanded_extent if d.expanded_extent is not None else d.extent
-
-
 def local_extents(tv: TensorView, with_streams: bool = False) -> list[Extent]:
     """Per logical non-reduction axis, the extent held locally: by one rank, and with
     `with_streams`, by one stream chunk where the allocation is stream-parallel."""
     if not tv.domain.transforms:
-        return [_axis_extent(d) for d in tv.domain.no_reductions()]
+        return [d.size for d in tv.domain.no_reductions()]
     out = []
     for d in tv.domain.no_reductions():
         leaves = _leaves(tv, d)
         if len(leaves) == 1 or not any(_sharded(tv, x, with_streams) for x in leaves):
-            out.append(_axis_extent(d))
+            out.append(d.size)
             continue
         out.append(math.prod([x.extent for x in leaves if not _sharded(tv, x, with_streams)],
                              start=sympy.Integer(1)))

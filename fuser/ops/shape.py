@@ -18,11 +18,6 @@ from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_ten
 from .pointwise import result_type
 
 
-def size_of(d) -> sympy.Expr:
-    """The number of elements along an axis: an expanded broadcast counts its expanded size."""
-    return d.expanded_extent if d.expanded_extent is not None else d.extent
-
-
 def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
     check_tensor("broadcast", tv)
     flags = [bool(b) for b in is_broadcast_dim]
@@ -122,7 +117,7 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
     new_shape = list(new_shape)
     if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1:
         raise FusionDefinitionError(f"{op}: at most one -1 in new_shape {new_shape}")
-    in_numel = math.prod([size_of(d) for d in tv.domain.no_reductions()], start=sympy.Integer(1))
+    in_numel = math.prod([d.size for d in tv.domain.no_reductions()], start=sympy.Integer(1))
     known = [extent_of(f, s, op) for s in new_shape if not (isinstance(s, int) and s == -1)]
     known_numel = math.prod(known, start=sympy.Integer(1))
     extents = []
@@ -174,7 +169,7 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
     for k, (d, a, b, s) in enumerate(zip(tv.domain.no_reductions(), start_indices, end_indices, strides)):
         if not isinstance(s, int) or s < 1:
             raise FusionDefinitionError(f"{op}: stride {s!r} of axis {k} must be a positive int")
-        ext = size_of(d)
+        ext = d.size
         lo, hi = (_normalize_index(f, v, ext, op) for v in (a, b))
         hi = sympy.Max(lo, hi)
         length = ceilDiv(hi - lo, sympy.Integer(s))
@@ -214,7 +209,7 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
         axis = tv.ndim - 1 - k
         extra = widths[2 * k] + widths[2 * k + 1]
         if extra:
-            ids[axis] = f.new_id(size_of(ids[axis]) + extra)
+            ids[axis] = f.new_id(ids[axis].size + extra)
     width_vals = [f.new_scalar(DataType.Int, value=w) for w in widths]
     out = new_tensor(f, ids, tv.dtype)
     f.add_expr(PadOp(inputs=(tv, value, *width_vals), outputs=(out,)))
@@ -238,11 +233,11 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
     for k in range(n):
         dims = [t.domain.no_reductions()[k] for t in tensors]
         if k == dim:
-            ids.append(f.new_id(sum((size_of(d) for d in dims), sympy.Integer(0))))
+            ids.append(f.new_id(sum((d.size for d in dims), sympy.Integer(0))))
         else:
-            e = size_of(dims[0])
+            e = dims[0].size
             for other in dims[1:]:
-                e = f.unify(e, size_of(other), f"{op}: axis {k} of the inputs")
+                e = f.unify(e, other.size, f"{op}: axis {k} of the inputs")
             ids.append(f.new_id(e))
     out = new_tensor(f, ids, dtype)
     f.add_expr(CatOp(inputs=tuple(tensors), outputs=(out,), dim=dim))

@@ -288,19 +288,24 @@ def _scatter_value(b, node, base, dim, index, value):
     fill = _constant_fill(node.args[0])
     if fill is None:
         raise LoweringError("scatter into a tensor that is not a constant fill")
-    out_sizes = [size_expr(s) for s in b.meta(node).shape]
-    idx_sizes = [size_expr(s) for s in meta_val(node.args[2]).shape]
-    dim %= len(out_sizes)
-    if len(idx_sizes) != len(out_sizes) or idx_sizes[dim] != 1 or any(
-            a != c for k, (a, c) in enumerate(zip(idx_sizes, out_sizes)) if k != dim):
-        raise LoweringError("scatter with more than one index per row")
-    ops = b.fd.ops
     dtype = DataType.from_torch(b.meta(node).dtype)
-    positions = ops.iota(b.out_shape(node)[dim], 0, 1, DataType.Int)
-    positions = ops.broadcast(positions, [k != dim for k in range(len(out_sizes))])
-    hit = ops.eq(positions, index)
-    return ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
-                     b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype))
+    hit = _one_hot(b, b.meta(node).shape, node.args[2], dim, b.out_shape(node)[dim], index, "scatter")
+    return b.fd.ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
+                          b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype))
+
+
+def _one_hot(b, shape, index_node, dim, length, index, what):
+    """`iota(length) == index` along `dim`, for an index holding one position per row (shape
+    equal to `shape` but 1 along `dim`)."""
+    sizes = [size_expr(s) for s in shape]
+    idx_sizes = [size_expr(s) for s in meta_val(index_node).shape]
+    dim %= len(sizes)
+    if len(idx_sizes) != len(sizes) or idx_sizes[dim] != 1 or any(
+            a != c for k, (a, c) in enumerate(zip(idx_sizes, sizes)) if k != dim):
+        raise LoweringError(f"{what} with more than one index per row")
+    positions = b.fd.ops.iota(length, 0, 1, DataType.Int)
+    positions = b.fd.ops.broadcast(positions, [k != dim for k in range(len(sizes))])
+    return b.fd.ops.eq(positions, index)
 
 
 @register(aten.gather.default, kind=Kind.reduction)
@@ -308,14 +313,7 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
     """`x.gather(dim, index)` with one index per row picks one element: the sum along `dim` of
     `where(iota == index, x, 0)`, a reduction a kernel fuses with its neighbours (the target
     logit of a cross entropy)."""
-    x_sizes = [size_expr(s) for s in b.input_meta(node).shape]
-    idx_sizes = [size_expr(s) for s in meta_val(node.args[2]).shape]
-    dim %= len(x_sizes)
-    if len(idx_sizes) != len(x_sizes) or idx_sizes[dim] != 1 or any(
-            a != c for k, (a, c) in enumerate(zip(idx_sizes, x_sizes)) if k != dim):
-        raise LoweringError("gather of more than one index per row")
-    ops = b.fd.ops
-    positions = ops.iota(b.size(b.input_meta(node).shape[dim]), 0, 1, DataType.Int)
-    positions = ops.broadcast(positions, [k != dim for k in range(len(x_sizes))])
-    picked = ops.where(ops.eq(positions, index), x, 0)
-    return ops.sum(picked, [dim], True)
+    shape = b.input_meta(node).shape
+    dim %= len(shape)
+    hit = _one_hot(b, shape, node.args[2], dim, b.size(shape[dim]), index, "gather")
+    return b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
