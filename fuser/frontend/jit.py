@@ -24,9 +24,11 @@ import torch
 
 from ..errors import FuserError, FusionInputError, InternalError
 from .backend import GraphRecord, backend_for
+from .direct import MISS, DirectCall
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
+_SCALARS = (int, float, bool)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class JitFunction:
         self._stats = Stats()
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=dynamic)
+        self._direct = DirectCall(fn)
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -78,6 +81,15 @@ class JitFunction:
 
     def _call(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
         stats.calls += 1
+        if not kwargs and self._direct.entry is not None and not torch.compiler.is_compiling() \
+                and all(_plain_tensor(a) if type(a) is torch.Tensor else type(a) in _SCALARS for a in args):
+            token = CURRENT_STATS.set(stats)
+            try:
+                out = self._direct(args)
+            finally:
+                CURRENT_STATS.reset(token)
+            if out is not MISS:
+                return out
         problem = untraceable_argument(self._fn, args, kwargs)
         if problem is not None:
             if self._fallback == "eager":
@@ -88,7 +100,9 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         token = CURRENT_STATS.set(stats)
         try:
-            return self._compiled(*args, **kwargs)
+            out = self._compiled(*args, **kwargs)
+            self._direct.remember()
+            return out
         except Exception as e:
             failure = _backend_failure(e)
             if failure is None and not isinstance(e, FuserError):
@@ -175,7 +189,7 @@ _DEVICES = ("cpu", "cuda")
 
 def untraceable_argument(fn: Callable, args: tuple, kwargs: dict) -> Optional[str]:
     """A sentence naming the first argument fuser cannot trace or run, or None."""
-    if all(type(a) is torch.Tensor and _tensor_problem(a) is None for a in args) and not kwargs:
+    if not kwargs and all(type(a) is torch.Tensor and _plain_tensor(a) for a in args):
         return None  # the common case, checked without walking anything
     for name, value in _named_arguments(fn, args, kwargs):
         found = _find_problem(value, name)
@@ -222,6 +236,12 @@ def _find_problem(value: Any, where: str, depth: int = 0) -> Optional[str]:
             if found:
                 return found
     return None
+
+
+def _plain_tensor(t: torch.Tensor) -> bool:
+    """A dense tensor on the CPU or a CUDA device (the test of the common case, cheaper than
+    `_tensor_problem`)."""
+    return t.layout is torch.strided and not t.is_quantized and not t.is_nested and (t.is_cuda or t.is_cpu)
 
 
 def _tensor_problem(t: torch.Tensor) -> Optional[str]:

@@ -1,0 +1,173 @@
+"""A repeat call of a jitted function without Dynamo's per-call Python layers.
+
+Every call of a `torch.compile`d function runs Dynamo's wrapper: it installs the frame callback,
+patches configuration, checks tracing state, and only then does CPython evaluate the frame,
+find a cache entry whose guards pass and run that entry's transformed bytecode. On a small
+launch-bound function this costs several times fuser's own work (about 40 us of a 60 us call on
+the development CPU).
+
+`DirectCall` remembers the cache entry Dynamo used last for a function and, on the next call,
+evaluates that entry's guards itself (the same C++ guard manager Dynamo calls, which covers the
+arguments, the globals and closure values the function read, grad mode and the other global
+state) and runs the entry's transformed code as a function. Anything it cannot vouch for goes
+through Dynamo as before: keyword arguments, a guard that fails, an entry Dynamo invalidated or
+replaced, transformed code that resumes after a graph break (the resumed frames must be compiled
+too), a non-default compiler stance, tracing in progress, or a torch whose internals differ.
+
+The transformed code calls the compiled graph and a few of Dynamo's helpers (reading sizes,
+profiler marks) through `torch._dynamo.disable` wrappers, which switch the frame callback off
+and on again around each call (a few microseconds each). With no callback installed, which
+`__call__` checks, they do nothing else, so the remembered code calls the wrapped functions
+themselves, under names of its own.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Optional
+
+import torch
+
+try:  # internals of torch._dynamo; without them every call goes through Dynamo
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list as _entries
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _callback
+    from torch._dynamo import eval_frame as _eval_frame
+    _eval_frame._stance.stance  # noqa: B018 - present since torch 2.6
+except (ImportError, AttributeError):  # pragma: no cover - depends on the torch version
+    _entries = None
+
+MISS = object()  # the call was not made: go through Dynamo
+
+_UTILS_GLOBAL = "__import_torch_dot__dynamo_dot_utils"  # Dynamo's name for torch._dynamo.utils
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _plain_function(fn: Any) -> bool:
+    if _entries is None or type(fn) is not types.FunctionType:
+        return False
+    code = fn.__code__
+    return not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_kwonlyargcount
+                or code.co_cellvars)
+
+
+class DirectCall:
+    """The last Dynamo cache entry of one plain function, callable without Dynamo."""
+
+    def __init__(self, fn: Callable):
+        self.usable = _plain_function(fn)
+        self.fn = fn
+        self.entry = None      # Dynamo's CacheEntry (kept alive by Dynamo's own list)
+        self.guards = None     # its guard manager when remembered: Dynamo swaps it to invalidate
+        self.run: Optional[Callable] = None
+        self.hits = 0
+        if self.usable:
+            code = fn.__code__
+            self.code = code
+            self.names = code.co_varnames[:code.co_argcount]
+            self.defaults = fn.__defaults__ or ()
+
+    def __call__(self, args: tuple) -> Any:
+        entry = self.entry
+        if entry is None:
+            return MISS
+        found = _entries(self.code)
+        if not found or found[0] is not entry or entry.guard_manager is not self.guards:
+            return MISS
+        if _callback() not in (None, False) or _eval_frame._stance.stance != "default" \
+                or torch._guards.TracingContext.try_get() is not None:
+            return MISS
+        local = self._locals(args)
+        if local is None or not self.guards.check(local):
+            return MISS
+        self.hits += 1
+        return self.run(*args)
+
+    def _locals(self, args: tuple) -> Optional[dict]:
+        """The frame's locals at entry, as Dynamo's guards read them: the arguments (defaults
+        filled in) and the closure's values."""
+        n, names = len(args), self.names
+        if n > len(names) or n < len(names) - len(self.defaults):
+            return None
+        local = dict(zip(names, args))
+        if n < len(names):
+            local.update(zip(names[n:], self.defaults[len(self.defaults) - (len(names) - n):]))
+        closure = self.fn.__closure__
+        if closure:
+            try:
+                local.update(zip(self.code.co_freevars, (c.cell_contents for c in closure)))
+            except ValueError:  # an empty cell
+                return None
+        return local
+
+    def remember(self) -> None:
+        """After a call through Dynamo: remember the entry it ran (its list is most recently
+        used first), unless the transformed code resumes in a frame Dynamo must compile."""
+        if not self.usable:
+            return
+        try:
+            found = _entries(self.code)
+            if not found:
+                self.entry = None
+                return
+            entry = found[0]
+            if entry is self.entry and entry.guard_manager is self.guards:
+                return
+            code = entry.code
+            if code is None or any(name.startswith("__resume_at") for name in code.co_names) \
+                    or code.co_freevars != self.code.co_freevars:
+                self.entry = None
+                return
+            self.run = types.FunctionType(_without_disable_wrappers(code, self.fn.__globals__),
+                                          self.fn.__globals__, self.fn.__name__,
+                                          self.fn.__defaults__, self.fn.__closure__)
+            self.entry, self.guards = entry, entry.guard_manager
+        except (AttributeError, TypeError, ValueError):  # another torch's internals
+            self.usable = False
+            self.entry = None
+
+
+def _unwrapped(value: Any) -> Any:
+    """The function inside a `torch._dynamo.disable` or `torch._disable_dynamo` wrapper."""
+    orig = getattr(value, "_torchdynamo_orig_callable", None)  # torch._dynamo.disable(fn)
+    if orig is not None:
+        return orig
+    code = getattr(value, "__code__", None)
+    if code is not None and code is _DISABLE_DYNAMO_CODE and hasattr(value, "__wrapped__"):
+        return value.__wrapped__  # torch._disable_dynamo(fn)
+    return value
+
+
+class _UnwrappedUtils:
+    """torch._dynamo.utils with its disable-wrapped helpers unwrapped."""
+
+    def __init__(self, module: Any):
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = _unwrapped(getattr(self._module, name))
+        setattr(self, name, value)
+        return value
+
+
+def _without_disable_wrappers(code: types.CodeType, globals_: dict) -> types.CodeType:
+    """`code` reading the compiled graph and Dynamo's helpers from globals of its own that hold
+    them unwrapped (the same objects, minus the wrappers)."""
+    names = list(code.co_names)
+    for k, name in enumerate(names):
+        if name.startswith("__compiled_fn") and name in globals_:
+            target = _unwrapped(globals_[name])
+        elif name == _UTILS_GLOBAL and name in globals_:
+            target = _UnwrappedUtils(globals_[name])
+        else:
+            continue
+        alias = f"__fuser_direct{name}"
+        globals_[alias] = target
+        names[k] = alias
+    return code.replace(co_names=tuple(names))
+
+
+try:
+    from torch._dynamo.utils import call_size as _probe
+    _DISABLE_DYNAMO_CODE = _probe.__code__
+except (ImportError, AttributeError):  # pragma: no cover
+    _DISABLE_DYNAMO_CODE = None

@@ -1,0 +1,137 @@
+"""The direct call path of `fuser.jit` (frontend/direct.py): repeat calls skip Dynamo's wrapper
+but never its guards, so every change Dynamo would notice still reaches Dynamo."""
+import pytest
+import torch
+
+import fuser
+
+from .jit_helpers import assert_close_to_eager
+
+SCALE = 2.0
+
+
+def scaled(x, y):
+    return torch.relu(x * y + SCALE).sum(-1)
+
+
+def test_repeat_calls_take_the_direct_path_and_match_eager():
+    jitted = fuser.jit(scaled)
+    for _ in range(3):
+        x, y = torch.randn(6, 9), torch.randn(6, 9)
+        assert_close_to_eager(jitted(x, y), scaled(x, y))
+    assert jitted._direct.hits == 2
+    assert jitted.cache_info().calls == 3
+    assert jitted.cache_info().compiles == 1
+
+
+def test_a_changed_global_is_seen():
+    global SCALE
+    jitted = fuser.jit(scaled)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    jitted(x, y)
+    jitted(x, y)
+    try:
+        SCALE = -1.5
+        assert_close_to_eager(jitted(x, y), scaled(x, y))
+        assert_close_to_eager(jitted(x, y), scaled(x, y))
+    finally:
+        SCALE = 2.0
+    assert_close_to_eager(jitted(x, y), scaled(x, y))
+
+
+def test_a_changed_closure_value_is_seen():
+    offset = 1.0
+
+    def shifted(x):
+        return torch.sigmoid(x) + offset
+
+    jitted = fuser.jit(shifted)
+    x = torch.randn(5, 7)
+    for value in (1.0, 1.0, 3.0, 3.0, -2.0):
+        offset = value
+        assert_close_to_eager(jitted(x), torch.sigmoid(x) + value)
+
+
+def test_new_dtype_and_grad_mode_reach_dynamo():
+    jitted = fuser.jit(scaled)
+    x, y = torch.randn(3, 10), torch.randn(3, 10)
+    jitted(x, y)
+    jitted(x, y)
+    xd, yd = x.double(), y.double()
+    out = jitted(xd, yd)
+    assert out.dtype == torch.float64
+    assert_close_to_eager(out, scaled(xd, yd))
+    # an input that needs a gradient: the training graph, and gradients as eager
+    xg = x.clone().requires_grad_()
+    for _ in range(2):
+        (g,) = torch.autograd.grad(jitted(xg, y).sum(), [xg])
+        xe = x.clone().requires_grad_()
+        (ge,) = torch.autograd.grad(scaled(xe, y).sum(), [xe])
+        assert_close_to_eager(g, ge)
+    with torch.no_grad():
+        assert not jitted(xg, y).requires_grad
+
+
+def test_default_arguments_and_shapes():
+    def affine(x, w, bias=0.5):
+        return x * w + bias
+
+    jitted = fuser.jit(affine)
+    for rows in (2, 3, 5):
+        x, w = torch.randn(rows, 6), torch.randn(6)
+        for _ in range(2):
+            assert_close_to_eager(jitted(x, w), affine(x, w))
+        for _ in range(2):
+            assert_close_to_eager(jitted(x, w, 1.5), affine(x, w, 1.5))
+    assert jitted._direct.hits >= 4
+
+
+def test_graph_break_keeps_the_dynamo_path():
+    def broken(x):
+        y = torch.cos(x) * 2
+        torch._dynamo.graph_break()
+        return torch.sin(y) + 1
+
+    jitted = fuser.jit(broken)
+    x = torch.randn(4, 4)
+    for _ in range(3):
+        assert_close_to_eager(jitted(x), broken(x))
+    assert jitted._direct.hits == 0
+
+
+def test_dynamo_reset_and_eager_stance():
+    jitted = fuser.jit(scaled)
+    x, y = torch.randn(2, 5), torch.randn(2, 5)
+    jitted(x, y)
+    jitted(x, y)
+    torch._dynamo.reset()
+    assert_close_to_eager(jitted(x, y), scaled(x, y))
+    assert_close_to_eager(jitted(x, y), scaled(x, y))
+    hits = jitted._direct.hits
+    with torch.compiler.set_stance("force_eager"):
+        assert_close_to_eager(jitted(x, y), scaled(x, y))
+    assert jitted._direct.hits == hits
+
+
+@pytest.mark.parametrize("case", ["view_of_input", "mutates_input"])
+def test_outputs_aliasing_or_mutating_inputs_keep_their_semantics(case):
+    if case == "view_of_input":
+        def fn(x):
+            return x.view(-1), torch.exp(x)
+    else:
+        def fn(x):
+            x.add_(1.0)
+            return torch.exp(x)
+
+    jitted = fuser.jit(fn)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        expected_input = x.clone()
+        expected = fn(expected_input)
+        out = jitted(x)
+        if case == "view_of_input":
+            assert out[0].data_ptr() == x.data_ptr()
+            assert_close_to_eager(out[1], expected[1])
+        else:
+            assert_close_to_eager(x, expected_input)
+            assert_close_to_eager(out, expected)
