@@ -57,6 +57,29 @@ def host_table() -> None:
         print(f"| {name} | {per_call_us(fn, (x, y)):.1f} |")
 
 
+def profile_host(calls: int = 3000) -> None:
+    """Where the host time of the FusionDefinition and fuser.jit calls goes (cProfile, top
+    entries by own time, in us per call)."""
+    import cProfile
+    import pstats
+
+    x, y = (torch.randn(8, 32, device="cuda") for _ in range(2))
+    for name, fn in (("fuser FusionDefinition", small_fd()), ("fuser.jit", fuser.jit(small))):
+        for _ in range(50):
+            fn(x, y)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn(x, y)
+        prof.disable()
+        stats = pstats.Stats(prof)
+        print(f"== {name}: {stats.total_tt / calls * 1e6:.1f} us per call under cProfile")
+        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:14]
+        for (file, line, func), (_, ncalls, tottime, cumtime, _) in rows:
+            print(f"   {tottime / calls * 1e6:6.2f} own {cumtime / calls * 1e6:7.2f} cum  x{ncalls // calls}"
+                  f"  {os.path.basename(file)}:{line}({func})")
+
+
 def profile_row(name: str) -> None:
     from benchmarks import fuser_defs, suite
 
@@ -80,10 +103,13 @@ def profile_row(name: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", action="append", default=[], help="suite kernel name to profile")
+    p.add_argument("--profile", action="store_true", help="cProfile the fuser calls of the table")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("host_overhead: needs a CUDA GPU")
     host_table()
+    if args.profile:
+        profile_host()
     for row in args.row:
         profile_row(row)
 

@@ -209,6 +209,14 @@ class _Step:
         self.launch(*args, **self.kwargs)
 
 
+def _raw_stream_fallback(device: int) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _raw_stream_fallback)
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: torch.cuda.current_device())
+
+
 class _DirectStep(_Step):
     """A launch that calls the compiled kernel's launcher directly, skipping Triton's per-call
     argument binding and cache lookup (tens of microseconds a call). It is valid for one entry
@@ -221,23 +229,33 @@ class _DirectStep(_Step):
         self.fn, self.grid = fn, grid
         self.compiled = None
         self.aligned = False
+        self.tensor_at: list[int] = []
         self.constexprs = [kwargs["BLOCK0"], kwargs["BLOCK1"], kwargs["INT64"]]
         self.usable = True
+        self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
+
+    def _first(self, args: list) -> None:
+        self.launch(*args, **self.kwargs)
+        if self.compiled is None and self.usable:
+            from triton import knobs
+
+            self.tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            self.compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
+            self.compiled._init_handles()
+            self.aligned = not any(args[k].data_ptr() % 16 for k in self.tensor_at)
+            self.hooks = knobs.runtime
 
     def __call__(self, args: list) -> None:
-        pointers = [a.data_ptr() for a in args if isinstance(a, torch.Tensor)]
-        if self.compiled is None or not self.usable or (self.aligned and any(p % 16 for p in pointers)):
-            self.launch(*args, **self.kwargs)
-            if self.compiled is None and self.usable:
-                self.compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
-                self.compiled._init_handles()
-                self.aligned = not any(p % 16 for p in pointers)
-            return
-        from triton import knobs
-
         kernel = self.compiled
-        stream = torch.cuda.current_stream().cuda_stream
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if kernel is None or not self.usable:
+            return self._first(args)
+        if self.aligned:
+            for k in self.tensor_at:
+                if args[k].data_ptr() % 16:
+                    return self.launch(*args, **self.kwargs)
+        # the current device's current stream, as Triton's own launch takes it
+        stream = _raw_stream(_current_device())
+        enter, leave = self.hooks.launch_enter_hook, self.hooks.launch_exit_hook
         full = args + self.constexprs
         meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) if enter is not None else None
         try:
