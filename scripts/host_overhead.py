@@ -95,7 +95,9 @@ def profile_row(name: str) -> None:
                 fn(*args)
             torch.cuda.synchronize()
         kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-        print(f"== {label}: {name}[16384x4096], wall {per_call_us(fn, args, 50):.1f} us per call")
+        direct = getattr(fn, "_direct", None)
+        hits = f", direct calls {direct.hits}" if direct is not None else ""
+        print(f"== {label}: {name}[16384x4096], wall {per_call_us(fn, args, 50):.1f} us per call{hits}")
         for e in sorted(kernels, key=lambda e: -e.device_time_total)[:6]:
             print(f"   {e.key[:70]:70s} x{e.count // 10} {e.device_time_total / 10:.1f} us")
 
