@@ -30,6 +30,9 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
                BinaryOpType.minimum}
 
 
+_FP32_COMPUTED = (DataType.Float, DataType.BFloat16, DataType.Half)
+
+
 def _wrap_int(v: int, dtype: DataType) -> int:
     """An integer constant as the tensor's integer type holds it (two's complement wrap, as
     eager `int32_tensor + 2**40` computes)."""
@@ -65,6 +68,7 @@ class KernelWriter(ReductionEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
+        self.bf16_outputs = all(o.dtype is DataType.BFloat16 for o in plan.outputs)
         # split outer reductions run in two kernels: "partial" reduces one chunk of rows into a
         # workspace row per chunk, "combine" reduces the workspace rows and finishes the group
         self.split = split
@@ -287,7 +291,7 @@ class KernelWriter(ReductionEmitter):
             self.bind(scope, e.out, self.operand(scope, e.inp, in_dt))
             return
         x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
-        fmt = unary_lowering(e.kind, self.target)
+        fmt = unary_lowering(e.kind, self.target, self.bf16_outputs and e.out.dtype in _FP32_COMPUTED)
         if fmt is None:
             raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
         self.helpers_used |= fmt.startswith("_")

@@ -130,7 +130,23 @@ def _welford_combine(mean1, m2_1, n1, mean2, m2_2, n2):
 '''
 
 
-def unary_lowering(kind: UnaryOpType, target: str) -> Optional[str]:
+# Lowerings for kernels whose outputs are all bf16: the hardware's approximations, whose error
+# (tanh.approx.f32: relative 2^-10.9 at most) stays below half a bf16 unit in the last place
+# (2^-9), so results differ from eager by rounding at most. tanh is what makes GELU
+# compute-bound on an H200 with libdevice's accurate tanh (0.64 of copy bandwidth against
+# 0.93 with the approximation, benchmarks/sweep_pointwise.py).
+_BF16_UNARY = {
+    CUDA: {U.tanh: 'tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [{x}], '
+                   'dtype=tl.float32, is_pure=True, pack=1)'},
+    INTERPRETER: {},
+}
+
+
+def unary_lowering(kind: UnaryOpType, target: str, bf16_outputs: bool = False) -> Optional[str]:
+    """The lowering of a unary op in fp32 (or fp64) compute; `bf16_outputs`: every output of
+    the kernel is bf16, which allows the approximations of `_BF16_UNARY`."""
+    if bf16_outputs and kind in _BF16_UNARY[target]:
+        return _BF16_UNARY[target][kind]
     return _UNARY[target].get(kind)
 
 
