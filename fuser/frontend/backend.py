@@ -34,14 +34,21 @@ class GraphRecord:
 
 @functools.cache
 def decompositions() -> dict:
-    """Core-ATen decompositions, less: silu (a lowering of its own; softmax, layer norm and gelu
-    stay whole in the core set already) and the CPU flash-attention forward, whose
-    decomposition returns a second output its (undecomposed) backward does not expect, so
-    gradients came out wrong; it stays one ATen call, like the GPU attention kernels."""
-    from torch._decomp import core_aten_decompositions
+    """Core-ATen decompositions, plus softmax and log-softmax, less silu and the CPU
+    flash-attention forward.
 
-    table = dict(core_aten_decompositions())
+    Softmax and log-softmax are decomposed (max, exp, sum) so that the partitioner can save the
+    input and the per-row max and sum for the backward, which recomputes the probabilities in
+    its one kernel, instead of saving the fp32 probabilities (4 bytes an element written by the
+    forward and read by the backward). silu has a lowering of its own (layer norm and gelu stay
+    whole in the core set already). The CPU flash-attention forward's decomposition returns a
+    second output its (undecomposed) backward does not expect, so gradients came out wrong; it
+    stays one ATen call, like the GPU attention kernels."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
     aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([aten._softmax, aten._log_softmax]))
     for name in ("silu", "_scaled_dot_product_flash_attention_for_cpu"):
         op = getattr(aten, name, None)
         if op is not None:
