@@ -46,16 +46,23 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
             b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
             return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
         return LaunchParams(1, 4096, False, 8, rows)
-    # outer reduction: programs own columns, loop over rows
-    b1 = min(next_pow2(cols), 64)
+    # outer reduction: programs own columns (128: 256-byte bf16 row segments), loop over rows
+    # 32 at a time on 4 warps; on the H200 this beat 64 x 64 on 8 warps by 0.1 to 0.25 of copy
+    # bandwidth at 4096 to 32768 columns (benchmarks/sweep_colsum.py)
+    b1 = min(next_pow2(cols), 128)
     b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
-    return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))
+    return LaunchParams(b0, b1, False, max(1, _warps(b0 * b1) // 2), -(-cols // b1))
+
+
+# programs per processor a split column reduction aims for (2 and 8 were slower on the H200)
+SPLIT_PROGRAMS_PER_PROCESSOR = 4
 
 
 def split_count(params: LaunchParams, rows: int, processors: int) -> int:
-    """Chunks of rows for a split outer reduction: enough programs for two per processor, each
-    chunk at least one block of rows (1: no split)."""
-    if params.grid >= 2 * processors or processors == 0:
+    """Chunks of rows for a split outer reduction: enough programs for a few per processor,
+    each chunk at least one block of rows (1: no split)."""
+    target = SPLIT_PROGRAMS_PER_PROCESSOR * processors
+    if params.grid >= target or processors == 0:
         return 1
-    wanted = -(-2 * processors // params.grid)
+    wanted = -(-target // params.grid)
     return max(1, min(wanted, rows // params.block0))
