@@ -8,6 +8,7 @@ fusion compile each kernel once.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import InternalError
+from ..timing import phase
 
 _lock = threading.Lock()
 _memory: dict[str, Any] = {}
@@ -29,6 +31,7 @@ def cache_dir() -> Path:
     return Path(base) / "kernels"
 
 
+@functools.cache
 def _versions() -> str:
     import torch
     import triton
@@ -66,7 +69,7 @@ def load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str
     fn = _memory.get(key)
     if fn is not None:
         return fn
-    with _lock:
+    with _lock, phase("load"):
         fn = _memory.get(key)
         if fn is not None:
             return fn
@@ -96,7 +99,67 @@ def _wrap(raw: Callable, target: str, scalar_params: Sequence[str]):
 
     if target == "interpreter":
         return _Interpreted(raw)
+    _keep_triton_key()
     return triton.jit(raw, do_not_specialize=list(scalar_params))
+
+
+# -- Triton's installation digest, kept across processes ---------------------------------------
+
+def _keep_triton_key() -> None:
+    """Triton keys every compiled kernel, and every lookup in its disk cache, by a digest of
+    its own installation (`triton.runtime.cache.triton_key`): once per process it hashes its
+    Python files and libtriton, about 500 MB, which costs 0.3-1 s before even a cache hit. The
+    digest depends on those files only, so it is kept in fuser's cache directory under their
+    sizes, modification times and inodes, and a new process reads it back instead of hashing.
+    The key Triton sees is the same string; any change to the files makes a new stamp.
+    `FUSER_TRITON_KEY_CACHE=0` leaves Triton's function alone."""
+    try:
+        from triton.runtime import cache as triton_cache
+    except ImportError:  # pragma: no cover - a Triton without this module
+        return
+    original = getattr(triton_cache, "triton_key", None)
+    if original is None or getattr(original, "fuser_kept", False):
+        return
+    if os.environ.get("FUSER_TRITON_KEY_CACHE", "1") == "0":
+        return
+
+    @functools.cache
+    def kept() -> str:
+        import triton
+
+        try:
+            stamp = _triton_stamp(Path(triton.__file__).parent, triton.__version__)
+            path = cache_dir().parent / "triton" / f"key-{stamp}.txt"
+            key = path.read_text() if path.exists() else ""
+        except (OSError, UnicodeDecodeError):
+            path, key = None, ""
+        if not key.startswith(triton.__version__):  # Triton's key begins with its version
+            key = ""
+        if not key:
+            key = original()
+            if path is not None:
+                try:
+                    _write_atomic(path, key)
+                except OSError:
+                    pass
+        return key
+
+    kept.fuser_kept = True
+    triton_cache.triton_key = kept
+
+
+def _triton_stamp(root: Path, version: str) -> str:
+    """A digest of the version, location, size, modification time and inode of every file
+    `triton_key` reads (a superset: all of Triton's Python files and shared libraries)."""
+    entries = [version, str(root)]
+    for sub in ("compiler", "backends", "language", "runtime", "_C"):
+        for folder, dirs, files in os.walk(root / sub):
+            dirs.sort()
+            for f in sorted(files):
+                if f.endswith((".py", ".so")):
+                    st = os.stat(os.path.join(folder, f))
+                    entries.append(f"{folder}/{f} {st.st_size} {st.st_mtime_ns} {st.st_ino}")
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:24]
 
 
 _interpret_lock = threading.Lock()

@@ -18,6 +18,7 @@ from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import choose, next_pow2, split_count
 from ..schedulers.plan import KernelPlan, Template
+from ..timing import phase
 from .compile import load_kernel
 from .kernel import KernelSource, generate
 from .reductions import splittable
@@ -87,8 +88,9 @@ class KernelLauncher:
                 found = self.variants.get(key)
                 if found is None:
                     split = variant if variant in ("partial", "combine") else None
-                    ks = generate(self.plan, layout, variant == "persistent", target,
-                                  f"{self.name}_{variant}", split)
+                    with phase("codegen"):
+                        ks = generate(self.plan, layout, variant == "persistent", target,
+                                      f"{self.name}_{variant}", split)
                     found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
         return found
@@ -102,6 +104,10 @@ class KernelLauncher:
             if len(self.launches) > 1024:  # many distinct shapes: start over rather than grow
                 self.launches.clear()
             self.launches[key] = launch
+            if launch is not None:  # the first launch compiles the kernel (Triton's JIT)
+                self.last_source = launch.source
+                with phase("first launch"):
+                    return launch(inputs, device)
         if launch is None:
             return None
         self.last_source = launch.source

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..ir import Fusion
 from ..multidevice.sharding import is_distributed
+from ..timing import phase
 from .decompose_reshardings import decompose_reshardings
 from .propagate_shardings import propagate_shardings
 from .schedule_stream_loops import schedule_stream_loops
@@ -33,6 +34,11 @@ def needs_passes(fusion: Fusion) -> bool:
 
 
 def run_passes(fusion: Fusion) -> Fusion:
+    with phase("passes"):
+        return _run_passes(fusion)
+
+
+def _run_passes(fusion: Fusion) -> Fusion:
     if not needs_passes(fusion):
         return fusion
     flags = {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ir import Expr, Fusion, TensorView
+from ..timing import phase
 from .segments import Segment, SegmentKind, segment_io
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused)
@@ -66,7 +67,8 @@ class Segmenter:
         return not (self.reaches(a, b, groups, True) or self.reaches(b, a, groups, True))
 
     def merged_io(self, exprs: list[Expr]):
-        later = [e for e in self.fusion.exprs if id(e) not in {id(x) for x in exprs}]
+        inside = {id(x) for x in exprs}
+        later = [e for e in self.fusion.exprs if id(e) not in inside]
         return segment_io(exprs, self.fusion.outputs(), later)
 
     # -- the greedy pass --------------------------------------------------------------------
@@ -79,7 +81,8 @@ class Segmenter:
             return False
         exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
         if a.kernel:
-            plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
+            with phase("planning"):
+                plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
             if plan is None and not why.startswith("only views"):
                 a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: {why}")
                 return False
@@ -119,7 +122,8 @@ class Segmenter:
             inputs, outputs = self.merged_io(g.exprs)
             refusals = "; ".join(dict.fromkeys(g.refusals))
             if g.kernel:
-                plan, why = self.try_kernel(g.exprs, inputs, outputs)
+                with phase("planning"):
+                    plan, why = self.try_kernel(g.exprs, inputs, outputs)
                 if plan is not None:
                     seg = Segment(SegmentKind.kernel, g.exprs, inputs, outputs,
                                   why=plan.describe() + (f"; {refusals}" if refusals else ""), params=plan)
@@ -141,4 +145,5 @@ def segment_fusion(fusion: Fusion, try_kernel: Optional[TryKernel] = None,
     if try_kernel is None:
         inputs, outputs = segment_io(list(fusion.exprs), fusion.outputs(), [])
         return [Segment(SegmentKind.evaluator, list(fusion.exprs), inputs, outputs, why="ATen evaluation")]
-    return Segmenter(fusion, try_kernel, capable or (lambda e: True)).run()
+    with phase("segmentation"):
+        return Segmenter(fusion, try_kernel, capable or (lambda e: True)).run()

@@ -1,0 +1,76 @@
+"""Phase timer for compile-time measurements (scripts/compile_time.py).
+
+Off unless `FUSER_PHASE_TIMES=1` is set (or `enable()` is called): then `phase(name)` costs one
+global read and returns a shared no-op context. When on, each phase accumulates its *own* time:
+entering a nested phase pauses the enclosing one, so the phases of one call add up to its wall
+time and nothing is counted twice. Wrap a whole call in an outer phase ("other") to get what
+no inner phase covers.
+
+Only for the compile path (definition, passes, segmentation, code generation, kernel loading,
+first launch), never for the per-call hot path. The totals are process-wide; time one thread.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+_enabled = os.environ.get("FUSER_PHASE_TIMES", "") not in ("", "0")
+_totals: dict[str, float] = {}
+_counts: dict[str, int] = {}
+_stack: list["_Phase"] = []
+_OFF = contextlib.nullcontext()
+
+
+class _Phase:
+    __slots__ = ("name", "start")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.start = 0.0
+
+    def __enter__(self) -> "_Phase":
+        now = time.perf_counter()
+        if _stack:
+            outer = _stack[-1]
+            _totals[outer.name] = _totals.get(outer.name, 0.0) + now - outer.start
+        self.start = now
+        _stack.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        now = time.perf_counter()
+        _stack.pop()
+        _totals[self.name] = _totals.get(self.name, 0.0) + now - self.start
+        _counts[self.name] = _counts.get(self.name, 0) + 1
+        if _stack:
+            _stack[-1].start = now
+
+
+def phase(name: str):
+    """`with phase("codegen"): ...` adds the block's own time to the phase `name`."""
+    return _Phase(name) if _enabled else _OFF
+
+
+def enable(on: bool = True) -> None:
+    global _enabled
+    _enabled = on
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def reset() -> None:
+    _totals.clear()
+    _counts.clear()
+
+
+def totals() -> dict[str, float]:
+    """Seconds of own time per phase since the last reset."""
+    return dict(_totals)
+
+
+def counts() -> dict[str, int]:
+    """How many times each phase was entered since the last reset."""
+    return dict(_counts)

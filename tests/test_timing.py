@@ -1,0 +1,71 @@
+"""The phase timer (fuser/timing.py) and how scripts/compile_time.py turns its totals into
+table columns. No timings are asserted: a fake clock drives the timer."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from fuser import timing
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that reads the next value of `ticks` at each call."""
+    ticks = []
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: ticks.pop(0))
+    monkeypatch.setattr(timing, "_enabled", True)
+    timing.reset()
+    yield ticks
+    timing.reset()
+
+
+def test_outer_pauses_while_inner_runs(clock):
+    clock += [0.0, 1.0, 4.0, 6.0]
+    with timing.phase("outer"):      # enters at 0
+        with timing.phase("inner"):  # 1 .. 4
+            pass
+    # outer exits at 6: 1 s before the inner phase, 2 s after it
+    assert timing.totals() == {"outer": 3.0, "inner": 3.0}
+    assert timing.counts() == {"outer": 1, "inner": 1}
+
+
+def test_a_phase_entered_twice_adds_up(clock):
+    clock += [0.0, 2.0, 5.0, 6.0]
+    for _ in range(2):
+        with timing.phase("codegen"):
+            pass
+    assert timing.totals() == {"codegen": 3.0}
+    assert timing.counts() == {"codegen": 2}
+
+
+def test_disabled_timer_records_nothing(monkeypatch):
+    monkeypatch.setattr(timing, "_enabled", False)
+    timing.reset()
+    with timing.phase("codegen"):
+        pass
+    assert timing.totals() == {} and timing.counts() == {}
+
+
+def _script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "compile_time.py"
+    spec = importlib.util.spec_from_file_location("compile_time", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compile_time_columns_add_up():
+    script = _script()
+    phases = {"other": 0.5, "aot autograd": 0.25, "definition": 0.01, "codegen": 0.02, "load": 0.03,
+              "first launch": 0.1, "runtime": 0.04}
+    result = {"row": "jit:softmax_bwd", "first_call": sum(phases.values()), "second_call": 0.001,
+              "phases": phases, "kernels": 2, "import_torch": 1.0, "import_fuser": 1.0,
+              "triton_driver": 0.0, "triton_key": 0.0, "triton": None, "triton_hits": 0}
+    jit = script.summarize(result)
+    assert jit["ms"]["Dynamo+AOT"] == pytest.approx(750.0)
+    assert sum(jit["ms"].values()) == pytest.approx(jit["first_ms"])
+    assert jit["per_kernel_ms"] == pytest.approx((jit["first_ms"] - 750.0) / 2)
+    fd = script.summarize(dict(result, row="fd:softmax_bwd"))
+    assert fd["ms"]["Dynamo+AOT"] == 0.0 and fd["ms"]["runtime"] == pytest.approx(790.0)
+    table = script.table([("jit:softmax_bwd", jit, script.summarize({"row": "x", "error": "boom"}))])
+    assert "| jit:softmax_bwd | cold | 2 |" in table and "error: boom" in table
