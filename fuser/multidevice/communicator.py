@@ -54,11 +54,15 @@ class Communicator:
         self.rank, self.world_size, self.backend = rank, world_size, backend
         self.group = group
         self._subgroups: dict[tuple[int, ...], object] = {}
+        self._checked: dict[tuple, tuple[tuple[int, ...], str]] = {}  # (name, team) -> (team, label)
 
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
     def default(cls) -> "Communicator":
+        found = cls._default
+        if found is not None and found.is_distributed:
+            return found  # a process group, once made, stays the default: no lock per call
         with cls._lock:
             if cls._default is None or not cls._default._still_valid():
                 cls._default = cls._create()
@@ -157,6 +161,15 @@ class Communicator:
     def _label(self, name: str, team) -> str:
         return f"{name} over ranks {tuple(team)} ({self.backend})"
 
+    def _setup(self, name: str, team: Sequence[int]) -> tuple[tuple[int, ...], str]:
+        """The checked team and the label of a collective, made once per (name, team)."""
+        key = (name, team if type(team) is tuple else tuple(team))
+        found = self._checked.get(key)
+        if found is None:
+            checked = self._check_team(name, key[1])
+            found = self._checked[key] = (checked, self._label(name, checked))
+        return found
+
     @staticmethod
     def _group_order(team: tuple[int, ...]) -> list[int]:
         """Process-group rank of each team member: groups number their ranks in sorted order."""
@@ -165,26 +178,24 @@ class Communicator:
 
     # -- collectives ----------------------------------------------------------------------
 
-    def allreduce(self, tensor: torch.Tensor, team: Sequence[int], op: str = "sum") -> Pending:
+    def allreduce(self, tensor: torch.Tensor, team: Sequence[int], op: str = "sum",
+                  async_op: bool = True) -> Pending:
         """Reduce `tensor` over the team, in place."""
-        name = "allreduce"
-        team = self._check_team(name, team)
-        label = self._label(name, team)
+        team, label = self._setup("allreduce", team)
         if len(team) == 1:
             return Pending(self, label)
         import torch.distributed as dist
 
         buf = tensor if tensor.is_contiguous() else tensor.contiguous()
         work = self._guard(label, lambda: dist.all_reduce(
-            buf, op=_REDUCE_OPS[op](), group=self._team_group(team), async_op=True))
+            buf, op=_REDUCE_OPS[op](), group=self._team_group(team), async_op=async_op))
         finish = None if buf is tensor else (lambda: tensor.copy_(buf))
-        return Pending(self, label, (work,), finish)
+        return Pending(self, label, _works(work), finish)
 
-    def allgather(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], axis: int) -> Pending:
+    def allgather(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], axis: int,
+                  async_op: bool = True) -> Pending:
         """`out` (the team's shards side by side along `axis`, in team order) from `inp`."""
-        name = "allgather"
-        team = self._check_team(name, team)
-        label = self._label(name, team)
+        team, label = self._setup("allgather", team)
         if len(team) == 1:
             out.copy_(inp)
             return Pending(self, label)
@@ -201,15 +212,13 @@ class Communicator:
                 out.copy_(buf[order].movedim(0, axis).flatten(axis, axis + 1))
         src = inp.contiguous()
         work = self._guard(label, lambda: dist.all_gather_into_tensor(
-            buf, src, group=self._team_group(team), async_op=True))
-        return Pending(self, label, (work,), finish)
+            buf, src, group=self._team_group(team), async_op=async_op))
+        return Pending(self, label, _works(work), finish)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], axis: int,
-                       op: str = "sum") -> Pending:
+                       op: str = "sum", async_op: bool = True) -> Pending:
         """`out` = this rank's block (along `axis`, blocks in team order) of the team's sum."""
-        name = "reduce_scatter"
-        team = self._check_team(name, team)
-        label = self._label(name, team)
+        team, label = self._setup("reduce_scatter", team)
         if len(team) == 1:
             out.copy_(inp)
             return Pending(self, label)
@@ -223,17 +232,15 @@ class Communicator:
         buf = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
         work = self._guard(label, lambda: dist.reduce_scatter_tensor(
             buf, src.flatten(0, 1) if src.dim() > 1 else src, op=_REDUCE_OPS[op](),
-            group=self._team_group(team), async_op=True))
+            group=self._team_group(team), async_op=async_op))
         finish = None if buf is out else (lambda: out.copy_(buf))
-        return Pending(self, label, (work,), finish)
+        return Pending(self, label, _works(work), finish)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, team: Sequence[int], in_axis: int,
-                   out_axis: int) -> Pending:
+                   out_axis: int, async_op: bool = True) -> Pending:
         """From shards along `in_axis` to shards along `out_axis`: block k of `inp` along
         `out_axis` goes to team[k]; what team[k] sends lands as block k along `in_axis`."""
-        name = "all_to_all"
-        team = self._check_team(name, team)
-        label = self._label(name, team)
+        team, label = self._setup("all_to_all", team)
         if len(team) == 1:
             out.copy_(inp)
             return Pending(self, label)
@@ -250,14 +257,14 @@ class Communicator:
             got = recv[order]  # block k from team[k], in team order
             out.copy_(got.movedim(0, in_axis).flatten(in_axis, in_axis + 1))
         work = self._guard(label, lambda: dist.all_to_all_single(
-            recv, send, group=self._team_group(team), async_op=True))
-        return Pending(self, label, (work,), finish)
+            recv, send, group=self._team_group(team), async_op=async_op))
+        return Pending(self, label, _works(work), finish)
 
-    def broadcast(self, tensor: torch.Tensor, team: Sequence[int], root: int) -> Pending:
+    def broadcast(self, tensor: torch.Tensor, team: Sequence[int], root: int,
+                  async_op: bool = True) -> Pending:
         """`tensor` on every team member becomes the root's (`root` is a rank of the team)."""
-        name = "broadcast"
-        team = self._check_team(name, team)
-        label = self._label(name, team) + f" from rank {root}"
+        team, label = self._setup("broadcast", team)
+        label += f" from rank {root}"
         if len(team) == 1:
             return Pending(self, label)
         import torch.distributed as dist
@@ -265,15 +272,21 @@ class Communicator:
         group = self._team_group(team)
         buf = tensor if tensor.is_contiguous() else tensor.contiguous()
         src = self._global(root)
-        work = self._guard(label, lambda: dist.broadcast(buf, src=src, group=group, async_op=True))
+        work = self._guard(label, lambda: dist.broadcast(buf, src=src, group=group, async_op=async_op))
         finish = None if buf is tensor else (lambda: tensor.copy_(buf))
-        return Pending(self, label, (work,), finish)
+        return Pending(self, label, _works(work), finish)
 
     def barrier(self) -> None:
         if self.is_distributed:
             import torch.distributed as dist
 
             self._guard(f"barrier over {self.world_size} ranks", lambda: dist.barrier(group=self.group))
+
+
+def _works(work) -> tuple:
+    """A synchronous collective (`async_op=False`) returns no work: it is already ordered (NCCL
+    queued it on the current stream; gloo finished it)."""
+    return () if work is None else (work,)
 
 
 def _reduce(name: str):
