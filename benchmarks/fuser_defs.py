@@ -69,9 +69,10 @@ def softmax_fwd():
 
 
 def _gelu(fd, h):
-    k = math.sqrt(2.0 / math.pi)
-    inner = fd.ops.mul(fd.ops.add(h, fd.ops.mul(fd.ops.mul(fd.ops.mul(h, h), h), 0.044715)), k)
-    return fd.ops.mul(fd.ops.mul(h, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+    """0.5 h (1 + tanh(z)) as h sigmoid(2 z), the form fuser.jit lowers F.gelu to."""
+    k = 2.0 * math.sqrt(2.0 / math.pi)
+    inner2 = fd.ops.mul(fd.ops.add(h, fd.ops.mul(fd.ops.mul(fd.ops.mul(h, h), h), 0.044715)), k)
+    return fd.ops.mul(h, fd.ops.sigmoid(inner2))
 
 
 @functools.cache

@@ -1,6 +1,8 @@
 """ATen op coverage of the lowering: small functions, each a family of ops, through
 `fuser.jit` against eager on fresh random inputs. Every op here has a lowering, so nothing runs
 as a fallback; the functions with no lowering are in test_jit.py."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -131,3 +133,20 @@ def test_half_precision_families():
     got, want = fuser.jit(fn)(*args), fn(*args)
     for g, w, r in zip(got, want, ref):
         assert_close_to_eager(g, w, r)
+
+
+def test_tanh_gelu_is_lowered_as_x_sigmoid_and_stays_accurate_in_its_tail():
+    """F.gelu(approximate="tanh") becomes x * sigmoid(2z) (the same function): one exp instead
+    of a tanh, and no cancellation in 1 + tanh(z) for very negative x, where eager's fp32
+    result loses most of its digits."""
+    def gelu(x):
+        return F.gelu(x, approximate="tanh")
+
+    jitted = fuser.jit(gelu)
+    x = torch.cat([torch.linspace(-9.0, -3.0, 64), torch.randn(64)]).reshape(8, 16)
+    report = str(fuser.explain(gelu, x))
+    assert "sigmoid" in report and "tanh(" not in report.split("-- Triton --")[0]
+    xd = x.double()  # F.gelu in fp64 cancels too (below about -7): the sigmoid form is exact
+    exact = xd * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3))
+    torch.testing.assert_close(F.gelu(xd, approximate="tanh")[-64:], exact[-64:])
+    torch.testing.assert_close(jitted(x).double(), exact, rtol=2e-5, atol=1e-30)
