@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import torch
@@ -16,10 +17,11 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import choose, next_pow2, split_count
+from ..schedulers.heuristics import choose, inner_outer_combine, inner_outer_programs, next_pow2, split_count
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from .compile import load_kernel
+from .inner_outer import TwoKernels, generate_inner_outer
 from .kernel import KernelSource, generate
 from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
@@ -51,6 +53,7 @@ class KernelLauncher:
         self.launches: dict[tuple, "_Launch"] = {}
         self.last_source: str | None = None
         self._lock = threading.Lock()
+        self._two_kernels: Optional[TwoKernels] = None  # an inner-outer plan's form for long rows
 
     def allocate_outputs(self, values, device) -> list[torch.Tensor]:
         outputs = []
@@ -89,8 +92,11 @@ class KernelLauncher:
                 if found is None:
                     split = variant if variant in ("partial", "combine") else None
                     with phase("codegen"):
-                        ks = generate(self.plan, layout, variant == "persistent", target,
-                                      f"{self.name}_{variant}", split)
+                        if self.plan.template is Template.inner_outer:
+                            ks = generate_inner_outer(self.plan, layout, variant, target, f"{self.name}_{variant}")
+                        else:
+                            ks = generate(self.plan, layout, variant == "persistent", target,
+                                          f"{self.name}_{variant}", split)
                     found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
         return found
@@ -128,6 +134,10 @@ class KernelLauncher:
         rows = math.prod(run_extents[:len(layout.dim0)])
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
+        if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
+            if self._two_kernels is None:
+                self._two_kernels = TwoKernels(plan, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+            return self._two_kernels.prepare(inputs, scalars, values, device)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
@@ -138,6 +148,11 @@ class KernelLauncher:
         variants = (["partial", "combine"] if chunks > 1 else
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
+        step_params = {}  # launch parameters of steps that do not share the plan's
+        if plan.template is Template.inner_outer:
+            chunks = inner_outer_programs(params, _processors(device))
+            step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
+            variants = ["persistent", "combine"]
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
         steps, source = [], []
@@ -165,8 +180,9 @@ class KernelLauncher:
                     args.append(scalars[id(spec.val)])
             block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
             grid = params.grid * (chunks if variant == "partial" else 1)
-            kwargs = dict(BLOCK0=block0, BLOCK1=params.block1, INT64=int64, num_warps=params.num_warps)
-            step = _DirectStep(fn, grid, kwargs) if target == "cuda" else _Step(fn, grid, kwargs)
+            p = step_params.get(variant, replace(params, block0=block0, grid=grid))
+            kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64, num_warps=p.num_warps)
+            step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
             steps.append((step, args, slots))
         out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
         work_specs = [((chunks, cols), torch.float32)] * n_work

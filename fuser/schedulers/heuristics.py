@@ -13,6 +13,13 @@ TILE_ELEMENTS = 4096
 # pointwise tiles: 2048 elements on 4 warps (16 a thread) beat 4096 on 8 warps on the H200 for
 # GELU forward and backward (0.70-0.74 of copy against 0.63-0.65; benchmarks/sweep_pointwise.py)
 POINTWISE_TILE = 2048
+# inner-outer: the longest row kept in registers, where x, dy and an fp32 accumulator per column
+# reduction live at once (beyond it: a row kernel then a column kernel); programs of the
+# persistent kernel per multiprocessor; programs on Triton's interpreter, which has no
+# processors (several, so tests see partial rows from several programs, each over several rows)
+INNER_OUTER_MAX_PERSISTENT = 16384
+INNER_OUTER_PROGRAMS_PER_PROCESSOR = 2
+INNER_OUTER_INTERPRETER_PROGRAMS = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,13 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
             b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
             return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
         return LaunchParams(1, 4096, False, 8, rows)
+    if template is Template.inner_outer:
+        # grid: blocks of rows, the most programs the persistent kernel can use
+        if next_pow2(cols) > INNER_OUTER_MAX_PERSISTENT:
+            return LaunchParams(1, next_pow2(cols), False, 32, rows)
+        b1 = next_pow2(cols)
+        b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
+        return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
     # outer reduction: programs own columns (128: 256-byte bf16 row segments), loop over rows
     # 32 at a time on 4 warps; on the H200 this beat 64 x 64 on 8 warps by 0.1 to 0.25 of copy
     # bandwidth at 4096 to 32768 columns (benchmarks/sweep_colsum.py)
@@ -66,3 +80,17 @@ def split_count(params: LaunchParams, rows: int, processors: int) -> int:
         return 1
     wanted = -(-target // params.grid)
     return max(1, min(wanted, rows // params.block0))
+
+
+def inner_outer_programs(params: LaunchParams, processors: int) -> int:
+    """Programs of the persistent inner-outer kernel (and rows of its workspace): a few per
+    processor, never more than blocks of rows."""
+    wanted = processors * INNER_OUTER_PROGRAMS_PER_PROCESSOR if processors else INNER_OUTER_INTERPRETER_PROGRAMS
+    return max(1, min(wanted, params.grid))
+
+
+def inner_outer_combine(cols: int, programs: int) -> LaunchParams:
+    """The combine step of an inner-outer kernel: programs own columns and sum the partial rows."""
+    b1 = min(next_pow2(cols), 128)
+    b0 = max(1, min(next_pow2(programs), TILE_ELEMENTS // b1))
+    return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))

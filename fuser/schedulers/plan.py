@@ -4,7 +4,9 @@ A kernel works on a tile [BLOCK0, BLOCK1]. Pointwise: dim 1 is the innermost loo
 the rest, both spread over programs. Inner reduction (rows reduced along their innermost axes,
 softmax and norms): dim 0 holds the rows a program owns, dim 1 the reduced axes, whole
 (persistent) or in chunks (looped). Outer reduction (column sums): dim 1 holds the columns a
-program owns and dim 0 the reduced rows, always looped.
+program owns and dim 0 the reduced rows, always looped. Inner-outer (row and column reductions
+of the same rows, a norm's backward): dim 0 the rows each program loops over, dim 1 the whole
+row; see inner_outer.py.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, FullOp, IotaOp,
                   PermuteOp, ReductionOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, Val,
                   VarMeanOp)
 from .axes import KernelAxes, analyze_axes
+from .inner_outer import InnerOuterSplit, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp)
@@ -26,6 +29,7 @@ class Template(enum.Enum):
     pointwise = "pointwise"
     inner_reduction = "inner reduction"
     outer_reduction = "outer reduction"
+    inner_outer = "inner-outer"
 
 
 @dataclass(eq=False)
@@ -37,20 +41,38 @@ class KernelPlan:
     outputs: list[TensorView]
     dim0: list[int]  # loop axes on tile dim 0, outer to inner
     dim1: list[int]  # loop axes on tile dim 1
+    parts: Optional["InnerOuterParts"] = None  # inner-outer plans only
 
     @property
     def red_dim(self) -> Optional[int]:
-        return {Template.pointwise: None, Template.inner_reduction: 1,
+        """The tile dim a reduction inside one program reduces (inner-outer: the row's)."""
+        return {Template.pointwise: None, Template.inner_reduction: 1, Template.inner_outer: 1,
                 Template.outer_reduction: 0}[self.template]
+
+    @property
+    def fuses_siblings(self) -> bool:
+        """Whether groups that only share inputs gain from running as this one kernel (the
+        segmenter asks): an inner-outer kernel reads the rows once for both reductions."""
+        return self.template is Template.inner_outer
 
     def describe(self) -> str:
         ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731
         return f"{self.template.value}: tile dim0 {ext(self.dim0)} x dim1 {ext(self.dim1)}"
 
 
-def reduced_axes_of(e: Expr, axes: KernelAxes) -> set[int]:
-    mapped = axes.of(e.inp)
-    return {mapped[k] for k in e.axes if mapped[k] is not None}
+@dataclass(eq=False)
+class InnerOuterParts:
+    """The kernels of an inner-outer plan. `persistent`: the one pass over rows (row outputs
+    and partial column sums); `combine`: the split outer reduction's combine step over the
+    partials. For rows too long for registers, `rows` (an inner reduction that also writes the
+    row statistics) then `columns` (an outer reduction reading them); `rows` is None when the
+    column outputs need no row values."""
+
+    split: InnerOuterSplit
+    persistent: KernelPlan
+    combine: KernelPlan
+    rows: Optional[KernelPlan]
+    columns: KernelPlan
 
 
 def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorView],
@@ -71,10 +93,10 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
     sets = {frozenset(reduced_axes_of(e, axes)) for e in reductions}
     sets.discard(frozenset())
-    if len(sets) > 1:
-        return None, "reductions over different axes cannot share one kernel"
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
+    if len(sets) > 1:
+        return _plan_inner_outer(exprs, axes, inputs, outputs, sets, lowerable)
     all_axes = [a.index for a in axes.axes]
     if not sets:
         if any(a.is_reduction for a in axes.axes):
@@ -90,3 +112,25 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
+
+
+def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable) -> tuple[Optional[KernelPlan], str]:
+    split, why = split_inner_outer(exprs, axes, inputs, outputs, sets)
+    if split is None:
+        return None, why
+    rows, columns = split.row_axes, split.column_axes
+    persistent = KernelPlan(Template.inner_outer, axes, list(exprs), inputs, split.row_outputs, rows, columns)
+    combine = KernelPlan(Template.outer_reduction, axes, split.combine_exprs, split.combine_inputs,
+                         split.column_outputs, rows, columns)
+    # the two-kernel form must be a valid pair of plans, or the group is not taken at all
+    row_plan = None
+    if split.row_exprs:
+        row_plan, why = plan_kernel(split.row_exprs, split.row_inputs, split.row_outputs + [
+            v for v in split.statistics if all(v is not o for o in split.row_outputs)], lowerable)
+        if row_plan is None or row_plan.template is not Template.inner_reduction:
+            return None, f"rows too long for registers have no two-kernel form: {why or 'not a row reduction'}"
+    column_plan, why = plan_kernel(split.column_exprs, split.column_inputs, split.column_outputs, lowerable)
+    if column_plan is None or column_plan.template is not Template.outer_reduction:
+        return None, f"rows too long for registers have no two-kernel form: {why or 'not a column reduction'}"
+    parts = InnerOuterParts(split, persistent, combine, row_plan, column_plan)
+    return KernelPlan(Template.inner_outer, axes, list(exprs), inputs, outputs, rows, columns, parts), ""

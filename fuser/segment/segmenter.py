@@ -2,14 +2,15 @@
 
 Each expr starts as its own group. In topological order, an expr that a kernel can compute is
 merged into the groups producing its inputs while the scheduler still accepts the union and the
-group graph stays acyclic; other exprs join neighbouring evaluator groups. Every refused merge
-is recorded with its reason, for `fd.last_segments()` and bug reports.
+group graph stays acyclic; other exprs join neighbouring evaluator groups. Then kernel groups
+that only share inputs join where the scheduler says one kernel pays (a norm's backward). Every
+refused merge is recorded with its reason, for `fd.last_segments()` and bug reports.
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..ir import Expr, Fusion, TensorView
+from ..ir import Expr, Fusion, ReductionOp, TensorView, VarMeanOp
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_io
 
@@ -86,13 +87,50 @@ class Segmenter:
             if plan is None and not why.startswith("only views"):
                 a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: {why}")
                 return False
+        self.absorb(a, b, exprs, groups)
+        return True
+
+    def absorb(self, a: _Group, b: _Group, exprs: list[Expr], groups: list[_Group]) -> None:
         a.exprs = exprs
         a.first = min(a.first, b.first)
         a.refusals += b.refusals
         for e in b.exprs:
             self.group_of[id(e)] = a
         groups.remove(b)
-        return True
+
+    def join_siblings(self, groups: list[_Group]) -> None:
+        """Kernel groups that read a common value, with no producer between them, join when the
+        scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
+        column reductions of a norm's backward read the rows once). Refusals are not recorded:
+        siblings are cut by default."""
+        def reads(g: _Group) -> set[int]:
+            return {id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView)}
+
+        def reduces(g: _Group) -> bool:
+            return any(isinstance(e, (ReductionOp, VarMeanOp)) for e in g.exprs)
+
+        tried: set[tuple] = set()  # pairs refused, by their groups' sizes (a join changes them)
+        joined = True
+        while joined:
+            joined = False
+            kernels = sorted((g for g in groups if g.kernel), key=lambda g: g.first)
+            for k, a in enumerate(kernels):
+                for b in kernels[k + 1:]:
+                    key = (id(a), len(a.exprs), id(b), len(b.exprs))
+                    if key in tried or not (reduces(a) or reduces(b)) or not reads(a) & reads(b):
+                        continue
+                    tried.add(key)
+                    if not self.acyclic_merge(a, b, groups):
+                        continue
+                    exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
+                    with phase("planning"):
+                        plan, _ = self.try_kernel(exprs, *self.merged_io(exprs))
+                    if plan is not None and getattr(plan, "fuses_siblings", False):
+                        self.absorb(a, b, exprs, groups)
+                        joined = True
+                        break
+                if joined:
+                    break
 
     def run(self) -> list[Segment]:
         groups: list[_Group] = []
@@ -105,6 +143,7 @@ class Segmenter:
                     target, other = (p, g)
                     if self.try_merge(target, other, groups):
                         g = target
+        self.join_siblings(groups)
         return self.to_segments(groups)
 
     def to_segments(self, groups: list[_Group]) -> list[Segment]:

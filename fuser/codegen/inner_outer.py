@@ -1,0 +1,131 @@
+"""Kernels of the inner-outer template (schedulers/inner_outer.py): row and column reductions of
+the same rows in one pass, a norm's backward.
+
+The persistent kernel: program `pid` of P loops over the row blocks pid, pid + P, ... (BLOCK0
+rows each, the whole row of BLOCK1 columns in registers). Values along columns only (the
+weight) are loaded once, before the loop; row values, the row reductions (inline over tile dim
+1, as in the persistent inner template) and the row outputs live in the loop. Each column
+reduction adds the terms of the program's rows into a [BLOCK0, BLOCK1] fp32 tile; after the loop
+the program sums the tile over its rows and stores it as row `pid` of that reduction's workspace
+[P, columns]. The combine kernel is the split outer reduction's: it reduces the workspace rows
+and computes the column outputs (the cast to the output dtype).
+
+Rows too long for registers run as the plan's two-kernel form instead (TwoKernels).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir import Expr, ReductionOpType, TensorView, Val
+from ..schedulers.plan import KernelPlan
+from .kernel import KernelSource, KernelWriter, generate
+from .layout import Layout
+from .scope import Scope
+
+
+class InnerOuterWriter(KernelWriter):
+    """The persistent kernel. Tile dim 0 is the row loop, so a value is tile-level (computed
+    in the loop) when it varies along rows; reductions inside the loop reduce the row (dim 1)."""
+
+    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str):
+        super().__init__(plan.parts.persistent, layout, True, target, name)
+        self.looped = True  # over rows
+        self.column_reductions = plan.parts.split.column_reductions
+        self.workspaces = [(e, "acc") for e in self.column_reductions]
+
+    def tile_level(self, v: Val) -> bool:
+        return isinstance(v, TensorView) and 0 in self.dims_of(v)
+
+    def reduces_in_loop(self, e: Expr) -> bool:
+        return False  # row reductions are inline; column reductions are accumulated in write()
+
+    def variant_name(self) -> str:
+        return "persistent over rows, one partial column row per program"
+
+    def write(self) -> KernelSource:
+        self.declare_params()
+        ps = self.program_scope = Scope(parent=None)
+        dim0 = [j for j, d in enumerate(self.super_dim) if d == 0]
+        dim1 = [j for j, d in enumerate(self.super_dim) if d == 1]
+        ps.lines.append("R = " + (" * ".join(f"X{j}" for j in dim0) or "1"))
+        ps.lines.append("C = " + (" * ".join(f"X{j}" for j in dim1) or "1"))
+        ps.lines += ["pid = tl.program_id(0)", "if INT64:", "    pid = pid.to(tl.int64)"]
+        self.emit_dim_index(ps, 1, "0")
+        accs = []
+        for e in self.column_reductions:
+            acc = f"acc{e.out.name}"
+            ps.lines.append(f"{acc} = tl.full([BLOCK0, BLOCK1], {self.identity(e.kind, e.out.dtype)}, tl.float32)")
+            accs.append(acc)
+        body = Scope(parent=ps)
+        self.emit_dim_index(body, 0, "r_start")
+        for o in self.plan.outputs:
+            self.emit_store(body, o)
+        finals = []
+        for e, acc in zip(self.column_reductions, accs):
+            dt = e.out.dtype
+            masked = f"tl.where(r_mask & c_mask, {self.operand(body, e.inp, dt)}, {self.identity(e.kind, dt)})"
+            if e.kind is ReductionOpType.sum:
+                body.lines.append(f"{acc} = {acc} + {masked}")
+                finals.append(f"tl.sum({acc}, axis=0, keep_dims=True)")
+            else:
+                fn = self.combine(e.kind)
+                body.lines.append(f"{acc} = {fn}({acc}, {masked})")
+                finals.append(f"tl.reduce({acc}, 0, {fn}, keep_dims=True)")
+        ps.lines.append("for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0):")
+        ps.lines += ["    " + line for line in body.lines]
+        for k, final in enumerate(finals):
+            ps.lines.append(f"tl.store(W{k}_ptr + pid * C + c, {final}, mask=c_mask)")
+        return KernelSource(self.name, self.assemble(), self.args, list(self.params), True)
+
+
+def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target: str, name: str) -> KernelSource:
+    """variant "persistent": the pass over rows; "combine": the reduction of its partial rows."""
+    if variant == "persistent":
+        return InnerOuterWriter(plan, layout, target, name).write()
+    return generate(plan.parts.combine, layout, False, target, name, "combine")
+
+
+class TwoKernels:
+    """The two-kernel form of an inner-outer plan, for rows too long for registers: the row
+    kernel (row outputs and the row statistics the column terms read), then the column kernel.
+    `launcher(plan, suffix)` makes the KernelLauncher of one of them."""
+
+    def __init__(self, plan: KernelPlan, launcher: Callable[[KernelPlan, str], object]):
+        parts = plan.parts
+        self.rows = launcher(parts.rows, "rows") if parts.rows is not None else None
+        self.columns = launcher(parts.columns, "columns")
+        tensors = [v for v in plan.inputs if isinstance(v, TensorView)]
+        source = {id(v): ("in", k) for k, v in enumerate(tensors)}
+        row_outputs = parts.rows.outputs if parts.rows is not None else []
+        source.update({id(v): ("rows", k) for k, v in enumerate(row_outputs)})
+        self.row_take = [source[id(v)][1] for v in (parts.rows.inputs if parts.rows is not None else [])]
+        self.column_take = [source[id(v)] for v in parts.columns.inputs]
+        source.update({id(v): ("columns", k) for k, v in enumerate(parts.columns.outputs)})
+        self.give = [source[id(o)] for o in plan.outputs]
+
+    def prepare(self, inputs, scalars, values, device) -> "_TwoLaunches":
+        row_launch = None
+        made = {"in": list(inputs), "rows": []}
+        if self.rows is not None:
+            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device)
+            made["rows"] = self.rows.allocate_outputs(values, device)  # for their sizes and strides
+        column_launch = self.columns.prepare([made[s][k] for s, k in self.column_take], scalars, values, device)
+        return _TwoLaunches(row_launch, column_launch, self.row_take, self.column_take, self.give)
+
+
+class _TwoLaunches:
+    """Prepared launches of the two-kernel form, called like one prepared launch."""
+
+    __slots__ = ("row_launch", "column_launch", "row_take", "column_take", "give", "source")
+
+    def __init__(self, row_launch, column_launch, row_take, column_take, give):
+        self.row_launch, self.column_launch = row_launch, column_launch
+        self.row_take, self.column_take, self.give = row_take, column_take, give
+        self.source = "\n\n".join(launch.source for launch in (row_launch, column_launch) if launch is not None)
+
+    def __call__(self, inputs, device):
+        made = {"in": inputs, "rows": []}
+        if self.row_launch is not None:
+            made["rows"] = self.row_launch([inputs[k] for k in self.row_take], device)
+        made["columns"] = self.column_launch([made[s][k] for s, k in self.column_take], device)
+        return [made[s][k] for s, k in self.give]

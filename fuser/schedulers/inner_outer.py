@@ -1,0 +1,155 @@
+"""The inner-outer template: row reductions and column reductions of the same rows in one pass
+(the backward of RMSNorm and LayerNorm: dx needs sums over each row, dw and db sums over rows).
+
+A group qualifies when its reductions are over two sets of loop axes that partition them: the
+row set holds the innermost axis (each row reduced, rows kept; tile dim 1) and the column set
+the others (the rows summed, columns kept; tile dim 0). The persistent kernel
+(codegen/inner_outer.py) runs about one program per multiprocessor; each loops over its rows
+with the whole row in registers, writes what varies along rows, and adds the column terms of its
+rows into an fp32 accumulator that it stores as partial row `pid` of a workspace [programs,
+columns]. The split outer reduction's combine kernel then reduces the workspace and computes
+what follows the column reductions (a cast to the output dtype). No atomics.
+
+Column results may only flow into column outputs: a value of a column reduction used along rows
+(x - mean over rows) needs the whole column sum before any row, so such a group is refused and
+the segmenter cuts it. Rows too long for registers run as two kernels, the cut the segmenter
+would make: a row kernel (an inner reduction) that also writes the row statistics the column
+terms read (rstd), and a column kernel (an outer reduction). This module finds both divisions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ..ir import DataType, Expr, ReductionOp, TensorView, VarMeanOp
+from .axes import KernelAxes
+
+# the column workspace and accumulators are fp32: column reductions of these dtypes only
+_FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
+
+
+@dataclass(eq=False)
+class InnerOuterSplit:
+    row_axes: list[int]  # loop axes the column reductions sum over: tile dim 0
+    column_axes: list[int]  # loop axes each row reduction sums over: tile dim 1, whole in registers
+    column_reductions: list[ReductionOp]
+    row_outputs: list[TensorView]  # vary along rows: written by the persistent kernel
+    column_outputs: list[TensorView]  # follow a column reduction: written by the combine kernel
+    combine_exprs: list[Expr]  # the column reductions and what the combine kernel computes after them
+    combine_inputs: list[TensorView]
+    # the two-kernel form, for rows too long for registers
+    statistics: list[TensorView]  # per-row values the column kernel reads from the row kernel
+    row_exprs: list[Expr]
+    row_inputs: list[TensorView]
+    column_exprs: list[Expr]
+    column_inputs: list[TensorView]
+
+
+def reduced_axes_of(e: Expr, axes: KernelAxes) -> set[int]:
+    mapped = axes.of(e.inp)
+    return {mapped[k] for k in e.axes if mapped[k] is not None}
+
+
+class _Graph:
+    """Producers and closures over the exprs of one group."""
+
+    def __init__(self, exprs: Sequence[Expr], inputs: Sequence[TensorView]):
+        self.exprs = list(exprs)
+        self.inputs = list(inputs)
+        self.producer = {id(o): e for e in exprs for o in e.outputs}
+
+    def closure(self, roots: Sequence[TensorView], stop) -> tuple[list[Expr], list[TensorView]]:
+        """Exprs computing `roots` from kernel inputs, in group order, not looking past values
+        for which stop(v) holds; and the values read but not computed (inputs, stopped values)."""
+        needed, read, stack = set(), {}, list(roots)
+        while stack:
+            v = stack.pop()
+            e = self.producer.get(id(v))
+            if e is None or stop(v):
+                read[id(v)] = v
+                continue
+            if id(e) not in needed:
+                needed.add(id(e))
+                stack += [i for i in e.inputs if isinstance(i, TensorView)]
+        exprs = [e for e in self.exprs if id(e) in needed]
+        order = {id(v): k for k, v in enumerate(self.inputs)}
+        read_list = sorted(read.values(), key=lambda v: order.get(id(v), len(order)))
+        return exprs, read_list
+
+    def downstream(self, seeds: Sequence[Expr]) -> set[int]:
+        """ids of the values computed from the outputs of `seeds` (theirs included)."""
+        found = {id(o) for e in seeds for o in e.outputs}
+        for e in self.exprs:
+            if any(id(v) in found for v in e.inputs):
+                found |= {id(o) for o in e.outputs}
+        return found
+
+
+def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[TensorView],
+                      outputs: Sequence[TensorView], sets: set[frozenset[int]]
+                      ) -> tuple[Optional[InnerOuterSplit], str]:
+    """How a group with reductions over two sets of axes divides into row and column work, or
+    why it is not an inner-outer group."""
+    all_axes = [a.index for a in axes.axes]
+    if len(sets) != 2:
+        return None, "reductions over more than two sets of axes cannot share one kernel"
+    row_set = next((s for s in sets if all_axes[-1] in s), None)
+    if row_set is None:
+        return None, "reductions over different axes, none of them over the innermost axis"
+    column_set = next(s for s in sets if s is not row_set)
+    if row_set & column_set or row_set | column_set != set(all_axes):
+        return None, "reductions over different axes that do not divide the loop axes into rows and columns"
+    reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+    if any(not reduced_axes_of(e, axes) for e in reductions):
+        return None, "a reduction over a size-1 axis next to row and column reductions"
+    column_reductions = [e for e in reductions if reduced_axes_of(e, axes) == column_set]
+    row_reductions = [e for e in reductions if reduced_axes_of(e, axes) == row_set]
+    for e in column_reductions:
+        if not isinstance(e, ReductionOp):
+            return None, "var_mean over rows next to a row reduction (no inner-outer form)"
+        if e.out.dtype not in _FP32_COMPUTED:
+            return None, f"a column {e.kind.value} in {e.out.dtype}: the inner-outer workspace is fp32"
+        if axes.spans(e.out) != row_set:
+            return None, f"T{e.out.name} sums over rows but does not keep the row's axes"
+    graph = _Graph(exprs, inputs)
+    spans_rows = lambda v: bool(axes.spans(v) & column_set)  # noqa: E731
+    after_columns = graph.downstream(column_reductions)
+    for e in exprs:
+        if any(e is c for c in column_reductions) or not any(id(v) in after_columns for v in e.inputs):
+            continue
+        for v in list(e.inputs) + list(e.outputs):
+            if isinstance(v, TensorView) and spans_rows(v):
+                return None, f"a column reduction's result meets T{v.name}, which varies along rows"
+    row_outputs = [o for o in outputs if spans_rows(o) and id(o) not in after_columns]
+    column_outputs = [o for o in outputs if id(o) in after_columns]
+    for o in outputs:
+        if not spans_rows(o) and id(o) not in after_columns:
+            return None, f"T{o.name} neither varies along rows nor follows a column reduction"
+        if id(o) in after_columns and axes.spans(o) != row_set:
+            return None, f"T{o.name} follows a column reduction but does not keep the row's axes"
+    combine_exprs, combine_inputs = _combine_part(graph, column_outputs, column_reductions)
+    if any(isinstance(e, (ReductionOp, VarMeanOp)) and all(e is not c for c in column_reductions)
+           for e in combine_exprs):
+        return None, "the column outputs need a reduction of a value that does not vary along rows"
+
+    # the two-kernel form: the column kernel stops at row statistics (computed from a row
+    # reduction, varying along rows but not along the row), which the row kernel writes
+    after_rows = graph.downstream(row_reductions)
+    is_statistic = lambda v: id(v) in after_rows and spans_rows(v) and not (axes.spans(v) & row_set)  # noqa: E731
+    column_exprs, column_inputs = graph.closure(column_outputs, is_statistic)
+    statistics = [v for v in column_inputs if id(v) in graph.producer]
+    row_exprs, row_inputs = graph.closure(row_outputs + statistics, lambda v: False)
+    rows = [a for a in all_axes if a in column_set]
+    columns = [a for a in all_axes if a in row_set]
+    return InnerOuterSplit(rows, columns, column_reductions, row_outputs, column_outputs, combine_exprs,
+                           combine_inputs, statistics, row_exprs, row_inputs, column_exprs, column_inputs), ""
+
+
+def _combine_part(graph: _Graph, column_outputs: list[TensorView], column_reductions: list[ReductionOp]):
+    """What the combine kernel computes: the column outputs from the column reductions (read
+    from the workspace, so their inputs are not computed) and from kernel inputs."""
+    ends = {id(o) for e in column_reductions for o in e.outputs}
+    exprs, read = graph.closure(column_outputs, lambda v: id(v) in ends)
+    keep = {id(e) for e in exprs} | {id(e) for e in column_reductions}
+    exprs = [e for e in graph.exprs if id(e) in keep]
+    return exprs, [v for v in read if id(v) not in ends]
