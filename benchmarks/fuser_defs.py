@@ -2,9 +2,10 @@
 eager functions itself.
 
 Forward rows are one definition each. Backward rows are autograd Functions whose backward runs
-definitions of the gradient formulas: one kernel for dx (a row normalization) and, for norms,
-one for the weight and bias gradients (column sums), as the eager and compiled versions also
-compute them. Each definition is built once per kernel name and serves every size.
+one definition of the gradient formulas; for norms it computes dx (row sums) and the weight and
+bias gradients (column sums) together, which fuser runs as one inner-outer kernel reading x and
+dy once, plus the small combine step of its partial column sums. Each definition is built once
+per kernel name and serves every size.
 """
 from __future__ import annotations
 
@@ -108,52 +109,40 @@ def colsum_fwd():
 
 
 @functools.cache
-def rmsnorm_dx():
-    """dx = rstd * (dy*w - xhat * mean(dy*w*xhat)); also returns rstd for the dw kernel."""
+def rmsnorm_bwd():
+    """dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * w, and dw = sum_rows(dy * xhat)."""
     with FusionDefinition() as fd:
         x, w, dy = _mat(fd), _row(fd), _mat(fd)
-        xf = _f(fd, x)
-        rstd = _rstd_rms(fd, xf, x.shape()[1])
+        n = x.shape()[1]
+        xf, dyf = _f(fd, x), _f(fd, dy)
+        rstd = _rstd_rms(fd, xf, n)
         xhat = fd.ops.mul(xf, rstd)
-        g = fd.ops.mul(_f(fd, dy), _f(fd, w))
-        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), x.shape()[1])
+        g = fd.ops.mul(dyf, _f(fd, w))
+        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), n)
         dx = fd.ops.mul(rstd, fd.ops.sub(g, fd.ops.mul(xhat, proj)))
         fd.add_output(fd.ops.cast(dx, BF16))
-        fd.add_output(rstd)
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), BF16))
     return fd
 
 
 @functools.cache
-def layernorm_dx():
+def layernorm_bwd():
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, dw = sum_rows(dy * xhat)
+    and db = sum_rows(dy); mean and rstd recomputed from x."""
     with FusionDefinition() as fd:
         x, w, dy = _mat(fd), _row(fd), _mat(fd)
         n = x.shape()[1]
-        xf = _f(fd, x)
+        xf, dyf = _f(fd, x), _f(fd, dy)
         var, mean = fd.ops.var_mean(xf, [-1], 0, True)
         rstd = fd.ops.rsqrt(fd.ops.add(var, LN_EPS))
         xhat = fd.ops.mul(fd.ops.sub(xf, mean), rstd)
-        g = fd.ops.mul(_f(fd, dy), _f(fd, w))
+        g = fd.ops.mul(dyf, _f(fd, w))
         mg = fd.ops.div(fd.ops.sum(g, [-1], True), n)
         proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), n)
         dx = fd.ops.mul(rstd, fd.ops.sub(fd.ops.sub(g, mg), fd.ops.mul(xhat, proj)))
         fd.add_output(fd.ops.cast(dx, BF16))
-        fd.add_output(mean)
-        fd.add_output(rstd)
-    return fd
-
-
-@functools.cache
-def norm_dweight(with_bias: bool):
-    """dw = sum_rows(dy * xhat) (and db = sum_rows(dy)), xhat from the saved statistics."""
-    with FusionDefinition() as fd:
-        x, dy = _mat(fd), _mat(fd)
-        mean = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32) if with_bias else None
-        rstd = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32)
-        xf, dyf = _f(fd, x), _f(fd, dy)
-        xc = fd.ops.sub(xf, mean) if with_bias else xf
-        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, fd.ops.mul(xc, rstd)), [0]), BF16))
-        if with_bias:
-            fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), BF16))
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), BF16))
+        fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), BF16))
     return fd
 
 
@@ -190,8 +179,7 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        dx, rstd = rmsnorm_dx().execute([x, w, dy.contiguous()])
-        (dw,) = norm_dweight(False).execute([x, dy.contiguous(), rstd])
+        dx, dw = rmsnorm_bwd().execute([x, w, dy.contiguous()])
         return dx, dw
 
 
@@ -204,8 +192,7 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        dx, mean, rstd = layernorm_dx().execute([x, w, dy.contiguous()])
-        dw, db = norm_dweight(True).execute([x, dy.contiguous(), mean, rstd])
+        dx, dw, db = layernorm_bwd().execute([x, w, dy.contiguous()])
         return dx, dw, db
 
 
