@@ -1,0 +1,125 @@
+"""Elementwise ops in generated kernels: constants, casts (half and bf16 rounded as eager
+rounds them), unary, binary and ternary ops through the per-target math lowering, and iota. A
+mixin of KernelWriter: it uses the writer's operands, bindings and super-axes."""
+from __future__ import annotations
+
+from ..errors import InternalError
+from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
+                  UnaryOpType, Val)
+from ..ops.pointwise import result_type
+from .math import binary_lowering, unary_lowering
+from .scope import Scope
+from .types import STORAGE, compute_type
+
+_ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpType.maximum,
+               BinaryOpType.minimum}
+
+
+_FP32_COMPUTED = (DataType.Float, DataType.BFloat16, DataType.Half)
+
+
+def _wrap_int(v: int, dtype: DataType) -> int:
+    """An integer constant as the tensor's integer type holds it (two's complement wrap, as
+    eager `int32_tensor + 2**40` computes)."""
+    if not dtype.is_integral:
+        return v
+    bits = 8 * dtype.itemsize
+    return (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+
+
+class ElementwiseEmitter:
+    def literal(self, s: Scalar, dtype: DataType) -> str:
+        v = s.value
+        if isinstance(v, bool):
+            v = int(v)
+        if dtype.category >= 2 or isinstance(v, float):
+            f = float(v)
+            if f != f:
+                return "float('nan')"
+            if f in (float("inf"), float("-inf")):
+                return f"float('{'-' if f < 0 else ''}inf')"
+            return repr(f)
+        return repr(_wrap_int(int(v), dtype))
+
+    def emit_iota(self, scope: Scope, e: IotaOp) -> None:
+        """start + step * index along the loop axis of the output (its own super-axis: the
+        launcher never folds it with a neighbour)."""
+        dt = e.out.dtype
+        (j,) = self.super_axes_of(e.out) or [None]
+        index = "0" if j is None else f"idx{j}"
+        if j is not None:
+            scope.owner_of_dim(self.super_dim[j])  # the index must be live in this scope
+        _, start, step = (self.operand(scope, v, dt) for v in e.inputs)
+        self.bind(scope, e.out, f"({start} + {step} * {index}.to({compute_type(dt)}))")
+
+    def cast_code(self, scope: Scope, v: Val, dtype: DataType) -> str:
+        src = self.operand(scope, v, v.dtype)
+        if dtype.is_boolean:
+            return f"({src} != 0)"
+        if dtype in (DataType.Half, DataType.BFloat16):
+            if v.dtype.is_boolean:
+                return f"{src}.to(tl.float32)"  # 0 and 1 are exact
+            if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
+                src = f"{src}.to(tl.float32)"
+            return f"{self.narrow(src, dtype)}.to(tl.float32)"
+        return f"{src}.to({compute_type(dtype)})"
+
+    def narrow(self, code: str, dtype: DataType) -> str:
+        """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so
+        there the rounding to nearest even is done first, as the GPU and eager do it."""
+        if dtype is DataType.BFloat16 and self.target == "interpreter":
+            self.helpers_used = True
+            code = f"_round_bf16({code})"
+        return f"{code}.to({STORAGE[dtype]})"
+
+    def emit_unary(self, scope: Scope, e: UnaryOp) -> None:
+        out_dt = e.out.dtype
+        in_dt = e.inp.dtype
+        keep_int = e.kind in (UnaryOpType.floor, UnaryOpType.ceil, UnaryOpType.round,
+                              UnaryOpType.trunc) and in_dt.category < 2
+        if keep_int:
+            self.bind(scope, e.out, self.operand(scope, e.inp, in_dt))
+            return
+        x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
+        fmt = unary_lowering(e.kind, self.target, self.bf16_outputs and e.out.dtype in _FP32_COMPUTED)
+        if fmt is None:
+            raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
+        self.helpers_used |= fmt.startswith("_")
+        self.bind(scope, e.out, fmt.format(x=x))
+
+    def emit_binary(self, scope: Scope, e: BinaryOp) -> None:
+        a, b = e.inputs
+        compute = result_type(a, b) if e.out.dtype.is_boolean else e.out.dtype
+        if e.kind in (BinaryOpType.logical_and, BinaryOpType.logical_or):
+            compute = result_type(a, b)
+        x, y = self.operand(scope, a, compute), self.operand(scope, b, compute)
+        fmt = binary_lowering(e.kind, self.target)
+        if fmt.startswith("_"):  # helper functions take blocks, not Python literals
+            self.helpers_used = True
+            x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
+        if compute.is_boolean and e.kind in _ARITHMETIC:
+            # bool arithmetic as PyTorch does it: in integers, then nonzero is True
+            x, y = (f"{self.block_literal(v, code, compute)}.to(tl.int32)" for v, code in ((a, x), (b, y)))
+            self.bind(scope, e.out, f"({fmt.format(x=x, y=y)} != 0)")
+            return
+        self.bind(scope, e.out, fmt.format(x=x, y=y))
+
+    def block_literal(self, v: Val, code: str, dtype: DataType) -> str:
+        if isinstance(v, Scalar) and v.is_constant:
+            return f"tl.full([1, 1], {code}, {compute_type(dtype)})"
+        return code
+
+    def emit_ternary(self, scope: Scope, e: TernaryOp) -> None:
+        dt = e.out.dtype
+        a, b, c = e.inputs
+        if e.kind is TernaryOpType.where:
+            cond = self.operand(scope, a, DataType.Bool)
+            code = f"tl.where({cond}, {self.operand(scope, b, dt)}, {self.operand(scope, c, dt)})"
+        elif e.kind is TernaryOpType.clamp:
+            x, lo, hi = (self.operand(scope, v, dt) for v in (a, b, c))
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if dt.category >= 2 else ""
+            code = f"tl.minimum(tl.maximum({x}, {lo}{nan}), {hi}{nan})"
+        else:  # lerp, computed as ATen does for accuracy near both ends
+            s, t, w = (self.operand(scope, v, dt) for v in (a, b, c))
+            code = f"tl.where({w} < 0.5, {s} + {w} * ({t} - {s}), {t} - ({t} - {s}) * (1.0 - {w}))"
+        self.bind(scope, e.out, code)
