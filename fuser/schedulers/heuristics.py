@@ -13,12 +13,16 @@ TILE_ELEMENTS = 4096
 # pointwise tiles: 2048 elements on 4 warps (16 a thread) beat 4096 on 8 warps on the H200 for
 # GELU forward and backward (0.70-0.74 of copy against 0.63-0.65; benchmarks/sweep_pointwise.py)
 POINTWISE_TILE = 2048
-# inner-outer: the longest row kept in registers, where x, dy and an fp32 accumulator per column
-# reduction live at once (beyond it: a row kernel then a column kernel); programs of the
-# persistent kernel per multiprocessor; programs on Triton's interpreter, which has no
-# processors (several, so tests see partial rows from several programs, each over several rows)
+# inner-outer: the longest row kept in registers, where x, dy, w and an fp32 accumulator per
+# column reduction live at once (beyond it: a row kernel then a column kernel). Compiled for
+# sm_90 without a GPU (ptxas -v), the bf16 RMSNorm and LayerNorm backward use 96-125 registers a
+# thread at 1024-8192 columns on the default warps, so two programs of 8 warps fit a
+# multiprocessor, one of 16; 16384 columns on 32 warps spill 120-200 bytes a thread. Programs
+# of the persistent kernel: INNER_OUTER_WARPS_PER_PROCESSOR warps' worth a multiprocessor (at
+# least one program); on Triton's interpreter, which has no processors, a few, so tests see
+# partial rows from several programs, each over several rows.
 INNER_OUTER_MAX_PERSISTENT = 16384
-INNER_OUTER_PROGRAMS_PER_PROCESSOR = 2
+INNER_OUTER_WARPS_PER_PROCESSOR = 16
 INNER_OUTER_INTERPRETER_PROGRAMS = 3
 
 
@@ -83,9 +87,10 @@ def split_count(params: LaunchParams, rows: int, processors: int) -> int:
 
 
 def inner_outer_programs(params: LaunchParams, processors: int) -> int:
-    """Programs of the persistent inner-outer kernel (and rows of its workspace): a few per
-    processor, never more than blocks of rows."""
-    wanted = processors * INNER_OUTER_PROGRAMS_PER_PROCESSOR if processors else INNER_OUTER_INTERPRETER_PROGRAMS
+    """Programs of the persistent inner-outer kernel (and rows of its workspace): as many as
+    fit the processors at once, never more than blocks of rows."""
+    per_processor = max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
+    wanted = processors * per_processor if processors else INNER_OUTER_INTERPRETER_PROGRAMS
     return max(1, min(wanted, params.grid))
 
 
