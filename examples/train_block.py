@@ -107,7 +107,8 @@ def train(model, steps, sizes, cfg, device, seed=0):
 def step_time(model, cfg, device, b, s, iters=20):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     tokens, targets = batch(cfg["vocab"], b, s, device)
-    cos, sin = rope_tables(s, cfg["dim"] // cfg["heads"], device)
+    dtype = next(model.parameters()).dtype  # rotary tables in the weights' dtype (bf16 here)
+    cos, sin = (t.to(dtype) for t in rope_tables(s, cfg["dim"] // cfg["heads"], device))
 
     def step():
         loss = model(tokens, targets, cos, sin)

@@ -30,7 +30,9 @@ def test_tanh_lowering_follows_the_output_precision(out_dtype):
         assert "_tanh(" in source and "libdevice.tanh" not in source
         rounded = expected.to(torch.bfloat16).float()
         ulp = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp_min(1e-30))) - 7)
-        assert bool(((out.float() - rounded).abs() <= ulp).all())  # one rounding step at most
+        # one rounding step at most, beyond the ~1e-7 |x| both lose in GELU's negative tail
+        # (where 1 + tanh(z) cancels in eager's fp32 too)
+        assert bool(((out.float() - rounded).abs() <= ulp + 1e-6 * x.float().abs()).all())
     else:
         assert "libdevice.tanh" in source
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
