@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.util
 import os
 import sys
@@ -113,15 +114,14 @@ def _keep_triton_key() -> None:
     sizes, modification times and inodes, and a new process reads it back instead of hashing.
     The key Triton sees is the same string; any change to the files makes a new stamp.
     `FUSER_TRITON_KEY_CACHE=0` leaves Triton's function alone."""
-    try:
-        from triton.runtime import cache as triton_cache
-    except ImportError:  # pragma: no cover - a Triton without this module
-        return
-    original = getattr(triton_cache, "triton_key", None)
-    if original is None or getattr(original, "fuser_kept", False):
-        return
     if os.environ.get("FUSER_TRITON_KEY_CACHE", "1") == "0":
         return
+    # where Triton defines or reads the function (before 3.3 it lived in triton.compiler.compiler)
+    homes = [_try_import(m) for m in ("triton.runtime.cache", "triton.compiler.compiler")]
+    homes = [m for m in homes if m is not None and callable(getattr(m, "triton_key", None))]
+    if not homes or any(getattr(m.triton_key, "fuser_kept", False) for m in homes):
+        return
+    original = homes[0].triton_key
 
     @functools.cache
     def kept() -> str:
@@ -145,7 +145,15 @@ def _keep_triton_key() -> None:
         return key
 
     kept.fuser_kept = True
-    triton_cache.triton_key = kept
+    for m in homes:
+        m.triton_key = kept
+
+
+def _try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _triton_stamp(root: Path, version: str) -> str:
