@@ -23,13 +23,13 @@ from fuser.schedulers.plan import Template  # noqa: E402
 SHAPES = ((16384, 4096), (16384, 8192))
 
 
-def forced(warps: int):
+def forced(warps: int, rows: int):
     original = heuristics.choose
 
     def choose(template, r, c):
         params = original(template, r, c)
         if template is Template.inner_outer and params.persistent:
-            return heuristics.LaunchParams(params.block0, params.block1, True, warps, params.grid)
+            return heuristics.LaunchParams(rows, params.block1, True, warps, -(-r // rows))
         return params
     return choose
 
@@ -38,11 +38,10 @@ def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
     saved = launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR
-    for warps in (8, 16, 32):
-        for per_sm in (16, 32, 64):
-            if per_sm < warps:
-                continue
-            launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = forced(warps), per_sm
+    for warps, per_sm, rows in ((8, 16, 1), (8, 16, 2), (8, 16, 4), (16, 16, 2), (16, 32, 2), (16, 16, 4),
+                                (32, 32, 4), (4, 16, 1), (4, 32, 1)):
+        if True:
+            launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = forced(warps, rows), per_sm
             cells = []
             for m, n in SHAPES:
                 x, dy = (torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -52,7 +51,8 @@ def main() -> None:
                     fd.execute([x, w, dy])
                     ms = triton.testing.do_bench(lambda: fd.execute([x, w, dy]), return_mode="median")
                     cells.append(f"{name}[{m}x{n}] {3 * x.nbytes / ms / 1e6 / copy:.2f}")
-            print(f"warps {warps:2d}, {per_sm // warps} programs/SM: " + "  ".join(cells), flush=True)
+            print(f"warps {warps:2d}, {per_sm // warps} programs/SM, {rows} rows a step: " + "  ".join(cells),
+                  flush=True)
     launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = saved
 
 
