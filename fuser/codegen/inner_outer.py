@@ -71,8 +71,7 @@ class InnerOuterWriter(KernelWriter):
                 fn = self.combine(e.kind)
                 body.lines.append(f"{acc} = {fn}({acc}, {masked})")
                 finals.append(f"tl.reduce({acc}, 0, {fn}, keep_dims=True)")
-        # two stages: the next rows' loads are issued while this row is reduced and stored
-        ps.lines.append("for r_start in tl.range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0, num_stages=2):")
+        ps.lines.append("for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0):")
         ps.lines += ["    " + line for line in body.lines]
         for k, final in enumerate(finals):
             ps.lines.append(f"tl.store(W{k}_ptr + pid * C + c, {final}, mask=c_mask)")
