@@ -3,7 +3,7 @@ from . import multidevice
 from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionInputError,
                      InternalError, UnsupportedError)
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
-from .frontend.backend import register as _register_backend
+from .frontend.backend import register_unless_installed as _register_backend
 from .ir import DataType, Fusion, ParallelType
 
 __version__ = "0.1.0"

@@ -201,3 +201,21 @@ def register() -> None:
 
     if "fuser" not in _COMPILER_FNS:
         register_backend(backend_for(), name="fuser")
+
+
+def register_unless_installed() -> None:
+    """At `import fuser`: an installed fuser is found by Dynamo through its
+    `torch_dynamo_backends` entry point (pyproject.toml) when a `torch.compile` first names it,
+    so importing fuser need not import Dynamo (most of a second). Running from a checkout (no
+    entry point), or with Dynamo imported already, register now."""
+    import sys
+    from importlib import metadata
+
+    if "torch._dynamo" not in sys.modules:
+        try:
+            found = metadata.distribution("fuser").entry_points
+        except metadata.PackageNotFoundError:
+            found = []
+        if any(ep.group == "torch_dynamo_backends" and ep.name == "fuser" for ep in found):
+            return
+    register()

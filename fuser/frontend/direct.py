@@ -27,13 +27,27 @@ from typing import Any, Callable, Optional
 
 import torch
 
-try:  # internals of torch._dynamo; without them every call goes through Dynamo
-    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list as _entries
-    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _callback
-    from torch._dynamo import eval_frame as _eval_frame
-    _eval_frame._stance.stance  # noqa: B018 - present since torch 2.6
-except (ImportError, AttributeError):  # pragma: no cover - depends on the torch version
-    _entries = None
+# internals of torch._dynamo, imported with the first DirectCall (importing Dynamo takes most of
+# a second, which `import fuser` should not pay); None when this torch lacks them
+_entries = _callback = _eval_frame = None
+_DISABLE_DYNAMO_CODE = None
+
+
+def _load_dynamo_internals() -> bool:
+    global _entries, _callback, _eval_frame, _DISABLE_DYNAMO_CODE
+    if _entries is None:
+        try:
+            from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, get_eval_frame_callback
+            from torch._dynamo import eval_frame
+            from torch._dynamo.utils import call_size
+
+            eval_frame._stance.stance  # noqa: B018 - present since torch 2.6
+            _DISABLE_DYNAMO_CODE = call_size.__code__  # the code of torch._disable_dynamo wrappers
+            _entries, _callback, _eval_frame = _debug_get_cache_entry_list, get_eval_frame_callback, eval_frame
+        except (ImportError, AttributeError):  # pragma: no cover - depends on the torch version
+            return False
+    return True
+
 
 MISS = object()  # the call was not made: go through Dynamo
 
@@ -43,7 +57,7 @@ _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
 
 
 def _plain_function(fn: Any) -> bool:
-    if _entries is None or type(fn) is not types.FunctionType:
+    if type(fn) is not types.FunctionType or not _load_dynamo_internals():
         return False
     code = fn.__code__
     return not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_kwonlyargcount
@@ -164,10 +178,3 @@ def _without_disable_wrappers(code: types.CodeType, globals_: dict) -> types.Cod
         globals_[alias] = target
         names[k] = alias
     return code.replace(co_names=tuple(names))
-
-
-try:
-    from torch._dynamo.utils import call_size as _probe
-    _DISABLE_DYNAMO_CODE = _probe.__code__
-except (ImportError, AttributeError):  # pragma: no cover
-    _DISABLE_DYNAMO_CODE = None
