@@ -43,13 +43,7 @@ class InnerOuterWriter(KernelWriter):
         return "persistent over rows, one partial column row per program"
 
     def write(self) -> KernelSource:
-        self.declare_params()
-        ps = self.program_scope = Scope(parent=None)
-        dim0 = [j for j, d in enumerate(self.super_dim) if d == 0]
-        dim1 = [j for j, d in enumerate(self.super_dim) if d == 1]
-        ps.lines.append("R = " + (" * ".join(f"X{j}" for j in dim0) or "1"))
-        ps.lines.append("C = " + (" * ".join(f"X{j}" for j in dim1) or "1"))
-        ps.lines += ["pid = tl.program_id(0)", "if INT64:", "    pid = pid.to(tl.int64)"]
+        ps = self.begin_program()
         self.emit_dim_index(ps, 1, "0")
         accs = []
         for e in self.column_reductions:

@@ -245,16 +245,19 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
             return [0, 1]
         return [1 - self.red]
 
-    def write(self) -> KernelSource:
+    def begin_program(self) -> Scope:
+        """The kernel's parameters and its program scope, opened with the row and column counts
+        R and C (products of the super-axis extents of each tile dim) and the program id."""
         self.declare_params()
         ps = self.program_scope = Scope(parent=None)
-        dim0 = [j for j, d in enumerate(self.super_dim) if d == 0]
-        dim1 = [j for j, d in enumerate(self.super_dim) if d == 1]
-        ps.lines.append("R = " + (" * ".join(f"X{j}" for j in dim0) or "1"))
-        ps.lines.append("C = " + (" * ".join(f"X{j}" for j in dim1) or "1"))
-        ps.lines.append("pid = tl.program_id(0)")
-        ps.lines.append("if INT64:")
-        ps.lines.append("    pid = pid.to(tl.int64)")
+        for name, dim in (("R", 0), ("C", 1)):
+            extents = [f"X{j}" for j, d in enumerate(self.super_dim) if d == dim]
+            ps.lines.append(f"{name} = " + (" * ".join(extents) or "1"))
+        ps.lines += ["pid = tl.program_id(0)", "if INT64:", "    pid = pid.to(tl.int64)"]
+        return ps
+
+    def write(self) -> KernelSource:
+        ps = self.begin_program()
         if self.plan.template is Template.pointwise:
             ps.lines.append("blocks1 = tl.cdiv(C, BLOCK1)")
             ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
