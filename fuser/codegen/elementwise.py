@@ -68,7 +68,6 @@ class ElementwiseEmitter:
         """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so
         there the rounding to nearest even is done first, as the GPU and eager do it."""
         if dtype is DataType.BFloat16 and self.target == "interpreter":
-            self.helpers_used = True
             code = f"_round_bf16({code})"
         return f"{code}.to({STORAGE[dtype]})"
 
@@ -84,7 +83,6 @@ class ElementwiseEmitter:
         fmt = unary_lowering(e.kind, self.target, self.bf16_outputs and e.out.dtype in _FP32_COMPUTED)
         if fmt is None:
             raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
-        self.helpers_used |= fmt.startswith("_")
         self.bind(scope, e.out, fmt.format(x=x))
 
     def emit_binary(self, scope: Scope, e: BinaryOp) -> None:
@@ -95,7 +93,6 @@ class ElementwiseEmitter:
         x, y = self.operand(scope, a, compute), self.operand(scope, b, compute)
         fmt = binary_lowering(e.kind, self.target)
         if fmt.startswith("_"):  # helper functions take blocks, not Python literals
-            self.helpers_used = True
             x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
         if compute.is_boolean and e.kind in _ARITHMETIC:
             # bool arithmetic as PyTorch does it: in integers, then nonzero is True

@@ -20,7 +20,7 @@ from ..ir.printer import format_expr, format_tv
 from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
-from .math import HELPERS, binary_lowering, unary_lowering
+from .math import binary_lowering, helpers_for, unary_lowering
 from .reductions import ReductionEmitter
 from .scope import Scope
 from .types import COMPUTE, STORAGE, compute_type
@@ -68,7 +68,6 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         self.args: list[ArgSpec] = []
         self.params: list[str] = []
         self.scalar_args: dict[int, str] = {}
-        self.helpers_used = False
 
     # -- spans ------------------------------------------------------------------------------
 
@@ -314,16 +313,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         imports = ["import triton", "import triton.language as tl"]
         if self.target == "cuda":
             imports.append("from triton.language.extra import libdevice")
-        helpers = HELPERS + _MUL_HELPER if self.helpers_used else ""
-        return "\n".join(header + [""] + imports + [helpers, "", f"def {self.name}({params}):", body, ""])
-
-
-_MUL_HELPER = '''
-
-@triton.jit
-def _mul(a, b):
-    return a * b
-'''
+        helpers = helpers_for(body)  # only those the body names: triton.jit reads each at load
+        return "\n".join(header + [""] + imports + ["", helpers, "", "", f"def {self.name}({params}):", body, ""])
 
 
 def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,

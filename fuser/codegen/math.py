@@ -8,6 +8,7 @@ it in an evaluator segment. Each entry is a format string over the operand code 
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ..ir import BinaryOpType, UnaryOpType
@@ -134,6 +135,11 @@ def _min_nan(a, b):
 
 
 @triton.jit
+def _mul(a, b):
+    return a * b
+
+
+@triton.jit
 def _welford_combine(mean1, m2_1, n1, mean2, m2_2, n2):
     n = n1 + n2
     w = tl.where(n == 0, 0.0, n2 / tl.where(n == 0, 1.0, n))
@@ -151,6 +157,28 @@ _BF16_UNARY = {
     CUDA: {U.tanh: "_tanh({x})"},
     INTERPRETER: {},
 }
+
+
+def _split_helpers(source: str) -> dict[str, str]:
+    blocks = ["@triton.jit" + b for b in source.split("@triton.jit")[1:]]
+    return {re.match(r"\s*def (\w+)", b[len("@triton.jit"):]).group(1): b.rstrip() for b in blocks}
+
+
+_HELPER_BLOCKS = _split_helpers(HELPERS)
+
+
+def helpers_for(code: str) -> str:
+    """The helper functions `code` names (called, or passed to tl.reduce), and those they name:
+    `triton.jit` reads the source of every function a module defines when it loads it."""
+    wanted: list[str] = []
+    pending = [code]
+    while pending:
+        text = pending.pop()
+        for name, block in _HELPER_BLOCKS.items():
+            if name not in wanted and re.search(rf"\b{name}\b", text):
+                wanted.append(name)
+                pending.append(block)
+    return "\n\n\n".join(_HELPER_BLOCKS[n] for n in _HELPER_BLOCKS if n in wanted)
 
 
 def unary_lowering(kind: UnaryOpType, target: str, bf16_outputs: bool = False) -> Optional[str]:

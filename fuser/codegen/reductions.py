@@ -40,7 +40,6 @@ class ReductionEmitter:
         return lo if kind is ReductionOpType.max else hi
 
     def combine(self, kind: ReductionOpType) -> str:
-        self.helpers_used = True
         return {ReductionOpType.max: "_max_nan", ReductionOpType.min: "_min_nan",
                 ReductionOpType.prod: "_mul"}[kind]
 
@@ -106,7 +105,6 @@ class ReductionEmitter:
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
                 self.close_loop(body)
-                self.helpers_used = True
                 self.finish_var_mean(e, acc)
                 return
             x = self.operand(body, e.inp, e.inp.dtype)
@@ -118,7 +116,6 @@ class ReductionEmitter:
                 f"{acc}_n = {acc}_n_new",
             ]
             self.close_loop(body)
-            self.helpers_used = True
             self.finish_var_mean(e, acc)
             return
         dt = e.out.dtype
