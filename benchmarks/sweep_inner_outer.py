@@ -1,11 +1,13 @@
-"""Sweep the inner-outer (norm backward) kernel's warps and programs per multiprocessor on the
-GPU, for the hand-written rmsnorm and layernorm backward definitions. Shares of the copy
-bandwidth (x, dy read, dx written) measured in the same run; not part of the suite.
+"""Sweep the inner-outer (norm backward) kernel's warps, programs per multiprocessor, rows a step
+and pipelining stages on the GPU, for the hand-written rmsnorm and layernorm backward
+definitions. Shares of the copy bandwidth (x, dy read, dx written) measured in the same run;
+not part of the suite.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner_outer.py
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -37,11 +39,12 @@ def forced(warps: int, rows: int):
 def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
-    saved = launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR
-    for warps, per_sm, rows in ((8, 16, 1), (8, 16, 2), (8, 16, 4), (16, 16, 2), (16, 32, 2), (16, 16, 4),
-                                (32, 32, 4), (4, 16, 1), (4, 32, 1)):
+    saved = launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR, heuristics.INNER_OUTER_STAGES
+    for (warps, per_sm, rows), stages in itertools.product(
+            ((8, 16, 1), (8, 16, 2), (16, 16, 1), (16, 16, 2), (4, 16, 1)), (1, 2, 3)):
         if True:
             launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = forced(warps, rows), per_sm
+            heuristics.INNER_OUTER_STAGES = stages
             cells = []
             for m, n in SHAPES:
                 x, dy = (torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -51,9 +54,9 @@ def main() -> None:
                     fd.execute([x, w, dy])
                     ms = triton.testing.do_bench(lambda: fd.execute([x, w, dy]), return_mode="median")
                     cells.append(f"{name}[{m}x{n}] {3 * x.nbytes / ms / 1e6 / copy:.2f}")
-            print(f"warps {warps:2d}, {per_sm // warps} programs/SM, {rows} rows a step: " + "  ".join(cells),
-                  flush=True)
-    launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = saved
+            print(f"warps {warps:2d}, {per_sm // warps} programs/SM, {rows} rows a step, {stages} stages: "
+                  + "  ".join(cells), flush=True)
+    launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR, heuristics.INNER_OUTER_STAGES = saved
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Expr, ReductionOpType, TensorView, Val
+from ..schedulers import heuristics
 from ..schedulers.plan import KernelPlan
 from .kernel import KernelSource, KernelWriter, generate
 from .layout import Layout
@@ -65,7 +66,10 @@ class InnerOuterWriter(KernelWriter):
                 fn = self.combine(e.kind)
                 body.lines.append(f"{acc} = {fn}({acc}, {masked})")
                 finals.append(f"tl.reduce({acc}, 0, {fn}, keep_dims=True)")
-        ps.lines.append("for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0):")
+        bounds = "pid * BLOCK0, R, tl.num_programs(0) * BLOCK0"
+        stages = heuristics.INNER_OUTER_STAGES
+        ps.lines.append(f"for r_start in range({bounds}):" if stages == 1 else
+                        f"for r_start in tl.range({bounds}, num_stages={stages}):")
         ps.lines += ["    " + line for line in body.lines]
         for k, final in enumerate(finals):
             ps.lines.append(f"tl.store(W{k}_ptr + pid * C + c, {final}, mask=c_mask)")

@@ -24,6 +24,10 @@ POINTWISE_TILE = 2048
 INNER_OUTER_MAX_PERSISTENT = 16384
 INNER_OUTER_WARPS_PER_PROCESSOR = 16
 INNER_OUTER_INTERPRETER_PROGRAMS = 3
+# software-pipelining stages of the inner-outer kernel's loop over rows (1: a plain loop; the
+# kernel reached at most 0.63 of copy without pipelining; 2 and 3 are to be measured with
+# benchmarks/sweep_inner_outer.py)
+INNER_OUTER_STAGES = 1
 
 
 @dataclass(frozen=True)
