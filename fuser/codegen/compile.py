@@ -66,11 +66,16 @@ def load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str
     """The kernel `name` defined by `source`, as a Triton JIT function (cuda) or an
     interpreted one (interpreter). Scalar parameters are never specialized on their value
     (Triton would turn a 1 into a constant, without `.to`)."""
+    with phase("load"):  # the first kernel of a process also imports Triton (source_key)
+        return _load_kernel(name, source, target, scalar_params)
+
+
+def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str]) -> Callable:
     key = source_key(source, target)
     fn = _memory.get(key)
     if fn is not None:
         return fn
-    with _lock, phase("load"):
+    with _lock:
         fn = _memory.get(key)
         if fn is not None:
             return fn
