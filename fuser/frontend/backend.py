@@ -21,6 +21,7 @@ import torch
 
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
+from .training import TrainingCall, forward_facts
 
 
 @dataclass(eq=False)
@@ -149,6 +150,7 @@ class FuserBackend:
         record = GraphRecord(dynamo_code=gm.code)
 
         direct: list[GraphProgram] = []
+        facts: list = []  # the forward graph's ForwardFacts (training only)
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
@@ -156,6 +158,8 @@ class FuserBackend:
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, len(example_inputs)):
                     direct.append(program)
+                if kind == "forward":
+                    facts.append(forward_facts(graph, len(example_inputs)))
                 return program
             return compile_graph
 
@@ -166,6 +170,8 @@ class FuserBackend:
         compiled = aot(gm, example_inputs)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0])
+        elif len(facts) == 1 and facts[0] is not None:
+            compiled = TrainingCall(compiled, record, facts[0])
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead
         with self._lock:
             self.records.append(record)
