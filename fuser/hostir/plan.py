@@ -211,6 +211,8 @@ class Compiler:
         if not body:
             return None
 
+        used = streams[:len(self.pool)] if streams is not None else None
+
         def for_loop(c, _):
             lc = c.loop_ctx
             try:
@@ -220,6 +222,14 @@ class Compiler:
                     lc.stream_index = i
                     for step in body:
                         step(c, i)
+            except BaseException:
+                if used is not None and c.main is not None:
+                    # the join after the loop will not run, but the caller frees (and its stream
+                    # reuses) the buffers the work already queued on the side streams writes
+                    for k, stream in enumerate(used):
+                        S.record(c.events[k], stream)
+                        S.wait_event(c.main, c.events[k])
+                raise
             finally:
                 lc.stream_index = None
                 if S is not None and c.main is not None:
@@ -447,18 +457,21 @@ class Compiler:
             out_axis = c_.out_axis
 
             def post(c, i, inp, dst):
+                _check_even(c_, inp, out_axis, len(members))
                 result = buffer(c, i, inp, dst)
                 return c.comm.reduce_scatter(result, inp, members, out_axis, reduce, async_op=async_op), result
         elif kind is Collective.all_to_all:
             in_axis, out_axis = c_.in_axis, c_.out_axis
 
             def post(c, i, inp, dst):
+                _check_even(c_, inp, out_axis, len(members))
                 result = buffer(c, i, inp, dst)
                 return c.comm.all_to_all(result, inp, members, in_axis, out_axis, async_op=async_op), result
         elif kind is Collective.shard:
             k, out_axis = mesh_index(c_.mesh, c_.parallel_type, self.rank), c_.out_axis
 
             def post(c, i, inp, dst):
+                _check_even(c_, inp, out_axis, len(members))
                 n = inp.shape[out_axis] // len(members)
                 piece = inp.narrow(out_axis, k * n, n)
                 result = dst.copy_(piece) if dst is not None else piece.clone(memory_format=torch.contiguous_format)
@@ -535,6 +548,17 @@ class Compiler:
             if c.trace is not None:
                 c.trace(label, c_, [result])
         return finish
+
+
+def _check_even(comm, inp, axis: int, n: int) -> None:
+    """A collective that cuts `axis` of its input into one block per team member: a size the
+    team does not divide is the user's (the input's extent), reported as such rather than as
+    a torch error from the cut or a wrong-sized output."""
+    if inp.shape[axis] % n:
+        raise FusionInputError(
+            f"{comm.collective.value} of T{comm.inputs[0].name}: axis {axis} of size "
+            f"{inp.shape[axis]} does not split evenly into {n} shards on "
+            f"{comm.parallel_type.value} of {comm.mesh!r}; device splits must divide evenly")
 
 
 def compile_program(program: HostProgram, table, rank: int, device, streams, sizes) -> Plan:

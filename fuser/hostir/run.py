@@ -51,7 +51,7 @@ class HostRunner:
         if self._checked_world != comm.world_size:
             self._check_world(comm)
         device = device or self.device
-        key = (tuple(table.values.items()), comm.rank, device)
+        key = (_values_key(table.values), comm.rank, device)
         plan = self._plans.get(key)
         if plan is None:
             plan = self.plan(table, comm.rank, device)
@@ -76,6 +76,13 @@ class HostRunner:
                     f"but this program runs {comm.world_size}; launch it with "
                     f"torchrun --nproc-per-node={max(mesh.devices) + 1}, or use a mesh of one device")
         self._checked_world = comm.world_size
+
+
+def _values_key(values) -> tuple:
+    """The plan key of a table's values. A plan bakes the scalars it was made with, so values
+    that compare equal but compute differently (0.0 and -0.0, 2 and 2.0) get plans of their own;
+    repr also makes NaN equal to itself, so a NaN scalar reuses its plan."""
+    return tuple((k, v) if type(v) is int else (k, type(v), repr(v)) for k, v in values.items())
 
 
 class ShapeOnlyCommunicator(Communicator):

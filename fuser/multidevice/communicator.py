@@ -205,11 +205,13 @@ class Communicator:
         if axis == 0 and out.is_contiguous() and team == tuple(sorted(team)):
             buf, finish = out, None
         else:
-            buf = torch.empty((n, *inp.shape), dtype=inp.dtype, device=inp.device)
+            # the shards end to end on dim 0: gloo takes only that form (NCCL also a stacked one)
+            buf = torch.empty((n * inp.shape[0], *inp.shape[1:]), dtype=inp.dtype, device=inp.device)
             order = self._group_order(team)
 
             def finish():
-                out.copy_(buf[order].movedim(0, axis).flatten(axis, axis + 1))
+                got = buf.unflatten(0, (n, inp.shape[0]))[order]  # block k from team[k]
+                out.copy_(got.movedim(0, axis).flatten(axis, axis + 1))
         src = inp.contiguous()
         work = self._guard(label, lambda: dist.all_gather_into_tensor(
             buf, src, group=self._team_group(team), async_op=async_op))

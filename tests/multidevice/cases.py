@@ -356,6 +356,84 @@ def case_bad_shard(device):
     exact(out, F.linear(x, w), "after a bad input")
 
 
+def case_allgather_columns_and_mesh_order(device):
+    """Allgathers that do not land straight in the output (a gathered axis other than the
+    rows, a mesh listing its devices out of order, chunks of a stream loop): the shards come
+    end to end through a buffer, the only form gloo takes."""
+    rank, d = world()
+    for devices, axis, s in ((torch.arange(d), 1, None), (torch.arange(d).flip(0), 0, None),
+                             (torch.arange(d), 1, 2)):
+        mesh = DeviceMesh(devices)
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], contiguity=True)
+            y = fd.ops.set(x)
+            fd.add_output(y)
+            x.set_device_mesh(mesh)
+            y.set_device_mesh(mesh)
+            x.outer_split(axis, d)
+            x.axis(axis).parallelize(ParallelType.mesh_x)
+            if s is not None:  # y's rows onto streams: the gather runs chunk by chunk
+                y.outer_split(0, s)
+                y.axis(0).parallelize(ParallelType.stream)
+        for t in ((4, 5) if axis == 1 else (2 * d, 4 * d)):
+            full = ints(t, 3 * d, device=device)
+            out, = fd.execute([shard(fd, 0, full)])
+            exact(out, full, f"allgather of axis {axis} on {devices.tolist()}, s={s}, t={t}")
+
+
+def _expect_uneven(fn, pattern: str) -> None:
+    try:
+        fn()
+    except fuser.FusionInputError as err:
+        assert re.search(pattern, str(err)), f"{pattern!r} not in: {err}"
+    else:
+        raise AssertionError(f"an uneven split was accepted ({pattern})")
+
+
+def case_uneven_reshardings(device):
+    """A resharding that cuts an axis the mesh does not divide (a shard of a replicated input,
+    a reduce-scatter of the rows, an all-to-all onto the columns): a FusionInputError naming
+    the collective, tensor, axis and size, not an internal error or a bare torch error; even
+    sizes still work afterwards."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        fd.add_output(y)
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+    rs = _row_parallel(d, mesh, False, out_rows_sharded=True)
+    with FusionDefinition() as a2a:
+        x = a2a.define_tensor([-1, -1], contiguity=True)
+        y = a2a.ops.set(x)
+        a2a.add_output(y)
+        for tv, axis in ((x, 0), (y, 1)):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    w = ints(3, 8 * d, device=device, seed=1)
+    if d > 1:  # one device divides everything
+        odd = 2 * d + 1
+        _expect_uneven(lambda: fd.execute([ints(4, odd, device=device)]),
+                       rf"Shard of T0: axis 1 of size {odd} does not split evenly into {d} shards")
+        _expect_uneven(lambda: rs.execute([shard(rs, 0, ints(odd, 8 * d, device=device)), shard(rs, 1, w)]),
+                       rf"ReduceScatter of T\d+: axis 0 of size {odd} does not split evenly into {d}")
+        _expect_uneven(lambda: a2a.execute([shard(a2a, 0, ints(2 * d, odd, device=device))]),
+                       rf"AllToAll of T0: axis 1 of size {odd} does not split evenly into {d}")
+    full = ints(4, 2 * d, device=device)
+    out, = fd.execute([full])
+    exact(out, shard_rows(full, d, rank, axis=1), "shard after an uneven one")
+    xf = ints(2 * d, 8 * d, device=device)
+    out, = rs.execute([shard(rs, 0, xf), shard(rs, 1, w)])
+    exact(out, shard_rows(F.linear(xf, w), d, rank), "reduce-scatter after an uneven one")
+    full = ints(2 * d, 3 * d, device=device)
+    out, = a2a.execute([shard(a2a, 0, full)])
+    exact(out, shard_rows(full, d, rank, axis=1), "all-to-all after an uneven one")
+
+
 def _collectives(fd, expected: list[str]) -> None:
     found = [s.exprs[0].op_name for s in fd.last_segments() if s.kind.value == "communication"]
     assert found == expected, f"collectives {found}, expected {expected}"
@@ -397,6 +475,25 @@ def case_2x2_mesh(device):
     _collectives(fd, ["Allreduce", "Allgather"])
 
 
-CASES_4 = {"2x2_mesh": case_2x2_mesh}
+def case_2x2_mesh_column_allgather(device):
+    """Columns sharded on mesh_x of a 2 x 2 mesh, gathered within each mesh row (teams {0, 1}
+    and {2, 3}) through the end-to-end buffer."""
+    rank, n = world()
+    assert n == 4, f"needs 4 ranks, got {n}"
+    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        fd.add_output(y)
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        x.outer_split(1, 2)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+    full = ints(3, 4, device=device)
+    out, = fd.execute([shard(fd, 0, full)])
+    exact(out, full, "2x2 mesh: columns gathered on mesh_x")
+
+
+CASES_4 = {"2x2_mesh": case_2x2_mesh, "2x2_mesh_column_allgather": case_2x2_mesh_column_allgather}
 CASES = {name[len("case_"):]: fn for name, fn in list(globals().items())
          if name.startswith("case_") and name[len("case_"):] not in CASES_4}
