@@ -167,6 +167,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         name = scope.lookup(id(v))
         if name is not None:
             return name
+        self.emit_producers(scope, v)
         target = scope
         if self.looped and not self.tile_level(v):
             target = self.program_scope
@@ -184,6 +185,30 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         if name is None:
             raise InternalError(f"T{v.name} was not emitted")
         return name
+
+    def emit_producers(self, scope: Scope, v: TensorView) -> None:
+        """Emit what `v` is computed from, deepest first, so that emitting `v` finds its operands
+        ready: values are emitted on demand, and demand-driven recursion would go one Python
+        frame per op deep (a chain of a few hundred ops overflowed the stack). The order is the
+        recursion's: inputs left to right, each after its own inputs."""
+        order, expanded, stack = [], set(), [(v, False)]
+        while stack:
+            u, ready = stack.pop()
+            if ready:
+                order.append(u)
+                continue
+            if id(u) in expanded:
+                continue
+            expanded.add(id(u))
+            e = self.producer.get(id(u))
+            if e is None or id(u) in self.kernel_inputs or self.reduces_in_loop(e):
+                continue  # loads and loop reductions emit their own inputs, where they belong
+            stack.append((u, True))
+            for w in reversed(e.inputs):
+                if isinstance(w, TensorView) and id(w) not in expanded and scope.lookup(id(w)) is None:
+                    stack.append((w, False))
+        for u in order[:-1]:  # all but v itself
+            self.value(scope, u)
 
     def reduces_in_loop(self, e: Expr) -> bool:
         """Whether `e` is a reduction computed by its own loop over the reduced dim."""
