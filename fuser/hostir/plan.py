@@ -427,10 +427,18 @@ def compile_program(program: HostProgram, table, rank: int, device, streams, siz
 
 def run_plan(plan: Plan, args, table, comm, device, trace, sizes, streams) -> list:
     c = Call(plan, args, table, comm, device, trace, sizes)
+    restore = None
     if streams is not None:
         c.events = streams.events(plan.event_count)
-    for step in plan.steps:
-        step(c, None)
+        # making a stream of another device current switches the current device too
+        # (torch.cuda.set_stream); the caller's device is put back, as torch.cuda.stream() does
+        restore = streams.enter()
+    try:
+        for step in plan.steps:
+            step(c, None)
+    finally:
+        if restore is not None:
+            streams.leave(restore)
     v = c.v
     return [v[k] for k in plan.outputs]
 

@@ -25,6 +25,14 @@ class CudaStreams:
         self.device = device
         self.index = device.index if device.index is not None else torch.cuda.current_device()
 
+    def enter(self):
+        """Before an execution: the caller's current device, when it is not this one (else None)."""
+        previous = torch.cuda.current_device()
+        return previous if previous != self.index else None
+
+    def leave(self, previous) -> None:
+        torch.cuda.set_device(previous)
+
     def current(self):
         return torch.cuda.current_stream(self.index)
 

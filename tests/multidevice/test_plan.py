@@ -20,6 +20,12 @@ class RecordingStreams:
     def __init__(self, log: list):
         self.log = log
 
+    def enter(self):
+        return None  # the caller's device is this one: nothing to restore
+
+    def leave(self, previous):
+        self.log.append(f"device back to {previous}")
+
     def current(self):
         return "S0"
 
@@ -170,3 +176,34 @@ def test_an_inner_stream_split_takes_strided_chunks_and_reports_an_uneven_size()
     assert not any(holds_table(p) for p in fd.cache.last_runtime.runner._plans.values())
     with pytest.raises(fuser.FusionInputError, match="does not divide evenly by the split factor 3"):
         fd.execute([ints(7, 4)])
+
+
+class _OtherDeviceStreams(RecordingStreams):
+    """As if the caller's current device were another one than the fusion's."""
+
+    def enter(self):
+        return "cuda:7"
+
+
+def test_the_callers_current_device_is_restored_after_an_execution(monkeypatch):
+    fd = seed_definition(1, 3, 2)
+    x, w = ints(6, 8), ints(2, 8, seed=1)
+    fd.execute([x, w])
+    log: list = []
+    runner = HostRunner(fd.cache.last_runtime.program, torch.device("cpu"), streams=_OtherDeviceStreams(log))
+    table = fd.cache._binder.bind([x, w])
+    (out,) = runner.run([x, w], table, RecordingCommunicator(log))
+    exact(out, F.linear(x, w))
+    assert log[-1] == "device back to cuda:7"
+    # also when a step fails half way through the loop
+    import fuser.hostir.plan as plan_module
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(plan_module, "evaluate_expr_into", failing)
+    monkeypatch.setattr(plan_module, "evaluate_expr", failing)
+    runner = HostRunner(fd.cache.last_runtime.program, torch.device("cpu"), streams=_OtherDeviceStreams(log))
+    log.clear()
+    with pytest.raises(RuntimeError, match="injected"):
+        runner.run([x, w], table, RecordingCommunicator(log))
+    assert log[-1] == "device back to cuda:7"
