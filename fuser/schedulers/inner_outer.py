@@ -99,9 +99,7 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
     column_set = next(s for s in sets if s is not row_set)
     if row_set & column_set or row_set | column_set != set(all_axes):
         return None, "reductions over different axes that do not divide the loop axes into rows and columns"
-    reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
-    if any(not reduced_axes_of(e, axes) for e in reductions):
-        return None, "a reduction over a size-1 axis next to row and column reductions"
+    reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]  # each over loop axes (plan.py)
     column_reductions = [e for e in reductions if reduced_axes_of(e, axes) == column_set]
     row_reductions = [e for e in reductions if reduced_axes_of(e, axes) == row_set]
     for e in column_reductions:
@@ -138,6 +136,11 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
     is_statistic = lambda v: id(v) in after_rows and spans_rows(v) and not (axes.spans(v) & row_set)  # noqa: E731
     column_exprs, column_inputs = graph.closure(column_outputs, is_statistic)
     statistics = [v for v in column_inputs if id(v) in graph.producer]
+    # a row reduction of a value constant along rows (sum(w * w)) is no statistic, so the
+    # column kernel would compute it: two sets of reductions again, planned again forever
+    if any(isinstance(e, (ReductionOp, VarMeanOp)) and all(e is not c for c in column_reductions)
+           for e in column_exprs):
+        return None, "the column reductions read a row reduction of a value that does not vary along rows"
     row_exprs, row_inputs = graph.closure(row_outputs + statistics, lambda v: False)
     rows = [a for a in all_axes if a in column_set]
     columns = [a for a in all_axes if a in row_set]

@@ -91,8 +91,11 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     if axes is None:
         return None, why
     reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+    # a reduction over size-1 axes only reduces no loop axis, though its input's axis may meet
+    # one (x - m, m.sum(-1) of a keepdim mean): a kernel would reduce the copies along it
+    if any(not reduced_axes_of(e, axes) for e in reductions):
+        return None, "a reduction over size-1 axes only (ATen runs it)"
     sets = {frozenset(reduced_axes_of(e, axes)) for e in reductions}
-    sets.discard(frozenset())
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
     if len(sets) > 1:
