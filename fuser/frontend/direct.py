@@ -11,7 +11,7 @@ evaluates that entry's guards itself (the same C++ guard manager Dynamo calls, w
 arguments, the globals and closure values the function read, grad mode and the other global
 state) and runs the entry's transformed code as a function. Anything it cannot vouch for goes
 through Dynamo as before: keyword arguments, a guard that fails, an entry Dynamo invalidated or
-replaced, transformed code that resumes after a graph break (the resumed frames must be compiled
+replaced, reassigned defaults, transformed code that resumes after a graph break (the resumed frames must be compiled
 too), a non-default compiler stance, tracing in progress, or a torch whose internals differ.
 
 The transformed code calls the compiled graph and a few of Dynamo's helpers (reading sizes,
@@ -70,41 +70,49 @@ class DirectCall:
     def __init__(self, fn: Callable):
         self.usable = _plain_function(fn)
         self.fn = fn
-        self.entry = None      # Dynamo's CacheEntry (kept alive by Dynamo's own list)
-        self.guards = None     # its guard manager when remembered: Dynamo swaps it to invalidate
-        self.run: Optional[Callable] = None
+        # (Dynamo's CacheEntry, its guard manager when remembered (Dynamo swaps it to
+        # invalidate), the entry's code as a function, the defaults it was made with): one
+        # tuple, assigned at once, so that a call in another thread never pairs the guards of
+        # one entry with the code of another
+        self.remembered: Optional[tuple] = None
         self.hits = 0
         if self.usable:
             code = fn.__code__
             self.code = code
             self.names = code.co_varnames[:code.co_argcount]
-            self.defaults = fn.__defaults__ or ()
+
+    @property
+    def entry(self) -> Any:
+        return None if self.remembered is None else self.remembered[0]
 
     def __call__(self, args: tuple) -> Any:
-        entry = self.entry
-        if entry is None:
+        remembered = self.remembered
+        if remembered is None:
             return MISS
+        entry, guards, run, defaults = remembered
         found = _entries(self.code)
-        if not found or found[0] is not entry or entry.guard_manager is not self.guards:
+        # reassigned defaults are arguments Dynamo has not seen (and `run` does not have)
+        if not found or found[0] is not entry or entry.guard_manager is not guards \
+                or self.fn.__defaults__ is not defaults:
             return MISS
         if _callback() not in (None, False) or _eval_frame._stance.stance != "default" \
                 or torch._guards.TracingContext.try_get() is not None:
             return MISS
-        local = self._locals(args)
-        if local is None or not self.guards.check(local):
+        local = self._locals(args, defaults or ())
+        if local is None or not guards.check(local):
             return MISS
         self.hits += 1
-        return self.run(*args)
+        return run(*args)
 
-    def _locals(self, args: tuple) -> Optional[dict]:
+    def _locals(self, args: tuple, defaults: tuple) -> Optional[dict]:
         """The frame's locals at entry, as Dynamo's guards read them: the arguments (defaults
         filled in) and the closure's values."""
         n, names = len(args), self.names
-        if n > len(names) or n < len(names) - len(self.defaults):
+        if n > len(names) or n < len(names) - len(defaults):
             return None
         local = dict(zip(names, args))
         if n < len(names):
-            local.update(zip(names[n:], self.defaults[len(self.defaults) - (len(names) - n):]))
+            local.update(zip(names[n:], defaults[len(defaults) - (len(names) - n):]))
         closure = self.fn.__closure__
         if closure:
             try:
@@ -121,23 +129,24 @@ class DirectCall:
         try:
             found = _entries(self.code)
             if not found:
-                self.entry = None
+                self.remembered = None
                 return
-            entry = found[0]
-            if entry is self.entry and entry.guard_manager is self.guards:
+            entry, defaults = found[0], self.fn.__defaults__
+            known = self.remembered
+            if known is not None and known[0] is entry and known[1] is entry.guard_manager \
+                    and known[3] is defaults:
                 return
             code = entry.code
             if code is None or any(name.startswith("__resume_at") for name in code.co_names) \
                     or code.co_freevars != self.code.co_freevars:
-                self.entry = None
+                self.remembered = None
                 return
-            self.run = types.FunctionType(_without_disable_wrappers(code, self.fn.__globals__),
-                                          self.fn.__globals__, self.fn.__name__,
-                                          self.fn.__defaults__, self.fn.__closure__)
-            self.entry, self.guards = entry, entry.guard_manager
+            run = types.FunctionType(_without_disable_wrappers(code, self.fn.__globals__),
+                                     self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
+            self.remembered = (entry, entry.guard_manager, run, defaults)
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
-            self.entry = None
+            self.remembered = None
 
 
 def _unwrapped(value: Any) -> Any:

@@ -81,11 +81,14 @@ class JitFunction:
 
     def _call(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
         stats.calls += 1
-        if not kwargs and self._direct.entry is not None and not torch.compiler.is_compiling() \
+        if not kwargs and self._direct.entry is not None and not self._failed \
+                and not torch.compiler.is_compiling() \
                 and all(_plain_tensor(a) if type(a) is torch.Tensor else type(a) in _SCALARS for a in args):
             token = CURRENT_STATS.set(stats)
             try:
                 out = self._direct(args)
+            except Exception as e:  # as on the path through Dynamo
+                return self._failure(e, args, kwargs)
             finally:
                 CURRENT_STATS.reset(token)
             if out is not MISS:
@@ -104,20 +107,26 @@ class JitFunction:
             self._direct.remember()
             return out
         except Exception as e:
-            failure = _backend_failure(e)
-            if failure is None and not isinstance(e, FuserError):
-                raise  # the function's own error, as eager PyTorch raises it
-            failure = e if failure is None else failure
-            if self._fallback == "eager":
-                warnings.warn(f"fuser.jit: {_name(self._fn)} failed in fuser ({failure}); running "
-                              f"it eagerly from now on", stacklevel=3)
-                self._failed = True
-                return self._fn(*args, **kwargs)
-            if isinstance(failure, FuserError):
-                raise failure from (e if failure is not e else None)
-            raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
+            return self._failure(e, args, kwargs)
         finally:
             CURRENT_STATS.reset(token)
+
+    def _failure(self, e: Exception, args: tuple, kwargs: dict) -> Any:
+        """A call that raised `e`: the function's own error is raised as eager PyTorch raises
+        it; fuser's failure is raised as a FuserError, or with fallback="eager" the function
+        runs eagerly from now on."""
+        failure = _backend_failure(e)
+        if failure is None and not isinstance(e, FuserError):
+            raise e
+        failure = e if failure is None else failure
+        if self._fallback == "eager":
+            warnings.warn(f"fuser.jit: {_name(self._fn)} failed in fuser ({failure}); running "
+                          f"it eagerly from now on", stacklevel=4)
+            self._failed = True
+            return self._fn(*args, **kwargs)
+        if isinstance(failure, FuserError):
+            raise failure from (e if failure is not e else None)
+        raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
 
     def cache_info(self) -> CacheInfo:
         return self._stats.info()
