@@ -27,3 +27,30 @@ def test_grouped_query_attention_repeat_kv():
 
     q, k = torch.randn(2, 6, 4, 5), torch.randn(2, 3, 4, 5)
     torch.testing.assert_close(fuser.jit(attention_scores)(q, k), attention_scores(q, k))
+
+
+def test_gather_and_cross_entropy_with_an_index_out_of_range_give_nan_not_a_value():
+    """Eager raises on an index out of range; a fused kernel cannot raise, so fuser's one-hot
+    gather gives NaN (and a NaN loss) instead of a plausible 0."""
+    def pick(x, idx):
+        return x.gather(1, idx) * 2.0
+
+    def loss(logits, target):
+        return torch.nn.functional.cross_entropy(logits, target)
+
+    x = torch.randn(4, 7)
+    good = torch.randint(0, 7, (4, 1))
+    bad = good.clone()
+    bad[1, 0], bad[3, 0] = 7, 12
+    jitted = fuser.jit(pick)
+    torch.testing.assert_close(jitted(x, good), pick(x, good))
+    out = jitted(x, bad)
+    assert torch.isnan(out[1, 0]) and torch.isnan(out[3, 0])
+    torch.testing.assert_close(out[[0, 2]], pick(x, good)[[0, 2]])
+    jitted_loss = fuser.jit(loss)
+    target = torch.randint(0, 7, (4,))
+    torch.testing.assert_close(jitted_loss(x, target), loss(x, target))
+    target[2] = 9
+    assert torch.isnan(jitted_loss(x, target))
+    target[2] = -100  # ignore_index stays ignored
+    torch.testing.assert_close(jitted_loss(x, target), loss(x, target))

@@ -315,5 +315,13 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
     logit of a cross entropy)."""
     shape = b.input_meta(node).shape
     dim %= len(shape)
-    hit = _one_hot(b, shape, node.args[2], dim, b.size(shape[dim]), index, "gather")
-    return b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
+    length = b.size(shape[dim])
+    hit = _one_hot(b, shape, node.args[2], dim, length, index, "gather")
+    picked = b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
+    if not picked.dtype.is_floating:
+        return picked
+    # an index out of range matches no position: eager raises, a fused kernel cannot, so the
+    # result is NaN (a NaN loss) rather than a plausible 0
+    ops = b.fd.ops
+    inside = ops.logical_and(ops.ge(index, 0), ops.lt(index, length))
+    return ops.where(inside, picked, float("nan"))
