@@ -49,9 +49,15 @@ class FusionRuntime:
         self.target = target_for(device)
         if use_kernels:
             target = self.target
+            emittable: dict[int, bool] = {}  # per expr: asked again for every group planned
+
+            def lowerable(e) -> bool:
+                found = emittable.get(id(e))
+                if found is None:
+                    found = emittable[id(e)] = can_emit(e, target)
+                return found
             self.segments = segment_fusion(
-                fusion, lambda exprs, i, o: plan_kernel(exprs, i, o, lambda e: can_emit(e, target)),
-                lambda e: can_emit(e, target))
+                fusion, lambda exprs, i, o: plan_kernel(exprs, i, o, lowerable), lowerable)
         else:
             self.segments = segment_fusion(fusion)
         self.launchers: dict[int, KernelLauncher] = {}

@@ -140,8 +140,8 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
     def coverage(tv: TensorView) -> set[int]:
         return {uf.find(id(d)) for d in ids_of(tv) if concrete_extent(d) is not None}
 
-    needed = {r for r, e in concrete.items() if e is not None}
-    reference = max(tensors, key=lambda t: (len(coverage(t)), -tensors.index(t)))
+    # the tensor covering the most axes; the first such (max keeps the first of equal keys)
+    reference = max(tensors, key=lambda t: len(coverage(t)))
     order = [uf.find(id(d)) for d in ids_of(reference) if concrete_extent(d) is not None]
     if len(set(order)) != len(order):
         return None, f"T{reference.name} maps two of its axes to one loop axis"
