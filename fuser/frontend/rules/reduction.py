@@ -12,12 +12,16 @@ aten = torch.ops.aten
 
 
 def reduce_dims(x, dim) -> list[int]:
-    """ATen's dim argument: None or an empty list reduce every dim."""
+    """ATen's dim argument: None or an empty list reduce every dim. A 0-d tensor takes dim 0 or
+    -1 and reduces nothing (its one element is the result)."""
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return list(range(x.ndim))
-    if isinstance(dim, int):
-        return [dim]
-    return [int(d) for d in dim]
+    dims = [dim] if isinstance(dim, int) else [int(d) for d in dim]
+    if x.ndim == 0:
+        if any(d not in (0, -1) for d in dims):
+            raise LoweringError(f"dim {dims} is out of range for a 0-d tensor")
+        return []
+    return dims
 
 
 def _dtype(dtype):
@@ -49,7 +53,7 @@ def _sum_all(b, node, x, dtype=None):
 
 @register(aten.prod.dim_int, kind=Kind.reduction)
 def _prod(b, node, x, dim, keepdim=False, dtype=None):
-    return b.fd.ops.prod(x, [dim], keepdim, dtype=_dtype(dtype))
+    return b.fd.ops.prod(x, reduce_dims(x, dim), keepdim, dtype=_dtype(dtype))
 
 
 @register(aten.prod.default, kind=Kind.reduction)
@@ -111,16 +115,18 @@ def _shifted(b, x, dim):
     """x - max(x) along dim, in the compute type, and the exp of it summed."""
     ops = b.fd.ops
     xf = upcast(b, x)
-    shifted = ops.sub(xf, ops.max(xf, [dim], True))
-    return shifted, ops.sum(ops.exp(shifted), [dim], True)
+    dims = reduce_dims(xf, dim)
+    shifted = ops.sub(xf, ops.max(xf, dims, True))
+    return shifted, ops.sum(ops.exp(shifted), dims, True)
 
 
 @register(aten._softmax.default, kind=Kind.reduction)
 def _softmax(b, node, x, dim, half_to_float=False):
     ops = b.fd.ops
     xf = upcast(b, x)
-    e = ops.exp(ops.sub(xf, ops.max(xf, [dim], True)))
-    return ops.div(e, ops.sum(e, [dim], True))
+    dims = reduce_dims(xf, dim)
+    e = ops.exp(ops.sub(xf, ops.max(xf, dims, True)))
+    return ops.div(e, ops.sum(e, dims, True))
 
 
 @register(aten._log_softmax.default, kind=Kind.reduction)
