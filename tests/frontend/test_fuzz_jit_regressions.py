@@ -18,3 +18,23 @@ def test_reduction_over_dim_0_of_a_0d_tensor(reduce):
 
     x = torch.randn(5, 7)
     torch.testing.assert_close(fuser.jit(f)(x), f(x))
+
+
+@pytest.mark.parametrize("take", [lambda x: x[::2][:-1], lambda x: x[:-2], lambda x: x[-4:-1],
+                                  lambda x: x[1:-1], lambda x: x[-3:]])
+def test_gradient_of_a_slice_with_a_negative_end(take):
+    """The backward of `x[:-2]` is `slice_scatter(zeros, dy, end=-2)`; its lowering sized the
+    zeros after `dy` as `size - (-2)` instead of `2`, giving a gradient of the wrong size
+    (fuzz seed 147)."""
+    def f(x):
+        return torch.tanh(take(x)) * 2
+
+    jitted = fuser.jit(f)
+    for n in (7, 8, 6):
+        x = torch.randn(n, 3, requires_grad=True)
+        out = jitted(x)
+        dy = torch.randn_like(out)
+        got, = torch.autograd.grad(out, x, dy)
+        want, = torch.autograd.grad(f(x), x, dy)
+        torch.testing.assert_close(out, f(x))
+        torch.testing.assert_close(got, want)

@@ -255,6 +255,15 @@ def _constant_fill(node) -> object:
     return value if isinstance(value, (int, float, bool)) else None
 
 
+def _from_start(b, bound, total):
+    """A negative int slice bound (`end=-1`) counted from the end, as the sizes of the zero
+    blocks around `src` need."""
+    if not isinstance(bound, int) or bound >= 0:
+        return bound
+    size = b.size(total)
+    return size + bound if isinstance(size, int) else b.fd.ops.add(size, bound)
+
+
 @register(aten.slice_scatter.default, kind=Kind.movement)
 def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     """Writing `src` into a slice of zeros is `src` between two blocks of zeros."""
@@ -263,8 +272,8 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     fake = b.meta(node)
     dim %= fake.dim()
     total = fake.shape[dim]
-    lo = _index(b, node, _arg(node, 3, "start"), total)
-    hi = _index(b, node, _arg(node, 4, "end"), total)
+    lo = _from_start(b, _index(b, node, _arg(node, 3, "start"), total), total)
+    hi = _from_start(b, _index(b, node, _arg(node, 4, "end"), total), total)
     dtype = DataType.from_torch(fake.dtype)
     ops = b.fd.ops
     src = src if src.dtype is dtype else ops.cast(src, dtype)
