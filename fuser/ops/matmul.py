@@ -32,7 +32,7 @@ def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = N
     if input.ndim < 1 or weight.ndim not in (1, 2):
         raise FusionDefinitionError(f"{op}: input needs >= 1 dim and weight 1 or 2, got {input!r}, {weight!r}")
     x_ids, w_ids = input.domain.no_reductions(), weight.domain.no_reductions()
-    k = f.unify(x_ids[-1].extent, w_ids[-1].extent,
+    k = f.unify(x_ids[-1].size, w_ids[-1].size,
                 f"{op}: the last axis of input {input!r} and of weight {weight!r}")
     ids = [copy_id(f, d) for d in x_ids[:-1]]
     if weight.ndim == 2:
@@ -61,7 +61,8 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
         raise FusionDefinitionError(f"{op}: operands need at least 1 dim, got {a!r}, {b!r}")
     a_ids, b_ids = a.domain.no_reductions(), b.domain.no_reductions()
     k_b = b_ids[0] if b.ndim == 1 else b_ids[-2]
-    k = f.unify(a_ids[-1].extent, k_b.extent, f"{op}: contraction axis of {a!r} and {b!r}")
+    # .size: an expanded broadcast (the gradient of a sum, expanded) contracts its expanded size
+    k = f.unify(a_ids[-1].size, k_b.size, f"{op}: contraction axis of {a!r} and {b!r}")
     batch_a = a_ids[:-2] if a.ndim >= 2 else []
     batch_b = b_ids[:-2] if b.ndim >= 2 else []
     ids = []

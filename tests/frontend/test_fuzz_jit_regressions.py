@@ -38,3 +38,21 @@ def test_gradient_of_a_slice_with_a_negative_end(take):
         want, = torch.autograd.grad(f(x), x, dy)
         torch.testing.assert_close(out, f(x))
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("f", [lambda y: (y @ y.t()).sum(),
+                               lambda y: torch.nn.functional.linear(y, y[:3]).mean().expand(2)])
+def test_gradient_of_the_sum_of_a_matmul(f):
+    """The backward multiplies the expanded gradient of the sum (a broadcast expanded to
+    [n, n]) by y; the matmul builder unified the contraction axis with the broadcast's extent 1
+    instead of its expanded size, so y was declared with 1 row and binding it failed with
+    FusionInputError (fuzz seed 1492)."""
+    jitted = fuser.jit(f)
+    for shape in ((5, 7), (9, 13)):
+        y = torch.randn(*shape, requires_grad=True)
+        out = jitted(y)
+        torch.testing.assert_close(out, f(y))
+        dy = torch.randn_like(out)
+        got, = torch.autograd.grad(out, y, dy)
+        want, = torch.autograd.grad(f(y), y, dy)
+        torch.testing.assert_close(got, want)
