@@ -56,3 +56,26 @@ def test_gradient_of_the_sum_of_a_matmul(f):
         got, = torch.autograd.grad(out, y, dy)
         want, = torch.autograd.grad(f(y), y, dy)
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduce", ["amin", "amax"])
+def test_amin_amax_gradient_of_a_computed_half_value(dtype, reduce):
+    """The backward of `amin(0.1 * y)` is `dy * (v == amin) / count(v == amin)` with `v`
+    recomputed and the amin saved. Fused kernels kept `v` in fp32 while the saved amin was
+    rounded to fp16, so no element matched and the gradient was 0/0 = NaN (fuzz seed 1139);
+    comparisons now see half values rounded, as eager does."""
+    def f(y):
+        v = torch.where(y > 0, y, 0.1 * y)
+        return torch.nn.functional.softplus(getattr(v, reduce)(0)).sum(0, keepdim=True)
+
+    jitted = fuser.jit(f)
+    for shape in ((5, 7), (9, 13)):
+        y = -(torch.randn(*shape).abs() + 0.1)  # negative: every amin/amax is a rounded 0.1 * y
+        y = y.to(dtype).requires_grad_()
+        out = jitted(y)
+        dy = torch.randn_like(out)
+        got, = torch.autograd.grad(out, y, dy)
+        want, = torch.autograd.grad(f(y), y, dy)
+        assert not got.isnan().any()
+        torch.testing.assert_close(got, want)

@@ -51,10 +51,30 @@ def _binary_rule(name):
     return rule
 
 
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def rounded(b, x):
+    """A half or bf16 value rounded to its dtype. Fused kernels keep such intermediates in fp32;
+    a comparison must see what eager compares, or the mask of an amax/amin backward
+    (`x == amax(x)`, with a saved, rounded amax) finds no maximum and divides by a count of 0."""
+    if isinstance(x, TensorView) and x.dtype in (DataType.Half, DataType.BFloat16):
+        return b.fd.ops.cast(b.fd.ops.cast(x, DataType.Float), x.dtype)
+    return x
+
+
+def _comparison_rule(name):
+    def rule(b, node, x, y):
+        return getattr(b.fd.ops, name)(rounded(b, x), rounded(b, y))
+    rule.__name__ = f"lower_{name}"
+    return rule
+
+
 for _op, _name in _BINARY.items():
     for _overload in ("Tensor", "Scalar", "default"):
         if hasattr(_op, _overload):
-            register(getattr(_op, _overload))(_binary_rule(_name))
+            register(getattr(_op, _overload))(
+                (_comparison_rule if _name in _COMPARISONS else _binary_rule)(_name))
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
