@@ -94,7 +94,8 @@ def _rint(x):
 
 @triton.jit
 def _pow(a, b):
-    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    # in fp64 (the interpreter has it): in fp32, exp2(log2) misses x ** 1 and x ** 2 by an ulp
+    mag = tl.exp2(b.to(tl.float64) * tl.log2(tl.abs(a).to(tl.float64))).to(a.dtype)
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.abs(b % 2.0) == 1.0)
     neg = a < 0
