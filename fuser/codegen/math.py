@@ -89,7 +89,8 @@ def _expm1(x):
 @triton.jit
 def _rint(x):
     r = tl.floor(x + 0.5)
-    return tl.where((r - x == 0.5) & (r % 2 != 0), r - 1.0, r)
+    r = tl.where((r - x == 0.5) & (r % 2 != 0), r - 1.0, r)
+    return tl.where(r == 0, x * 0.0, r)  # round(-0.3) is -0.0, as rint gives
 
 
 @triton.jit

@@ -20,3 +20,14 @@ def test_pow_integer_exponent_is_exact_on_the_interpreter():
     expected = FusionExecutorCache(fd.fusion, use_kernels=False).execute([xs, ns])
     assert torch.equal(power, torch.pow(xs, ns)) and torch.equal(power, expected[0])
     assert torch.equal(same, expected[1])
+
+
+def test_round_keeps_the_sign_of_zero_on_the_interpreter():
+    # seed 104723: atan2(round(x), round(x)) was 0 in the kernel and -pi in ATen for x in
+    # (-0.5, 0): the interpreter's round, floor(x + 0.5), gave +0.0 where rint gives -0.0
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.reciprocal(fd.ops.round(x)))
+    xs = torch.tensor([-0.3, -0.5, 0.3, 0.5, -1.5, 2.5, -0.0])
+    (actual,) = fd.execute([xs])
+    assert torch.equal(actual, torch.reciprocal(torch.round(xs)))
