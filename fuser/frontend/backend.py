@@ -21,7 +21,7 @@ import torch
 
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
-from .training import TrainingCall, forward_facts
+from .training import TrainingCall, forward_facts, plain_aot_metadata
 
 
 @dataclass(eq=False)
@@ -88,34 +88,12 @@ def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: l
 
 def _wrapper_is_inert(graph: torch.fx.GraphModule, n_inputs: int) -> bool:
     """Whether AOTAutograd's runtime wrapper around this inference graph would only pass the
-    arguments through (it costs several microseconds a call): no input mutated, no output
-    aliasing an input or an intermediate, no effect tokens, no tensor subclasses, no RNG state,
-    no autocast to undo, and the graph takes the arguments Dynamo passes, as they are. Read from
-    the metadata AOTAutograd leaves on the tracing context; False whenever it is not there."""
-    ctx = torch._guards.TracingContext.try_get()
-    meta = getattr(ctx, "fw_metadata", None)
-    try:
-        from torch._functorch import config as functorch_config
-        from torch._functorch._aot_autograd.schemas import OutputType
-
-        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-        outputs = next(n for n in graph.graph.nodes if n.op == "output").args[0]
-        plain = (
-            meta is not None
-            and len(placeholders) == n_inputs
-            and isinstance(outputs, (list, tuple)) and len(outputs) == len(meta.output_info)
-            and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-            and all(o.output_type == OutputType.non_alias for o in meta.output_info)
-            and meta.num_intermediate_bases == 0 and not meta.tokens
-            and meta.grad_enabled_mutation is None
-            and not meta.is_rng_op_functionalized and not functorch_config.functionalize_rng_ops
-            and not getattr(meta, "num_graphsafe_rng_states", 0)
-            and all(type(m).__name__ == "PlainTensorMeta" or isinstance(m, int)
-                    for m in meta.subclass_inp_meta)
-            and not any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")))
-    except (AttributeError, ImportError, TypeError):  # another torch's internals
+    arguments through (it costs several microseconds a call; see `plain_aot_metadata`)."""
+    meta = plain_aot_metadata(graph, n_inputs)
+    if meta is None:
         return False
-    return bool(plain)
+    outputs = next(n for n in graph.graph.nodes if n.op == "output").args[0]
+    return isinstance(outputs, (list, tuple)) and len(outputs) == len(meta.output_info)
 
 
 class _InferenceCall:

@@ -35,8 +35,12 @@ class ForwardFacts:
     differentiable: list[bool]      # per user output: whether it requires grad
 
 
-def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[ForwardFacts]:
-    """ForwardFacts when AOTAutograd's runtime layers would only pass values through, else None."""
+def plain_aot_metadata(graph: torch.fx.GraphModule, n_inputs: int) -> Any:
+    """The metadata AOTAutograd left on the tracing context for `graph` when its runtime layers
+    would only pass values through (the graph takes Dynamo's arguments as they are; no input
+    mutated, no output aliasing an input or an intermediate, no effect tokens, tensor
+    subclasses, RNG state or autocast to undo), else None (also when the metadata is not there
+    or this torch's differs)."""
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None)
     try:
@@ -44,13 +48,11 @@ def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[Forwar
         from torch._functorch._aot_autograd.schemas import OutputType
 
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-        outputs = meta.output_info if meta is not None else []
-        simple = (
+        plain = (
             meta is not None
             and len(placeholders) == n_inputs
             and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-            and all(o.output_type == OutputType.non_alias and issubclass(o.raw_type, torch.Tensor)
-                    for o in outputs)
+            and all(o.output_type == OutputType.non_alias for o in meta.output_info)
             and meta.num_intermediate_bases == 0 and not meta.tokens
             and meta.grad_enabled_mutation is None
             and not meta.is_rng_op_functionalized and not functorch_config.functionalize_rng_ops
@@ -58,11 +60,21 @@ def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[Forwar
             and all(type(m).__name__ == "PlainTensorMeta" or isinstance(m, int)
                     for m in meta.subclass_inp_meta)
             and not any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")))
-        if not simple:
-            return None
-        return ForwardFacts(n_inputs, len(outputs), [bool(o.requires_grad) for o in outputs])
     except (AttributeError, ImportError, TypeError):  # another torch's internals
         return None
+    return meta if plain else None
+
+
+def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[ForwardFacts]:
+    """ForwardFacts when AOTAutograd's runtime layers would only pass values through and every
+    output is a tensor, else None."""
+    meta = plain_aot_metadata(graph, n_inputs)
+    if meta is None:
+        return None
+    outputs = meta.output_info
+    if not all(issubclass(o.raw_type, torch.Tensor) for o in outputs):
+        return None
+    return ForwardFacts(n_inputs, len(outputs), [bool(o.requires_grad) for o in outputs])
 
 
 @dataclass
