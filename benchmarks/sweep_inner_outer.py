@@ -40,8 +40,9 @@ def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
     saved = launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR, heuristics.INNER_OUTER_STAGES
-    for (warps, per_sm, rows), stages in itertools.product(
-            ((8, 16, 1), (8, 16, 2), (16, 16, 1), (16, 16, 2), (4, 16, 1)), (1, 2, 3)):
+    configs = [((8, 16, 1), s) for s in (1, 2, 3, 4, 5)]
+    configs += itertools.product(((8, 24, 1), (8, 16, 2), (16, 16, 1), (4, 16, 1), (4, 24, 1)), (3, 4))
+    for (warps, per_sm, rows), stages in configs:
         if True:
             launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR = forced(warps, rows), per_sm
             heuristics.INNER_OUTER_STAGES = stages

@@ -57,55 +57,87 @@ def host_table() -> None:
         print(f"| {name} | {per_call_us(fn, (x, y)):.1f} |")
 
 
-def profile_host(calls: int = 3000) -> None:
-    """Where the host time of the FusionDefinition and fuser.jit calls goes (cProfile, top
-    entries by own time, in us per call)."""
+def cprofile(name: str, fn, args: tuple, calls: int, top: int = 14) -> None:
+    """Where the host time of `fn(*args)` goes (cProfile, top entries by own time, in us per
+    call)."""
     import cProfile
     import pstats
 
+    for _ in range(50):
+        fn(*args)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn(*args)
+    prof.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(prof)
+    print(f"== {name}: {stats.total_tt / calls * 1e6:.1f} us per call under cProfile")
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (file, line, func), (_, ncalls, tottime, cumtime, _) in rows:
+        print(f"   {tottime / calls * 1e6:6.2f} own {cumtime / calls * 1e6:7.2f} cum  x{ncalls / calls:g}"
+              f"  {os.path.basename(file)}:{line}({func})")
+
+
+def profile_host(calls: int = 3000) -> None:
     x, y = (torch.randn(8, 32, device="cuda") for _ in range(2))
     for name, fn in (("fuser FusionDefinition", small_fd()), ("fuser.jit", fuser.jit(small))):
-        for _ in range(50):
-            fn(x, y)
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            fn(x, y)
-        prof.disable()
-        stats = pstats.Stats(prof)
-        print(f"== {name}: {stats.total_tt / calls * 1e6:.1f} us per call under cProfile")
-        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:14]
-        for (file, line, func), (_, ncalls, tottime, cumtime, _) in rows:
-            print(f"   {tottime / calls * 1e6:6.2f} own {cumtime / calls * 1e6:7.2f} cum  x{ncalls // calls}"
-                  f"  {os.path.basename(file)}:{line}({func})")
+        cprofile(name, fn, (x, y), calls)
 
 
-def profile_row(name: str) -> None:
+def _host_us(fn, args, calls: int = 20) -> float:
+    """CPU time per call with the GPU queue far from full: the host cost alone."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    host = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = False) -> None:
+    """One suite row through fuser.jit and its hand-written definitions: wall time per call,
+    host time per call, and the kernels launched with their GPU time. Backward rows time
+    `torch.autograd.grad` as the benchmark does."""
     from benchmarks import fuser_defs, suite
 
-    case = next(c for c in suite.build_suite() if c.kernel == name and c.shape == (16384, 4096))
+    case = next(c for c in suite.build_suite() if c.kernel == name and c.shape == shape)
     args = case.make_inputs("cuda")
-    for label, fn in (("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))):
+    contenders = [("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))]
+    if os.environ.get("HOST_OVERHEAD_FD_FIRST"):
+        contenders.reverse()
+    for label, fn in contenders:
+        if fn is None:
+            continue
+        runner = suite.make_runner(case, fn, args)
+        call = lambda: runner()  # noqa: E731
         for _ in range(20):
-            fn(*args)
+            call()
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
-                fn(*args)
+                call()
             torch.cuda.synchronize()
         kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-        direct = getattr(fn, "_direct", None)
-        hits = f", direct calls {direct.hits}" if direct is not None else ""
-        print(f"== {label}: {name}[16384x4096], wall {per_call_us(fn, args, 50):.1f} us per call{hits}")
+        syncs = [e for e in prof.key_averages() if "Synchronize" in e.key or "item" in e.key
+                 or "_local_scalar_dense" in e.key]
+        print(f"== {label}: {case.name}: wall {per_call_us(call, (), 50):.1f} us per call, "
+              f"host {_host_us(call, ()):.1f} us per call"
+              + (f", syncs: {[(e.key, e.count) for e in syncs]}" if syncs else ""))
         for e in sorted(kernels, key=lambda e: -e.device_time_total)[:6]:
-            print(f"   {e.key[:70]:70s} x{e.count // 10} {e.device_time_total / 10:.1f} us")
+            print(f"   {e.key[:70]:70s} x{e.count / 10:g} {e.device_time_total / 10:.1f} us")
+        if with_cprofile:
+            cprofile(f"{label} {case.name}", call, (), 200, top=25)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--row", action="append", default=[], help="suite kernel name to profile")
-    p.add_argument("--profile", action="store_true", help="cProfile the fuser calls of the table")
+    p.add_argument("--row", action="append", default=[],
+                   help="suite row to profile: NAME (at 16384x4096) or NAME@MxN")
+    p.add_argument("--profile", action="store_true", help="cProfile the fuser calls of the table and of each --row")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("host_overhead: needs a CUDA GPU")
@@ -113,7 +145,9 @@ def main() -> None:
     if args.profile:
         profile_host()
     for row in args.row:
-        profile_row(row)
+        name, _, shape = row.partition("@")
+        profile_row(name, tuple(int(v) for v in shape.split("x")) if shape else (16384, 4096),
+                    args.profile)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ class InnerOuterWriter(KernelWriter):
     """The persistent kernel. Tile dim 0 is the row loop, so a value is tile-level (computed
     in the loop) when it varies along rows; reductions inside the loop reduce the row (dim 1)."""
 
-    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str):
+    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, stages: int = 1):
         super().__init__(plan.parts.persistent, layout, True, target, name)
+        self.stages = stages  # software-pipelining stages of the row loop (1: a plain loop)
         self.looped = True  # over rows
         self.column_reductions = plan.parts.split.column_reductions
         self.workspaces = [(e, "acc") for e in self.column_reductions]
@@ -67,7 +68,7 @@ class InnerOuterWriter(KernelWriter):
                 body.lines.append(f"{acc} = {fn}({acc}, {masked})")
                 finals.append(f"tl.reduce({acc}, 0, {fn}, keep_dims=True)")
         bounds = "pid * BLOCK0, R, tl.num_programs(0) * BLOCK0"
-        stages = heuristics.INNER_OUTER_STAGES
+        stages = self.stages
         ps.lines.append(f"for r_start in range({bounds}):" if stages == 1 else
                         f"for r_start in tl.range({bounds}, num_stages={stages}):")
         ps.lines += ["    " + line for line in body.lines]
@@ -76,10 +77,12 @@ class InnerOuterWriter(KernelWriter):
         return KernelSource(self.name, self.assemble(), self.args, list(self.params), True)
 
 
-def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target: str, name: str) -> KernelSource:
-    """variant "persistent": the pass over rows; "combine": the reduction of its partial rows."""
+def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target: str, name: str,
+                         stages: int = 1) -> KernelSource:
+    """variant "persistent": the pass over rows (its loop pipelined over `stages`); "combine":
+    the reduction of its partial rows."""
     if variant == "persistent":
-        return InnerOuterWriter(plan, layout, target, name).write()
+        return InnerOuterWriter(plan, layout, target, name, stages).write()
     return generate(plan.parts.combine, layout, False, target, name, "combine")
 
 

@@ -17,7 +17,8 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import choose, inner_outer_combine, inner_outer_programs, next_pow2, split_count
+from ..schedulers.heuristics import (choose, inner_outer_combine, inner_outer_programs, inner_outer_stages,
+                                     next_pow2, split_count)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from .compile import load_kernel
@@ -81,10 +82,11 @@ class KernelLauncher:
             out.append(s)
         return out
 
-    def kernel(self, layout: Layout, variant: str, target: str):
-        """The kernel for (layout, variant, target), generated and compiled on first use.
-        Variants: tile (pointwise), persistent, looped, partial and combine (split)."""
-        key = (layout, variant, target)
+    def kernel(self, layout: Layout, variant: str, target: str, stages: int = 1):
+        """The kernel for (layout, variant, target, stages), generated and compiled on first
+        use. Variants: tile (pointwise), persistent, looped, partial and combine (split);
+        `stages` pipelines the inner-outer kernel's row loop."""
+        key = (layout, variant, target, stages)
         found = self.variants.get(key)
         if found is None:
             with self._lock:
@@ -93,7 +95,8 @@ class KernelLauncher:
                     split = variant if variant in ("partial", "combine") else None
                     with phase("codegen"):
                         if self.plan.template is Template.inner_outer:
-                            ks = generate_inner_outer(self.plan, layout, variant, target, f"{self.name}_{variant}")
+                            ks = generate_inner_outer(self.plan, layout, variant, target,
+                                                      f"{self.name}_{variant}", stages)
                         else:
                             ks = generate(self.plan, layout, variant == "persistent", target,
                                           f"{self.name}_{variant}", split)
@@ -149,7 +152,10 @@ class KernelLauncher:
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
         step_params = {}  # launch parameters of steps that do not share the plan's
+        stages = 1
         if plan.template is Template.inner_outer:
+            tile = rows * cols  # inputs of the whole tile are the ones the row loop streams
+            stages = inner_outer_stages(params, sum(t.element_size() for t in inputs if t.numel() == tile))
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
             variants = ["persistent", "combine"]
@@ -157,7 +163,7 @@ class KernelLauncher:
         n_tensors = len(self.tensors)
         steps, source = [], []
         for variant in variants:
-            ks, fn = self.kernel(layout, variant, target)
+            ks, fn = self.kernel(layout, variant, target, stages if variant == "persistent" else 1)
             source.append(ks.source)
             n_work = sum(a.kind == "workspace" for a in ks.args)
             args, slots = [], []

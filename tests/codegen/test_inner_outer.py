@@ -129,7 +129,7 @@ def test_one_kernel_and_its_combine_step():
     code = fd.last_triton_code()
     # the pass over rows stores one partial row per program for dw and db; the combine sums them
     assert code.count("def fuser_") == 2
-    assert "for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0)" in code
+    assert "for r_start in tl.range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0, num_stages=" in code
     assert "tl.store(W0_ptr + pid * C + c" in code and "tl.store(W1_ptr + pid * C + c" in code
     assert "split (combine)" in code
 
