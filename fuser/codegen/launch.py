@@ -30,6 +30,12 @@ from .layout import Layout, make_layout, run_stride
 _INT32_LIMIT = 2**31
 
 
+def scalar_key(v: Any) -> tuple:
+    """A scalar as a cache key: its type and value, and for floats the sign (0.0 == -0.0, but a
+    launch made for one computes 1 / (x * s) with the wrong sign for the other)."""
+    return (type(v), v, math.copysign(1.0, v) if type(v) is float else None)
+
+
 def target_for(device: torch.device) -> str:
     return "cuda" if device.type == "cuda" else "interpreter"
 
@@ -104,9 +110,16 @@ class KernelLauncher:
                     self.variants[key] = found
         return found
 
+    def _key(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> tuple:
+        return (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(map(scalar_key, scalars.values())),
+                tuple(values[name] for name in self.key_symbols))
+
+    def ready_launch(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> "Optional[_Launch]":
+        """The launch `run` prepared for these inputs, scalars and values, if any."""
+        return self.launches.get(self._key(inputs, scalars, values))
+
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
-        key = (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(scalars.values()),
-               tuple(values[name] for name in self.key_symbols))
+        key = self._key(inputs, scalars, values)
         launch = self.launches.get(key)
         if launch is None:
             launch = self.prepare(inputs, scalars, values, device)

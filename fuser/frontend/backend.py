@@ -98,13 +98,15 @@ def _wrapper_is_inert(graph: torch.fx.GraphModule, n_inputs: int) -> bool:
 
 class _InferenceCall:
     """An inference program called as Dynamo calls a compiled graph, without AOTAutograd's
-    (inert, see `_wrapper_is_inert`) runtime wrapper; grad mode is off during the call, as there."""
+    (inert, see `_wrapper_is_inert`) runtime wrapper. Grad mode is off while ATen ops of the
+    program run, as there; a program of fusions alone makes no autograd graph either way."""
 
     def __init__(self, program: GraphProgram):
         self.program = program
+        self.grad_off = bool(program.eager_steps)
 
     def __call__(self, *args: Any) -> Any:
-        if not torch.is_grad_enabled():
+        if not self.grad_off or not torch.is_grad_enabled():
             return self.program(list(args))
         torch._C._set_grad_enabled(False)
         try:

@@ -28,7 +28,6 @@ from .direct import MISS, DirectCall
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
-_SCALARS = (int, float, bool)
 
 
 @dataclass(frozen=True)
@@ -81,16 +80,16 @@ class JitFunction:
 
     def _call(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
         stats.calls += 1
-        if not kwargs and self._direct.entry is not None and not self._failed \
-                and not torch.compiler.is_compiling() \
-                and all(_plain_tensor(a) if type(a) is torch.Tensor else type(a) in _SCALARS for a in args):
-            token = CURRENT_STATS.set(stats)
+        # the remembered entry's guards cover every argument (a tensor's dispatch keys say
+        # whether it is sparse, quantized, nested or on another device)
+        if not kwargs and self._direct.remembered is not None and not self._failed \
+                and not torch.compiler.is_compiling():
+            # no CURRENT_STATS here: the remembered entry's graphs were counted on the call
+            # through Dynamo that remembered it
             try:
                 out = self._direct(args)
             except Exception as e:  # as on the path through Dynamo
                 return self._failure(e, args, kwargs)
-            finally:
-                CURRENT_STATS.reset(token)
             if out is not MISS:
                 return out
         problem = untraceable_argument(self._fn, args, kwargs)

@@ -74,15 +74,19 @@ class FusionStep:
         self._last = None
 
     def run(self, env: list) -> None:
-        outs = self.fd.execute([read(env) for read in self.readers])
+        outs = self.execute([read(env) for read in self.readers])
         for slot, i in self.writes:
             env[slot] = outs[i]
         for slot, src in self.aliases:
             env[slot] = env[src]
+
+    def execute(self, inputs: list) -> list:
+        outs = self.fd.execute(inputs)
         rt = self.fd.cache.last_runtime
         if rt is not self._last:
             self._last = rt
             self.runtimes[id(rt)] = rt
+        return outs
 
     @property
     def kernels(self) -> int:
@@ -132,6 +136,37 @@ class GraphProgram:
         out_node = next(n for n in nodes if n.op == "output")
         self.output = _template(out_node.args[0], slot_of)
         self._set_frees(out_node, slot_of)
+        self._one_fusion = self._one_fusion_form(slot_of)
+
+    def _one_fusion_form(self, slot_of: dict) -> Optional[tuple]:
+        """For a graph that is one fusion of graph inputs whose outputs are the graph's (the
+        common case): (the fusion step, the argument positions it reads, per graph output
+        ("out", k) for fusion output k, ("arg", j) for argument j or ("const", value) for a
+        value of the graph itself), so that a call skips the environment of slots."""
+        if len(self.steps) != 1 or not isinstance(self.steps[0], FusionStep) or self.constants:
+            return None
+        step = self.steps[0]
+        position = {slot: j for j, slot in enumerate(self.inputs)}
+        sources = step.region.inputs
+        if not all(isinstance(src, Node) for src in sources) or step.aliases:
+            return None
+        take = [position.get(slot_of[src]) for src in sources]
+        if None in take or type(self.output) not in (list, tuple):
+            return None
+        written = dict(step.writes)
+        give = []
+        for o in self.output:
+            if type(o) is not _Slot:
+                if isinstance(o, (list, tuple, dict)):
+                    return None
+                give.append(("const", o))  # None (no gradient) or a Python number
+            elif o.index in written:
+                give.append(("out", written[o.index]))
+            elif o.index in position:
+                give.append(("arg", position[o.index]))
+            else:
+                return None
+        return step, take, give
 
     def _set_frees(self, out_node: Node, slot_of: dict) -> None:
         last: dict[int, int] = {}
@@ -147,6 +182,12 @@ class GraphProgram:
         stats = CURRENT_STATS.get()
         if stats is not None and self.record is not None:
             stats.saw(self.record)
+        if self._one_fusion is not None:
+            step, take, give = self._one_fusion
+            outs = step.execute([args[j] for j in take])
+            result = [outs[k] if kind == "out" else args[k] if kind == "arg" else k for kind, k in give]
+            args.clear()
+            return result if type(self.output) is list else tuple(result)
         env: list = [None] * self.n_slots
         for slot, a in zip(self.inputs, args):
             env[slot] = a

@@ -133,8 +133,18 @@ class _Fused(torch.autograd.Function):
         return tuple(user)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads: torch.Tensor) -> tuple:
+        if torch.is_grad_enabled():  # create_graph=True: a second backward must raise
+            return _Fused.backward_once(ctx, *grads)
+        return _Fused.run_backward(ctx, grads)
+
+    @staticmethod
+    @once_differentiable
+    def backward_once(ctx, *grads: torch.Tensor) -> tuple:
+        return _Fused.run_backward(ctx, grads)
+
+    @staticmethod
+    def run_backward(ctx, grads: tuple) -> tuple:
         tensors, ints = ctx.saved_tensors, ctx.ints
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import fuser
+from fuser.errors import FusionInputError
 
 from .jit_helpers import assert_close_to_eager
 
@@ -135,3 +136,31 @@ def test_outputs_aliasing_or_mutating_inputs_keep_their_semantics(case):
         else:
             assert_close_to_eager(x, expected_input)
             assert_close_to_eager(out, expected)
+
+
+def test_parameters_take_the_direct_path_and_odd_tensors_still_get_named():
+    """The remembered entry's guards cover every argument: a Parameter (a Tensor subclass)
+    takes the direct path; a sparse tensor fails the guards and gets fuser's error."""
+    def scale(x, w):
+        return torch.tanh(x) * w
+
+    jitted = fuser.jit(scale)
+    x, w = torch.randn(4, 8), torch.nn.Parameter(torch.randn(8))
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(jitted(x, w), scale(x, w))
+    assert jitted._direct.hits == 2
+    with pytest.raises(FusionInputError, match="argument 'x'"):
+        jitted(x.to_sparse(), w)
+
+
+def test_a_program_of_fusions_leaves_grad_mode_alone_and_outputs_need_no_grad():
+    def f(x):
+        return x.sin() + 1
+
+    jitted = fuser.jit(f)
+    x = torch.randn(5, 3)
+    for _ in range(3):
+        out = jitted(x)
+        assert torch.is_grad_enabled() and not out.requires_grad
+        torch.testing.assert_close(out, f(x))

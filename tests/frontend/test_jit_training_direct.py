@@ -104,3 +104,23 @@ def test_retain_graph_and_second_backward():
         expected = torch.exp(x) * (x + 1)
         assert_close_to_eager(g1, expected.detach())
         assert_close_to_eager(g2, expected.detach())
+
+
+def test_create_graph_gives_first_gradients_and_refuses_a_second_backward():
+    """The fused backward runs fuser's kernels, which make no autograd graph: with
+    create_graph=True the first gradients still match eager, and differentiating them raises
+    (as once_differentiable functions do) rather than giving silently wrong second gradients."""
+    def f(x):
+        return (x.sin() * 2).sum()
+
+    jitted = fuser.jit(f)
+    for _ in range(3):  # the direct form takes over after the first backward
+        x = torch.randn(6, 4, requires_grad=True)
+        (gx,) = torch.autograd.grad(jitted(x), x, create_graph=True)
+        assert_close_to_eager(gx.detach(), 2 * x.detach().cos())
+    try:
+        torch.autograd.grad(gx.sum(), x)
+    except RuntimeError as e:
+        assert "once_differentiable" in str(e) or "does not require grad" in str(e)
+    else:
+        raise AssertionError("a second backward through fuser's kernels must raise")

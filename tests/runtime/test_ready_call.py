@@ -1,0 +1,64 @@
+"""The hot path of FusionExecutorCache.execute: a repeat call with the exact argument layout and
+scalar values of an earlier one reuses that call's prepared launch (runtime.cache.ReadyCall),
+still binding (and so validating) its inputs first."""
+import pytest
+import torch
+
+from fuser import DataType, FusionDefinition
+from fuser.errors import ExtentConflictError
+
+
+def scaled_reciprocal():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.div(1.0, fd.ops.mul(x, s)))
+    return fd
+
+
+def test_negative_zero_scalar_is_not_served_the_launch_of_zero():
+    fd = scaled_reciprocal()
+    x = torch.rand(3, 5) + 1.0
+    for s in (0.0, -0.0, 0.0, -0.0):
+        (out,) = fd.execute([x, s])
+        torch.testing.assert_close(out, 1.0 / (x * s))  # +inf or -inf per sign
+
+
+def test_repeat_calls_reuse_the_ready_launch_and_follow_new_values():
+    fd = scaled_reciprocal()
+    x = torch.rand(4, 6) + 0.5
+    fd.execute([x, 2.0])
+    cache = fd.cache
+    assert len(cache._ready) == 1
+    ready = next(iter(cache._ready.values()))
+    y = torch.rand(4, 6) + 0.5  # same layout, new data: the same ready launch
+    torch.testing.assert_close(fd.execute([y, 2.0])[0], 1.0 / (y * 2.0))
+    assert next(iter(cache._ready.values())) is ready and len(cache._ready) == 1
+    torch.testing.assert_close(fd.execute([y, 3.0])[0], 1.0 / (y * 3.0))  # a new scalar value
+    z = torch.rand(7, 6) + 0.5  # a new size: a new launch, the same runtime
+    torch.testing.assert_close(fd.execute([z, 3.0])[0], 1.0 / (z * 3.0))
+    assert len(cache._ready) == 3 and cache.num_runtimes == 1
+
+
+def test_ready_path_still_binds_every_call():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(a, b))
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    fd.execute([a, b])
+    fd.execute([a, b])
+    with pytest.raises(ExtentConflictError):
+        fd.execute([a, torch.randn(3, 5)])
+
+
+def test_outputs_that_are_inputs_come_back_on_the_ready_path():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.neg(x))
+        fd.add_output(x)
+    x = torch.randn(10)
+    for _ in range(3):
+        neg, same = fd.execute([x])
+        assert same is x
+        torch.testing.assert_close(neg, -x)
