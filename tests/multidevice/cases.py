@@ -156,11 +156,11 @@ def seed_definition(d, s=3, h=2, dtype=DataType.Float):
     return fd
 
 
-def mm_calls(fn):
-    """(fn's result, the input shapes of every aten::mm it ran)."""
+def mm_calls(fn, op: str = "aten::mm"):
+    """(fn's result, the input shapes of every `op` (aten::mm) it ran)."""
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         result = fn()
-    return result, [e.input_shapes for e in prof.events() if e.name == "aten::mm"]
+    return result, [e.input_shapes for e in prof.events() if e.name == op]
 
 
 def case_seed(device, dtype=torch.float32):
@@ -175,6 +175,9 @@ def case_seed(device, dtype=torch.float32):
         assert len(calls) == s, f"t={t}: {len(calls)} aten::mm calls, expected {s}: {calls}"
         for c in calls:
             assert list(c[0]) == [t // s, 4 * h // d], f"t={t}: aten::mm input {c[0]}, expected [{t // s}, {4 * h // d}]"
+    # the weight is transposed once an execution, not once a chunk
+    _, transposes = mm_calls(lambda: fd.execute([shard(fd, 0, x), shard(fd, 1, w)]), "aten::t")
+    assert len(transposes) == 1, f"{len(transposes)} aten::t calls in one execution of {s} chunks"
     # rows that do not divide by s: the last chunk is shorter, still one runtime
     x, w = ints(7, 4 * h, dtype=dtype, device=device), ints(h, 4 * h, dtype=dtype, device=device, seed=1)
     (out,), calls = mm_calls(lambda: fd.execute([shard(fd, 0, x), shard(fd, 1, w)]))

@@ -1,0 +1,69 @@
+"""Sweep the inner-reduction kernel (softmax, layernorm and rmsnorm forward) on long rows: the
+persistent kernel (whole row in registers) on 8 to 32 warps against the looped kernel (one
+pass over chunks of the row per reduction, re-reads served by L2) on chunk sizes and warps.
+Shares of the copy bandwidth measured in the same run; not part of the suite.
+
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import triton.testing
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from benchmarks import fuser_defs  # noqa: E402
+from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402
+from fuser.codegen import launch  # noqa: E402
+from fuser.schedulers import heuristics  # noqa: E402
+from fuser.schedulers.plan import Template  # noqa: E402
+
+SHAPES = ((4096, 32768), (16384, 8192))
+CONFIGS = ([("persistent", None, w) for w in (8, 16, 32)]
+           + [("looped", b1, w) for b1 in (2048, 4096, 8192) for w in (4, 8, 16) if b1 // (32 * w) >= 4])
+
+
+def forced(kind: str, block1, warps: int):
+    original = heuristics.choose
+
+    def choose(template, r, c):
+        if template is not Template.inner_reduction:
+            return original(template, r, c)
+        if kind == "persistent":
+            return heuristics.LaunchParams(1, heuristics.next_pow2(c), True, warps, r)
+        return heuristics.LaunchParams(1, block1, False, warps, r)
+    return choose
+
+
+def main() -> None:
+    copy = copy_gbps()
+    print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
+    inputs = {}
+    for m, n in SHAPES:
+        inputs[(m, n)] = (torch.randn(m, n, device="cuda", dtype=torch.bfloat16),
+                          torch.randn(n, device="cuda", dtype=torch.bfloat16),
+                          torch.randn(n, device="cuda", dtype=torch.bfloat16))
+    saved = launch.choose
+    for kind, block1, warps in CONFIGS:
+        launch.choose = forced(kind, block1, warps)
+        cells = []
+        for (m, n), (x, w, b) in inputs.items():
+            for name, build, args in (("softmax", fuser_defs.softmax_fwd, [x]),
+                                      ("layernorm", fuser_defs.layernorm_fwd, [x, w, b]),
+                                      ("rmsnorm", fuser_defs.rmsnorm_fwd, [x, w])):
+                fd = build.__wrapped__()
+                try:
+                    fd.execute(args)
+                    ms = triton.testing.do_bench(lambda: fd.execute(args), return_mode="median")
+                    cells.append(f"{name}[{m}x{n}] {2 * x.nbytes / ms / 1e6 / copy:.2f}")
+                except Exception as e:  # a configuration that does not compile (registers)
+                    cells.append(f"{name}[{m}x{n}] failed ({type(e).__name__})")
+        print(f"{kind:10s} block1 {block1 or 'row'} warps {warps:2d}: " + "  ".join(cells), flush=True)
+    launch.choose = saved
+
+
+if __name__ == "__main__":
+    main()
