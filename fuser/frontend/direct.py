@@ -64,10 +64,27 @@ def _plain_function(fn: Any) -> bool:
                 or code.co_cellvars)
 
 
+def _hooks_free(module: torch.nn.Module) -> bool:
+    """Whether calling `module` runs nothing but its forward: no hooks of its own and no global
+    module hooks (those of its submodules run inside the traced forward)."""
+    from torch.nn.modules import module as nn_module
+
+    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks or nn_module._global_forward_hooks
+                or nn_module._global_forward_pre_hooks or nn_module._global_backward_hooks
+                or nn_module._global_backward_pre_hooks)
+
+
 class DirectCall:
-    """The last Dynamo cache entry of one plain function, callable without Dynamo."""
+    """The last Dynamo cache entry of one plain function (or of an nn.Module's forward, whose
+    frame is the one Dynamo compiles for a module), callable without Dynamo."""
 
     def __init__(self, fn: Callable):
+        # a module: its class's forward, called with the module as `self`, while the module
+        # has no hooks (Module.__call__ runs those around forward, outside Dynamo's frame)
+        self.module = fn if isinstance(fn, torch.nn.Module) else None
+        if self.module is not None:
+            fn = type(fn).forward
         self.usable = _plain_function(fn)
         self.fn = fn
         # (Dynamo's CacheEntry, its guard manager when remembered (Dynamo swaps it to
@@ -98,6 +115,10 @@ class DirectCall:
         if _callback() not in (None, False) or _eval_frame._stance.stance != "default" \
                 or torch._guards.TracingContext.try_get() is not None:
             return MISS
+        if self.module is not None:
+            if not _hooks_free(self.module):
+                return MISS
+            args = (self.module, *args)
         local = self._locals(args, defaults or ())
         if local is None or not guards.check(local):
             return MISS

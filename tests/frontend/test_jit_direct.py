@@ -164,3 +164,45 @@ def test_a_program_of_fusions_leaves_grad_mode_alone_and_outputs_need_no_grad():
         out = jitted(x)
         assert torch.is_grad_enabled() and not out.requires_grad
         torch.testing.assert_close(out, f(x))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(width)
+        self.fc = torch.nn.Linear(width, width)
+
+    def forward(self, x, scale: float = 2.0):
+        y = torch.nn.functional.gelu(self.fc(self.ln(x)))
+        return (y * scale if self.training else y * 3.0) + x
+
+
+def test_modules_take_the_direct_path_and_see_mode_parameter_and_hook_changes():
+    block = _Block()
+    jitted = fuser.jit(block)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_close_to_eager(jitted(x), block(x))
+        assert jitted._jit._direct.hits == 2
+        block.eval()  # self.training is guarded: Dynamo compiles the other branch
+        assert_close_to_eager(jitted(x), block(x))
+        block.fc.weight.add_(0.5)  # parameters are read at call time
+        assert_close_to_eager(jitted(x), block(x))
+        hits = jitted._jit._direct.hits
+        handle = block.register_forward_hook(lambda mod, args, out: out * 0 + 7.0)
+        out = jitted(x)  # Module.__call__ runs hooks outside Dynamo's frame: not the direct path
+        assert jitted._jit._direct.hits == hits
+        torch.testing.assert_close(out, torch.full_like(out, 7.0))
+        handle.remove()
+        assert_close_to_eager(jitted(x), block(x))
+
+
+def test_two_instances_of_one_module_class_keep_their_own_weights():
+    a, b = _Block(), _Block()
+    ja, jb = fuser.jit(a), fuser.jit(b)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_close_to_eager(ja(x), a(x))
+            assert_close_to_eager(jb(x), b(x))
