@@ -245,9 +245,10 @@ class InputBinder:
             return slow()
         values: dict[str, Any] = {}
         device = None
+        plain = (torch.Tensor, torch.nn.Parameter)  # (module parameters are graph inputs)
         for i, ndim, dtype, axes, dense in self.tensors:
             a = args[i]
-            if type(a) is not torch.Tensor or a.dtype != dtype or a.dim() != ndim:
+            if type(a) not in plain or a.dtype != dtype or a.dim() != ndim:
                 return slow()
             if device is None:
                 device = a.device

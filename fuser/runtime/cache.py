@@ -165,9 +165,10 @@ class ReadyCall:
 
 
 def call_key(args: Sequence[Any]) -> tuple:
-    """What fixes a call's runtime and launches: each tensor's shape, strides, dtype and device,
-    each scalar's type and value (see `scalar_key`)."""
-    return tuple((a.shape, a.stride(), a.dtype, a.device) if type(a) is torch.Tensor else scalar_key(a)
+    """What fixes a call's runtime and launches: each tensor's shape, strides, dtype and device
+    (Parameters and other subclasses too: a Parameter's `.data` can be swapped for another
+    layout), each scalar's type and value (see `scalar_key`)."""
+    return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else scalar_key(a)
                  for a in args)
 
 
@@ -213,7 +214,7 @@ class FusionExecutorCache:
         if ready is not None:
             self.last_runtime = ready.runtime
             return ready(args)
-        layout = tuple(k if type(a) is torch.Tensor else type(a) for k, a in zip(key, args))
+        layout = tuple(k if isinstance(a, torch.Tensor) else type(a) for k, a in zip(key, args))
         runtime = self._by_layout.get(layout)
         if runtime is None:
             runtime = self._runtime_for(args)

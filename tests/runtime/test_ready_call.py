@@ -62,3 +62,20 @@ def test_outputs_that_are_inputs_come_back_on_the_ready_path():
         neg, same = fd.execute([x])
         assert same is x
         torch.testing.assert_close(neg, -x)
+
+
+def test_a_parameter_whose_data_changes_layout_gets_a_new_launch():
+    """A Parameter is the same object call after call, while `.data` may be swapped for another
+    layout: the launch is keyed by its shape and strides, never by its identity."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=False, dtype=DataType.Float)
+        p = fd.define_tensor([-1, -1], contiguity=False, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.mul(x, 2.0), p))
+    x = torch.randn(4, 6)
+    param = torch.nn.Parameter(torch.randn(4, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(fd.execute([x, param])[0], x * 2 + param)
+        param.data = torch.randn(6, 4).t()  # same shape, transposed strides
+        torch.testing.assert_close(fd.execute([x, param])[0], x * 2 + param)
+        param.data = torch.randn(4, 6)[:, ::2].repeat(1, 2)  # and back to a dense layout
+        torch.testing.assert_close(fd.execute([x, param])[0], x * 2 + param)
