@@ -223,7 +223,9 @@ class FusionExecutorCache:
             self._by_layout[layout] = runtime
         self.last_runtime = runtime
         outs = runtime.run(args, table)
-        if isinstance(runtime, FusionRuntime):
+        # a scalar passed as a 0-dim tensor is keyed by its layout, not its value: no ready call
+        if isinstance(runtime, FusionRuntime) and not any(
+                isinstance(args[i], torch.Tensor) for i, _, _ in self._binder.scalars):
             ready = runtime.ready_call(args, table)
             if ready is not None:
                 if len(self._ready) > 256:

@@ -79,3 +79,10 @@ def test_a_parameter_whose_data_changes_layout_gets_a_new_launch():
         torch.testing.assert_close(fd.execute([x, param])[0], x * 2 + param)
         param.data = torch.randn(4, 6)[:, ::2].repeat(1, 2)  # and back to a dense layout
         torch.testing.assert_close(fd.execute([x, param])[0], x * 2 + param)
+
+
+def test_scalars_passed_as_0_dim_tensors_are_read_every_call():
+    fd = scaled_reciprocal()
+    x = torch.rand(3, 4) + 1.0
+    for s in (2.0, 3.0, 5.0):
+        torch.testing.assert_close(fd.execute([x, torch.tensor(s, dtype=torch.float64)])[0], 1.0 / (x * s))
