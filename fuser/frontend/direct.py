@@ -116,8 +116,8 @@ class DirectCall:
                 or torch._guards.TracingContext.try_get() is not None:
             return MISS
         if self.module is not None:
-            if not _hooks_free(self.module):
-                return MISS
+            if not _hooks_free(self.module) or torch._C._get_tracing_state() is not None:
+                return MISS  # Module.__call__ would run hooks, or trace for torch.jit
             args = (self.module, *args)
         local = self._locals(args, defaults or ())
         if local is None or not guards.check(local):
