@@ -1,6 +1,8 @@
-"""Sweep the inner-reduction kernel (softmax, layernorm and rmsnorm forward) on long rows: the
-persistent kernel (whole row in registers) on 8 to 32 warps against the looped kernel (one
-pass over chunks of the row per reduction, re-reads served by L2) on chunk sizes and warps.
+"""Sweep the inner-reduction kernel (softmax, layernorm and rmsnorm forward): the persistent
+kernel (whole row in registers, one program a row block) on 8 to 32 warps, the same kernel
+looping over row blocks with its loop pipelined (`--row-loop`: programs a multiprocessor and
+stages; heuristics.ROW_LOOP_*), and the looped kernel (one pass over chunks of the row per
+reduction, re-reads served by L2) on chunk sizes and warps.
 Shares of the copy bandwidth measured in the same run; not part of the suite.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py
@@ -21,9 +23,10 @@ from fuser.codegen import launch  # noqa: E402
 from fuser.schedulers import heuristics  # noqa: E402
 from fuser.schedulers.plan import Template  # noqa: E402
 
-SHAPES = ((4096, 32768), (16384, 8192))
+SHAPES = ((4096, 32768), (16384, 8192), (16384, 4096))
 CONFIGS = ([("persistent", None, w) for w in (8, 16, 32)]
            + [("looped", b1, w) for b1 in (2048, 4096, 8192) for w in (4, 8, 16) if b1 // (32 * w) >= 4])
+ROW_LOOP = [(per_sm, stages) for per_sm in (1, 2, 4) for stages in (1, 2, 3)]
 
 
 def forced(kind: str, block1, warps: int):
@@ -47,8 +50,16 @@ def main() -> None:
                           torch.randn(n, device="cuda", dtype=torch.bfloat16),
                           torch.randn(n, device="cuda", dtype=torch.bfloat16))
     saved = launch.choose
-    for kind, block1, warps in CONFIGS:
-        launch.choose = forced(kind, block1, warps)
+    row_loop = "--row-loop" in sys.argv
+    configs = ([("rows", per_sm, stages) for per_sm, stages in ROW_LOOP] + [("persistent", None, 0)]
+               if row_loop else CONFIGS)
+    for kind, block1, warps in configs:
+        if kind == "rows":  # block1: programs a multiprocessor, warps: stages (default warps)
+            heuristics.ROW_LOOP_MIN_COLS, heuristics.ROW_LOOP_PROGRAMS_PER_PROCESSOR = 1, block1
+            heuristics.ROW_LOOP_STAGES = warps
+        else:
+            heuristics.ROW_LOOP_MIN_COLS = None
+            launch.choose = forced(kind, block1, warps) if warps else saved
         cells = []
         for (m, n), (x, w, b) in inputs.items():
             for name, build, args in (("softmax", fuser_defs.softmax_fwd, [x]),
@@ -61,7 +72,9 @@ def main() -> None:
                     cells.append(f"{name}[{m}x{n}] {2 * x.nbytes / ms / 1e6 / copy:.2f}")
                 except Exception as e:  # a configuration that does not compile (registers)
                     cells.append(f"{name}[{m}x{n}] failed ({type(e).__name__})")
-        print(f"{kind:10s} block1 {block1 or 'row'} warps {warps:2d}: " + "  ".join(cells), flush=True)
+        label = (f"row loop, {block1} programs/SM, {warps} stages" if kind == "rows" else
+                 f"{kind:10s} block1 {block1 or 'row'} warps {warps or 'default'}")
+        print(f"{label}: " + "  ".join(cells), flush=True)
     launch.choose = saved
 
 

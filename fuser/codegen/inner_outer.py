@@ -24,15 +24,22 @@ from .layout import Layout
 from .scope import Scope
 
 
-class InnerOuterWriter(KernelWriter):
-    """The persistent kernel. Tile dim 0 is the row loop, so a value is tile-level (computed
-    in the loop) when it varies along rows; reductions inside the loop reduce the row (dim 1)."""
+class RowLoopWriter(KernelWriter):
+    """A persistent kernel whose programs loop over blocks of rows: program `pid` of P takes
+    row blocks pid, pid + P, ... with the whole row of BLOCK1 columns in registers, the loop
+    software-pipelined over `stages` (the next rows' loads are in flight while this row
+    computes). Tile dim 0 is the row loop, so a value is tile-level (computed in the loop) when
+    it varies along rows; values along columns only are computed once, before the loop; the
+    row reductions (over tile dim 1) are inline. Column reductions, when given (the inner-outer
+    template), add the terms of the program's rows into a [BLOCK0, BLOCK1] fp32 accumulator
+    that is stored as partial row `pid` of a workspace [P, columns]."""
 
-    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, stages: int = 1):
-        super().__init__(plan.parts.persistent, layout, True, target, name)
+    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, stages: int = 1,
+                 column_reductions: tuple = ()):
+        super().__init__(plan, layout, True, target, name)
         self.stages = stages  # software-pipelining stages of the row loop (1: a plain loop)
         self.looped = True  # over rows
-        self.column_reductions = plan.parts.split.column_reductions
+        self.column_reductions = list(column_reductions)
         self.workspaces = [(e, "acc") for e in self.column_reductions]
 
     def tile_level(self, v: Val) -> bool:
@@ -41,12 +48,20 @@ class InnerOuterWriter(KernelWriter):
     def reduces_in_loop(self, e: Expr) -> bool:
         return False  # row reductions are inline; column reductions are accumulated in write()
 
+    def program_dims(self) -> list[int]:
+        return [0]  # an output not varying along rows is stored by program 0
+
     def variant_name(self) -> str:
-        return "persistent over rows, one partial column row per program"
+        more = ", one partial column row per program" if self.column_reductions else ""
+        return f"persistent over rows, {self.stages} stage(s){more}"
 
     def write(self) -> KernelSource:
         ps = self.begin_program()
+        ps.lines.append("pid0 = pid")
         self.emit_dim_index(ps, 1, "0")
+        for o in self.plan.outputs:  # outputs along columns only: once, before the loop
+            if isinstance(o, TensorView) and not self.tile_level(o):
+                self.emit_store(ps, o)
         accs = []
         for e in self.column_reductions:
             acc = f"acc{e.out.name}"
@@ -55,7 +70,8 @@ class InnerOuterWriter(KernelWriter):
         body = Scope(parent=ps)
         self.emit_dim_index(body, 0, "r_start")
         for o in self.plan.outputs:
-            self.emit_store(body, o)
+            if isinstance(o, TensorView) and self.tile_level(o):
+                self.emit_store(body, o)
         finals = []
         for e, acc in zip(self.column_reductions, accs):
             dt = e.out.dtype
@@ -82,8 +98,14 @@ def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target:
     """variant "persistent": the pass over rows (its loop pipelined over `stages`); "combine":
     the reduction of its partial rows."""
     if variant == "persistent":
-        return InnerOuterWriter(plan, layout, target, name, stages).write()
+        return RowLoopWriter(plan.parts.persistent, layout, target, name, stages,
+                             tuple(plan.parts.split.column_reductions)).write()
     return generate(plan.parts.combine, layout, False, target, name, "combine")
+
+
+def generate_row_loop(plan: KernelPlan, layout: Layout, target: str, name: str, stages: int) -> KernelSource:
+    """An inner reduction as a persistent kernel looping over blocks of rows."""
+    return RowLoopWriter(plan, layout, target, name, stages).write()
 
 
 class TwoKernels:

@@ -3,6 +3,12 @@ pick launch parameters, fetch (or generate and compile) the kernel, and launch i
 
 Everything that does not depend on the call is prepared once per segment: the extent
 evaluators, each tensor's map from logical axes to loop axes, the kernel variants seen so far.
+
+By default a kernel iterates its loop axes over their logical extents, evaluated under the
+binding table: right where every tensor is whole. The host program runs kernels on local
+tensors too (a rank's shard, a stream chunk): it then passes the loop axes' local extents and
+the outputs' local shapes, both from the sharding math, and may pass destinations (chunk views
+of a preallocated tensor) for the kernel to write into. This module never derives a local size.
 """
 from __future__ import annotations
 
@@ -18,11 +24,11 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (choose, inner_outer_combine, inner_outer_programs, inner_outer_stages,
-                                     next_pow2, split_count)
+                                     next_pow2, row_loop, row_loop_programs, row_loop_stages, split_count)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from .compile import load_kernel
-from .inner_outer import TwoKernels, generate_inner_outer
+from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
@@ -103,6 +109,8 @@ class KernelLauncher:
                         if self.plan.template is Template.inner_outer:
                             ks = generate_inner_outer(self.plan, layout, variant, target,
                                                       f"{self.name}_{variant}", stages)
+                        elif variant == "rows":
+                            ks = generate_row_loop(self.plan, layout, target, f"{self.name}_{variant}", stages)
                         else:
                             ks = generate(self.plan, layout, variant == "persistent", target,
                                           f"{self.name}_{variant}", split)
@@ -113,6 +121,30 @@ class KernelLauncher:
     def _key(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> tuple:
         return (tuple((tuple(t.shape), t.stride()) for t in inputs), tuple(map(scalar_key, scalars.values())),
                 tuple(values[name] for name in self.key_symbols))
+
+    def run_local(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device,
+                  extents: tuple[int, ...], out_shapes: tuple, dests: Optional[Sequence] = None) -> Optional[list]:
+        """`run` on local tensors: the loop axes' local `extents` and the outputs' local
+        `out_shapes` come from the caller (the sharding math); output k is written into
+        `dests[k]` where that is given (a view of that shape: a chunk of a bigger tensor),
+        else allocated. None: an empty loop space (the caller evaluates through ATen)."""
+        key = (self._key(inputs, scalars, values), extents, out_shapes,
+               None if dests is None else tuple(None if d is None else d.stride() for d in dests))
+        launch = self.launches.get(key)
+        if launch is None:
+            if key in self.launches:
+                return None
+            launch = self.prepare(inputs, scalars, values, device, extents, out_shapes, dests)
+            if len(self.launches) > 1024:
+                self.launches.clear()
+            self.launches[key] = launch
+            if launch is None:
+                return None
+            self.last_source = launch.source
+            with phase("first launch"):
+                return launch(inputs, device, dests)
+        self.last_source = launch.source
+        return launch(inputs, device, dests)
 
     def ready_launch(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> "Optional[_Launch]":
         """The launch `run` prepared for these inputs, scalars and values, if any."""
@@ -135,11 +167,21 @@ class KernelLauncher:
         self.last_source = launch.source
         return launch(inputs, device)
 
-    def prepare(self, inputs, scalars, values, device) -> "Optional[_Launch]":
-        """Everything about a launch that depends only on shapes, strides and scalars."""
-        outputs = self.allocate_outputs(values, device)
+    def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
+                dests=None) -> "Optional[_Launch]":
+        """Everything about a launch that depends only on shapes, strides and scalars (and, on
+        local tensors, the local extents and the destinations' strides: see `run_local`)."""
+        if out_shapes is None:
+            outputs = self.allocate_outputs(values, device)
+        else:
+            dests = dests if dests is not None else [None] * len(out_shapes)
+            outputs = [d if d is not None else torch.empty(shape, dtype=o.dtype.to_torch(), device=device)
+                       for o, shape, d in zip(self.plan.outputs, out_shapes, dests)]
         tensors = list(inputs) + outputs
-        extents = [int(f(values)) for f in self.axis_extents]
+        if local_extents is None:
+            extents = [int(f(values)) for f in self.axis_extents]
+        else:
+            extents = list(local_extents)
         if any(e == 0 for e in extents) or not extents:
             return None  # empty loop space: the caller evaluates through ATen
         strides = self.strides(tensors, len(extents))
@@ -151,6 +193,8 @@ class KernelLauncher:
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
         if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
+            if local_extents is not None:
+                return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
             return self._two_kernels.prepare(inputs, scalars, values, device)
@@ -166,17 +210,21 @@ class KernelLauncher:
                      "persistent" if params.persistent else "looped"])
         step_params = {}  # launch parameters of steps that do not share the plan's
         stages = 1
+        tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams
         if plan.template is Template.inner_outer:
-            tile = rows * cols  # inputs of the whole tile are the ones the row loop streams
-            stages = inner_outer_stages(params, sum(t.element_size() for t in inputs if t.numel() == tile))
+            stages = inner_outer_stages(params, tile_bytes)
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
             variants = ["persistent", "combine"]
+        elif variants == ["persistent"] and plan.template is Template.inner_reduction and row_loop(params, cols):
+            stages = row_loop_stages(params, tile_bytes)
+            step_params = {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))}
+            variants = ["rows"]
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
         steps, source = [], []
         for variant in variants:
-            ks, fn = self.kernel(layout, variant, target, stages if variant == "persistent" else 1)
+            ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
             source.append(ks.source)
             n_work = sum(a.kind == "workspace" for a in ks.args)
             args, slots = [], []
@@ -227,8 +275,12 @@ class _Launch:
     def __init__(self, steps, out_specs, work_specs, source):
         self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
 
-    def __call__(self, inputs: Sequence[torch.Tensor], device) -> list[torch.Tensor]:
-        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
+    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
+        if dests is None:
+            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
+        else:  # written into the given views (of the shapes and strides this launch was made for)
+            outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
+                       for d, (shape, dtype) in zip(dests, self.out_specs)]
         tensors = list(inputs) + outputs
         tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
         for step, template, slots in self.steps:

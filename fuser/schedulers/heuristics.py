@@ -102,16 +102,44 @@ def inner_outer_programs(params: LaunchParams, processors: int) -> int:
     return max(1, min(wanted, params.grid))
 
 
-def inner_outer_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
-    """Pipelining stages of the inner-outer row loop: at most INNER_OUTER_STAGES, as many as
-    keep one row block of the tile inputs (`tile_bytes_per_element`: their summed element
-    sizes) per stage within the shared memory of the programs that share a multiprocessor."""
-    per_processor = max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
+def loop_stages(params: LaunchParams, tile_bytes_per_element: int, per_processor: int, most: int) -> int:
+    """Pipelining stages of a loop over row blocks: at most `most`, as many as keep one row
+    block of the tile inputs (`tile_bytes_per_element`: their summed element sizes) per stage
+    within the shared memory of the `per_processor` programs that share a multiprocessor."""
     stage_bytes = params.block0 * params.block1 * tile_bytes_per_element * per_processor
-    stages = INNER_OUTER_STAGES
+    stages = most
     while stages > 1 and stages * stage_bytes > SHARED_MEMORY_BUDGET:
         stages -= 1
     return stages
+
+
+def inner_outer_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
+    """Pipelining stages of the inner-outer row loop (at most INNER_OUTER_STAGES)."""
+    per_processor = max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
+    return loop_stages(params, tile_bytes_per_element, per_processor, INNER_OUTER_STAGES)
+
+
+# An inner reduction whose rows fit registers can also run as a persistent kernel looping over
+# row blocks (codegen/inner_outer.py RowLoopWriter), its loop pipelined so that a program's next
+# rows load while this row reduces: one program a row block leaves a multiprocessor idle
+# between loading a row and storing it when only one program fits (32 warps at 32768 columns).
+# ROW_LOOP_MIN_COLS: the shortest rows that use it (None: never), from benchmarks/sweep_inner.py.
+ROW_LOOP_MIN_COLS = None
+ROW_LOOP_PROGRAMS_PER_PROCESSOR = 1
+ROW_LOOP_STAGES = 2
+
+
+def row_loop(params: LaunchParams, cols: int) -> bool:
+    return params.persistent and ROW_LOOP_MIN_COLS is not None and cols >= ROW_LOOP_MIN_COLS
+
+
+def row_loop_programs(params: LaunchParams, processors: int) -> int:
+    wanted = processors * ROW_LOOP_PROGRAMS_PER_PROCESSOR if processors else INNER_OUTER_INTERPRETER_PROGRAMS
+    return max(1, min(wanted, params.grid))
+
+
+def row_loop_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
+    return loop_stages(params, tile_bytes_per_element, ROW_LOOP_PROGRAMS_PER_PROCESSOR, ROW_LOOP_STAGES)
 
 
 def inner_outer_combine(cols: int, programs: int) -> LaunchParams:
