@@ -9,10 +9,16 @@ Intermediates the pass gave a stream-parallel allocation stay as they are. Exprs
 are copies of the fusion's exprs reading and writing chunk tensors, so an op evaluated there
 consumes and produces chunks (invariant 4), and its output is checked against chunk extents.
 
-Outside loops, each Communication becomes Communicate + Wait; runs of other exprs become
-segments: generated kernels where no tensor is sharded (kernels index by logical extents),
-ATen otherwise. The lowering works on its own clone of the fusion, so the chunk tensors it
-adds never touch a fusion shared by other runtimes.
+Outside loops, each Communication becomes Communicate + Wait. Runs of other exprs, in loops
+and outside, go through the segmenter: matmul, linear and the like run through ATen; fusible
+exprs (pointwise, casts, reductions) become generated kernels. A kernel on whole tensors
+iterates their logical extents. A kernel on local tensors (a rank's shards; inside a loop,
+chunk tensors) iterates local extents instead: `local_axes` picks, per loop axis of the
+kernel, a tensor whose local size (the sharding math's, per stream iteration) is that axis's
+extent, after checking that every tensor of the kernel on that axis has the same local size
+rule. A kernel segment whose tensors disagree, or which the local form does not cover, runs
+through ATen instead; lowering never fails for that. The lowering works on its own clone of
+the fusion, so the chunk tensors it adds never touch a fusion shared by other runtimes.
 """
 from __future__ import annotations
 
@@ -20,18 +26,19 @@ import dataclasses
 from typing import Callable, Optional
 
 from ..errors import UnsupportedError
-from ..ir import Expr, Fusion, LinearOp, MatmulOp, TensorView
+from ..ir import Expr, FullOp, Fusion, IotaOp, LinearOp, MatmulOp, TensorView
 from ..multidevice.axis_map import mapped_input_axis
 from ..multidevice.communication import Collective, Communication
-from ..multidevice.sharding import is_sharded, stream_leaf
+from ..multidevice.sharding import is_sharded, local_size_rules, stream_leaf
 from ..multidevice.transform import is_split, like, replay_splits, set_stream_allocation
 from ..passes.schedule_stream_loops import loop_axis, stream_loops
+from ..schedulers.plan import KernelPlan, Template
 from ..segment import Segment, SegmentKind
 from ..segment.segments import segment_io
 from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
                     SetCurrentStream, ShardByStream, Synchronize, Wait)
 
-# (exprs) -> segments with kernels, for runs of unsharded exprs; None: ATen only
+# (exprs) -> kernel and ATen segments, for a run of exprs; None: ATen only
 KernelSegmenter = Optional[Callable[[object], list[Segment]]]
 
 
@@ -85,26 +92,51 @@ class _Lowering:
         return [op, Wait(op)]
 
     def plain(self, exprs: list[Expr]) -> list:
-        """Exprs outside loops and collectives: kernels where nothing is sharded, else ATen."""
+        """Exprs outside loops and collectives: kernels (on local shards where tensors are
+        sharded on device axes), ATen for the rest."""
         if not exprs:
             return []
         later = [e for e in self.fusion.exprs if all(e is not x for x in exprs)]
         inputs, outputs = segment_io(exprs, self.fusion.outputs(), later)
-        tvs = [v for e in exprs for v in (*e.inputs, *e.outputs) if isinstance(v, TensorView)]
-        if self.segment_kernels is not None and not any(is_sharded(tv) for tv in tvs):
-            segments = self.segment_kernels(_SubFusion(exprs, outputs))
-        else:
+        segments = self.segment(exprs, outputs)
+        if segments is None:
+            tvs = [v for e in exprs for v in (*e.inputs, *e.outputs) if isinstance(v, TensorView)]
             why = "sharded tensors: ATen on the local shards" if any(is_sharded(t) for t in tvs) \
                 else "ATen evaluation"
             segments = [Segment(SegmentKind.evaluator, exprs, inputs,
                                 [o for o in outputs if isinstance(o, TensorView)], why=why)]
+        return self.segment_ops(segments, in_loop=False)
+
+    def segment(self, exprs: list[Expr], outputs: list) -> Optional[list[Segment]]:
+        """The segmenter's kernel and ATen segments of a run of exprs; None: ATen only."""
+        if self.segment_kernels is None:
+            return None
+        try:
+            return self.segment_kernels(_SubFusion(exprs, outputs))
+        except UnsupportedError:  # a domain the kernel scheduler cannot read: ATen takes the run
+            return None
+
+    def segment_ops(self, segments: list[Segment], in_loop: bool) -> list:
+        """LaunchKernel or Evaluate per segment. A kernel segment on local tensors (sharded, or
+        chunks in a loop) iterates local extents; where those cannot be read off its tensors it
+        runs through ATen, with the reason in its `why`."""
         ops = []
         for seg in segments:
-            self.segments.append(seg)
             if seg.kind is SegmentKind.kernel:
-                ops.append(self.make_launcher(seg))
-            else:
-                ops.append(Evaluate(seg))
+                tvs = seg.params.axes.tensors
+                if not in_loop and not any(is_sharded(tv) for tv in tvs):
+                    self.segments.append(seg)
+                    ops.append(self.make_launcher(seg))
+                    continue
+                axes, why = local_axes(seg.params, in_loop)
+                if axes is not None:
+                    self.segments.append(seg)
+                    ops.append(dataclasses.replace(self.make_launcher(seg), in_loop=in_loop, local=axes))
+                    continue
+                where = "stream loop: ATen on chunks" if in_loop else "sharded tensors: ATen on the local shards"
+                seg = Segment(SegmentKind.evaluator, seg.exprs, seg.inputs, seg.outputs, why=f"{where} ({why})")
+            self.segments.append(seg)
+            ops.append(Evaluate(seg, in_loop=in_loop))
         return ops
 
     # -- stream loops -----------------------------------------------------------------------
@@ -123,6 +155,8 @@ class _Lowering:
         chunks: dict[int, TensorView] = {}  # whole tensor -> its chunk tensor in this loop
         aliases = self.aliases(group, {id(o) for o in leaving})
         views: dict[int, ShardByStream] = {}
+        run: list[tuple[Expr, Expr]] = []  # (expr, its copy on chunks) since the last collective
+        leaving_ids = {id(o) for o in leaving}
         for e in group:
             ins = []
             for v in e.inputs:
@@ -148,12 +182,12 @@ class _Lowering:
                     outs.append(o)
             local = dataclasses.replace(e, inputs=tuple(ins), outputs=tuple(outs))
             if isinstance(e, Communication):
+                body += self.loop_run(run, leaving_ids)
+                run = []
                 body += self.communicate(local, loop, in_place=any(c is e for _, c in aliases))
             else:
-                seg = Segment(SegmentKind.evaluator, [local], [v for v in ins if isinstance(v, TensorView)],
-                              [o for o in outs if isinstance(o, TensorView)], why="stream loop: ATen on chunks")
-                self.segments.append(seg)
-                body.append(Evaluate(seg, in_loop=True))
+                run.append((e, local))
+        body += self.loop_run(run, leaving_ids)
         # the producer of an aliased partial writes into the collective's output chunk
         for partial, comm in aliases:
             view = views[id(comm.outputs[0])]
@@ -165,6 +199,23 @@ class _Lowering:
         loop.body = body + [SetCurrentStream(None)]
         join = ForLoop(index, leaf.extent, [Synchronize(index)])
         return before + [GetCurrentStream(), loop, join]
+
+    def loop_run(self, run: list[tuple[Expr, Expr]], leaving: set[int]) -> list:
+        """Segments for the exprs of a loop between two collectives, on chunks: kernels for
+        what fuses, ATen for the rest. The ShardByStream views they read and write are in the
+        body already (they only read tensors that exist before the loop)."""
+        if not run:
+            return []
+        members = {id(e) for e, _ in run}
+        exprs = [local for _, local in run]
+        outputs = [lo for e, local in run for o, lo in zip(e.outputs, local.outputs)
+                   if id(o) in leaving or any(id(c) not in members for c in self.consumers.get(id(o), []))]
+        segments = self.segment(exprs, outputs)
+        if segments is None:
+            segments = [Segment(SegmentKind.evaluator, [x], [v for v in x.inputs if isinstance(v, TensorView)],
+                                [o for o in x.outputs if isinstance(o, TensorView)],
+                                why="stream loop: ATen on chunks") for x in exprs]
+        return self.segment_ops(segments, in_loop=True)
 
     def aliases(self, group: list[Expr], leaving: set[int]) -> list[tuple[TensorView, Communication]]:
         """Allreduces whose partial sums a linear or matmul can write straight into the
@@ -214,6 +265,37 @@ class _Lowering:
         return c
 
 
+def local_axes(plan: KernelPlan, with_streams: bool) -> tuple[Optional[tuple[tuple[TensorView, int], ...]], str]:
+    """Per loop axis of a kernel plan, a tensor of the kernel and its logical axis whose local
+    size is the extent the kernel iterates on local tensors (`with_streams`: one chunk, per
+    stream iteration), or None and the reason the kernel cannot run on them. Every tensor
+    that spans a loop axis must have the same local size rule on it (sharding.local_size_rules):
+    a kernel reads and writes all its tensors over one extent per axis."""
+    if plan.template is Template.inner_outer:
+        return None, "an inner-outer kernel runs on whole tensors only"
+    if any(isinstance(e, (IotaOp, FullOp)) for e in plan.exprs):
+        return None, "iota and full index logical positions"
+    axes = plan.axes
+    found: list[Optional[tuple]] = [None] * len(axes.axes)
+    for tv in axes.tensors:
+        try:
+            rules = local_size_rules(tv, with_streams)
+        except UnsupportedError as err:
+            return None, str(err)
+        for k, a in enumerate(axes.of(tv)):
+            if a is None:
+                continue
+            if found[a] is None:
+                found[a] = (tv, k, rules[k])
+            elif found[a][2] != rules[k]:
+                t0, k0 = found[a][0], found[a][1]
+                return None, (f"T{t0.name} axis {k0} and T{tv.name} axis {k} share a loop axis but "
+                              f"not their local sizes")
+    if any(f is None for f in found):
+        return None, "a loop axis no tensor of the kernel spans"
+    return tuple((tv, k) for tv, k, _ in found), ""
+
+
 def _chunk_tensor(tv: TensorView) -> TensorView:
     c = like(tv)
     set_stream_allocation(c)
@@ -234,5 +316,5 @@ class _SubFusion:
 def lower(fusion: Fusion, make_launcher: Callable, segment_kernels: KernelSegmenter) -> HostProgram:
     """The host program of `fusion` (already through the passes). `make_launcher(segment)`
     makes the LaunchKernel op of a kernel segment; `segment_kernels(subfusion)` cuts a run of
-    unsharded exprs into kernel and ATen segments (None: ATen only)."""
+    exprs into kernel and ATen segments (None: ATen only)."""
     return _Lowering(fusion.clone(), make_launcher, segment_kernels).lower()

@@ -23,6 +23,7 @@ from typing import Any, Optional
 from ..ir import Expr, TensorView
 from ..ir.printer import format_expr, format_tv
 from ..ir.symbolic import Extent, format_extent
+from ..multidevice.sharding import local_extents
 from ..segment import Segment
 
 
@@ -78,11 +79,17 @@ class Evaluate:
 
 @dataclass(eq=False)
 class LaunchKernel:
-    """A generated Triton kernel."""
+    """A generated Triton kernel. With `local`, it runs on local tensors (a rank's shards, and
+    with `in_loop` one stream chunk of them): per loop axis of the kernel, a tensor of the
+    segment and its logical axis whose local size (sharding math) is the extent to iterate;
+    outputs that a ShardByStream made chunk views of are written into those views. Without it,
+    the kernel iterates the logical extents (every tensor whole)."""
 
     segment: Segment
     launcher: Any
     scalars: list
+    in_loop: bool = False
+    local: Optional[tuple[tuple[TensorView, int], ...]] = None
 
 
 @dataclass(eq=False)
@@ -145,6 +152,9 @@ def _format_op(op, indent: str) -> list[str]:
         return lines
     if isinstance(op, (Evaluate, LaunchKernel)):
         kind = "Evaluate (ATen)" if isinstance(op, Evaluate) else "LaunchKernel (Triton)"
+        if isinstance(op, LaunchKernel) and op.local is not None:
+            extents = ", ".join(format_extent(local_extents(tv, op.in_loop)[k]) for tv, k in op.local)
+            kind += f" over local extents [{extents}]"
         lines = [f"{indent}{kind}:"]
         for e in op.segment.exprs:
             lines += [indent + "  " + line for line in format_expr(e).splitlines()]

@@ -31,7 +31,8 @@ from ..errors import InternalError
 from ..evaluate.aten import evaluate_expr, evaluate_expr_into, mm_into
 from ..evaluate.evaluator import EvalContext, check_output
 from ..ir import LinearOp, Scalar, TensorView
-from ..multidevice.sharding import StreamChunker
+from ..ir.symbolic import format_extent
+from ..multidevice.sharding import StreamChunker, local_extents
 from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
                     LaunchKernel, SetCurrentStream, ShardByStream, Synchronize, Wait)
 from .plan_comm import CommunicationSteps
@@ -175,7 +176,7 @@ class Compiler(CommunicationSteps):
         if kind is Evaluate:
             return self.evaluate(op.segment.exprs, op.in_loop, loop)
         if kind is LaunchKernel:
-            return self.launch(op)
+            return self.launch(op, loop)
         if kind is Communicate:
             return self.communicate(op, loop, blocking=False)
         if kind is Wait:
@@ -414,26 +415,75 @@ class Compiler(CommunicationSteps):
                 c.trace("Evaluate", expr, outs)
         return evaluate_expr_step
 
-    def launch(self, op: LaunchKernel) -> Step:
+    def launch(self, op: LaunchKernel, loop: Optional[_Loop]) -> Step:
         seg, launcher, device = op.segment, op.launcher, self.device
         scalars = {id(v): self.ctx.scalar(v) for v in op.scalars}
         inputs = [self.read(v, "a kernel") for v in seg.inputs]
-        fallback = self.evaluate(seg.exprs, False, None)  # an empty loop space: ATen does it
-        outputs = [self.write(o) for o in seg.outputs]
+        in_loop = op.in_loop and loop is not None
+        # an empty loop space (a chunk of no rows): ATen does it, on chunks in a loop
+        fallback = self.evaluate(seg.exprs, op.in_loop, loop)
+        producer = {id(o): e for e in seg.exprs for o in e.outputs}
+        # the output check of invariant 3, as for ATen: sizes per iteration inside a loop
+        checks = [(self.write(o), o, producer[id(o)], self.expected(o, loop, op.in_loop), o.dtype.to_torch())
+                  for o in seg.outputs]
+        if op.local is None:
+            def launch(c, i):
+                v = c.v
+                outs = launcher.run([v[k] for k in inputs], scalars, c.table.values, device)
+                if outs is None:
+                    fallback(c, i)
+                    return
+                for (k, tv, expr, want, dtype), value in zip(checks, outs):
+                    if value.shape != want or value.dtype != dtype:
+                        check_output(expr, tv, value, c.ctx)  # raises, showing the IR extent
+                    v[k] = value
+                if seg.source is not launcher.last_source:
+                    seg.source = launcher.last_source
+                if c.trace is not None:
+                    c.trace("LaunchKernel", seg, outs)
+            return launch
 
-        def launch(c, i):
+        # on local tensors: the loop axes' local extents, the outputs' local shapes and the
+        # inputs' local sizes (checked: a kernel must not read past a chunk), from the sharding
+        # math, once per iteration of the loop (or once outside loops)
+        table, sizes = self.table, self.sizes
+        n = loop.n if in_loop else 1
+        index = (lambda j: j) if in_loop else (lambda j: None)
+        extents = [tuple(sizes(tv, table, in_loop, index(j))[k] for tv, k in op.local) for j in range(n)]
+        out_shapes = [tuple(sizes(o, table, in_loop, index(j)) for o in seg.outputs) for j in range(n)]
+        in_tvs = list(seg.inputs)
+        in_shapes = [[sizes(t, table, in_loop, index(j)) for t in in_tvs] for j in range(n)]
+        dsts = None
+        if any(id(o) in self.dests for o in seg.outputs):
+            dsts = [self.slot(o) if id(o) in self.dests else None for o in seg.outputs]
+
+        def launch_local(c, i):
             v = c.v
-            outs = launcher.run([v[k] for k in inputs], scalars, c.table.values, device)
+            j = i if in_loop else 0
+            args = [v[k] for k in inputs]
+            for t, want, tv in zip(args, in_shapes[j], in_tvs):
+                if t.shape != want:
+                    ir = ", ".join(format_extent(e) for e in local_extents(tv, in_loop))
+                    raise InternalError(
+                        f"a kernel of T{', T'.join(str(o.name) for o in seg.outputs)} got the input "
+                        f"T{tv.name} of local size {tuple(t.shape)}, but its IR extents [{ir}] are "
+                        f"{want}{' in this chunk' if in_loop else ''}")
+            dests = None if dsts is None else [None if k is None else c.d[k] for k in dsts]
+            outs = launcher.run_local(args, scalars, c.table.values, device, extents[j], out_shapes[j], dests)
             if outs is None:
                 fallback(c, i)
                 return
-            for k, t in zip(outputs, outs):
-                v[k] = t
+            ctx = c.loop_ctx if in_loop else c.ctx
+            for (k, tv, expr, want, dtype), value in zip(checks, outs):
+                size = want[i] if in_loop else want
+                if value.shape != size or value.dtype != dtype:
+                    check_output(expr, tv, value, ctx)  # raises, showing the IR extent
+                v[k] = value
             if seg.source is not launcher.last_source:
                 seg.source = launcher.last_source
             if c.trace is not None:
                 c.trace("LaunchKernel", seg, outs)
-        return launch
+        return launch_local
 
 
 def compile_program(program: HostProgram, table, rank: int, device, streams, sizes) -> Plan:

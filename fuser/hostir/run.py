@@ -152,7 +152,7 @@ def _aten_only(program: HostProgram) -> HostProgram:
         out = []
         for op in ops:
             if isinstance(op, LaunchKernel):
-                out.append(Evaluate(op.segment))
+                out.append(Evaluate(op.segment, in_loop=op.in_loop))
             elif isinstance(op, ForLoop):
                 out.append(ForLoop(op.index, op.extent, swap(op.body)))
             else:

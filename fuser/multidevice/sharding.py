@@ -263,6 +263,20 @@ def local_sizes(tv: TensorView, table, with_streams: bool = False,
     return tuple(sizes)
 
 
+def local_size_rules(tv: TensorView, with_streams: bool = False) -> list[tuple[Extent, Optional[Extent]]]:
+    """Per logical non-reduction axis, what `local_sizes` computes its size from: (the local
+    extent, and when the axis is cut into stream chunks whose last one holds what is left, the
+    whole local extent; else None). Axes of two tensors with equal rules have equal local sizes
+    under every table and stream index (a kernel iterating one loop axis over both asks this)."""
+    rules: list[tuple[Extent, Optional[Extent]]] = [(e, None) for e in local_extents(tv, with_streams)]
+    if with_streams:
+        found = _stream_axis(tv)
+        if found is not None:
+            k = found[0]
+            rules[k] = (rules[k][0], local_extents(tv)[k])
+    return rules
+
+
 class LocalSizes:
     """`local_sizes`, precompiled per tensor: a runtime asks the same tensors' sizes on every
     call, so each tensor's local extents are derived from its domains once and kept as compiled

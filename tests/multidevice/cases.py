@@ -1,7 +1,8 @@
 """Multi-device cases, each a function of the device that runs on every rank of a mesh of all
 processes: two ranks under torchrun (`worker.py`, gloo on CPU tensors or NCCL on GPUs), or one
 process with a mesh of one device (`test_cases.py`). Inputs are integer-valued, so every
-result is compared exactly with eager PyTorch on the full tensors.
+result is compared exactly with eager PyTorch on the full tensors; only GELU, whose tanh in a
+generated kernel is not ATen's, is compared within a rounding.
 
 A case raises (AssertionError, FuserError) to fail. Nothing here starts processes.
 """
@@ -230,9 +231,7 @@ def tp_mlp_definition(d, h=4, dtype=DataType.Float, act="relu"):
         if act == "relu":
             a = fd.ops.relu(y1)
         else:  # gelu, tanh approximation
-            inner = fd.ops.mul(fd.ops.add(y1, fd.ops.mul(fd.ops.mul(fd.ops.mul(y1, y1), y1), 0.044715)),
-                               0.7978845608028654)
-            a = fd.ops.mul(fd.ops.mul(y1, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+            a = _gelu_tanh(fd, y1)
         fd.add_output(fd.ops.linear(a, w2, b2))
         for tv in (x, w1, b1, w2, b2):
             tv.set_device_mesh(mesh)
@@ -435,6 +434,193 @@ def case_uneven_reshardings(device):
     full = ints(2 * d, 3 * d, device=device)
     out, = a2a.execute([shard(a2a, 0, full)])
     exact(out, shard_rows(full, d, rank, axis=1), "all-to-all after an uneven one")
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated kernels inside stream loops and on device shards.
+
+# ATen ops the evaluator runs for pointwise exprs and casts: none of them may run where kernels do
+ELEMENTWISE_ATEN = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::tanh", "aten::relu",
+                    "aten::clamp_min", "aten::maximum", "aten::_to_copy", "aten::to", "aten::gelu",
+                    "aten::sum", "aten::amax", "aten::max"}
+
+
+def traced(fd, args) -> tuple[list, list]:
+    """fd.execute(args) once, then the same execution through the runtime's host runner with a
+    trace: (outputs, [(what ran: "Evaluate", "LaunchKernel" or a collective, output shapes)])."""
+    fd.execute(args)
+    seen: list = []
+    outs = fd.cache.last_runtime.runner.run(
+        args, fd.cache._binder.bind(args),
+        trace=lambda what, x, values: seen.append((what, [tuple(v.shape) for v in values])))
+    return outs, seen
+
+
+def profiled(fn):
+    """(fn's result, the ATen events it ran: name and input shapes)."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        result = fn()
+    return result, [(e.name, e.input_shapes) for e in prof.events()]
+
+
+def loop_segments(fd) -> list[tuple[str, list[str]]]:
+    """(Evaluate or LaunchKernel, op names) of each segment in the host program's stream loop."""
+    from fuser.hostir.nodes import Evaluate, ForLoop, LaunchKernel, Synchronize
+
+    program = fd.cache.last_runtime.program
+    loop = next(op for op in program.body if isinstance(op, ForLoop)
+                and not all(isinstance(x, Synchronize) for x in op.body))
+    return [(type(op).__name__, [e.op_name for e in op.segment.exprs]) for op in loop.body
+            if isinstance(op, (Evaluate, LaunchKernel))]
+
+
+def _gelu_tanh(fd, y):
+    inner = fd.ops.mul(fd.ops.add(y, fd.ops.mul(fd.ops.mul(fd.ops.mul(y, y), y), 0.044715)), 0.7978845608028654)
+    return fd.ops.mul(fd.ops.mul(y, 0.5), fd.ops.add(fd.ops.tanh(inner), 1.0))
+
+
+def column_parallel_act_definition(d, s=3, k=4, n=2, act="gelu"):
+    """x [t, k] with its rows on s streams, a column-parallel linear (w [n d, k] and b [n d]
+    sharded on their rows), GELU (tanh approximation) or relu, and a cast to bf16: per chunk, a
+    linear into the [t/s, n] chunk and one kernel that writes the chunk of the output."""
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, k], contiguity=True)
+        w = fd.define_tensor([n * d, k], contiguity=True)
+        b = fd.define_tensor([n * d], contiguity=True)
+        y = fd.ops.linear(x, w, b)
+        a = _gelu_tanh(fd, y) if act == "gelu" else fd.ops.relu(y)
+        fd.add_output(fd.ops.cast(a, DataType.BFloat16))
+        for tv in (x, w, b):
+            tv.set_device_mesh(mesh)
+        for tv in (w, b):
+            tv.outer_split(0, d)
+            tv.axis(0).parallelize(ParallelType.mesh_x)
+        x.outer_split(0, s)
+        x.axis(0).parallelize(ParallelType.stream)
+    return fd
+
+
+def _chunks(t, s):
+    c = -(-t // s)
+    return [max(0, min(c, t - j * c)) for j in range(s)]
+
+
+def case_column_parallel_activation_kernel_on_streams(device):
+    """Chunk by chunk on streams: the linear through ATen, then GELU (or relu) and the cast as
+    one generated kernel per chunk, written into the output's chunk; uneven chunks (t = 7 by 3)
+    and a second and third size run on the same runtime."""
+    rank, d = world()
+    s, k, n = 3, 4, 2
+    for act in ("relu", "gelu"):
+        fd = column_parallel_act_definition(d, s, k, n, act)
+        for t in (6, 7, 9):
+            X, W = ints(t, k, device=device), ints(n * d, k, device=device, seed=1)
+            B = ints(n * d, device=device, seed=2)
+            args = [shard(fd, 0, X), shard(fd, 1, W), shard(fd, 2, B)]
+            (out,), events = profiled(lambda: fd.execute(args))
+            y = F.linear(X, W, B)
+            want = shard_rows((F.gelu(y, approximate="tanh") if act == "gelu" else torch.relu(y)).to(torch.bfloat16),
+                              d, rank, axis=1)
+            if act == "relu":  # integers: exact
+                exact(out, want, f"column-parallel relu, t={t}")
+            else:  # the kernel's tanh is not ATen's: within a bf16 rounding
+                assert out.shape == want.shape and out.dtype == want.dtype, (out.shape, out.dtype)
+                torch.testing.assert_close(out.float(), want.float(), rtol=1e-2, atol=1e-2)
+            ran = {name for name, _ in events}
+            assert not ran & ELEMENTWISE_ATEN, f"{act}, t={t}: ATen ran {sorted(ran & ELEMENTWISE_ATEN)}"
+            linears = [shapes[0] for name, shapes in events if name == "aten::linear"]
+            assert [r[0] for r in linears] == _chunks(t, s), linears
+            (again,), seen = traced(fd, args)
+            exact(again, out, f"{act}, t={t}: the traced run")
+            kernels = [shapes[0] for what, shapes in seen if what == "LaunchKernel"]
+            assert kernels == [(c, n) for c in _chunks(t, s)], f"t={t}: kernel launches {kernels}"
+        assert fd.cache.num_runtimes == 1, f"{fd.cache.num_runtimes} runtimes for three values of t"
+        segs = loop_segments(fd)
+        assert [kind for kind, _ in segs] == ["Evaluate", "LaunchKernel"], segs
+        assert segs[0][1] == ["LinearOp"] and segs[1][1][-1] == "CastOp", segs
+        text = str(fd.cache.last_runtime.program)
+        assert re.search(rf"FOR i\d+ from 0 to 3:(\n    .*)*\n    LaunchKernel \(Triton\) over local extents "
+                         rf"\[\( ceilDiv\(i0, 3\) \), {n}\]:", text), text
+
+
+def case_row_parallel_matmul_bias_relu_on_streams(device):
+    """A matmul whose contraction is sharded, its rows on 3 streams: per chunk, the local
+    matmul, the allreduce of the chunk, then the bias add and relu as one kernel into the
+    output's chunk. Rows that do not divide by 3, and a second size on the same runtime."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, 4 * d], contiguity=True)
+        b = fd.define_tensor([4 * d, 5], contiguity=True)
+        bias = fd.define_tensor([5], contiguity=True)
+        fd.add_output(fd.ops.relu(fd.ops.add(fd.ops.matmul(a, b), bias)))
+        for tv, axis in ((a, 1), (b, 0)):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(axis, d)
+            tv.axis(axis).parallelize(ParallelType.mesh_x)
+        bias.set_device_mesh(mesh)
+        a.outer_split(0, 3)
+        a.axis(0).parallelize(ParallelType.stream)
+    for t in (7, 6):
+        af, bf = ints(t, 4 * d, device=device), ints(4 * d, 5, device=device, seed=1)
+        cf = ints(5, device=device, seed=2)
+        args = [shard(fd, 0, af), shard(fd, 1, bf), cf]
+        (out,), events = profiled(lambda: fd.execute(args))
+        exact(out, torch.relu(af @ bf + cf), f"matmul + bias + relu on streams, t={t}")
+        ran = {name for name, _ in events}
+        assert not ran & ELEMENTWISE_ATEN, f"t={t}: ATen ran {sorted(ran & ELEMENTWISE_ATEN)}"
+        _, seen = traced(fd, args)
+        per_chunk = [what for what, _ in seen]
+        # the bias broadcast (a view, through ATen) before the loop, then per chunk
+        assert per_chunk == ["Evaluate"] + ["Evaluate", "Allreduce", "LaunchKernel"] * 3, per_chunk
+        kernels = [shapes[0] for what, shapes in seen if what == "LaunchKernel"]
+        assert kernels == [(c, 5) for c in _chunks(t, 3)], kernels
+    assert fd.cache.num_runtimes == 1
+    assert [kind for kind, _ in loop_segments(fd)] == ["Evaluate", "LaunchKernel"], loop_segments(fd)
+    _collectives(fd, ["Allreduce"])
+
+
+def case_kernels_on_device_shards(device):
+    """Outside stream loops, kernels run on the local shards of tensors sharded on mesh axes:
+    the tensor-parallel MLP's activation on the [t, 4h/d] shard, and partial sums and maxima
+    over a sharded axis (then allreduced)."""
+    rank, d = world()
+    h = 4
+    for act in ("relu", "gelu"):
+        fd = tp_mlp_definition(d, h, act=act)
+        full = [ints(5, h, device=device), ints(4 * h, h, device=device, seed=1), ints(4 * h, device=device, seed=2),
+                ints(h, 4 * h, device=device, seed=3), ints(h, device=device, seed=4)]
+        args = [shard(fd, k, t) for k, t in enumerate(full)]
+        (out,), seen = traced(fd, args)
+        x, w1, b1, w2, b2 = full
+        y1 = F.linear(x, w1, b1)
+        want = F.linear(torch.relu(y1) if act == "relu" else F.gelu(y1, approximate="tanh"), w2, b2)
+        if act == "relu":
+            exact(out, want, "tensor-parallel MLP, relu kernel on the shards")
+        else:
+            torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-4)
+        kernels = [shapes[0] for what, shapes in seen if what == "LaunchKernel"]
+        assert kernels[0] == (5, 4 * h // d), f"{act}: kernels {kernels}"
+        assert re.search(rf"LaunchKernel \(Triton\) over local extents \[i0, {4 * h // d}\]:",
+                         str(fd.cache.last_runtime.program))
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.set(x)
+        fd.add_output(fd.ops.sum(fd.ops.mul(y, 2.0), [1]))
+        fd.add_output(fd.ops.max(y, [1]))
+        x.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+    for cols in (3, 5):
+        full = ints(4, cols * d, device=device)
+        (z, m), seen = traced(fd, [full])
+        exact(z, (full * 2).sum(1), f"sum over a sharded axis, {cols} columns a shard")
+        exact(m, full.amax(1), f"max over a sharded axis, {cols} columns a shard")
+        assert [w for w in seen if w[0] == "LaunchKernel"] == [("LaunchKernel", [(4,)])] * 2, seen
+    _collectives(fd, ["Shard", "Allreduce", "Allreduce"])
 
 
 def _collectives(fd, expected: list[str]) -> None:
