@@ -12,6 +12,7 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from dataclasses import replace
@@ -23,10 +24,12 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (choose, inner_outer_combine, inner_outer_programs, inner_outer_stages,
-                                     next_pow2, row_loop, row_loop_programs, row_loop_stages, split_count)
+from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
+                                     inner_outer_stages, next_pow2, row_loop, row_loop_programs, row_loop_stages,
+                                     split_count)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
+from . import autotune
 from .compile import load_kernel
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
@@ -211,49 +214,71 @@ class KernelLauncher:
         step_params = {}  # launch parameters of steps that do not share the plan's
         stages = 1
         tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams
+        rows_form = (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
+                     row_loop_stages(params, tile_bytes))
         if plan.template is Template.inner_outer:
             stages = inner_outer_stages(params, tile_bytes)
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
             variants = ["persistent", "combine"]
         elif variants == ["persistent"] and plan.template is Template.inner_reduction and row_loop(params, cols):
-            stages = row_loop_stages(params, tile_bytes)
-            step_params = {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))}
-            variants = ["rows"]
+            variants, step_params, stages = rows_form
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
-        steps, source = [], []
-        for variant in variants:
-            ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
-            source.append(ks.source)
-            n_work = sum(a.kind == "workspace" for a in ks.args)
-            args, slots = [], []
-            for spec in ks.args:
-                if spec.kind == "tensor":
-                    slots.append((len(args), index[id(spec.val)]))
-                    args.append(None)
-                elif spec.kind == "workspace":
-                    slots.append((len(args), n_tensors + spec.super_axis))
-                    args.append(None)
-                elif spec.kind == "stride":
-                    args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
-                elif spec.kind == "extent":
-                    args.append(run_extents[spec.super_axis])
-                elif spec.kind == "split_count":
-                    args.append(chunks)
-                elif spec.kind == "split_chunk":
-                    args.append(chunk_rows)
-                else:
-                    args.append(scalars[id(spec.val)])
-            block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
-            grid = params.grid * (chunks if variant == "partial" else 1)
-            p = step_params.get(variant, replace(params, block0=block0, grid=grid))
-            kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64, num_warps=p.num_warps)
-            step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
-            steps.append((step, args, slots))
-        out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
-        work_specs = [((chunks, cols), torch.float32)] * n_work
-        return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
+
+        def build(variants, step_params, stages) -> _Launch:
+            steps, source = [], []
+            for variant in variants:
+                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
+                source.append(ks.source)
+                n_work = sum(a.kind == "workspace" for a in ks.args)
+                args, slots = [], []
+                for spec in ks.args:
+                    if spec.kind == "tensor":
+                        slots.append((len(args), index[id(spec.val)]))
+                        args.append(None)
+                    elif spec.kind == "workspace":
+                        slots.append((len(args), n_tensors + spec.super_axis))
+                        args.append(None)
+                    elif spec.kind == "stride":
+                        args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
+                    elif spec.kind == "extent":
+                        args.append(run_extents[spec.super_axis])
+                    elif spec.kind == "split_count":
+                        args.append(chunks)
+                    elif spec.kind == "split_chunk":
+                        args.append(chunk_rows)
+                    else:
+                        args.append(scalars[id(spec.val)])
+                block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
+                grid = params.grid * (chunks if variant == "partial" else 1)
+                p = step_params.get(variant, replace(params, block0=block0, grid=grid))
+                kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64, num_warps=p.num_warps)
+                step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
+                steps.append((step, args, slots))
+            out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
+            work_specs = [((chunks, cols), torch.float32)] * n_work
+            return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
+
+        launch = build(variants, step_params, stages)
+        if variants == ["persistent"] and plan.template is Template.inner_reduction and dests is None \
+                and target in TUNED_TARGETS and autotune_row_loop(params, cols):
+            # which form wins depends on the kernel: time both once per bucket (codegen/autotune.py)
+            key = autotune.bucket_key(hashlib.sha256(launch.source.encode()).hexdigest()[:24], rows, cols, device)
+            candidates = [launch, None]
+
+            def timed(k: int):
+                if candidates[k] is None:
+                    candidates[k] = build(*rows_form)
+                return lambda: candidates[k](inputs, device)
+            with phase("autotune"):
+                launch = candidates[autotune.fastest(key, [timed(0), timed(1)], device)]
+        return launch
+
+
+# targets where launch forms are timed to choose between them (the interpreter's timings say
+# nothing about a GPU)
+TUNED_TARGETS = ("cuda",)
 
 
 def _processors(device: torch.device) -> int:

@@ -2,6 +2,7 @@
 registers, chosen from the sizes of this call (one compiled kernel per choice, cached)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .plan import Template
@@ -124,13 +125,24 @@ def inner_outer_stages(params: LaunchParams, tile_bytes_per_element: int) -> int
 # rows load while this row reduces: one program a row block leaves a multiprocessor idle
 # between loading a row and storing it when only one program fits (32 warps at 32768 columns).
 # ROW_LOOP_MIN_COLS: the shortest rows that use it (None: never), from benchmarks/sweep_inner.py.
+# The sweep found one winner, softmax forward at 32768 columns (0.88 of copy against 0.73, one
+# program a multiprocessor, 3 stages), while layernorm and rmsnorm lost there: which form wins
+# depends on the kernel, so rows of AUTOTUNE_MIN_COLS or more time both forms once per bucket
+# (codegen/autotune.py; FUSER_AUTOTUNE=0 turns it off) and shorter rows keep one program a row
+# block, which won every configuration at 4096 and 8192 columns.
 ROW_LOOP_MIN_COLS = None
 ROW_LOOP_PROGRAMS_PER_PROCESSOR = 1
-ROW_LOOP_STAGES = 2
+ROW_LOOP_STAGES = 3
+AUTOTUNE_MIN_COLS = 16384
 
 
 def row_loop(params: LaunchParams, cols: int) -> bool:
     return params.persistent and ROW_LOOP_MIN_COLS is not None and cols >= ROW_LOOP_MIN_COLS
+
+
+def autotune_row_loop(params: LaunchParams, cols: int) -> bool:
+    return (params.persistent and ROW_LOOP_MIN_COLS is None and AUTOTUNE_MIN_COLS is not None
+            and cols >= AUTOTUNE_MIN_COLS and os.environ.get("FUSER_AUTOTUNE", "1") != "0")
 
 
 def row_loop_programs(params: LaunchParams, processors: int) -> int:

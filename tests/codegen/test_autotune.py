@@ -1,0 +1,74 @@
+"""The autotuner's bookkeeping (codegen/autotune.py): the fastest candidate is timed once per
+key, remembered in memory and on disk, and a corrupt file is ignored."""
+import json
+
+import pytest
+
+import torch
+
+from fuser.codegen import autotune
+
+
+def test_fastest_is_timed_once_and_remembered_on_disk(tmp_path, monkeypatch):
+    path = tmp_path / "autotune.json"
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(path))
+    timed = []
+
+    def timer(candidate, device):
+        timed.append(candidate)
+        return candidate()
+
+    candidates = [lambda: 3.0, lambda: 1.0, lambda: 2.0]
+    assert autotune.fastest("k", candidates, torch.device("cpu"), timer) == 1
+    assert len(timed) == 3
+    assert autotune.fastest("k", candidates, torch.device("cpu"), timer) == 1 and len(timed) == 3
+    assert json.loads(path.read_text()) == {"k": 1}
+    # a new process (a fresh Choices on the same file) does not time again
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(path))
+    assert autotune.fastest("k", candidates, torch.device("cpu"), timer) == 1 and len(timed) == 3
+
+
+def test_an_unreadable_file_means_timing_again(tmp_path, monkeypatch):
+    path = tmp_path / "autotune.json"
+    path.write_text("{not json")
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(path))
+    assert autotune.fastest("k", [lambda: 2.0, lambda: 1.0], torch.device("cpu"), lambda c, d: c()) == 1
+    assert json.loads(path.read_text()) == {"k": 1}
+
+
+def test_bucket_key_rounds_sizes_to_their_power_of_two():
+    cpu = torch.device("cpu")
+    assert autotune.bucket_key("d", 3000, 30000, cpu) == autotune.bucket_key("d", 4096, 32768, cpu)
+    assert autotune.bucket_key("d", 3000, 30000, cpu) != autotune.bucket_key("d", 3000, 40000, cpu)
+
+
+@pytest.mark.parametrize("winner", [0, 1])
+def test_a_long_row_reduction_runs_the_form_that_timed_fastest(winner, tmp_path, monkeypatch):
+    """With tuning allowed on the interpreter and a timer that prefers form `winner` (0: one
+    program a row block, 1: the row loop), softmax runs in that form and matches eager; the
+    choice is on disk for the next process."""
+    from benchmarks import fuser_defs
+    from fuser.codegen import launch
+    from fuser.schedulers import heuristics
+
+    monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    order = iter([1.0, 2.0] if winner == 0 else [2.0, 1.0])
+    monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(order))[1])
+    fd = fuser_defs.softmax_fwd.__wrapped__()
+    x = torch.randn(70, 100, dtype=torch.bfloat16)
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=2e-2)
+    assert ("persistent over rows" in fd.last_triton_code()) == (winner == 1)
+    assert list(json.loads((tmp_path / "autotune.json").read_text()).values()) == [winner]
+
+
+def test_short_rows_and_fuser_autotune_0_are_not_tuned(monkeypatch):
+    from fuser.schedulers import heuristics
+
+    params = heuristics.choose(heuristics.Template.inner_reduction, 4096, 32768)
+    assert heuristics.autotune_row_loop(params, 32768)
+    assert not heuristics.autotune_row_loop(heuristics.choose(heuristics.Template.inner_reduction, 4096, 8192), 8192)
+    monkeypatch.setenv("FUSER_AUTOTUNE", "0")
+    assert not heuristics.autotune_row_loop(params, 32768)
