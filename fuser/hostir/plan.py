@@ -426,6 +426,19 @@ class Compiler(CommunicationSteps):
         # the output check of invariant 3, as for ATen: sizes per iteration inside a loop
         checks = [(self.write(o), o, producer[id(o)], self.expected(o, loop, op.in_loop), o.dtype.to_torch())
                   for o in seg.outputs]
+        def finish(c, outs, ctx, i: Optional[int]) -> None:
+            """Check each output (sizes per iteration `i` inside a loop) and store it."""
+            v = c.v
+            for (k, tv, expr, want, dtype), value in zip(checks, outs):
+                size = want if i is None else want[i]
+                if value.shape != size or value.dtype != dtype:
+                    check_output(expr, tv, value, ctx)  # raises, showing the IR extent
+                v[k] = value
+            if seg.source is not launcher.last_source:
+                seg.source = launcher.last_source
+            if c.trace is not None:
+                c.trace("LaunchKernel", seg, outs)
+
         if op.local is None:
             def launch(c, i):
                 v = c.v
@@ -433,14 +446,7 @@ class Compiler(CommunicationSteps):
                 if outs is None:
                     fallback(c, i)
                     return
-                for (k, tv, expr, want, dtype), value in zip(checks, outs):
-                    if value.shape != want or value.dtype != dtype:
-                        check_output(expr, tv, value, c.ctx)  # raises, showing the IR extent
-                    v[k] = value
-                if seg.source is not launcher.last_source:
-                    seg.source = launcher.last_source
-                if c.trace is not None:
-                    c.trace("LaunchKernel", seg, outs)
+                finish(c, outs, c.ctx, None)
             return launch
 
         # on local tensors: the loop axes' local extents, the outputs' local shapes and the
@@ -473,16 +479,7 @@ class Compiler(CommunicationSteps):
             if outs is None:
                 fallback(c, i)
                 return
-            ctx = c.loop_ctx if in_loop else c.ctx
-            for (k, tv, expr, want, dtype), value in zip(checks, outs):
-                size = want[i] if in_loop else want
-                if value.shape != size or value.dtype != dtype:
-                    check_output(expr, tv, value, ctx)  # raises, showing the IR extent
-                v[k] = value
-            if seg.source is not launcher.last_source:
-                seg.source = launcher.last_source
-            if c.trace is not None:
-                c.trace("LaunchKernel", seg, outs)
+            finish(c, outs, c.loop_ctx if in_loop else c.ctx, i if in_loop else None)
         return launch_local
 
 
