@@ -147,6 +147,15 @@ def _welford_combine(mean1, m2_1, n1, mean2, m2_2, n2):
     w = tl.where(n == 0, 0.0, n2 / tl.where(n == 0, 1.0, n))
     delta = mean2 - mean1
     return mean1 + delta * w, m2_1 + m2_2 + delta * delta * n1 * w, n
+
+
+@triton.jit
+def _welford_mean(mean, m2, n):
+    # ATen's Welford mean turns NaN once an inf meets another element (delta = x - inf), and
+    # such a row always has a NaN m2: so a NaN m2 over more than one element makes the mean
+    # NaN, whatever the order (ATen keeps inf for one position a row, which its reduction
+    # order picks: the last element on CPU, another on CUDA)
+    return tl.where((m2 != m2) & (n > 1), float('nan'), mean)
 '''
 
 

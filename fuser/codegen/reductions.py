@@ -50,12 +50,14 @@ class ReductionEmitter:
             x = self.operand(scope, e.inp, e.inp.dtype)
             var, mean = e.outputs
             n = self.reduced_count()
-            scope.lines.append(f"T{mean.name} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True) / {n}")
+            avg, m2 = f"T{mean.name}_avg", f"T{var.name}_m2"
+            scope.lines += [
+                f"{avg} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True) / {n}",
+                f"T{var.name}_dev = tl.where({m}, {x} - {avg}, 0.0)",
+                f"{m2} = tl.sum(T{var.name}_dev * T{var.name}_dev, axis={rd}, keep_dims=True)",
+                f"T{var.name} = {m2} / tl.maximum({n} - {e.correction}, 0).to(tl.float32)",
+                f"T{mean.name} = _welford_mean({avg}, {m2}, {n})"]
             scope.names[id(mean)] = f"T{mean.name}"
-            scope.lines.append(f"T{var.name}_dev = tl.where({m}, {x} - T{mean.name}, 0.0)")
-            scope.lines.append(
-                f"T{var.name} = tl.sum(T{var.name}_dev * T{var.name}_dev, axis={rd}, keep_dims=True)"
-                f" / tl.maximum({n} - {e.correction}, 0).to(tl.float32)")
             scope.names[id(var)] = f"T{var.name}"
             return
         dt = e.out.dtype
@@ -149,7 +151,7 @@ class ReductionEmitter:
             for part in ("mean", "m2", "n"):
                 self.store_partial(ws[part], f"{acc}_{part}r")
             return
-        ps.lines.append(f"T{mean.name} = {acc}_meanr")
+        ps.lines.append(f"T{mean.name} = _welford_mean({acc}_meanr, {acc}_m2r, {acc}_nr)")
         ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({acc}_nr - {e.correction}, 0.0)")
         ps.names[id(mean)] = f"T{mean.name}"
         ps.names[id(var)] = f"T{var.name}"

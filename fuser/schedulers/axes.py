@@ -1,10 +1,11 @@
 """Which axes a kernel iterates over: IterDomains of a group mapped to shared loop axes.
 
 Elementwise ops map their operands' axes position by position (a broadcast axis joins the
-concrete axis it meets), reductions map input axes to the output's reduction axes, broadcast,
-squeeze and permute map the axes they keep. Each resulting class is one loop axis of the kernel;
-its extent is the extent of any concrete member (op construction unified them). The scheduler
-then decides which axes run across programs and which inside one.
+concrete axes it meets that have one extent), reductions map input axes to the output's
+reduction axes, broadcast, squeeze and permute map the axes they keep. Each resulting class is
+one loop axis of the kernel; its extent is the extent of any concrete member (op construction
+unified them). Classes of broadcasts only, and those of an axis a squeeze removes (size 1), are
+no loop axes. The scheduler then decides which axes run across programs and which inside one.
 """
 from __future__ import annotations
 
@@ -122,32 +123,51 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
     for tv in tensors:
         for d in ids_of(tv):
             uf.add(d)
+    # a broadcast axis meets concrete axes, maybe several (x * b and y * b, b [m, 1]): those
+    # become one loop axis where their extents are the same expression, never otherwise (one
+    # axis for [m, n] and [m, m * n] read the first out of bounds)
+    met: list[tuple[IterDomain, IterDomain]] = []
     for e in exprs:
         for a, b in _axis_pairs(e):
-            uf.union(a, b)
+            if (concrete_extent(a) is None) == (concrete_extent(b) is None):
+                uf.union(a, b)
+            else:
+                met.append((a, b) if concrete_extent(a) is None else (b, a))
+    same_extent: dict[tuple, IterDomain] = {}
+    for b, d in met:
+        first = same_extent.setdefault((uf.find(id(b)), concrete_extent(d)), d)
+        uf.union(first, d)
     classes: dict[int, list[IterDomain]] = {}
     for k in uf.parent:
         classes.setdefault(uf.find(k), []).append(uf.ids[k])
     concrete = {root: next((concrete_extent(d) for d in ms if concrete_extent(d) is not None), None)
                 for root, ms in classes.items()}
     reduction_roots = {root for root, ms in classes.items() if any(d.is_reduction for d in ms)}
+    # an axis a squeeze removes has size 1 in every execution (binding checks it), so like a
+    # broadcast it is no loop axis: were it one, the squeeze's input would vary along a tile
+    # dim its output does not, and the output's value would not fit its tile (a 0-d result of
+    # a row-shaped operand)
+    unit = {uf.find(id(d)) for e in exprs if isinstance(e, SqueezeOp)
+            for k, d in enumerate(e.inp.domain.no_reductions()) if k in e.dims and not d.is_broadcast}
+
+    def is_loop_axis(d: IterDomain) -> bool:
+        return concrete_extent(d) is not None and uf.find(id(d)) not in unit
 
     def roots_of(tv: TensorView) -> list[Optional[int]]:
         # a size-1 broadcast axis does not vary along the loop axis it meets
-        return [uf.find(id(d)) if concrete_extent(d) is not None else None
-                for d in tv.domain.no_reductions()]
+        return [uf.find(id(d)) if is_loop_axis(d) else None for d in tv.domain.no_reductions()]
 
     def coverage(tv: TensorView) -> set[int]:
-        return {uf.find(id(d)) for d in ids_of(tv) if concrete_extent(d) is not None}
+        return {uf.find(id(d)) for d in ids_of(tv) if is_loop_axis(d)}
 
     # the tensor covering the most axes; the first such (max keeps the first of equal keys)
     reference = max(tensors, key=lambda t: len(coverage(t)))
-    order = [uf.find(id(d)) for d in ids_of(reference) if concrete_extent(d) is not None]
+    order = [uf.find(id(d)) for d in ids_of(reference) if is_loop_axis(d)]
     if len(set(order)) != len(order):
         return None, f"T{reference.name} maps two of its axes to one loop axis"
     # axes no single tensor spans with the reference (an outer product, an iota's axis) go
     # outermost, in the order the group's tensors list them; the reference keeps the inner ones
-    missing = [r for t in tensors for r in (uf.find(id(d)) for d in ids_of(t) if concrete_extent(d) is not None)
+    missing = [r for t in tensors for r in (uf.find(id(d)) for d in ids_of(t) if is_loop_axis(d))
                if r not in order]
     order = list(dict.fromkeys(missing)) + order
     index = {root: k for k, root in enumerate(order)}

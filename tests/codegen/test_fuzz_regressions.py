@@ -2,7 +2,9 @@
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.ir import ReshapeOp
 from fuser.runtime import FusionExecutorCache
+from fuser.schedulers.axes import analyze_axes
 
 
 def test_pow_integer_exponent_is_exact_on_the_interpreter():
@@ -31,3 +33,44 @@ def test_round_keeps_the_sign_of_zero_on_the_interpreter():
     xs = torch.tensor([-0.3, -0.5, 0.3, 0.5, -1.5, 2.5, -0.0])
     (actual,) = fd.execute([xs])
     assert torch.equal(actual, torch.reciprocal(torch.round(xs)))
+
+
+def test_squeezed_axis_is_no_loop_axis():
+    # fuzz_jit seed 2037: sum(squeeze(x[1:2])) is 0-d, but the squeezed axis (size 1) was a loop
+    # axis on the rows of the tile; the squeeze's input varied along the rows, so the 0-d
+    # result was a column of copies and its store failed (pointer [1, 1], value [BLOCK0, 1])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        row = fd.ops.squeeze(fd.ops.slice(x, [1, 0], [2, x.shape()[1]]), [0])
+        total = fd.ops.sum(row, [0])
+        fd.add_output(fd.ops.add(fd.ops.broadcast(total, [True]), w))
+        fd.add_output(fd.ops.broadcast(total, [True]))
+    for rows, cols in ((5, 8), (3, 13)):
+        xs, ws = torch.randn(rows, cols), torch.randn(cols)
+        shifted, total = fd.execute([xs, ws])
+        torch.testing.assert_close(total, xs[1].sum().reshape(1))
+        torch.testing.assert_close(shifted, xs[1].sum() + ws)
+        assert [s.kind.value for s in fd.last_segments()] == ["evaluator", "kernel"]
+
+
+def test_broadcast_axis_meeting_two_extents_is_two_loop_axes():
+    # fuzz_jit seed 2682: b [m, 1] meets x [m, n] in one op and flat(x) [m * n] in another; its
+    # broadcast axis joined the n and m * n axes into one loop axis of extent m * n, and x was
+    # read (and x * b written) past its rows: wrong values, then a corrupted heap
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        m = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        b = fd.ops.broadcast(fd.ops.neg(m), [False, True])
+        flat = fd.ops.broadcast(fd.ops.reshape(x, [-1]), [True, False])
+        fd.add_output(fd.ops.mul(flat, b))
+        fd.add_output(fd.ops.mul(x, fd.ops.sigmoid(b)))
+    # checked before running: the old plan's kernel corrupts the heap
+    kernel_exprs = [e for e in fd.fusion.exprs if not isinstance(e, ReshapeOp)]
+    axes, _ = analyze_axes(kernel_exprs)
+    assert sorted(str(a.extent) for a in axes.axes) == ["i0", "i0*i1", "i1"]
+    xs, ms = torch.randn(5, 7), torch.randn(5)
+    outer, scaled = fd.execute([xs, ms])
+    torch.testing.assert_close(outer, xs.reshape(-1) * -ms[:, None])
+    torch.testing.assert_close(scaled, xs * torch.sigmoid(-ms[:, None]))
+    assert [s.kind.value for s in fd.last_segments()] == ["evaluator", "kernel"]

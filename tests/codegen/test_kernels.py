@@ -258,6 +258,75 @@ def test_split_outer_reduction(monkeypatch, device, op):
         assert "split (partial)" in code and "split (combine)" in code
 
 
+def _with_specials(rows, n, device):
+    """[rows, n] with inf, -inf and NaN in its first rows, never as a row's last element: ATen's
+    mean of a row with one inf is NaN but for one position that its reduction order picks
+    (the last on CPU; see _welford_mean)."""
+    x = torch.randn(rows, n, device=device)
+    inf, nan = float("inf"), float("nan")
+    specials = [{n // 2: inf}, {0: -inf}, {1: nan}, {2: inf, n - 2: -inf}, {3: inf, n // 3: inf},
+                {n // 4: nan, n // 2: inf}, {0: inf, 1: inf, 2: inf}]
+    for row, marks in enumerate(specials):
+        for col, v in marks.items():
+            x[row, col] = v
+    return x
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+@pytest.mark.parametrize("variant", ["persistent", "row loop", "looped", "column", "split"])
+def test_var_mean_with_inf_and_nan_matches_aten(monkeypatch, device, variant, correction):
+    """A row holding an inf or NaN has var NaN and mean NaN in ATen (its Welford mean turns
+    NaN past an inf), in every kernel form: rows whole in registers (one row block a program,
+    or programs looping over row blocks) or looped over, columns looped over or split into
+    chunks of rows."""
+    from fuser.codegen import launch
+
+    if variant == "row loop":
+        monkeypatch.setattr(fuser.schedulers.heuristics, "ROW_LOOP_MIN_COLS", 1)
+    if variant == "looped":
+        monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
+    if variant == "split":
+        monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    rows, n = {"persistent": (9, 40), "row loop": (9, 40), "looped": (9, 300), "column": (9, 40),
+               "split": (9, 3000)}[variant]
+    x = _with_specials(rows, n, device)
+    dim = 1
+    if variant in ("column", "split"):
+        x, dim = x.t().contiguous(), 0
+    with FusionDefinition() as fd:
+        xs = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(xs, [dim], correction)
+        fd.add_output(var)
+        fd.add_output(mean)
+    var, mean = fd.execute([x])
+    want_var, want_mean = torch.var_mean(x, dim, correction=correction)
+    close(mean, want_mean)
+    close(var, want_var)
+    assert mean[:7].isnan().all() and mean[7:].isfinite().all()
+    if device.type == "cpu":
+        code = fd.last_triton_code()
+        assert {"persistent": "persistent", "row loop": "persistent over rows", "looped": "looped",
+                "column": "looped", "split": "split (partial)"}[variant] in code
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_var_mean_of_one_element_is_that_element(device, dim):
+    # a lone inf (or NaN) is its own mean, as in ATen: a NaN m2 makes the mean NaN only where
+    # the row has more than one element
+    x = torch.tensor([[float("inf"), float("-inf"), float("nan"), 2.5, -1.0]], device=device)
+    x = x if dim == 0 else x.t().contiguous()
+    with FusionDefinition() as fd:
+        xs = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(xs, [dim], 0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    var, mean = fd.execute([x])
+    want_var, want_mean = torch.var_mean(x, dim, correction=0)
+    close(mean, want_mean)
+    close(var, want_var)
+    assert kinds(fd) == ["kernel"]
+
+
 def test_outer_product_is_one_kernel(device):
     with FusionDefinition() as fd:
         a = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)

@@ -2,6 +2,7 @@
 fuser.jit, minimized."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fuser
 
@@ -79,3 +80,46 @@ def test_amin_amax_gradient_of_a_computed_half_value(dtype, reduce):
         want, = torch.autograd.grad(f(y), y, dy)
         assert not got.isnan().any()
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("stat", [lambda t: t.sum(), lambda t: t.var(-1, correction=0)])
+def test_reduction_of_a_selected_row_used_as_a_0d_value(stat):
+    """`x[1]` is a slice then a squeeze of its size-1 axis; the kernel reducing it kept that axis
+    as a loop axis on its rows, so the 0-d statistic came out row-shaped and storing it failed
+    with a Triton InterpreterError (fuzz seed 2037)."""
+    def f(x, w):
+        t1 = stat(x[1])
+        return (torch.minimum(t1, w) + w).sum(0, keepdim=True) * t1
+
+    jitted = fuser.jit(f)
+    for shape in ((5, 8), (9, 13), (5, 8)):
+        x = torch.randn(*shape, requires_grad=True)
+        w = torch.randn(shape[1], requires_grad=True)
+        out = jitted(x, w)
+        torch.testing.assert_close(out, f(x, w))
+        dy = torch.randn_like(out)
+        got = torch.autograd.grad(out, (x, w), dy)
+        want = torch.autograd.grad(f(x, w), (x, w), dy)
+        torch.testing.assert_close(got, want)
+
+
+def test_a_keepdim_value_scaling_a_row_and_its_flattened_tensor():
+    """`y.amax(1, keepdim=True)` [b, 1] multiplies both `x.reshape(-1)` [b * n] and `x` [b, n]
+    in one kernel; its broadcast axis joined the n and b * n axes into one loop axis, so x was
+    read and x * sigmoid(t1) written past their rows (wrong values and a corrupted heap; fuzz
+    seed 2682)."""
+    def f(x, y):
+        t1 = y.amax(1, keepdim=True)
+        return F.elu(x.reshape(-1) * t1), (x * torch.sigmoid(t1)).view(x.shape[0], 1, -1)
+
+    jitted = fuser.jit(f)
+    for b, n in ((5, 7), (9, 13), (5, 7)):
+        x = torch.randn(b, n, requires_grad=True)
+        y = torch.randn(1, b).t().requires_grad_()
+        out = jitted(x, y)
+        want = f(x, y)
+        torch.testing.assert_close(out, want)
+        dys = [torch.randn_like(o) for o in want]
+        got = torch.autograd.grad(out, (x, y), dys)
+        expected = torch.autograd.grad(want, (x, y), dys)
+        torch.testing.assert_close(got, expected)
