@@ -1,7 +1,8 @@
 """Cutting a captured ATen graph into fusions and eager ATen calls.
 
 0. Pointwise values shared by reductions that cannot share a kernel are copied, so each
-   kernel recomputes them (recompute.py).
+   kernel recomputes them (recompute.py); an output that is a view of an input and also feeds
+   computation gets its own chain of views, run by ATen (`_separate_input_views`).
 1. Every node is tried alone (`RegionBuilder` on that node): if its rule refuses it, or the
    result disagrees with the traced metadata, it will run eagerly, and the reason is kept.
 2. The rest are grouped by *phase*. Fusions run in even phases, eager nodes in odd ones, in
@@ -74,6 +75,7 @@ class Plan:
 
 def plan_graph(gm: GraphModule) -> Plan:
     recompute_shared_pointwise(gm)
+    _separate_input_views(gm)
     nodes = list(gm.graph.nodes)
     symbols = RuntimeSymbols([n for n in nodes if n.op == "placeholder"], _scalar_constants(gm))
     refused: dict[Node, Eager] = {}
@@ -101,6 +103,39 @@ def plan_graph(gm: GraphModule) -> Plan:
         steps.sort(key=lambda s: (s[0], s[1]))
         return Plan(gm, [s[2] for s in steps])
     raise InternalError("the graph partition did not settle")  # each pass refuses a node: unreachable
+
+
+def _separate_input_views(gm: GraphModule) -> None:
+    """A graph output that is a view of a graph input must be that view: AOTAutograd rebuilds
+    such an output from the input with the size and strides the graph returned for it. Where
+    the view also feeds computation, a fusion would return it as a new dense tensor (wrong
+    strides, the regenerated view reading out of bounds or the wrong elements), so the output
+    gets its own copy of the chain of views from the input, which runs as ATen views."""
+    graph = gm.graph
+    out = next(n for n in graph.nodes if n.op == "output")
+    outputs = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    copies = {}
+    for node in outputs:
+        if not isinstance(node, Node) or node in copies:
+            continue
+        chain, src = [], node
+        while isinstance(src, Node) and src.op == "call_function" and src.target in _VIEWS:
+            chain.append(src)
+            src = src.args[0]
+        if not chain or not isinstance(src, Node) or src.op != "placeholder" \
+                or all(set(n.users) <= {out} | set(chain) for n in chain):
+            continue  # not a view of an input, or nothing but the output reads the chain
+        prev = src
+        for n in reversed(chain):
+            with graph.inserting_after(n):
+                copy = graph.node_copy(n, lambda a, n=n, prev=prev: prev if a is n.args[0] else a)
+            prev = copy
+        copies[node] = prev
+    if copies:
+        out.args = (type(out.args[0])(copies.get(n, n) for n in outputs),) \
+            if isinstance(out.args[0], (list, tuple)) else (copies.get(out.args[0], out.args[0]),)
+        graph.lint()
+        gm.recompile()
 
 
 def _scalar_constants(gm: GraphModule) -> dict:

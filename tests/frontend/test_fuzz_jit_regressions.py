@@ -123,3 +123,27 @@ def test_a_keepdim_value_scaling_a_row_and_its_flattened_tensor():
         got = torch.autograd.grad(out, (x, y), dys)
         expected = torch.autograd.grad(want, (x, y), dys)
         torch.testing.assert_close(got, expected)
+
+
+def test_an_output_that_is_a_view_of_an_input_and_feeds_a_fusion():
+    """`t0 = y.expand(2, ...)` is both an output (an alias of y, which AOTAutograd rebuilds from
+    y with the strides the graph returned) and an operand of `t0 * 2`. The fusion returned t0
+    as a new dense tensor: the rebuilt view read out of bounds (contiguous y) or the wrong
+    elements (y a column of a wider tensor) without an error (fuzz seed 2549)."""
+    def f(y):
+        t0 = y.expand(2, *y.shape)
+        return t0 * 2, t0
+
+    jitted = fuser.jit(f)
+    for y in (torch.randn(5, 1), torch.randn(5, 20)[:, :1], torch.randn(7, 3).t(), torch.randn(5, 1)):
+        y = y.detach().requires_grad_()
+        got, want = jitted(y), f(y)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        assert got[1].stride() == want[1].stride()  # the alias is y's own view
+        dys = [torch.randn_like(w) for w in want]
+        torch.testing.assert_close(torch.autograd.grad(got, y, dys), torch.autograd.grad(want, y, dys))
+    with torch.no_grad():
+        y = torch.randn(6, 4)[:, 1:2]
+        for g, w in zip(jitted(y), f(y)):
+            torch.testing.assert_close(g, w)
