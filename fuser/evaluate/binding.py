@@ -9,7 +9,7 @@ frozen afterwards: nothing binds during execution, and nothing survives the exec
 from __future__ import annotations
 
 import types
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import sympy
 
@@ -236,44 +236,65 @@ class InputBinder:
             self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
         self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
+        self._fast = self._compile_fast()
 
-    def bind(self, args: Sequence[Any]) -> BindingTable:
+    def _compile_fast(self) -> Optional[Callable]:
+        """The common case of `bind` as one straight-line function of the arguments (no loops
+        over the definition's inputs and axes): the bound values as a dict, or None where
+        anything differs from the plain case (then `bind_inputs` decides). None when some
+        input's declared layout always needs the full check."""
         import torch
 
-        slow = lambda: bind_inputs(self.fusion, args)  # noqa: E731 - the error path
-        if not isinstance(args, (list, tuple)) or len(args) != self.count:
-            return slow()
-        values: dict[str, Any] = {}
-        device = None
-        plain = (torch.Tensor, torch.nn.Parameter)  # (module parameters are graph inputs)
-        for i, ndim, dtype, axes, dense in self.tensors:
-            a = args[i]
-            if type(a) not in plain or a.dtype != dtype or a.dim() != ndim:
-                return slow()
-            if device is None:
-                device = a.device
-            elif a.device != device:
-                return slow()
-            shape = a.shape
+        if any(dense is None for *_, dense in self.tensors):
+            return None
+        env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter)}  # Parameters: module inputs
+        lines = ["def fast(args):",
+                 f"    if not isinstance(args, (list, tuple)) or len(args) != {self.count}:",
+                 "        return None"]
+        bound: dict[str, str] = {}  # symbol -> local variable
+        for n, (i, ndim, dtype, axes, dense) in enumerate(self.tensors):
+            a = f"a{i}"
+            env[f"D{i}"] = dtype
+            lines += [f"    {a} = args[{i}]",
+                      f"    if type({a}) not in PLAIN or {a}.dtype != D{i} or {a}.dim() != {ndim}:",
+                      "        return None"]
+            lines += ([f"    device = {a}.device"] if n == 0 else
+                      [f"    if {a}.device != device:", "        return None"])
+            if axes:
+                lines.append(f"    s = {a}.shape")
             for axis, name, factor, static in axes:
-                size = shape[axis] * factor
+                size = f"s[{axis}]" if factor == 1 else f"s[{axis}] * {factor}"
                 if name is None:
-                    if size != static:
-                        return slow()
-                elif values.setdefault(name, size) != size:
-                    return slow()
-            if dense is None or (dense and not a.is_contiguous()):
-                return slow()  # a layout check the fast path does not do
-        for i, name, dtype in self.scalars:
-            v = args[i]
-            if type(v) not in _SCALAR_TYPES[dtype.category] or values.setdefault(name, v) != v:
-                return slow()
+                    lines += [f"    if {size} != {static}:", "        return None"]
+                elif name in bound:
+                    lines += [f"    if {size} != {bound[name]}:", "        return None"]
+                else:
+                    bound[name] = f"v{len(bound)}"
+                    lines.append(f"    {bound[name]} = {size}")
+            if dense:
+                lines += [f"    if not {a}.is_contiguous():", "        return None"]
+        for k, (i, name, dtype) in enumerate(self.scalars):
+            env[f"S{k}"] = _SCALAR_TYPES[dtype.category]
+            lines += [f"    v = args[{i}]", f"    if type(v) not in S{k}:", "        return None"]
+            if name in bound:
+                lines += [f"    if {bound[name]} != v:", "        return None"]
+            else:
+                bound[name] = f"v{len(bound)}"
+                lines.append(f"    {bound[name]} = v")
+        lines.append("    return {" + ", ".join(f"{name!r}: {var}" for name, var in bound.items()) + "}")
+        exec(compile("\n".join(lines), f"<fuser bind of {len(self.tensors)} tensors>", "exec"), env)
+        return env["fast"]
+
+    def bind(self, args: Sequence[Any]) -> BindingTable:
+        values = self._fast(args) if self._fast is not None else None
+        if values is None:
+            return bind_inputs(self.fusion, args)  # the full check: it raises the error naming the input
         for fn, i, axis, factor in self.checks:
             if fn(values) != args[i].shape[axis] * factor:
-                return slow()
+                return bind_inputs(self.fusion, args)
         for fa, fb in self.constraints:
             if fa(values) != fb(values):
-                return slow()
+                return bind_inputs(self.fusion, args)
         return BindingTable(values, self.sources)
 
 
