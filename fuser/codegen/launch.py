@@ -41,8 +41,13 @@ _INT32_LIMIT = 2**31
 
 def scalar_key(v: Any) -> tuple:
     """A scalar as a cache key: its type and value, and for floats the sign (0.0 == -0.0, but a
-    launch made for one computes 1 / (x * s) with the wrong sign for the other)."""
-    return (type(v), v, math.copysign(1.0, v) if type(v) is float else None)
+    launch made for one computes 1 / (x * s) with the wrong sign for the other). Subclasses of
+    float (numpy.float64, which binding accepts) and complex parts too."""
+    if isinstance(v, float):
+        return (type(v), v, math.copysign(1.0, v))
+    if isinstance(v, complex):
+        return (type(v), v, math.copysign(1.0, v.real), math.copysign(1.0, v.imag))
+    return (type(v), v, None)
 
 
 def target_for(device: torch.device) -> str:

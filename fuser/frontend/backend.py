@@ -98,12 +98,15 @@ def _wrapper_is_inert(graph: torch.fx.GraphModule, n_inputs: int) -> bool:
 
 class _InferenceCall:
     """An inference program called as Dynamo calls a compiled graph, without AOTAutograd's
-    (inert, see `_wrapper_is_inert`) runtime wrapper. Grad mode is off while ATen ops of the
-    program run, as there; a program of fusions alone makes no autograd graph either way."""
+    (inert, see `_wrapper_is_inert`) runtime wrapper. Grad mode is off while the program runs,
+    as there, unless the program is fusions alone and no input needs a gradient (Dynamo guards
+    on each input's requires_grad): then nothing it runs can record an autograd graph. An input
+    that needs one can reach an inference graph whose outputs need none (`x.detach() @ w`), and
+    ATen segments inside a fusion (a matmul) would record on it."""
 
-    def __init__(self, program: GraphProgram):
+    def __init__(self, program: GraphProgram, inputs_need_grad: bool = True):
         self.program = program
-        self.grad_off = bool(program.eager_steps)
+        self.grad_off = bool(program.eager_steps) or inputs_need_grad
 
     def __call__(self, *args: Any) -> Any:
         if not self.grad_off or not torch.is_grad_enabled():
@@ -149,7 +152,8 @@ class FuserBackend:
             partition_fn=min_cut_rematerialization_partition, keep_inference_input_mutations=True)
         compiled = aot(gm, example_inputs)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
-            compiled = _InferenceCall(direct[0])
+            compiled = _InferenceCall(direct[0], any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
         elif len(facts) == 1 and facts[0] is not None:
             compiled = TrainingCall(compiled, record, facts[0])
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead

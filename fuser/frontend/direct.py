@@ -116,9 +116,14 @@ class DirectCall:
                 or torch._guards.TracingContext.try_get() is not None:
             return MISS
         if self.module is not None:
-            if not _hooks_free(self.module) or torch._C._get_tracing_state() is not None:
+            module = self.module
+            # Module.__call__ calls `module.forward`: an instance attribute (a patched forward)
+            # or a reassigned class forward is not the frame whose entry is remembered
+            if "forward" in module.__dict__ or type(module).forward is not self.fn:
+                return MISS
+            if not _hooks_free(module) or torch._C._get_tracing_state() is not None:
                 return MISS  # Module.__call__ would run hooks, or trace for torch.jit
-            args = (self.module, *args)
+            args = (module, *args)
         local = self._locals(args, defaults or ())
         if local is None or not guards.check(local):
             return MISS

@@ -145,7 +145,7 @@ class FusionRuntime:
         launcher = self.launchers[id(seg)]
         scalars = {k: f(table.values) for k, f in self.kernel_scalars[id(seg)]}
         launch = launcher.ready_launch([args[k] for k in take], scalars, table.values)
-        return None if launch is None else ReadyCall(self, launch, take, give)
+        return None if launch is None else ReadyCall(self, launch, take, give, seg, launcher)
 
     def triton_code(self) -> list[str]:
         return [l.last_source for l in self.launchers.values() if l.last_source]
@@ -154,13 +154,20 @@ class FusionRuntime:
 class ReadyCall:
     """One prepared kernel launch of a single-kernel runtime, for one exact argument layout."""
 
-    __slots__ = ("runtime", "launch", "take", "give")
+    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher")
 
-    def __init__(self, runtime: FusionRuntime, launch: Any, take: list[int], give: list[tuple[bool, int]]):
+    def __init__(self, runtime: FusionRuntime, launch: Any, take: list[int], give: list[tuple[bool, int]],
+                 seg: Segment, launcher: KernelLauncher):
         self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
+        self.seg, self.launcher = seg, launcher
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        outs = self.launch([args[k] for k in self.take], self.runtime.device)
+        launch = self.launch
+        outs = launch([args[k] for k in self.take], self.runtime.device)
+        if self.launcher.last_source is not launch.source:  # as `run` keeps them: the last launch's
+            self.launcher.last_source = self.seg.source = launch.source
+            if "triton" in dump_flags():
+                print(launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
 
 
