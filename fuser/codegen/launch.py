@@ -270,14 +270,14 @@ class KernelLauncher:
                 and target in TUNED_TARGETS and autotune_row_loop(params, cols):
             # which form wins depends on the kernel: time both once per bucket (codegen/autotune.py)
             key = autotune.bucket_key(hashlib.sha256(launch.source.encode()).hexdigest()[:24], rows, cols, device)
-            candidates = [launch, None]
+            candidates = [launch, None]  # the row loop is generated only if timed or chosen
 
-            def timed(k: int):
+            def form(k: int) -> _Launch:
                 if candidates[k] is None:
                     candidates[k] = build(*rows_form)
-                return lambda: candidates[k](inputs, device)
+                return candidates[k]
             with phase("autotune"):
-                launch = candidates[autotune.fastest(key, [timed(0), timed(1)], device)]
+                launch = form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in (0, 1)], device))
         return launch
 
 

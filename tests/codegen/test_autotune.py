@@ -72,3 +72,25 @@ def test_short_rows_and_fuser_autotune_0_are_not_tuned(monkeypatch):
     assert not heuristics.autotune_row_loop(heuristics.choose(heuristics.Template.inner_reduction, 4096, 8192), 8192)
     monkeypatch.setenv("FUSER_AUTOTUNE", "0")
     assert not heuristics.autotune_row_loop(params, 32768)
+
+
+def test_a_remembered_choice_of_the_plain_form_generates_no_row_loop(tmp_path, monkeypatch):
+    from benchmarks import fuser_defs
+    from fuser.codegen import launch
+    from fuser.schedulers import heuristics
+
+    monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    choices = autotune.Choices(tmp_path / "autotune.json")
+    monkeypatch.setattr(autotune, "CHOICES", choices)
+    monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), 1.0)[1])
+    x = torch.randn(70, 100, dtype=torch.bfloat16)
+    fuser_defs.softmax_fwd.__wrapped__().execute([x])  # times both forms (equal times: the plain one)
+    generated = []
+    real = launch.generate_row_loop
+    monkeypatch.setattr(launch, "generate_row_loop", lambda *a: generated.append(1) or real(*a))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))  # a new process
+    fd = fuser_defs.softmax_fwd.__wrapped__()
+    (y,) = fd.execute([x])
+    assert not generated and "persistent over rows" not in fd.last_triton_code()
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=2e-2)
