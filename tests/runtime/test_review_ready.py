@@ -7,13 +7,7 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.codegen.launch import scalar_key
 
-
-def scaled_reciprocal():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
-        s = fd.define_scalar(dtype=DataType.Double)
-        fd.add_output(fd.ops.div(1.0, fd.ops.mul(x, s)))
-    return fd
+from .test_ready_call import scaled_reciprocal
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter divides by zero
