@@ -1,12 +1,21 @@
-"""Shared pytest setup: every test gets its own reproducible torch seed.
+"""Shared pytest setup: every test gets its own reproducible torch seed, and interpreted
+kernels are bounds-checked (tests/interpreter_bounds.py; FUSER_TEST_BOUNDS=0 turns it off).
 
 The seed is derived from the test's node id, so a failing test reruns with the same "random"
 inputs, while different tests (and different parametrizations) see different data.
 """
+import os
 import zlib
 
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    if os.environ.get("FUSER_TEST_BOUNDS", "1") != "0":
+        from tests.interpreter_bounds import install
+
+        install()
 
 
 @pytest.fixture(autouse=True)
