@@ -147,3 +147,18 @@ def test_an_output_that_is_a_view_of_an_input_and_feeds_a_fusion():
         y = torch.randn(6, 4)[:, 1:2]
         for g, w in zip(jitted(y), f(y)):
             torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_tensor_compared_with_a_python_number(dtype):
+    """Eager compares a half or bf16 tensor with a Python number in the tensor's dtype, so
+    `x <= 0.3` holds for the bf16 value nearest 0.3 (0.30078125); the kernel compared with the
+    fp32 0.3 (fuzz seed 3131)."""
+    def f(x):
+        return (x <= 0.3).float() + (x > 0.3) * 2 + (x == 0.3) * 4 + (x != 1001) * 8
+
+    near = torch.tensor([0.3, 1001.0], dtype=dtype)  # each rounded to the dtype
+    x = torch.cat([near, torch.randn(6, dtype=dtype), torch.tensor([0.29, 0.31, 1000.0, 1002.0], dtype=dtype)])
+    jitted = fuser.jit(f)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), f(x))

@@ -63,8 +63,18 @@ def rounded(b, x):
     return x
 
 
+def _number_as(value, other):
+    """A Python number compared with a half or bf16 tensor, as eager compares it: converted to
+    that dtype first (`x <= 0.3` with x bf16 compares against 0.30078125)."""
+    if isinstance(other, TensorView) and other.dtype in (DataType.Half, DataType.BFloat16) \
+            and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(value, dtype=other.dtype.to_torch()).item()
+    return value
+
+
 def _comparison_rule(name):
     def rule(b, node, x, y):
+        x, y = _number_as(x, y), _number_as(y, x)
         return getattr(b.fd.ops, name)(rounded(b, x), rounded(b, y))
     rule.__name__ = f"lower_{name}"
     return rule
