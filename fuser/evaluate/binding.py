@@ -271,8 +271,8 @@ class InputBinder:
                 else:
                     bound[name] = f"v{len(bound)}"
                     lines.append(f"    {bound[name]} = {size}")
-            if dense:
-                lines += [f"    if not {a}.is_contiguous():", "        return None"]
+            if dense:  # (an empty tensor is "contiguous" whatever its strides: the full check decides)
+                lines += [f"    if not {a}.is_contiguous() or not {a}.numel():", "        return None"]
         for k, (i, name, dtype) in enumerate(self.scalars):
             env[f"S{k}"] = _SCALAR_TYPES[dtype.category]
             lines += [f"    v = args[{i}]", f"    if type(v) not in S{k}:", "        return None"]

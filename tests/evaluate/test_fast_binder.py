@@ -59,3 +59,18 @@ def test_generated_binder_agrees_with_bind_inputs(case):
     assert outcome(binder.bind) == outcome(lambda a: bind_inputs(fusion, a))
     # plain arguments take the generated path itself, not the fallback
     assert (binder._fast(args) is not None) == (case in ("valid", "tuple", "int for a double", "a parameter", "strided static input"))
+
+
+def test_an_empty_tensor_with_odd_strides_gets_the_full_check():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1, -1], contiguity=True)
+        fd.add_output(fd.ops.neg(a))
+    binder = InputBinder(fd.fusion)
+    odd = torch.empty_strided((5, 0, 3), (6, 6, 2))
+
+    def outcome(fn):
+        try:
+            return dict(fn([odd]).values)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return (type(e), str(e))
+    assert outcome(binder.bind) == outcome(lambda a: bind_inputs(fd.fusion, a))
