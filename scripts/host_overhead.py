@@ -98,35 +98,37 @@ def _host_us(fn, args, calls: int = 20) -> float:
 
 
 def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = False) -> None:
-    """One suite row through fuser.jit and its hand-written definitions: wall time per call,
-    host time per call, and the kernels launched with their GPU time. Backward rows time
+    """One suite row through fuser.jit and its hand-written definitions: wall time per call and
+    host time per call (the best of three rounds that alternate the two, since the host's speed
+    drifts within a process), and the kernels launched with their GPU time. Backward rows time
     `torch.autograd.grad` as the benchmark does."""
     from benchmarks import fuser_defs, suite
 
     case = next(c for c in suite.build_suite() if c.kernel == name and c.shape == shape)
     args = case.make_inputs("cuda")
-    contenders = [("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))]
-    if os.environ.get("HOST_OVERHEAD_FD_FIRST"):
-        contenders.reverse()
-    for label, fn in contenders:
-        if fn is None:
-            continue
-        runner = suite.make_runner(case, fn, args)
-        call = lambda: runner()  # noqa: E731
-        for _ in range(20):
-            call()
-        torch.cuda.synchronize()
+    calls = {}
+    for label, fn in (("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))):
+        if fn is not None:
+            runner = suite.make_runner(case, fn, args)
+            for _ in range(20):
+                runner()
+            calls[label] = runner
+    torch.cuda.synchronize()
+    wall = {label: [] for label in calls}
+    host = {label: [] for label in calls}
+    for _ in range(3):
+        for label, call in calls.items():
+            wall[label].append(per_call_us(call, (), 50))
+            host[label].append(_host_us(call, ()))
+    for label, call in calls.items():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 call()
             torch.cuda.synchronize()
         kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-        syncs = [e for e in prof.key_averages() if "Synchronize" in e.key or "item" in e.key
-                 or "_local_scalar_dense" in e.key]
-        print(f"== {label}: {case.name}: wall {per_call_us(call, (), 50):.1f} us per call, "
-              f"host {_host_us(call, ()):.1f} us per call"
-              + (f", syncs: {[(e.key, e.count) for e in syncs]}" if syncs else ""))
+        print(f"== {label}: {case.name}: wall {min(wall[label]):.1f} us per call, host "
+              f"{min(host[label]):.1f} us per call (best of 3 alternating rounds)")
         for e in sorted(kernels, key=lambda e: -e.device_time_total)[:6]:
             print(f"   {e.key[:70]:70s} x{e.count / 10:g} {e.device_time_total / 10:.1f} us")
         if with_cprofile:
