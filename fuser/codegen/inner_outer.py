@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Expr, ReductionOpType, TensorView, Val
-from ..schedulers import heuristics
 from ..schedulers.plan import KernelPlan
 from .kernel import KernelSource, KernelWriter, generate
 from .layout import Layout
@@ -146,7 +145,7 @@ class _TwoLaunches:
         self.row_take, self.column_take, self.give = row_take, column_take, give
         self.source = "\n\n".join(launch.source for launch in (row_launch, column_launch) if launch is not None)
 
-    def __call__(self, inputs, device):
+    def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         made = {"in": inputs, "rows": []}
         if self.row_launch is not None:
             made["rows"] = self.row_launch([inputs[k] for k in self.row_take], device)

@@ -16,7 +16,7 @@ import hashlib
 import math
 import threading
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -37,6 +37,7 @@ from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
 
 _INT32_LIMIT = 2**31
+_MISSING = object()
 
 
 def scalar_key(v: Any) -> tuple:
@@ -138,42 +139,36 @@ class KernelLauncher:
         else allocated. None: an empty loop space (the caller evaluates through ATen)."""
         key = (self._key(inputs, scalars, values), extents, out_shapes,
                None if dests is None else tuple(None if d is None else d.stride() for d in dests))
-        launch = self.launches.get(key)
-        if launch is None:
-            if key in self.launches:
-                return None
-            launch = self.prepare(inputs, scalars, values, device, extents, out_shapes, dests)
-            if len(self.launches) > 1024:
-                self.launches.clear()
-            self.launches[key] = launch
-            if launch is None:
-                return None
-            self.last_source = launch.source
-            with phase("first launch"):
-                return launch(inputs, device, dests)
-        self.last_source = launch.source
-        return launch(inputs, device, dests)
+        return self._launch(key, inputs, device, dests,
+                            lambda: self.prepare(inputs, scalars, values, device, extents, out_shapes, dests))
 
     def ready_launch(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> "Optional[_Launch]":
         """The launch `run` prepared for these inputs, scalars and values, if any."""
         return self.launches.get(self._key(inputs, scalars, values))
 
-    def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> list[torch.Tensor]:
-        key = self._key(inputs, scalars, values)
-        launch = self.launches.get(key)
-        if launch is None:
-            launch = self.prepare(inputs, scalars, values, device)
+    def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> Optional[list]:
+        """The outputs of the kernel(s) on whole tensors; None: an empty loop space (the caller
+        evaluates through ATen)."""
+        return self._launch(self._key(inputs, scalars, values), inputs, device, None,
+                            lambda: self.prepare(inputs, scalars, values, device))
+
+    def _launch(self, key: tuple, inputs, device, dests, prepare: Callable) -> Optional[list]:
+        """Launch the prepared launch of `key`, preparing it on first use (None, an empty loop
+        space, is kept too)."""
+        launch = self.launches.get(key, _MISSING)
+        if launch is _MISSING:
+            launch = prepare()
             if len(self.launches) > 1024:  # many distinct shapes: start over rather than grow
                 self.launches.clear()
             self.launches[key] = launch
             if launch is not None:  # the first launch compiles the kernel (Triton's JIT)
                 self.last_source = launch.source
                 with phase("first launch"):
-                    return launch(inputs, device)
+                    return launch(inputs, device, dests)
         if launch is None:
             return None
         self.last_source = launch.source
-        return launch(inputs, device)
+        return launch(inputs, device, dests)
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
                 dests=None) -> "Optional[_Launch]":
@@ -219,15 +214,19 @@ class KernelLauncher:
         step_params = {}  # launch parameters of steps that do not share the plan's
         stages = 1
         tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams
-        rows_form = (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
-                     row_loop_stages(params, tile_bytes))
+        # a one-kernel inner reduction, which may also run as a row loop
+        row_reduction = variants == ["persistent"] and plan.template is Template.inner_reduction
+
+        def rows_form() -> tuple:
+            return (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
+                    row_loop_stages(params, tile_bytes))
         if plan.template is Template.inner_outer:
             stages = inner_outer_stages(params, tile_bytes)
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
             variants = ["persistent", "combine"]
-        elif variants == ["persistent"] and plan.template is Template.inner_reduction and row_loop(params, cols):
-            variants, step_params, stages = rows_form
+        elif row_reduction and row_loop(params, cols):
+            variants, step_params, stages = rows_form()
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
 
@@ -266,15 +265,15 @@ class KernelLauncher:
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
 
         launch = build(variants, step_params, stages)
-        if variants == ["persistent"] and plan.template is Template.inner_reduction and dests is None \
-                and target in TUNED_TARGETS and autotune_row_loop(params, cols):
+        if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS \
+                and autotune_row_loop(params, cols):
             # which form wins depends on the kernel: time both once per bucket (codegen/autotune.py)
             key = autotune.bucket_key(hashlib.sha256(launch.source.encode()).hexdigest()[:24], rows, cols, device)
             candidates = [launch, None]  # the row loop is generated only if timed or chosen
 
             def form(k: int) -> _Launch:
                 if candidates[k] is None:
-                    candidates[k] = build(*rows_form)
+                    candidates[k] = build(*rows_form())
                 return candidates[k]
             with phase("autotune"):
                 launch = form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in (0, 1)], device))

@@ -263,7 +263,7 @@ def _matmul(e: MatmulOp, args, ctx):
     return [torch.matmul(*args)]
 
 
-def mm_into(a, b, d):
+def _mm_into(a, b, d):
     """a @ b straight into `d` when both are matrices and `d` is a dense chunk of that shape
     (aten::mm itself: matmul's dispatch costs microseconds a chunk), else None."""
     if (d is None or a.dim() != 2 or b.dim() != 2 or not d.is_contiguous()
@@ -273,8 +273,8 @@ def mm_into(a, b, d):
 
 
 INTO_RULES[LinearOp] = lambda e, args, ctx, dsts: (
-    mm_into(args[0], args[1].t(), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)
-INTO_RULES[MatmulOp] = lambda e, args, ctx, dsts: mm_into(args[0], args[1], dsts[0])
+    _mm_into(args[0], ctx.transposed(args[1]), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)
+INTO_RULES[MatmulOp] = lambda e, args, ctx, dsts: _mm_into(args[0], args[1], dsts[0])
 
 
 @rule(SdpaFwdOp)

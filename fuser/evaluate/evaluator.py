@@ -27,9 +27,18 @@ class EvalContext:
         self.stream_index: Optional[int] = None
         # the sharding math's local_sizes, or a runtime's precompiled LocalSizes
         self._sizes = sizes or local_sizes
+        self._transposed: dict[int, tuple] = {}  # id -> (a weight, its .t()), this execution's
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         return self._sizes(tv, self.table, self.with_streams, self.stream_index)
+
+    def transposed(self, w):
+        """`w.t()`, made once while the same weight comes back (a linear evaluated on each
+        chunk of a stream loop reuses the view instead of an aten::t per chunk)."""
+        known = self._transposed.get(id(w))
+        if known is None or known[0] is not w:
+            known = self._transposed[id(w)] = (w, w.t())
+        return known[1]
 
     def scalar(self, s: Scalar) -> Any:
         if s.is_constant:

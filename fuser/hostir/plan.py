@@ -28,9 +28,9 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import InternalError
-from ..evaluate.aten import evaluate_expr, evaluate_expr_into, mm_into
+from ..evaluate.aten import evaluate_expr, evaluate_expr_into
 from ..evaluate.evaluator import EvalContext, check_output
-from ..ir import LinearOp, Scalar, TensorView
+from ..ir import Scalar, TensorView
 from ..ir.symbolic import format_extent
 from ..multidevice.sharding import StreamChunker, local_extents
 from .nodes import (Allocate, Communicate, Evaluate, ForLoop, GetCurrentStream, HostProgram,
@@ -44,8 +44,7 @@ Step = Callable[["Call", Optional[int]], None]  # (this execution, loop iteratio
 class Call:
     """One execution's state: values and chunk destinations by slot, posted collectives."""
 
-    __slots__ = ("v", "d", "pending", "main", "events", "comm", "ctx", "loop_ctx", "trace", "table",
-                 "transposed")
+    __slots__ = ("v", "d", "pending", "main", "events", "comm", "ctx", "loop_ctx", "trace", "table")
 
     def __init__(self, plan: "Plan", args, table, comm, device, trace, sizes):
         v = plan.init.copy()
@@ -59,7 +58,6 @@ class Call:
         self.comm, self.trace, self.table = comm, trace, table
         self.ctx = EvalContext(table, device, sizes=sizes)
         self.loop_ctx = EvalContext(table, device, with_streams=True, sizes=sizes)
-        self.transposed: dict[int, tuple] = {}  # per linear in a loop: (weight, its .t())
 
 
 class Plan:
@@ -383,25 +381,12 @@ class Compiler(CommunicationSteps):
             else:
                 checks.append((self.write(o), None, None, None))
         Tensor = torch.Tensor
-        # a linear computing into chunks: its weight is transposed once an execution, not once
-        # a chunk (the same weight tensor gives the same view)
-        linear = dsts is not None and isinstance(expr, LinearOp) and len(args) == 2
-        key = id(expr)
 
         def evaluate_expr_step(c, i):
             v = c.v
             ctx = c.loop_ctx if in_loop else c.ctx
             values = [v[k] for k in args]
-            outs = None
-            if linear and values[1].dim() == 2:
-                w = values[1]
-                known = c.transposed.get(key)
-                if known is None or known[0] is not w:
-                    known = c.transposed[key] = (w, w.t())
-                outs = mm_into(values[0], known[1], c.d[dsts[0]])
-            if outs is not None:
-                pass
-            elif dsts is not None:
+            if dsts is not None:
                 outs = evaluate_expr_into(expr, values, ctx, [None if k is None else c.d[k] for k in dsts])
             else:
                 outs = evaluate_expr(expr, values, ctx)

@@ -108,10 +108,7 @@ class FusionRuntime:
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
             outs = launcher.run([args[k] for k in take], scalars, values, self.device)
             if outs is not None:
-                if seg.source is not launcher.last_source:
-                    seg.source = launcher.last_source
-                    if "triton" in dump_flags():
-                        print(launcher.last_source)
+                _note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
         ctx = EvalContext(table, self.device)
         env = Environment(ctx)
@@ -129,10 +126,7 @@ class FusionRuntime:
                 continue
             for o, t in zip(seg.outputs, outs):
                 env[o] = t
-            if seg.source is not launcher.last_source:
-                seg.source = launcher.last_source
-                if "triton" in dump_flags():
-                    print(launcher.last_source)
+            _note_source(seg, launcher.last_source)
         return [env[o] for o in self.fusion.outputs()]
 
     def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
@@ -165,9 +159,8 @@ class ReadyCall:
         launch = self.launch
         outs = launch([args[k] for k in self.take], self.runtime.device)
         if self.launcher.last_source is not launch.source:  # as `run` keeps them: the last launch's
-            self.launcher.last_source = self.seg.source = launch.source
-            if "triton" in dump_flags():
-                print(launch.source)
+            self.launcher.last_source = launch.source
+            _note_source(self.seg, launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
 
 
@@ -177,6 +170,15 @@ def call_key(args: Sequence[Any]) -> tuple:
     layout), each scalar's type and value (see `scalar_key`)."""
     return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else scalar_key(a)
                  for a in args)
+
+
+def _note_source(seg: Segment, source: Optional[str]) -> None:
+    """A segment shows the source of the kernel it launched last (printed once per change
+    with FUSER_DUMP=triton)."""
+    if seg.source is not source:
+        seg.source = source
+        if "triton" in dump_flags():
+            print(source)
 
 
 def _slug(seg: Segment) -> str:

@@ -95,12 +95,21 @@ def split_count(params: LaunchParams, rows: int, processors: int) -> int:
     return max(1, min(wanted, rows // params.block0))
 
 
-def inner_outer_programs(params: LaunchParams, processors: int) -> int:
-    """Programs of the persistent inner-outer kernel (and rows of its workspace): as many as
-    fit the processors at once, never more than blocks of rows."""
-    per_processor = max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
+def _row_loop_programs(params: LaunchParams, processors: int, per_processor: int) -> int:
+    """Programs of a kernel looping over row blocks: `per_processor` a multiprocessor (on the
+    interpreter, which has none, a few), never more than blocks of rows."""
     wanted = processors * per_processor if processors else INNER_OUTER_INTERPRETER_PROGRAMS
     return max(1, min(wanted, params.grid))
+
+
+def _inner_outer_per_processor(params: LaunchParams) -> int:
+    return max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
+
+
+def inner_outer_programs(params: LaunchParams, processors: int) -> int:
+    """Programs of the persistent inner-outer kernel (and rows of its workspace): as many as
+    fit the processors at once."""
+    return _row_loop_programs(params, processors, _inner_outer_per_processor(params))
 
 
 def loop_stages(params: LaunchParams, tile_bytes_per_element: int, per_processor: int, most: int) -> int:
@@ -116,8 +125,7 @@ def loop_stages(params: LaunchParams, tile_bytes_per_element: int, per_processor
 
 def inner_outer_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
     """Pipelining stages of the inner-outer row loop (at most INNER_OUTER_STAGES)."""
-    per_processor = max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
-    return loop_stages(params, tile_bytes_per_element, per_processor, INNER_OUTER_STAGES)
+    return loop_stages(params, tile_bytes_per_element, _inner_outer_per_processor(params), INNER_OUTER_STAGES)
 
 
 # An inner reduction whose rows fit registers can also run as a persistent kernel looping over
@@ -146,8 +154,7 @@ def autotune_row_loop(params: LaunchParams, cols: int) -> bool:
 
 
 def row_loop_programs(params: LaunchParams, processors: int) -> int:
-    wanted = processors * ROW_LOOP_PROGRAMS_PER_PROCESSOR if processors else INNER_OUTER_INTERPRETER_PROGRAMS
-    return max(1, min(wanted, params.grid))
+    return _row_loop_programs(params, processors, ROW_LOOP_PROGRAMS_PER_PROCESSOR)
 
 
 def row_loop_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:

@@ -50,18 +50,25 @@ def shard(fd, k, full):
 # ---------------------------------------------------------------------------------------------
 
 
-def case_allgather(device):
-    """A row-sharded tensor `set` into a replicated one: an allgather."""
-    rank, d = world()
-    mesh = DeviceMesh(torch.arange(d))
+def resharding(mesh, parts, x_axis=None, y_axis=None):
+    """`y = set(x)` on `mesh`, x's axis `x_axis` and y's axis `y_axis` (where given) split into
+    `parts` onto mesh_x: the definition of one resharding collective."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True)
         y = fd.ops.set(x)
         fd.add_output(y)
-        x.set_device_mesh(mesh)
-        y.set_device_mesh(mesh)
-        x.outer_split(0, d)
-        x.axis(0).parallelize(ParallelType.mesh_x)
+        for tv, axis in ((x, x_axis), (y, y_axis)):
+            tv.set_device_mesh(mesh)
+            if axis is not None:
+                tv.outer_split(axis, parts)
+                tv.axis(axis).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def case_allgather(device):
+    """A row-sharded tensor `set` into a replicated one: an allgather."""
+    rank, d = world()
+    fd = resharding(DeviceMesh(torch.arange(d)), d, x_axis=0)
     full = ints(3 * d, 5, device=device)
     out, = fd.execute([shard(fd, 0, full)])
     exact(out, full, "allgather")
@@ -256,15 +263,7 @@ def case_tp_mlp(device):
 def case_all_to_all(device):
     """A device axis moved from rows to columns."""
     rank, d = world()
-    mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=True)
-        y = fd.ops.set(x)
-        fd.add_output(y)
-        for tv, axis in ((x, 0), (y, 1)):
-            tv.set_device_mesh(mesh)
-            tv.outer_split(axis, d)
-            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    fd = resharding(DeviceMesh(torch.arange(d)), d, x_axis=0, y_axis=1)
     full = ints(2 * d, 3 * d, device=device)
     out, = fd.execute([shard(fd, 0, full)])
     exact(out, shard_rows(full, d, rank, axis=1), "all-to-all")
@@ -399,23 +398,9 @@ def case_uneven_reshardings(device):
     sizes still work afterwards."""
     rank, d = world()
     mesh = DeviceMesh(torch.arange(d))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=True)
-        y = fd.ops.set(x)
-        fd.add_output(y)
-        x.set_device_mesh(mesh)
-        y.set_device_mesh(mesh)
-        y.outer_split(1, d)
-        y.axis(1).parallelize(ParallelType.mesh_x)
+    fd = resharding(mesh, d, y_axis=1)
     rs = _row_parallel(d, mesh, False, out_rows_sharded=True)
-    with FusionDefinition() as a2a:
-        x = a2a.define_tensor([-1, -1], contiguity=True)
-        y = a2a.ops.set(x)
-        a2a.add_output(y)
-        for tv, axis in ((x, 0), (y, 1)):
-            tv.set_device_mesh(mesh)
-            tv.outer_split(axis, d)
-            tv.axis(axis).parallelize(ParallelType.mesh_x)
+    a2a = resharding(mesh, d, x_axis=0, y_axis=1)
     w = ints(3, 8 * d, device=device, seed=1)
     if d > 1:  # one device divides everything
         odd = 2 * d + 1
@@ -669,15 +654,7 @@ def case_2x2_mesh_column_allgather(device):
     and {2, 3}) through the end-to-end buffer."""
     rank, n = world()
     assert n == 4, f"needs 4 ranks, got {n}"
-    mesh = DeviceMesh(torch.arange(4).reshape(2, 2))
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=True)
-        y = fd.ops.set(x)
-        fd.add_output(y)
-        x.set_device_mesh(mesh)
-        y.set_device_mesh(mesh)
-        x.outer_split(1, 2)
-        x.axis(1).parallelize(ParallelType.mesh_x)
+    fd = resharding(DeviceMesh(torch.arange(4).reshape(2, 2)), 2, x_axis=1)
     full = ints(3, 4, device=device)
     out, = fd.execute([shard(fd, 0, full)])
     exact(out, full, "2x2 mesh: columns gathered on mesh_x")

@@ -131,7 +131,6 @@ def test_a_chunk_of_the_wrong_size_fails_the_output_check_with_the_ir_extent(mon
     def whole(*args):  # a linear that ignores the chunking: the seed's bug
         return [torch.zeros(6, 2)]
     monkeypatch.setattr(plan, "evaluate_expr_into", whole)
-    monkeypatch.setattr(plan, "mm_into", whole)
     fd.cache.last_runtime.runner._plans.clear()
     with pytest.raises(fuser.InternalError) as info:
         fd.execute([x, w])
@@ -203,7 +202,6 @@ def test_the_callers_current_device_is_restored_after_an_execution(monkeypatch):
         raise RuntimeError("injected")
     monkeypatch.setattr(plan_module, "evaluate_expr_into", failing)
     monkeypatch.setattr(plan_module, "evaluate_expr", failing)
-    monkeypatch.setattr(plan_module, "mm_into", failing)
     runner = HostRunner(fd.cache.last_runtime.program, torch.device("cpu"), streams=_OtherDeviceStreams(log))
     log.clear()
     with pytest.raises(RuntimeError, match="injected"):

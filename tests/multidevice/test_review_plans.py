@@ -44,15 +44,15 @@ def test_a_loop_that_raises_still_makes_stream_0_wait_for_its_side_streams(monke
     log: list = []
     runner = HostRunner(fd.cache.last_runtime.program, torch.device("cpu"), streams=RecordingStreams(log))
     table = fd.cache._binder.bind([x, w])
-    real, calls = plan.mm_into, []
+    real, calls = plan.evaluate_expr_into, []
 
-    def second_chunk_fails(a, b, d):  # the linear's chunk matmul
+    def second_chunk_fails(expr, args, ctx, dsts):
         calls.append(1)
         if len(calls) == 2:
             log.append("raise")
             raise fuser.FusionInputError("chunk 1 failed")
-        return real(a, b, d)
-    monkeypatch.setattr(plan, "mm_into", second_chunk_fails)
+        return real(expr, args, ctx, dsts)
+    monkeypatch.setattr(plan, "evaluate_expr_into", second_chunk_fails)
     with pytest.raises(fuser.FusionInputError, match="chunk 1 failed"):
         runner.run([x, w], table, RecordingCommunicator(log))
     after = log[log.index("raise") + 1:]
@@ -60,7 +60,7 @@ def test_a_loop_that_raises_still_makes_stream_0_wait_for_its_side_streams(monke
     # must wait for the chunk-0 work queued on S1 and for S2 before the caller goes on
     assert after == ["record E0 on S1", "S0 waits E0", "record E1 on S2", "S0 waits E1",
                      "record E2 on S3", "S0 waits E2", "set S0"], after
-    monkeypatch.setattr(plan, "mm_into", real)
+    monkeypatch.setattr(plan, "evaluate_expr_into", real)
     log.clear()
     (out,) = runner.run([x, w], table, RecordingCommunicator(log))
     exact(out, F.linear(x, w), "the next call")
