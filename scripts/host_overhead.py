@@ -97,7 +97,8 @@ def _host_us(fn, args, calls: int = 20) -> float:
     return host
 
 
-def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = False) -> None:
+def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = False,
+                with_compile: bool = False) -> None:
     """One suite row through fuser.jit and its hand-written definitions: wall time per call and
     host time per call (the best of three rounds that alternate the two, since the host's speed
     drifts within a process), and the kernels launched with their GPU time. Backward rows time
@@ -107,7 +108,10 @@ def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = F
     case = next(c for c in suite.build_suite() if c.kernel == name and c.shape == shape)
     args = case.make_inputs("cuda")
     calls = {}
-    for label, fn in (("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name))):
+    versions = [("fuser.jit", fuser.jit(case.fn)), ("fuser-fd", fuser_defs.implementation(name)), ("eager", case.fn)]
+    if with_compile:
+        versions.append(("torch.compile", torch.compile(case.fn, dynamic=False)))
+    for label, fn in versions:
         if fn is not None:
             runner = suite.make_runner(case, fn, args)
             for _ in range(20):
@@ -140,6 +144,7 @@ def main() -> None:
     p.add_argument("--row", action="append", default=[],
                    help="suite row to profile: NAME (at 16384x4096) or NAME@MxN")
     p.add_argument("--profile", action="store_true", help="cProfile the fuser calls of the table and of each --row")
+    p.add_argument("--compile", action="store_true", help="also profile each --row through torch.compile")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("host_overhead: needs a CUDA GPU")
@@ -149,7 +154,7 @@ def main() -> None:
     for row in args.row:
         name, _, shape = row.partition("@")
         profile_row(name, tuple(int(v) for v in shape.split("x")) if shape else (16384, 4096),
-                    args.profile)
+                    args.profile, args.compile)
 
 
 if __name__ == "__main__":

@@ -291,8 +291,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
             ps.lines += ["blocks1 = tl.cdiv(C, BLOCK1)", "pid1 = pid % blocks1", "chunk = pid // blocks1",
                          "r_lo = chunk * CHUNK", "r_hi = tl.minimum(r_lo + CHUNK, R)"]
             self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
-            for e in self.plan.exprs:
-                if isinstance(e, (ReductionOp, VarMeanOp)):
+            for e in self.plan.exprs:  # (a pass takes every reduction ready with it)
+                if isinstance(e, (ReductionOp, VarMeanOp)) and ps.lookup(id(e.outputs[0])) is None:
                     self.emit_reduction_loop(e)
             return KernelSource(self.name, self.assemble(), self.args, list(self.params), False)
         else:

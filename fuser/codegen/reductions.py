@@ -1,5 +1,5 @@
 """Reductions in generated kernels: inline (the whole reduced dim in one tile), looped (one
-pass per reduction over chunks of the reduced dim, Welford for var_mean) and split (a partial
+pass over chunks of the reduced dim for the reductions ready together, Welford for var_mean) and split (a partial
 kernel per chunk of rows into a workspace, then a combine kernel). A mixin of KernelWriter: it
 uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
@@ -90,10 +90,37 @@ class ReductionEmitter:
         self.program_scope.lines += ["    " + line for line in scope.lines]
 
     def emit_reduction_loop(self, e: Expr) -> None:
-        """One pass over the reduced dim accumulating `e` per lane, then across lanes."""
-        rd, ps = self.red, self.program_scope
-        shape = self.reduce_shape(e)
+        """One pass over the reduced dim accumulating `e` per lane, then across lanes. The
+        pass also takes every other reduction of the kernel that is ready (all reductions its
+        input depends on are done), so that reductions of the same values (a norm backward's
+        dw and db) load them once instead of once a reduction."""
         body = self.loop_scope()
+        group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
+        finals = [self._accumulate(f, body) for f in group]
+        self.close_loop(body)
+        for finish in finals:
+            finish()
+
+    def _ready_reduction(self, f: Expr) -> bool:
+        if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])):
+            return False
+        seen, stack = set(), [v for v in f.inputs]
+        while stack:
+            v = stack.pop()
+            g = self.producer.get(id(v))
+            if g is None or id(g) in seen or self.program_scope.lookup(id(v)) is not None:
+                continue
+            seen.add(id(g))
+            if isinstance(g, (ReductionOp, VarMeanOp)):
+                return False
+            stack += list(g.inputs)
+        return True
+
+    def _accumulate(self, e: Expr, body: Scope):
+        """Emit `e`'s accumulator (program scope) and its update (loop body); returns what
+        finishes it after the loop."""
+        ps = self.program_scope
+        shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
         partial = "W{}_ptr + r * C + c"  # workspace row r (a chunk), column c
@@ -106,20 +133,19 @@ class ReductionEmitter:
                 loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0)" for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
-                self.close_loop(body)
-                self.finish_var_mean(e, acc)
-                return
-            x = self.operand(body, e.inp, e.inp.dtype)
-            body.lines += [
-                f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
-                f"{acc}_delta = {x} - {acc}_mean",
-                f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n_new, 1.0), {acc}_mean)",
-                f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",
-                f"{acc}_n = {acc}_n_new",
-            ]
-            self.close_loop(body)
-            self.finish_var_mean(e, acc)
-            return
+            else:
+                x = self.operand(body, e.inp, e.inp.dtype)
+                body.lines += [
+                    f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
+                    f"{acc}_delta = {x} - {acc}_mean",
+                    f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n_new, 1.0), {acc}_mean)",
+                    f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",
+                    f"{acc}_n = {acc}_n_new",
+                ]
+            # bound now, so that no later reduction of this pass counts as waiting for it
+            ps.names[id(mean)] = f"T{mean.name}"
+            ps.names[id(var)] = f"T{var.name}"
+            return lambda: self.finish_var_mean(e, acc)
         dt = e.out.dtype
         acc = f"acc{e.out.name}"
         ident = self.identity(e.kind, dt)
@@ -131,16 +157,19 @@ class ReductionEmitter:
         masked = f"tl.where({m}, {x}, {ident})"
         if e.kind is ReductionOpType.sum:
             body.lines.append(f"{acc} = {acc} + {masked}")
-            final = f"tl.sum({acc}, axis={rd}, keep_dims=True)"
+            final = f"tl.sum({acc}, axis={self.red}, keep_dims=True)"
         else:
             fn = self.combine(e.kind)
             body.lines.append(f"{acc} = {fn}({acc}, {masked})")
-            final = f"tl.reduce({acc}, {rd}, {fn}, keep_dims=True)"
-        self.close_loop(body)
-        if self.split == "partial":
-            self.store_partial(ws["acc"], final)
-        else:
-            self.bind(ps, e.out, final)
+            final = f"tl.reduce({acc}, {self.red}, {fn}, keep_dims=True)"
+        ps.names[id(e.out)] = f"T{e.out.name}"
+
+        def finish() -> None:
+            if self.split == "partial":
+                self.store_partial(ws["acc"], final)
+            else:
+                self.bind(ps, e.out, final)
+        return finish
 
     def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:
         ps, var, mean = self.program_scope, *e.outputs

@@ -52,8 +52,13 @@ class KernelPlan:
     @property
     def fuses_siblings(self) -> bool:
         """Whether groups that only share inputs gain from running as this one kernel (the
-        segmenter asks): an inner-outer kernel reads the rows once for both reductions."""
-        return self.template is Template.inner_outer
+        segmenter asks): an inner-outer kernel reads the rows once for both reductions, and
+        reductions over the same axes read what they share once, in one pass. Not an outer
+        reduction with an output along the reduced rows: that output would need a pass of its
+        own and keep the column sums from splitting over chunks of rows."""
+        if self.template is Template.outer_reduction:
+            return not any(set(self.dim0) & self.axes.spans(o) for o in self.outputs)
+        return self.template in (Template.inner_outer, Template.inner_reduction)
 
     def describe(self) -> str:
         ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731

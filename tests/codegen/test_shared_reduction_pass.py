@@ -1,0 +1,60 @@
+"""Looped reductions that are ready together share one pass over the reduced dim: the values
+they read load once (a norm backward's dw and db read dy once, not once a reduction), while a
+reduction of another's result still waits for its own pass."""
+import pytest
+import torch
+
+import fuser
+from fuser import DataType, FusionDefinition
+
+F32 = DataType.Float
+
+
+def passes(code: str, var: str) -> int:
+    return code.count(f"for {var}_start in range(")
+
+
+def column_sums_fd():
+    # dw = sum over rows of dy * (x - mean) * rstd, db = sum over rows of dy, amax of dy
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=F32)
+        dy = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=F32)
+        mean = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32)
+        rstd = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32)
+        xhat = fd.ops.mul(fd.ops.sub(x, mean), rstd)
+        fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), [0]))
+        fd.add_output(fd.ops.sum(dy, [0]))
+        fd.add_output(fd.ops.max(dy, [0]))
+    return fd
+
+
+@pytest.mark.parametrize("rows", [5, 600])  # 600 rows: a split column reduction on the GPU
+def test_column_reductions_share_one_pass(rows, device):
+    fd = column_sums_fd()
+    x, dy = torch.randn(rows, 70, device=device), torch.randn(rows, 70, device=device)
+    mean, rstd = torch.randn(rows, 1, device=device), torch.rand(rows, 1, device=device) + 0.5
+    dw, db, dmax = fd.execute([x, dy, mean, rstd])
+    torch.testing.assert_close(dw, (dy * (x - mean) * rstd).sum(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(db, dy.sum(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dmax, dy.amax(0))
+    code = fd.last_triton_code()
+    body = code[code.index("def fuser_"):]
+    assert passes(body, "r") == 1, body
+    assert body.count("tl.load(T1_ptr") == 1  # dy is read once for all three
+
+
+def test_dependent_reductions_keep_their_passes(monkeypatch, device):
+    # looped rows: var_mean and a sum of x in one pass; the max of (x - mean) waits for the mean
+    monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=F32)
+        var, mean = fd.ops.var_mean(x, [-1], 0, True)
+        total = fd.ops.sum(x, [-1], True)
+        spread = fd.ops.max(fd.ops.abs(fd.ops.sub(x, mean)), [-1], True)
+        fd.add_output(fd.ops.add(fd.ops.add(var, total), spread))
+    x = torch.randn(4, 300, device=device) + 2
+    (out,) = fd.execute([x])
+    var, mean = torch.var_mean(x, -1, correction=0, keepdim=True)
+    expected = var + x.sum(-1, keepdim=True) + (x - mean).abs().amax(-1, keepdim=True)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert passes(fd.last_triton_code(), "c") == 2
