@@ -5,7 +5,7 @@ stages; heuristics.ROW_LOOP_*), and the looped kernel (one pass over chunks of t
 reduction, re-reads served by L2) on chunk sizes and warps.
 Shares of the copy bandwidth measured in the same run; not part of the suite.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py [--row-loop] [--long]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from fuser.schedulers.plan import Template  # noqa: E402
 
 SHAPES = ((4096, 32768), (16384, 8192), (16384, 4096))
 CONFIGS = ([("persistent", None, w) for w in (8, 16, 32)]
-           + [("looped", b1, w) for b1 in (2048, 4096, 8192) for w in (4, 8, 16) if b1 // (32 * w) >= 4])
+           + [("looped", b1, w) for b1 in (1024, 2048, 4096, 8192) for w in (4, 8, 16) if b1 // (32 * w) >= 4])
 ROW_LOOP = [(per_sm, stages) for per_sm in (1, 2, 4) for stages in (1, 2, 3)]
 
 
@@ -51,6 +51,8 @@ def main() -> None:
                           torch.randn(n, device="cuda", dtype=torch.bfloat16))
     saved = launch.choose
     row_loop = "--row-loop" in sys.argv
+    if "--long" in sys.argv:  # only the longest rows
+        inputs = {s: v for s, v in inputs.items() if s == SHAPES[0]}
     configs = ([("rows", per_sm, stages) for per_sm, stages in ROW_LOOP] + [("persistent", None, 0)]
                if row_loop else CONFIGS)
     for kind, block1, warps in configs:

@@ -10,6 +10,7 @@ Floating values compute in fp32 (fp64 stays fp64); a cast to half or bf16 rounds
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -220,7 +221,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
-        scope.lines.append(f"T{tv.name} = tl.load({ptr}{mask}).to({compute_type(tv.dtype)})")
+        evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
+        scope.lines.append(f"T{tv.name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
         scope.names[id(tv)] = f"T{tv.name}"
 
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
@@ -334,12 +336,30 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         for v in self.plan.outputs:
             header.append(f"# output {format_tv(v)}")
         params = ", ".join(self.params + ["BLOCK0: tl.constexpr", "BLOCK1: tl.constexpr", "INT64: tl.constexpr"])
-        body = "\n".join("    " + line for line in self.program_scope.lines)
+        body = _eviction_hints("\n".join("    " + line for line in self.program_scope.lines))
         imports = ["import triton", "import triton.language as tl"]
         if self.target == "cuda":
             imports.append("from triton.language.extra import libdevice")
         helpers = helpers_for(body)  # only those the body names: triton.jit reads each at load
         return "\n".join(header + [""] + imports + ["", helpers, "", "", f"def {self.name}({params}):", body, ""])
+
+
+# A looped kernel reads a tensor once per pass over the reduced dim; all passes but the last
+# ask L2 to keep the lines (the next pass finds them there, as Inductor's looped reductions
+# do), the last one to drop them first. The loads carry this marker until the kernel is whole.
+_EVICT = "@evict:{}@"
+
+
+def _eviction_hints(body: str) -> str:
+    for name in dict.fromkeys(re.findall(r"@evict:(\w+)@", body)):
+        marker = _EVICT.format(name)
+        passes = body.count(marker)
+        if passes == 1:
+            body = body.replace(marker, "")
+            continue
+        body = body.replace(marker, ', eviction_policy="evict_last"', passes - 1)
+        body = body.replace(marker, ', eviction_policy="evict_first"')
+    return body
 
 
 def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,

@@ -25,8 +25,8 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, next_pow2, row_loop, row_loop_programs, row_loop_stages,
-                                     split_count)
+                                     inner_outer_stages, next_pow2, row_loop, row_loop_programs,
+                                     row_loop_stages, split_count)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune

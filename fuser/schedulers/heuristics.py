@@ -65,7 +65,7 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
             b1 = next_pow2(cols)
             b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
             return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
-        return LaunchParams(1, 4096, False, 8, rows)
+        return looped_inner(rows)
     if template is Template.inner_outer:
         # grid: blocks of rows, the most programs the persistent kernel can use
         if next_pow2(cols) > INNER_OUTER_MAX_PERSISTENT:
@@ -79,6 +79,17 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
     b1 = min(next_pow2(cols), 128)
     b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
     return LaunchParams(b0, b1, False, max(1, _warps(b0 * b1) // 2), -(-cols // b1))
+
+
+# the looped inner reduction (rows beyond MAX_PERSISTENT): one program a row, passes over chunks
+# of LOOPED_BLOCK columns. On the H200 at 4096x32768 (benchmarks/sweep_inner.py --long, with
+# the eviction hints) 16 warps beat 8 on 4096-column chunks: softmax / layernorm / rmsnorm
+# forward 0.73 / 0.68 / 0.81 of copy against 0.52 / 0.61 / 0.66.
+LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
+
+
+def looped_inner(rows: int) -> LaunchParams:
+    return LaunchParams(1, LOOPED_BLOCK, False, LOOPED_WARPS, rows)
 
 
 # programs per processor a split column reduction aims for (2 and 8 were slower on the H200)
@@ -137,7 +148,10 @@ def inner_outer_stages(params: LaunchParams, tile_bytes_per_element: int) -> int
 # program a multiprocessor, 3 stages), while layernorm and rmsnorm lost there: which form wins
 # depends on the kernel, so rows of AUTOTUNE_MIN_COLS or more time both forms once per bucket
 # (codegen/autotune.py; FUSER_AUTOTUNE=0 turns it off) and shorter rows keep one program a row
-# block, which won every configuration at 4096 and 8192 columns.
+# block, which won every configuration at 4096 and 8192 columns. The looped kernel lost to the
+# persistent one at 32768 columns in every configuration, eviction hints included (softmax /
+# layernorm / rmsnorm at best 0.73 / 0.68 / 0.81 of copy against 0.73 / 0.76 / 0.91), so it is
+# no candidate there.
 ROW_LOOP_MIN_COLS = None
 ROW_LOOP_PROGRAMS_PER_PROCESSOR = 1
 ROW_LOOP_STAGES = 3
