@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -172,6 +172,33 @@ def call_key(args: Sequence[Any]) -> tuple:
                  for a in args)
 
 
+def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional[tuple]]:
+    """`call_key` of a plain call as one straight-line function of the arguments, for finding
+    a ready call before binding: the key fixes everything binding checks (shapes, strides,
+    dtypes, devices, scalar values), so a key that has a ready call belongs to a call that
+    was bound and checked already. None for calls no ready call is made for: another
+    argument count, a tensor subclass (other than Parameter), a scalar passed as a tensor."""
+    env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter), "Tensor": torch.Tensor,
+                           "scalar_key": scalar_key}
+    tensors = {i for i, *_ in binder.tensors}
+    lines = ["def ready_key(args):",
+             f"    if type(args) not in (list, tuple) or len(args) != {binder.count}:",
+             "        return None"]
+    parts = []
+    for i in range(binder.count):
+        a = f"a{i}"
+        lines.append(f"    {a} = args[{i}]")
+        if i in tensors:
+            lines += [f"    if type({a}) not in PLAIN:", "        return None"]
+            parts.append(f"({a}.shape, {a}.stride(), {a}.dtype, {a}.device)")
+        else:
+            lines += [f"    if isinstance({a}, Tensor):", "        return None"]
+            parts.append(f"scalar_key({a})")
+    lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
+    exec(compile("\n".join(lines), f"<fuser ready key of {binder.count} inputs>", "exec"), env)
+    return env["ready_key"]
+
+
 def _note_source(seg: Segment, source: Optional[str]) -> None:
     """A segment shows the source of the kernel it launched last (printed once per change
     with FUSER_DUMP=triton)."""
@@ -200,6 +227,7 @@ class FusionExecutorCache:
         # per `call_key`: the ready launch of a single-kernel runtime (the hot path of a call)
         self._ready: dict[tuple, ReadyCall] = {}
         self._binder = InputBinder(self.prepared)
+        self._ready_key = compile_ready_key(self._binder)
         self._lock = threading.Lock()
         self.last_runtime: FusionRuntime | HostRuntime | None = None
 
@@ -217,12 +245,12 @@ class FusionExecutorCache:
         return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        table = self._binder.bind(args)  # validates every input before any work
-        key = call_key(args)
-        ready = self._ready.get(key)
+        ready = self._ready.get(self._ready_key(args))  # (a ready call's key was checked before)
         if ready is not None:
             self.last_runtime = ready.runtime
             return ready(args)
+        table = self._binder.bind(args)  # validates every input before any work
+        key = call_key(args)
         layout = tuple(k if isinstance(a, torch.Tensor) else type(a) for k, a in zip(key, args))
         runtime = self._by_layout.get(layout)
         if runtime is None:

@@ -1,11 +1,12 @@
 """The hot path of FusionExecutorCache.execute: a repeat call with the exact argument layout and
-scalar values of an earlier one reuses that call's prepared launch (runtime.cache.ReadyCall),
-still binding (and so validating) its inputs first."""
+scalar values of an earlier one reuses that call's prepared launch (runtime.cache.ReadyCall).
+It is found by the call's key before binding: the key fixes everything binding checks, so only
+a key that an earlier, checked call had is served; anything else is bound and checked."""
 import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
-from fuser.errors import ExtentConflictError
+from fuser.errors import ExtentConflictError, FusionInputError
 
 
 def scaled_reciprocal():
@@ -40,7 +41,7 @@ def test_repeat_calls_reuse_the_ready_launch_and_follow_new_values():
     assert len(cache._ready) == 3 and cache.num_runtimes == 1
 
 
-def test_ready_path_still_binds_every_call():
+def test_a_call_that_differs_from_a_ready_one_is_still_checked():
     with FusionDefinition() as fd:
         a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
@@ -50,6 +51,28 @@ def test_ready_path_still_binds_every_call():
     fd.execute([a, b])
     with pytest.raises(ExtentConflictError):
         fd.execute([a, torch.randn(3, 5)])
+    with pytest.raises(FusionInputError, match="dtype"):
+        fd.execute([a, b.double()])
+    with pytest.raises(FusionInputError):
+        fd.execute([a, b, b])
+
+
+def test_the_ready_key_is_the_call_key_of_plain_calls():
+    from fuser.runtime.cache import call_key, compile_ready_key
+
+    fd = scaled_reciprocal()
+    x = torch.rand(3, 5) + 1.0
+    fd.execute([x, 2.0])
+    key = compile_ready_key(fd.cache._binder)
+    for args in ([x, 2.0], [x.t(), -0.0], (torch.nn.Parameter(x), 3), [x, 1 + 0j]):
+        assert key(args) == call_key(args)
+    # no ready call is made for these, so none is looked up
+    assert key([x, torch.tensor(2.0)]) is None
+    assert key([x]) is None and key(x) is None
+
+    class Marked(torch.Tensor):
+        pass
+    assert key([x.as_subclass(Marked), 2.0]) is None
 
 
 def test_outputs_that_are_inputs_come_back_on_the_ready_path():
