@@ -28,8 +28,7 @@ def column_sums_fd():
     return fd
 
 
-@pytest.mark.parametrize("rows", [5, 600])  # 600 rows: a split column reduction on the GPU
-def test_column_reductions_share_one_pass(rows, device):
+def check_column_sums(rows: int, device) -> str:
     fd = column_sums_fd()
     x, dy = torch.randn(rows, 70, device=device), torch.randn(rows, 70, device=device)
     mean, rstd = torch.randn(rows, 1, device=device), torch.rand(rows, 1, device=device) + 0.5
@@ -37,10 +36,26 @@ def test_column_reductions_share_one_pass(rows, device):
     torch.testing.assert_close(dw, (dy * (x - mean) * rstd).sum(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(db, dy.sum(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dmax, dy.amax(0))
+    # one kernel, or a split one (partial sums per chunk of rows, then their combine): each
+    # kernel makes one pass over its rows, and dy is read once for all three sums
     code = fd.last_triton_code()
-    body = code[code.index("def fuser_"):]
-    assert passes(body, "r") == 1, body
-    assert body.count("tl.load(T1_ptr") == 1  # dy is read once for all three
+    kernels = code.split("def fuser_")[1:]
+    assert all(passes(k, "r") == 1 for k in kernels), kernels
+    assert sum(k.count("tl.load(T1_ptr") for k in kernels) == 1
+    return code
+
+
+@pytest.mark.parametrize("rows", [5, 600])  # 600 rows: a split column reduction on the GPU
+def test_column_reductions_share_one_pass(rows, device):
+    check_column_sums(rows, device)
+
+
+def test_split_column_reductions_share_one_pass(monkeypatch):
+    # the GPU's split form on the interpreter: enough "processors" to split 600 rows
+    from fuser.codegen import launch
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 132)
+    code = check_column_sums(600, "cpu")
+    assert "_partial(" in code and "_combine(" in code
 
 
 def test_dependent_reductions_keep_their_passes(monkeypatch, device):
