@@ -70,8 +70,6 @@ class FusionStep:
         self.writes = [(slot_of[n], i) for n, i in region.outputs.items() if isinstance(i, int)]
         self.aliases = [(slot_of[n], slot_of[i]) for n, i in region.outputs.items() if isinstance(i, Node)]
         self.frees: list[int] = []
-        self.runtimes: dict[int, Any] = {}  # every FusionRuntime this step has used
-        self._last = None
 
     def run(self, env: list) -> None:
         outs = self.execute([read(env) for read in self.readers])
@@ -81,17 +79,16 @@ class FusionStep:
             env[slot] = env[src]
 
     def execute(self, inputs: list) -> list:
-        outs = self.fd.execute(inputs)
-        rt = self.fd.cache.last_runtime
-        if rt is not self._last:
-            self._last = rt
-            self.runtimes[id(rt)] = rt
-        return outs
+        cache = self.fd.cache  # (made by the first call)
+        return cache.execute(inputs) if cache is not None else self.fd.execute(inputs)
 
     @property
     def kernels(self) -> int:
-        return sum(len(launcher.variants) for rt in self.runtimes.values()
-                   for launcher in getattr(rt, "launchers", {}).values())
+        """Distinct kernels generated for this step, over every runtime of its definition (the
+        definition is this step's alone)."""
+        cache = self.fd.cache
+        runtimes = cache.runtimes() if cache is not None else []
+        return sum(len(launcher.variants) for rt in runtimes for launcher in getattr(rt, "launchers", {}).values())
 
     def reads_nodes(self) -> list[Node]:
         return [n for src in self.region.inputs

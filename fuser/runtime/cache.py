@@ -235,6 +235,10 @@ class FusionExecutorCache:
     def num_runtimes(self) -> int:
         return len(self._runtimes)
 
+    def runtimes(self) -> list:
+        """Every runtime made so far (one per input signature)."""
+        return list(self._runtimes.values())
+
     def kernels_enabled(self, device: torch.device) -> bool:
         if self.use_kernels is not None:
             return self.use_kernels
