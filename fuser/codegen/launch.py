@@ -12,6 +12,7 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import threading
@@ -29,7 +30,7 @@ from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_comb
                                      row_loop_stages, split_count)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
-from . import autotune
+from . import autotune, parallel_compile
 from .compile import load_kernel
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
@@ -299,10 +300,11 @@ class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two for a split reduction)."""
 
-    __slots__ = ("steps", "out_specs", "work_specs", "source")
+    __slots__ = ("steps", "out_specs", "work_specs", "source", "cold")
 
     def __init__(self, steps, out_specs, work_specs, source):
         self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
+        self.cold = sum(isinstance(step, _DirectStep) for step, _, _ in steps) > 1  # kernels to compile together
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if dests is None:
@@ -312,12 +314,26 @@ class _Launch:
                        for d, (shape, dtype) in zip(dests, self.out_specs)]
         tensors = list(inputs) + outputs
         tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        if self.cold:
+            self.cold = False
+            self._compile_ahead(tensors)
         for step, template, slots in self.steps:
             args = list(template)
             for pos, k in slots:
                 args[pos] = tensors[k]
             step(args)
         return outputs
+
+    def _compile_ahead(self, tensors: list) -> None:
+        """Compile this launch's kernels side by side before the first launch of any."""
+        jobs = []
+        for step, template, slots in self.steps:
+            if isinstance(step, _DirectStep) and step.compiled is None:
+                args = list(template)
+                for pos, k in slots:
+                    args[pos] = tensors[k]
+                jobs.append(lambda step=step, args=args: step.precompile(args))
+        parallel_compile.compile_together(jobs)
 
 
 class _Step:
@@ -329,6 +345,9 @@ class _Step:
 
     def __call__(self, args: list) -> None:
         self.launch(*args, **self.kwargs)
+
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def _raw_stream_fallback(device: int) -> int:
@@ -355,6 +374,16 @@ class _DirectStep(_Step):
         self.constexprs = [kwargs["BLOCK0"], kwargs["BLOCK1"], kwargs["INT64"]]
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
+
+    def precompile(self, args: list) -> None:
+        """Compile the kernel for these arguments without launching it (parallel_compile),
+        on the arguments' device; any error is left to the launch."""
+        try:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+            with torch.cuda.device(device) if device is not None and device.type == "cuda" else _NO_CONTEXT:
+                self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)._init_handles()
+        except Exception:  # noqa: BLE001 - the launch compiles again and raises it there
+            pass
 
     def _first(self, args: list) -> None:
         self.launch(*args, **self.kwargs)

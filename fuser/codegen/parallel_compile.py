@@ -1,0 +1,44 @@
+"""Compiling the kernels of one launch side by side at its first call.
+
+A launch of several kernels (a split reduction's partial and combine kernels, a norm backward's
+row pass and combine) compiles each at its first launch, one after the other: Triton's passes,
+ptxas, and the C compiler that builds each signature's launcher, 0.5-0.7 s a kernel cold on the
+H200 machine. Before the first launch every kernel's arguments exist (outputs and workspaces
+are allocated first), so each kernel can be compiled ahead, in threads: ptxas and the C
+compiler run as subprocesses and Triton's passes run in C++. The launches that follow find
+the kernels compiled. A compile that fails here is left to the launch, which reports it as
+it always did. `FUSER_PARALLEL_COMPILE=0` turns this off.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from typing import Callable, Optional, Sequence
+
+_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("FUSER_PARALLEL_COMPILE", "1") != "0"
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            workers = max(2, min(8, os.cpu_count() or 2))
+            _pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fuser-compile")
+        return _pool
+
+
+def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
+    """Run the compile jobs (each catches its own errors) side by side; return when all are
+    done. Fewer than two jobs run here, in order."""
+    if len(jobs) < 2 or not enabled():
+        for job in jobs:
+            job()
+        return
+    for future in [_executor().submit(job) for job in jobs]:
+        future.result()

@@ -1,0 +1,78 @@
+"""Kernels of one launch compile side by side before its first launch (codegen/parallel_compile.py).
+The GPU test runs a split column reduction (two kernels) from a cold start; the others check the
+scheduling with stand-in kernels, since the interpreter compiles nothing."""
+import threading
+import time
+
+import pytest
+import torch
+
+from fuser.codegen import launch, parallel_compile
+
+
+class _Compiled:
+    def _init_handles(self):
+        pass
+
+
+class _StandInKernel:
+    """What _DirectStep uses of a Triton kernel: `fn[grid]` and `fn.run(..., warmup=True)`."""
+
+    def __init__(self, seconds: float, fails: bool = False):
+        self.seconds, self.fails = seconds, fails
+        self.compiled_in: list[str] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+    def run(self, *args, grid, warmup, **kwargs):
+        time.sleep(self.seconds)
+        self.compiled_in.append(threading.current_thread().name)
+        if self.fails:
+            raise RuntimeError("a compile error")
+        return _Compiled()
+
+
+def stand_in_launch(*kernels):
+    kwargs = dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1)
+    steps = [(launch._DirectStep(k, 1, kwargs), [None], [(0, 0)]) for k in kernels]
+    return launch._Launch(steps, [], [], "")
+
+
+def test_the_kernels_of_a_launch_compile_side_by_side():
+    kernels = [_StandInKernel(0.3), _StandInKernel(0.3)]
+    first = stand_in_launch(*kernels)
+    assert first.cold
+    start = time.perf_counter()
+    first._compile_ahead([torch.zeros(1)])
+    assert time.perf_counter() - start < 0.5  # not 0.6: they overlapped
+    assert all(len(k.compiled_in) == 1 and k.compiled_in[0].startswith("fuser-compile") for k in kernels)
+
+
+def test_a_failing_compile_is_left_to_the_launch_and_one_kernel_is_not_sent_to_threads(monkeypatch):
+    good, bad = _StandInKernel(0.01), _StandInKernel(0.01, fails=True)
+    stand_in_launch(good, bad)._compile_ahead([torch.zeros(1)])  # no exception here
+    assert good.compiled_in and bad.compiled_in
+    assert not stand_in_launch(_StandInKernel(0.0)).cold
+    monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "0")
+    ran = []
+    parallel_compile.compile_together([lambda: ran.append(threading.current_thread().name)] * 2)
+    assert ran == [threading.current_thread().name] * 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_split_reduction_compiled_ahead_matches_eager(tmp_path, monkeypatch):
+    from fuser import DataType, FusionDefinition
+
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, 1.5), [0]))
+        fd.add_output(fd.ops.max(xf, [0]))
+    x = torch.randn(8192, 3000, device="cuda", dtype=torch.bfloat16)
+    total, top = fd.execute([x])
+    assert "_partial" in fd.last_triton_code() and "_combine" in fd.last_triton_code()
+    torch.testing.assert_close(total, (x.float() * 1.5).sum(0), rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(top, x.float().amax(0))
