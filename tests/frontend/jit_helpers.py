@@ -2,6 +2,7 @@
 random inputs, forward and backward, and compare with dtype-aware tolerances."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -36,6 +37,11 @@ def assert_close_to_eager(actual, expected, reference=None):
             err = (a.double() - r.double()).abs().max().item()
             eager_err = (e.double() - r.double()).abs().max().item()
             scale = r.double().abs().max().item() + 1e-6
+            if math.isnan(eager_err) and not math.isnan(err):
+                # eager's half intermediates made a NaN the reference has not (F.normalize's eps
+                # of 1e-12 is 0 in fp16, so a zero row is 0 / 0); fuser's fp32 ones did not
+                assert err <= 1e-2 * scale, (err, eager_err, scale)
+                continue
             assert err <= 2.5 * eager_err + 1e-2 * scale, (err, eager_err, scale)
             continue
         rtol, atol = TOL.get(e.dtype, (0, 0))

@@ -162,3 +162,19 @@ def test_a_half_tensor_compared_with_a_python_number(dtype):
     jitted = fuser.jit(f)
     for _ in range(2):
         torch.testing.assert_close(jitted(x), f(x))
+
+
+@pytest.mark.parametrize("take", [lambda t: t[:, 2:5], lambda t: t[:, 1:100], lambda t: t[:, :9],
+                                  lambda t: t[2:7]])
+def test_gradient_of_a_slice_whose_end_is_past_the_size(take):
+    """`t[:, 2:5]` of 4 columns has 2; its backward `slice_scatter(zeros, dy, start=2, end=5)`
+    sized the zeros after `dy` as `size - end` = -1, and the matmul whose gradient it fed saw
+    a contraction axis of 3 against 4: an ExtentConflictError on a valid program (fuzz seed
+    3559). The zeros after `dy` are what the slice leaves of the size, from dy's length."""
+    def f(m):
+        return take(F.linear(torch.exp(m.clamp(-4, 4)), m))
+
+    m = torch.randn(4, 6, requires_grad=True)
+    (ours,) = torch.autograd.grad(fuser.jit(f)(m).sum(), m)
+    (theirs,) = torch.autograd.grad(f(m).sum(), m)
+    torch.testing.assert_close(ours, theirs)

@@ -283,11 +283,20 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
         parts.append(ops.full(shape[:dim] + [lo] + shape[dim + 1:], _python_value(0, dtype), dtype))
     parts.append(src)
     if hi is not None:
-        rest = b.size(total) - hi if isinstance(hi, int) and isinstance(b.size(total), int) else \
-            ops.sub(b.size(total), hi)
+        # the zeros after src: what the slice leaves of the size, from src's own length rather
+        # than from `end`, which ATen clamps to the size (x[:, 2:5] of 4 columns has 2)
+        rest = _minus(b, _minus(b, b.size(total), 0 if lo is None else lo),
+                      b.size(b.input_meta(node, 1).shape[dim]))
         if not (isinstance(rest, int) and rest == 0):
             parts.append(ops.full(shape[:dim] + [rest] + shape[dim + 1:], _python_value(0, dtype), dtype))
     return parts[0] if len(parts) == 1 else ops.cat(parts, dim)
+
+
+def _minus(b, x, y):
+    """x - y for sizes that are ints or extent Scalars."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x - y
+    return x if isinstance(y, int) and y == 0 else b.fd.ops.sub(x, y)
 
 
 @register(aten.scatter.value, kind=Kind.pointwise)
