@@ -206,3 +206,20 @@ def test_two_instances_of_one_module_class_keep_their_own_weights():
         for _ in range(3):
             assert_close_to_eager(ja(x), a(x))
             assert_close_to_eager(jb(x), b(x))
+
+
+def test_fusers_frames_skip_dynamos_profiler_hooks():
+    """Dynamo's code for a frame reads the graph's arguments between two profiler hooks
+    ("Pregraph bytecode") on every call; frames compiled by fuser.jit go without them, and the
+    result is unchanged."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    def f(x):
+        return torch.relu(x * 2.0).sum(-1)
+
+    x = torch.randn(4, 9)
+    jitted = fuser.jit(f)
+    torch.testing.assert_close(jitted(x), f(x))
+    (entry,) = _debug_get_cache_entry_list(f.__code__)
+    assert "record_pregraph_bytecode_enter" not in entry.code.co_names
+    assert torch._dynamo.config.record_runtime_overhead  # patched only while fuser compiles
