@@ -18,7 +18,9 @@ class ReductionEmitter:
         """Tile dims a reduction's lanes span: the reduced dim and those its input varies
         along (a value constant along rows stays [1, BLOCK1], so its result is [1, 1])."""
         if self.split == "combine":
-            return [0, 1]  # the workspace varies along chunks and columns
+            # the workspace varies along chunks, and along columns where the reduced value does
+            # (a value constant along columns is read from column 0, so its result is [1, 1])
+            return [0] + sorted(self.dims_of(e.inp) & {1})
         return sorted(self.dims_of(e.inp) | {self.red})
 
     def reduce_mask(self, e: Expr) -> str:
@@ -94,6 +96,10 @@ class ReductionEmitter:
         pass also takes every other reduction of the kernel that is ready (all reductions its
         input depends on are done), so that reductions of the same values (a norm backward's
         dw and db) load them once instead of once a reduction."""
+        # the reductions `e` reads finish their passes first: were they left to `e`'s operand,
+        # they would run nested, and again in this pass, which counts them as ready
+        while waits := self._waits_on(e):
+            self.emit_reduction_loop(waits[0])
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
         finals = [self._accumulate(f, body) for f in group]
@@ -104,7 +110,11 @@ class ReductionEmitter:
     def _ready_reduction(self, f: Expr) -> bool:
         if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])):
             return False
-        seen, stack = set(), [v for v in f.inputs]
+        return not self._waits_on(f)
+
+    def _waits_on(self, f: Expr) -> list[Expr]:
+        """The reductions not yet emitted that `f`'s input depends on (the nearest ones)."""
+        waits, seen, stack = [], set(), list(f.inputs)
         while stack:
             v = stack.pop()
             g = self.producer.get(id(v))
@@ -112,9 +122,10 @@ class ReductionEmitter:
                 continue
             seen.add(id(g))
             if isinstance(g, (ReductionOp, VarMeanOp)):
-                return False
+                waits.append(g)
+                continue
             stack += list(g.inputs)
-        return True
+        return waits
 
     def _accumulate(self, e: Expr, body: Scope):
         """Emit `e`'s accumulator (program scope) and its update (loop body); returns what
@@ -123,7 +134,8 @@ class ReductionEmitter:
         shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-        partial = "W{}_ptr + r * C + c"  # workspace row r (a chunk), column c
+        # workspace row r (a chunk), column c (column 0 where the value is the same in all)
+        partial = "W{}_ptr + r * C" + (" + c" if 1 in self.reduce_dims(e) else "")
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"

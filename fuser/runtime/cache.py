@@ -177,8 +177,10 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
     a ready call before binding: the key fixes everything binding checks (shapes, strides,
     dtypes, devices, scalar values), so a key that has a ready call belongs to a call that
     was bound and checked already. None for calls no ready call is made for: another
-    argument count, a tensor subclass (other than Parameter), a scalar passed as a tensor."""
-    env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter), "Tensor": torch.Tensor,
+    argument count, a tensor subclass (other than Parameter), anything but a Python number in
+    a scalar's place (a scalar passed as a tensor; a list, which no dict key can hold, is the
+    binding's FusionInputError, not a TypeError here)."""
+    env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter), "NUMBER": (bool, int, float, complex),
                            "scalar_key": scalar_key}
     tensors = {i for i, *_ in binder.tensors}
     lines = ["def ready_key(args):",
@@ -192,7 +194,7 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
             lines += [f"    if type({a}) not in PLAIN:", "        return None"]
             parts.append(f"({a}.shape, {a}.stride(), {a}.dtype, {a}.device)")
         else:
-            lines += [f"    if isinstance({a}, Tensor):", "        return None"]
+            lines += [f"    if not isinstance({a}, NUMBER):", "        return None"]
             parts.append(f"scalar_key({a})")
     lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
     exec(compile("\n".join(lines), f"<fuser ready key of {binder.count} inputs>", "exec"), env)

@@ -55,10 +55,18 @@ class KernelPlan:
         segmenter asks): an inner-outer kernel reads the rows once for both reductions, and
         reductions over the same axes read what they share once, in one pass. Not an outer
         reduction with an output along the reduced rows: that output would need a pass of its
-        own and keep the column sums from splitting over chunks of rows."""
-        if self.template is Template.outer_reduction:
-            return not any(set(self.dim0) & self.axes.spans(o) for o in self.outputs)
-        return self.template in (Template.inner_outer, Template.inner_reduction)
+        own and keep the column sums from splitting over chunks of rows. Nor a union with an
+        output that misses a kept axis: siblings over other rows (x [n, c] and y [m, c] sharing
+        w [c]) would iterate n * m rows, each output computed again for every row of the other."""
+        if self.template is Template.inner_outer:
+            return True
+        if self.template not in (Template.inner_reduction, Template.outer_reduction):
+            return False
+        outer = self.template is Template.outer_reduction
+        kept = set(self.dim1 if outer else self.dim0)
+        if any(not kept <= self.axes.spans(o) for o in self.outputs):
+            return False
+        return not (outer and any(set(self.dim0) & self.axes.spans(o) for o in self.outputs))
 
     def describe(self) -> str:
         ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731

@@ -272,7 +272,7 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
     fake = b.meta(node)
     dim %= fake.dim()
     total = fake.shape[dim]
-    lo = _from_start(b, _index(b, node, _arg(node, 3, "start"), total), total)
+    lo = _clamped_start(b, node, total)
     hi = _from_start(b, _index(b, node, _arg(node, 4, "end"), total), total)
     dtype = DataType.from_torch(fake.dtype)
     ops = b.fd.ops
@@ -290,6 +290,19 @@ def _slice_scatter(b, node, base, src, dim=0, start=None, end=None, step=1):
         if not (isinstance(rest, int) and rest == 0):
             parts.append(ops.full(shape[:dim] + [rest] + shape[dim + 1:], _python_value(0, dtype), dtype))
     return parts[0] if len(parts) == 1 else ops.cat(parts, dim)
+
+
+def _clamped_start(b, node, total):
+    """Where `src` starts: ATen counts a negative start from the end and clamps it into
+    [0, size] (x[:, -10:] of 4 columns starts at 0, x[:, 6:] at 4 with an empty src), which
+    sym_max/sym_min keep symbolic where Dynamo's facts do not settle it."""
+    raw = _arg(node, 3, "start")
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        return _from_start(b, _index(b, node, raw, total), total)
+    if raw >= 0:
+        return b.size(raw if _known(total >= raw) else torch.sym_min(raw, total))
+    at = total + raw
+    return b.size(at if _known(at >= 0) else torch.sym_max(at, 0))
 
 
 def _minus(b, x, y):
