@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import types
 import warnings
 from dataclasses import dataclass
@@ -60,13 +61,35 @@ class Stats:
         return CacheInfo(calls=self.calls, graphs=len(self.records), **totals)
 
 
-def _dynamo_config() -> dict:
-    """Dynamo settings while fuser.jit compiles a frame: Dynamo's code for a frame calls two
-    profiler hooks around reading the graph's arguments on every call ("Pregraph bytecode" in
-    a profile), about 1-2 us; fuser's frames go without them. (Read here, not at import:
-    `import fuser` does not import Dynamo.)"""
-    config = torch._dynamo.config
-    return {"record_runtime_overhead": False} if hasattr(config, "record_runtime_overhead") else {}
+class _QuietFrames:
+    """While fuser.jit goes through Dynamo, Dynamo writes frame code without the two profiler
+    hooks it calls around reading the graph's arguments on every call ("Pregraph bytecode" in
+    a profile, about 1-2 us). Dynamo's config is global: calls in several threads overlap, and
+    the setting comes back when the last of them leaves (a plain config.patch per call would
+    restore another call's value). Dynamo is imported on first use, not with fuser."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = None
+
+    def __enter__(self) -> None:
+        config = torch._dynamo.config
+        with self.lock:
+            if self.depth == 0 and hasattr(config, "record_runtime_overhead"):
+                self.saved = config.record_runtime_overhead
+                config.record_runtime_overhead = False
+            self.depth += 1
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved is not None:
+                torch._dynamo.config.record_runtime_overhead = self.saved
+                self.saved = None
+
+
+_QUIET_FRAMES = _QuietFrames()
 
 
 class JitFunction:
@@ -111,7 +134,7 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         token = CURRENT_STATS.set(stats)
         try:
-            with torch._dynamo.config.patch(**_dynamo_config()):  # read when Dynamo writes the frame's code
+            with _QUIET_FRAMES:  # read when Dynamo writes the frame's code
                 out = self._compiled(*args, **kwargs)
             self._direct.remember()
             return out

@@ -223,3 +223,19 @@ def test_fusers_frames_skip_dynamos_profiler_hooks():
     (entry,) = _debug_get_cache_entry_list(f.__code__)
     assert "record_pregraph_bytecode_enter" not in entry.code.co_names
     assert torch._dynamo.config.record_runtime_overhead  # patched only while fuser compiles
+
+
+def test_overlapping_calls_restore_dynamos_profiler_setting_when_the_last_leaves():
+    """Calls in several threads overlap: the first to leave must not restore the setting under
+    the others, nor the last leave it off (what one config.patch per call would do)."""
+    from fuser.frontend.jit import _QuietFrames
+
+    quiet, config = _QuietFrames(), torch._dynamo.config
+    first, second = quiet, quiet
+    first.__enter__()
+    second.__enter__()
+    assert not config.record_runtime_overhead
+    first.__exit__(None, None, None)
+    assert not config.record_runtime_overhead  # the second call is still compiling
+    second.__exit__(None, None, None)
+    assert config.record_runtime_overhead
