@@ -191,7 +191,7 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
         a = f"a{i}"
         lines.append(f"    {a} = args[{i}]")
         if i in tensors:
-            lines += [f"    if type({a}) not in PLAIN:", "        return None"]
+            lines += [f"    if type({a}) not in PLAIN or {a}.is_neg() or {a}.is_conj():", "        return None"]
             parts.append(f"({a}.shape, {a}.stride(), {a}.dtype, {a}.device)")
         else:
             lines += [f"    if not isinstance({a}, NUMBER):", "        return None"]
@@ -199,6 +199,15 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
     lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
     exec(compile("\n".join(lines), f"<fuser ready key of {binder.count} inputs>", "exec"), env)
     return env["ready_key"]
+
+
+def _resolve_lazy_views(args: Sequence[Any]) -> Sequence[Any]:
+    """Tensors whose negation or conjugation is a lazy bit (`torch._neg_view`, `x.conj()` of
+    a complex x) hold the other value in memory, which a kernel would read; they are
+    materialized first (ATen would resolve them too). Others are passed through as they are."""
+    if not any(isinstance(a, torch.Tensor) and (a.is_neg() or a.is_conj()) for a in args):
+        return args
+    return [a.resolve_neg().resolve_conj() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def _note_source(seg: Segment, source: Optional[str]) -> None:
@@ -255,6 +264,7 @@ class FusionExecutorCache:
         if ready is not None:
             self.last_runtime = ready.runtime
             return ready(args)
+        args = _resolve_lazy_views(args)
         table = self._binder.bind(args)  # validates every input before any work
         key = call_key(args)
         layout = tuple(k if isinstance(a, torch.Tensor) else type(a) for k, a in zip(key, args))

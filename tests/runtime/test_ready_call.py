@@ -109,3 +109,16 @@ def test_scalars_passed_as_0_dim_tensors_are_read_every_call():
     x = torch.rand(3, 4) + 1.0
     for s in (2.0, 3.0, 5.0):
         torch.testing.assert_close(fd.execute([x, torch.tensor(s, dtype=torch.float64)])[0], 1.0 / (x * s))
+
+
+def test_a_lazily_negated_tensor_is_read_as_its_value():
+    """`torch._neg_view(x)` holds x in memory with a negation bit: a kernel reading the memory
+    got x * 2 for -x * 2, first call or ready call alike (found by review)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(a, 2.0))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(fd.execute([x])[0], x * 2)  # a ready call for this layout
+    neg = torch._neg_view(x)
+    torch.testing.assert_close(fd.execute([neg])[0], -x * 2)
+    torch.testing.assert_close(fd.execute([x])[0], x * 2)
