@@ -333,6 +333,8 @@ class _Launch:
                 for pos, k in slots:
                     args[pos] = tensors[k]
                 jobs.append(lambda step=step, args=args: step.precompile(args))
+        if len(jobs) > 1:
+            _start_triton_driver()  # here, not lazily in two compile threads at once
         parallel_compile.compile_together(jobs)
 
 
@@ -348,6 +350,15 @@ class _Step:
 
 
 _NO_CONTEXT = contextlib.nullcontext()
+
+
+def _start_triton_driver() -> None:
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_device()
+    except Exception:  # noqa: BLE001 - another Triton: its compile starts the driver itself
+        pass
 
 
 def _raw_stream_fallback(device: int) -> int:
