@@ -18,6 +18,7 @@ from typing import Callable
 
 from ..ir import Expr, ReductionOpType, TensorView, Val
 from ..schedulers.plan import KernelPlan
+from . import parallel_compile
 from .kernel import KernelSource, KernelWriter, generate
 from .layout import Layout
 from .scope import Scope
@@ -138,16 +139,32 @@ class TwoKernels:
 class _TwoLaunches:
     """Prepared launches of the two-kernel form, called like one prepared launch."""
 
-    __slots__ = ("row_launch", "column_launch", "row_take", "column_take", "give", "source")
+    __slots__ = ("row_launch", "column_launch", "row_take", "column_take", "give", "source", "cold")
 
     def __init__(self, row_launch, column_launch, row_take, column_take, give):
         self.row_launch, self.column_launch = row_launch, column_launch
         self.row_take, self.column_take, self.give = row_take, column_take, give
         self.source = "\n\n".join(launch.source for launch in (row_launch, column_launch) if launch is not None)
+        self.cold = sum(launch.compiles for launch in (row_launch, column_launch) if launch is not None) > 1
 
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
+        if self.cold:
+            self.cold = False
+            self._compile_ahead(inputs, device)
         made = {"in": inputs, "rows": []}
         if self.row_launch is not None:
             made["rows"] = self.row_launch([inputs[k] for k in self.row_take], device)
         made["columns"] = self.column_launch([made[s][k] for s, k in self.column_take], device)
         return [made[s][k] for s, k in self.give]
+
+    def _compile_ahead(self, inputs, device) -> None:
+        """Compile the row kernel and the column kernels side by side before the first launch:
+        the column kernels' arguments are made here from the row kernel's output specs (its
+        outputs do not exist before it runs), once."""
+        made, jobs = {"in": inputs, "rows": []}, []
+        if self.row_launch is not None:
+            tensors, made["rows"] = self.row_launch.tensors_for([inputs[k] for k in self.row_take], device)
+            jobs += self.row_launch.compile_jobs(tensors)
+        tensors, _ = self.column_launch.tensors_for([made[s][k] for s, k in self.column_take], device)
+        jobs += self.column_launch.compile_jobs(tensors)
+        parallel_compile.compile_together(jobs)

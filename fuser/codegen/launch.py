@@ -300,23 +300,17 @@ class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two for a split reduction)."""
 
-    __slots__ = ("steps", "out_specs", "work_specs", "source", "cold")
+    __slots__ = ("steps", "out_specs", "work_specs", "source", "compiles", "cold")
 
     def __init__(self, steps, out_specs, work_specs, source):
         self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
-        self.cold = sum(isinstance(step, _DirectStep) for step, _, _ in steps) > 1  # kernels to compile together
+        self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
+        self.cold = self.compiles > 1  # kernels to compile together before the first launch
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if dests is None:
-            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
-        else:  # written into the given views (of the shapes and strides this launch was made for)
-            outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
-                       for d, (shape, dtype) in zip(dests, self.out_specs)]
-        tensors = list(inputs) + outputs
-        tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        tensors, outputs = self.tensors_for(inputs, device, dests)
         if self.cold:
-            self.cold = False
-            self._compile_ahead(tensors)
+            parallel_compile.compile_together(self.compile_jobs(tensors))
         for step, template, slots in self.steps:
             args = list(template)
             for pos, k in slots:
@@ -324,8 +318,23 @@ class _Launch:
             step(args)
         return outputs
 
-    def _compile_ahead(self, tensors: list) -> None:
-        """Compile this launch's kernels side by side before the first launch of any."""
+    def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
+        """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
+        allocated or, where given, written into `dests` (views of the shapes and strides this
+        launch was made for)."""
+        if dests is None:
+            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
+        else:
+            outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
+                       for d, (shape, dtype) in zip(dests, self.out_specs)]
+        tensors = list(inputs) + outputs
+        tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        return tensors, outputs
+
+    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
+        """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);
+        the launch is no longer cold after."""
+        self.cold = False
         jobs = []
         for step, template, slots in self.steps:
             if isinstance(step, _DirectStep) and step.compiled is None:
@@ -333,9 +342,7 @@ class _Launch:
                 for pos, k in slots:
                     args[pos] = tensors[k]
                 jobs.append(lambda step=step, args=args: step.precompile(args))
-        if len(jobs) > 1:
-            _start_triton_driver()  # here, not lazily in two compile threads at once
-        parallel_compile.compile_together(jobs)
+        return jobs
 
 
 class _Step:
@@ -350,15 +357,6 @@ class _Step:
 
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def _start_triton_driver() -> None:
-    try:
-        from triton.runtime import driver
-
-        driver.active.get_current_device()
-    except Exception:  # noqa: BLE001 - another Triton: its compile starts the driver itself
-        pass
 
 
 def _raw_stream_fallback(device: int) -> int:

@@ -40,5 +40,15 @@ def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
         for job in jobs:
             job()
         return
+    _start_triton_driver()  # here: its lazy start is not meant to run in two threads at once
     for future in [_executor().submit(job) for job in jobs]:
         future.result()
+
+
+def _start_triton_driver() -> None:
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_device()
+    except Exception:  # noqa: BLE001 - another Triton, or no GPU: a compile starts it itself
+        pass

@@ -33,10 +33,10 @@ class _StandInKernel:
         return _Compiled()
 
 
-def stand_in_launch(*kernels):
+def stand_in_launch(*kernels, outputs=()):
     kwargs = dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1)
     steps = [(launch._DirectStep(k, 1, kwargs), [None], [(0, 0)]) for k in kernels]
-    return launch._Launch(steps, [], [], "")
+    return launch._Launch(steps, list(outputs), [], "")
 
 
 def test_the_kernels_of_a_launch_compile_side_by_side():
@@ -44,14 +44,32 @@ def test_the_kernels_of_a_launch_compile_side_by_side():
     first = stand_in_launch(*kernels)
     assert first.cold
     start = time.perf_counter()
-    first._compile_ahead([torch.zeros(1)])
+    parallel_compile.compile_together(first.compile_jobs([torch.zeros(1)]))
     assert time.perf_counter() - start < 0.5  # not 0.6: they overlapped
     assert all(len(k.compiled_in) == 1 and k.compiled_in[0].startswith("fuser-compile") for k in kernels)
 
 
+def test_the_two_kernel_form_compiles_its_row_and_column_kernels_together():
+    """Rows too long for registers run a row kernel, then a column kernel (split in two): all
+    three compile side by side, the column kernels' arguments made from the row kernel's
+    output specs before it has run."""
+    from fuser.codegen.inner_outer import _TwoLaunches
+
+    kernels = [_StandInKernel(0.3) for _ in range(3)]
+    rows = stand_in_launch(kernels[0], outputs=[((4,), torch.float32)])
+    columns = stand_in_launch(kernels[1], kernels[2], outputs=[((4,), torch.float32)])
+    both = _TwoLaunches(rows, columns, [0], [("rows", 0)], [("columns", 0)])
+    assert both.cold
+    start = time.perf_counter()
+    both._compile_ahead([torch.zeros(4)], torch.device("cpu"))
+    assert time.perf_counter() - start < 0.6 + 0.3 * (parallel_compile._executor()._max_workers < 3)
+    assert all(len(k.compiled_in) == 1 for k in kernels)
+    assert not rows.cold and not columns.cold  # their own launches compile nothing again
+
+
 def test_a_failing_compile_is_left_to_the_launch_and_one_kernel_is_not_sent_to_threads(monkeypatch):
     good, bad = _StandInKernel(0.01), _StandInKernel(0.01, fails=True)
-    stand_in_launch(good, bad)._compile_ahead([torch.zeros(1)])  # no exception here
+    parallel_compile.compile_together(stand_in_launch(good, bad).compile_jobs([torch.zeros(1)]))  # no exception
     assert good.compiled_in and bad.compiled_in
     assert not stand_in_launch(_StandInKernel(0.0)).cold
     monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "0")
