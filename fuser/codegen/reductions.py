@@ -1,7 +1,7 @@
 """Reductions in generated kernels: inline (the whole reduced dim in one tile), looped (one
-pass over chunks of the reduced dim for the reductions ready together, Welford for var_mean) and split (a partial
-kernel per chunk of rows into a workspace, then a combine kernel). A mixin of KernelWriter: it
-uses the writer's scopes, operands and bindings."""
+pass over chunks of the reduced dim for the reductions ready together, Welford for var_mean)
+and split (a partial kernel per chunk of rows into a workspace, then a combine kernel). A mixin
+of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, VarMeanOp
