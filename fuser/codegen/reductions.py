@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, VarMeanOp
 from ..schedulers.plan import KernelPlan, Template
+from .online_softmax import emit_online_softmax, online_sum_partner
 from .scope import Scope
 from .types import compute_type
 
@@ -100,6 +101,12 @@ class ReductionEmitter:
         # they would run nested, and again in this pass, which counts them as ready
         while waits := self._waits_on(e):
             self.emit_reduction_loop(waits[0])
+        if self.program_scope.lookup(id(e.outputs[0])) is not None:
+            return  # done in the pass of one it waited for (an online softmax's sum)
+        partner = online_sum_partner(self, e)
+        if partner is not None:
+            emit_online_softmax(self, e, partner)
+            return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
         finals = [self._accumulate(f, body) for f in group]
