@@ -27,12 +27,28 @@ def test_gradient_of_a_slice_with_a_negative_end(take):
     """The backward of `x[:-2]` is `slice_scatter(zeros, dy, end=-2)`; its lowering sized the
     zeros after `dy` as `size - (-2)` instead of `2`, giving a gradient of the wrong size
     (fuzz seed 147)."""
+    check_slice_gradient(take, [(n, 3) for n in (7, 8, 6)])
+
+
+@pytest.mark.parametrize("take", [lambda x: x[:, -10:], lambda x: x[:, -10:-1], lambda x: x[:, 5:7],
+                                  lambda x: x[:, 6:], lambda x: x[:, -2:100]],
+                         ids=["before_start", "before_start_neg_end", "past_end", "past_end_open", "big_end"])
+def test_gradient_of_a_slice_with_a_clamped_start(take):
+    """ATen clamps a slice's start into [0, size]: x[:, -10:] of 4 columns starts at 0 (the
+    zeros before the gradient had size 4 - 10, a FusionInputError for a valid program),
+    x[:, 6:] at 4 (6 zeros made a gradient of 6 columns for 4), and x[:, 5:7] had -1 zeros
+    after (found by review)."""
+    check_slice_gradient(take, [(3, n) for n in (4, 5, 6)])
+
+
+def check_slice_gradient(take, shapes):
+    """fuser.jit of tanh(take(x)) * 2 against eager, outputs and gradients, for each shape."""
     def f(x):
         return torch.tanh(take(x)) * 2
 
     jitted = fuser.jit(f)
-    for n in (7, 8, 6):
-        x = torch.randn(n, 3, requires_grad=True)
+    for shape in shapes:
+        x = torch.randn(*shape, requires_grad=True)
         out = jitted(x)
         dy = torch.randn_like(out)
         got, = torch.autograd.grad(out, x, dy)
