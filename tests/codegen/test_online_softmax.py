@@ -73,3 +73,19 @@ def test_fuser_jit_log_softmax_and_logsumexp_forward_and_backward(looped):
     (g_theirs,) = torch.autograd.grad(theirs, x, dy)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_softmax_over_rows_is_an_outer_reduction_with_one_pass_less(device):
+    """A softmax over dim 0 is an outer reduction, looped over the rows at every size: the
+    online pass takes it too."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        m = fd.ops.max(x, [0], True)
+        e = fd.ops.exp(fd.ops.sub(x, m))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [0], True)))
+    x = torch.randn(300, 37, device=device) * 5
+    x[:150, 3] = -math.inf
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, torch.softmax(x, 0))
+    code = fd.last_triton_code()
+    assert code.count("for r_start in range(") == 2 and "_new = _max_nan(" in code, code
