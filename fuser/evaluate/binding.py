@@ -86,6 +86,9 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
             continue
         if not isinstance(arg, torch.Tensor):
             raise FusionInputError(f"{label}: expected a tensor, got {type(arg).__name__}")
+        if arg.layout is not torch.strided:
+            raise FusionInputError(f"{label}: a tensor of layout {arg.layout}; fuser takes dense (strided) "
+                                   f"tensors (call .to_dense() first)")
         if device is None:
             device, device_label = arg.device, label
         elif arg.device != device:
@@ -247,7 +250,8 @@ class InputBinder:
 
         if any(dense is None for *_, dense in self.tensors):
             return None
-        env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter)}  # Parameters: module inputs
+        env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter),  # Parameters: module inputs
+                               "STRIDED": torch.strided}
         lines = ["def fast(args):",
                  f"    if not isinstance(args, (list, tuple)) or len(args) != {self.count}:",
                  "        return None"]
@@ -256,7 +260,8 @@ class InputBinder:
             a = f"a{i}"
             env[f"D{i}"] = dtype
             lines += [f"    {a} = args[{i}]",
-                      f"    if type({a}) not in PLAIN or {a}.dtype != D{i} or {a}.dim() != {ndim}:",
+                      f"    if type({a}) not in PLAIN or {a}.dtype != D{i} or {a}.dim() != {ndim} "
+                      f"or {a}.layout is not STRIDED:",
                       "        return None"]
             lines += ([f"    device = {a}.device"] if n == 0 else
                       [f"    if {a}.device != device:", "        return None"])

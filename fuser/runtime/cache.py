@@ -181,7 +181,7 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
     a scalar's place (a scalar passed as a tensor; a list, which no dict key can hold, is the
     binding's FusionInputError, not a TypeError here)."""
     env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter), "NUMBER": (bool, int, float, complex),
-                           "scalar_key": scalar_key}
+                           "STRIDED": torch.strided, "scalar_key": scalar_key}
     tensors = {i for i, *_ in binder.tensors}
     lines = ["def ready_key(args):",
              f"    if type(args) not in (list, tuple) or len(args) != {binder.count}:",
@@ -191,7 +191,8 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
         a = f"a{i}"
         lines.append(f"    {a} = args[{i}]")
         if i in tensors:
-            lines += [f"    if type({a}) not in PLAIN or {a}.is_neg() or {a}.is_conj():", "        return None"]
+            lines += [f"    if type({a}) not in PLAIN or {a}.layout is not STRIDED or {a}.is_neg() or {a}.is_conj():",
+                      "        return None"]
             parts.append(f"({a}.shape, {a}.stride(), {a}.dtype, {a}.device)")
         else:
             lines += [f"    if not isinstance({a}, NUMBER):", "        return None"]

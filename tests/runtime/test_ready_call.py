@@ -122,3 +122,18 @@ def test_a_lazily_negated_tensor_is_read_as_its_value():
     neg = torch._neg_view(x)
     torch.testing.assert_close(fd.execute([neg])[0], -x * 2)
     torch.testing.assert_close(fd.execute([x])[0], x * 2)
+
+
+@pytest.mark.parametrize("contiguity", [True, False])
+def test_a_sparse_tensor_is_a_fusion_input_error_naming_the_input(contiguity):
+    """A sparse tensor has no strided memory a kernel could read: with contiguity=False it
+    reached the kernel and failed with NotImplementedError from torch (found while checking
+    layouts after the lazy-negation fix)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=contiguity, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(a, 2.0))
+    x = torch.randn(3, 4)
+    fd.execute([x])  # a ready call for the dense layout
+    with pytest.raises(FusionInputError, match=r"input 0 \(T0\).*layout torch.sparse_coo"):
+        fd.execute([x.to_sparse()])
+    torch.testing.assert_close(fd.execute([x])[0], x * 2)
