@@ -15,6 +15,7 @@ from typing import Optional
 
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, Expr, ExpandOp, LoadStoreOp, ReductionOp, ReductionOpType,
                   UnaryOp, UnaryOpType)
+from .types import compute_type
 
 _VIEWS = (BroadcastOp, ExpandOp, LoadStoreOp)
 
@@ -37,8 +38,6 @@ def online_sum_partner(writer, e: Expr) -> Optional[ReductionOp]:
 
 
 def _fp32_reduction(e: Expr, kind: ReductionOpType) -> bool:
-    from .types import compute_type
-
     return isinstance(e, ReductionOp) and e.kind is kind and compute_type(e.out.dtype) == "tl.float32" \
         and compute_type(e.inp.dtype) == "tl.float32"
 

@@ -176,10 +176,11 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
     """`call_key` of a plain call as one straight-line function of the arguments, for finding
     a ready call before binding: the key fixes everything binding checks (shapes, strides,
     dtypes, devices, scalar values), so a key that has a ready call belongs to a call that
-    was bound and checked already. None for calls no ready call is made for: another
-    argument count, a tensor subclass (other than Parameter), anything but a Python number in
-    a scalar's place (a scalar passed as a tensor; a list, which no dict key can hold, is the
-    binding's FusionInputError, not a TypeError here)."""
+    was bound and checked already. Ready calls are stored and found by this key alone. None
+    for calls no ready call is made for: another argument count, a tensor subclass (other than
+    Parameter), another layout, a lazy negation or conjugation, anything but a Python number
+    in a scalar's place (a scalar passed as a 0-dim tensor is keyed by its layout, not its
+    value; a list, which no dict key can hold, is the binding's FusionInputError)."""
     env: dict[str, Any] = {"PLAIN": (torch.Tensor, torch.nn.Parameter), "NUMBER": (bool, int, float, complex),
                            "STRIDED": torch.strided, "scalar_key": scalar_key}
     tensors = {i for i, *_ in binder.tensors}
@@ -261,7 +262,8 @@ class FusionExecutorCache:
         return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        ready = self._ready.get(self._ready_key(args))  # (a ready call's key was checked before)
+        ready_key = self._ready_key(args)  # None: a call no ready call is made for
+        ready = self._ready.get(ready_key)  # (a ready call's key was checked before)
         if ready is not None:
             self.last_runtime = ready.runtime
             return ready(args)
@@ -277,14 +279,12 @@ class FusionExecutorCache:
             self._by_layout[layout] = runtime
         self.last_runtime = runtime
         outs = runtime.run(args, table)
-        # a scalar passed as a 0-dim tensor is keyed by its layout, not its value: no ready call
-        if isinstance(runtime, FusionRuntime) and not any(
-                isinstance(args[i], torch.Tensor) for i, _, _ in self._binder.scalars):
+        if ready_key is not None and isinstance(runtime, FusionRuntime):
             ready = runtime.ready_call(args, table)
             if ready is not None:
                 if len(self._ready) > 256:
                     self._ready.clear()
-                self._ready[key] = ready
+                self._ready[ready_key] = ready
         return outs
 
     def _runtime_for(self, args: Sequence[Any]):
