@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp,
                   Scalar, TensorView, TernaryOp, UnaryOp, Val, VarMeanOp)
+from ..schedulers.axes import RESIZE_OPS
 from ..ir.printer import format_expr, format_tv
 from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
 from .math import binary_lowering, helpers_for, unary_lowering
 from .reductions import ReductionEmitter
+from .resize import ResizeEmitter
 from .scope import Scope
 from .types import COMPUTE, STORAGE, compute_type
 
@@ -30,9 +32,11 @@ from .types import COMPUTE, STORAGE, compute_type
 class ArgSpec:
     """What the launcher passes for each kernel parameter."""
 
-    kind: str  # "tensor", "stride", "extent", "scalar"
+    kind: str  # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr"
     val: Optional[Val] = None
     super_axis: int = -1
+    dim: int = -1  # "size": the tensor's logical dim
+    expr: Any = None  # "extent_expr": a sympy extent evaluated under the binding table
 
 
 @dataclass
@@ -48,7 +52,7 @@ class KernelSource:
         return [p for p, a in zip(self.params, self.args) if a.kind == "scalar"]
 
 
-class KernelWriter(ElementwiseEmitter, ReductionEmitter):
+class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
@@ -69,6 +73,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         self.args: list[ArgSpec] = []
         self.params: list[str] = []
         self.scalar_args: dict[int, str] = {}
+        self.init_views()
 
     # -- spans ------------------------------------------------------------------------------
 
@@ -89,6 +94,14 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         self.params.append(name)
         self.args.append(spec)
         return name
+
+    @staticmethod
+    def size_spec(tv: TensorView, dim: int) -> ArgSpec:
+        return ArgSpec("size", tv, dim=dim)
+
+    @staticmethod
+    def extent_spec(expr) -> ArgSpec:
+        return ArgSpec("extent_expr", expr=expr)
 
     def declare_params(self) -> None:
         for v in list(self.plan.inputs) + list(self.plan.outputs):
@@ -136,16 +149,19 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         if not js:
             return None
         owner = scope.owner_of_dim(dim)
-        name = owner.offsets.get((id(tv), dim))
+        name = owner.offsets.get((id(tv), dim, self.view))
         if name is None:
-            name = f"T{tv.name}_off{dim}"
-            owner.lines.append(f"{name} = " + " + ".join(f"idx{j} * T{tv.name}_stride{j}" for j in js))
-            owner.offsets[(id(tv), dim)] = name
+            name = f"{self.tname(tv)}_off{dim}"
+            owner.lines.append(f"{name} = " + " + ".join(
+                f"{self.index_code(j)} * T{tv.name}_stride{j}" for j in js))
+            owner.offsets[(id(tv), dim, self.view)] = name
         return name
 
     def mask(self, tv: TensorView) -> Optional[str]:
         dims = sorted(self.dims_of(tv))
         parts = [("r_mask" if d == 0 else "c_mask") for d in dims]
+        if self.view:
+            parts += self.load_bounds(tv)
         return " & ".join(parts) if parts else None
 
     # -- values -----------------------------------------------------------------------------
@@ -165,7 +181,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         return code
 
     def value(self, scope: Scope, v: TensorView) -> str:
-        name = scope.lookup(id(v))
+        name = scope.lookup(self.key(v))
         if name is not None:
             return name
         self.emit_producers(scope, v)
@@ -182,7 +198,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
                 self.emit_reduction_loop(e)
             else:
                 self.emit_expr(target, e)
-        name = scope.lookup(id(v))
+        name = scope.lookup(self.key(v))
         if name is None:
             raise InternalError(f"T{v.name} was not emitted")
         return name
@@ -202,11 +218,11 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
                 continue
             expanded.add(id(u))
             e = self.producer.get(id(u))
-            if e is None or id(u) in self.kernel_inputs or self.reduces_in_loop(e):
-                continue  # loads and loop reductions emit their own inputs, where they belong
+            if e is None or id(u) in self.kernel_inputs or self.reduces_in_loop(e) or isinstance(e, RESIZE_OPS):
+                continue  # loads, loop reductions and resizes emit their own inputs, where they belong
             stack.append((u, True))
             for w in reversed(e.inputs):
-                if isinstance(w, TensorView) and id(w) not in expanded and scope.lookup(id(w)) is None:
+                if isinstance(w, TensorView) and id(w) not in expanded and scope.lookup(self.key(w)) is None:
                     stack.append((w, False))
         for u in order[:-1]:  # all but v itself
             self.value(scope, u)
@@ -222,12 +238,14 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
         evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
-        scope.lines.append(f"T{tv.name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
-        scope.names[id(tv)] = f"T{tv.name}"
+        name = self.tname(tv)
+        scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
+        scope.names[self.key(tv)] = name
 
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
-        scope.lines.append(f"T{tv.name} = {code}")
-        scope.names[id(tv)] = f"T{tv.name}"
+        name = self.tname(tv)
+        scope.lines.append(f"{name} = {code}")
+        scope.names[self.key(tv)] = name
 
     # -- ops --------------------------------------------------------------------------------
 
@@ -248,6 +266,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter):
         elif isinstance(e, FullOp):
             value = self.operand(scope, e.inp, out.dtype)  # a [1, 1] block, or a literal
             self.bind(scope, out, self.block_literal(e.inp, value, out.dtype))
+        elif isinstance(e, RESIZE_OPS):
+            self.emit_resize(scope, e)
         else:  # broadcast, expand, squeeze, permute, set: the tile value is unchanged
             self.bind(scope, out, self.value(scope, e.inp))
 

@@ -70,6 +70,8 @@ class KernelLauncher:
         # symbols the loop space and the outputs depend on: with the inputs' shapes they key a
         # ready launch (an iota's or full's extent can come from a scalar input alone)
         exprs = [a.extent for a in plan.axes.axes] + [e for o in plan.outputs for e in local_extents(o)]
+        if plan.axes.resized:  # the offsets of cat inputs and the sizes of padded ones
+            exprs += [d.extent for t in plan.axes.tensors for d in t.domain.no_reductions()]
         self.key_symbols = sorted({s.name for e in exprs for s in e.free_symbols})
         self.variants: dict[tuple, tuple[KernelSource, Any]] = {}
         # (input shapes and strides, scalar values) -> a ready launch; the hot path of a call
@@ -175,6 +177,8 @@ class KernelLauncher:
                 dests=None) -> "Optional[_Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
         local tensors, the local extents and the destinations' strides: see `run_local`)."""
+        if local_extents is not None and self.plan.axes.resized:
+            return None  # a resize's offsets are global extents: ATen runs local tensors
         if out_shapes is None:
             outputs = self.allocate_outputs(values, device)
         else:
@@ -190,7 +194,8 @@ class KernelLauncher:
             return None  # empty loop space: the caller evaluates through ATen
         strides = self.strides(tensors, len(extents))
         plan = self.plan
-        layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise)
+        layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise,
+                             plan.axes.resized)
         runs = layout.super_axes
         run_extents = [math.prod(extents[a] for a in run) for run in runs]
         rows = math.prod(run_extents[:len(layout.dim0)])
@@ -253,6 +258,10 @@ class KernelLauncher:
                         args.append(chunks)
                     elif spec.kind == "split_chunk":
                         args.append(chunk_rows)
+                    elif spec.kind == "size":
+                        args.append(tensors[index[id(spec.val)]].shape[spec.dim])
+                    elif spec.kind == "extent_expr":
+                        args.append(int(compile_extent(spec.expr)(values)))
                     else:
                         args.append(scalars[id(spec.val)])
                 block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)

@@ -29,10 +29,11 @@ def _mergeable(a: int, b: int, strides: list[list[int]], extents: list[int]) -> 
     return True
 
 
-def _fold(axes: list[int], strides: list[list[int]], extents: list[int]) -> list[tuple[int, ...]]:
+def _fold(axes: list[int], strides: list[list[int]], extents: list[int], alone=frozenset()) -> list[tuple[int, ...]]:
     runs: list[list[int]] = []
     for a in axes:
-        if runs and _mergeable(_inner(runs[-1], extents), a, strides, extents):
+        if runs and a not in alone and runs[-1][-1] not in alone \
+                and _mergeable(_inner(runs[-1], extents), a, strides, extents):
             runs[-1].append(a)
         else:
             runs.append([a])
@@ -52,9 +53,10 @@ def run_stride(run: tuple[int, ...], strides: list[int], extents: list[int]) -> 
 
 
 def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], extents: list[int],
-                pointwise: bool) -> Layout:
-    """`strides[t][a]`: stride of tensor t along loop axis a (0 where it does not span a)."""
+                pointwise: bool, alone=frozenset()) -> Layout:
+    """`strides[t][a]`: stride of tensor t along loop axis a (0 where it does not span a).
+    Axes in `alone` (those a slice, pad or cat shifts) are never merged with a neighbour."""
     if pointwise:
-        runs = _fold(dim0 + dim1, strides, extents)
+        runs = _fold(dim0 + dim1, strides, extents, alone)
         return Layout(tuple(runs[:-1]), tuple(runs[-1:]))
-    return Layout(tuple(_fold(dim0, strides, extents)), tuple(_fold(dim1, strides, extents)))
+    return Layout(tuple(_fold(dim0, strides, extents, alone)), tuple(_fold(dim1, strides, extents, alone)))

@@ -33,7 +33,7 @@ from torch.fx import GraphModule, Node
 from ..errors import InternalError
 from .lowering import NodeLoweringError, Region, RegionBuilder
 from .sizes import RuntimeSymbols
-from .meta import is_size_node, meta_val, node_device
+from .meta import is_size_node, meta_val, node_device, size_expr
 from .recompute import recompute_shared_pointwise
 from .rules import find_rule
 
@@ -78,6 +78,8 @@ def plan_graph(gm: GraphModule) -> Plan:
     _separate_input_views(gm)
     nodes = list(gm.graph.nodes)
     symbols = RuntimeSymbols([n for n in nodes if n.op == "placeholder"], _scalar_constants(gm))
+    if _sizes_from_inputs(gm, symbols):
+        nodes = list(gm.graph.nodes)
     refused: dict[Node, Eager] = {}
     for node in nodes:
         if node.op == "call_function":
@@ -103,6 +105,43 @@ def plan_graph(gm: GraphModule) -> Plan:
         steps.sort(key=lambda s: (s[0], s[1]))
         return Plan(gm, [s[2] for s in steps])
     raise InternalError("the graph partition did not settle")  # each pass refuses a node: unreachable
+
+
+def _size_function(fn):
+    def size_from_inputs(*values):
+        return fn(*values)
+    return size_from_inputs
+
+
+def _sizes_from_inputs(gm: GraphModule, symbols: RuntimeSymbols) -> bool:
+    """`sym_size` of a computed tensor (AOTAutograd saves a slice's length for backward) read
+    from the graph inputs' sizes instead: read from the tensor, it made the tensor a fusion
+    output, written to memory only to be measured (and a slice kept out of its kernel)."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.sym_size.int:
+            continue
+        tensor = node.args[0]
+        if not isinstance(tensor, Node) or tensor.op == "placeholder":
+            continue
+        src = symbols.source(size_expr(meta_val(node)))
+        if src is None:
+            continue
+        with gm.graph.inserting_before(node):
+            args = []
+            for read, axis in src.reads:
+                if axis is not None:
+                    read = gm.graph.call_function(aten.sym_size.int, (read, axis))
+                    read.meta["val"] = meta_val(read.args[0]).shape[axis]
+                args.append(read)
+            new = gm.graph.call_function(_size_function(src.fn), tuple(args))
+        new.meta["val"] = meta_val(node)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def _separate_input_views(gm: GraphModule) -> None:

@@ -43,6 +43,8 @@ class normIndex(sympy.Function):
         if index.is_Integer and extent.is_Integer:
             i, n = int(index), int(extent)
             return sympy.Integer(min(max(i + n if i < 0 else i, 0), n))
+        if index == extent or index == 0:  # x[:n] and x[0:] of an extent n (never negative)
+            return index
         return None
 
 

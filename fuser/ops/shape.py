@@ -175,11 +175,15 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
         length = ceilDiv(hi - lo, sympy.Integer(s))
         ids.append(f.new_id(length, iter_type=IterType.Broadcast if d.is_broadcast and length == 1
                             else IterType.Iteration))  # an expanded axis sliced: a real axis
-        bounds += [f.new_scalar(DataType.Int, expr=lo), f.new_scalar(DataType.Int, expr=hi),
-                   f.new_scalar(DataType.Int, value=s)]
+        bounds += [_int_scalar(f, lo), _int_scalar(f, hi), f.new_scalar(DataType.Int, value=s)]
     out = new_tensor(f, ids, tv.dtype)
     f.add_expr(SliceOp(inputs=(tv, *bounds), outputs=(out,)))
     return out
+
+
+def _int_scalar(f, e) -> Scalar:
+    """A bound: a constant where it is a number (kernels then take it as a literal)."""
+    return f.new_scalar(DataType.Int, value=int(e)) if e.is_Integer else f.new_scalar(DataType.Int, expr=e)
 
 
 def _normalize_index(f, v, ext, op):

@@ -6,14 +6,19 @@ reduction axes, broadcast, squeeze and permute map the axes they keep. Each resu
 one loop axis of the kernel; its extent is the extent of any concrete member (op construction
 unified them). Classes of broadcasts only, and those of an axis a squeeze removes (size 1), are
 no loop axes. The scheduler then decides which axes run across programs and which inside one.
+
+Slice, pad and cat (resize ops) map an input axis onto the output's axis at an offset: both are
+one loop axis, "resized", whose members have several extents. The kernel iterates it over the
+extent of the group's outputs (which must agree) and reads the tensors before a resize at the
+shifted index (codegen/resize.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, IterDomain, LoadStoreOp,
-                  PermuteOp, ReductionOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
+from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDomain, LoadStoreOp, PadOp,
+                  PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
 from ..ir.symbolic import Extent
 
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, LoadStoreOp, ExpandOp)
@@ -63,6 +68,49 @@ def _axis_pairs(e: Expr):
     elif isinstance(e, PermuteOp):
         src = e.inp.domain.no_reductions()
         yield from zip(e.out.domain.no_reductions(), [src[k] for k in e.dims])
+    elif isinstance(e, RESIZE_OPS):  # the dims it resizes are linked later (_resize_links)
+        resized = resized_dims(e)
+        for v in e.inputs:
+            if isinstance(v, TensorView):
+                for k, (o, i) in enumerate(zip(e.out.domain.no_reductions(), v.domain.no_reductions())):
+                    if k not in resized:
+                        yield o, i
+
+
+def _resize_links(e: Expr):
+    """(output id, input id) pairs of the dims a resize moves, both concrete (a size-1
+    broadcast padded or concatenated does not vary along the axis)."""
+    resized = resized_dims(e)
+    for v in e.inputs:
+        if isinstance(v, TensorView):
+            for k, (o, i) in enumerate(zip(e.out.domain.no_reductions(), v.domain.no_reductions())):
+                if k in resized and concrete_extent(o) is not None and concrete_extent(i) is not None:
+                    yield o, i
+
+
+RESIZE_OPS = (SliceOp, PadOp, CatOp)
+# a group refused for this may be taken once its other consumers join it (the segmenter retries)
+RESIZED_OUTPUTS = "outputs of several extents along an axis a slice, pad or cat resizes"
+
+
+def pad_widths(e: PadOp) -> dict[int, tuple[int, int]]:
+    """Padded dim -> (left, right), from F.pad's order (last dim first)."""
+    widths = [int(w.value) for w in e.inputs[2:]]
+    n = e.out.ndim
+    return {n - 1 - k: (widths[2 * k], widths[2 * k + 1]) for k in range(len(widths) // 2)}
+
+
+def resized_dims(e: Expr) -> set[int]:
+    """The dims a slice, pad or cat moves its input along (not the identity there)."""
+    if isinstance(e, SliceOp):
+        out, inp = e.out.domain.no_reductions(), e.inp.domain.no_reductions()
+        return {k for k, (lo, _, step) in enumerate(e.ranges)
+                if not (lo.is_constant and lo.value == 0 and step.value == 1 and out[k].extent == inp[k].extent)}
+    if isinstance(e, PadOp):
+        return {k for k, (lo, hi) in pad_widths(e).items() if lo or hi}
+    if isinstance(e, CatOp):
+        return {e.dim} if len(e.inputs) > 1 else set()
+    return set()
 
 
 def concrete_extent(d: IterDomain) -> Optional[Extent]:
@@ -88,6 +136,7 @@ class KernelAxes:
     tensor_axes: dict[int, list[Optional[int]]]  # id(tv) -> loop axis per logical axis
     tensors: list[TensorView]
     reference: TensorView
+    resized: frozenset[int] = frozenset()  # loop axes a slice, pad or cat moves tensors along
 
     def of(self, tv: TensorView) -> list[Optional[int]]:
         return self.tensor_axes[id(tv)]
@@ -110,8 +159,9 @@ def group_tensors(exprs: Sequence[Expr]) -> list[TensorView]:
     return out
 
 
-def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
-    """Map every tensor of the group onto shared loop axes, or say why that is impossible."""
+def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = ()) -> tuple[Optional[KernelAxes], str]:
+    """Map every tensor of the group onto shared loop axes, or say why that is impossible.
+    `outputs` set the extents of resized axes."""
     uf = _UnionFind()
     tensors = group_tensors(exprs)
     reduced = {id(o) for e in exprs if isinstance(e, (ReductionOp, VarMeanOp)) for o in e.outputs}
@@ -137,18 +187,42 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
     for b, d in met:
         first = same_extent.setdefault((uf.find(id(b)), concrete_extent(d)), d)
         uf.union(first, d)
+    # an axis a squeeze removes has size 1 in every execution (binding checks it), so like a
+    # broadcast it is no loop axis: were it one, the squeeze's input would vary along a tile
+    # dim its output does not, and the output's value would not fit its tile (a 0-d result of
+    # a row-shaped operand)
+    squeezed = [d for e in exprs if isinstance(e, SqueezeOp)
+                for k, d in enumerate(e.inp.domain.no_reductions()) if k in e.dims and not d.is_broadcast]
+    unit = {uf.find(id(d)) for d in squeezed}
+    # a resize joins its input's axis to its output's; never a size-1 axis a squeeze removes
+    # (x[:1] of a row-shaped x, squeezed: the slice reads row `start` for every row)
+    for e in exprs:
+        if isinstance(e, RESIZE_OPS):
+            for a, b in _resize_links(e):
+                if uf.find(id(a)) not in unit and uf.find(id(b)) not in unit:
+                    uf.union(a, b)
+    unit = {uf.find(id(d)) for d in squeezed}
+    for e in exprs:
+        if isinstance(e, RESIZE_OPS):
+            for a, b in _resize_links(e):
+                if uf.find(id(a)) in unit and uf.find(id(b)) not in unit:
+                    # the kernel would read the input at a fixed index along an axis it does not
+                    # iterate; ATen takes the view (x[:, :, 3], a select, is a slice squeezed)
+                    return None, "a slice to one element of an axis a squeeze then removes"
     classes: dict[int, list[IterDomain]] = {}
     for k in uf.parent:
         classes.setdefault(uf.find(k), []).append(uf.ids[k])
     concrete = {root: next((concrete_extent(d) for d in ms if concrete_extent(d) is not None), None)
                 for root, ms in classes.items()}
+    resized_roots = {uf.find(id(a)) for e in exprs if isinstance(e, RESIZE_OPS)
+                     for a, _ in _resize_links(e)} - unit
+    for root in resized_roots:
+        found = {concrete_extent(d) for o in outputs if isinstance(o, TensorView)
+                 for d in o.domain.no_reductions() if uf.find(id(d)) == root and concrete_extent(d) is not None}
+        if len(found) != 1:
+            return None, (RESIZED_OUTPUTS if found else "no output spans an axis a slice, pad or cat resizes")
+        concrete[root] = found.pop()
     reduction_roots = {root for root, ms in classes.items() if any(d.is_reduction for d in ms)}
-    # an axis a squeeze removes has size 1 in every execution (binding checks it), so like a
-    # broadcast it is no loop axis: were it one, the squeeze's input would vary along a tile
-    # dim its output does not, and the output's value would not fit its tile (a 0-d result of
-    # a row-shaped operand)
-    unit = {uf.find(id(d)) for e in exprs if isinstance(e, SqueezeOp)
-            for k, d in enumerate(e.inp.domain.no_reductions()) if k in e.dims and not d.is_broadcast}
 
     def is_loop_axis(d: IterDomain) -> bool:
         return concrete_extent(d) is not None and uf.find(id(d)) not in unit
@@ -179,4 +253,5 @@ def analyze_axes(exprs: Sequence[Expr]) -> tuple[Optional[KernelAxes], str]:
         if len(set(real)) != len(real):
             return None, f"T{tv.name} maps two of its axes to one loop axis"
         tensor_axes[id(tv)] = mapped
-    return KernelAxes(axes, tensor_axes, tensors, reference), ""
+    resized = frozenset(index[r] for r in resized_roots if r in index)
+    return KernelAxes(axes, tensor_axes, tensors, reference, resized), ""

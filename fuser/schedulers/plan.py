@@ -14,15 +14,17 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..ir import (BinaryOp, BroadcastOp, CastOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp, LoadStoreOpType,
-                  PermuteOp, ReductionOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, Val,
-                  VarMeanOp)
-from .axes import KernelAxes, analyze_axes
+from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp,
+                  LoadStoreOpType, PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp,
+                  UnaryOp, Val, VarMeanOp)
+from .axes import RESIZE_OPS, KernelAxes, analyze_axes
 from .inner_outer import InnerOuterSplit, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
-              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp)
-_COMPUTE_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, LoadStoreOp, IotaOp, FullOp)
+              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
+# a slice alone is a view (ATen makes it free); pad and cat make new tensors
+_COMPUTE_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, LoadStoreOp, IotaOp, FullOp,
+                PadOp, CatOp)
 
 
 class Template(enum.Enum):
@@ -99,11 +101,13 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         if not lowerable(e):
             return None, f"{e.op_name} has no lowering on this target"
     if not any(isinstance(e, _COMPUTE_OPS) for e in exprs):
-        return None, "only views (broadcast, expand, squeeze, permute): ATen makes them free"
-    axes, why = analyze_axes(exprs)
+        return None, "only views (broadcast, expand, squeeze, permute, slice): ATen makes them free"
+    axes, why = analyze_axes(exprs, outputs)
     if axes is None:
         return None, why
     reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+    if reductions and any(isinstance(e, RESIZE_OPS) for e in exprs):
+        return None, "slice, pad and cat fuse into pointwise kernels only"
     # a reduction over size-1 axes only reduces no loop axis, though its input's axis may meet
     # one (x - m, m.sum(-1) of a keepdim mean): a kernel would reduce the copies along it
     if any(not reduced_axes_of(e, axes) for e in reductions):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ir import Expr, Fusion, ReductionOp, TensorView, VarMeanOp
+from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_io
 
@@ -25,7 +26,7 @@ class _Group:
         self.exprs = [expr]
         self.first = index
         self.kernel = kernel
-        self.refusals: list[str] = []
+        self.refusals: list[tuple[str, Expr]] = []  # (why a merge was refused, an expr of the other group)
 
 
 class Segmenter:
@@ -36,6 +37,7 @@ class Segmenter:
         self.producer: dict[int, Expr] = {id(o): e for e in fusion.exprs for o in e.outputs}
         self.group_of: dict[int, _Group] = {}
         self.order = {id(e): k for k, e in enumerate(fusion.exprs)}
+        self.retry: list[tuple[Expr, Expr]] = []  # merges to try again after the greedy pass
 
     # -- graph helpers ----------------------------------------------------------------------
 
@@ -78,14 +80,16 @@ class Segmenter:
         if a.kernel != b.kernel:
             return False
         if not self.acyclic_merge(a, b, groups):
-            a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle")
+            a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle", b.exprs[0]))
             return False
         exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
         if a.kernel:
             with phase("planning"):
                 plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
             if plan is None and not why.startswith("only views"):
-                a.refusals.append(f"not merged with the group of {b.exprs[0].op_name}: {why}")
+                if why == RESIZED_OUTPUTS:
+                    self.retry.append((a.exprs[0], b.exprs[0]))
+                a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: {why}", b.exprs[0]))
                 return False
         self.absorb(a, b, exprs, groups)
         return True
@@ -97,6 +101,22 @@ class Segmenter:
         for e in b.exprs:
             self.group_of[id(e)] = a
         groups.remove(b)
+
+    def retry_resized(self, groups: list[_Group]) -> None:
+        """A value read by two slices (x[..., :h] and x[..., h:] of rope's backward) cannot join
+        the first slice's group while the second still reads it from outside: the group would
+        write it at another extent than its own output. Once both slices are in one group, the
+        merge is tried again."""
+        pending = self.retry
+        while pending:
+            self.retry = []
+            for ea, eb in pending:
+                a, b = self.group_of[id(ea)], self.group_of[id(eb)]
+                if a is not b and a in groups and b in groups:
+                    self.try_merge(a, b, groups)
+            if len(self.retry) >= len(pending):
+                break  # nothing joined this round
+            pending = self.retry
 
     def join_siblings(self, groups: list[_Group]) -> None:
         """Kernel groups that read a common value, with no producer between them, join when the
@@ -143,6 +163,7 @@ class Segmenter:
                     target, other = (p, g)
                     if self.try_merge(target, other, groups):
                         g = target
+        self.retry_resized(groups)
         self.join_siblings(groups)
         return self.to_segments(groups)
 
@@ -159,7 +180,8 @@ class Segmenter:
         segments = []
         for g in ordered:
             inputs, outputs = self.merged_io(g.exprs)
-            refusals = "; ".join(dict.fromkeys(g.refusals))
+            # a refused merge whose groups joined later (another way) is no cut
+            refusals = "; ".join(dict.fromkeys(why for why, other in g.refusals if self.group_of[id(other)] is not g))
             if g.kernel:
                 with phase("planning"):
                     plan, why = self.try_kernel(g.exprs, inputs, outputs)

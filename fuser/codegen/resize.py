@@ -1,0 +1,166 @@
+"""Slice, pad and cat inside pointwise kernels.
+
+A resize op maps its output's index along a resized loop axis to its input's index at an
+offset (slice: start + step * i; pad: i - left; cat: i - the input's offset). The kernel
+iterates the output's index space, so a value before a resize is computed at the shifted index:
+a *view* is the map from resized loop axes to the index variables that hold the shifted index,
+and every value is emitted once per view it is asked for (rope reads x as is, and shifted by
+half a row in each direction). Loads under a view are masked to the loaded tensor's own size;
+pad and cat select with `tl.where`, so values computed outside an input's range are discarded.
+A mixin of KernelWriter (pointwise plans only: the planner refuses resizes beside reductions).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy
+
+from ..errors import InternalError
+from ..ir import CatOp, Expr, PadOp, Scalar, SliceOp, TensorView
+from ..schedulers.axes import pad_widths, resized_dims
+from .scope import Scope
+
+View = tuple  # ((loop axis, index variable), ...) sorted by axis; () is the identity
+
+
+class ResizeEmitter:
+    def init_views(self) -> None:
+        self.view: View = ()
+        self.view_ids: dict[View, int] = {(): 0}
+        self.index_vars: dict[str, str] = {}  # index code -> variable holding it
+        self.extent_params: dict[str, str] = {}  # str(extent) -> parameter name
+
+    # -- names and indices under the current view -------------------------------------------
+
+    def key(self, v) -> object:
+        """The scope key of `v` under the current view (its id alone for the identity)."""
+        return id(v) if not self.view else (id(v), self.view)
+
+    def tname(self, v) -> str:
+        if not self.view:
+            return f"T{v.name}"
+        n = self.view_ids.setdefault(self.view, len(self.view_ids))
+        return f"T{v.name}_v{n}"
+
+    def index_code(self, j: int) -> str:
+        """Super-axis j's index under the current view (a resized axis is alone in its run)."""
+        run = self.layout.super_axes[j]
+        for axis, var in self.view:
+            if axis in run:
+                if len(run) > 1:
+                    raise InternalError(f"loop axis {axis}, shifted by a resize, was merged with {run}")
+                return var
+        return f"idx{j}"
+
+    def axis_index(self, axis: int) -> str:
+        j = next(j for j, run in enumerate(self.layout.super_axes) if axis in run)
+        return self.index_code(j)
+
+    def load_bounds(self, tv: TensorView) -> list[str]:
+        """Masks keeping a load under the view inside the tensor's own size along each shifted
+        axis (pad and cat ask for indices outside it, and discard what comes back)."""
+        out = []
+        for k, axis in enumerate(self.axes.of(tv)):
+            var = dict(self.view).get(axis) if axis is not None else None
+            if var is not None:
+                size = f"T{tv.name}_size{k}"
+                if size not in self.params:
+                    self.add_param(size, self.size_spec(tv, k))
+                out.append(f"({var} >= 0) & ({var} < {size})")
+        return out
+
+    def shifted(self, view: View, axis: int, code: str) -> View:
+        """`view` with loop axis `axis` read at index `code` (a variable holding it)."""
+        var = code if code.isidentifier() else self.index_vars.get(code)
+        if var is None:
+            var = self.index_vars[code] = f"ix{len(self.index_vars)}"
+            self.program_scope.lines.append(f"{var} = {code}")
+        return tuple(sorted([(a, v) for a, v in view if a != axis] + [(axis, var)]))
+
+    def under(self, view: View, fn: Callable[[], str]) -> str:
+        saved, self.view = self.view, view
+        try:
+            return fn()
+        finally:
+            self.view = saved
+
+    def extent_code(self, e: sympy.Expr) -> str:
+        """An extent as kernel code: a literal, or a parameter the launcher evaluates."""
+        if isinstance(e, sympy.Integer):
+            return str(int(e))
+        name = self.extent_params.get(str(e))
+        if name is None:
+            name = self.extent_params[str(e)] = self.add_param(f"E{len(self.extent_params)}", self.extent_spec(e))
+        return name
+
+    def int_code(self, s: Scalar) -> str:
+        return str(int(s.value)) if s.is_constant else self.scalar_args[id(s)]
+
+    def resized_axes(self, e: Expr, k: int, inp: TensorView):
+        """(the output's index along dim k, the input's loop axis there or None: a size-1
+        input that does not vary along it)."""
+        out_axis = self.axes.of(e.out)[k]
+        if out_axis is None:  # the planner refuses such groups (schedulers/axes.py)
+            raise InternalError(f"T{e.out.name}'s dim {k}, resized, is no loop axis")
+        return self.axis_index(out_axis), self.axes.of(inp)[k]
+
+    # -- the ops ------------------------------------------------------------------------------
+
+    def emit_resize(self, scope: Scope, e: Expr) -> None:
+        if isinstance(e, SliceOp):
+            code = self.emit_slice(scope, e)
+        elif isinstance(e, PadOp):
+            code = self.emit_pad(scope, e)
+        else:
+            code = self.emit_cat(scope, e)
+        self.bind(scope, e.out, code)
+
+    def emit_slice(self, scope: Scope, e: SliceOp) -> str:
+        view = self.view
+        for k in sorted(resized_dims(e)):
+            i, axis = self.resized_axes(e, k, e.inp)
+            if axis is None:
+                continue
+            lo, _, step = e.ranges[k]
+            start = self.int_code(lo)
+            scaled = i if int(step.value) == 1 else f"{int(step.value)} * {i}"
+            view = self.shifted(view, axis, scaled if start == "0" else f"{start} + {scaled}")
+        return self.under(view, lambda: self.operand(scope, e.inp, e.out.dtype))
+
+    def emit_pad(self, scope: Scope, e: PadOp) -> str:
+        view, valid = self.view, []
+        sizes = e.inp.domain.no_reductions()
+        for k, (left, _) in sorted(pad_widths(e).items()):
+            if k not in resized_dims(e):
+                continue
+            i, axis = self.resized_axes(e, k, e.inp)
+            valid.append(f"({i} >= {left}) & ({i} < {left} + {self.extent_code(_size(sizes[k]))})")
+            if axis is not None:
+                view = self.shifted(view, axis, f"{i} - {left}" if left else i)
+        inner = self.under(view, lambda: self.operand(scope, e.inp, e.out.dtype))
+        fill = self.block_literal(e.inputs[1], self.operand(scope, e.inputs[1], e.out.dtype), e.out.dtype)
+        return f"tl.where({' & '.join(valid)}, {inner}, {fill})" if valid else inner
+
+    def emit_cat(self, scope: Scope, e: CatOp) -> str:
+        if len(e.inputs) == 1:
+            return self.operand(scope, e.inputs[0], e.out.dtype)
+        ends, total = [], sympy.Integer(0)
+        for t in e.inputs:
+            total = total + _size(t.domain.no_reductions()[e.dim])
+            ends.append(total)
+        values, start = [], "0"
+        for t, end in zip(e.inputs, ends):
+            i, axis = self.resized_axes(e, e.dim, t)
+            view = self.view if axis is None else self.shifted(self.view, axis, i if start == "0" else f"{i} - {start}")
+            values.append(self.under(view, lambda t=t: self.operand(scope, t, e.out.dtype)))
+            start = self.extent_code(end)
+        i = self.resized_axes(e, e.dim, e.out)[0]
+        code = values[-1]
+        for value, end in zip(reversed(values[:-1]), reversed(ends[:-1])):
+            code = f"tl.where({i} < {self.extent_code(end)}, {value}, {code})"
+        return code
+
+
+def _size(d) -> sympy.Expr:
+    """A dim's size: an expanded broadcast's expanded extent (cat of x.expand(3, n) adds 3 rows)."""
+    return d.expanded_extent if d.expanded_extent is not None else d.extent
