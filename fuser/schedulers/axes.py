@@ -214,8 +214,10 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = ()) -> t
         classes.setdefault(uf.find(k), []).append(uf.ids[k])
     concrete = {root: next((concrete_extent(d) for d in ms if concrete_extent(d) is not None), None)
                 for root, ms in classes.items()}
-    resized_roots = {uf.find(id(a)) for e in exprs if isinstance(e, RESIZE_OPS)
-                     for a, _ in _resize_links(e)} - unit
+    # (a padded or concatenated size-1 broadcast links nothing, but its output axis is indexed
+    # to choose the fill: it is resized too)
+    resized_roots = {uf.find(id(e.out.domain.no_reductions()[k])) for e in exprs if isinstance(e, RESIZE_OPS)
+                     for k in resized_dims(e)} - unit
     for root in resized_roots:
         found = {concrete_extent(d) for o in outputs if isinstance(o, TensorView)
                  for d in o.domain.no_reductions() if uf.find(id(d)) == root and concrete_extent(d) is not None}

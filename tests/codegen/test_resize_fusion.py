@@ -185,3 +185,15 @@ def test_jit_pad_and_cat(device):
     f = fuser.jit(fn)
     torch.testing.assert_close(f(x, y), fn(x, y))
     assert f.cache_info().kernels == 1
+
+
+def test_pad_of_a_size_1_broadcast_axis_is_indexed_on_its_own(device):
+    """The padded axis links to no input axis (a broadcast of size 1), yet its index chooses
+    the fill: it must not fold with its neighbour (fuzz seed 2354 read i3 * 5 as one index)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, 1], contiguity=False)
+        fd.add_output(fd.ops.pad(fd.ops.exp(x), [1, 3], 1.5))
+    x = torch.randn(3, 1, 1, device=device).expand(3, 7, 1)  # stride 0 on both inner axes
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, F.pad(x.exp(), (1, 3), value=1.5))
+    one_kernel(fd)
