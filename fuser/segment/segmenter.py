@@ -118,6 +118,22 @@ class Segmenter:
                 break  # nothing joined this round
             pending = self.retry
 
+    def absorb_scalar_groups(self, groups: list[_Group]) -> None:
+        """Kernel groups of 0-dim values only (`x / sqrt(d)` with a symbolic d: full, casts and
+        sqrt of one element) have no loop axes, so no kernel of their own; each would run as
+        an ATen call. They join a consumer's kernel instead, which computes them per program."""
+        def scalar(g: _Group) -> bool:
+            return g.kernel and all(not t.domain.no_reductions() for e in g.exprs
+                                    for t in list(e.inputs) + list(e.outputs) if isinstance(t, TensorView))
+        joined = True
+        while joined:
+            joined = False
+            for g in sorted((g for g in groups if scalar(g)), key=lambda g: -g.first):
+                for c in sorted(self.consumers(g, groups), key=lambda c: c.first):
+                    if c.kernel and not scalar(c) and self.try_merge(c, g, groups):
+                        joined = True
+                        break
+
     def join_siblings(self, groups: list[_Group]) -> None:
         """Kernel groups that read a common value, with no producer between them, join when the
         scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
@@ -164,6 +180,7 @@ class Segmenter:
                     if self.try_merge(target, other, groups):
                         g = target
         self.retry_resized(groups)
+        self.absorb_scalar_groups(groups)
         self.join_siblings(groups)
         return self.to_segments(groups)
 
