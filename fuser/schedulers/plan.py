@@ -55,13 +55,19 @@ class KernelPlan:
     def fuses_siblings(self) -> bool:
         """Whether groups that only share inputs gain from running as this one kernel (the
         segmenter asks): an inner-outer kernel reads the rows once for both reductions, and
-        reductions over the same axes read what they share once, in one pass. Not an outer
+        reductions over the same axes read what they share once, in one pass (and pointwise
+        kernels over one loop space, one launch). Not an outer
         reduction with an output along the reduced rows: that output would need a pass of its
         own and keep the column sums from splitting over chunks of rows. Nor a union with an
         output that misses a kept axis: siblings over other rows (x [n, c] and y [m, c] sharing
         w [c]) would iterate n * m rows, each output computed again for every row of the other."""
         if self.template is Template.inner_outer:
             return True
+        if self.template is Template.pointwise:
+            # pointwise siblings (the two halves of a SwiGLU's backward) read what they share
+            # once, when every output covers the whole loop space (no outer product of theirs)
+            every = {a.index for a in self.axes.axes}
+            return all(self.axes.spans(o) == every for o in self.outputs)
         if self.template not in (Template.inner_reduction, Template.outer_reduction):
             return False
         outer = self.template is Template.outer_reduction

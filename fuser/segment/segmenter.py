@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..ir import Expr, Fusion, ReductionOp, TensorView, VarMeanOp
+from ..ir import Expr, Fusion, TensorView
 from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_io
@@ -137,13 +137,10 @@ class Segmenter:
     def join_siblings(self, groups: list[_Group]) -> None:
         """Kernel groups that read a common value, with no producer between them, join when the
         scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
-        column reductions of a norm's backward read the rows once). Refusals are not recorded:
-        siblings are cut by default."""
+        column reductions of a norm's backward read the rows once; pointwise kernels over one
+        loop space). Refusals are not recorded: siblings are cut by default."""
         def reads(g: _Group) -> set[int]:
             return {id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView)}
-
-        def reduces(g: _Group) -> bool:
-            return any(isinstance(e, (ReductionOp, VarMeanOp)) for e in g.exprs)
 
         tried: set[tuple] = set()  # pairs refused, by their groups' sizes (a join changes them)
         joined = True
@@ -153,7 +150,7 @@ class Segmenter:
             for k, a in enumerate(kernels):
                 for b in kernels[k + 1:]:
                     key = (id(a), len(a.exprs), id(b), len(b.exprs))
-                    if key in tried or not (reduces(a) or reduces(b)) or not reads(a) & reads(b):
+                    if key in tried or not reads(a) & reads(b):
                         continue
                     tried.add(key)
                     if not self.acyclic_merge(a, b, groups):
