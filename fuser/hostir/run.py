@@ -115,6 +115,8 @@ class HostRuntime:
         self.segments = self.program.segments
         self.runner = HostRunner(self.program, device)
         flags = {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+        self.dump_triton = "triton" in flags
+        self._printed: dict[int, str] = {}  # per launcher: the source printed last
         if "fusion_ir" in flags:
             print(fusion)
         if "host_ir" in flags:
@@ -130,7 +132,13 @@ class HostRuntime:
         return LaunchKernel(seg, launcher, list(found.values()))
 
     def run(self, args: Sequence[Any], table: BindingTable, comm: Optional[Communicator] = None) -> list:
-        return self.runner.run(args, table, comm)
+        outs = self.runner.run(args, table, comm)
+        if self.dump_triton:  # each kernel's source once per change, as the single-device runtime
+            for k, launcher in enumerate(self.launchers):
+                if launcher.last_source and self._printed.get(k) is not launcher.last_source:
+                    self._printed[k] = launcher.last_source
+                    print(launcher.last_source)
+        return outs
 
     def infer_meta(self, args: Sequence[Any], table: BindingTable, rank: int = 0, world_size: int = 1,
                    trace: Optional[Trace] = None) -> list:
