@@ -37,6 +37,7 @@ class normIndex(sympy.Function):
     [0, extent]. Used for bounds only known at execution (scalar inputs)."""
 
     is_integer = True
+    is_nonnegative = True  # clamped into [0, extent]
 
     @classmethod
     def eval(cls, index, extent):

@@ -171,7 +171,7 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
             raise FusionDefinitionError(f"{op}: stride {s!r} of axis {k} must be a positive int")
         ext = d.size
         lo, hi = (_normalize_index(f, v, ext, op) for v in (a, b))
-        hi = sympy.Max(lo, hi)
+        hi = hi if _at_most(lo, hi) else sympy.Max(lo, hi)
         length = ceilDiv(hi - lo, sympy.Integer(s))
         ids.append(f.new_id(length, iter_type=IterType.Broadcast if d.is_broadcast and length == 1
                             else IterType.Iteration))  # an expanded axis sliced: a real axis
@@ -179,6 +179,13 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
     out = new_tensor(f, ids, tv.dtype)
     f.add_expr(SliceOp(inputs=(tv, *bounds), outputs=(out,)))
     return out
+
+
+def _at_most(lo, hi) -> bool:
+    """lo <= hi known without Max: x[i:] (a bound clamped into [0, n] below n), x[:n], x[0:]."""
+    if lo == 0 or lo == hi or (lo.is_Integer and hi.is_Integer and lo <= hi):
+        return True
+    return isinstance(lo, normIndex) and lo.args[1] == hi
 
 
 def _int_scalar(f, e) -> Scalar:
