@@ -159,9 +159,12 @@ def group_tensors(exprs: Sequence[Expr]) -> list[TensorView]:
     return out
 
 
-def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = ()) -> tuple[Optional[KernelAxes], str]:
+def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
+                 align_outputs: bool = False) -> tuple[Optional[KernelAxes], str]:
     """Map every tensor of the group onto shared loop axes, or say why that is impossible.
-    `outputs` set the extents of resized axes."""
+    `outputs` set the extents of resized axes. `align_outputs`: outputs of one rank and the
+    same extents share their loop axes position by position (independent computations, rope
+    of q and of k, iterated together rather than as an outer product)."""
     uf = _UnionFind()
     tensors = group_tensors(exprs)
     reduced = {id(o) for e in exprs if isinstance(e, (ReductionOp, VarMeanOp)) for o in e.outputs}
@@ -187,6 +190,14 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = ()) -> t
     for b, d in met:
         first = same_extent.setdefault((uf.find(id(b)), concrete_extent(d)), d)
         uf.union(first, d)
+    if align_outputs:
+        outs = [o for o in outputs if isinstance(o, TensorView)]
+        for o in outs[1:]:
+            a, b = outs[0].domain.no_reductions(), o.domain.no_reductions()
+            if len(a) == len(b) and all(concrete_extent(x) == concrete_extent(y) for x, y in zip(a, b)):
+                for x, y in zip(a, b):
+                    if concrete_extent(x) is not None:
+                        uf.union(x, y)
     # an axis a squeeze removes has size 1 in every execution (binding checks it), so like a
     # broadcast it is no loop axis: were it one, the squeeze's input would vary along a tile
     # dim its output does not, and the output's value would not fit its tile (a 0-d result of

@@ -127,6 +127,12 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     if not sets:
         if any(a.is_reduction for a in axes.axes):
             return None, "a reduction axis is iterated without a reduction"
+        if any(axes.spans(o) != set(all_axes) for o in outputs):
+            # independent parts of one shape (siblings joined by the segmenter): iterated
+            # together where that makes every output span the loop space
+            aligned, _ = analyze_axes(exprs, outputs, align_outputs=True)
+            if aligned is not None and all(aligned.spans(o) == {a.index for a in aligned.axes} for o in outputs):
+                axes, all_axes = aligned, [a.index for a in aligned.axes]
         plan = KernelPlan(Template.pointwise, axes, list(exprs), inputs, outputs, all_axes[:-1], all_axes[-1:])
         return plan, ""
     reduced = sorted(next(iter(sets)))

@@ -52,3 +52,30 @@ def test_jit_swiglu_backward_is_one_pointwise_kernel(device):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     assert f.cache_info().kernels == 2  # forward and backward, one each
+
+
+def test_independent_computations_of_one_shape_run_together(device):
+    """Rope of q and of k share cos and sin but no axis: joined, their axes are iterated
+    together (position by position) rather than as an outer product."""
+    def rope_qk(q, k, cos, sin):
+        def rope(x):
+            return x * cos + torch.cat((-x[..., 4:], x[..., :4]), -1) * sin
+        return rope(q), rope(k)
+    q, k = torch.randn(2, 5, 3, 8, device=device), torch.randn(2, 5, 3, 8, device=device)
+    cos, sin = torch.randn(5, 1, 8, device=device), torch.randn(5, 1, 8, device=device)
+    f = fuser.jit(rope_qk)
+    for got, want in zip(f(q, k, cos, sin), rope_qk(q, k, cos, sin)):
+        torch.testing.assert_close(got, want)
+    assert f.cache_info().kernels == 1
+
+
+def test_outputs_of_other_shapes_are_not_aligned(device):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        y = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(fd.ops.exp(x))
+        fd.add_output(fd.ops.sin(y))
+    x, y = torch.randn(3, 8, device=device), torch.randn(4, 8, device=device)
+    a, b = fd.execute([x, y])
+    torch.testing.assert_close(a, x.exp())
+    torch.testing.assert_close(b, y.sin())
