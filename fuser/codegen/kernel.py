@@ -181,6 +181,13 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         return code
 
     def value(self, scope: Scope, v: TensorView) -> str:
+        if self.view:
+            # a value depends on its own indices only: under a view restricted to the axes it
+            # spans (a row's reduction, read by a slice of the row, is the whole row's)
+            spans = self.axes.spans(v)
+            kept = tuple(entry for entry in self.view if entry[0] in spans)
+            if kept != self.view:
+                return self.under(kept, lambda: self.value(scope, v))
         name = scope.lookup(self.key(v))
         if name is not None:
             return name

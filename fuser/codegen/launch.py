@@ -201,6 +201,9 @@ class KernelLauncher:
         rows = math.prod(run_extents[:len(layout.dim0)])
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
+        if plan.axes.resized and not params.persistent:
+            # shifted views are emitted in the program scope: the whole row in registers
+            params = replace(params, block1=next_pow2(cols), persistent=True, num_warps=32)
         if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
@@ -221,7 +224,8 @@ class KernelLauncher:
         stages = 1
         tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams
         # a one-kernel inner reduction, which may also run as a row loop
-        row_reduction = variants == ["persistent"] and plan.template is Template.inner_reduction
+        row_reduction = (variants == ["persistent"] and plan.template is Template.inner_reduction
+                         and not plan.axes.resized)  # (the row loop has no shifted views)
 
         def rows_form() -> tuple:
             return (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},

@@ -229,9 +229,12 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     # to choose the fill: it is resized too)
     resized_roots = {uf.find(id(e.out.domain.no_reductions()[k])) for e in exprs if isinstance(e, RESIZE_OPS)
                      for k in resized_dims(e)} - unit
+    # the tensors iterated over the loop space: the outputs, and what reductions read
+    level = [o for o in outputs if isinstance(o, TensorView)] + [
+        e.inp for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
     for root in resized_roots:
-        found = {concrete_extent(d) for o in outputs if isinstance(o, TensorView)
-                 for d in o.domain.no_reductions() if uf.find(id(d)) == root and concrete_extent(d) is not None}
+        found = {concrete_extent(d) for o in level for d in o.domain.no_reductions()
+                 if uf.find(id(d)) == root and concrete_extent(d) is not None}
         if len(found) != 1:
             return None, (RESIZED_OUTPUTS if found else "no output spans an axis a slice, pad or cat resizes")
         concrete[root] = found.pop()

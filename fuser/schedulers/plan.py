@@ -112,13 +112,15 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     if axes is None:
         return None, why
     reductions = [e for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
-    if reductions and any(isinstance(e, RESIZE_OPS) for e in exprs):
-        return None, "slice, pad and cat fuse into pointwise kernels only"
     # a reduction over size-1 axes only reduces no loop axis, though its input's axis may meet
     # one (x - m, m.sum(-1) of a keepdim mean): a kernel would reduce the copies along it
     if any(not reduced_axes_of(e, axes) for e in reductions):
         return None, "a reduction over size-1 axes only (ATen runs it)"
     sets = {frozenset(reduced_axes_of(e, axes)) for e in reductions}
+    if axes.resized and reductions and (len(sets) > 1 or not axes.resized <= next(iter(sets))):
+        # a reduction's output then never spans a shifted axis: it is computed once, at the
+        # row's own indices (codegen/resize.py), for every view that reads it
+        return None, "slice, pad and cat beside a reduction move only along the reduced axes"
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
     if len(sets) > 1:
@@ -141,6 +143,8 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     kept = [a for a in all_axes if a not in reduced]
     if all_axes[-1] in reduced:
         plan = KernelPlan(Template.inner_reduction, axes, list(exprs), inputs, outputs, kept, reduced)
+    elif axes.resized:
+        return None, "slice, pad and cat beside a column reduction"
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""

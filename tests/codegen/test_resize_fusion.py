@@ -197,3 +197,56 @@ def test_pad_of_a_size_1_broadcast_axis_is_indexed_on_its_own(device):
     (y,) = fd.execute([x])
     torch.testing.assert_close(y, F.pad(x.exp(), (1, 3), value=1.5))
     one_kernel(fd)
+
+
+def test_qk_norm_then_rope_is_one_kernel(device):
+    """A per-head RMSNorm followed by rope (qk-norm models): the cat reads normalized values,
+    whose row statistic is computed once for the whole row, not per shifted view."""
+    def qk_norm_rope(q, w, cos, sin):
+        qf = q.float()
+        normed = (qf * torch.rsqrt(qf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(q.dtype)
+        return rope_eager(normed, cos, sin)
+    q = torch.randn(2, 5, 3, 16, device=device, dtype=torch.bfloat16)
+    w = torch.randn(16, device=device, dtype=torch.bfloat16)
+    cos, sin = (torch.randn(5, 1, 16, device=device, dtype=torch.bfloat16) for _ in range(2))
+    f = fuser.jit(qk_norm_rope)
+    torch.testing.assert_close(f(q, w, cos, sin), qk_norm_rope(q, w, cos, sin), rtol=2e-2, atol=2e-2)
+    assert f.cache_info().kernels == 1
+
+
+def test_a_row_maximum_read_through_a_pad_covers_the_row(device):
+    """The max of an all-negative row, padded after: the row is shorter than the padded loop
+    axis, so the reduction keeps a kernel of its own (iterated over the padded extent, its
+    masked lanes would have added zeros)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        m = fd.ops.max(x, [1], True)
+        fd.add_output(fd.ops.pad(fd.ops.sub(x, m), [2, 1], 9.0))
+    x = -torch.rand(4, 7, device=device) - 1.0
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, F.pad(x - x.amax(1, keepdim=True), (2, 1), value=9.0))
+    assert kinds(fd) == ["kernel", "kernel"]
+
+
+def test_softmax_of_a_concatenation_and_of_a_slice(device):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        b = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        c = fd.ops.cat([a, fd.ops.exp(b)], 1)
+        m = fd.ops.max(c, [1], True)
+        e = fd.ops.exp(fd.ops.sub(c, m))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], True)))
+    a, b = torch.randn(3, 5, device=device), torch.randn(3, 4, device=device)
+    (y,) = fd.execute([a, b])
+    torch.testing.assert_close(y, torch.softmax(torch.cat([a, b.exp()], 1), 1))
+    one_kernel(fd)
+
+
+def test_a_slice_of_rows_beside_a_row_reduction_stays_correct(device):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        s = fd.ops.slice(x, [1, 0], [x.shape()[0], x.shape()[1]])
+        fd.add_output(fd.ops.sum(fd.ops.pad(fd.ops.exp(s), [1, 1], 0.5), [1]))
+    x = torch.randn(5, 6, device=device)
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, F.pad(x[1:].exp(), (1, 1), value=0.5).sum(1))
