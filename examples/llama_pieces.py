@@ -1,5 +1,5 @@
-"""A llama-style block piece by piece through `fuser.jit`: RMSNorm, RoPE, SwiGLU MLP, causal
-attention with softmax, cross-entropy loss. Each piece runs forward and backward against eager
+"""A llama-style block piece by piece through `fuser.jit`: RMSNorm, RoPE, per-head RMSNorm then
+RoPE (qk-norm), SwiGLU MLP, causal attention with softmax, cross-entropy loss. Each piece runs forward and backward against eager
 PyTorch on fresh random inputs; with a GPU it also prints its speed against eager and
 `torch.compile`.
 
@@ -33,6 +33,11 @@ def rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
+def qk_norm_rope(q, weight, cos, sin):
+    """Per-head RMSNorm, then the rotary embedding (the query and key path of qk-norm models)."""
+    return rope(rmsnorm(q, weight), cos, sin)
+
+
 def swiglu_mlp(x, w_gate, w_up, w_down):
     return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
 
@@ -60,6 +65,7 @@ def make_inputs(device, dtype, small: bool):
     return {
         "rmsnorm": (rmsnorm, (r(b * s, dim), r(dim))),
         "rope": (rope, (r(b, s, h, d), cos, sin)),
+        "qk_norm_rope": (qk_norm_rope, (r(b, s, h, d), r(d), cos, sin)),
         "swiglu_mlp": (swiglu_mlp, (r(b, s, dim), r(hidden, dim) / math.sqrt(dim),
                                     r(hidden, dim) / math.sqrt(dim), r(dim, hidden) / math.sqrt(hidden))),
         "causal_attention": (causal_attention, (r(b, h, s, d), r(b, h, s, d), r(b, h, s, d))),
@@ -85,7 +91,8 @@ def max_relative_error(got, want) -> float:
 
 
 def speed(name, fn, args):
-    """Forward + backward time of eager, torch.compile and fuser.jit (GPU only)."""
+    """Forward + backward time of eager, torch.compile (dynamic shapes, as fuser.jit) and
+    fuser.jit (GPU only)."""
     from triton.testing import do_bench
 
     contenders = {"eager": fn, "torch.compile": torch.compile(fn, dynamic=True), "fuser.jit": fuser.jit(fn)}

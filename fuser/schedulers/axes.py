@@ -113,6 +113,24 @@ def resized_dims(e: Expr) -> set[int]:
     return set()
 
 
+def _constrained_equal(tensors: Sequence[TensorView]):
+    """extent -> a representative of the extents the fusion made equal (`Fusion.unify` of two
+    derived expressions: a constraint binding checks, such as the length of a slice_scatter's
+    pieces and the size it fills)."""
+    fusion = tensors[0].fusion if tensors else None
+    parent: dict = {}
+
+    def find(e):
+        while parent.get(e, e) != e:
+            e = parent[e]
+        return e
+    for a, b, _ in getattr(fusion, "constraints", ()):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+    return find
+
+
 def concrete_extent(d: IterDomain) -> Optional[Extent]:
     if d.expanded_extent is not None:
         return d.expanded_extent
@@ -232,12 +250,15 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     # the tensors iterated over the loop space: the outputs, and what reductions read
     level = [o for o in outputs if isinstance(o, TensorView)] + [
         e.inp for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
+    same = _constrained_equal(tensors)
     for root in resized_roots:
         found = {concrete_extent(d) for o in level for d in o.domain.no_reductions()
                  if uf.find(id(d)) == root and concrete_extent(d) is not None}
-        if len(found) != 1:
-            return None, (RESIZED_OUTPUTS if found else "no output spans an axis a slice, pad or cat resizes")
-        concrete[root] = found.pop()
+        if not found:
+            return None, "no output spans an axis a slice, pad or cat resizes"
+        if len({same(e) for e in found}) != 1:
+            return None, RESIZED_OUTPUTS
+        concrete[root] = sorted(found, key=str)[0]
     reduction_roots = {root for root, ms in classes.items() if any(d.is_reduction for d in ms)}
 
     def is_loop_axis(d: IterDomain) -> bool:

@@ -250,3 +250,23 @@ def test_a_slice_of_rows_beside_a_row_reduction_stays_correct(device):
     x = torch.randn(5, 6, device=device)
     (y,) = fd.execute([x])
     torch.testing.assert_close(y, F.pad(x[1:].exp(), (1, 1), value=0.5).sum(1))
+
+
+def test_jit_qk_norm_rope_backward_fuses_the_rope_gradient_into_the_norm_gradient(device):
+    """The example's qk-norm piece: the backward's slice_scatter pieces have extents equal to
+    the head dim only through a constraint binding checks (d - d // 2 + d // 2), still one loop
+    axis, so the rope gradient and the norm's row gradient share one kernel (the weight's
+    column sum is a second; forward one)."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "examples" / "llama_pieces.py"
+    spec = importlib.util.spec_from_file_location("llama_pieces", path)
+    pieces = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pieces)
+    fn, args = pieces.make_inputs(device, torch.float32, small=True)["qk_norm_rope"]
+    f = fuser.jit(fn)
+    got = pieces.forward_backward(f, pieces.leaf_copies(args))
+    want = pieces.forward_backward(fn, pieces.leaf_copies(args))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert f.cache_info().kernels == 3, f.cache_info()
