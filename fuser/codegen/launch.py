@@ -176,7 +176,9 @@ class KernelLauncher:
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
                 dests=None) -> "Optional[_Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
-        local tensors, the local extents and the destinations' strides: see `run_local`)."""
+        local tensors, the local extents and the destinations' strides: see `run_local`).
+        None: the caller evaluates the segment through ATen (an empty loop space, or a form
+        this plan has no kernel for)."""
         if local_extents is not None and self.plan.axes.resized:
             return None  # a resize's offsets are global extents: ATen runs local tensors
         if out_shapes is None:
@@ -202,8 +204,9 @@ class KernelLauncher:
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
         if plan.axes.resized and not params.persistent:
-            # shifted views are emitted in the program scope: the whole row in registers
-            params = replace(params, block1=next_pow2(cols), persistent=True, num_warps=32)
+            # shifted views are emitted in the program scope, with the whole row in registers;
+            # rows too long for that (a softmax of a cat over 32768 columns) run through ATen
+            return None
         if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors

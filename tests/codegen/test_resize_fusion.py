@@ -270,3 +270,17 @@ def test_jit_qk_norm_rope_backward_fuses_the_rope_gradient_into_the_norm_gradien
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert f.cache_info().kernels == 3, f.cache_info()
+
+
+def test_a_softmax_of_a_cat_over_rows_too_long_for_registers_runs_through_aten(device):
+    """Shifted views need the whole row in one block; beyond the persistent limit (here past
+    Triton's largest block, 2**20) the segment runs through ATen instead of failing to compile."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        y = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        c = fd.ops.cat([x, y], 1)
+        e = fd.ops.exp(fd.ops.sub(c, fd.ops.max(c, [1], True)))
+        fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], True)))
+    x, y = torch.randn(1, 600_000, device=device), torch.randn(1, 600_000, device=device)
+    (out,) = fd.execute([x, y])
+    torch.testing.assert_close(out, torch.cat([x, y], 1).softmax(1))
