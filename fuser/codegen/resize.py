@@ -1,4 +1,4 @@
-"""Slice, pad and cat inside pointwise kernels.
+"""Slice, pad and cat inside generated kernels (pointwise, and beside row reductions).
 
 A resize op maps its output's index along a resized loop axis to its input's index at an
 offset (slice: start + step * i; pad: i - left; cat: i - the input's offset). The kernel
@@ -7,7 +7,9 @@ a *view* is the map from resized loop axes to the index variables that hold the 
 and every value is emitted once per view it is asked for (rope reads x as is, and shifted by
 half a row in each direction). Loads under a view are masked to the loaded tensor's own size;
 pad and cat select with `tl.where`, so values computed outside an input's range are discarded.
-A mixin of KernelWriter (pointwise plans only: the planner refuses resizes beside reductions).
+A mixin of KernelWriter. Beside a row reduction, resizes move only along the reduced axes and
+the row stays in registers (schedulers/plan.py): a value is emitted under the view restricted to
+the axes it spans, so the row's reduction is the whole row's for every view that reads it.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp,
                   LoadStoreOpType, PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp,
                   UnaryOp, Val, VarMeanOp)
-from .axes import RESIZE_OPS, KernelAxes, analyze_axes
+from .axes import KernelAxes, analyze_axes
 from .inner_outer import InnerOuterSplit, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
