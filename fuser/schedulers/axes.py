@@ -225,19 +225,14 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     unit = {uf.find(id(d)) for d in squeezed}
     # a resize joins its input's axis to its output's; never a size-1 axis a squeeze removes
     # (x[:1] of a row-shaped x, squeezed: the slice reads row `start` for every row)
-    for e in exprs:
-        if isinstance(e, RESIZE_OPS):
-            for a, b in _resize_links(e):
-                if uf.find(id(a)) not in unit and uf.find(id(b)) not in unit:
-                    uf.union(a, b)
-    unit = {uf.find(id(d)) for d in squeezed}
-    for e in exprs:
-        if isinstance(e, RESIZE_OPS):
-            for a, b in _resize_links(e):
-                if uf.find(id(a)) in unit and uf.find(id(b)) not in unit:
-                    # the kernel would read the input at a fixed index along an axis it does not
-                    # iterate; ATen takes the view (x[:, :, 3], a select, is a slice squeezed)
-                    return None, "a slice to one element of an axis a squeeze then removes"
+    resizes = [e for e in exprs if isinstance(e, RESIZE_OPS)]
+    for out_id, in_id in (link for e in resizes for link in _resize_links(e)):
+        if uf.find(id(out_id)) in unit and uf.find(id(in_id)) not in unit:
+            # the kernel would read the input at a fixed index along an axis it does not
+            # iterate; ATen takes the view (x[:, :, 3], a select, is a slice squeezed)
+            return None, "a slice to one element of an axis a squeeze then removes"
+        if uf.find(id(in_id)) not in unit:
+            uf.union(out_id, in_id)
     classes: dict[int, list[IterDomain]] = {}
     for k in uf.parent:
         classes.setdefault(uf.find(k), []).append(uf.ids[k])
@@ -245,12 +240,11 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
                 for root, ms in classes.items()}
     # (a padded or concatenated size-1 broadcast links nothing, but its output axis is indexed
     # to choose the fill: it is resized too)
-    resized_roots = {uf.find(id(e.out.domain.no_reductions()[k])) for e in exprs if isinstance(e, RESIZE_OPS)
-                     for k in resized_dims(e)} - unit
+    resized_roots = {uf.find(id(e.out.domain.no_reductions()[k])) for e in resizes for k in resized_dims(e)} - unit
     # the tensors iterated over the loop space: the outputs, and what reductions read
     level = [o for o in outputs if isinstance(o, TensorView)] + [
         e.inp for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
-    same = _constrained_equal(tensors)
+    same = _constrained_equal(tensors) if resized_roots else None
     for root in resized_roots:
         found = {concrete_extent(d) for o in level for d in o.domain.no_reductions()
                  if uf.find(id(d)) == root and concrete_extent(d) is not None}
