@@ -32,6 +32,12 @@ INNER_OUTER_INTERPRETER_PROGRAMS = 3
 # row block of every row-and-column input in shared memory, so fewer stages are used where the
 # programs of a multiprocessor would not fit SHARED_MEMORY_BUDGET.
 INNER_OUTER_STAGES = 3
+# rows beyond INNER_OUTER_MAX_PERSISTENT: the looped inner-outer kernel (LoopedRowsWriter) over
+# chunks of INNER_OUTER_LOOPED_BLOCK columns on INNER_OUTER_LOOPED_WARPS warps,
+# INNER_OUTER_LOOPED_PER_PROCESSOR programs a multiprocessor; INNER_OUTER_LOOPED False: the
+# two-kernel form (a row kernel, then a column kernel reading the rows again)
+INNER_OUTER_LOOPED = True
+INNER_OUTER_LOOPED_BLOCK, INNER_OUTER_LOOPED_WARPS, INNER_OUTER_LOOPED_PER_PROCESSOR = 4096, 16, 1
 SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 227 KiB)
 
 
@@ -69,7 +75,8 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
     if template is Template.inner_outer:
         # grid: blocks of rows, the most programs the persistent kernel can use
         if next_pow2(cols) > INNER_OUTER_MAX_PERSISTENT:
-            return LaunchParams(1, next_pow2(cols), False, 32, rows)
+            block = min(INNER_OUTER_LOOPED_BLOCK, next_pow2(cols))
+            return LaunchParams(1, block, False, max(1, min(INNER_OUTER_LOOPED_WARPS, block // 256)), rows)
         b1 = next_pow2(cols)
         b0 = max(1, min(next_pow2(rows), TILE_ELEMENTS // b1))
         return LaunchParams(b0, b1, True, _warps(b0 * b1), -(-rows // b0))
@@ -114,6 +121,8 @@ def _row_loop_programs(params: LaunchParams, processors: int, per_processor: int
 
 
 def _inner_outer_per_processor(params: LaunchParams) -> int:
+    if not params.persistent:
+        return INNER_OUTER_LOOPED_PER_PROCESSOR
     return max(1, INNER_OUTER_WARPS_PER_PROCESSOR // params.num_warps)
 
 
