@@ -56,17 +56,18 @@ LONG_SHAPES = ((4096, 32768), (2048, 65536))
 
 def main_long() -> None:
     names = ("INNER_OUTER_LOOPED", "INNER_OUTER_LOOPED_BLOCK", "INNER_OUTER_LOOPED_WARPS",
-             "INNER_OUTER_LOOPED_PER_PROCESSOR")
+             "INNER_OUTER_LOOPED_PER_PROCESSOR", "INNER_OUTER_LOOPED_STAGES")
     saved = [getattr(heuristics, k) for k in names]
     heuristics.INNER_OUTER_LOOPED = False
     print("two kernels:", _cells(LONG_SHAPES), flush=True)
     heuristics.INNER_OUTER_LOOPED = True
-    for block, warps, per_sm in itertools.product((2048, 4096, 8192), (4, 8, 16), (1, 2, 4)):
-        if warps * per_sm > 32 or block // warps < 128:
+    for block, warps, per_sm, stages in itertools.product((2048, 4096, 8192), (8, 16), (1, 2, 4), (2, 3, 4)):
+        if warps * per_sm > 32 or block * 4 * stages * per_sm > 200 * 1024:
             continue
-        for k, v in zip(names[1:], (block, warps, per_sm)):
+        for k, v in zip(names[1:], (block, warps, per_sm, stages)):
             setattr(heuristics, k, v)
-        print(f"looped, {block} columns a chunk, {warps} warps, {per_sm} programs/SM:", _cells(LONG_SHAPES), flush=True)
+        print(f"looped, {block} columns a chunk, {warps} warps, {per_sm} programs/SM, {stages} stages:",
+              _cells(LONG_SHAPES), flush=True)
     for k, v in zip(names, saved):
         setattr(heuristics, k, v)
 

@@ -104,10 +104,17 @@ class LoopedRowsWriter(KernelWriter):
     the workspace rows, read and written once a row, stay in L2 too. The combine kernel is the
     persistent form's."""
 
-    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, column_reductions: tuple):
+    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, column_reductions: tuple,
+                 stages: int = 1):
         super().__init__(plan, layout, False, target, name)
         self.column_reductions = list(column_reductions)
         self.workspaces = [(e, "acc") for e in self.column_reductions]
+        self.stages = stages  # software-pipelining stages of each pass over a row's chunks
+
+    def close_loop(self, scope: Scope) -> None:
+        loop = "range(0, C, BLOCK1)" if self.stages == 1 else f"tl.range(0, C, BLOCK1, num_stages={self.stages})"
+        self.program_scope.lines.append(f"for c_start in {loop}:")
+        self.program_scope.lines += ["    " + line for line in scope.lines]
 
     def _ready_reduction(self, f: Expr) -> bool:
         # the column reductions accumulate in the output pass, never in a row's reduction pass
@@ -171,7 +178,7 @@ def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target:
                              tuple(plan.parts.split.column_reductions)).write()
     if variant == "looped":
         return LoopedRowsWriter(plan.parts.persistent, layout, target, name,
-                                tuple(plan.parts.split.column_reductions)).write()
+                                tuple(plan.parts.split.column_reductions), stages).write()
     return generate(plan.parts.combine, layout, False, target, name, "combine")
 
 

@@ -236,7 +236,7 @@ class KernelLauncher:
                     row_loop_stages(params, tile_bytes))
         if plan.template is Template.inner_outer:
             row_pass = "persistent" if params.persistent else "looped"  # (rows too long for registers)
-            stages = inner_outer_stages(params, tile_bytes) if params.persistent else 1
+            stages = inner_outer_stages(params, tile_bytes) if params.persistent else heuristics.INNER_OUTER_LOOPED_STAGES
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {row_pass: replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
             variants = [row_pass, "combine"]
@@ -248,7 +248,7 @@ class KernelLauncher:
         def build(variants, step_params, stages) -> _Launch:
             steps, source = [], []
             for variant in variants:
-                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
+                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows", "looped") else 1)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
                 args, slots = [], []

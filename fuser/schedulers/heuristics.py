@@ -38,6 +38,7 @@ INNER_OUTER_STAGES = 3
 # two-kernel form (a row kernel, then a column kernel reading the rows again)
 INNER_OUTER_LOOPED = True
 INNER_OUTER_LOOPED_BLOCK, INNER_OUTER_LOOPED_WARPS, INNER_OUTER_LOOPED_PER_PROCESSOR = 4096, 16, 1
+INNER_OUTER_LOOPED_STAGES = 1
 SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 227 KiB)
 
 
