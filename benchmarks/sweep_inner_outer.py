@@ -44,7 +44,11 @@ def _cells(shapes) -> str:
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         for name, build in (("rms", fuser_defs.rmsnorm_bwd), ("ln", fuser_defs.layernorm_bwd)):
             fd = build.__wrapped__()
-            fd.execute([x, w, dy])
+            try:
+                fd.execute([x, w, dy])
+            except Exception as exc:  # noqa: BLE001 - a configuration beyond the resources
+                cells.append(f"{name}[{m}x{n}] {type(exc).__name__}")
+                continue
             ms = triton.testing.do_bench(lambda: fd.execute([x, w, dy]), return_mode="median")
             cells.append(f"{name}[{m}x{n}] {3 * x.nbytes / ms / 1e6 / _COPY[0]:.2f}")
     return "  ".join(cells)
@@ -61,8 +65,8 @@ def main_long() -> None:
     heuristics.INNER_OUTER_LOOPED = False
     print("two kernels:", _cells(LONG_SHAPES), flush=True)
     heuristics.INNER_OUTER_LOOPED = True
-    for block, warps, per_sm, stages in itertools.product((2048, 4096, 8192), (8, 16), (1, 2, 4), (2, 3, 4)):
-        if warps * per_sm > 32 or block * 4 * stages * per_sm > 200 * 1024:
+    for block, warps, per_sm, stages in itertools.product((2048, 4096, 8192), (8, 16), (1, 2, 4), (2, 3)):
+        if warps * per_sm > 32 or block * 8 * stages * per_sm > 224 * 1024:
             continue
         for k, v in zip(names[1:], (block, warps, per_sm, stages)):
             setattr(heuristics, k, v)
