@@ -1,10 +1,9 @@
 """Sweep the inner-outer (norm backward) kernel's warps, programs per multiprocessor, rows a step
 and pipelining stages on the GPU, for the hand-written rmsnorm and layernorm backward
 definitions. Shares of the copy bandwidth (x, dy read, dx written) measured in the same run;
-not part of the suite. `--long`: rows beyond registers (the looped kernel's chunk, warps and
-programs a multiprocessor, against the two-kernel form).
+not part of the suite.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner_outer.py [--long]
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner_outer.py
 """
 from __future__ import annotations
 
@@ -37,50 +36,9 @@ def forced(warps: int, rows: int):
     return choose
 
 
-def _cells(shapes) -> str:
-    cells = []
-    for m, n in shapes:
-        x, dy = (torch.randn(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        for name, build in (("rms", fuser_defs.rmsnorm_bwd), ("ln", fuser_defs.layernorm_bwd)):
-            fd = build.__wrapped__()
-            try:
-                fd.execute([x, w, dy])
-            except Exception as exc:  # noqa: BLE001 - a configuration beyond the resources
-                cells.append(f"{name}[{m}x{n}] {type(exc).__name__}")
-                continue
-            ms = triton.testing.do_bench(lambda: fd.execute([x, w, dy]), return_mode="median")
-            cells.append(f"{name}[{m}x{n}] {3 * x.nbytes / ms / 1e6 / _COPY[0]:.2f}")
-    return "  ".join(cells)
-
-
-_COPY = [0.0]
-LONG_SHAPES = ((4096, 32768), (2048, 65536))
-
-
-def main_long() -> None:
-    names = ("INNER_OUTER_LOOPED", "INNER_OUTER_LOOPED_BLOCK", "INNER_OUTER_LOOPED_WARPS",
-             "INNER_OUTER_LOOPED_PER_PROCESSOR", "INNER_OUTER_LOOPED_STAGES")
-    saved = [getattr(heuristics, k) for k in names]
-    heuristics.INNER_OUTER_LOOPED = False
-    print("two kernels:", _cells(LONG_SHAPES), flush=True)
-    heuristics.INNER_OUTER_LOOPED = True
-    for block, warps, per_sm, stages in itertools.product((2048, 4096, 8192), (8, 16), (1, 2, 4), (2, 3)):
-        if warps * per_sm > 32 or block * 8 * stages * per_sm > 224 * 1024:
-            continue
-        for k, v in zip(names[1:], (block, warps, per_sm, stages)):
-            setattr(heuristics, k, v)
-        print(f"looped, {block} columns a chunk, {warps} warps, {per_sm} programs/SM, {stages} stages:",
-              _cells(LONG_SHAPES), flush=True)
-    for k, v in zip(names, saved):
-        setattr(heuristics, k, v)
-
-
 def main() -> None:
-    copy = _COPY[0] = copy_gbps()
+    copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
-    if "--long" in sys.argv:
-        return main_long()
     saved = launch.choose, heuristics.INNER_OUTER_WARPS_PER_PROCESSOR, heuristics.INNER_OUTER_STAGES
     configs = [((8, 16, 1), s) for s in (1, 2, 3, 4, 5)]
     configs += itertools.product(((8, 24, 1), (8, 16, 2), (16, 16, 1), (4, 16, 1), (4, 24, 1)), (3, 4))

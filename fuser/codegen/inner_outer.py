@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ir import Expr, ReductionOp, ReductionOpType, TensorView, Val
+from ..ir import Expr, ReductionOpType, TensorView, Val
 from ..schedulers.plan import KernelPlan
 from . import parallel_compile
 from .kernel import KernelSource, KernelWriter, generate
@@ -93,92 +93,13 @@ class RowLoopWriter(KernelWriter):
         return KernelSource(self.name, self.assemble(), self.args, list(self.params), True)
 
 
-class LoopedRowsWriter(KernelWriter):
-    """The inner-outer kernel for rows too long for registers: program `pid` of P loops over
-    rows pid, pid + P, ... (BLOCK0 of them a step) and, in each, makes the looped inner
-    reduction's passes over chunks of BLOCK1 columns: one pass a set of row reductions ready
-    together, then the output pass, which stores the row outputs and adds the chunk's column
-    terms into row `pid` of each column reduction's workspace [P, columns]. A row's chunks are
-    read again by the later passes while L2 still holds them (a row of a program, times P
-    programs, is well within L2 at the sizes this form takes), so the rows come from memory once;
-    the workspace rows, read and written once a row, stay in L2 too. The combine kernel is the
-    persistent form's."""
-
-    def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, column_reductions: tuple,
-                 stages: int = 1):
-        super().__init__(plan, layout, False, target, name)
-        self.column_reductions = list(column_reductions)
-        self.workspaces = [(e, "acc") for e in self.column_reductions]
-        self.stages = stages  # software-pipelining stages of each pass over a row's chunks
-
-    def close_loop(self, scope: Scope) -> None:
-        loop = "range(0, C, BLOCK1)" if self.stages == 1 else f"tl.range(0, C, BLOCK1, num_stages={self.stages})"
-        self.program_scope.lines.append(f"for c_start in {loop}:")
-        self.program_scope.lines += ["    " + line for line in scope.lines]
-
-    def _ready_reduction(self, f: Expr) -> bool:
-        # the column reductions accumulate in the output pass, never in a row's reduction pass
-        return all(f is not e for e in self.column_reductions) and super()._ready_reduction(f)
-
-    def evicts(self, tv: TensorView) -> bool:
-        # values along columns only (the weight) are read by every row: L2 keeps them anyway
-        return super().evicts(tv) and 0 in self.dims_of(tv)
-
-    def program_dims(self) -> list[int]:
-        return [0]
-
-    def variant_name(self) -> str:
-        return "looped over rows and their column chunks, one partial column row per program"
-
-    def write(self) -> KernelSource:
-        outer = self.begin_program()
-        row = self.program_scope = Scope(parent=outer)  # the looped inner kernel's program scope
-        outer.lines.append("pid0 = pid")
-        self.emit_dim_index(row, 0, "r_start")
-        outputs = [o for o in self.plan.outputs if isinstance(o, TensorView)]
-        for o in outputs:
-            if not self.tile_level(o):
-                self.emit_store(row, o)
-        body = self.loop_scope()
-        for o in outputs:
-            if self.tile_level(o):
-                self.emit_store(body, o)
-        for k, e in enumerate(self.column_reductions):
-            self._add_column_terms(body, k, e)
-        self.close_loop(body)
-        outer.lines.append("for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0):")
-        outer.lines += ["    " + line for line in row.lines]
-        self.program_scope = outer
-        return KernelSource(self.name, self.assemble(), self.args, list(self.params), False)
-
-    def _add_column_terms(self, body: Scope, k: int, e: ReductionOp) -> None:
-        """workspace[pid, chunk] (+)= the chunk's terms over this step's rows; the program's
-        first step stores instead of reading what no step wrote."""
-        dt = e.out.dtype
-        ident = self.identity(e.kind, dt)
-        masked = f"tl.where(r_mask & c_mask, {self.operand(body, e.inp, dt)}, {ident})"
-        ptr = f"W{k}_ptr + pid * C + c"
-        # (a [1, 1] block: the interpreter takes no scalar in a mask)
-        later = "((tl.full([1, 1], 0, tl.int32) + r_start) != pid * BLOCK0)"
-        earlier = f"tl.load({ptr}, mask=c_mask & {later}, other={ident})"
-        if e.kind is ReductionOpType.sum:
-            total = f"{earlier} + tl.sum({masked}, axis=0, keep_dims=True)"
-        else:
-            fn = self.combine(e.kind)
-            total = f"{fn}({earlier}, tl.reduce({masked}, 0, {fn}, keep_dims=True))"
-        body.lines.append(f"tl.store({ptr}, {total}, mask=c_mask)")
-
-
 def generate_inner_outer(plan: KernelPlan, layout: Layout, variant: str, target: str, name: str,
                          stages: int = 1) -> KernelSource:
-    """variant "persistent": the pass over rows (its loop pipelined over `stages`); "looped":
-    the same for rows too long for registers; "combine": the reduction of the partial rows."""
+    """variant "persistent": the pass over rows (its loop pipelined over `stages`); "combine":
+    the reduction of its partial rows."""
     if variant == "persistent":
         return RowLoopWriter(plan.parts.persistent, layout, target, name, stages,
                              tuple(plan.parts.split.column_reductions)).write()
-    if variant == "looped":
-        return LoopedRowsWriter(plan.parts.persistent, layout, target, name,
-                                tuple(plan.parts.split.column_reductions), stages).write()
     return generate(plan.parts.combine, layout, False, target, name, "combine")
 
 

@@ -244,14 +244,10 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
-        evict = _EVICT.format(tv.name) if self.evicts(tv) else ""
+        evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
         name = self.tname(tv)
         scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
-
-    def evicts(self, tv: TensorView) -> bool:
-        """Whether loads of `tv` carry eviction hints: those of each pass over the reduced dim."""
-        return self.looped and self.tile_level(tv)
 
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
         name = self.tname(tv)

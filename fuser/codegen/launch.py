@@ -25,7 +25,6 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers import heuristics
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
                                      inner_outer_stages, next_pow2, row_loop, row_loop_programs,
                                      row_loop_stages, split_count)
@@ -208,7 +207,7 @@ class KernelLauncher:
             # shifted views are emitted in the program scope, with the whole row in registers;
             # rows too long for that (a softmax of a cat over 32768 columns) run through ATen
             return None
-        if plan.template is Template.inner_outer and not params.persistent and not heuristics.INNER_OUTER_LOOPED:
+        if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             if self._two_kernels is None:
@@ -235,11 +234,10 @@ class KernelLauncher:
             return (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
                     row_loop_stages(params, tile_bytes))
         if plan.template is Template.inner_outer:
-            row_pass = "persistent" if params.persistent else "looped"  # (rows too long for registers)
-            stages = inner_outer_stages(params, tile_bytes) if params.persistent else heuristics.INNER_OUTER_LOOPED_STAGES
+            stages = inner_outer_stages(params, tile_bytes)
             chunks = inner_outer_programs(params, _processors(device))
-            step_params = {row_pass: replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
-            variants = [row_pass, "combine"]
+            step_params = {"persistent": replace(params, grid=chunks), "combine": inner_outer_combine(cols, chunks)}
+            variants = ["persistent", "combine"]
         elif row_reduction and row_loop(params, cols):
             variants, step_params, stages = rows_form()
         index = {id(v): k for k, v in enumerate(self.tensors)}
@@ -248,7 +246,7 @@ class KernelLauncher:
         def build(variants, step_params, stages) -> _Launch:
             steps, source = [], []
             for variant in variants:
-                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows", "looped") else 1)
+                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
                 args, slots = [], []

@@ -161,10 +161,9 @@ def norm_case(kind, rows, cols, device):
 
 @pytest.mark.parametrize("kind,looped_rows", [("rmsnorm", True), ("layernorm", False), ("layernorm_stats", True)])
 def test_long_rows_run_as_two_kernels(monkeypatch, kind, looped_rows, device):
-    # the form that INNER_OUTER_LOOPED turns off: a row kernel (dx, and the row statistics dw
-    # needs) and a column kernel, as the segmenter cut the group before the inner-outer template
+    # rows too long for registers: a row kernel (dx, and the row statistics dw needs) and a
+    # column kernel, as the segmenter cut the group before the inner-outer template
     monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
-    monkeypatch.setattr(heuristics, "INNER_OUTER_LOOPED", False)
     if looped_rows:  # the row kernel loops over the row too (var_mean's looped form is slow interpreted)
         monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
     fd, args, expected = norm_case(kind, 37, 100, device)
@@ -179,45 +178,6 @@ def test_long_rows_run_as_two_kernels(monkeypatch, kind, looped_rows, device):
     for actual, ref in zip(fd.execute(args), expected):
         close(actual, ref, torch.float32)
     assert "tl.num_programs(0)" in fd.last_triton_code()
-
-
-@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "layernorm_stats"])
-def test_long_rows_loop_over_column_chunks(monkeypatch, kind, device):
-    # rows too long for registers: one kernel whose programs loop over rows and, in each, over
-    # chunks of columns (reduction passes, then the output pass adding the column terms into
-    # the program's workspace row), then the combine kernel
-    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
-    monkeypatch.setattr(heuristics, "INNER_OUTER_LOOPED_BLOCK", 16)  # 100 columns: 7 chunks, the last partial
-    fd, args, expected = norm_case(kind, 37, 100, device)
-    for actual, ref in zip(fd.execute(args), expected):
-        close(actual, ref, torch.float32)
-    assert templates(fd) == [Template.inner_outer]
-    code = fd.last_triton_code()
-    assert "_looped" in code and "_combine" in code and "_rows_" not in code
-    assert "for r_start in range(pid * BLOCK0, R, tl.num_programs(0) * BLOCK0)" in code
-    assert code.count("for c_start in range(0, C, BLOCK1)") >= 2  # a reduction pass, the output pass
-
-
-def test_long_rows_column_max_and_three_dims(monkeypatch, device):
-    # a column max beside a column sum, rows over two axes, in the looped form: the workspace
-    # row of each program combines its rows with max, the first row storing
-    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 16)
-    monkeypatch.setattr(heuristics, "INNER_OUTER_LOOPED_BLOCK", 8)
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=True, dtype=F32)
-        dy = fd.define_tensor(shape=[-1, -1, -1], contiguity=True, dtype=F32)
-        rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.div(fd.ops.sum(fd.ops.mul(x, x), [-1], True), x.shape()[2]), 1e-6))
-        xhat = fd.ops.mul(x, rstd)
-        fd.add_output(fd.ops.mul(dy, xhat))
-        fd.add_output(fd.ops.sum(fd.ops.mul(dy, xhat), [0, 1]))
-        fd.add_output(fd.ops.max(dy, [0, 1]))
-    x, dy = torch.randn(3, 5, 37, device=device), torch.randn(3, 5, 37, device=device)
-    y, dw, m = fd.execute([x, dy])
-    xhat = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-    torch.testing.assert_close(y, dy * xhat)
-    torch.testing.assert_close(dw, (dy * xhat).sum((0, 1)), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(m, dy.amax((0, 1)))
-    assert "_looped" in fd.last_triton_code()
 
 
 def test_three_dims_rows_folded(device):
