@@ -124,6 +124,11 @@ def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = F
         for label, call in calls.items():
             wall[label].append(per_call_us(call, (), 50))
             host[label].append(_host_us(call, ()))
+    direct = _backward_definition(name, args)
+    if direct is not None:  # our share of a backward call: its definition alone, no autograd
+        print(f"== the backward definition alone ({case.name}): host "
+              f"{min(_host_us(direct, ()) for _ in range(3)):.1f} us per call, wall "
+              f"{per_call_us(direct, (), 50):.1f} us per call")
     for label, call in calls.items():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -137,6 +142,20 @@ def profile_row(name: str, shape: tuple = (16384, 4096), with_cprofile: bool = F
             print(f"   {e.key[:70]:70s} x{e.count / 10:g} {e.device_time_total / 10:.1f} us")
         if with_cprofile:
             cprofile(f"{label} {case.name}", call, (), 200, top=25)
+
+
+def _backward_definition(name: str, args: tuple):
+    """The hand-written backward definition of a norm row called directly on its inputs (x, w
+    and a random dy), or None for other rows."""
+    from benchmarks import fuser_defs
+
+    build = {"rmsnorm_bwd": fuser_defs.rmsnorm_bwd, "layernorm_bwd": fuser_defs.layernorm_bwd}.get(name)
+    if build is None:
+        return None
+    x, w = args[0].detach(), args[1].detach()
+    dy = torch.randn_like(x)
+    fd = build()
+    return lambda: fd.execute([x, w, dy])
 
 
 def main() -> None:

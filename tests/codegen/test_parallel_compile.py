@@ -94,3 +94,16 @@ def test_a_split_reduction_compiled_ahead_matches_eager(tmp_path, monkeypatch):
     assert "_partial" in fd.last_triton_code() and "_combine" in fd.last_triton_code()
     torch.testing.assert_close(total, (x.float() * 1.5).sum(0), rtol=1e-4, atol=1e-2)
     torch.testing.assert_close(top, x.float().amax(0))
+
+
+def test_empty_launch_hook_chains_are_not_called():
+    # Triton keeps launch hooks in chains that are never None: a direct launch passes None for
+    # an empty chain (no launch metadata built, no empty chain called), and the chain itself
+    # once a hook (a profiler's) is in it
+    from triton import knobs
+
+    chain = type(knobs.runtime.launch_enter_hook)()
+    assert launch._hook(chain) is None and launch._hook(None) is None
+    chain.add(print)
+    assert launch._hook(chain) is chain
+    assert launch._hook(print) is print  # a Triton whose hook is a plain callable
