@@ -5,7 +5,9 @@ stages; heuristics.ROW_LOOP_*), and the looped kernel (one pass over chunks of t
 reduction, re-reads served by L2) on chunk sizes and warps.
 Shares of the copy bandwidth measured in the same run; not part of the suite.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py [--row-loop] [--long]
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_inner.py [--row-loop] [--long] [--persistent]
+
+`--persistent`: only the persistent kernel, on 4 to 32 warps and 1 or 2 rows a program.
 """
 from __future__ import annotations
 
@@ -29,14 +31,18 @@ CONFIGS = ([("persistent", None, w) for w in (8, 16, 32)]
 ROW_LOOP = [(per_sm, stages) for per_sm in (1, 2, 4) for stages in (1, 2, 3)]
 
 
+PERSISTENT = [("persistent", rows, w) for rows in (1, 2) for w in (4, 8, 16, 32)]
+
+
 def forced(kind: str, block1, warps: int):
     original = heuristics.choose
 
     def choose(template, r, c):
         if template is not Template.inner_reduction:
             return original(template, r, c)
-        if kind == "persistent":
-            return heuristics.LaunchParams(1, heuristics.next_pow2(c), True, warps, r)
+        if kind == "persistent":  # block1: rows a program (None: 1)
+            rows = block1 or 1
+            return heuristics.LaunchParams(rows, heuristics.next_pow2(c), True, warps, -(-r // rows))
         return heuristics.LaunchParams(1, block1, False, warps, r)
     return choose
 
@@ -54,7 +60,7 @@ def main() -> None:
     if "--long" in sys.argv:  # only the longest rows
         inputs = {s: v for s, v in inputs.items() if s == SHAPES[0]}
     configs = ([("rows", per_sm, stages) for per_sm, stages in ROW_LOOP] + [("persistent", None, 0)]
-               if row_loop else CONFIGS)
+               if row_loop else PERSISTENT if "--persistent" in sys.argv else CONFIGS)
     for kind, block1, warps in configs:
         if kind == "rows":  # block1: programs a multiprocessor, warps: stages (default warps)
             heuristics.ROW_LOOP_MIN_COLS, heuristics.ROW_LOOP_PROGRAMS_PER_PROCESSOR = 1, block1
@@ -67,6 +73,9 @@ def main() -> None:
             for name, build, args in (("softmax", fuser_defs.softmax_fwd, [x]),
                                       ("layernorm", fuser_defs.layernorm_fwd, [x, w, b]),
                                       ("rmsnorm", fuser_defs.rmsnorm_fwd, [x, w])):
+                if kind == "persistent" and warps and (block1 or 1) * n // (32 * warps) > 128:
+                    cells.append(f"{name}[{m}x{n}] -")  # spills: not a candidate
+                    continue
                 fd = build.__wrapped__()
                 try:
                     fd.execute(args)
@@ -75,6 +84,7 @@ def main() -> None:
                 except Exception as e:  # a configuration that does not compile (registers)
                     cells.append(f"{name}[{m}x{n}] failed ({type(e).__name__})")
         label = (f"row loop, {block1} programs/SM, {warps} stages" if kind == "rows" else
+                 f"persistent {block1 or 1} row(s) a program, warps {warps or 'default'}" if kind == "persistent" else
                  f"{kind:10s} block1 {block1 or 'row'} warps {warps or 'default'}")
         print(f"{label}: " + "  ".join(cells), flush=True)
     launch.choose = saved
