@@ -27,7 +27,7 @@ from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
                                      inner_outer_stages, next_pow2, row_loop, row_loop_programs,
-                                     row_loop_stages, split_count)
+                                     row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
@@ -282,19 +282,38 @@ class KernelLauncher:
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
 
         launch = build(variants, step_params, stages)
-        if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS \
-                and autotune_row_loop(params, cols):
-            # which form wins depends on the kernel: time both once per bucket (codegen/autotune.py)
-            key = autotune.bucket_key(hashlib.sha256(launch.source.encode()).hexdigest()[:24], rows, cols, device)
-            candidates = [launch, None]  # the row loop is generated only if timed or chosen
-
-            def form(k: int) -> _Launch:
-                if candidates[k] is None:
-                    candidates[k] = build(*rows_form())
-                return candidates[k]
-            with phase("autotune"):
-                launch = form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in (0, 1)], device))
+        if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
+            # which form wins depends on the kernel: the forms are timed once per bucket
+            forms = [("default", None)]
+            forms += [(f"{w} warps", lambda w=w: build(variants, {"persistent": replace(params, num_warps=w)}, 1))
+                      for w in tuned_warps(params, cols)]
+            if autotune_row_loop(params, cols):
+                forms.append(("row loop", lambda: build(*rows_form())))
+            if len(forms) > 1:
+                launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         return launch
+
+
+def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs, device) -> "_Launch":
+    """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
+    for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
+    compiling every form side by side. A form is built only if it is timed or chosen."""
+    labels = ",".join(label for label, _ in forms)
+    digest = hashlib.sha256(default.source.encode()).hexdigest()[:24]
+    key = autotune.bucket_key(f"{digest}|{labels}", rows, cols, device)
+    made = [default] + [None] * (len(forms) - 1)
+
+    def form(k: int) -> _Launch:
+        if made[k] is None:
+            made[k] = forms[k][1]()
+        return made[k]
+    with phase("autotune"):
+        if autotune.CHOICES.get(key) is None:  # to be timed: compile them all at once first
+            jobs = []
+            for k in range(len(forms)):
+                jobs += form(k).compile_jobs(form(k).tensors_for(inputs, device)[0])
+            parallel_compile.compile_together(jobs)
+        return form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in range(len(forms))], device))
 
 
 # targets where launch forms are timed to choose between them (the interpreter's timings say

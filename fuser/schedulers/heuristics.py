@@ -166,6 +166,28 @@ ROW_LOOP_STAGES = 3
 AUTOTUNE_MIN_COLS = 16384
 
 
+# The persistent kernel's warps: _warps gives about 16 elements a thread, but on the H200
+# (benchmarks/sweep_inner.py --persistent, 2026-11-30) the best count at 8192 columns depends on
+# the kernel: layernorm forward 0.95 of copy on 4 warps against 0.87 on 16, softmax 0.97 on 16
+# against 0.81 on 4, rmsnorm 0.95 on either (at 4096 columns 4 and 8 warps tie; at 32768, 32 won
+# every kernel). Rows of AUTOTUNE_WARPS_MIN_COLS or more also time fewer warps once per bucket,
+# down to 4 warps and up to MAX_TUNED_ELEMENTS_PER_THREAD elements a thread.
+AUTOTUNE_WARPS_MIN_COLS = 8192
+MAX_TUNED_ELEMENTS_PER_THREAD = 64
+
+
+def tuned_warps(params: LaunchParams, cols: int) -> list[int]:
+    """Warp counts besides the default to time for a persistent inner reduction."""
+    if (not params.persistent or AUTOTUNE_WARPS_MIN_COLS is None or cols < AUTOTUNE_WARPS_MIN_COLS
+            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+        return []
+    found, warps = [], params.num_warps // 2
+    while warps >= 4 and params.block0 * params.block1 // (32 * warps) <= MAX_TUNED_ELEMENTS_PER_THREAD:
+        found.append(warps)
+        warps //= 2
+    return found
+
+
 def row_loop(params: LaunchParams, cols: int) -> bool:
     return params.persistent and ROW_LOOP_MIN_COLS is not None and cols >= ROW_LOOP_MIN_COLS
 

@@ -94,3 +94,49 @@ def test_a_remembered_choice_of_the_plain_form_generates_no_row_loop(tmp_path, m
     (y,) = fd.execute([x])
     assert not generated and "persistent over rows" not in fd.last_triton_code()
     torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=2e-2)
+
+
+def test_rows_of_8192_or_more_also_time_fewer_warps(monkeypatch):
+    # the best warp count of the persistent kernel depends on the kernel (layernorm forward at
+    # 8192 columns wants 4 warps, softmax 16): halves of the default down to 4 warps and up to
+    # 64 elements a thread are timed; shorter rows, and FUSER_AUTOTUNE=0, are not tuned
+    from fuser.schedulers import heuristics
+
+    choose = heuristics.choose
+    params = choose(heuristics.Template.inner_reduction, 16384, 8192)
+    assert params.num_warps == 16 and heuristics.tuned_warps(params, 8192) == [8, 4]
+    assert heuristics.tuned_warps(choose(heuristics.Template.inner_reduction, 4096, 32768), 32768) == [16]
+    assert heuristics.tuned_warps(choose(heuristics.Template.inner_reduction, 16384, 4096), 4096) == []
+    monkeypatch.setenv("FUSER_AUTOTUNE", "0")
+    assert heuristics.tuned_warps(params, 8192) == []
+
+
+@pytest.mark.parametrize("winner", [0, 1])
+def test_a_row_reduction_runs_the_warp_count_that_timed_fastest(winner, tmp_path, monkeypatch):
+    """With the warp forms tuned on the interpreter (rows of 100 columns, 32 rows a block on 8
+    warps, so 4 warps are tried too) and a timer that prefers form `winner`, layernorm runs
+    with that launch and matches eager; the choice is stored under a key naming the forms."""
+    from benchmarks import fuser_defs
+    from fuser.codegen import launch
+    from fuser.schedulers import heuristics
+
+    monkeypatch.setattr(heuristics, "AUTOTUNE_WARPS_MIN_COLS", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append(self.steps[0][0].kwargs["num_warps"]) or real_call(self, *a, **k))
+    order = iter([1.0 if k == winner else 2.0 for k in range(2)])
+    monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(order))[1])
+    fd = fuser_defs.layernorm_fwd.__wrapped__()
+    x, w, b = torch.randn(24, 100, dtype=torch.bfloat16), torch.randn(100, dtype=torch.bfloat16), torch.randn(100, dtype=torch.bfloat16)
+    (y,) = fd.execute([x, w, b])
+    torch.testing.assert_close(y.float(), torch.nn.functional.layer_norm(x.float(), (100,), w.float(), b.float()),
+                               rtol=2e-2, atol=5e-2)
+    assert launched[:2] == [8, 4]  # both forms timed, the default first
+    assert launched[-1] == (8, 4)[winner]  # the call's own launch: the winner
+    fd.execute([x, w, b])
+    assert launched[-1] == (8, 4)[winner]
+    (key, choice), = json.loads((tmp_path / "autotune.json").read_text()).items()
+    assert choice == winner and "default,4 warps" in key
