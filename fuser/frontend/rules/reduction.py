@@ -7,6 +7,7 @@ import torch
 from ...ir import DataType
 from . import Kind, LoweringError, register
 from .pointwise import upcast
+from .shape import one_hot_row_sum
 
 aten = torch.ops.aten
 
@@ -43,6 +44,10 @@ def reduced_count(b, node, dims: list[int]):
 
 @register(aten.sum.dim_IntList, kind=Kind.reduction)
 def _sum(b, node, x, dim=None, keepdim=False, dtype=None):
+    if dtype is None and dim is not None:
+        found = one_hot_row_sum(b, node, dim, keepdim)  # (cross entropy's backward)
+        if found is not None:
+            return found
     return b.fd.ops.sum(x, reduce_dims(x, dim), keepdim, dtype=_dtype(dtype))
 
 

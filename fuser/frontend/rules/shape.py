@@ -5,6 +5,8 @@ Target shapes are read from the node's traced output, whose sizes Dynamo already
 `-1` in `view`, the `end` of a slice), and translated into this fusion's extents."""
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.fx import Node
 
@@ -337,6 +339,63 @@ def _one_hot(b, shape, index_node, dim, length, index, what):
     positions = b.fd.ops.iota(length, 0, 1, DataType.Int)
     positions = b.fd.ops.broadcast(positions, [k != dim for k in range(len(sizes))])
     return b.fd.ops.eq(positions, index)
+
+
+_MULS = (aten.mul.Tensor, aten.mul.Scalar)
+
+
+def one_hot_row_sum(b, node, dim, keepdim):
+    """A sum along `d` of a one-hot made by `scatter(zeros, d, index, v)` (one index per row),
+    alone or times a factor `q` constant along `d`: the cross-entropy backward's sum of its
+    one-hot gradient over a vocabulary-long row. Exactly one position meets an index in range,
+    so the sum is `v * q` there, plus the `0 * q` terms of the other positions (0, or NaN where
+    q is not finite, as in the sum), with no pass over the row. None where the summed value is
+    not of this form (the sum is then lowered as it is)."""
+    src = node.args[0]
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    if not isinstance(src, Node) or len(dims) != 1:
+        return None
+    factor, scatter = 1.0, src
+    if src.target in _MULS:
+        p, q = src.args[0], src.args[1]
+        scatter, factor = (p, q) if isinstance(p, Node) and p.target is aten.scatter.value else (q, p)
+    if not isinstance(scatter, Node) or scatter.target is not aten.scatter.value \
+            or _constant_fill(scatter.args[0]) != 0 or len(scatter.args) < 4:
+        return None
+    shape = [size_expr(s) for s in meta_val(scatter).shape]
+    ndim = len(shape)
+    if ndim == 0 or meta_val(src).dim() != ndim or dims[0] % ndim != scatter.args[1] % ndim:
+        return None
+    d = dims[0] % ndim
+    index = scatter.args[2]
+    if [size_expr(s) for s in meta_val(index).shape] != shape[:d] + [1] + shape[d + 1:]:
+        return None  # not one index per row
+    n = b.size(meta_val(scatter).shape[d])
+    if isinstance(n, int) and n < 1:
+        return None  # an empty row sums to 0 whatever q is
+    if isinstance(factor, Node):
+        fshape = [size_expr(s) for s in meta_val(factor).shape]
+        k = d - (ndim - len(fshape))
+        if len(fshape) > ndim or (k >= 0 and fshape[k] != 1):
+            return None  # the factor varies along the row
+    elif not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return None
+    try:
+        idx, q = b._convert(index), b._convert(factor)
+    except LoweringError:
+        return None
+    ops, dtype = b.fd.ops, DataType.from_torch(meta_val(scatter).dtype)
+    inside = ops.logical_and(ops.ge(idx, 0), ops.lt(idx, n))
+    hit = ops.where(inside, b.fd.define_scalar(_python_value(scatter.args[3], dtype), dtype=dtype),
+                    b.fd.define_scalar(_python_value(0, dtype), dtype=dtype))
+    total = ops.mul(hit, q)
+    # the other positions' 0 * q: a symbolic length is at least 2 (Dynamo specializes 0 and 1)
+    if not isinstance(n, int) or n > 1:
+        if not isinstance(q, (int, float)):
+            total = ops.add(total, ops.mul(q, 0.0))
+        elif not math.isfinite(q):
+            total = ops.add(total, float("nan"))
+    return total if keepdim else ops.squeeze(total, [d])
 
 
 @register(aten.gather.default, kind=Kind.reduction)
