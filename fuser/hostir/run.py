@@ -45,13 +45,19 @@ class HostRunner:
         self.sizes = LocalSizes()  # every tensor's local sizes, compiled on first use
         self._plans: dict[tuple, Plan] = {}
 
+    @staticmethod
+    def values_key(table: BindingTable) -> tuple:
+        """What `run` looks a table's plan up by, besides the rank and the device."""
+        return _values_key(table.values)
+
     def run(self, args: Sequence[Any], table: BindingTable, comm: Optional[Communicator] = None,
-            device=None, trace: Optional[Trace] = None) -> list:
+            device=None, trace: Optional[Trace] = None, values_key: Optional[tuple] = None) -> list:
+        """`values_key`: `values_key(table)`, where the caller keeps it for this table."""
         comm = comm or Communicator.default()
         if self._checked_world != comm.world_size:
             self._check_world(comm)
         device = device or self.device
-        key = (_values_key(table.values), comm.rank, device)
+        key = (values_key if values_key is not None else _values_key(table.values), comm.rank, device)
         plan = self._plans.get(key)
         if plan is None:
             plan = self.plan(table, comm.rank, device)
@@ -131,8 +137,9 @@ class HostRuntime:
         found = {id(v): v for e in seg.exprs for v in e.inputs if isinstance(v, Scalar) and not v.is_constant}
         return LaunchKernel(seg, launcher, list(found.values()))
 
-    def run(self, args: Sequence[Any], table: BindingTable, comm: Optional[Communicator] = None) -> list:
-        outs = self.runner.run(args, table, comm)
+    def run(self, args: Sequence[Any], table: BindingTable, comm: Optional[Communicator] = None,
+            values_key: Optional[tuple] = None) -> list:
+        outs = self.runner.run(args, table, comm, values_key=values_key)
         if self.dump_triton:  # each kernel's source once per change, as the single-device runtime
             for k, launcher in enumerate(self.launchers):
                 if launcher.last_source and self._printed.get(k) is not launcher.last_source:

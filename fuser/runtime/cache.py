@@ -164,6 +164,22 @@ class ReadyCall:
         return [outs[k] if made else args[k] for made, k in self.give]
 
 
+class HostReadyCall:
+    """A host program's runtime with the binding table of one exact argument layout: a repeat
+    call with that layout (same shapes, strides, dtypes, devices and scalar values: the table
+    binding would make is equal to this one, which is immutable) runs the program without
+    binding again or looking its plan up by the table's values."""
+
+    __slots__ = ("runtime", "table", "values_key")
+
+    def __init__(self, runtime: HostRuntime, table: BindingTable):
+        self.runtime, self.table = runtime, table
+        self.values_key = runtime.runner.values_key(table)
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        return self.runtime.run(args, self.table, values_key=self.values_key)
+
+
 def call_key(args: Sequence[Any]) -> tuple:
     """What fixes a call's runtime and launches: each tensor's shape, strides, dtype and device
     (Parameters and other subclasses too: a Parameter's `.data` can be swapped for another
@@ -238,7 +254,7 @@ class FusionExecutorCache:
         # call finds its runtime without computing the signature
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
         # per `call_key`: the ready launch of a single-kernel runtime (the hot path of a call)
-        self._ready: dict[tuple, ReadyCall] = {}
+        self._ready: dict[tuple, ReadyCall | HostReadyCall] = {}
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
         self._lock = threading.Lock()
@@ -279,8 +295,9 @@ class FusionExecutorCache:
             self._by_layout[layout] = runtime
         self.last_runtime = runtime
         outs = runtime.run(args, table)
-        if ready_key is not None and isinstance(runtime, FusionRuntime):
-            ready = runtime.ready_call(args, table)
+        if ready_key is not None:
+            ready = (runtime.ready_call(args, table) if isinstance(runtime, FusionRuntime)
+                     else HostReadyCall(runtime, table))
             if ready is not None:
                 if len(self._ready) > 256:
                     self._ready.clear()

@@ -48,6 +48,27 @@ def test_seed_with_other_row_counts_reuses_the_runtime_and_never_conflicts():
     assert fd.cache.num_runtimes == 1
 
 
+def test_a_repeat_call_of_one_layout_binds_once_and_another_layout_binds_again(monkeypatch):
+    # a host program's repeat call with the same shapes, strides, dtypes and devices reuses the
+    # (immutable) binding table of its first call: nothing to validate again, no plan lookup by
+    # values; a new row count binds, and a shard of the wrong size still fails at binding
+    from fuser.errors import FusionInputError
+
+    fd = seed_definition(1, 3, 2)
+    x, w = ints(6, 8), ints(2, 8, seed=1)
+    from fuser.evaluate.binding import InputBinder
+
+    binds = []
+    real = InputBinder.bind
+    monkeypatch.setattr(InputBinder, "bind", lambda self, args: binds.append(1) or real(self, args))
+    for t in (6, 6, 6, 9, 9):
+        x = ints(t, 8, seed=t)
+        exact(fd.execute([x, w])[0], F.linear(x, w), f"t={t}")
+    assert len(binds) == 2 and fd.cache.num_runtimes == 1
+    with pytest.raises(FusionInputError):
+        fd.execute([x, ints(3, 8)])
+
+
 @pytest.mark.parametrize("t,chunks", [(7, [3, 3, 1]), (2, [1, 1, 0]), (10, [4, 4, 2])])
 def test_rows_not_divisible_by_the_stream_count_leave_a_shorter_last_chunk(t, chunks):
     fd = seed_definition(1, 3, 2)
