@@ -74,6 +74,17 @@ def test_one_hot_of_one_column_and_a_number_factor_and_a_column_one_hot():
     torch.testing.assert_close(fuser.jit(columns)(q, index), columns(q, index))
 
 
+def test_an_integer_one_hot_is_summed_as_it_is():
+    def f(q, index):  # int64 one-hot times an int factor: the sum is int64, as eager's
+        return (torch.zeros(q.shape[0], 7, dtype=torch.int64).scatter(1, index, 3) * q).sum(1)
+
+    q = torch.randint(-5, 5, (6, 1))
+    index = torch.randint(0, 7, (6, 1))
+    jitted = fuser.jit(f)
+    assert torch.equal(jitted(q, index), f(q, index))
+    assert jitted.cache_info().fallback_ops == 0
+
+
 def test_a_factor_varying_along_the_row_is_summed_as_it_is():
     def f(x, index):
         return (_one_hot(x.shape[0], x.shape[1], index, x.dtype) * x).sum(1)

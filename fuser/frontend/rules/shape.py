@@ -362,7 +362,10 @@ def one_hot_row_sum(b, node, dim, keepdim):
     if not isinstance(scatter, Node) or scatter.target is not aten.scatter.value \
             or _constant_fill(scatter.args[0]) != 0 or len(scatter.args) < 4:
         return None
-    shape = [size_expr(s) for s in meta_val(scatter).shape]
+    hot = meta_val(scatter)
+    if not hot.dtype.is_floating_point or meta_val(node).dtype != meta_val(src).dtype:
+        return None  # (an integer one-hot sums to int64; a float one keeps its type)
+    shape = [size_expr(s) for s in hot.shape]
     ndim = len(shape)
     if ndim == 0 or meta_val(src).dim() != ndim or dims[0] % ndim != scatter.args[1] % ndim:
         return None
