@@ -165,19 +165,19 @@ class ReadyCall:
 
 
 class HostReadyCall:
-    """A host program's runtime with the binding table of one exact argument layout: a repeat
-    call with that layout (same shapes, strides, dtypes, devices and scalar values: the table
-    binding would make is equal to this one, which is immutable) runs the program without
-    binding again or looking its plan up by the table's values."""
+    """A host program's runtime for one exact argument layout (same shapes, strides, dtypes,
+    devices and scalar values): a repeat call with that layout binds its own table, as every
+    execution does, and runs the program without finding its runtime by signature again or
+    its plan by the table's values (both fixed by the layout)."""
 
-    __slots__ = ("runtime", "table", "values_key")
+    __slots__ = ("runtime", "binder", "values_key")
 
-    def __init__(self, runtime: HostRuntime, table: BindingTable):
-        self.runtime, self.table = runtime, table
+    def __init__(self, runtime: HostRuntime, binder: InputBinder, table: BindingTable):
+        self.runtime, self.binder = runtime, binder
         self.values_key = runtime.runner.values_key(table)
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        return self.runtime.run(args, self.table, values_key=self.values_key)
+        return self.runtime.run(args, self.binder.bind(args), values_key=self.values_key)
 
 
 def call_key(args: Sequence[Any]) -> tuple:
@@ -297,7 +297,7 @@ class FusionExecutorCache:
         outs = runtime.run(args, table)
         if ready_key is not None:
             ready = (runtime.ready_call(args, table) if isinstance(runtime, FusionRuntime)
-                     else HostReadyCall(runtime, table))
+                     else HostReadyCall(runtime, self._binder, table))
             if ready is not None:
                 if len(self._ready) > 256:
                     self._ready.clear()

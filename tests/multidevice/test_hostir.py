@@ -48,23 +48,25 @@ def test_seed_with_other_row_counts_reuses_the_runtime_and_never_conflicts():
     assert fd.cache.num_runtimes == 1
 
 
-def test_a_repeat_call_of_one_layout_binds_once_and_another_layout_binds_again(monkeypatch):
-    # a host program's repeat call with the same shapes, strides, dtypes and devices reuses the
-    # (immutable) binding table of its first call: nothing to validate again, no plan lookup by
-    # values; a new row count binds, and a shard of the wrong size still fails at binding
+def test_a_repeat_call_of_one_layout_takes_its_ready_call_and_binds_its_own_table(monkeypatch):
+    # a host program's repeat call with the same shapes, strides, dtypes and devices skips the
+    # signature and plan lookups, still binding a table of its own (one per execution); a new
+    # row count takes the full path, and a shard of the wrong size still fails at binding
     from fuser.errors import FusionInputError
+    from fuser.hostir.run import HostRunner
+    from fuser.runtime import cache
 
     fd = seed_definition(1, 3, 2)
-    x, w = ints(6, 8), ints(2, 8, seed=1)
-    from fuser.evaluate.binding import InputBinder
-
-    binds = []
-    real = InputBinder.bind
-    monkeypatch.setattr(InputBinder, "bind", lambda self, args: binds.append(1) or real(self, args))
+    w = ints(2, 8, seed=1)
+    tables, full_path = [], []
+    real_run, real_key = HostRunner.run, cache.call_key
+    monkeypatch.setattr(HostRunner, "run", lambda self, args, table, *a, **k: tables.append(table) or real_run(self, args, table, *a, **k))
+    monkeypatch.setattr(cache, "call_key", lambda args: full_path.append(1) or real_key(args))
     for t in (6, 6, 6, 9, 9):
         x = ints(t, 8, seed=t)
         exact(fd.execute([x, w])[0], F.linear(x, w), f"t={t}")
-    assert len(binds) == 2 and fd.cache.num_runtimes == 1
+    assert len(full_path) == 2 and fd.cache.num_runtimes == 1
+    assert len({id(t) for t in tables}) == 5  # a table per execution
     with pytest.raises(FusionInputError):
         fd.execute([x, ints(3, 8)])
 
