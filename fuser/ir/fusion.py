@@ -99,6 +99,10 @@ class Fusion:
             raise FusionDefinitionError(f"add_output expects a TensorView, got {tv!r}")
         self._outputs.append(tv)
 
+    def replace_output(self, old: TensorView, new: TensorView) -> None:
+        """Output `old` becomes `new`, at its place (a pass that rewrote what computes it)."""
+        self._outputs = [new if o is old else o for o in self._outputs]
+
     def add_expr(self, expr: Expr) -> Expr:
         self.exprs.append(expr)
         return expr

@@ -21,6 +21,7 @@ from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
 from ..passes import run_passes
+from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 
@@ -45,6 +46,8 @@ class FusionRuntime:
     """The segments of one fusion for one input signature, and how to run them."""
 
     def __init__(self, fusion: Fusion, device: torch.device, use_kernels: bool = True):
+        if use_kernels:  # reshapes between fusible ops moved to the fusion's edges (a clone)
+            fusion = move_reshapes(fusion)
         self.fusion = fusion
         self.device = device
         self.target = target_for(device)
