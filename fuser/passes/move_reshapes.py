@@ -81,6 +81,8 @@ def _next_move(f: Fusion):
     for r in f.exprs:
         if not isinstance(r, ReshapeOp) or id(r.inp) in at_inputs:
             continue  # (a view of an input stays: moving it down would be undone by a hoist)
+        if any(d.expanded_extent is not None for d in r.inp.domain.no_reductions()):
+            continue  # an expanded input: the op moved before the reshape would materialize it
         if _reaches_input(r.inp, uses, at_inputs):
             return lambda r=r: _hoist(f, r, uses)
         if _reaches_output(r.out, uses):
