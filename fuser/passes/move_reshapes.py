@@ -28,17 +28,15 @@ _ELEMENTWISE = (UnaryOp, CastOp, BinaryOp, TernaryOp)
 
 
 def move_reshapes(fusion: Fusion) -> Fusion:
-    if not any(isinstance(e, ReshapeOp) for e in fusion.exprs):
-        return fusion
+    if not any(isinstance(e, ReshapeOp) for e in fusion.exprs) or _next_move(fusion) is None:
+        return fusion  # (nothing to move: no clone made)
     f = fusion.clone()
-    moved = False
     for _ in range(4 * len(f.exprs)):  # each move takes a reshape one op nearer an edge
         step = _next_move(f)
         if step is None:
             break
         step()
-        moved = True
-    return f if moved else fusion
+    return f
 
 
 def _lone_operand(e: Expr) -> Optional[TensorView]:
