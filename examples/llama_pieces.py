@@ -52,7 +52,8 @@ def causal_attention(q, k, v):
 
 
 def cross_entropy(logits, target):
-    return F.cross_entropy(logits.float(), target)
+    """logits [batch, seq, vocab], flattened as a model's loss does."""
+    return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
 
 
 def make_inputs(device, dtype, small: bool):
@@ -69,7 +70,7 @@ def make_inputs(device, dtype, small: bool):
         "swiglu_mlp": (swiglu_mlp, (r(b, s, dim), r(hidden, dim) / math.sqrt(dim),
                                     r(hidden, dim) / math.sqrt(dim), r(dim, hidden) / math.sqrt(hidden))),
         "causal_attention": (causal_attention, (r(b, h, s, d), r(b, h, s, d), r(b, h, s, d))),
-        "cross_entropy": (cross_entropy, (r(b * s, vocab), torch.randint(0, vocab, (b * s,), device=device))),
+        "cross_entropy": (cross_entropy, (r(b, s, vocab), torch.randint(0, vocab, (b, s), device=device))),
     }
 
 
