@@ -460,7 +460,9 @@ class _DirectStep(_Step):
         stream = _raw_stream(_current_device())
         enter, leave = _hook(self.hooks.launch_enter_hook), _hook(self.hooks.launch_exit_hook)
         full = args + self.constexprs
-        meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) if enter is not None else None
+        # (Triton's own launch hands its metadata to an exit hook too, with or without an enter hook)
+        meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) \
+            if enter is not None or leave is not None else None
         try:
             kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
         except TypeError:  # a launcher of another shape: use Triton's entry point from now on

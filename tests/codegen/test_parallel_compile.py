@@ -107,3 +107,31 @@ def test_empty_launch_hook_chains_are_not_called():
     chain.add(print)
     assert launch._hook(chain) is chain
     assert launch._hook(print) is print  # a Triton whose hook is a plain callable
+
+
+def test_an_exit_hook_alone_still_gets_launch_metadata(monkeypatch):
+    # Triton's own launch builds the metadata whenever a hook may read it: an exit hook
+    # installed without an enter hook gets it too (found by review)
+    import types
+
+    from triton import knobs
+
+    class Compiled:
+        function = packed_metadata = None
+
+        def launch_metadata(self, grid, stream, *args):
+            return {"name": "stand-in"}
+
+        def run(self, *args):
+            self.args = args
+
+    exit_chain = type(knobs.runtime.launch_exit_hook)()
+    exit_chain.add(print)
+    step = launch._DirectStep(_StandInKernel(0), 1, dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1))
+    step.compiled, step.tensor_at = Compiled(), []
+    step.hooks = types.SimpleNamespace(launch_enter_hook=type(exit_chain)(), launch_exit_hook=exit_chain)
+    monkeypatch.setattr(launch, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    step([])
+    meta, enter, leave = step.compiled.args[6:9]
+    assert meta == {"name": "stand-in"} and enter is None and leave is exit_chain

@@ -74,6 +74,21 @@ def test_one_hot_of_one_column_and_a_number_factor_and_a_column_one_hot():
     torch.testing.assert_close(fuser.jit(columns)(q, index), columns(q, index))
 
 
+@pytest.mark.parametrize("dtype,value", [(torch.bfloat16, 1 / 3), (torch.float16, 0.1)])
+def test_the_value_at_the_index_is_the_one_hot_dtype_s(dtype, value):
+    # eager stores the scattered value in the half-precision one-hot first (1/3 in bf16 is
+    # 0.333984375), then multiplies: so does the sum that replaces it (found by review)
+    def f(q, index):
+        return (torch.zeros(q.shape[0], 7, dtype=dtype).scatter(1, index, value) * q).sum(1)
+
+    gen = torch.Generator().manual_seed(0)
+    q = (torch.randn(8, 1, generator=gen) * 100).to(dtype)
+    index = torch.randint(0, 7, (8, 1), generator=gen)
+    jitted = fuser.jit(f)
+    assert torch.equal(jitted(q, index), f(q, index))
+    assert _templates("inference") == [Template.pointwise]
+
+
 def test_an_integer_one_hot_is_summed_as_it_is():
     def f(q, index):  # int64 one-hot times an int factor: the sum is int64, as eager's
         return (torch.zeros(q.shape[0], 7, dtype=torch.int64).scatter(1, index, 3) * q).sum(1)

@@ -389,7 +389,9 @@ def one_hot_row_sum(b, node, dim, keepdim):
         return None
     ops, dtype = b.fd.ops, DataType.from_torch(meta_val(scatter).dtype)
     inside = ops.logical_and(ops.ge(idx, 0), ops.lt(idx, n))
-    hit = ops.where(inside, b.fd.define_scalar(_python_value(scatter.args[3], dtype), dtype=dtype),
+    # the value as the one-hot holds it: rounded to its dtype (1/3 in bf16 is 0.333984375)
+    value = torch.tensor(scatter.args[3], dtype=hot.dtype).item()
+    hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
                     b.fd.define_scalar(_python_value(0, dtype), dtype=dtype))
     total = ops.mul(hit, q)
     # the other positions' 0 * q: a symbolic length is at least 2 (Dynamo specializes 0 and 1)
