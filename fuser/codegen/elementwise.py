@@ -46,7 +46,8 @@ class ElementwiseEmitter:
         launcher never folds it with a neighbour)."""
         dt = e.out.dtype
         (j,) = self.super_axes_of(e.out) or [None]
-        index = "0" if j is None else self.index_code(j)
+        # (a [1, 1] block where the output spans no loop axis: a bare 0 would read `0.to(...)`)
+        index = "tl.zeros([1, 1], tl.int32)" if j is None else self.index_code(j)
         if j is not None:
             scope.owner_of_dim(self.super_dim[j])  # the index must be live in this scope
         _, start, step = (self.operand(scope, v, dt) for v in e.inputs)

@@ -54,3 +54,19 @@ def test_gather_and_cross_entropy_with_an_index_out_of_range_give_nan_not_a_valu
     assert torch.isnan(jitted_loss(x, target))
     target[2] = -100  # ignore_index stays ignored
     torch.testing.assert_close(jitted_loss(x, target), loss(x, target))
+
+
+def test_cross_entropy_over_one_class():
+    # logits [6, 1]: the one-hot's iota spans no loop axis; its index was a bare `0`, and
+    # `0.to(tl.int64)` is not Python (found by review)
+    import torch.nn.functional as F
+
+    def f(x, t):
+        return F.cross_entropy(x, t)
+
+    x = torch.randn(6, 1)
+    xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+    t = torch.zeros(6, dtype=torch.long)
+    got, want = fuser.jit(f)(xj, t), f(xe, t)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, xj)[0], torch.autograd.grad(want, xe)[0])
