@@ -131,10 +131,12 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
             extents.append(e)
         else:
             extents.append(extent_of(f, s, op))
+    # the ids first: unifying the element counts may replace a symbol of `extents` everywhere
+    # in the fusion, these ids included (made after, they kept a symbol no input binds)
+    ids = [f.new_id(e, iter_type=IterType.Iteration) for e in extents]
     out_numel = math.prod(extents, start=sympy.Integer(1))
     if sympy.simplify(out_numel - in_numel) != 0:
         f.unify(in_numel, out_numel, f"{op}: {tv!r} has {in_numel} elements, new shape {out_numel}")
-    ids = [f.new_id(e, iter_type=IterType.Iteration) for e in extents]
     out = new_tensor(f, ids, tv.dtype)
     f.add_expr(ReshapeOp(inputs=(tv,), outputs=(out,)))
     return out

@@ -70,3 +70,20 @@ def test_cross_entropy_over_one_class():
     got, want = fuser.jit(f)(xj, t), f(xe, t)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(torch.autograd.grad(got, xj)[0], torch.autograd.grad(want, xe)[0])
+
+
+def test_a_flattening_view_whose_size_is_another_input_s_extent():
+    # the backward reshapes the input's [4, 3, 8] values to the tangent's [96]: unifying the
+    # element counts replaced the tangent's extent symbol, but the reshape's output ids were
+    # made after that with the old symbol, which no input binds (InternalError; found by review)
+    def f(x):
+        y = (x - x.amax(-1, keepdim=True)).abs().view(-1)
+        z = -y
+        return z - z.amax(-1, keepdim=True)
+
+    x = torch.randn(4, 3, 8)
+    xe, xj = x.clone().requires_grad_(), x.clone().requires_grad_()
+    g = torch.randn(96)
+    got, want = fuser.jit(f)(xj), f(xe)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, xj, g)[0], torch.autograd.grad(want, xe, g)[0])
