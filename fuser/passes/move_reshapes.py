@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..ir import (BinaryOp, CastOp, Expr, Fusion, ReshapeOp, TensorView, TernaryOp, UnaryOp,
-                  tensor_domain)
+from ..ir import BinaryOp, CastOp, Expr, Fusion, ReshapeOp, TensorView, TernaryOp, UnaryOp
+from ..ops.common import copy_id, new_tensor
 
 _ELEMENTWISE = (UnaryOp, CastOp, BinaryOp, TernaryOp)
 
@@ -114,8 +114,7 @@ def _reaches_output(b: TensorView, uses: _Uses) -> bool:
 
 
 def _like(f: Fusion, shape_of: TensorView, dtype) -> TensorView:
-    ids = [f.new_id(d.extent, iter_type=d.iter_type) for d in shape_of.domain.no_reductions()]
-    return f.new_tensor(tensor_domain(ids, True), dtype)
+    return new_tensor(f, [copy_id(f, d) for d in shape_of.domain.no_reductions()], dtype)
 
 
 def _replace_uses(f: Fusion, old: TensorView, new: TensorView) -> None:

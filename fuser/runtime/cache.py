@@ -256,7 +256,8 @@ class FusionExecutorCache:
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
-        # per `call_key`: the ready launch of a single-kernel runtime (the hot path of a call)
+        # per ready key: the ready launch of a single-kernel runtime, or a host program's ready
+        # call (the hot path of a call)
         self._ready: dict[tuple, ReadyCall | HostReadyCall] = {}
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)

@@ -162,6 +162,10 @@ class KernelAxes:
     def spans(self, tv: TensorView) -> set[int]:
         return {a for a in self.of(tv) if a is not None}
 
+    def spans_all(self, tv: TensorView) -> bool:
+        """Whether `tv` varies along every loop axis."""
+        return self.spans(tv) == {a.index for a in self.axes}
+
     @property
     def reduction_axes(self) -> list[int]:
         return [a.index for a in self.axes if a.is_reduction]

@@ -66,8 +66,7 @@ class KernelPlan:
         if self.template is Template.pointwise:
             # pointwise siblings (the two halves of a SwiGLU's backward) read what they share
             # once, when every output covers the whole loop space (no outer product of theirs)
-            every = {a.index for a in self.axes.axes}
-            return all(self.axes.spans(o) == every for o in self.outputs)
+            return all(self.axes.spans_all(o) for o in self.outputs)
         if self.template not in (Template.inner_reduction, Template.outer_reduction):
             return False
         outer = self.template is Template.outer_reduction
@@ -129,11 +128,11 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     if not sets:
         if any(a.is_reduction for a in axes.axes):
             return None, "a reduction axis is iterated without a reduction"
-        if any(axes.spans(o) != set(all_axes) for o in outputs):
+        if not all(axes.spans_all(o) for o in outputs):
             # independent parts of one shape (siblings joined by the segmenter): iterated
             # together where that makes every output span the loop space
             aligned, _ = analyze_axes(exprs, outputs, align_outputs=True)
-            if aligned is not None and all(aligned.spans(o) == {a.index for a in aligned.axes} for o in outputs):
+            if aligned is not None and all(aligned.spans_all(o) for o in outputs):
                 axes, all_axes = aligned, [a.index for a in aligned.axes]
         plan = KernelPlan(Template.pointwise, axes, list(exprs), inputs, outputs, all_axes[:-1], all_axes[-1:])
         return plan, ""

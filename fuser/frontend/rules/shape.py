@@ -327,17 +327,24 @@ def _scatter_value(b, node, base, dim, index, value):
                           b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype))
 
 
+def _one_index_per_row(shape, index_node, dim: int) -> bool:
+    """Whether the traced index has `shape` but 1 along `dim` (`dim` non-negative)."""
+    sizes = [size_expr(s) for s in shape]
+    return [size_expr(s) for s in meta_val(index_node).shape] == sizes[:dim] + [1] + sizes[dim + 1:]
+
+
+def _in_range(ops, index, length):
+    return ops.logical_and(ops.ge(index, 0), ops.lt(index, length))
+
+
 def _one_hot(b, shape, index_node, dim, length, index, what):
     """`iota(length) == index` along `dim`, for an index holding one position per row (shape
     equal to `shape` but 1 along `dim`)."""
-    sizes = [size_expr(s) for s in shape]
-    idx_sizes = [size_expr(s) for s in meta_val(index_node).shape]
-    dim %= len(sizes)
-    if len(idx_sizes) != len(sizes) or idx_sizes[dim] != 1 or any(
-            a != c for k, (a, c) in enumerate(zip(idx_sizes, sizes)) if k != dim):
+    dim %= len(shape)
+    if not _one_index_per_row(shape, index_node, dim):
         raise LoweringError(f"{what} with more than one index per row")
     positions = b.fd.ops.iota(length, 0, 1, DataType.Int)
-    positions = b.fd.ops.broadcast(positions, [k != dim for k in range(len(sizes))])
+    positions = b.fd.ops.broadcast(positions, [k != dim for k in range(len(shape))])
     return b.fd.ops.eq(positions, index)
 
 
@@ -365,14 +372,13 @@ def one_hot_row_sum(b, node, dim, keepdim):
     hot = meta_val(scatter)
     if not hot.dtype.is_floating_point or meta_val(node).dtype != meta_val(src).dtype:
         return None  # (an integer one-hot sums to int64; a float one keeps its type)
-    shape = [size_expr(s) for s in hot.shape]
-    ndim = len(shape)
+    ndim = hot.dim()
     if ndim == 0 or meta_val(src).dim() != ndim or dims[0] % ndim != scatter.args[1] % ndim:
         return None
     d = dims[0] % ndim
     index = scatter.args[2]
-    if [size_expr(s) for s in meta_val(index).shape] != shape[:d] + [1] + shape[d + 1:]:
-        return None  # not one index per row
+    if not _one_index_per_row(hot.shape, index, d):
+        return None
     n = b.size(meta_val(scatter).shape[d])
     if isinstance(n, int) and n < 1:
         return None  # an empty row sums to 0 whatever q is
@@ -383,12 +389,12 @@ def one_hot_row_sum(b, node, dim, keepdim):
             return None  # the factor varies along the row
     elif not isinstance(factor, (int, float)) or isinstance(factor, bool):
         return None
-    try:
-        idx, q = b._convert(index), b._convert(factor)
-    except LoweringError:
-        return None
-    ops, dtype = b.fd.ops, DataType.from_torch(meta_val(scatter).dtype)
-    inside = ops.logical_and(ops.ge(idx, 0), ops.lt(idx, n))
+    idx = b.values.get(index)
+    q = b.values.get(factor) if isinstance(factor, Node) else factor
+    if idx is None or q is None:
+        return None  # (computed outside this fusion)
+    ops, dtype = b.fd.ops, DataType.from_torch(hot.dtype)
+    inside = _in_range(ops, idx, n)
     # the value as the one-hot holds it: rounded to its dtype (1/3 in bf16 is 0.333984375)
     value = torch.tensor(scatter.args[3], dtype=hot.dtype).item()
     hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
@@ -418,5 +424,4 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
     # an index out of range matches no position: eager raises, a fused kernel cannot, so the
     # result is NaN (a NaN loss) rather than a plausible 0
     ops = b.fd.ops
-    inside = ops.logical_and(ops.ge(index, 0), ops.lt(index, length))
-    return ops.where(inside, picked, float("nan"))
+    return ops.where(_in_range(ops, index, length), picked, float("nan"))
