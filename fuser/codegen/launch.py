@@ -27,7 +27,8 @@ from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
                                      inner_outer_stages, next_pow2, row_loop, row_loop_programs,
-                                     row_loop_stages, split_count, tuned_warps)
+                                     row_loop_stages, split_count, tuned_warps,
+                                     reload_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
@@ -125,7 +126,7 @@ class KernelLauncher:
                             ks = generate_row_loop(self.plan, layout, target, f"{self.name}_{variant}", stages)
                         else:
                             ks = generate(self.plan, layout, variant == "persistent", target,
-                                          f"{self.name}_{variant}", split)
+                                          f"{self.name}_{variant}", split, one_pass=variant == "reload")
                     found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
         return found
@@ -274,7 +275,10 @@ class KernelLauncher:
                 block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
                 grid = params.grid * (chunks if variant == "partial" else 1)
                 p = step_params.get(variant, replace(params, block0=block0, grid=grid))
-                kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64, num_warps=p.num_warps)
+                kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64)
+                if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
+                    kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
+                kwargs["num_warps"] = p.num_warps
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
@@ -289,6 +293,8 @@ class KernelLauncher:
                       for w in tuned_warps(params, cols)]
             if autotune_row_loop(params, cols):
                 forms.append(("row loop", lambda: build(*rows_form())))
+            forms += [(f"one pass, {w} warps", lambda w=w: build(["reload"], {"reload": replace(
+                params, persistent=False, num_warps=w)}, 1)) for w in reload_warps(params, cols)]
             if len(forms) > 1:
                 launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         return launch
@@ -423,7 +429,7 @@ class _DirectStep(_Step):
         self.compiled = None
         self.aligned = False
         self.tensor_at: list[int] = []
-        self.constexprs = [kwargs["BLOCK0"], kwargs["BLOCK1"], kwargs["INT64"]]
+        self.constexprs = [v for k, v in kwargs.items() if k != "num_warps"]  # in parameter order
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
 

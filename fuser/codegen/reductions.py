@@ -89,6 +89,9 @@ class ReductionEmitter:
         lo = "r_lo" if self.split == "partial" else "0"
         block = f"BLOCK{self.red}"
         var = f"{'r' if self.red == 0 else 'c'}_start"
+        if self.one_pass:  # one chunk covers the reduced dim: the pass runs once, in line
+            self.program_scope.lines += [f"{var} = {lo}"] + scope.lines
+            return
         self.program_scope.lines.append(f"for {var} in range({lo}, {self.limit(self.red)}, {block}):")
         self.program_scope.lines += ["    " + line for line in scope.lines]
 
@@ -103,12 +106,20 @@ class ReductionEmitter:
             self.emit_reduction_loop(waits[0])
         if self.program_scope.lookup(id(e.outputs[0])) is not None:
             return  # done in the pass of one it waited for (an online softmax's sum)
-        partner = online_sum_partner(self, e)
+        partner = None if self.one_pass else online_sum_partner(self, e)
         if partner is not None:
             emit_online_softmax(self, e, partner)
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
+        if self.one_pass:  # the pass holds the whole reduced extent: reduce in line
+            for f in group:
+                self.emit_inline_reduction(body, f)
+            self.close_loop(body)  # its lines join the program scope, and so do its results
+            for f in group:
+                for out in f.outputs:
+                    self.program_scope.names[id(out)] = body.names[id(out)]
+            return
         finals = [self._accumulate(f, body) for f in group]
         self.close_loop(body)
         for finish in finals:

@@ -210,3 +210,23 @@ def inner_outer_combine(cols: int, programs: int) -> LaunchParams:
     b1 = min(next_pow2(cols), 128)
     b0 = max(1, min(next_pow2(programs), TILE_ELEMENTS // b1))
     return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))
+
+
+# The one-pass form of an inner reduction (codegen/kernel.py, `one_pass`): the looped kernel
+# with the whole row as its chunk, so that each pass runs once and the passes after the first
+# read the row again, from L1 / L2, instead of holding it in registers across the reduction;
+# tile dims the blocks divide carry no masks. Written by hand on the H200 (2026-11-30, bf16
+# rmsnorm forward), it beat the persistent kernel: 1.00 of copy against 0.96 at 16384x8192 on
+# 8 warps, 0.94 against 0.91 at 16384x4096 on 4 or 8, 0.97 against 0.90 at 4096x32768 on 8 or
+# 32 (Inductor's choice there). Rows of RELOAD_MIN_COLS or more time it beside the persistent
+# forms, on the warps that give a thread about 16 and 32 elements of the row.
+RELOAD_MIN_COLS = 4096
+
+
+def reload_warps(params: LaunchParams, cols: int) -> list[int]:
+    """Warp counts of the one-pass form to time for a persistent inner reduction (none: not a
+    candidate)."""
+    if (not params.persistent or params.block0 != 1 or RELOAD_MIN_COLS is None or cols < RELOAD_MIN_COLS
+            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+        return []
+    return sorted({max(4, min(32, params.block1 // (32 * per_thread))) for per_thread in (16, 32)})

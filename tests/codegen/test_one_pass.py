@@ -1,0 +1,105 @@
+"""The one-pass form of an inner reduction (codegen/kernel.py `one_pass`, timed by the autotuner
+beside the persistent kernel where heuristics.reload_warps says): each pass over the row runs
+once without a loop, reduces in line, and re-reads its inputs; tile dims the blocks divide
+carry no masks. On Triton's interpreter with the tuner's timer preferring that form, against
+eager."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmarks import fuser_defs
+from fuser import DataType, FusionDefinition
+from fuser.codegen import autotune, launch
+from fuser.schedulers import heuristics
+
+
+@pytest.fixture
+def one_pass_wins(tmp_path, monkeypatch):
+    """Rows of 64 columns or more get the one-pass form as a candidate (one row a program from
+    128 columns), and the tuner's timer prefers the last form timed."""
+    monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 128)
+    monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    times = []
+
+    def timer(launch_once, device):
+        launch_once()
+        times.append(None)
+        return 10.0 - len(times)  # each form timed faster than the one before
+    monkeypatch.setattr(autotune, "cuda_time_ms", timer)
+    return tmp_path / "autotune.json"
+
+
+@pytest.mark.parametrize("rows, cols", [(5, 100), (6, 128), (3, 97)])
+def test_softmax_layernorm_rmsnorm_forward(one_pass_wins, rows, cols):
+    x = torch.randn(rows, cols, dtype=torch.bfloat16)
+    w, b = (torch.randn(cols, dtype=torch.bfloat16) for _ in range(2))
+    xf = x.float()
+    cases = [
+        (fuser_defs.softmax_fwd, [x], torch.softmax(xf, -1)),
+        (fuser_defs.layernorm_fwd, [x, w, b], F.layer_norm(xf, (cols,), w.float(), b.float(), eps=fuser_defs.LN_EPS)),
+        (fuser_defs.rmsnorm_fwd, [x, w], xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()),
+    ]
+    for build, args, want in cases:
+        fd = build.__wrapped__()
+        (out,) = fd.execute(args)
+        code = fd.last_triton_code()
+        assert "one pass, reloading" in code and "for c_start" not in code
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2)
+    assert list(json.loads(one_pass_wins.read_text()).values())[-1] == 1  # the one-pass form won
+
+
+def test_row_statistics_and_column_outputs(one_pass_wins):
+    """Several reductions, outputs per row, per element and per column from one kernel: the
+    statistics are bound once and each pass re-reads x."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        m = fd.ops.max(x, [1], True)
+        s = fd.ops.sum(fd.ops.exp(fd.ops.sub(x, m)), [1], True)
+        var, mean = fd.ops.var_mean(x, [1], 1, True)
+        fd.add_output(fd.ops.div(fd.ops.exp(fd.ops.sub(x, m)), s))
+        fd.add_output(fd.ops.mul(fd.ops.sub(x, mean), w))
+        fd.add_output(var)
+        fd.add_output(fd.ops.mul(w, 2.0))
+    x, w = torch.randn(7, 200), torch.randn(200)
+    probs, centred, var, w2 = fd.execute([x, w])
+    code = fd.last_triton_code()
+    assert "one pass, reloading" in code and "for c_start" not in code
+    torch.testing.assert_close(probs, torch.softmax(x, -1))
+    torch.testing.assert_close(centred, (x - x.mean(1, keepdim=True)) * w, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(var, x.var(1, keepdim=True), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w2, w * 2)
+
+
+def test_even_blocks_drop_their_masks(one_pass_wins, monkeypatch):
+    """The launch tells the kernel which tile dims its blocks divide (no mask needed there)."""
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
+    fd = fuser_defs.rmsnorm_fwd.__wrapped__()
+    for cols, even in ((128, True), (100, False)):
+        x, w = torch.randn(4, cols, dtype=torch.bfloat16), torch.randn(cols, dtype=torch.bfloat16)
+        (y,) = fd.execute([x, w])
+        xf = x.float()
+        want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()
+        torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
+        assert launched[-1]["EVEN0"] is True and launched[-1]["EVEN1"] is even
+    code = fd.last_triton_code()
+    assert "EVEN0: tl.constexpr, EVEN1: tl.constexpr" in code
+    # the weight, read by every program, is kept in L2; x's first read too, its last one not
+    assert 'tl.load(T1_ptr + T1_off1, mask=c_mask, other=0, eviction_policy="evict_last")' in code
+    assert code.count('eviction_policy="evict_first"') == 1
+
+
+def test_candidates():
+    choose = heuristics.choose
+    t = heuristics.Template.inner_reduction
+    assert heuristics.reload_warps(choose(t, 16384, 8192), 8192) == [8, 16]
+    assert heuristics.reload_warps(choose(t, 16384, 4096), 4096) == [4, 8]
+    assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [32]
+    assert heuristics.reload_warps(choose(t, 16384, 2048), 2048) == []  # several rows a program
