@@ -219,8 +219,12 @@ def inner_outer_combine(cols: int, programs: int) -> LaunchParams:
 # rmsnorm forward), it beat the persistent kernel: 1.00 of copy against 0.96 at 16384x8192 on
 # 8 warps, 0.94 against 0.91 at 16384x4096 on 4 or 8, 0.97 against 0.90 at 4096x32768 on 8 or
 # 32 (Inductor's choice there). Rows of RELOAD_MIN_COLS or more time it beside the persistent
-# forms, on the warps that give a thread about 16 and 32 elements of the row.
+# forms, on the warps that give a thread about 16 and 32 elements of the row, and from 16384
+# columns also 128 (8 warps at 32768, which tied 32 on the hand-written kernel and leaves the
+# cross-warp steps of a reduction fewer warps to combine).
 RELOAD_MIN_COLS = 4096
+RELOAD_ELEMENTS_PER_THREAD = (16, 32)
+RELOAD_LONG_ROW_ELEMENTS_PER_THREAD = 128
 
 
 def reload_warps(params: LaunchParams, cols: int) -> list[int]:
@@ -229,4 +233,5 @@ def reload_warps(params: LaunchParams, cols: int) -> list[int]:
     if (not params.persistent or params.block0 != 1 or RELOAD_MIN_COLS is None or cols < RELOAD_MIN_COLS
             or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
         return []
-    return sorted({max(4, min(32, params.block1 // (32 * per_thread))) for per_thread in (16, 32)})
+    per_thread = RELOAD_ELEMENTS_PER_THREAD + ((RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,) if cols >= 16384 else ())
+    return sorted({max(4, min(32, params.block1 // (32 * n))) for n in per_thread})

@@ -101,5 +101,5 @@ def test_candidates():
     t = heuristics.Template.inner_reduction
     assert heuristics.reload_warps(choose(t, 16384, 8192), 8192) == [8, 16]
     assert heuristics.reload_warps(choose(t, 16384, 4096), 4096) == [4, 8]
-    assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [32]
+    assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [8, 32]
     assert heuristics.reload_warps(choose(t, 16384, 2048), 2048) == []  # several rows a program
