@@ -167,3 +167,22 @@ def run_and_check(build: Callable, reference: Callable, inputs: Sequence, *, dec
     for o, e in zip(outs, expected):
         assert_eager(o, e, rtol=rtol, atol=atol)
     return fd, outs
+
+
+def row_reduction_forwards(rows: int, cols: int) -> list[tuple[Callable, list, torch.Tensor]]:
+    """The suite's softmax, layernorm and rmsnorm forward definitions (their builders, uncached)
+    on fresh bf16 inputs of [rows, cols], each with eager's fp32 result: (build, args, want)."""
+    import torch.nn.functional as F
+
+    from benchmarks import fuser_defs
+
+    x = torch.randn(rows, cols, dtype=torch.bfloat16)
+    w, b = (torch.randn(cols, dtype=torch.bfloat16) for _ in range(2))
+    xf = x.float()
+    rms = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()
+    return [
+        (fuser_defs.softmax_fwd.__wrapped__, [x], torch.softmax(xf, -1)),
+        (fuser_defs.layernorm_fwd.__wrapped__, [x, w, b],
+         F.layer_norm(xf, (cols,), w.float(), b.float(), eps=fuser_defs.LN_EPS)),
+        (fuser_defs.rmsnorm_fwd.__wrapped__, [x, w], rms),
+    ]

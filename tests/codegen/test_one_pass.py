@@ -7,12 +7,12 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from benchmarks import fuser_defs
 from fuser import DataType, FusionDefinition
 from fuser.codegen import autotune, launch
 from fuser.schedulers import heuristics
+from tests.helpers import row_reduction_forwards
 
 
 @pytest.fixture
@@ -35,16 +35,8 @@ def one_pass_wins(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("rows, cols", [(5, 100), (6, 128), (3, 97)])
 def test_softmax_layernorm_rmsnorm_forward(one_pass_wins, rows, cols):
-    x = torch.randn(rows, cols, dtype=torch.bfloat16)
-    w, b = (torch.randn(cols, dtype=torch.bfloat16) for _ in range(2))
-    xf = x.float()
-    cases = [
-        (fuser_defs.softmax_fwd, [x], torch.softmax(xf, -1)),
-        (fuser_defs.layernorm_fwd, [x, w, b], F.layer_norm(xf, (cols,), w.float(), b.float(), eps=fuser_defs.LN_EPS)),
-        (fuser_defs.rmsnorm_fwd, [x, w], xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()),
-    ]
-    for build, args, want in cases:
-        fd = build.__wrapped__()
+    for build, args, want in row_reduction_forwards(rows, cols):
+        fd = build()
         (out,) = fd.execute(args)
         code = fd.last_triton_code()
         assert "one pass, reloading" in code and "for c_start" not in code

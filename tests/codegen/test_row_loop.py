@@ -3,11 +3,10 @@ RowLoopWriter, used where heuristics.ROW_LOOP_MIN_COLS says): a few programs eac
 row blocks, on Triton's interpreter, against eager."""
 import pytest
 import torch
-import torch.nn.functional as F
 
-from benchmarks import fuser_defs
 from fuser import DataType, FusionDefinition
 from fuser.schedulers import heuristics
+from tests.helpers import row_reduction_forwards
 
 
 @pytest.fixture
@@ -19,16 +18,8 @@ def row_loop(monkeypatch):
 @pytest.mark.parametrize("rows, cols", [(7, 100), (300, 64), (130, 512)])
 def test_softmax_layernorm_rmsnorm_forward(row_loop, monkeypatch, stages, rows, cols):
     monkeypatch.setattr(heuristics, "ROW_LOOP_STAGES", stages)
-    x = torch.randn(rows, cols, dtype=torch.bfloat16)
-    w, b = (torch.randn(cols, dtype=torch.bfloat16) for _ in range(2))
-    xf = x.float()
-    cases = [
-        (fuser_defs.softmax_fwd, [x], torch.softmax(xf, -1)),
-        (fuser_defs.layernorm_fwd, [x, w, b], F.layer_norm(xf, (cols,), w.float(), b.float(), eps=fuser_defs.LN_EPS)),
-        (fuser_defs.rmsnorm_fwd, [x, w], xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()),
-    ]
-    for build, args, want in cases:
-        fd = build.__wrapped__()
+    for build, args, want in row_reduction_forwards(rows, cols):
+        fd = build()
         (out,) = fd.execute(args)
         code = fd.last_triton_code()
         assert "persistent over rows" in code and ("tl.range(" in code) == (stages > 1)
