@@ -25,8 +25,11 @@ import torch
 from ..schedulers.heuristics import next_pow2
 from .compile import cache_dir
 
-# launches of each candidate before timing, and timed launches (the median is kept)
-WARMUP, REPEATS = 2, 7
+# launches of each candidate before timing; timed samples (the median is kept), each of enough
+# back-to-back launches to fill SAMPLE_MS of GPU time (at most MAX_BATCH), so that the host's
+# gap before a lone launch, tens of microseconds on a slow host, neither adds to a kernel of
+# about 100 us nor decides between forms a few percent apart
+WARMUP, REPEATS, SAMPLE_MS, MAX_BATCH = 2, 5, 0.5, 32
 
 _lock = threading.Lock()
 
@@ -77,29 +80,39 @@ def bucket_key(digest: str, rows: int, cols: int, device: torch.device) -> str:
 
 
 def cuda_time_ms(launch: Callable[[], object], device: torch.device) -> float:
-    """Median time of `launch` over REPEATS launches, by CUDA events on the current stream."""
+    """Median time of one `launch`, by CUDA events on the current stream around batches of
+    back-to-back launches."""
     for _ in range(WARMUP):
         launch()
-    times = []
-    for _ in range(REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    once = _events_ms(launch, 1)
+    batch = max(1, min(MAX_BATCH, int(SAMPLE_MS / max(once, 1e-3))))
+    times = sorted(_events_ms(launch, batch) / batch for _ in range(REPEATS))
+    return times[len(times) // 2]
+
+
+def _events_ms(launch: Callable[[], object], count: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(count):
         launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def fastest(key: str, candidates: Sequence[Callable[[], object]], device: torch.device,
-           timer: Optional[Callable] = None) -> int:
+           timer: Optional[Callable] = None, labels: Optional[Sequence[str]] = None) -> int:
     """The index of the fastest candidate for `key`: remembered, or timed now (by `timer`,
-    default `cuda_time_ms`)."""
+    default `cuda_time_ms`). `FUSER_DUMP=autotune` prints each timing and the choice."""
     found = CHOICES.get(key)
     if found is not None and 0 <= found < len(candidates):
         return found
     timer = timer or cuda_time_ms
     times = [timer(c, device) for c in candidates]
     best = min(range(len(candidates)), key=lambda k: times[k])
+    if "autotune" in {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",")}:
+        names = labels or [str(k) for k in range(len(candidates))]
+        print(f"fuser autotune {key}:", ", ".join(
+            f"{names[k]} {times[k] * 1e3:.1f} us{' (chosen)' if k == best else ''}" for k in range(len(times))))
     CHOICES.put(key, best)
     return best

@@ -319,7 +319,8 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
             for k in range(len(forms)):
                 jobs += form(k).compile_jobs(form(k).tensors_for(inputs, device)[0])
             parallel_compile.compile_together(jobs)
-        return form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in range(len(forms))], device))
+        return form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in range(len(forms))], device,
+                                         labels=[label for label, _ in forms]))
 
 
 # targets where launch forms are timed to choose between them (the interpreter's timings say

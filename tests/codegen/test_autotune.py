@@ -140,3 +140,39 @@ def test_a_row_reduction_runs_the_warp_count_that_timed_fastest(winner, tmp_path
     assert launched[-1] == (8, 4)[winner]
     (key, choice), = json.loads((tmp_path / "autotune.json").read_text()).items()
     assert choice == winner and "default,4 warps" in key
+
+
+def test_timer_batches_short_launches(monkeypatch):
+    """The CUDA timer divides a batch of back-to-back launches by its size, so a short kernel is
+    timed over enough launches; checked with fake events that report 0.1 ms a launch."""
+    launched = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=True):
+            self.at = None
+
+        def record(self):
+            self.at = len(launched)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 0.1 * (end.at - self.at)
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    ms = autotune.cuda_time_ms(lambda: launched.append(1), torch.device("cpu"))
+    assert ms == pytest.approx(0.1)
+    batch = int(autotune.SAMPLE_MS / 0.1)
+    assert len(launched) == autotune.WARMUP + 1 + autotune.REPEATS * batch
+
+
+def test_dump_autotune_prints_each_form(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FUSER_DUMP", "autotune")
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    times = iter([2.0, 1.0])
+    best = autotune.fastest("k", [lambda: None, lambda: None], torch.device("cpu"),
+                            timer=lambda launch, device: next(times), labels=["default", "one pass"])
+    assert best == 1
+    out = capsys.readouterr().out
+    assert "default 2000.0 us" in out and "one pass 1000.0 us (chosen)" in out
