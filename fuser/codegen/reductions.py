@@ -10,6 +10,10 @@ from .online_softmax import emit_online_softmax, online_sum_partner
 from .scope import Scope
 from .types import compute_type
 
+# the inline variance from sums of x and x^2 where mean^2 <= this many variances (relative error
+# of the variance about 1e-6 there, as the two-pass form's), from the deviations beyond it
+VAR_SUMS_MAX_MEAN_RATIO = 4
+
 
 class ReductionEmitter:
     def reduced_count(self) -> str:
@@ -50,18 +54,7 @@ class ReductionEmitter:
         rd = self.red
         m = self.reduce_mask(e)
         if isinstance(e, VarMeanOp):
-            x = self.operand(scope, e.inp, e.inp.dtype)
-            var, mean = e.outputs
-            n = self.reduced_count()
-            avg, m2 = f"T{mean.name}_avg", f"T{var.name}_m2"
-            scope.lines += [
-                f"{avg} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True) / {n}",
-                f"T{var.name}_dev = tl.where({m}, {x} - {avg}, 0.0)",
-                f"{m2} = tl.sum(T{var.name}_dev * T{var.name}_dev, axis={rd}, keep_dims=True)",
-                f"T{var.name} = {m2} / tl.maximum({n} - {e.correction}, 0).to(tl.float32)",
-                f"T{mean.name} = _welford_mean({avg}, {m2}, {n})"]
-            scope.names[id(mean)] = f"T{mean.name}"
-            scope.names[id(var)] = f"T{var.name}"
+            self.emit_inline_var_mean(scope, e, m)
             return
         dt = e.out.dtype
         x = self.operand(scope, e.inp, dt)
@@ -71,6 +64,37 @@ class ReductionEmitter:
         else:
             code = f"tl.reduce({masked}, {rd}, {self.combine(e.kind)}, keep_dims=True)"
         self.bind(scope, e.out, code)
+
+    def emit_inline_var_mean(self, scope: Scope, e: VarMeanOp, m: str) -> None:
+        """Mean and variance of a tile's lanes. The sums of x and x^2 reduce side by side, one
+        cross-warp step where the two-pass form takes two dependent ones (on the H200 a row of
+        32768 columns, one program a processor: 0.74 -> 0.82 of copy, benchmarks/
+        sweep_layernorm_forms.py). They cancel where the mean is large against the spread, so
+        a row whose squared mean exceeds VAR_SUMS_MAX_MEAN_RATIO variances (or whose sums
+        overflow) takes the squared deviations from the mean, as the two-pass form does; the
+        check is one scalar branch, so it is done only where one row is reduced at a time."""
+        rd = self.red
+        x = self.operand(scope, e.inp, e.inp.dtype)
+        var, mean = e.outputs
+        n = self.reduced_count()
+        s1, avg, m2, dev = f"T{mean.name}_s1", f"T{mean.name}_avg", f"T{var.name}_m2", f"T{var.name}_dev"
+        two_pass = [f"{dev} = tl.where({m}, {x} - {avg}, 0.0)",
+                    f"{m2} = tl.sum({dev} * {dev}, axis={rd}, keep_dims=True)"]
+        other = 1 - rd
+        one_row = f"BLOCK{other} == 1" if other in self.reduce_dims(e) else "True"
+        scope.lines += [
+            f"{s1} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True)",
+            f"{avg} = {s1} / {n}",
+            f"if {one_row}:",
+            f"    {m2} = tl.sum(tl.where({m}, {x} * {x}, 0.0), axis={rd}, keep_dims=True) - {s1} * {avg}",
+            f"    if tl.max(tl.where(({m2} * {VAR_SUMS_MAX_MEAN_RATIO} >= {s1} * {avg}) & ({m2} < float('inf')), 0, 1)) != 0:",
+            *["        " + line for line in two_pass],
+            "else:",
+            *["    " + line for line in two_pass],
+            f"T{var.name} = {m2} / tl.maximum({n} - {e.correction}, 0).to(tl.float32)",
+            f"T{mean.name} = _welford_mean({avg}, {m2}, {n})"]
+        scope.names[id(mean)] = f"T{mean.name}"
+        scope.names[id(var)] = f"T{var.name}"
 
     def limit(self, dim: int) -> str:
         if dim == self.red and self.split == "partial":

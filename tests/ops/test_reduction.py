@@ -4,8 +4,8 @@ several, all), keepdim, dtypes (integers and bools sum in int64), the positional
 import pytest
 import torch
 
-from fuser import DataType
-from tests.helpers import cases, dtype_name, make, run_and_check
+from fuser import DataType, FusionDefinition
+from tests.helpers import backend_env, cases, dtype_name, make, run_and_check
 
 f32, bf16, f16, i64, i32, b8 = (torch.float32, torch.bfloat16, torch.float16, torch.int64,
                                 torch.int32, torch.bool)
@@ -141,3 +141,37 @@ def test_var_mean_keyword_form_and_size1(backend):
     x = make((3, 1, 5))
     run_and_check(lambda fd, t: list(fd.ops.var_mean(t, dims=[0, 2], correction=1, keepdim=False)),
                   lambda t: list(torch.var_mean(t, [0, 2], correction=1)), [x], backend=backend)
+
+
+@pytest.mark.parametrize("block_rows", [1, 8])
+def test_var_mean_rows_of_every_conditioning(monkeypatch, block_rows):
+    """The inline var_mean of a row (one row a program: sums of x and x^2 in one step, the
+    two-pass form where they would cancel; several rows: the two-pass form) against float64:
+    centred rows, rows whose mean is far beyond their spread, a constant row, an outlier as first
+    element, tiny spread, values whose squares overflow fp32, inf and NaN."""
+    from fuser.schedulers import heuristics
+    monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 64 * block_rows)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(9, 64, generator=g)
+    x[1] += 1000.0
+    x[2] = 5.0
+    x[3, 0] = 1e4
+    x[4] = x[4] * 1e-3 + 0.5
+    x[5] *= 1e20
+    x[6, 3] = float("inf")
+    x[7, 5] = float("nan")
+    x[8] = x[8] * 3 + 2  # mean^2 below 4 variances: the sums
+    fd = FusionDefinition()
+    with fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(t, [1], correction=1)
+        fd.add_output(var)
+        fd.add_output(mean)
+    with backend_env("kernel"):
+        var, mean = fd.execute([x])
+    assert "tl.sum" in fd.last_triton_code()  # a generated kernel, not ATen
+    want_var, want_mean = torch.var_mean(x.double(), 1, correction=1)
+    torch.testing.assert_close(mean, want_mean.float(), rtol=1e-6, atol=1e-6, equal_nan=True)
+    torch.testing.assert_close(var[:6], want_var[:6].float(), rtol=2e-5, atol=1e-9)
+    torch.testing.assert_close(var[8], want_var[8].float(), rtol=2e-5, atol=1e-9)
+    assert var[6:8].isnan().all() and mean[6:8].isnan().all()
