@@ -146,6 +146,29 @@ def test_several_programs_each_over_several_rows(monkeypatch):
     close(dw, ref_dw, torch.float32)
 
 
+def test_combine_splits_columns_for_every_processor(monkeypatch):
+    """The combine step takes fewer columns a program (down to 16) until there is a program a
+    processor: 100 columns with 8 processors run 7 programs of 16 columns, and dw still matches."""
+    from fuser.codegen import launch
+    assert heuristics.inner_outer_combine(4096, 264, 132).block1 == 16
+    assert heuristics.inner_outer_combine(8192, 264, 132).block1 == 32
+    assert heuristics.inner_outer_combine(4096, 264, 0).block1 == 128
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    monkeypatch.setattr(heuristics, "INNER_OUTER_INTERPRETER_PROGRAMS", 3)
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append([s.kwargs["BLOCK1"] for s, *_ in self.steps])
+                        or real_call(self, *a, **k))
+    fd = rmsnorm_bwd_fd(torch.float32)
+    x, w, dy = inputs(19, 100, torch.float32, "cpu")
+    dx, dw = fd.execute([x, w, dy])
+    assert launched[-1][1] == 16
+    ref_dx, ref_dw = rmsnorm_grads(x, w, dy)
+    close(dx, ref_dx, torch.float32)
+    close(dw, ref_dw, torch.float32)
+
+
 def norm_case(kind, rows, cols, device):
     """(definition, inputs, eager gradients) of one backward: rmsnorm, layernorm recomputing
     mean and rstd, or layernorm given them."""
