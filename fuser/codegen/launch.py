@@ -32,6 +32,7 @@ from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
 from .compile import load_kernel
+from .split_kernel import generate_split
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
@@ -121,6 +122,8 @@ class KernelLauncher:
                         if self.plan.template is Template.inner_outer:
                             ks = generate_inner_outer(self.plan, layout, variant, target,
                                                       f"{self.name}_{variant}", stages)
+                        elif variant == "split":
+                            ks = generate_split(self.plan, layout, target, f"{self.name}_{variant}")
                         elif variant == "rows":
                             ks = generate_row_loop(self.plan, layout, target, f"{self.name}_{variant}", stages)
                         else:
@@ -220,7 +223,7 @@ class KernelLauncher:
         if chunks > 1:
             chunk_rows = -(-(-(-rows // chunks)) // params.block0) * params.block0
             chunks = -(-rows // chunk_rows)
-        variants = (["partial", "combine"] if chunks > 1 else
+        variants = ((["split"] if SPLIT_IN_ONE_KERNEL else ["partial", "combine"]) if chunks > 1 else
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
         step_params = {}  # launch parameters of steps that do not share the plan's
@@ -245,11 +248,12 @@ class KernelLauncher:
         n_tensors = len(self.tensors)
 
         def build(variants, step_params, stages) -> _Launch:
-            steps, source = [], []
+            steps, source, semaphores = [], [], 0
             for variant in variants:
                 ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
+                semaphores = max(semaphores, params.grid if any(a.kind == "semaphore" for a in ks.args) else 0)
                 args, slots = [], []
                 for spec in ks.args:
                     if spec.kind == "tensor":
@@ -257,6 +261,9 @@ class KernelLauncher:
                         args.append(None)
                     elif spec.kind == "workspace":
                         slots.append((len(args), n_tensors + spec.super_axis))
+                        args.append(None)
+                    elif spec.kind == "semaphore":  # after the workspaces
+                        slots.append((len(args), n_tensors + n_work))
                         args.append(None)
                     elif spec.kind == "stride":
                         args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
@@ -273,9 +280,11 @@ class KernelLauncher:
                     else:
                         args.append(scalars[id(spec.val)])
                 block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
-                grid = params.grid * (chunks if variant == "partial" else 1)
+                grid = params.grid * (chunks if variant in ("partial", "split") else 1)
                 p = step_params.get(variant, replace(params, block0=block0, grid=grid))
                 kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64)
+                if "CBLOCK0" in ks.constexprs:  # the combine step's rows of workspace a step
+                    kwargs["CBLOCK0"] = min(next_pow2(chunks), p.block0)
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
                 kwargs["num_warps"] = p.num_warps
@@ -283,7 +292,8 @@ class KernelLauncher:
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
             work_specs = [((chunks, cols), torch.float32)] * n_work
-            return _Launch(steps, out_specs, work_specs, "\n\n".join(source))
+            return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
+                           Semaphores(semaphores) if semaphores else None)
 
         launch = build(variants, step_params, stages)
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
@@ -326,6 +336,10 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
                                          labels=[label for label, _ in forms]))
 
 
+# a split outer reduction runs as one kernel, its last program a column block combining
+# (codegen/split_kernel.py); False: a partial kernel and a combine kernel
+SPLIT_IN_ONE_KERNEL = True
+
 # targets where launch forms are timed to choose between them (the interpreter's timings say
 # nothing about a GPU)
 TUNED_TARGETS = ("cuda",)
@@ -345,10 +359,11 @@ class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two for a split reduction)."""
 
-    __slots__ = ("steps", "out_specs", "work_specs", "source", "compiles", "cold")
+    __slots__ = ("steps", "out_specs", "work_specs", "source", "compiles", "cold", "semaphores")
 
-    def __init__(self, steps, out_specs, work_specs, source):
+    def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None):
         self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
+        self.semaphores = semaphores
         self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
         self.cold = self.compiles > 1  # kernels to compile together before the first launch
 
@@ -374,6 +389,8 @@ class _Launch:
                        for d, (shape, dtype) in zip(dests, self.out_specs)]
         tensors = list(inputs) + outputs
         tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        if self.semaphores is not None:
+            tensors.append(self.semaphores.get(device))
         return tensors, outputs
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
@@ -388,6 +405,26 @@ class _Launch:
                     args[pos] = tensors[k]
                 jobs.append(lambda step=step, args=args: step.precompile(args))
         return jobs
+
+
+class Semaphores:
+    """The zeroed int32 counters of a split reduction run in one kernel (codegen/split_kernel.py),
+    one a column block, for each stream that launches it: the kernel leaves them zero, and the
+    launches of one stream never overlap, while another stream's could."""
+
+    __slots__ = ("count", "by_stream")
+
+    def __init__(self, count: int):
+        self.count = count
+        self.by_stream: dict[tuple, torch.Tensor] = {}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        index = device.index if device.index is not None or device.type != "cuda" else _current_device()
+        key = (device.type, index, _raw_stream(index) if device.type == "cuda" else 0)
+        found = self.by_stream.get(key)
+        if found is None:
+            found = self.by_stream[key] = torch.zeros(self.count, dtype=torch.int32, device=device)
+        return found
 
 
 class _Step:

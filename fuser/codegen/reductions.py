@@ -178,13 +178,15 @@ class ReductionEmitter:
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
         # workspace row r (a chunk), column c (column 0 where the value is the same in all)
         partial = "W{}_ptr + r * C" + (" + c" if 1 in self.reduce_dims(e) else "")
+        # written by other programs of this kernel: read from L2, past this processor's L1
+        cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"
             for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
                 ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
             if self.split == "combine":
-                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0)" for p in ("mean", "m2", "n")]
+                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0{cg})" for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
             else:
@@ -205,7 +207,7 @@ class ReductionEmitter:
         ident = self.identity(e.kind, dt)
         ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
         if self.split == "combine":
-            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident})"
+            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident}{cg})"
         else:
             x = self.operand(body, e.inp, dt)
         masked = f"tl.where({m}, {x}, {ident})"

@@ -234,12 +234,15 @@ def test_aten_option_on_cpu(monkeypatch):
     assert kinds(fd) == ["evaluator"]
 
 
+@pytest.mark.parametrize("one_kernel", [True, False])
 @pytest.mark.parametrize("op", ["sum", "max", "var_mean"])
-def test_split_outer_reduction(monkeypatch, device, op):
-    # few columns: the rows are reduced in chunks by one kernel, the chunks by a second
+def test_split_outer_reduction(monkeypatch, device, op, one_kernel):
+    # few columns: the rows are reduced in chunks, the chunks then by the last program of each
+    # column block (one kernel) or by a second kernel
     from fuser.codegen import launch
 
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    monkeypatch.setattr(launch, "SPLIT_IN_ONE_KERNEL", one_kernel)
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
         xf = fd.ops.cast(x, DataType.Float)
@@ -260,7 +263,8 @@ def test_split_outer_reduction(monkeypatch, device, op):
         torch.testing.assert_close(outs[0], ref, rtol=1e-4, atol=1e-3)
     code = fd.last_triton_code()
     if device.type == "cpu":
-        assert "split (partial)" in code and "split (combine)" in code
+        assert ("split in one kernel" in code) == one_kernel
+        assert ("split (partial)" in code and "split (combine)" in code) == (not one_kernel)
 
 
 def _with_specials(rows, n, device):
@@ -311,7 +315,7 @@ def test_var_mean_with_inf_and_nan_matches_aten(monkeypatch, device, variant, co
     if device.type == "cpu":
         code = fd.last_triton_code()
         assert {"persistent": "persistent", "row loop": "persistent over rows", "looped": "looped",
-                "column": "looped", "split": "split (partial)"}[variant] in code
+                "column": "looped", "split": "split in one kernel"}[variant] in code
 
 
 @pytest.mark.parametrize("dim", [0, 1])

@@ -36,10 +36,11 @@ def check_column_sums(rows: int, device) -> str:
     torch.testing.assert_close(dw, (dy * (x - mean) * rstd).sum(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(db, dy.sum(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dmax, dy.amax(0))
-    # one kernel, or a split one (partial sums per chunk of rows, then their combine): each
-    # kernel makes one pass over its rows, and dy is read once for all three sums
+    # one kernel, or a split one (partial sums per chunk of rows, then their combine, each a
+    # function the split kernel calls): each makes one pass over its rows, and dy is read once
+    # for all three sums
     code = fd.last_triton_code()
-    kernels = code.split("def fuser_")[1:]
+    kernels = [k for k in code.split("def fuser_")[1:] if "tl.atomic_add" not in k]
     assert all(passes(k, "r") == 1 for k in kernels), kernels
     assert sum(k.count("tl.load(T1_ptr") for k in kernels) == 1
     return code

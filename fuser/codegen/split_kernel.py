@@ -1,0 +1,60 @@
+"""A split outer reduction in one kernel.
+
+A column reduction over many rows and few columns is split over chunks of rows: each program
+reduces one chunk of one column block into a workspace row. The combine step, which reduces the
+workspace rows of a column block and finishes the fusion, ran as a second kernel; here it runs
+in the same kernel, by whichever program of the column block finishes last. Each program counts
+itself in on the column block's semaphore after its partial rows are stored; the one that
+brings the count to the number of chunks combines, then sets the semaphore back to zero for the
+next launch. This saves a launch (host time) and the gap between two kernels (GPU time).
+
+Ordering: the program's threads meet at a barrier after their stores, and the count is an
+acquire-release atomic at GPU scope, so the last program sees every partial row; it reads them
+past its L1 (`.cg`). The semaphores are a zeroed int32 per column block, kept by the launch for
+each stream (kernels of one stream do not overlap, so one launch's counts never mix with
+another's).
+"""
+from __future__ import annotations
+
+from ..schedulers.plan import KernelPlan
+from .kernel import ArgSpec, KernelSource, KernelWriter
+from .layout import Layout
+from .math import helpers_for
+
+
+def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> KernelSource:
+    partial = KernelWriter(plan, layout, False, target, name, "partial")
+    combine = KernelWriter(plan, layout, False, target, name, "combine", combine_in_line=True)
+    partial.write()
+    combine.write()
+    specs = dict(zip(partial.params, partial.args))
+    for param, spec in zip(combine.params, combine.args):
+        specs.setdefault(param, spec)
+    params = list(specs) + ["SEM_ptr"]
+    args = list(specs.values()) + [ArgSpec("semaphore")]
+    constexprs = ("BLOCK0", "BLOCK1", "INT64", "CBLOCK0")
+    signature = ", ".join(params + [f"{c}: tl.constexpr" for c in constexprs])
+    partial_args = ", ".join(partial.params + ["BLOCK0", "BLOCK1", "INT64"])
+    combine_args = ", ".join(combine.params + ["pid1", "CBLOCK0", "BLOCK1", "INT64"])
+    parts = ["@triton.jit", partial.function(f"{name}_partial"),
+             "@triton.jit", combine.function(f"{name}_combine", ("PID",))]
+    main = [
+        f"def {name}({signature}):",
+        f"    {name}_partial({partial_args})",
+        "    tl.debug_barrier()  # this program's partial rows are stored",
+        f"    C = {partial.extent_product(1)}",
+        "    pid = tl.program_id(0)",
+        "    if INT64:",
+        "        pid = pid.to(tl.int64)",
+        "    pid1 = pid % tl.cdiv(C, BLOCK1)",
+        "    if tl.atomic_add(SEM_ptr + pid1, 1, sem=\"acq_rel\", scope=\"gpu\") == S - 1:  # the column block's last",
+        "        tl.debug_barrier()",
+        f"        {name}_combine({combine_args})",
+        "        tl.atomic_xchg(SEM_ptr + pid1, 0, sem=\"relaxed\", scope=\"gpu\")  # zero for the next launch",
+        ""]
+    code = "\n".join(parts + main)
+    header = partial.header()
+    header[header.index(next(h for h in header if h.startswith("# Plan: ")))] = (
+        f"# Plan: {plan.describe()}, split in one kernel (the last program of a column block combines)")
+    source = "\n".join(header + [""] + partial.imports() + ["", helpers_for(code), "", "", code])
+    return KernelSource(name, source, args, params, False, constexprs)

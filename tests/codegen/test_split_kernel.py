@@ -1,0 +1,81 @@
+"""A split column reduction in one kernel (codegen/split_kernel.py): programs reduce chunks of
+rows into workspace rows, and the last program of each column block, found by counting on the
+block's semaphore, combines them; the semaphores are zero again after each launch."""
+import threading
+
+import pytest
+import torch
+
+from benchmarks import fuser_defs
+from fuser import DataType, FusionDefinition
+from fuser.codegen import launch
+
+
+def _split_launch(fd) -> "launch._Launch":
+    (runtime,) = fd._cache.runtimes()
+    (launcher,) = runtime.launchers.values()
+    (made,) = launcher.launches.values()
+    return made
+
+
+def test_one_kernel_combines_and_leaves_its_semaphores_zero(monkeypatch):
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    fd = fuser_defs.colsum_fwd.__wrapped__()
+    for seed in (0, 1):  # a second launch finds the semaphores zero again
+        x = torch.randn(3000, 300, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(seed))
+        (y,) = fd.execute([x])
+        torch.testing.assert_close(y, x.float().sum(0), rtol=1e-5, atol=1e-3)
+    code = fd.last_triton_code()
+    assert code.count("def fuser_") == 3 and code.count("@triton.jit\ndef fuser_") == 2  # 2 parts, 1 kernel
+    assert "tl.atomic_add(SEM_ptr + pid1, 1" in code and 'cache_modifier=".cg"' in code
+    made = _split_launch(fd)
+    (sems,) = made.semaphores.by_stream.values()
+    assert sems.dtype == torch.int32 and sems.numel() == 3 and not sems.any()  # 300 columns: 3 blocks
+
+
+def test_var_mean_and_several_reductions_split_in_one_kernel(monkeypatch):
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(x, [0], 1)
+        fd.add_output(var)
+        fd.add_output(mean)
+        fd.add_output(fd.ops.max(x, [0]))
+    x = torch.randn(2000, 7) * 3 + 1
+    var, mean, top = fd.execute([x])
+    want_var, want_mean = torch.var_mean(x, 0, correction=1)
+    torch.testing.assert_close(var, want_var, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mean, want_mean, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(top, x.amax(0))
+    assert "split in one kernel" in fd.last_triton_code()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_split_kernel_on_two_streams_at_once():
+    """The same split launch on two streams at the same time: each stream has its own
+    semaphores, so both sums are right, many times over."""
+    fd = fuser_defs.colsum_fwd.__wrapped__()
+    xs = [torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    fd.execute([xs[0]])
+    assert "split in one kernel" in fd.last_triton_code()
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    results: list = [[], []]
+
+    def run(k):
+        with torch.cuda.stream(streams[k]):
+            for _ in range(20):
+                results[k].append(fd.execute([xs[k]])[0])
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    for k in range(2):
+        want = xs[k].float().sum(0)
+        for y in results[k]:
+            torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-2)
+    made = _split_launch(fd)
+    assert len(made.semaphores.by_stream) >= 2
+    assert not any(s.any() for s in made.semaphores.by_stream.values())
