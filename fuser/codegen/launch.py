@@ -26,7 +26,7 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, looped_inner, looped_warps, next_pow2, reload_warps,
+                                     inner_outer_stages, next_pow2, reload_warps,
                                      row_loop, row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
@@ -305,9 +305,6 @@ class KernelLauncher:
                 forms.append(("row loop", lambda: build(*rows_form())))
             forms += [(f"one pass, {w} warps", lambda w=w: build(["reload"], {"reload": replace(
                 params, persistent=False, num_warps=w)}, 1)) for w in reload_warps(params, cols)]
-            row_inputs = sum(1 for t in inputs if t.numel() == rows * cols)
-            forms += [(f"looped, {w} warps", lambda w=w: build(["looped"], {"looped": replace(
-                looped_inner(rows), num_warps=w)}, 1)) for w in looped_warps(params, cols, row_inputs)]
             if len(forms) > 1:
                 launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         return launch

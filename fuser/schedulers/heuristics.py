@@ -93,6 +93,9 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # of LOOPED_BLOCK columns. On the H200 at 4096x32768 (benchmarks/sweep_inner.py --long, with
 # the eviction hints) 16 warps beat 8 on 4096-column chunks: softmax / layernorm / rmsnorm
 # forward 0.73 / 0.68 / 0.81 of copy against 0.52 / 0.61 / 0.66.
+# As a tuned candidate of the norm backward's row kernel at 4096x32768 (x and dy streamed; H200,
+# 2026-12-01) it lost or tied: rmsnorm 265 us on 32 warps (329 on 16) against the one-pass
+# form's 203, layernorm 278 against the persistent kernel's 279; so it is not timed there.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 
 
@@ -186,23 +189,6 @@ def tuned_warps(params: LaunchParams, cols: int) -> list[int]:
         found.append(warps)
         warps //= 2
     return found
-
-
-# Row kernels streaming two or more row-sized inputs (a norm backward's x and dy) from
-# AUTOTUNE_MIN_COLS columns also time the looped kernel (chunks of LOOPED_BLOCK columns) on these
-# warps: holding two fp32 rows of 32768 and the weight in registers spills, and on the H200
-# (2026-12-01) torch.compile's row kernel of the layernorm backward there is looped (4096-column
-# chunks, 32 warps) where ours, persistent, took 250 us for 185 us of traffic.
-LOOPED_TUNED_WARPS = (16, 32)
-
-
-def looped_warps(params: LaunchParams, cols: int, row_inputs: int) -> list[int]:
-    """Warp counts of the looped kernel to time for a persistent inner reduction (none: not a
-    candidate)."""
-    if (not params.persistent or AUTOTUNE_MIN_COLS is None or cols < AUTOTUNE_MIN_COLS or row_inputs < 2
-            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
-        return []
-    return list(LOOPED_TUNED_WARPS)
 
 
 def row_loop(params: LaunchParams, cols: int) -> bool:

@@ -176,39 +176,3 @@ def test_dump_autotune_prints_each_form(tmp_path, monkeypatch, capsys):
     assert best == 1
     out = capsys.readouterr().out
     assert "default 2000.0 us" in out and "one pass 1000.0 us (chosen)" in out
-
-
-@pytest.mark.parametrize("winner", ["looped, 16 warps", "looped, 32 warps", "default"])
-def test_a_norm_backward_row_kernel_may_run_looped(winner, tmp_path, monkeypatch, capsys):
-    """The row kernel of a norm backward over rows too long for one kernel (x and dy streamed,
-    two row-sized inputs) also times the looped kernel; with a timer preferring `winner`, dx and
-    dw match eager on the interpreter, the looped kernel passing over 32-column chunks."""
-    from benchmarks import fuser_defs
-    from fuser.codegen import launch
-    from fuser.schedulers import heuristics
-
-    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 64)  # two kernels from 65 columns
-    monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
-    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 32)
-    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
-    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
-    monkeypatch.setenv("FUSER_DUMP", "autotune")
-    real = autotune.fastest
-
-    def fastest(key, candidates, device, timer=None, labels=None):  # `winner` times fastest
-        pick = candidates[labels.index(winner)]
-        return real(key, candidates, device, timer=lambda c, d: (c(), 1.0 if c is pick else 2.0)[1], labels=labels)
-    monkeypatch.setattr(autotune, "fastest", fastest)
-    fd = fuser_defs.rmsnorm_bwd.__wrapped__()
-    x, w, dy = torch.randn(6, 100), torch.randn(100), torch.randn(6, 100)
-    x, w, dy = x.bfloat16(), w.bfloat16(), dy.bfloat16()
-    dx, dw = fd.execute([x, w, dy])
-    out = capsys.readouterr().out
-    assert "looped, 16 warps" in out and "looped, 32 warps" in out and f"{winner} " in out
-    code = fd.last_triton_code()
-    assert ("for c_start in range(0, C, BLOCK1)" in code) == winner.startswith("looped")
-    xf, wf = x.float().requires_grad_(), w.float().requires_grad_()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * wf
-    want_dx, want_dw = torch.autograd.grad(y, [xf, wf], dy.float())
-    torch.testing.assert_close(dx.float(), want_dx, rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(dw.float(), want_dw, rtol=2e-2, atol=5e-2)
