@@ -409,13 +409,19 @@ class Semaphores:
     one a column block, for each stream that launches it: the kernel leaves them zero, and the
     launches of one stream never overlap, while another stream's could."""
 
-    __slots__ = ("count", "by_stream")
+    __slots__ = ("count", "by_stream", "captured")
 
     def __init__(self, count: int):
         self.count = count
         self.by_stream: dict[tuple, torch.Tensor] = {}
+        self.captured: list[torch.Tensor] = []  # kept alive for the CUDA graphs that use them
 
     def get(self, device: torch.device) -> torch.Tensor:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # a CUDA graph may replay on any stream, beside eager launches of this stream: it
+            # gets counters of its own (their zeroing is captured too)
+            self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
+            return self.captured[-1]
         index = device.index if device.index is not None or device.type != "cuda" else _current_device()
         key = (device.type, index, _raw_stream(index) if device.type == "cuda" else 0)
         found = self.by_stream.get(key)
@@ -454,6 +460,22 @@ def _hook(chain):
     return None if chain is None or (isinstance(calls, list) and not calls) else chain
 
 
+def _raw_launch(run) -> Optional[tuple]:
+    """(C launch function, cooperative-grid flag, PDL flag) behind Triton 3.6's CudaLauncher,
+    for a kernel that needs no scratch memory: the launcher's Python `__call__` only allocates
+    scratch memory and passes these flags before the kernel's arguments, a few microseconds a
+    launch on a slow host. None for other Tritons and launchers (their own call is used)."""
+    import triton
+
+    if not triton.__version__.startswith("3.6.") or type(run).__name__ != "CudaLauncher":
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    launch = getattr(run, "launch", None)
+    flags = (getattr(run, "launch_cooperative_grid", None), getattr(run, "launch_pdl", None))
+    return None if launch is None or None in flags else (launch, *flags)
+
+
 class _DirectStep(_Step):
     """A launch that calls the compiled kernel's launcher directly, skipping Triton's per-call
     argument binding and cache lookup (tens of microseconds a call). It is valid for one entry
@@ -470,6 +492,7 @@ class _DirectStep(_Step):
         self.constexprs = [v for k, v in kwargs.items() if k != "num_warps"]  # in parameter order
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
+        self.raw = None  # Triton's C launch function with its flags, where it can be called directly
 
     def precompile(self, args: list) -> None:
         """Compile the kernel for these arguments without launching it (parallel_compile),
@@ -491,6 +514,7 @@ class _DirectStep(_Step):
             self.compiled._init_handles()
             self.aligned = not any(args[k].data_ptr() % 16 for k in self.tensor_at)
             self.hooks = knobs.runtime
+            self.raw = _raw_launch(self.compiled.run)
 
     def __call__(self, args: list) -> None:
         kernel = self.compiled
@@ -508,7 +532,12 @@ class _DirectStep(_Step):
         meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) \
             if enter is not None or leave is not None else None
         try:
-            kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
+            if self.raw is not None:
+                launch, cooperative, pdl = self.raw
+                launch(self.grid, 1, 1, stream, kernel.function, cooperative, pdl, None, None,
+                       kernel.packed_metadata, meta, enter, leave, *full)
+            else:
+                kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
         except TypeError:  # a launcher of another shape: use Triton's entry point from now on
             self.usable = False
             self.launch(*args, **self.kwargs)

@@ -176,3 +176,22 @@ def test_dump_autotune_prints_each_form(tmp_path, monkeypatch, capsys):
     assert best == 1
     out = capsys.readouterr().out
     assert "default 2000.0 us" in out and "one pass 1000.0 us (chosen)" in out
+
+
+def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
+    """The direct launch calls Triton 3.6's C launch function itself where the launcher's Python
+    call would only allocate scratch memory (none needed) and pass its flags."""
+    import triton
+
+    from fuser.codegen import launch
+
+    class CudaLauncher:  # the shape of Triton 3.6's launcher
+        def __init__(self, scratch):
+            self.launch, self.launch_cooperative_grid, self.launch_pdl = print, False, True
+            self.global_scratch_size, self.profile_scratch_size = scratch, 0
+
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert launch._raw_launch(CudaLauncher(0)) == (print, False, True)
+    assert launch._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    assert launch._raw_launch(CudaLauncher(0)) is None

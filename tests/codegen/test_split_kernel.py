@@ -79,3 +79,25 @@ def test_split_kernel_on_two_streams_at_once():
     made = _split_launch(fd)
     assert len(made.semaphores.by_stream) >= 2
     assert not any(s.any() for s in made.semaphores.by_stream.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_split_kernel_in_a_cuda_graph():
+    """Captured in a CUDA graph, the split kernel uses counters of its own (not the eager
+    launches' of the capturing stream), and each replay sums the current input."""
+    fd = fuser_defs.colsum_fwd.__wrapped__()
+    x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    fd.execute([x])  # compiled and tuned outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (y,) = fd.execute([x])
+    made = _split_launch(fd)
+    assert len(made.semaphores.captured) == 1
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        (eager,) = fd.execute([x])  # an eager launch between replays, on another stream's counters
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, x.float().sum(0), rtol=1e-4, atol=1e-2)
+        torch.testing.assert_close(eager, y)
