@@ -26,10 +26,12 @@ from ..schedulers.heuristics import next_pow2
 from .compile import cache_dir
 
 # launches of each candidate before timing; timed samples (the median is kept), each of enough
-# back-to-back launches to fill SAMPLE_MS of GPU time (at most MAX_BATCH), so that the host's
-# gap before a lone launch, tens of microseconds on a slow host, neither adds to a kernel of
-# about 100 us nor decides between forms a few percent apart
-WARMUP, REPEATS, SAMPLE_MS, MAX_BATCH = 2, 5, 0.5, 32
+# back-to-back launches to fill SAMPLE_MS of GPU time (at most MAX_BATCH). Each sample starts
+# behind a GPU busy-wait of HOLD_CYCLES (about 1 ms), during which the host queues the batch,
+# so that the host's time to reach a launch (tens of microseconds on a slow host) is in no
+# sample: it would add to a kernel of about 100 us and could decide between forms a few
+# percent apart.
+WARMUP, REPEATS, SAMPLE_MS, MAX_BATCH, HOLD_CYCLES = 2, 5, 0.5, 32, 2_000_000
 
 _lock = threading.Lock()
 
@@ -92,6 +94,9 @@ def cuda_time_ms(launch: Callable[[], object], device: torch.device) -> float:
 
 def _events_ms(launch: Callable[[], object], count: int) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    hold = getattr(torch.cuda, "_sleep", None)
+    if hold is not None:
+        hold(HOLD_CYCLES)
     start.record()
     for _ in range(count):
         launch()

@@ -414,7 +414,9 @@ class Semaphores:
     def __init__(self, count: int):
         self.count = count
         self.by_stream: dict[tuple, torch.Tensor] = {}
-        self.captured: list[torch.Tensor] = []  # kept alive for the CUDA graphs that use them
+        # kept alive for the CUDA graphs that use them (a graph's replays write them; one small
+        # tensor a capture, never freed: a program that captures in a loop keeps them all)
+        self.captured: list[torch.Tensor] = []
 
     def get(self, device: torch.device) -> torch.Tensor:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -423,7 +425,9 @@ class Semaphores:
             self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
             return self.captured[-1]
         index = device.index if device.index is not None or device.type != "cuda" else _current_device()
-        key = (device.type, index, _raw_stream(index) if device.type == "cuda" else 0)
+        stream = _raw_stream(index) if device.type == "cuda" else 0
+        # CUDA's per-thread default stream has one handle (2) for a different stream in each thread
+        key = (device.type, index, stream, threading.get_ident() if stream == 2 else 0)
         found = self.by_stream.get(key)
         if found is None:
             found = self.by_stream[key] = torch.zeros(self.count, dtype=torch.int32, device=device)

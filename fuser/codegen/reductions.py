@@ -24,7 +24,8 @@ class ReductionEmitter:
         along (a value constant along rows stays [1, BLOCK1], so its result is [1, 1])."""
         if self.split == "combine":
             # the workspace varies along chunks, and along columns where the reduced value does
-            # (a value constant along columns is read from column 0, so its result is [1, 1])
+            # (a value constant along columns is read from its column block's first column, so
+            # its result is [1, 1])
             return [0] + sorted(self.dims_of(e.inp) & {1})
         return sorted(self.dims_of(e.inp) | {self.red})
 
@@ -176,8 +177,10 @@ class ReductionEmitter:
         shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-        # workspace row r (a chunk), column c (column 0 where the value is the same in all)
-        partial = "W{}_ptr + r * C" + (" + c" if 1 in self.reduce_dims(e) else "")
+        # workspace row r (a chunk), column c; a value the same in every column is read from
+        # this column block's first column, which this block's own partial programs wrote (in
+        # one kernel, another block's programs may not have stored theirs yet)
+        partial = "W{}_ptr + r * C + " + ("c" if 1 in self.reduce_dims(e) else "pid1 * BLOCK1")
         # written by other programs of this kernel: read from L2, past this processor's L1
         cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
         if isinstance(e, VarMeanOp):

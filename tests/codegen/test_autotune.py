@@ -144,7 +144,8 @@ def test_a_row_reduction_runs_the_warp_count_that_timed_fastest(winner, tmp_path
 
 def test_timer_batches_short_launches(monkeypatch):
     """The CUDA timer divides a batch of back-to-back launches by its size, so a short kernel is
-    timed over enough launches; checked with fake events that report 0.1 ms a launch."""
+    timed over enough launches, each batch queued behind a GPU busy-wait; checked with fake
+    events that report 0.1 ms a launch."""
     launched = []
 
     class FakeEvent:
@@ -161,7 +162,10 @@ def test_timer_batches_short_launches(monkeypatch):
             return 0.1 * (end.at - self.at)
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    holds = []
+    monkeypatch.setattr(torch.cuda, "_sleep", holds.append, raising=False)
     ms = autotune.cuda_time_ms(lambda: launched.append(1), torch.device("cpu"))
+    assert holds == [autotune.HOLD_CYCLES] * (1 + autotune.REPEATS)  # the GPU held before each sample
     assert ms == pytest.approx(0.1)
     batch = int(autotune.SAMPLE_MS / 0.1)
     assert len(launched) == autotune.WARMUP + 1 + autotune.REPEATS * batch

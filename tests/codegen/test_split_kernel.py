@@ -1,6 +1,7 @@
 """A split column reduction in one kernel (codegen/split_kernel.py): programs reduce chunks of
 rows into workspace rows, and the last program of each column block, found by counting on the
 block's semaphore, combines them; the semaphores are zero again after each launch."""
+import random
 import threading
 
 import pytest
@@ -9,6 +10,28 @@ import torch
 from benchmarks import fuser_defs
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
+
+
+@pytest.fixture(params=["reversed", "shuffled"])
+def any_program_order(request, monkeypatch):
+    """The interpreter runs a grid's programs in reverse or shuffled order, as a GPU may: the
+    last program of a column block is then not the last of the grid."""
+    from triton.runtime import interpreter
+    builder = getattr(interpreter, "interpreter_builder", None)
+    if builder is None or not hasattr(builder, "set_grid_idx"):
+        pytest.skip("this Triton's interpreter has no grid index hook")
+    real = builder.set_grid_idx
+    orders: dict = {}
+
+    def set_grid_idx(x, y, z):
+        n = builder.grid_dim[0]
+        order = orders.get(n)
+        if order is None:
+            order = orders[n] = list(range(n))[::-1]
+            if request.param == "shuffled":
+                random.Random(n).shuffle(order)
+        return real(order[x], y, z)
+    monkeypatch.setattr(builder, "set_grid_idx", set_grid_idx)
 
 
 def _split_launch(fd) -> "launch._Launch":
@@ -48,6 +71,25 @@ def test_var_mean_and_several_reductions_split_in_one_kernel(monkeypatch):
     torch.testing.assert_close(mean, want_mean, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(top, x.amax(0))
     assert "split in one kernel" in fd.last_triton_code()
+
+
+def test_any_program_order(monkeypatch, any_program_order):
+    """Column sums and a sum the same in every column (of a [rows, 1] input), split over 3
+    column blocks and 4 chunks of rows, with the programs in any order: each block's last
+    program reads only what its own block's programs wrote (the same-in-every-column sum was
+    read from column 0, which only block 0 writes: wrong sums in the other blocks)."""
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 4)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        r = fd.define_tensor([-1, 1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.sum(fd.ops.mul(x, r), [0]), fd.ops.sum(fd.ops.mul(r, 2.0), [0])))
+        fd.add_output(fd.ops.max(x, [0]))
+    g = torch.Generator().manual_seed(3)
+    x, r = torch.randn(240, 260, generator=g), torch.randn(240, 1, generator=g)
+    out, top = fd.execute([x, r])
+    assert "split in one kernel" in fd.last_triton_code()
+    torch.testing.assert_close(out, (x * r).sum(0) + (r * 2).sum(0), rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(top, x.amax(0))
 
 
 @pytest.mark.gpu
