@@ -12,7 +12,6 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import threading
@@ -32,7 +31,8 @@ from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
 from .compile import load_kernel
-from .split_kernel import generate_split
+from .split_kernel import Semaphores, generate_split
+from .steps import _DirectStep, _Step
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
@@ -402,146 +402,3 @@ class _Launch:
                     args[pos] = tensors[k]
                 jobs.append(lambda step=step, args=args: step.precompile(args))
         return jobs
-
-
-class Semaphores:
-    """The zeroed int32 counters of a split reduction run in one kernel (codegen/split_kernel.py),
-    one a column block, for each stream that launches it: the kernel leaves them zero, and the
-    launches of one stream never overlap, while another stream's could."""
-
-    __slots__ = ("count", "by_stream", "captured")
-
-    def __init__(self, count: int):
-        self.count = count
-        self.by_stream: dict[tuple, torch.Tensor] = {}
-        # kept alive for the CUDA graphs that use them (a graph's replays write them; one small
-        # tensor a capture, never freed: a program that captures in a loop keeps them all)
-        self.captured: list[torch.Tensor] = []
-
-    def get(self, device: torch.device) -> torch.Tensor:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # a CUDA graph may replay on any stream, beside eager launches of this stream: it
-            # gets counters of its own (their zeroing is captured too)
-            self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
-            return self.captured[-1]
-        index = device.index if device.index is not None or device.type != "cuda" else _current_device()
-        stream = _raw_stream(index) if device.type == "cuda" else 0
-        # CUDA's per-thread default stream has one handle (2) for a different stream in each thread
-        key = (device.type, index, stream, threading.get_ident() if stream == 2 else 0)
-        found = self.by_stream.get(key)
-        if found is None:
-            found = self.by_stream[key] = torch.zeros(self.count, dtype=torch.int32, device=device)
-        return found
-
-
-class _Step:
-    """One kernel launch through Triton's JIT entry point."""
-
-    def __init__(self, fn, grid: int, kwargs: dict):
-        self.launch = fn[(grid,)]
-        self.kwargs = kwargs
-
-    def __call__(self, args: list) -> None:
-        self.launch(*args, **self.kwargs)
-
-
-_NO_CONTEXT = contextlib.nullcontext()
-
-
-def _raw_stream_fallback(device: int) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
-
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _raw_stream_fallback)
-_current_device = getattr(torch._C, "_cuda_getDevice", lambda: torch.cuda.current_device())
-
-
-def _hook(chain):
-    """A launch hook for Triton's launcher: None where no hook is installed. Triton (3.6 on)
-    keeps its hooks in chains that are never None, so each launch would build the launch
-    metadata and call two empty chains (a few microseconds); the launcher skips a None hook."""
-    calls = getattr(chain, "calls", None)
-    return None if chain is None or (isinstance(calls, list) and not calls) else chain
-
-
-def _raw_launch(run) -> Optional[tuple]:
-    """(C launch function, cooperative-grid flag, PDL flag) behind Triton 3.6's CudaLauncher,
-    for a kernel that needs no scratch memory: the launcher's Python `__call__` only allocates
-    scratch memory and passes these flags before the kernel's arguments, a few microseconds a
-    launch on a slow host. None for other Tritons and launchers (their own call is used)."""
-    import triton
-
-    if not triton.__version__.startswith("3.6.") or type(run).__name__ != "CudaLauncher":
-        return None
-    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
-        return None
-    launch = getattr(run, "launch", None)
-    flags = (getattr(run, "launch_cooperative_grid", None), getattr(run, "launch_pdl", None))
-    return None if launch is None or None in flags else (launch, *flags)
-
-
-class _DirectStep(_Step):
-    """A launch that calls the compiled kernel's launcher directly, skipping Triton's per-call
-    argument binding and cache lookup (tens of microseconds a call). It is valid for one entry
-    of the launch cache, whose sizes, strides and scalars fix the kernel's specialization; only
-    pointer alignment can change between calls, so it is checked, and a call that differs, or
-    a Triton whose launcher has another signature, takes the JIT path."""
-
-    def __init__(self, fn, grid: int, kwargs: dict):
-        super().__init__(fn, grid, kwargs)
-        self.fn, self.grid = fn, grid
-        self.compiled = None
-        self.aligned = False
-        self.tensor_at: list[int] = []
-        self.constexprs = [v for k, v in kwargs.items() if k != "num_warps"]  # in parameter order
-        self.usable = True
-        self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
-        self.raw = None  # Triton's C launch function with its flags, where it can be called directly
-
-    def precompile(self, args: list) -> None:
-        """Compile the kernel for these arguments without launching it (parallel_compile),
-        on the arguments' device; any error is left to the launch."""
-        try:
-            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-            with torch.cuda.device(device) if device is not None and device.type == "cuda" else _NO_CONTEXT:
-                self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)._init_handles()
-        except Exception:  # noqa: BLE001 - the launch compiles again and raises it there
-            pass
-
-    def _first(self, args: list) -> None:
-        self.launch(*args, **self.kwargs)
-        if self.compiled is None and self.usable:
-            from triton import knobs
-
-            self.tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
-            self.compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
-            self.compiled._init_handles()
-            self.aligned = not any(args[k].data_ptr() % 16 for k in self.tensor_at)
-            self.hooks = knobs.runtime
-            self.raw = _raw_launch(self.compiled.run)
-
-    def __call__(self, args: list) -> None:
-        kernel = self.compiled
-        if kernel is None or not self.usable:
-            return self._first(args)
-        if self.aligned:
-            for k in self.tensor_at:
-                if args[k].data_ptr() % 16:
-                    return self.launch(*args, **self.kwargs)
-        # the current device's current stream, as Triton's own launch takes it
-        stream = _raw_stream(_current_device())
-        enter, leave = _hook(self.hooks.launch_enter_hook), _hook(self.hooks.launch_exit_hook)
-        full = args + self.constexprs
-        # (Triton's own launch hands its metadata to an exit hook too, with or without an enter hook)
-        meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) \
-            if enter is not None or leave is not None else None
-        try:
-            if self.raw is not None:
-                launch, cooperative, pdl = self.raw
-                launch(self.grid, 1, 1, stream, kernel.function, cooperative, pdl, None, None,
-                       kernel.packed_metadata, meta, enter, leave, *full)
-            else:
-                kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
-        except TypeError:  # a launcher of another shape: use Triton's entry point from now on
-            self.usable = False
-            self.launch(*args, **self.kwargs)

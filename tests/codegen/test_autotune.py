@@ -187,7 +187,7 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
     call would only allocate scratch memory (none needed) and pass its flags."""
     import triton
 
-    from fuser.codegen import launch
+    from fuser.codegen import steps
 
     class CudaLauncher:  # the shape of Triton 3.6's launcher
         def __init__(self, scratch):
@@ -195,7 +195,7 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
             self.global_scratch_size, self.profile_scratch_size = scratch, 0
 
     monkeypatch.setattr(triton, "__version__", "3.6.0")
-    assert launch._raw_launch(CudaLauncher(0)) == (print, False, True)
-    assert launch._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
+    assert steps._raw_launch(CudaLauncher(0)) == (print, False, True)
+    assert steps._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
     monkeypatch.setattr(triton, "__version__", "3.7.0")
-    assert launch._raw_launch(CudaLauncher(0)) is None
+    assert steps._raw_launch(CudaLauncher(0)) is None

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from fuser.codegen import launch, parallel_compile
+from fuser.codegen import launch, parallel_compile, steps
 
 
 class _Compiled:
@@ -35,8 +35,8 @@ class _StandInKernel:
 
 def stand_in_launch(*kernels, outputs=()):
     kwargs = dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1)
-    steps = [(launch._DirectStep(k, 1, kwargs), [None], [(0, 0)]) for k in kernels]
-    return launch._Launch(steps, list(outputs), [], "")
+    made = [(steps._DirectStep(k, 1, kwargs), [None], [(0, 0)]) for k in kernels]
+    return launch._Launch(made, list(outputs), [], "")
 
 
 def test_the_kernels_of_a_launch_compile_side_by_side():
@@ -103,10 +103,10 @@ def test_empty_launch_hook_chains_are_not_called():
     from triton import knobs
 
     chain = type(knobs.runtime.launch_enter_hook)()
-    assert launch._hook(chain) is None and launch._hook(None) is None
+    assert steps._hook(chain) is None and steps._hook(None) is None
     chain.add(print)
-    assert launch._hook(chain) is chain
-    assert launch._hook(print) is print  # a Triton whose hook is a plain callable
+    assert steps._hook(chain) is chain
+    assert steps._hook(print) is print  # a Triton whose hook is a plain callable
 
 
 def test_an_exit_hook_alone_still_gets_launch_metadata(monkeypatch):
@@ -127,11 +127,11 @@ def test_an_exit_hook_alone_still_gets_launch_metadata(monkeypatch):
 
     exit_chain = type(knobs.runtime.launch_exit_hook)()
     exit_chain.add(print)
-    step = launch._DirectStep(_StandInKernel(0), 1, dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1))
+    step = steps._DirectStep(_StandInKernel(0), 1, dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1))
     step.compiled, step.tensor_at = Compiled(), []
     step.hooks = types.SimpleNamespace(launch_enter_hook=type(exit_chain)(), launch_exit_hook=exit_chain)
-    monkeypatch.setattr(launch, "_raw_stream", lambda device: 0)
-    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(steps, "raw_stream", lambda device: 0)
+    monkeypatch.setattr(steps, "current_device", lambda: 0)
     step([])
     meta, enter, leave = step.compiled.args[6:9]
     assert meta == {"name": "stand-in"} and enter is None and leave is exit_chain
