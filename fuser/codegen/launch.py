@@ -32,7 +32,7 @@ from ..timing import phase
 from . import autotune, parallel_compile
 from .compile import load_kernel
 from .split_kernel import Semaphores, generate_split
-from .steps import _DirectStep, _Step
+from .steps import _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
@@ -365,6 +365,14 @@ class _Launch:
         self.cold = self.compiles > 1  # kernels to compile together before the first launch
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
+        if device.type == "cuda" and device.index is not None and device.index != current_device():
+            # Triton launches on the current device's stream: tensors of another GPU (a model
+            # placed on cuda:1) run on theirs, ordered with that device's stream, as ATen does
+            with torch.cuda.device(device.index):
+                return self._run(inputs, device, dests)
+        return self._run(inputs, device, dests)
+
+    def _run(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         tensors, outputs = self.tensors_for(inputs, device, dests)
         if self.cold:
             parallel_compile.compile_together(self.compile_jobs(tensors))

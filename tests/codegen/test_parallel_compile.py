@@ -1,6 +1,7 @@
 """Kernels of one launch compile side by side before its first launch (codegen/parallel_compile.py).
 The GPU test runs a split column reduction (two kernels) from a cold start; the others check the
 scheduling with stand-in kernels, since the interpreter compiles nothing."""
+import contextlib
 import threading
 import time
 
@@ -135,3 +136,39 @@ def test_an_exit_hook_alone_still_gets_launch_metadata(monkeypatch):
     step([])
     meta, enter, leave = step.compiled.args[6:9]
     assert meta == {"name": "stand-in"} and enter is None and leave is exit_chain
+
+
+def test_a_launch_for_another_gpu_runs_under_that_device(monkeypatch):
+    """Triton launches on the current device's stream, so a launch whose tensors live on
+    another GPU enters that device first (and one on the current device does not)."""
+    entered, ran = [], []
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
+
+    @contextlib.contextmanager
+    def device(index):
+        entered.append(index)
+        yield
+    monkeypatch.setattr(torch.cuda, "device", device)
+    made = launch._Launch([], [], [], "")
+    monkeypatch.setattr(launch._Launch, "_run", lambda self, inputs, dev, dests=None: ran.append(dev) or [])
+    made([], torch.device("cuda", 1))
+    made([], torch.device("cuda", 0))
+    made([], torch.device("cpu"))
+    assert entered == [1] and [d.index for d in ran] == [1, 0, None]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_tensors_on_the_second_gpu():
+    from benchmarks import fuser_defs
+
+    fd = fuser_defs.rmsnorm_fwd.__wrapped__()
+    x = torch.randn(64, 4096, device="cuda:1", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda:1", dtype=torch.bfloat16)
+    before = torch.cuda.current_device()
+    for _ in range(3):
+        (y,) = fd.execute([x, w])
+    assert y.device == x.device and torch.cuda.current_device() == before
+    xf = x.float()
+    want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + fuser_defs.RMS_EPS) * w.float()
+    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
