@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from ..dump import dump_flags
 from ..schedulers.heuristics import next_pow2
 from .compile import cache_dir
 
@@ -115,7 +116,7 @@ def fastest(key: str, candidates: Sequence[Callable[[], object]], device: torch.
     timer = timer or cuda_time_ms
     times = [timer(c, device) for c in candidates]
     best = min(range(len(candidates)), key=lambda k: times[k])
-    if "autotune" in {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",")}:
+    if "autotune" in dump_flags():
         names = labels or [str(k) for k in range(len(candidates))]
         print(f"fuser autotune {key}:", ", ".join(
             f"{names[k]} {times[k] * 1e3:.1f} us{' (chosen)' if k == best else ''}" for k in range(len(times))))

@@ -322,16 +322,13 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         self.declare_params()
         ps = self.program_scope = Scope(parent=None)
         for name, dim in (("R", 0), ("C", 1)):
-            ps.lines.append(f"{name} = {self.extent_product(dim)}")
+            extents = [f"X{j}" for j, d in enumerate(self.super_dim) if d == dim]
+            ps.lines.append(f"{name} = " + (" * ".join(extents) or "1"))
         if self.combine_in_line:
             ps.lines.append("pid = PID")
         else:
             ps.lines += ["pid = tl.program_id(0)", "if INT64:", "    pid = pid.to(tl.int64)"]
         return ps
-
-    def extent_product(self, dim: int) -> str:
-        """R (dim 0) or C (dim 1): the product of the super-axis extents of a tile dim."""
-        return " * ".join(f"X{j}" for j, d in enumerate(self.super_dim) if d == dim) or "1"
 
     def write(self) -> KernelSource:
         ps = self.begin_program()

@@ -253,7 +253,8 @@ class KernelLauncher:
                 ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
-                semaphores = max(semaphores, params.grid if any(a.kind == "semaphore" for a in ks.args) else 0)
+                if variant == "split":  # a counter a column block
+                    semaphores = params.grid
                 args, slots = [], []
                 for spec in ks.args:
                     if spec.kind == "tensor":
@@ -354,7 +355,7 @@ INTERPRETER_PROCESSORS = 0
 
 class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
-    the pointers, run each step (one kernel, or two for a split reduction)."""
+    the pointers, run each step (one kernel, or two: a norm backward's pass and combine)."""
 
     __slots__ = ("steps", "out_specs", "work_specs", "source", "compiles", "cold", "semaphores")
 

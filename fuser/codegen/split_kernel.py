@@ -41,17 +41,13 @@ def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> 
     signature = ", ".join(params + [f"{c}: tl.constexpr" for c in constexprs])
     partial_args = ", ".join(partial.params + ["BLOCK0", "BLOCK1", "INT64"])
     combine_args = ", ".join(combine.params + ["pid1", "CBLOCK0", "BLOCK1", "INT64"])
-    parts = ["@triton.jit", partial.function(f"{name}_partial"),
+    # the partial part hands back its column block (pid1)
+    parts = ["@triton.jit", partial.function(f"{name}_partial") + "    return pid1\n",
              "@triton.jit", combine.function(f"{name}_combine", ("PID",))]
     main = [
         f"def {name}({signature}):",
-        f"    {name}_partial({partial_args})",
+        f"    pid1 = {name}_partial({partial_args})",
         "    tl.debug_barrier()  # this program's partial rows are stored",
-        f"    C = {partial.extent_product(1)}",
-        "    pid = tl.program_id(0)",
-        "    if INT64:",
-        "        pid = pid.to(tl.int64)",
-        "    pid1 = pid % tl.cdiv(C, BLOCK1)",
         "    if tl.atomic_add(SEM_ptr + pid1, 1, sem=\"acq_rel\", scope=\"gpu\") == S - 1:  # the column block's last",
         "        tl.debug_barrier()",
         f"        {name}_combine({combine_args})",
@@ -66,8 +62,9 @@ def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> 
 
 
 class Semaphores:
-    """The zeroed int32 counters of a split reduction run in one kernel, one a column block, for each stream that launches it: the kernel leaves them zero, and the
-    launches of one stream never overlap, while another stream's could."""
+    """The zeroed int32 counters of a split reduction run in one kernel, one a column block,
+    for each stream that launches it: the kernel leaves them zero, and the launches of one
+    stream never overlap, while another stream's could."""
 
     __slots__ = ("count", "by_stream", "captured")
 

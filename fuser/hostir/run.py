@@ -10,13 +10,13 @@ stream waits for all of them after the loop. On the CPU the same steps run in or
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
+from ..dump import dump_flags
 from ..errors import FuserError
 from ..evaluate.binding import BindingTable
 from ..ir import Fusion, Scalar
@@ -120,7 +120,7 @@ class HostRuntime:
         self.program = lower(fusion, self._make_launcher, segment_kernels)
         self.segments = self.program.segments
         self.runner = HostRunner(self.program, device)
-        flags = {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+        flags = dump_flags()
         self.dump_triton = "triton" in flags
         self._printed: dict[int, str] = {}  # per launcher: the source printed last
         if "fusion_ir" in flags:

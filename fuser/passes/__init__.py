@@ -8,9 +8,9 @@ one of them).
 """
 from __future__ import annotations
 
-import os
 from typing import Callable
 
+from ..dump import dump_flags
 from ..ir import Fusion
 from ..multidevice.sharding import is_distributed
 from ..timing import phase
@@ -41,7 +41,7 @@ def run_passes(fusion: Fusion) -> Fusion:
 def _run_passes(fusion: Fusion) -> Fusion:
     if not needs_passes(fusion):
         return fusion
-    flags = {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+    flags = dump_flags()
     fusion = fusion.clone()
     for p in pre_segmentation_passes():
         fusion = p(fusion)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, target_for
+from ..dump import dump_flags
 from ..codegen.launch import scalar_key
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
@@ -36,10 +37,6 @@ def signature(args: Sequence[Any]) -> tuple:
         else:
             key.append(type(a))
     return tuple(key)
-
-
-def dump_flags() -> set[str]:
-    return {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
 
 
 class FusionRuntime:

@@ -208,6 +208,9 @@ def row_loop_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
     return loop_stages(params, tile_bytes_per_element, ROW_LOOP_PROGRAMS_PER_PROCESSOR, ROW_LOOP_STAGES)
 
 
+COMBINE_MIN_COLS = 16  # the fewest columns a combine program takes
+
+
 def inner_outer_combine(cols: int, programs: int, processors: int = 0) -> LaunchParams:
     """The combine step of an inner-outer kernel: programs own columns and sum the partial rows.
     Columns are split finely enough for a program a processor (down to COMBINE_MIN_COLS): with
@@ -218,9 +221,6 @@ def inner_outer_combine(cols: int, programs: int, processors: int = 0) -> Launch
         b1 //= 2
     b0 = max(1, min(next_pow2(programs), TILE_ELEMENTS // b1))
     return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))
-
-
-COMBINE_MIN_COLS = 16
 
 
 # The one-pass form of an inner reduction (codegen/kernel.py, `one_pass`): the looped kernel
