@@ -161,16 +161,56 @@ def _backward_definition(name: str, args: tuple):
     return lambda: fd.execute([x, w, dy])
 
 
+class _NoWork(torch.autograd.Function):
+    """A backward that launches nothing: it returns gradients made beforehand."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.grads = (torch.empty_like(x), torch.empty_like(w))
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ctx.grads
+
+
+def autograd_floor(shape: tuple = (16384, 4096)) -> None:
+    """What `torch.autograd.grad` costs a backward row of the suite before any kernel: the
+    suite's timing (do_bench, median, cache flushed before each call) of a backward that
+    launches nothing, against the copy time of the row's bytes (x, dy read, dx written)."""
+    import triton.testing
+
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(shape[1], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = _NoWork.apply(x, w)
+    dy = torch.randn_like(y)
+    floor = triton.testing.do_bench(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True),
+                                    return_mode="median") * 1e3
+    src = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    gbps = 2 * src.nbytes / triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median") / 1e6
+    ideal = 3 * x.numel() * x.element_size() / gbps / 1e3
+    print(f"== torch.autograd.grad with a backward that launches nothing ({shape[0]}x{shape[1]}): "
+          f"{floor:.1f} us under do_bench; the row's bytes at copy speed take {ideal:.1f} us, so a "
+          f"backward whose kernels ran at copy speed after it would read at most "
+          f"{ideal / (ideal + floor):.2f} of copy")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", action="append", default=[],
                    help="suite row to profile: NAME (at 16384x4096) or NAME@MxN")
     p.add_argument("--profile", action="store_true", help="cProfile the fuser calls of the table and of each --row")
     p.add_argument("--compile", action="store_true", help="also profile each --row through torch.compile")
+    p.add_argument("--autograd-floor", action="store_true",
+                   help="time torch.autograd.grad of a backward that launches nothing, as the suite times backward rows")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("host_overhead: needs a CUDA GPU")
     host_table()
+    if args.autograd_floor:
+        for shape in ((16384, 4096), (16384, 8192), (4096, 32768)):
+            autograd_floor(shape)
     if args.profile:
         profile_host()
     for row in args.row:

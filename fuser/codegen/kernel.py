@@ -75,6 +75,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))] if split else []
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
+        # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
+        # tile dim 0 runs over workspace rows in its combine step)
+        self.even_masks = one_pass or (self.persistent and split is None)
         self.red = plan.red_dim
         self.axes = plan.axes
         self.super_dim = [0] * len(layout.dim0) + [1] * len(layout.dim1)
@@ -142,7 +145,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         n = self.limit(dim)
         var = "r" if dim == 0 else "c"
         scope.lines.append(f"{var} = {start} + tl.arange(0, {block}){shape}")
-        if self.one_pass:  # Triton drops a mask that is a constant True
+        if self.even_masks:  # Triton drops a mask that is a constant True
             full = f"[{block}, 1]" if dim == 0 else f"[1, {block}]"
             scope.lines += [f"if EVEN{dim}:", f"    {var}_mask = tl.full({full}, 1, tl.int1)",
                             "else:", f"    {var}_mask = {var} < {n}"]
@@ -369,7 +372,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                             self.constexprs())
 
     def constexprs(self) -> tuple[str, ...]:
-        return ("BLOCK0", "BLOCK1", "INT64") + (("EVEN0", "EVEN1") if self.one_pass else ())
+        return ("BLOCK0", "BLOCK1", "INT64") + (("EVEN0", "EVEN1") if self.even_masks else ())
 
     def variant_name(self) -> str:
         if self.split:

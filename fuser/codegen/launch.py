@@ -25,13 +25,14 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, next_pow2, reload_warps,
+                                     inner_outer_stages, next_pow2, reload_forms,
                                      row_loop, row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
 from .compile import load_kernel
-from .split_kernel import Semaphores, generate_split
+from .scratch import Semaphores, Workspaces
+from .split_kernel import generate_split
 from .steps import _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
@@ -304,8 +305,10 @@ class KernelLauncher:
                       for w in tuned_warps(params, cols)]
             if autotune_row_loop(params, cols):
                 forms.append(("row loop", lambda: build(*rows_form())))
-            forms += [(f"one pass, {w} warps", lambda w=w: build(["reload"], {"reload": replace(
-                params, persistent=False, num_warps=w)}, 1)) for w in reload_warps(params, cols)]
+            forms += [(f"one pass, {w} warps" if b0 == 1 else f"one pass, {b0} rows a program, {w} warps",
+                       lambda b0=b0, w=w: build(["reload"], {"reload": replace(
+                           params, persistent=False, num_warps=w, block0=b0, grid=-(-rows // b0))}, 1))
+                      for b0, w in reload_forms(params, rows, cols)]
             if len(forms) > 1:
                 launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         return launch
@@ -357,10 +360,11 @@ class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two: a norm backward's pass and combine)."""
 
-    __slots__ = ("steps", "out_specs", "work_specs", "source", "compiles", "cold", "semaphores")
+    __slots__ = ("steps", "out_specs", "workspaces", "source", "compiles", "cold", "semaphores")
 
     def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None):
-        self.steps, self.out_specs, self.work_specs, self.source = steps, out_specs, work_specs, source
+        self.steps, self.out_specs, self.source = steps, out_specs, source
+        self.workspaces = Workspaces(work_specs) if work_specs else None
         self.semaphores = semaphores
         self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
         self.cold = self.compiles > 1  # kernels to compile together before the first launch
@@ -394,7 +398,8 @@ class _Launch:
             outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
                        for d, (shape, dtype) in zip(dests, self.out_specs)]
         tensors = list(inputs) + outputs
-        tensors += [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.work_specs]
+        if self.workspaces is not None:
+            tensors += self.workspaces.get(device)
         if self.semaphores is not None:
             tensors.append(self.semaphores.get(device))
         return tensors, outputs

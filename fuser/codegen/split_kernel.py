@@ -11,20 +11,15 @@ next launch. This saves a launch (host time) and the gap between two kernels (GP
 Ordering: the program's threads meet at a barrier after their stores, and the count is an
 acquire-release atomic at GPU scope, so the last program sees every partial row; it reads them
 past its L1 (`.cg`). The semaphores are a zeroed int32 per column block, kept by the launch for
-each stream (kernels of one stream do not overlap, so one launch's counts never mix with
-another's).
+each stream (codegen/scratch.py: kernels of one stream do not overlap, so one launch's counts
+never mix with another's).
 """
 from __future__ import annotations
-
-import threading
-
-import torch
 
 from ..schedulers.plan import KernelPlan
 from .kernel import ArgSpec, KernelSource, KernelWriter
 from .layout import Layout
 from .math import helpers_for
-from .steps import current_device, raw_stream
 
 
 def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> KernelSource:
@@ -60,32 +55,3 @@ def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> 
     source = "\n".join(header + [""] + partial.imports() + ["", helpers_for(code), "", "", code])
     return KernelSource(name, source, args, params, False, constexprs)
 
-
-class Semaphores:
-    """The zeroed int32 counters of a split reduction run in one kernel, one a column block,
-    for each stream that launches it: the kernel leaves them zero, and the launches of one
-    stream never overlap, while another stream's could."""
-
-    __slots__ = ("count", "by_stream", "captured")
-
-    def __init__(self, count: int):
-        self.count = count
-        self.by_stream: dict[tuple, torch.Tensor] = {}
-        # kept alive for the CUDA graphs that use them (a graph's replays write them; one small
-        # tensor a capture, never freed: a program that captures in a loop keeps them all)
-        self.captured: list[torch.Tensor] = []
-
-    def get(self, device: torch.device) -> torch.Tensor:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            # a CUDA graph may replay on any stream, beside eager launches of this stream: it
-            # gets counters of its own (their zeroing is captured too)
-            self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
-            return self.captured[-1]
-        index = device.index if device.index is not None or device.type != "cuda" else current_device()
-        stream = raw_stream(index) if device.type == "cuda" else 0
-        # CUDA's per-thread default stream has one handle (2) for a different stream in each thread
-        key = (device.type, index, stream, threading.get_ident() if stream == 2 else 0)
-        found = self.by_stream.get(key)
-        if found is None:
-            found = self.by_stream[key] = torch.zeros(self.count, dtype=torch.int32, device=device)
-        return found

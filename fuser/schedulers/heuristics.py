@@ -246,3 +246,22 @@ def reload_warps(params: LaunchParams, cols: int) -> list[int]:
         return []
     per_thread = RELOAD_ELEMENTS_PER_THREAD + ((RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,) if cols >= 16384 else ())
     return sorted({max(4, min(32, params.block1 // (32 * n))) for n in per_thread})
+
+
+# From RELOAD_TWO_ROWS_MIN_COLS columns the one-pass form is also timed with two rows a program
+# (a [2, columns] tile, 64 elements a thread: 32 warps at 32768 columns). Written by hand on the
+# H200 (benchmarks/sweep_wide_rows.py, 2026-12-01), the bf16 LayerNorm forward at 4096x32768
+# read 0.96 of copy so, against 0.77-0.80 with one row a program (whose load, cross-warp
+# reduction and store leave the memory idle between rows while one program fills a
+# multiprocessor) and 0.76 with the two rows held in registers instead of re-read.
+RELOAD_TWO_ROWS_MIN_COLS = 16384
+RELOAD_TWO_ROWS_ELEMENTS_PER_THREAD = 64
+
+
+def reload_forms(params: LaunchParams, rows: int, cols: int) -> list[tuple[int, int]]:
+    """(rows a program, warps) of the one-pass forms to time for a persistent inner reduction."""
+    warps = reload_warps(params, cols)
+    forms = [(1, w) for w in warps]
+    if warps and rows >= 2 and RELOAD_TWO_ROWS_MIN_COLS is not None and cols >= RELOAD_TWO_ROWS_MIN_COLS:
+        forms.append((2, max(4, min(32, 2 * params.block1 // (32 * RELOAD_TWO_ROWS_ELEMENTS_PER_THREAD)))))
+    return forms

@@ -1,5 +1,5 @@
 """The one-pass form of an inner reduction (codegen/kernel.py `one_pass`, timed by the autotuner
-beside the persistent kernel where heuristics.reload_warps says): each pass over the row runs
+beside the persistent kernel where heuristics.reload_forms says, with one or two rows a program): each pass over the row runs
 once without a loop, reduces in line, and re-reads its inputs; tile dims the blocks divide
 carry no masks. On Triton's interpreter with the tuner's timer preferring that form, against
 eager."""
@@ -15,12 +15,14 @@ from fuser.schedulers import heuristics
 from tests.helpers import row_reduction_forwards
 
 
-@pytest.fixture
-def one_pass_wins(tmp_path, monkeypatch):
+@pytest.fixture(params=[1, 2], ids=["one row a program", "two rows a program"])
+def one_pass_wins(request, tmp_path, monkeypatch):
     """Rows of 64 columns or more get the one-pass form as a candidate (one row a program from
-    128 columns), and the tuner's timer prefers the last form timed."""
+    128 columns; with the param 2, also two rows a program, timed last), and the tuner's timer
+    prefers the last form timed. Returns the tuner's file and the rows a program."""
     monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 128)
     monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
+    monkeypatch.setattr(heuristics, "RELOAD_TWO_ROWS_MIN_COLS", 64 if request.param == 2 else None)
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     times = []
@@ -30,18 +32,25 @@ def one_pass_wins(tmp_path, monkeypatch):
         times.append(None)
         return 10.0 - len(times)  # each form timed faster than the one before
     monkeypatch.setattr(autotune, "cuda_time_ms", timer)
-    return tmp_path / "autotune.json"
+    return tmp_path / "autotune.json", request.param
 
 
 @pytest.mark.parametrize("rows, cols", [(5, 100), (6, 128), (3, 97)])
-def test_softmax_layernorm_rmsnorm_forward(one_pass_wins, rows, cols):
+def test_softmax_layernorm_rmsnorm_forward(one_pass_wins, monkeypatch, rows, cols):
+    choices, rows_a_program = one_pass_wins
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     for build, args, want in row_reduction_forwards(rows, cols):
         fd = build()
         (out,) = fd.execute(args)
         code = fd.last_triton_code()
         assert "one pass, reloading" in code and "for c_start" not in code
         torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=2e-2)
-    assert list(json.loads(one_pass_wins.read_text()).values())[-1] == 1  # the one-pass form won
+        assert launched[-1]["BLOCK0"] == rows_a_program and launched[-1]["EVEN0"] == (rows % rows_a_program == 0)
+    # the one-pass form won: the second form timed, or the third (two rows a program)
+    assert list(json.loads(choices.read_text()).values())[-1] == rows_a_program
 
 
 def test_row_statistics_and_column_outputs(one_pass_wins):
@@ -91,6 +100,10 @@ def test_even_blocks_drop_their_masks(one_pass_wins, monkeypatch):
 def test_candidates():
     choose = heuristics.choose
     t = heuristics.Template.inner_reduction
+    assert heuristics.reload_forms(choose(t, 4096, 32768), 4096, 32768) == [(1, 8), (1, 32), (2, 32)]
+    assert heuristics.reload_forms(choose(t, 8192, 16384), 8192, 16384) == [(1, 4), (1, 16), (1, 32), (2, 16)]
+    assert heuristics.reload_forms(choose(t, 1, 32768), 1, 32768) == [(1, 8), (1, 32)]
+    assert heuristics.reload_forms(choose(t, 16384, 8192), 16384, 8192) == [(1, 8), (1, 16)]
     assert heuristics.reload_warps(choose(t, 16384, 8192), 8192) == [8, 16]
     assert heuristics.reload_warps(choose(t, 16384, 4096), 4096) == [4, 8]
     assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [8, 32]

@@ -1,6 +1,7 @@
 """A split column reduction in one kernel (codegen/split_kernel.py): programs reduce chunks of
 rows into workspace rows, and the last program of each column block, found by counting on the
 block's semaphore, combines them; the semaphores are zero again after each launch."""
+import gc
 import random
 import threading
 
@@ -119,7 +120,7 @@ def test_split_kernel_on_two_streams_at_once():
         for y in results[k]:
             torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-2)
     made = _split_launch(fd)
-    assert len(made.semaphores.by_stream) >= 2
+    assert len(made.semaphores.by_stream) >= 2 and len(made.workspaces.by_stream) >= 2
     assert not any(s.any() for s in made.semaphores.by_stream.values())
 
 
@@ -136,6 +137,7 @@ def test_split_kernel_in_a_cuda_graph():
         (y,) = fd.execute([x])
     made = _split_launch(fd)
     assert len(made.semaphores.captured) == 1
+    assert len(made.workspaces.by_stream) == 1  # the eager call's: the capture allocated its own
     for _ in range(3):
         x.copy_(torch.randn_like(x))
         graph.replay()
@@ -143,3 +145,40 @@ def test_split_kernel_in_a_cuda_graph():
         torch.cuda.synchronize()
         torch.testing.assert_close(y, x.float().sum(0), rtol=1e-4, atol=1e-2)
         torch.testing.assert_close(eager, y)
+
+
+def test_workspaces_are_kept_for_each_stream_within_a_budget(monkeypatch):
+    """A launch keeps its workspaces between calls (one allocation fewer a call), one set for
+    each stream (on the CPU: each thread), and allocates them at each call once all launches
+    keep KEPT_WORKSPACE_BYTES; the sums stay right on every path."""
+    from fuser.codegen import scratch
+
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    fd = fuser_defs.colsum_fwd.__wrapped__()
+    xs = [torch.randn(3000, 300, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    for x in xs[:2]:
+        (y,) = fd.execute([x])
+        torch.testing.assert_close(y, x.float().sum(0), rtol=1e-5, atol=1e-3)
+    made = _split_launch(fd)
+    (kept,) = made.workspaces.by_stream.values()
+    assert kept[0].shape == (made.workspaces.specs[0][0]) and kept[0].shape[1] == 300
+    assert made.workspaces.get(torch.device("cpu"))[0] is kept[0]  # the same tensors again
+    other = []
+    thread = threading.Thread(target=lambda: other.append((fd.execute([xs[2]])[0], made.workspaces.get(torch.device("cpu")))))
+    thread.start()
+    thread.join()
+    torch.testing.assert_close(other[0][0], xs[2].float().sum(0), rtol=1e-5, atol=1e-3)
+    assert other[0][1][0] is not kept[0] and len(made.workspaces.by_stream) == 2
+    gc.disable()  # (no other launch's workspaces are let go of meanwhile)
+    try:
+        before = scratch.kept_workspace_bytes()
+        counted = scratch.Workspaces(made.workspaces.specs)
+        counted.get(torch.device("cpu"))
+        assert scratch.kept_workspace_bytes() == before + counted.nbytes == before + kept[0].numel() * 4
+        del counted  # a launch let go of (a full launch cache) gives its bytes back
+        assert scratch.kept_workspace_bytes() == before
+    finally:
+        gc.enable()
+    monkeypatch.setattr(scratch, "KEPT_WORKSPACE_BYTES", 0)  # over the budget: a fresh set a call
+    fresh = scratch.Workspaces(made.workspaces.specs)
+    assert fresh.get(torch.device("cpu"))[0] is not fresh.get(torch.device("cpu"))[0] and not fresh.by_stream

@@ -1,0 +1,103 @@
+"""Memory a prepared launch keeps between its calls, one set for each stream that launches it:
+the zeroed semaphores of a split reduction run in one kernel (codegen/split_kernel.py) and the
+fp32 workspaces of split and inner-outer reductions. Launches of one stream never overlap, so
+each call may reuse what the stream's previous call used; another stream's launches could run
+at the same time and get their own. Inside a CUDA-graph capture (a graph may replay on any
+stream, beside eager launches) a call gets memory of its own."""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import torch
+
+from .steps import current_device, raw_stream
+
+
+def stream_key(device: torch.device) -> Optional[tuple]:
+    """The stream a launch on `device` runs on now, as a key; None while a CUDA graph is being
+    captured. On the CPU (Triton's interpreter) each thread runs its launches itself."""
+    if device.type != "cuda":
+        return (device.type, device.index, 0, threading.get_ident())
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    index = device.index if device.index is not None else current_device()
+    stream = raw_stream(index)
+    # CUDA's per-thread default stream has one handle (2) for a different stream in each thread
+    return ("cuda", index, stream, threading.get_ident() if stream == 2 else 0)
+
+
+class Semaphores:
+    """The zeroed int32 counters of a split reduction run in one kernel, one a column block: the
+    kernel leaves them zero for the next launch of its stream."""
+
+    __slots__ = ("count", "by_stream", "captured")
+
+    def __init__(self, count: int):
+        self.count = count
+        self.by_stream: dict[tuple, torch.Tensor] = {}
+        # kept alive for the CUDA graphs that use them (a graph's replays write them; one small
+        # tensor a capture, never freed: a program that captures in a loop keeps them all)
+        self.captured: list[torch.Tensor] = []
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        key = stream_key(device)
+        if key is None:  # their zeroing is captured too
+            self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
+            return self.captured[-1]
+        found = self.by_stream.get(key)
+        if found is None:
+            found = self.by_stream[key] = torch.zeros(self.count, dtype=torch.int32, device=device)
+        return found
+
+
+# The most workspace bytes that all launches together keep between calls; past it a launch
+# allocates its workspaces at each call. An allocation costs the host about 5 us on the GPU
+# machine (2026-12-01), a sizeable part of a call whose kernels take 40-100 us.
+KEPT_WORKSPACE_BYTES = 256 << 20
+_kept_bytes = 0
+_kept_lock = threading.Lock()
+
+
+class Workspaces:
+    """A launch's workspaces ((shape, dtype) each), kept for each stream within
+    KEPT_WORKSPACE_BYTES; their content is not kept (each call writes before it reads)."""
+
+    __slots__ = ("specs", "nbytes", "by_stream", "__weakref__")
+
+    def __init__(self, specs: list[tuple[tuple, torch.dtype]]):
+        self.specs = specs
+        self.nbytes = sum(torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+                          for shape, dtype in specs)
+        self.by_stream: dict[tuple, list[torch.Tensor]] = {}
+
+    def get(self, device: torch.device) -> list[torch.Tensor]:
+        key = stream_key(device)
+        found = self.by_stream.get(key) if key is not None else None
+        if found is None:
+            found = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.specs]
+            if key is not None and _reserve(self.nbytes):
+                self.by_stream[key] = found
+        return found
+
+    def __del__(self) -> None:
+        _release(self.nbytes * len(self.by_stream))
+
+
+def _reserve(nbytes: int) -> bool:
+    global _kept_bytes
+    with _kept_lock:
+        if _kept_bytes + nbytes > KEPT_WORKSPACE_BYTES:
+            return False
+        _kept_bytes += nbytes
+        return True
+
+
+def _release(nbytes: int) -> None:
+    global _kept_bytes
+    with _kept_lock:
+        _kept_bytes -= nbytes
+
+
+def kept_workspace_bytes() -> int:
+    return _kept_bytes
