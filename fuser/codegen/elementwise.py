@@ -3,6 +3,9 @@ rounds them), unary, binary and ternary ops through the per-target math lowering
 mixin of KernelWriter: it uses the writer's operands, bindings and super-axes."""
 from __future__ import annotations
 
+import math
+import struct
+
 from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
                   UnaryOpType, Val)
@@ -16,6 +19,16 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
 
 
 _FP32_COMPUTED = (DataType.Float, DataType.BFloat16, DataType.Half)
+_FP32_MIN_NORMAL = 2.0 ** -126
+
+
+def _as_fp32(f: float) -> float:
+    """`f` rounded to fp32 as IEEE rounds (to inf past its range), without ATen (codegen may run
+    under a profiler that counts ATen calls)."""
+    try:
+        return struct.unpack("f", struct.pack("f", f))[0]
+    except OverflowError:
+        return math.copysign(math.inf, f)
 
 
 def _wrap_int(v: int, dtype: DataType) -> int:
@@ -34,10 +47,16 @@ class ElementwiseEmitter:
             v = int(v)
         if dtype.category >= 2 or isinstance(v, float):
             f = float(v)
+            if dtype in _FP32_COMPUTED:
+                # the op computes in fp32, where eager converts the constant too; Triton would
+                # type a float outside fp32's normal range (2.2e-308) as fp64 and promote the op
+                f = _as_fp32(f)
             if f != f:
                 return "float('nan')"
             if f in (float("inf"), float("-inf")):
                 return f"float('{'-' if f < 0 else ''}inf')"
+            if dtype in _FP32_COMPUTED and f != 0 and abs(f) < _FP32_MIN_NORMAL:
+                return f"tl.full([1, 1], {f!r}, tl.float32)"  # a subnormal fp32: typed explicitly
             return repr(f)
         return repr(_wrap_int(int(v), dtype))
 
@@ -103,7 +122,7 @@ class ElementwiseEmitter:
         self.bind(scope, e.out, fmt.format(x=x, y=y))
 
     def block_literal(self, v: Val, code: str, dtype: DataType) -> str:
-        if isinstance(v, Scalar) and v.is_constant:
+        if isinstance(v, Scalar) and v.is_constant and not code.startswith("tl.full("):
             return f"tl.full([1, 1], {code}, {compute_type(dtype)})"
         return code
 

@@ -156,6 +156,12 @@ def _welford_mean(mean, m2, n):
     # NaN, whatever the order (ATen keeps inf for one position a row, which its reduction
     # order picks: the last element on CPU, another on CUDA)
     return tl.where((m2 != m2) & (n > 1), float('nan'), mean)
+
+
+@triton.jit
+def _sum_pair(a0, b0, a1, b1):
+    # two sums in one tl.reduce: one set of cross-warp steps for both
+    return a0 + a1, b0 + b1
 '''
 
 

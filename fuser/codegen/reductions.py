@@ -13,6 +13,10 @@ from .types import compute_type
 # the inline variance from sums of x and x^2 where mean^2 <= this many variances (relative error
 # of the variance about 1e-6 there, as the two-pass form's), from the deviations beyond it
 VAR_SUMS_MAX_MEAN_RATIO = 4
+# the most rows a program reduces at once for which the sums of x and x^2 are taken (the check
+# is one branch for them all: where one row needs the deviations, they all take them); a one-pass
+# form has two rows a program from 16384 columns, whose sums then fit the registers of 32 warps
+VAR_SUMS_MAX_ROWS = 2
 
 
 class ReductionEmitter:
@@ -67,13 +71,14 @@ class ReductionEmitter:
         self.bind(scope, e.out, code)
 
     def emit_inline_var_mean(self, scope: Scope, e: VarMeanOp, m: str) -> None:
-        """Mean and variance of a tile's lanes. The sums of x and x^2 reduce side by side, one
-        cross-warp step where the two-pass form takes two dependent ones (on the H200 a row of
+        """Mean and variance of a tile's lanes. The sums of x and x^2 reduce together (one
+        tl.reduce of the pair), one cross-warp step where the two-pass form takes two dependent ones (on the H200 a row of
         32768 columns, one program a processor: 0.74 -> 0.82 of copy, benchmarks/
         sweep_layernorm_forms.py). They cancel where the mean is large against the spread, so
         a row whose squared mean exceeds VAR_SUMS_MAX_MEAN_RATIO variances (or whose sums
         overflow) takes the squared deviations from the mean, as the two-pass form does; the
-        check is one scalar branch, so it is done only where one row is reduced at a time."""
+        check is one scalar branch, so it is done only where few rows are reduced at a time
+        (VAR_SUMS_MAX_ROWS)."""
         rd = self.red
         x = self.operand(scope, e.inp, e.inp.dtype)
         var, mean = e.outputs
@@ -82,15 +87,19 @@ class ReductionEmitter:
         two_pass = [f"{dev} = tl.where({m}, {x} - {avg}, 0.0)",
                     f"{m2} = tl.sum({dev} * {dev}, axis={rd}, keep_dims=True)"]
         other = 1 - rd
-        one_row = f"BLOCK{other} == 1" if other in self.reduce_dims(e) else "True"
+        one_row = f"BLOCK{other} <= {VAR_SUMS_MAX_ROWS}" if other in self.reduce_dims(e) else "True"
+        s2, xm = f"T{var.name}_s2", f"T{mean.name}_x"
         scope.lines += [
-            f"{s1} = tl.sum(tl.where({m}, {x}, 0.0), axis={rd}, keep_dims=True)",
-            f"{avg} = {s1} / {n}",
+            f"{xm} = tl.where({m}, {x}, 0.0)",
             f"if {one_row}:",
-            f"    {m2} = tl.sum(tl.where({m}, {x} * {x}, 0.0), axis={rd}, keep_dims=True) - {s1} * {avg}",
+            f"    {s1}, {s2} = tl.reduce(({xm}, {xm} * {xm}), {rd}, _sum_pair, keep_dims=True)",
+            f"    {avg} = {s1} / {n}",
+            f"    {m2} = {s2} - {s1} * {avg}",
             f"    if tl.max(tl.where(({m2} * {VAR_SUMS_MAX_MEAN_RATIO} >= {s1} * {avg}) & ({m2} < float('inf')), 0, 1)) != 0:",
             *["        " + line for line in two_pass],
             "else:",
+            f"    {s1} = tl.sum({xm}, axis={rd}, keep_dims=True)",
+            f"    {avg} = {s1} / {n}",
             *["    " + line for line in two_pass],
             f"T{var.name} = {m2} / tl.maximum({n} - {e.correction}, 0).to(tl.float32)",
             f"T{mean.name} = _welford_mean({avg}, {m2}, {n})"]

@@ -74,3 +74,28 @@ def test_broadcast_axis_meeting_two_extents_is_two_loop_axes():
     torch.testing.assert_close(outer, xs.reshape(-1) * -ms[:, None])
     torch.testing.assert_close(scaled, xs * torch.sigmoid(-ms[:, None]))
     assert [s.kind.value for s in fd.last_segments()] == ["evaluator", "kernel"]
+
+
+def test_constants_outside_fp32_range_stay_fp32():
+    # tests/codegen/test_property.py on the H200: maximum(-c, 2.2250738585072014e-308) summed
+    # over rows failed to compile, as Triton types a float below fp32's normal range as fp64 and
+    # the loop's fp32 accumulator became fp64; eager converts the constant to fp32 first
+    from fuser.codegen.elementwise import ElementwiseEmitter
+    from fuser.ir import Scalar
+
+    def literal(value, dtype=DataType.Float):
+        return ElementwiseEmitter.literal(None, Scalar(0, DataType.Double, value=value), dtype)
+    assert literal(2.2250738585072014e-308) == "0.0" and literal(1e39) == "float('inf')"
+    assert literal(-1e39) == "float('-inf')" and literal(0.1) == repr(float(torch.tensor(0.1).item()))
+    assert literal(1e-40) == f"tl.full([1, 1], {torch.tensor(1e-40).item()!r}, tl.float32)"  # subnormal
+    assert literal(2.2250738585072014e-308, DataType.Double) == "2.2250738585072014e-308"
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        small = fd.ops.maximum(fd.ops.neg(x), 2.2250738585072014e-308)
+        fd.add_output(fd.ops.sum(fd.ops.maximum(small, 1e-40), [0]))
+    xs = torch.randn(70, 9)
+    (out,) = fd.execute([xs])
+    want = torch.maximum(torch.maximum(-xs, torch.tensor(2.2250738585072014e-308)), torch.tensor(1e-40)).sum(0)
+    torch.testing.assert_close(out, want)
+    code = "\n".join(line for line in fd.last_triton_code().splitlines() if not line.startswith("#"))
+    assert "e-308" not in code and "tl.full([1, 1], 9.99994610111476e-41, tl.float32)" in code

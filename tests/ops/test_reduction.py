@@ -143,10 +143,11 @@ def test_var_mean_keyword_form_and_size1(backend):
                   lambda t: list(torch.var_mean(t, [0, 2], correction=1)), [x], backend=backend)
 
 
-@pytest.mark.parametrize("block_rows", [1, 8])
+@pytest.mark.parametrize("block_rows", [1, 2, 8])
 def test_var_mean_rows_of_every_conditioning(monkeypatch, block_rows):
-    """The inline var_mean of a row (one row a program: sums of x and x^2 in one step, the
-    two-pass form where they would cancel; several rows: the two-pass form) against float64:
+    """The inline var_mean of a row (one or two rows a program: sums of x and x^2 in one step,
+    the two-pass form where they would cancel in any of them; more rows: the two-pass form)
+    against float64:
     centred rows, rows whose mean is far beyond their spread, a constant row, an outlier as first
     element, tiny spread, values whose squares overflow fp32, inf and NaN."""
     from fuser.schedulers import heuristics
@@ -170,6 +171,7 @@ def test_var_mean_rows_of_every_conditioning(monkeypatch, block_rows):
     with backend_env("kernel"):
         var, mean = fd.execute([x])
     assert "tl.sum" in fd.last_triton_code()  # a generated kernel, not ATen
+    assert "if BLOCK0 <= 2:" in fd.last_triton_code()
     want_var, want_mean = torch.var_mean(x.double(), 1, correction=1)
     torch.testing.assert_close(mean, want_mean.float(), rtol=1e-6, atol=1e-6, equal_nan=True)
     torch.testing.assert_close(var[:6], want_var[:6].float(), rtol=2e-5, atol=1e-9)
