@@ -89,6 +89,14 @@ class ReductionEmitter:
         other = 1 - rd
         one_row = f"BLOCK{other} <= {VAR_SUMS_MAX_ROWS}" if other in self.reduce_dims(e) else "True"
         s2, xm = f"T{var.name}_s2", f"T{mean.name}_x"
+        fallback = two_pass
+        if self.one_pass:
+            # the deviations from x read again (from L2), as every later pass of this form reads
+            # its inputs: x held in registers across the reduction for a branch rarely taken
+            # spilled with two rows of 32768 columns a program (H200, 2026-12-01)
+            again = self.loop_scope()
+            x_again = self.operand(again, e.inp, e.inp.dtype)
+            fallback = again.lines + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)", two_pass[1]]
         scope.lines += [
             f"{xm} = tl.where({m}, {x}, 0.0)",
             f"if {one_row}:",
@@ -96,7 +104,7 @@ class ReductionEmitter:
             f"    {avg} = {s1} / {n}",
             f"    {m2} = {s2} - {s1} * {avg}",
             f"    if tl.max(tl.where(({m2} * {VAR_SUMS_MAX_MEAN_RATIO} >= {s1} * {avg}) & ({m2} < float('inf')), 0, 1)) != 0:",
-            *["        " + line for line in two_pass],
+            *["        " + line for line in fallback],
             "else:",
             f"    {s1} = tl.sum({xm}, axis={rd}, keep_dims=True)",
             f"    {avg} = {s1} / {n}",

@@ -108,3 +108,29 @@ def test_candidates():
     assert heuristics.reload_warps(choose(t, 16384, 4096), 4096) == [4, 8]
     assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [8, 32]
     assert heuristics.reload_warps(choose(t, 16384, 2048), 2048) == []  # several rows a program
+
+
+def test_var_mean_of_rows_where_the_sums_cancel(one_pass_wins):
+    """In the one-pass form, rows whose mean is far beyond their spread take the deviations
+    from x read again (not held across the reduction), one or two rows a program."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(7, 200, generator=g)
+    x[1] += 1000.0
+    x[2] = 5.0
+    x[4] = x[4] * 1e-3 + 0.5
+    x[5] *= 1e20  # squares overflow fp32
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        var, mean = fd.ops.var_mean(t, [1], correction=0)
+        fd.add_output(var)
+        fd.add_output(mean)
+    var, mean = fd.execute([x])
+    code = fd.last_triton_code()
+    assert "one pass, reloading" in code
+    start = code.index("if tl.max(")
+    branch = code[start:code.index("tl.sum(", start)]
+    assert "tl.load(" in branch  # the deviations read x again
+    want_var, want_mean = torch.var_mean(x.double(), 1, correction=0)
+    # the mean's error scales with the row's largest element (1e20 in row 5)
+    assert ((mean.double() - want_mean).abs() <= 1e-6 * x.double().abs().amax(1)).all()
+    torch.testing.assert_close(var, want_var.float(), rtol=2e-5, atol=1e-9)
