@@ -127,7 +127,21 @@ def _listen_to_triton(compiles: list) -> None:
         pass
 
 
-def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool) -> dict:
+def _start_dynamo(device) -> float:
+    """Dynamo's and AOTAutograd's start in a process (their imports, first tracing, caches),
+    paid here on another function through torch.compile's `aot_eager` backend (no fuser, no
+    Inductor), so that a jit row's first call shows what one more function costs in a process
+    that has compiled one before (a model with several jit functions, a training loop)."""
+    import torch
+
+    start = time.perf_counter()
+    other = torch.compile(lambda a, b: torch.relu(a * b).sum(-1), backend="aot_eager", dynamic=True)
+    other(torch.randn(4, 8, device=device), torch.randn(4, 8, device=device))
+    return time.perf_counter() - start
+
+
+def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
+              warm_dynamo: bool = False) -> dict:
     start = time.perf_counter()
     import torch
     after_torch = time.perf_counter()
@@ -154,6 +168,7 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool)
     _timed_method(FusionExecutorCache, "execute", "runtime")
     _timed_method(backend.FuserBackend, "__call__", "aot autograd")
     _timed_method(backend, "plan_graph", "definition")
+    dynamo_s = _start_dynamo(device) if warm_dynamo and kind == "jit" else 0.0
     if kind == "jit":
         fn, context = fuser.jit(case.fn), harness.compile_config(False)
     else:
@@ -191,7 +206,8 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool)
         second = time.perf_counter() - begin
     result = {"row": row, "import_torch": after_torch - start, "import_fuser": after_fuser - after_torch,
               "import_triton": after_triton - after_fuser,
-              "triton_driver": driver_s, "triton_key": key_s, "first_call": first, "second_call": second,
+              "triton_driver": driver_s, "triton_key": key_s, "dynamo_start": dynamo_s,
+              "first_call": first, "second_call": second,
               "phases": phases, "kernels": kernels,
               "triton": sum(t for t, _ in triton_compiles) if triton_compiles else None,
               "triton_hits": sum(hit for _, hit in triton_compiles)}
@@ -208,13 +224,15 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool)
 # The parent: fresh processes, the table
 # ---------------------------------------------------------------------------------------------
 
-def spawn(row: str, device: str, shape: tuple[int, int], cache: str, profile: bool = False) -> dict:
+def spawn(row: str, device: str, shape: tuple[int, int], cache: str, profile: bool = False,
+          warm_dynamo: bool = False) -> dict:
     env = dict(os.environ, FUSER_CACHE_DIR=os.path.join(cache, "fuser"),
                TRITON_CACHE_DIR=os.path.join(cache, "triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), FUSER_PHASE_TIMES="1")
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", row, "--device", device,
-           "--shape", f"{shape[0]}x{shape[1]}"] + (["--profile", row] if profile else [])
+           "--shape", f"{shape[0]}x{shape[1]}"] + (["--profile", row] if profile else []) \
+        + (["--warm-dynamo"] if warm_dynamo else [])
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -275,7 +293,7 @@ def header(results: list[tuple[str, dict, dict]]) -> str:
 
     items = [("import torch", "import_torch"), ("import fuser after torch", "import_fuser"),
              ("import triton after fuser", "import_triton"), ("Triton driver and Gluon", "triton_driver"),
-             ("Triton key", "triton_key")]
+             ("Triton key", "triton_key"), ("Dynamo and AOTAutograd start (--warm-dynamo)", "dynamo_start")]
     costs = ", ".join(f"{label} {per_process(key, 1)} / {per_process(key, 2)}" for label, key in items)
     return (f"Per process, median of the cold / warm runs: {costs} (the Triton ones before the first "
             f"call). '!' marks a miss of the targets: cold first call <= {COLD_TARGET_MS:.0f} ms, warm "
@@ -303,6 +321,8 @@ def parse_args(argv):
     p.add_argument("--json", default=None, help="write every figure to this file")
     p.add_argument("--profile", default=None, metavar="ROW",
                    help="also cProfile ROW's cold and warm first calls and print the top functions")
+    p.add_argument("--warm-dynamo", action="store_true",
+                   help="jit rows: start Dynamo and AOTAutograd on another function first (reported apart)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -315,7 +335,7 @@ def main(argv=None) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = tuple(int(s) for s in (args.shape or ("16384x4096" if device == "cuda" else "16x128")).split("x"))
     if args.child:
-        print(json.dumps(run_child(args.child, device, shape, bool(args.profile))))
+        print(json.dumps(run_child(args.child, device, shape, bool(args.profile), args.warm_dynamo)))
         return 0
     rows = [r for r in DEFAULT_ROWS if re.search(args.rows, r)]
     results = []
@@ -323,8 +343,8 @@ def main(argv=None) -> int:
         colds, warms = [], []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="fuser-compile-time-") as cache:
-                colds.append(summarize(spawn(row, device, shape, cache)))
-                warms.append(summarize(spawn(row, device, shape, cache)))
+                colds.append(summarize(spawn(row, device, shape, cache, warm_dynamo=args.warm_dynamo)))
+                warms.append(summarize(spawn(row, device, shape, cache, warm_dynamo=args.warm_dynamo)))
         cold, warm = median_run(colds), median_run(warms)
         results.append((row, cold, warm))
         print(f"{row}: cold {fmt(cold.get('first_ms'))} ms, warm {fmt(warm.get('first_ms'))} ms",
