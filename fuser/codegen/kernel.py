@@ -270,6 +270,12 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
 
+    @staticmethod
+    def unhinted(lines: list[str]) -> list[str]:
+        """`lines` with their loads counted as no pass for the eviction hints (a branch rarely
+        taken: the passes every call makes decide which of them keeps its lines in L2)."""
+        return [re.sub(_EVICT.format(r"\w+"), "", line) for line in lines]
+
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
         name = self.tname(tv)
         scope.lines.append(f"{name} = {code}")

@@ -96,7 +96,7 @@ class ReductionEmitter:
             # spilled with two rows of 32768 columns a program (H200, 2026-12-01)
             again = self.loop_scope()
             x_again = self.operand(again, e.inp, e.inp.dtype)
-            fallback = again.lines + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)", two_pass[1]]
+            fallback = self.unhinted(again.lines) + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)", two_pass[1]]
         scope.lines += [
             f"{xm} = tl.where({m}, {x}, 0.0)",
             f"if {one_row}:",
