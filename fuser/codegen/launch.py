@@ -31,7 +31,7 @@ from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
 from .compile import load_kernel
-from .scratch import Semaphores, Workspaces
+from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
@@ -398,10 +398,12 @@ class _Launch:
             outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
                        for d, (shape, dtype) in zip(dests, self.out_specs)]
         tensors = list(inputs) + outputs
-        if self.workspaces is not None:
-            tensors += self.workspaces.get(device)
-        if self.semaphores is not None:
-            tensors.append(self.semaphores.get(device))
+        if self.workspaces is not None or self.semaphores is not None:
+            key = stream_key(device)
+            if self.workspaces is not None:
+                tensors += self.workspaces.get(device, key)
+            if self.semaphores is not None:
+                tensors.append(self.semaphores.get(device, key))
         return tensors, outputs
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:

@@ -72,9 +72,9 @@ class ReductionEmitter:
 
     def emit_inline_var_mean(self, scope: Scope, e: VarMeanOp, m: str) -> None:
         """Mean and variance of a tile's lanes. The sums of x and x^2 reduce together (one
-        tl.reduce of the pair), one cross-warp step where the two-pass form takes two dependent ones (on the H200 a row of
-        32768 columns, one program a processor: 0.74 -> 0.82 of copy, benchmarks/
-        sweep_layernorm_forms.py). They cancel where the mean is large against the spread, so
+        tl.reduce of the pair), one cross-warp step where the two-pass form takes two dependent
+        ones (on the H200 a row of 32768 columns, one program a processor: 0.74 -> 0.82 of
+        copy, benchmarks/sweep_layernorm_forms.py). They cancel where the mean is large against the spread, so
         a row whose squared mean exceeds VAR_SUMS_MAX_MEAN_RATIO variances (or whose sums
         overflow) takes the squared deviations from the mean, as the two-pass form does; the
         check is one scalar branch, so it is done only where few rows are reduced at a time
@@ -87,7 +87,7 @@ class ReductionEmitter:
         two_pass = [f"{dev} = tl.where({m}, {x} - {avg}, 0.0)",
                     f"{m2} = tl.sum({dev} * {dev}, axis={rd}, keep_dims=True)"]
         other = 1 - rd
-        one_row = f"BLOCK{other} <= {VAR_SUMS_MAX_ROWS}" if other in self.reduce_dims(e) else "True"
+        few_rows = f"BLOCK{other} <= {VAR_SUMS_MAX_ROWS}" if other in self.reduce_dims(e) else "True"
         s2, xm = f"T{var.name}_s2", f"T{mean.name}_x"
         fallback = two_pass
         if self.one_pass:
@@ -96,10 +96,11 @@ class ReductionEmitter:
             # spilled with two rows of 32768 columns a program (H200, 2026-12-01)
             again = self.loop_scope()
             x_again = self.operand(again, e.inp, e.inp.dtype)
-            fallback = self.unhinted(again.lines) + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)", two_pass[1]]
+            fallback = self.unhinted(again.lines) + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)",
+                                                     two_pass[1]]
         scope.lines += [
             f"{xm} = tl.where({m}, {x}, 0.0)",
-            f"if {one_row}:",
+            f"if {few_rows}:",
             f"    {s1}, {s2} = tl.reduce(({xm}, {xm} * {xm}), {rd}, _sum_pair, keep_dims=True)",
             f"    {avg} = {s1} / {n}",
             f"    {m2} = {s2} - {s1} * {avg}",

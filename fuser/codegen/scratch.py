@@ -1,10 +1,9 @@
-"""Memory a prepared launch keeps between its calls, one set for each stream that launches it:
-the zeroed semaphores of a split reduction run in one kernel (codegen/split_kernel.py) and the
-fp32 workspaces of split and inner-outer reductions. Kernels of one stream never overlap, so a
+"""Memory a prepared launch keeps between its calls: the zeroed semaphores of a split reduction run in one kernel (codegen/split_kernel.py) and the
+fp32 workspaces of split and inner-outer reductions, one set for each stream and thread
+(`stream_key`, computed once a call by the launch). Kernels of one stream never overlap, so a
 call may reuse what the stream's previous call used; another stream's kernels could run at the
-same time and get their own. Workspaces are kept per thread as well: a launch of two kernels
-issued by two threads on one stream interleaves. Inside a CUDA-graph capture (a graph may
-replay on any stream, beside eager launches) a call gets memory of its own."""
+same time and get their own. Inside a CUDA-graph capture (a graph may replay on any stream,
+beside eager launches) a call gets memory of its own."""
 from __future__ import annotations
 
 import math
@@ -16,18 +15,17 @@ import torch
 from .steps import current_device, raw_stream
 
 
-def stream_key(device: torch.device, per_thread: bool = False) -> Optional[tuple]:
-    """The stream a launch on `device` runs on now, as a key, with the calling thread where
-    `per_thread`; None while a CUDA graph is being captured. On the CPU (Triton's interpreter)
-    each thread runs its launches itself."""
+def stream_key(device: torch.device) -> Optional[tuple]:
+    """The stream a launch on `device` runs on now and the calling thread, as a key; None while
+    a CUDA graph is being captured. The thread is part of it: a launch of two kernels (an
+    inner-outer pass, then its combine) issued by two threads on one stream interleaves, and
+    CUDA's per-thread default stream has one handle (2) for a different stream in each thread."""
     if device.type != "cuda":
         return (device.type, device.index, 0, threading.get_ident())
     if torch.cuda.is_current_stream_capturing():
         return None
     index = device.index if device.index is not None else current_device()
-    stream = raw_stream(index)
-    # CUDA's per-thread default stream has one handle (2) for a different stream in each thread
-    return ("cuda", index, stream, threading.get_ident() if per_thread or stream == 2 else 0)
+    return ("cuda", index, raw_stream(index), threading.get_ident())
 
 
 class Semaphores:
@@ -43,8 +41,8 @@ class Semaphores:
         # tensor a capture, never freed: a program that captures in a loop keeps them all)
         self.captured: list[torch.Tensor] = []
 
-    def get(self, device: torch.device) -> torch.Tensor:
-        key = stream_key(device)
+    def get(self, device: torch.device, key: Optional[tuple]) -> torch.Tensor:
+        """The counters for `key` (from `stream_key`)."""
         if key is None:  # their zeroing is captured too
             self.captured.append(torch.zeros(self.count, dtype=torch.int32, device=device))
             return self.captured[-1]
@@ -64,19 +62,17 @@ _kept_lock = threading.Lock()
 
 class Workspaces:
     """A launch's workspaces ((shape, dtype) each), kept for each stream and thread within
-    KEPT_WORKSPACE_BYTES; their content is not kept (each call writes before it reads). Per
-    thread too: a launch of two kernels (an inner-outer pass, then its combine) issued by two
-    threads on one stream interleaves, and one's combine would read the other's partial rows."""
+    KEPT_WORKSPACE_BYTES; their content is not kept (each call writes before it reads)."""
 
-    __slots__ = ("specs", "nbytes", "by_stream", "__weakref__")
+    __slots__ = ("specs", "nbytes", "by_stream")
 
     def __init__(self, specs: list[tuple[tuple, torch.dtype]]):
         self.specs = specs
         self.nbytes = sum(math.prod(shape) * dtype.itemsize for shape, dtype in specs)
         self.by_stream: dict[tuple, list[torch.Tensor]] = {}
 
-    def get(self, device: torch.device) -> list[torch.Tensor]:
-        key = stream_key(device, per_thread=True)
+    def get(self, device: torch.device, key: Optional[tuple]) -> list[torch.Tensor]:
+        """The workspaces for `key` (from `stream_key`)."""
         found = self.by_stream.get(key) if key is not None else None
         if found is None:
             found = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.specs]

@@ -147,6 +147,14 @@ def test_split_kernel_in_a_cuda_graph():
         torch.testing.assert_close(eager, y)
 
 
+def _kept(workspaces) -> list:
+    """`workspaces` for the calling thread, as a launch on the CPU asks for them."""
+    from fuser.codegen import scratch
+
+    cpu = torch.device("cpu")
+    return workspaces.get(cpu, scratch.stream_key(cpu))
+
+
 def test_workspaces_are_kept_for_each_stream_within_a_budget(monkeypatch):
     """A launch keeps its workspaces between calls (one allocation fewer a call), one set for
     each stream (on the CPU: each thread), and allocates them at each call once all launches
@@ -162,9 +170,9 @@ def test_workspaces_are_kept_for_each_stream_within_a_budget(monkeypatch):
     made = _split_launch(fd)
     (kept,) = made.workspaces.by_stream.values()
     assert kept[0].shape == (made.workspaces.specs[0][0]) and kept[0].shape[1] == 300
-    assert made.workspaces.get(torch.device("cpu"))[0] is kept[0]  # the same tensors again
+    assert _kept(made.workspaces)[0] is kept[0]  # the same tensors again
     other = []
-    thread = threading.Thread(target=lambda: other.append((fd.execute([xs[2]])[0], made.workspaces.get(torch.device("cpu")))))
+    thread = threading.Thread(target=lambda: other.append((fd.execute([xs[2]])[0], _kept(made.workspaces))))
     thread.start()
     thread.join()
     torch.testing.assert_close(other[0][0], xs[2].float().sum(0), rtol=1e-5, atol=1e-3)
@@ -173,7 +181,7 @@ def test_workspaces_are_kept_for_each_stream_within_a_budget(monkeypatch):
     try:
         before = scratch.kept_workspace_bytes()
         counted = scratch.Workspaces(made.workspaces.specs)
-        counted.get(torch.device("cpu"))
+        _kept(counted)
         assert scratch.kept_workspace_bytes() == before + counted.nbytes == before + kept[0].numel() * 4
         del counted  # a launch let go of (a full launch cache) gives its bytes back
         assert scratch.kept_workspace_bytes() == before
@@ -181,7 +189,7 @@ def test_workspaces_are_kept_for_each_stream_within_a_budget(monkeypatch):
         gc.enable()
     monkeypatch.setattr(scratch, "KEPT_WORKSPACE_BYTES", 0)  # over the budget: a fresh set a call
     fresh = scratch.Workspaces(made.workspaces.specs)
-    assert fresh.get(torch.device("cpu"))[0] is not fresh.get(torch.device("cpu"))[0] and not fresh.by_stream
+    assert _kept(fresh)[0] is not _kept(fresh)[0] and not fresh.by_stream
 
 
 @pytest.mark.gpu
