@@ -76,8 +76,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
-        # tile dim 0 runs over workspace rows in its combine step)
-        self.even_masks = one_pass or (self.persistent and split is None)
+        # tile dim 0 runs over workspace rows in its combine step); a looped kernel's chunks
+        # need no masks where the chunk divides the reduced extent
+        self.even_masks = split is None
         self.red = plan.red_dim
         self.axes = plan.axes
         self.super_dim = [0] * len(layout.dim0) + [1] * len(layout.dim1)
@@ -263,8 +264,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
         evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
-        if self.one_pass and self.red == 1 and 0 not in self.dims_of(tv):
-            # a value per column (a norm's weight): every program reads it; keep it in L2
+        if not self.persistent and self.red == 1 and 0 not in self.dims_of(tv):
+            # a value per column (a norm's weight): every program reads it in every pass; keep
+            # it in L2
             evict = ', eviction_policy="evict_last"'
         name = self.tname(tv)
         scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")

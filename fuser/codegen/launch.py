@@ -25,7 +25,7 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, next_pow2, reload_forms,
+                                     inner_outer_stages, looped_forms, next_pow2, outer_forms, reload_forms,
                                      row_loop, row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
@@ -309,6 +309,15 @@ class KernelLauncher:
                        lambda b0=b0, w=w: build(["reload"], {"reload": replace(
                            params, persistent=False, num_warps=w, block0=b0, grid=-(-rows // b0))}, 1))
                       for b0, w in reload_forms(params, rows, cols)]
+            forms += [(f"looped, {p.block1} columns a chunk, {p.num_warps} warps",
+                       lambda p=p: build(["looped"], {"looped": p}, 1)) for p in looped_forms(params, rows, cols)]
+            if len(forms) > 1:
+                launch = _fastest_form(launch, forms, rows, cols, inputs, device)
+        elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \
+                and variants in (["split"], ["looped"]):
+            forms = [("default", None)] + [
+                (f"unsplit, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
+                for p in outer_forms(params, _processors(device))]
             if len(forms) > 1:
                 launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         return launch

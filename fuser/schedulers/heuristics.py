@@ -3,7 +3,7 @@ registers, chosen from the sizes of this call (one compiled kernel per choice, c
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .plan import Template
 
@@ -94,17 +94,45 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # the eviction hints) 16 warps beat 8 on 4096-column chunks: softmax / layernorm / rmsnorm
 # forward 0.73 / 0.68 / 0.81 of copy against 0.52 / 0.61 / 0.66.
 # As a tuned candidate of the norm backward's row kernel at 4096x32768 (x and dy streamed; H200,
-# 2026-12-01) it lost or tied: rmsnorm 265 us on 32 warps (329 on 16) against the one-pass
-# form's 203, layernorm 278 against the persistent kernel's 279; so it is not timed there.
+# 2026-12-01) it lost or tied while its loop kept the column masks and its last pass asked L2 to
+# drop the weight: rmsnorm 265 us on 32 warps (329 on 16) against the one-pass form's 203,
+# layernorm 278 against the persistent kernel's 279. Inductor's looped kernel with coordinate
+# descent (4096-column chunks, 32 warps, no masks: the shape is static) took 244 us there, so
+# rows of AUTOTUNE_MIN_COLS or more time the looped form on LOOPED_TUNED_WARPS, its masks
+# dropped where the chunk divides the row.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
+LOOPED_TUNED_WARPS = 32
 
 
 def looped_inner(rows: int) -> LaunchParams:
     return LaunchParams(1, LOOPED_BLOCK, False, LOOPED_WARPS, rows)
 
 
+def looped_forms(params: LaunchParams, rows: int, cols: int) -> list[LaunchParams]:
+    """Looped forms to time beside a persistent inner reduction over long rows."""
+    if (not params.persistent or params.block0 != 1 or AUTOTUNE_MIN_COLS is None or cols < AUTOTUNE_MIN_COLS
+            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+        return []
+    return [replace(looped_inner(rows), num_warps=LOOPED_TUNED_WARPS)]
+
+
 # programs per processor a split column reduction aims for (2 and 8 were slower on the H200)
 SPLIT_PROGRAMS_PER_PROCESSOR = 4
+
+
+# An outer reduction with a program a column block for every multiprocessor or more is also
+# timed unsplit on OUTER_TUNED_WARPS (the split form's chunks of rows add programs and a combine
+# it may not need): Inductor with coordinate descent took the LayerNorm backward's column sums
+# at 4096x32768 in 139 us with one program of 16 warps a 128-column block over all rows, against
+# 155 us for our split kernel of 4 warps (H200, 2026-12-01).
+OUTER_TUNED_WARPS = (8, 16)
+
+
+def outer_forms(params: LaunchParams, processors: int) -> list[LaunchParams]:
+    """Unsplit forms to time beside the split form of an outer reduction (none: not tuned)."""
+    if processors == 0 or params.grid < processors or os.environ.get("FUSER_AUTOTUNE", "1") == "0":
+        return []
+    return [replace(params, num_warps=w) for w in OUTER_TUNED_WARPS]
 
 
 def split_count(params: LaunchParams, rows: int, processors: int) -> int:

@@ -199,3 +199,78 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
     assert steps._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
     monkeypatch.setattr(triton, "__version__", "3.7.0")
     assert steps._raw_launch(CudaLauncher(0)) is None
+
+
+def _timer_preferring(winner: int, forms: int):
+    order = iter([1.0 if k == winner else 2.0 for k in range(forms)])
+    return lambda launch_once, device: (launch_once(), next(order))[1]
+
+
+@pytest.mark.parametrize("winner", [0, 1])
+def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monkeypatch):
+    """Rows of AUTOTUNE_MIN_COLS or more time the looped kernel (chunks of LOOPED_BLOCK on
+    LOOPED_TUNED_WARPS) beside the persistent one; the chosen form runs and matches eager, and
+    chunks that divide the row carry no masks."""
+    from benchmarks import fuser_defs
+    from fuser.codegen import launch
+    from fuser.schedulers import heuristics
+
+    # 256 columns, one row a block (TILE_ELEMENTS), looped in chunks of 64: persistent, row
+    # loop, one pass on 4 warps (RELOAD_MIN_COLS), looped
+    monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 256)
+    monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
+    monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
+    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    params = heuristics.choose(heuristics.Template.inner_reduction, 6, 256)
+    assert [p.num_warps for p in heuristics.looped_forms(params, 6, 256)] == [heuristics.LOOPED_TUNED_WARPS]
+    forms = 2 + len(heuristics.reload_forms(params, 6, 256)) + 1
+    looped = forms - 1
+    pick = (0, looped)[winner]
+    monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(pick, forms))
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
+    fd = fuser_defs.rmsnorm_fwd.__wrapped__()
+    x, w = torch.randn(6, 256, dtype=torch.bfloat16), torch.randn(256, dtype=torch.bfloat16)
+    (y,) = fd.execute([x, w])
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())
+    torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=5e-2)
+    code = fd.last_triton_code()
+    assert ("for c_start in range" in code) == (winner == 1)
+    assert launched[-1]["EVEN1"] and ("if EVEN1:" in code)  # 64-column chunks of 256: no masks
+    assert list(json.loads((tmp_path / "autotune.json").read_text()).values()) == [pick]
+
+
+@pytest.mark.parametrize("winner", [0, 1, 2])
+def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, tmp_path, monkeypatch):
+    """A column reduction with at least a column block a multiprocessor (two, made up for the
+    interpreter) times its split form against unsplit ones on OUTER_TUNED_WARPS; the chosen
+    form runs and matches eager."""
+    from benchmarks import fuser_defs
+    from fuser.codegen import launch
+    from fuser.schedulers import heuristics
+
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 2)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    params = heuristics.choose(heuristics.Template.outer_reduction, 96, 512)
+    assert params.grid == 4 and heuristics.split_count(params, 96, 2) == 2  # the default splits
+    assert [p.num_warps for p in heuristics.outer_forms(params, 2)] == list(heuristics.OUTER_TUNED_WARPS)
+    assert heuristics.outer_forms(params, 8) == []  # fewer column blocks than processors
+    monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(winner, 3))
+    launched = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: launched.append(self) or real_call(self, *a, **k))
+    fd = fuser_defs.colsum_fwd.__wrapped__()
+    x = torch.randn(96, 512, dtype=torch.bfloat16)
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, x.float().sum(0), rtol=1e-4, atol=1e-3)
+    chosen = launched[-1]
+    assert (chosen.semaphores is not None) == (winner == 0)  # the split kernel counts its programs
+    assert chosen.steps[0][0].kwargs["num_warps"] == ((params.num_warps,) + heuristics.OUTER_TUNED_WARPS)[winner]
+    (y2,) = fd.execute([torch.randn(96, 512, dtype=torch.bfloat16)])
+    assert launched[-1] is chosen
