@@ -107,13 +107,14 @@ class _InferenceCall:
     def __init__(self, program: GraphProgram, inputs_need_grad: bool = True):
         self.program = program
         self.grad_off = bool(program.eager_steps) or inputs_need_grad
+        self.run = program.positional_call()
 
     def __call__(self, *args: Any) -> Any:
         if not self.grad_off or not torch.is_grad_enabled():
-            return self.program(list(args))
+            return self.run(*args)
         torch._C._set_grad_enabled(False)
         try:
-            return self.program(list(args))
+            return self.run(*args)
         finally:
             torch._C._set_grad_enabled(True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import operator
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import Node
@@ -164,6 +164,34 @@ class GraphProgram:
             else:
                 return None
         return step, take, give
+
+    def positional_call(self) -> Callable[..., Any]:
+        """The program as a function of positional arguments (as Dynamo calls a compiled
+        graph), straight-line for a one-fusion graph: its fusion's inputs taken by position,
+        its outputs given by position, no list of slots. Other graphs call `self`."""
+        if self._one_fusion is None:
+            return lambda *args: self(list(args))
+        step, take, give = self._one_fusion
+        env = {"CURRENT_STATS": CURRENT_STATS, "record": self.record, "fd": step.fd}
+        inputs = "".join(f"args[{j}], " for j in take)
+        parts = []
+        for k, (kind, v) in enumerate(give):
+            if kind == "const":
+                env[f"c{k}"] = v
+                parts.append(f"c{k}")
+            else:
+                parts.append(f"outs[{v}]" if kind == "out" else f"args[{v}]")
+        result = (f"[{', '.join(parts)}]" if type(self.output) is list
+                  else f"({''.join(p + ', ' for p in parts)})")
+        lines = ["def call(*args):",
+                 "    stats = CURRENT_STATS.get()",
+                 "    if stats is not None and record is not None:",
+                 "        stats.saw(record)",
+                 "    cache = fd.cache",  # made by the first call
+                 f"    outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
+                 f"    return {result}"]
+        exec(compile("\n".join(lines), f"<fuser {self.kind} program>", "exec"), env)
+        return env["call"]
 
     def _set_frees(self, out_node: Node, slot_of: dict) -> None:
         last: dict[int, int] = {}

@@ -105,9 +105,12 @@ def test_dynamo_reset_and_eager_stance():
     x, y = torch.randn(2, 5), torch.randn(2, 5)
     jitted(x, y)
     jitted(x, y)
-    torch._dynamo.reset()
+    hits = jitted._direct.hits
+    torch._dynamo.reset()  # invalidates the remembered entry: the next call compiles again
     assert_close_to_eager(jitted(x, y), scaled(x, y))
+    assert jitted._direct.hits == hits
     assert_close_to_eager(jitted(x, y), scaled(x, y))
+    assert jitted._direct.hits == hits + 1
     hits = jitted._direct.hits
     with torch.compiler.set_stance("force_eager"):
         assert_close_to_eager(jitted(x, y), scaled(x, y))

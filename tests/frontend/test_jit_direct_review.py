@@ -7,7 +7,7 @@ import torch
 
 import fuser
 from fuser.errors import InternalError
-from fuser.frontend.program import GraphProgram
+from fuser.runtime.cache import FusionExecutorCache
 
 from .jit_helpers import assert_close_to_eager
 
@@ -46,7 +46,7 @@ def test_a_failure_at_run_time_falls_back_to_eager_on_the_direct_path_too(monkey
     def broken(self, args):
         raise InternalError("a planted bug at run time")
 
-    monkeypatch.setattr(GraphProgram, "__call__", broken)
+    monkeypatch.setattr(FusionExecutorCache, "execute", broken)
     with pytest.warns(UserWarning, match="running it eagerly"):
         assert_close_to_eager(jitted(x), f(x))
     with warnings.catch_warnings():
@@ -57,7 +57,7 @@ def test_a_failure_at_run_time_falls_back_to_eager_on_the_direct_path_too(monkey
     strict = fuser.jit(f)
     strict(x)
     strict(x)
-    monkeypatch.setattr(GraphProgram, "__call__", broken)
+    monkeypatch.setattr(FusionExecutorCache, "execute", broken)
     with pytest.raises(InternalError, match="planted bug"):
         strict(x)
 
