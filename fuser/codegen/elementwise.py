@@ -18,7 +18,10 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
                BinaryOpType.minimum}
 
 
+_COMPARISONS = {BinaryOpType.eq, BinaryOpType.ne, BinaryOpType.lt, BinaryOpType.le, BinaryOpType.gt,
+                BinaryOpType.ge}
 _FP32_COMPUTED = (DataType.Float, DataType.BFloat16, DataType.Half)
+_HALF_WIDTH = (DataType.Half, DataType.BFloat16)  # stored in 16 bits, computed in fp32
 _FP32_MIN_NORMAL = 2.0 ** -126
 
 
@@ -29,6 +32,22 @@ def _as_fp32(f: float) -> float:
         return struct.unpack("f", struct.pack("f", f))[0]
     except OverflowError:
         return math.copysign(math.inf, f)
+
+
+def _as_half_width(f: float, dtype: DataType) -> float:
+    """`f` rounded to half or bf16 as ATen converts a Python number (through fp32, to nearest
+    even; inf past the range)."""
+    f = _as_fp32(f)
+    if f != f or math.isinf(f):
+        return f
+    if dtype is DataType.Half:
+        try:
+            return struct.unpack("e", struct.pack("e", f))[0]
+        except OverflowError:
+            return math.copysign(math.inf, f)
+    bits = struct.unpack("I", struct.pack("f", f))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("f", struct.pack("I", bits))[0]
 
 
 def _wrap_int(v: int, dtype: DataType) -> int:
@@ -111,6 +130,11 @@ class ElementwiseEmitter:
         if e.kind in (BinaryOpType.logical_and, BinaryOpType.logical_or):
             compute = result_type(a, b)
         x, y = self.operand(scope, a, compute), self.operand(scope, b, compute)
+        if e.kind in _COMPARISONS and compute in _HALF_WIDTH:
+            # eager compares half and bf16 in their own type: a number, a scalar or a 0-dim
+            # tensor of a wider type on the other side is converted to it first (ATen's CPU and
+            # CUDA comparison kernels alike); arithmetic keeps such a number in fp32 (opmath)
+            x, y = (self.rounded(v, code, compute) for v, code in ((a, x), (b, y)))
         fmt = binary_lowering(e.kind, self.target)
         if fmt.startswith("_"):  # helper functions take blocks, not Python literals
             x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
@@ -120,6 +144,15 @@ class ElementwiseEmitter:
             self.bind(scope, e.out, f"({fmt.format(x=x, y=y)} != 0)")
             return
         self.bind(scope, e.out, fmt.format(x=x, y=y))
+
+    def rounded(self, v: Val, code: str, dtype: DataType) -> str:
+        """Operand `code` of `v`, computed in fp32, with the value rounded to `dtype` (half or
+        bf16) unless `v` already holds that type."""
+        if v.dtype is dtype:
+            return code
+        if isinstance(v, Scalar) and v.is_constant:
+            return self.literal(Scalar(-1, DataType.Float, value=_as_half_width(float(v.value), dtype)), DataType.Float)
+        return f"{self.narrow(code, dtype)}.to(tl.float32)"
 
     def block_literal(self, v: Val, code: str, dtype: DataType) -> str:
         if isinstance(v, Scalar) and v.is_constant and not code.startswith("tl.full("):

@@ -86,6 +86,11 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
         raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
     if kind in _COMPARISON:
         dtype = DataType.Bool
+        # eager converts a 0-dim tensor to the common type before comparing (half < a float32
+        # 0-dim tensor compares in half); once broadcast to the other's rank its own type
+        # would decide the comparison's
+        a, b = (cast(v, compute) if isinstance(v, TensorView) and v.ndim == 0 and v.dtype is not compute
+                else v for v in (a, b))
     elif kind in _FLOAT_BINARY and compute.category < 2:
         dtype = DataType.Float
     else:

@@ -273,3 +273,32 @@ def test_binary_defined_scalar(name, dtype, sdtype, first, backend):
 
     fd, (out,) = run(build, [x, value], decl=[None, {"dtype": sdtype}], backend=backend)
     assert_eager(out, scalar_reference(name, x, value, first))
+
+
+# -- comparisons of half and bf16 with a wider operand ----------------------------------------
+
+# values on both sides of 0.1 rounded to each type, and 0.1 rounded itself (half: 0.0999755859375,
+# bf16: 0.10009765625): eager rounds the other operand to the tensor's type, then compares
+_NEAR_A_TENTH = {f16: [0.0999755859375, 0.1000213623046875, 0.0999, 0.5, -0.1],
+                 bf16: [0.10009765625, 0.099609375, 0.1, 3.0, -0.1]}
+
+
+@pytest.mark.parametrize("name,dtype,backend", cases(
+    [pytest.param(n, d, id=f"{n}-{dtype_name(d)}") for n in sorted(COMPARISONS) for d in (f16, bf16)]))
+def test_half_width_comparison_rounds_the_other_operand_to_its_type(name, dtype, backend):
+    """`x < 0.1` on half or bf16 compares with 0.1 rounded to x's type, as eager on the CPU and
+    CUDA does (arithmetic keeps the number in fp32): a Python number, a scalar bound at
+    execution and a 0-dim fp32 tensor, on either side."""
+    x = torch.tensor(_NEAR_A_TENTH[dtype], dtype=dtype).reshape(1, -1)
+    zero_dim = torch.tensor(0.1)
+    op = getattr(torch, name)
+
+    def build(fd, t, s, z):
+        fop = getattr(fd.ops, name)
+        return [fop(t, 0.1), fop(0.1, t), fop(t, s), fop(s, t), fop(t, z)]
+
+    def ref(t, s, z):
+        return [op(t, 0.1), scalar_reference(name, t, 0.1, True), op(t, s),
+                scalar_reference(name, t, s, True), op(t, z)]
+
+    run_and_check(build, ref, [x, 0.1, zero_dim], decl=[None, {"dtype": DataType.Double}, None], backend=backend)
