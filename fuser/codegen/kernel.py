@@ -56,8 +56,12 @@ class KernelSource:
 
 class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
-                 split: Optional[str] = None, one_pass: bool = False, combine_in_line: bool = False):
+                 split: Optional[str] = None, one_pass: bool = False, combine_in_line: bool = False,
+                 static_loop: bool = False):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
+        # a looped kernel whose loop runs to LOOP_EXTENT, a constexpr the launch sets to the
+        # reduced extent: Triton then knows the trip count (one compile per extent)
+        self.static_loop = static_loop and not persistent and not one_pass and split is None
         # a looped kernel whose chunk is the whole reduced extent (BLOCK of the reduced dim >= its
         # extent): each pass runs once, without a loop, reducing inline, and a pass after the
         # first reads its inputs again (from cache) instead of holding them in registers.
@@ -380,7 +384,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                             self.constexprs())
 
     def constexprs(self) -> tuple[str, ...]:
-        return ("BLOCK0", "BLOCK1", "INT64") + (("EVEN0", "EVEN1") if self.even_masks else ())
+        return (("BLOCK0", "BLOCK1", "INT64") + (("EVEN0", "EVEN1") if self.even_masks else ())
+                + (("LOOP_EXTENT",) if self.static_loop else ()))
 
     def variant_name(self) -> str:
         if self.split:
@@ -440,8 +445,8 @@ def _eviction_hints(body: str) -> str:
 
 
 def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
-             split: Optional[str] = None, one_pass: bool = False) -> KernelSource:
-    return KernelWriter(plan, layout, persistent, target, name, split, one_pass).write()
+             split: Optional[str] = None, one_pass: bool = False, static_loop: bool = False) -> KernelSource:
+    return KernelWriter(plan, layout, persistent, target, name, split, one_pass, static_loop=static_loop).write()
 
 
 def can_emit(e: Expr, target: str) -> bool:

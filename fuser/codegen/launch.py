@@ -129,7 +129,8 @@ class KernelLauncher:
                             ks = generate_row_loop(self.plan, layout, target, f"{self.name}_{variant}", stages)
                         else:
                             ks = generate(self.plan, layout, variant == "persistent", target,
-                                          f"{self.name}_{variant}", split, one_pass=variant == "reload")
+                                          f"{self.name}_{variant}", split, one_pass=variant == "reload",
+                                          static_loop=variant == "looped_static")
                     found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
                     self.variants[key] = found
         return found
@@ -289,6 +290,8 @@ class KernelLauncher:
                     kwargs["CBLOCK0"] = min(next_pow2(chunks), p.block0)
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
+                if "LOOP_EXTENT" in ks.constexprs:  # the looped kernel's trip count, fixed
+                    kwargs["LOOP_EXTENT"] = rows if plan.red_dim == 0 else cols
                 kwargs["num_warps"] = p.num_warps
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
@@ -309,8 +312,9 @@ class KernelLauncher:
                        lambda b0=b0, w=w: build(["reload"], {"reload": replace(
                            params, persistent=False, num_warps=w, block0=b0, grid=-(-rows // b0))}, 1))
                       for b0, w in reload_forms(params, rows, cols)]
-            forms += [(f"looped, {p.block1} columns a chunk, {p.num_warps} warps",
-                       lambda p=p: build(["looped"], {"looped": p}, 1)) for p in looped_forms(params, rows, cols)]
+            forms += [(f"looped, {p.block1} columns a chunk, {p.num_warps} warps, constant row length",
+                       lambda p=p: build(["looped_static"], {"looped_static": p}, 1))
+                      for p in looped_forms(params, rows, cols)]
             if len(forms) > 1:
                 launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \

@@ -135,7 +135,8 @@ class ReductionEmitter:
         if self.one_pass:  # one chunk covers the reduced dim: the pass runs once, in line
             self.program_scope.lines += [f"{var} = {lo}"] + scope.lines
             return
-        self.program_scope.lines.append(f"for {var} in range({lo}, {self.limit(self.red)}, {block}):")
+        end = "LOOP_EXTENT" if self.static_loop else self.limit(self.red)
+        self.program_scope.lines.append(f"for {var} in range({lo}, {end}, {block}):")
         self.program_scope.lines += ["    " + line for line in scope.lines]
 
     def emit_reduction_loop(self, e: Expr) -> None:

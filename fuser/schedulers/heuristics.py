@@ -97,11 +97,14 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # 2026-12-01) it lost or tied while its loop kept the column masks and its last pass asked L2 to
 # drop the weight: rmsnorm 265 us on 32 warps (329 on 16) against the one-pass form's 203,
 # layernorm 278 against the persistent kernel's 279. Inductor's looped kernel with coordinate
-# descent (4096-column chunks, 32 warps, no masks: the shape is static) took 244 us there, so
-# rows of AUTOTUNE_MIN_COLS or more time the looped form on LOOPED_TUNED_WARPS, its masks
-# dropped where the chunk divides the row.
+# descent (4096-column chunks, 32 warps, no masks, a static shape) took 244 us there. Without the
+# masks ours took 260 us, and with the row length a constant as well (the loop's trip count
+# known to Triton) 250 us in 4096-column chunks and 234 us in 8192-column chunks on 32 warps
+# (the generated kernel run by hand with its row length made a constexpr). So rows of AUTOTUNE_MIN_COLS
+# or more time those two looped forms, with the row length a constexpr of the kernel (one
+# compile per row length, which a model's hidden size keeps fixed; row counts stay symbolic).
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
-LOOPED_TUNED_WARPS = 32
+LOOPED_TUNED_FORMS = ((4096, 32), (8192, 32))  # (columns a chunk, warps)
 
 
 def looped_inner(rows: int) -> LaunchParams:
@@ -113,7 +116,7 @@ def looped_forms(params: LaunchParams, rows: int, cols: int) -> list[LaunchParam
     if (not params.persistent or params.block0 != 1 or AUTOTUNE_MIN_COLS is None or cols < AUTOTUNE_MIN_COLS
             or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
         return []
-    return [replace(looped_inner(rows), num_warps=LOOPED_TUNED_WARPS)]
+    return [replace(looped_inner(rows), block1=b, num_warps=w) for b, w in LOOPED_TUNED_FORMS]
 
 
 # programs per processor a split column reduction aims for (2 and 8 were slower on the H200)

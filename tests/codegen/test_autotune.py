@@ -208,9 +208,10 @@ def _timer_preferring(winner: int, forms: int):
 
 @pytest.mark.parametrize("winner", [0, 1])
 def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monkeypatch):
-    """Rows of AUTOTUNE_MIN_COLS or more time the looped kernel (chunks of LOOPED_BLOCK on
-    LOOPED_TUNED_WARPS) beside the persistent one; the chosen form runs and matches eager, and
-    chunks that divide the row carry no masks."""
+    """Rows of AUTOTUNE_MIN_COLS or more time the looped kernel (LOOPED_TUNED_FORMS: chunks
+    and warps) beside the persistent one, its trip count a constexpr (LOOP_EXTENT, the row
+    length); the chosen form runs and matches eager, and chunks that divide the row carry no
+    masks."""
     from benchmarks import fuser_defs
     from fuser.codegen import launch
     from fuser.schedulers import heuristics
@@ -220,11 +221,11 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monke
     monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 256)
     monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
     monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
-    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 64)
+    monkeypatch.setattr(heuristics, "LOOPED_TUNED_FORMS", ((64, 4),))
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     params = heuristics.choose(heuristics.Template.inner_reduction, 6, 256)
-    assert [p.num_warps for p in heuristics.looped_forms(params, 6, 256)] == [heuristics.LOOPED_TUNED_WARPS]
+    assert [(p.block1, p.num_warps) for p in heuristics.looped_forms(params, 6, 256)] == [(64, 4)]
     forms = 2 + len(heuristics.reload_forms(params, 6, 256)) + 1
     looped = forms - 1
     pick = (0, looped)[winner]
@@ -241,6 +242,8 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monke
     code = fd.last_triton_code()
     assert ("for c_start in range" in code) == (winner == 1)
     assert launched[-1]["EVEN1"] and ("if EVEN1:" in code)  # 64-column chunks of 256: no masks
+    if winner == 1:
+        assert "range(0, LOOP_EXTENT, BLOCK1)" in code and launched[-1]["LOOP_EXTENT"] == 256
     assert list(json.loads((tmp_path / "autotune.json").read_text()).values()) == [pick]
 
 
