@@ -8,7 +8,7 @@ import struct
 
 from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
-                  UnaryOpType, Val)
+                  TensorView, UnaryOpType, Val)
 from ..ops.pointwise import result_type
 from .math import binary_lowering, unary_lowering
 from .scope import Scope
@@ -147,8 +147,9 @@ class ElementwiseEmitter:
 
     def rounded(self, v: Val, code: str, dtype: DataType) -> str:
         """Operand `code` of `v`, computed in fp32, with the value rounded to `dtype` (half or
-        bf16) unless `v` already holds that type."""
-        if v.dtype is dtype:
+        bf16) unless `v` is a tensor of that type (a scalar declared half holds a Python
+        float)."""
+        if isinstance(v, TensorView) and v.dtype is dtype:
             return code
         if isinstance(v, Scalar) and v.is_constant:
             return self.literal(Scalar(-1, DataType.Float, value=_as_half_width(float(v.value), dtype)), DataType.Float)

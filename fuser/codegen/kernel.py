@@ -60,7 +60,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                  static_loop: bool = False):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
         # a looped kernel whose loop runs to LOOP_EXTENT, a constexpr the launch sets to the
-        # reduced extent: Triton then knows the trip count (one compile per extent)
+        # reduced extent rounded up to whole chunks: Triton then knows the trip count (one
+        # compile per number of chunks)
         self.static_loop = static_loop and not persistent and not one_pass and split is None
         # a looped kernel whose chunk is the whole reduced extent (BLOCK of the reduced dim >= its
         # extent): each pass runs once, without a loop, reducing inline, and a pass after the

@@ -290,8 +290,12 @@ class KernelLauncher:
                     kwargs["CBLOCK0"] = min(next_pow2(chunks), p.block0)
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
-                if "LOOP_EXTENT" in ks.constexprs:  # the looped kernel's trip count, fixed
-                    kwargs["LOOP_EXTENT"] = rows if plan.red_dim == 0 else cols
+                if "LOOP_EXTENT" in ks.constexprs:
+                    # the looped kernel's trip count, fixed: the reduced extent rounded up to
+                    # whole chunks (the masks cover the tail), so rows of varying length
+                    # compile once per number of chunks, not once per length
+                    block, extent = (p.block0, rows) if plan.red_dim == 0 else (p.block1, cols)
+                    kwargs["LOOP_EXTENT"] = -(-extent // block) * block
                 kwargs["num_warps"] = p.num_warps
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))

@@ -100,9 +100,11 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # descent (4096-column chunks, 32 warps, no masks, a static shape) took 244 us there. Without the
 # masks ours took 260 us, and with the row length a constant as well (the loop's trip count
 # known to Triton) 250 us in 4096-column chunks and 234 us in 8192-column chunks on 32 warps
-# (the generated kernel run by hand with its row length made a constexpr). So rows of AUTOTUNE_MIN_COLS
-# or more time those two looped forms, with the row length a constexpr of the kernel (one
-# compile per row length, which a model's hidden size keeps fixed; row counts stay symbolic).
+# (the generated kernel run by hand with its row length made a constexpr). So rows of
+# AUTOTUNE_MIN_COLS or more time those two looped forms, their trip count a constexpr of the
+# kernel (the row length rounded up to whole chunks, the tail masked: one compile per number of
+# chunks, so rows of varying length compile a few kernels, not one a length; row counts stay
+# symbolic).
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 LOOPED_TUNED_FORMS = ((4096, 32), (8192, 32))  # (columns a chunk, warps)
 

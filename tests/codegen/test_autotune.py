@@ -206,12 +206,12 @@ def _timer_preferring(winner: int, forms: int):
     return lambda launch_once, device: (launch_once(), next(order))[1]
 
 
-@pytest.mark.parametrize("winner", [0, 1])
-def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monkeypatch):
+@pytest.mark.parametrize("winner,cols", [(0, 256), (1, 256), (1, 250)])
+def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, tmp_path, monkeypatch):
     """Rows of AUTOTUNE_MIN_COLS or more time the looped kernel (LOOPED_TUNED_FORMS: chunks
     and warps) beside the persistent one, its trip count a constexpr (LOOP_EXTENT, the row
     length); the chosen form runs and matches eager, and chunks that divide the row carry no
-    masks."""
+    masks; a row that is no whole number of chunks loops over whole chunks, masked."""
     from benchmarks import fuser_defs
     from fuser.codegen import launch
     from fuser.schedulers import heuristics
@@ -224,9 +224,9 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monke
     monkeypatch.setattr(heuristics, "LOOPED_TUNED_FORMS", ((64, 4),))
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
-    params = heuristics.choose(heuristics.Template.inner_reduction, 6, 256)
-    assert [(p.block1, p.num_warps) for p in heuristics.looped_forms(params, 6, 256)] == [(64, 4)]
-    forms = 2 + len(heuristics.reload_forms(params, 6, 256)) + 1
+    params = heuristics.choose(heuristics.Template.inner_reduction, 6, cols)
+    assert [(p.block1, p.num_warps) for p in heuristics.looped_forms(params, 6, cols)] == [(64, 4)]
+    forms = 2 + len(heuristics.reload_forms(params, 6, cols)) + 1
     looped = forms - 1
     pick = (0, looped)[winner]
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(pick, forms))
@@ -235,14 +235,14 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, tmp_path, monke
     monkeypatch.setattr(launch._Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     fd = fuser_defs.rmsnorm_fwd.__wrapped__()
-    x, w = torch.randn(6, 256, dtype=torch.bfloat16), torch.randn(256, dtype=torch.bfloat16)
+    x, w = torch.randn(6, cols, dtype=torch.bfloat16), torch.randn(cols, dtype=torch.bfloat16)
     (y,) = fd.execute([x, w])
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())
     torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=5e-2)
     code = fd.last_triton_code()
     assert ("for c_start in range" in code) == (winner == 1)
-    assert launched[-1]["EVEN1"] and ("if EVEN1:" in code)  # 64-column chunks of 256: no masks
-    if winner == 1:
+    assert launched[-1]["EVEN1"] == (cols == 256) and ("if EVEN1:" in code)  # 64-column chunks of 256: no masks
+    if winner == 1:  # the trip count of whole chunks: 4 for 250 columns as for 256
         assert "range(0, LOOP_EXTENT, BLOCK1)" in code and launched[-1]["LOOP_EXTENT"] == 256
     assert list(json.loads((tmp_path / "autotune.json").read_text()).values()) == [pick]
 

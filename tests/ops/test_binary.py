@@ -302,3 +302,18 @@ def test_half_width_comparison_rounds_the_other_operand_to_its_type(name, dtype,
                 scalar_reference(name, t, s, True), op(t, z)]
 
     run_and_check(build, ref, [x, 0.1, zero_dim], decl=[None, {"dtype": DataType.Double}, None], backend=backend)
+
+
+@pytest.mark.parametrize("dtype,backend", cases([pytest.param(d, id=dtype_name(d)) for d in (f16, bf16)]))
+def test_half_width_comparison_with_a_scalar_declared_in_its_type(dtype, backend):
+    """A scalar declared half or bf16 still holds a Python float: bound at execution or
+    constant, it is rounded to that type before the comparison, as eager rounds 0.1."""
+    x = torch.tensor(_NEAR_A_TENTH[dtype], dtype=dtype).reshape(1, -1)
+    dt = DataType.Half if dtype is f16 else DataType.BFloat16
+
+    def build(fd, t, s):
+        c = fd.define_scalar(0.1, dtype=dt)
+        return [fd.ops.eq(t, s), fd.ops.lt(t, s), fd.ops.le(c, t), fd.ops.gt(t, c)]
+
+    run_and_check(build, lambda t, s: [t == 0.1, t < 0.1, t >= 0.1, t > 0.1], [x, 0.1],
+                  decl=[None, {"dtype": dt}], backend=backend)
