@@ -207,7 +207,7 @@ def _timer_preferring(winner: int, forms: int):
 
 
 @pytest.mark.parametrize("winner,cols", [(0, 256), (1, 256), (1, 250)])
-def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, tmp_path, monkeypatch):
+def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, device, tmp_path, monkeypatch):
     """Rows of AUTOTUNE_MIN_COLS or more time the looped kernel (LOOPED_TUNED_FORMS: chunks
     and warps) beside the persistent one, its trip count a constexpr (LOOP_EXTENT, the row
     length); the chosen form runs and matches eager, and chunks that divide the row carry no
@@ -222,7 +222,7 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, tmp_path,
     monkeypatch.setattr(heuristics, "AUTOTUNE_MIN_COLS", 64)
     monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
     monkeypatch.setattr(heuristics, "LOOPED_TUNED_FORMS", ((64, 4),))
-    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter", "cuda"))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     params = heuristics.choose(heuristics.Template.inner_reduction, 6, cols)
     assert [(p.block1, p.num_warps) for p in heuristics.looped_forms(params, 6, cols)] == [(64, 4)]
@@ -235,7 +235,8 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, tmp_path,
     monkeypatch.setattr(launch._Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     fd = fuser_defs.rmsnorm_fwd.__wrapped__()
-    x, w = torch.randn(6, cols, dtype=torch.bfloat16), torch.randn(cols, dtype=torch.bfloat16)
+    x = torch.randn(6, cols, dtype=torch.bfloat16, device=device)
+    w = torch.randn(cols, dtype=torch.bfloat16, device=device)
     (y,) = fd.execute([x, w])
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())
     torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=5e-2)
@@ -248,7 +249,7 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, tmp_path,
 
 
 @pytest.mark.parametrize("winner", [0, 1, 2])
-def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, tmp_path, monkeypatch):
+def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, device, tmp_path, monkeypatch):
     """A column reduction with at least a column block a multiprocessor (two, made up for the
     interpreter) times its split form against unsplit ones on OUTER_TUNED_WARPS; the chosen
     form runs and matches eager."""
@@ -257,23 +258,27 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     from fuser.schedulers import heuristics
 
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 2)
-    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter", "cuda"))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
-    params = heuristics.choose(heuristics.Template.outer_reduction, 96, 512)
-    assert params.grid == 4 and heuristics.split_count(params, 96, 2) == 2  # the default splits
-    assert [p.num_warps for p in heuristics.outer_forms(params, 2)] == list(heuristics.OUTER_TUNED_WARPS)
-    assert heuristics.outer_forms(params, 8) == []  # fewer column blocks than processors
+    processors = launch._processors(device)
+    cols = 128 * (processors + 2)  # a 128-column block a processor and two more
+    params = heuristics.choose(heuristics.Template.outer_reduction, 96, cols)
+    assert heuristics.split_count(params, 96, processors) > 1  # the default splits
+    assert [p.num_warps for p in heuristics.outer_forms(params, processors)] == list(heuristics.OUTER_TUNED_WARPS)
+    assert heuristics.outer_forms(params, params.grid + 1) == []  # fewer column blocks than processors
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(winner, 3))
     launched = []
     real_call = launch._Launch.__call__
     monkeypatch.setattr(launch._Launch, "__call__",
                         lambda self, *a, **k: launched.append(self) or real_call(self, *a, **k))
     fd = fuser_defs.colsum_fwd.__wrapped__()
-    x = torch.randn(96, 512, dtype=torch.bfloat16)
+    x = torch.randn(96, cols, dtype=torch.bfloat16, device=device)
     (y,) = fd.execute([x])
     torch.testing.assert_close(y, x.float().sum(0), rtol=1e-4, atol=1e-3)
     chosen = launched[-1]
     assert (chosen.semaphores is not None) == (winner == 0)  # the split kernel counts its programs
     assert chosen.steps[0][0].kwargs["num_warps"] == ((params.num_warps,) + heuristics.OUTER_TUNED_WARPS)[winner]
-    (y2,) = fd.execute([torch.randn(96, 512, dtype=torch.bfloat16)])
+    x2 = torch.randn(96, cols, dtype=torch.bfloat16, device=device)
+    (y2,) = fd.execute([x2])
     assert launched[-1] is chosen
+    torch.testing.assert_close(y2, x2.float().sum(0), rtol=1e-4, atol=1e-3)
