@@ -99,3 +99,19 @@ def test_constants_outside_fp32_range_stay_fp32():
     torch.testing.assert_close(out, want)
     code = "\n".join(line for line in fd.last_triton_code().splitlines() if not line.startswith("#"))
     assert "e-308" not in code and "tl.full([1, 1], 9.99994610111476e-41, tl.float32)" in code
+
+
+def test_half_width_comparisons_match_eager_on_each_device(device):
+    # 0.1 is 0.0999755859375 in half and 0.10009765625 in bf16: eager compares in the tensor's
+    # type on the CPU and on CUDA, so a value equal to the rounded constant is not below it
+    for dtype, dt, values in ((torch.half, DataType.Half, [0.0999755859375, 0.1000213623046875, 0.5]),
+                              (torch.bfloat16, DataType.BFloat16, [0.10009765625, 0.099609375, 3.0])):
+        x = torch.tensor(values, dtype=dtype, device=device)
+        with FusionDefinition() as fd:
+            t = fd.define_tensor([-1], contiguity=True, dtype=dt)
+            s = fd.define_scalar(dtype=DataType.Double)
+            fd.add_output(fd.ops.lt(t, 0.1))
+            fd.add_output(fd.ops.eq(t, s))
+            fd.add_output(fd.ops.ge(0.1, t))
+        lt, eq, ge = fd.execute([x, 0.1])
+        assert torch.equal(lt, x < 0.1) and torch.equal(eq, x == 0.1) and torch.equal(ge, x <= 0.1)
