@@ -87,6 +87,11 @@ class _Plan:
     saved_ints: list[int]
     sources: list[tuple[str, int]]  # per backward input: ("tensor"|"int", k) or ("tangent", output)
 
+    def __post_init__(self) -> None:
+        # the programs as functions of positional arguments (straight-line for one fusion)
+        self.run_forward = self.forward.positional_call()
+        self.run_backward = self.backward.positional_call()
+
 
 def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) -> Optional[_Plan]:
     fw_nodes = list(forward.plan.graph.graph.nodes)
@@ -123,7 +128,7 @@ def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) ->
 class _Fused(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: _Plan, *args: Any) -> tuple:
-        outs = plan.forward(list(args))
+        outs = plan.run_forward(*args)
         user, saved = outs[:plan.n_user], outs[plan.n_user:]
         ctx.save_for_backward(*[saved[k] for k in plan.saved_tensors])
         ctx.ints = [saved[k] for k in plan.saved_ints]
@@ -148,7 +153,7 @@ class _Fused(torch.autograd.Function):
         tensors, ints = ctx.saved_tensors, ctx.ints
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
-        return (None, *ctx.plan.backward(args))
+        return (None, *ctx.plan.run_backward(*args))
 
 
 class TrainingCall:
