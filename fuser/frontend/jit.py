@@ -61,35 +61,45 @@ class Stats:
         return CacheInfo(calls=self.calls, graphs=len(self.records), **totals)
 
 
-class _QuietFrames:
-    """While fuser.jit goes through Dynamo, Dynamo writes frame code without the two profiler
-    hooks it calls around reading the graph's arguments on every call ("Pregraph bytecode" in
-    a profile, about 1-2 us). Dynamo's config is global: calls in several threads overlap, and
-    the setting comes back when the last of them leaves (a plain config.patch per call would
-    restore another call's value). Dynamo is imported on first use, not with fuser."""
+class _DynamoSettings:
+    """Dynamo's settings while fuser.jit goes through it. Dynamo then writes frame code without
+    the two profiler hooks it calls around reading the graph's arguments on every call
+    ("Pregraph bytecode" in a profile, about 1-2 us), and keeps Python floats the function reads
+    as constants guarded by value: traced as 0-dim tensors they would cut fusions on the GPU, so
+    the backend would ask for a second trace with them specialized anyway
+    (`_restart_with_floats_specialized`; the second trace cost 25-90 ms of a jit rmsnorm's
+    first call on the development CPU). Dynamo's config is global: calls in several threads
+    overlap, and the settings come back when the last of them leaves (a plain config.patch per
+    call would restore another call's values). Dynamo is imported on first use, not with
+    fuser."""
+
+    SETTINGS = {"record_runtime_overhead": False, "specialize_float": True}
 
     def __init__(self):
         self.lock = threading.Lock()
         self.depth = 0
-        self.saved = None
+        self.saved: dict = {}
 
     def __enter__(self) -> None:
         config = torch._dynamo.config
         with self.lock:
-            if self.depth == 0 and hasattr(config, "record_runtime_overhead"):
-                self.saved = config.record_runtime_overhead
-                config.record_runtime_overhead = False
+            if self.depth == 0:
+                for name, value in self.SETTINGS.items():
+                    if hasattr(config, name):
+                        self.saved[name] = getattr(config, name)
+                        setattr(config, name, value)
             self.depth += 1
 
     def __exit__(self, *exc) -> None:
         with self.lock:
             self.depth -= 1
-            if self.depth == 0 and self.saved is not None:
-                torch._dynamo.config.record_runtime_overhead = self.saved
-                self.saved = None
+            if self.depth == 0:
+                for name, value in self.saved.items():
+                    setattr(torch._dynamo.config, name, value)
+                self.saved = {}
 
 
-_QUIET_FRAMES = _QuietFrames()
+_DYNAMO_SETTINGS = _DynamoSettings()
 
 
 class JitFunction:
@@ -134,7 +144,7 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         token = CURRENT_STATS.set(stats)
         try:
-            with _QUIET_FRAMES:  # read when Dynamo writes the frame's code
+            with _DYNAMO_SETTINGS:  # read while Dynamo traces and writes the frame's code
                 out = self._compiled(*args, **kwargs)
             self._direct.remember()
             return out

@@ -228,17 +228,47 @@ def test_fusers_frames_skip_dynamos_profiler_hooks():
     assert torch._dynamo.config.record_runtime_overhead  # patched only while fuser compiles
 
 
-def test_overlapping_calls_restore_dynamos_profiler_setting_when_the_last_leaves():
-    """Calls in several threads overlap: the first to leave must not restore the setting under
-    the others, nor the last leave it off (what one config.patch per call would do)."""
-    from fuser.frontend.jit import _QuietFrames
+SCALE = 0.5  # a module-level float the jitted function reads
 
-    quiet, config = _QuietFrames(), torch._dynamo.config
+
+def test_floats_are_traced_once_as_constants(monkeypatch):
+    """A float argument and a float global become constants in fuser.jit's one trace; with
+    Dynamo's default (a 0-dim tensor input) the backend had to ask for a second trace. Other
+    values of the float argument compile anew (guarded by value) and stay correct."""
+    from fuser.frontend import backend
+
+    restarts = []
+    original = backend._restart_with_floats_specialized
+
+    def spy(gm, example_inputs):
+        try:
+            original(gm, example_inputs)
+        except Exception:
+            restarts.append(gm)
+            raise
+    monkeypatch.setattr(backend, "_restart_with_floats_specialized", spy)
+
+    def f(x, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * SCALE
+
+    x = torch.randn(4, 24)
+    jitted = fuser.jit(f)
+    for eps in (1e-6, 0.25, 1e-6):
+        torch.testing.assert_close(jitted(x, eps), f(x, eps))
+    assert restarts == []
+    assert not torch._dynamo.config.specialize_float  # Dynamo's own default outside fuser.jit
+
+def test_overlapping_calls_restore_dynamos_settings_when_the_last_leaves():
+    """Calls in several threads overlap: the first to leave must not restore the settings under
+    the others, nor the last leave them changed (what one config.patch per call would do)."""
+    from fuser.frontend.jit import _DynamoSettings
+
+    quiet, config = _DynamoSettings(), torch._dynamo.config
     first, second = quiet, quiet
     first.__enter__()
     second.__enter__()
-    assert not config.record_runtime_overhead
+    assert not config.record_runtime_overhead and config.specialize_float
     first.__exit__(None, None, None)
-    assert not config.record_runtime_overhead  # the second call is still compiling
+    assert not config.record_runtime_overhead and config.specialize_float  # still compiling
     second.__exit__(None, None, None)
-    assert config.record_runtime_overhead
+    assert config.record_runtime_overhead and not config.specialize_float
