@@ -2,8 +2,8 @@
 
 Dynamo captures Python into FX graphs (graph breaks are its business). AOTAutograd traces each
 graph to ATen with the core-ATen decompositions, functionalizes it, and, when gradients are
-needed, splits the joint graph into forward and backward with the min-cut partitioner, which
-chooses the activations to save (recomputing cheap pointwise values rather than storing them,
+needed, splits the joint graph into forward and backward with the min-cut partitioner (after
+fuser's common-subexpression elimination, `cse.py`), which chooses the activations to save (recomputing cheap pointwise values rather than storing them,
 never storing one value twice). Each ATen graph is planned (`partition.py`) and becomes a
 `GraphProgram`.
 
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .cse import eliminate_common_subexpressions
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
 from .training import TrainingCall, forward_facts, plain_aot_metadata
@@ -86,6 +87,16 @@ def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: l
     raise TensorifyScalarRestartAnalysis
 
 
+def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    """The min-cut partitioner after fuser's CSE of the joint graph, standing in for
+    AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py)."""
+    from functorch.compile import min_cut_rematerialization_partition
+
+    if eliminate_common_subexpressions(joint.graph):
+        joint.recompile()
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
 def _wrapper_is_inert(graph: torch.fx.GraphModule, n_inputs: int) -> bool:
     """Whether AOTAutograd's runtime wrapper around this inference graph would only pass the
     arguments through (it costs several microseconds a call; see `plain_aot_metadata`)."""
@@ -127,8 +138,8 @@ class FuserBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **compile_kwargs: Any) -> Any:
         """`compile_kwargs`: torch.compile's `mode` and `options`, which fuser does not use."""
-        from functorch.compile import min_cut_rematerialization_partition
         from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch import config as aot_config
 
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
@@ -150,8 +161,9 @@ class FuserBackend:
         aot = aot_autograd(
             fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"), decompositions=decompositions(),
-            partition_fn=min_cut_rematerialization_partition, keep_inference_input_mutations=True)
-        compiled = aot(gm, example_inputs)
+            partition_fn=_partition_joint, keep_inference_input_mutations=True)
+        with aot_config.patch(cse=False):
+            compiled = aot(gm, example_inputs)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))

@@ -31,8 +31,11 @@ DTYPE_NAMES = {torch.float32: "torch.float32", torch.bfloat16: "torch.bfloat16",
                torch.float16: "torch.float16", torch.int32: "torch.int32",
                torch.int64: "torch.int64", torch.bool: "torch.bool"}
 
-# size symbols: A (outer), B (rows), N (row length), K (index count, fixed: indices < 3)
+# size symbols: A (outer), B (rows), N (row length), K (index count, fixed)
 SHAPE_SETS = ({"A": 3, "B": 5, "N": 7}, {"A": 2, "B": 9, "N": 13}, {"A": 4, "B": 6, "N": 11})
+# index values: below every size of every set, so that an index valid in one set is in all
+# (a program indexing A with 2 passed its check at A = 3, and eager failed at A = 2)
+INDEX_BOUND = min(min(s.values()) for s in SHAPE_SETS)
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Input:
     def make(self, sizes, gen: torch.Generator):
         shape = [sizes[d] if isinstance(d, str) else d for d in self.dims]
         if self.kind == "index":
-            return torch.randint(0, 3, shape, generator=gen)
+            return torch.randint(0, INDEX_BOUND, shape, generator=gen)
         if self.kind == "mask":
             return torch.rand(shape, generator=gen) > 0.5
         phys = list(shape)
