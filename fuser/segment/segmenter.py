@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from ..ir import Expr, Fusion, TensorView
 from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
-from .segments import Segment, SegmentKind, segment_io
+from .segments import Segment, SegmentKind, segment_inputs, segment_io
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused)
 TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
@@ -35,6 +35,13 @@ class Segmenter:
         self.try_kernel = try_kernel
         self.capable = capable
         self.producer: dict[int, Expr] = {id(o): e for e in fusion.exprs for o in e.outputs}
+        # value id -> the exprs reading it: a group's consumers from its own edges, not by
+        # asking every group for its producers (that made segmentation cubic in the exprs)
+        self.fusion_outputs = {id(v) for v in fusion.outputs()}
+        self.readers: dict[int, list[Expr]] = {}
+        for e in fusion.exprs:
+            for v in dict.fromkeys(id(v) for v in e.inputs):
+                self.readers.setdefault(v, []).append(e)
         self.group_of: dict[int, _Group] = {}
         self.order = {id(e): k for k, e in enumerate(fusion.exprs)}
         self.retry: list[tuple[Expr, Expr]] = []  # merges to try again after the greedy pass
@@ -51,7 +58,14 @@ class Segmenter:
         return out
 
     def consumers(self, g: _Group, groups: list[_Group]) -> set[_Group]:
-        return {h for h in groups if h is not g and g in self.producers(h)}
+        out = set()
+        for e in g.exprs:
+            for v in e.outputs:
+                for reader in self.readers.get(id(v), ()):
+                    h = self.group_of.get(id(reader))
+                    if h is not None and h is not g:
+                        out.add(h)
+        return out
 
     def reaches(self, src: _Group, dst: _Group, groups: list[_Group], skip_direct: bool) -> bool:
         stack = [h for h in self.consumers(src, groups) if not (skip_direct and h is dst)]
@@ -70,9 +84,12 @@ class Segmenter:
         return not (self.reaches(a, b, groups, True) or self.reaches(b, a, groups, True))
 
     def merged_io(self, exprs: list[Expr]):
+        """`segment_io` of a group: its outputs are the values a fusion output or an expr
+        outside the group reads (found through `readers`, not by scanning every expr)."""
         inside = {id(x) for x in exprs}
-        later = [e for e in self.fusion.exprs if id(e) not in inside]
-        return segment_io(exprs, self.fusion.outputs(), later)
+        outputs = [o for e in exprs for o in e.outputs if id(o) in self.fusion_outputs
+                   or any(id(r) not in inside for r in self.readers.get(id(o), ()))]
+        return segment_inputs(exprs), outputs
 
     # -- the greedy pass --------------------------------------------------------------------
 
@@ -139,18 +156,23 @@ class Segmenter:
         scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
         column reductions of a norm's backward read the rows once; pointwise kernels over one
         loop space). Refusals are not recorded: siblings are cut by default."""
-        def reads(g: _Group) -> set[int]:
-            return {id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView)}
-
         tried: set[tuple] = set()  # pairs refused, by their groups' sizes (a join changes them)
         joined = True
         while joined:
             joined = False
             kernels = sorted((g for g in groups if g.kernel), key=lambda g: g.first)
-            for k, a in enumerate(kernels):
-                for b in kernels[k + 1:]:
+            rank = {id(g): k for k, g in enumerate(kernels)}
+            # value id -> the kernel groups reading it (each pair sharing a value is a candidate)
+            read_by: dict[int, list[_Group]] = {}
+            for g in kernels:
+                for v in dict.fromkeys(id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView)):
+                    read_by.setdefault(v, []).append(g)
+            for a in kernels:
+                sharing = {id(b): b for e in a.exprs for v in e.inputs if isinstance(v, TensorView)
+                           for b in read_by.get(id(v), ()) if rank[id(b)] > rank[id(a)]}
+                for b in sorted(sharing.values(), key=lambda b: rank[id(b)]):
                     key = (id(a), len(a.exprs), id(b), len(b.exprs))
-                    if key in tried or not reads(a) & reads(b):
+                    if key in tried:
                         continue
                     tried.add(key)
                     if not self.acyclic_merge(a, b, groups):
@@ -171,7 +193,7 @@ class Segmenter:
             g = _Group(e, k, self.capable(e))
             self.group_of[id(e)] = g
             groups.append(g)
-            for p in sorted(self.producers(g), key=lambda h: -len(h.exprs)):
+            for p in sorted(self.producers(g), key=lambda h: (-len(h.exprs), h.first)):
                 if p in groups and g in groups:
                     target, other = (p, g)
                     if self.try_merge(target, other, groups):

@@ -38,9 +38,8 @@ class Segment:
         return self.describe()
 
 
-def segment_io(exprs: list[Expr], fusion_outputs: list[Val], later_exprs: list[Expr]) -> tuple[list[Val], list[Val]]:
-    """Inputs: values read but not produced inside; outputs: produced values read later or
-    returned by the fusion."""
+def segment_inputs(exprs: list[Expr]) -> list[Val]:
+    """The tensors `exprs` read but do not produce, in first-read order."""
     produced = {id(o) for e in exprs for o in e.outputs}
     inputs, seen = [], set()
     for e in exprs:
@@ -48,6 +47,12 @@ def segment_io(exprs: list[Expr], fusion_outputs: list[Val], later_exprs: list[E
             if id(v) not in produced and id(v) not in seen and isinstance(v, TensorView):
                 seen.add(id(v))
                 inputs.append(v)
+    return inputs
+
+
+def segment_io(exprs: list[Expr], fusion_outputs: list[Val], later_exprs: list[Expr]) -> tuple[list[Val], list[Val]]:
+    """Inputs: values read but not produced inside; outputs: produced values read later or
+    returned by the fusion."""
     needed = {id(v) for e in later_exprs for v in e.inputs} | {id(v) for v in fusion_outputs}
     outputs = [o for e in exprs for o in e.outputs if id(o) in needed]
-    return inputs, outputs
+    return segment_inputs(exprs), outputs
