@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import InternalError
 from ..timing import phase
+from .canonical import canonical_form
 
 _lock = threading.Lock()
 _memory: dict[str, Any] = {}
@@ -66,8 +67,16 @@ def load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str
     """The kernel `name` defined by `source`, as a Triton JIT function (cuda) or an
     interpreted one (interpreter). Scalar parameters are never specialized on their value
     (Triton would turn a 1 into a constant, without `.to`)."""
+    return load_canonical(name, source, target, scalar_params)[1]
+
+
+def load_canonical(name: str, source: str, target: str, scalar_params: Sequence[str] = ()) -> tuple[str, Callable]:
+    """(canonical name, kernel): `load_kernel` of the kernel's canonical form (canonical.py),
+    shared by every kernel alike but for its tensors' names."""
     with phase("load"):  # the first kernel of a process also imports Triton (source_key)
-        return _load_kernel(name, source, target, scalar_params)
+        digest = lambda text: source_key(text, target)  # noqa: E731
+        cname, code, params = canonical_form(name, source, scalar_params, digest)
+        return cname, _load_kernel(cname, code, target, params)
 
 
 def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str]) -> Callable:

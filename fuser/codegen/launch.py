@@ -12,8 +12,10 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
+
 import hashlib
 import math
+import re
 import threading
 from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
@@ -30,7 +32,7 @@ from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_comb
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
-from .compile import load_kernel
+from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import _DirectStep, _Step, current_device
@@ -131,7 +133,10 @@ class KernelLauncher:
                             ks = generate(self.plan, layout, variant == "persistent", target,
                                           f"{self.name}_{variant}", split, one_pass=variant == "reload",
                                           static_loop=variant == "looped_static")
-                    found = (ks, load_kernel(ks.name, ks.source, target, ks.scalar_params))
+                    cname, fn = load_canonical(ks.name, ks.source, target, ks.scalar_params)
+                    # the source users read names the kernel as profilers show it
+                    ks = replace(ks, name=cname, source=ks.source.replace(f"def {ks.name}(", f"def {cname}("))
+                    found = (ks, fn)
                     self.variants[key] = found
         return found
 
@@ -336,7 +341,9 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
     compiling every form side by side. A form is built only if it is timed or chosen."""
     labels = ",".join(label for label, _ in forms)
-    digest = hashlib.sha256(default.source.encode()).hexdigest()[:24]
+    # the kernels' canonical names (a digest of their canonical code): kernels alike but for
+    # their tensors' names (a model's layers) share one measurement
+    digest = hashlib.sha256(" ".join(re.findall(r"def (\w+)\(", default.source)).encode()).hexdigest()[:24]
     key = autotune.bucket_key(f"{digest}|{labels}", rows, cols, device)
     made = [default] + [None] * (len(forms) - 1)
 
