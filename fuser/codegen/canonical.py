@@ -44,7 +44,13 @@ def canonical_form(name: str, source: str, scalar_params: Sequence[str],
     `name` in `source`; `digest` hashes a text (with the versions and target it compiles for)."""
     _, code = split_header(source)
     rename = _renamer()
-    body = rename(code.replace(f"def {name}(", f"def {_PLACEHOLDER}("))
+    # the kernel's name, and its helpers' (a split kernel's `<name>_partial`), carry the tag
+    body = rename(named(code, name, _PLACEHOLDER))
     params = [rename(p) for p in scalar_params]
     cname = f"{_SEGMENT_TAG.sub('', name)}_{digest(body)[:10]}"
-    return cname, body.replace(f"def {_PLACEHOLDER}(", f"def {cname}("), params
+    return cname, body.replace(_PLACEHOLDER, cname), params
+
+
+def named(source: str, old: str, new: str) -> str:
+    """`source` with kernel name `old`, and the names it begins, changed to `new`."""
+    return re.sub(rf"\b{re.escape(old)}", new, source)

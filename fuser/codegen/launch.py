@@ -32,6 +32,7 @@ from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_comb
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
+from .canonical import named
 from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
@@ -135,7 +136,7 @@ class KernelLauncher:
                                           static_loop=variant == "looped_static")
                     cname, fn = load_canonical(ks.name, ks.source, target, ks.scalar_params)
                     # the source users read names the kernel as profilers show it
-                    ks = replace(ks, name=cname, source=ks.source.replace(f"def {ks.name}(", f"def {cname}("))
+                    ks = replace(ks, name=cname, source=named(ks.source, ks.name, cname))
                     found = (ks, fn)
                     self.variants[key] = found
         return found

@@ -1,19 +1,19 @@
 """Common-subexpression elimination on an ATen graph, for the joint graph before partitioning.
 
 AOTAutograd runs its own CSE on the joint graph before the min-cut partitioner, but that pass
-imports Inductor's pattern matcher, and with it Inductor's lowerings and kernel templates: 0.5 s
-of the first training call in a new process on the development CPU, over a second on the GPU
-machine, for a pass that takes milliseconds. fuser turns it off (`torch._functorch.config.cse`)
-and runs this one instead, to the same rules:
+imports Inductor's pattern matcher, and with it Inductor's lowerings and kernel templates: 0.3-0.5 s
+of the first training call in a new process on the development CPU, for a pass that takes
+milliseconds. fuser turns it off (`torch._functorch.config.cse`) and runs this one instead, to
+the same rules but one (a float argument is keyed by its repr: `x * 0.0` and `x * -0.0` differ):
 
 - a node is replaced by an earlier node with the same target and the same arguments (after
   earlier replacements), where nothing between them could have changed what it reads: a
-  mutating op, or a call that is not a known-pure ATen op, starts a new region, and nodes of
-  different regions are never merged;
-- random ops (their results differ call to call), `empty` (its contents are undefined), values
-  that alias a graph output (the runtime wrappers rebuild those from their recorded aliasing)
-  and reads of data-dependent scalars (their symbols would go stale downstream) stay as they
-  are.
+  mutating op, or a call that is neither an ATen op nor pure Python arithmetic, starts a new
+  region, and nodes of different regions are never merged;
+- random ops (their results differ call to call; they start no region), `empty` (its contents
+  are undefined), values that alias a graph output (the runtime wrappers rebuild those from
+  their recorded aliasing) and reads of data-dependent scalars (their symbols would go stale
+  downstream) stay as they are.
 """
 from __future__ import annotations
 
@@ -50,17 +50,25 @@ def _key_of(value: Any, replaced: dict) -> Any:
         return ("dict", tuple((k, _key_of(v, replaced)) for k, v in sorted(value.items())))
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", id(value.node))
+    if isinstance(value, (float, complex)):
+        return (type(value).__name__, repr(value))  # 0.0 == -0.0, yet x * -0.0 is not x * 0.0
     if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format, str, bool, int,
-                          float, complex, type(None))):
+                          type(None))):
         return (type(value).__name__, value)
     raise _Unhashable
 
 
-def _is_pure(node: Node) -> bool:
+def _may_write(node: Node) -> bool:
+    """Whether `node` may change what later nodes read: a mutating op, or a call that is not a
+    known ATen op or pure Python arithmetic."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
-        return not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
-    return target in _PURE_PYTHON
+        return target._schema.is_mutable
+    return target not in _PURE_PYTHON
+
+
+def _random(node: Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
 
 
 def _output_storages(graph: Graph) -> set:
@@ -90,10 +98,10 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
-        if not _is_pure(node):
-            region += 1  # it may write what later nodes read: nothing merges across it
+        if _may_write(node):
+            region += 1  # nothing merges across it
             continue
-        if node.target in _NOT_MERGED or node in aliases_output:
+        if _random(node) or node.target in _NOT_MERGED or node in aliases_output:
             continue
         try:
             key = (region, node.target, _key_of(node.args, replaced), _key_of(dict(node.kwargs), replaced))

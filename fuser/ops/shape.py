@@ -110,6 +110,15 @@ def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
     return list(dims)
 
 
+def _quotient(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr:
+    """numerator / denominator, exact, in a factored form: sympy divides products of symbols as
+    it builds the quotient; sums are cancelled and factored (`simplify` took milliseconds)."""
+    q = numerator / denominator
+    if sympy.denom(q) != 1:
+        q = sympy.cancel(q)
+    return sympy.factor(q) if q.is_Add else q
+
+
 def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
     op = "reshape"
     check_tensor(op, tv)
@@ -125,7 +134,7 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
         if isinstance(s, int) and s == -1:
             if known_numel == 0:
                 raise FusionDefinitionError(f"{op}: cannot infer -1 in {new_shape} with zero elements")
-            e = sympy.cancel(in_numel / known_numel)
+            e = _quotient(in_numel, known_numel)
             if is_static(in_numel) and is_static(known_numel) and int(in_numel) % int(known_numel):
                 raise FusionDefinitionError(f"{op}: cannot reshape {in_numel} elements into {new_shape}")
             extents.append(e)

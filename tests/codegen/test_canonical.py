@@ -56,3 +56,18 @@ def test_the_source_users_read_keeps_the_fusions_tensor_names():
     # the IR above the code and the code name T0 and T1 alike; the kernel has its canonical name
     assert "tl.load(T1_ptr" in seg.source and "T0_g_float" in seg.source
     assert re.search(r"def fuser_pointwise_\w+_[0-9a-f]{10}\(", seg.source)
+
+
+def test_helpers_named_after_the_kernel_are_renamed_with_it():
+    """A split kernel's parts are functions named after it (`<name>_partial`): renamed with the
+    kernel, they no longer carry the segment's tensor number."""
+    def split_source(n: int) -> str:
+        name = f"fuser_outer_reduction_T{n}_split"
+        return (f"@triton.jit\ndef {name}_partial(T{n}_ptr):\n    return 0\n\n"
+                f"@triton.jit\ndef {name}(T{n}_ptr, T{n + 1}_ptr):\n    pid1 = {name}_partial(T{n}_ptr)\n")
+    first = canonical_form("fuser_outer_reduction_T5_split", split_source(5), [], _digest)
+    second = canonical_form("fuser_outer_reduction_T40_split", split_source(40), [], _digest)
+    assert first == second
+    name, code, _ = first
+    assert f"def {name}_partial(T0_ptr):" in code and f"pid1 = {name}_partial(T0_ptr)" in code
+    assert "_T5" not in code

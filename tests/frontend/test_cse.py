@@ -106,3 +106,22 @@ def test_a_training_compile_does_not_import_inductor():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_zero_and_negative_zero_arguments_stay_apart():
+    def f(x):
+        return 1 / (x * -0.0), 1 / (x * 0.0)
+
+    x = torch.rand(4) + 0.5
+    gm, removed, want = _traced(f, x)
+    assert removed == 0
+    got = gm(x)
+    assert torch.equal(got[0], want[0]) and (got[0] < 0).all() and (got[1] > 0).all()
+
+
+def test_computations_on_both_sides_of_a_random_op_merge():
+    def f(x):
+        return torch.tanh(x * 2) + torch.rand_like(x) + torch.tanh(x * 2)
+
+    gm, removed, _ = _traced(f, torch.randn(4, 4))
+    assert removed == 2 and len(_calls(gm, aten.rand_like.default)) == 1

@@ -278,3 +278,17 @@ def test_full_and_iota_from_defined_scalars(backend):
         fd, (a, b) = run(build, [n, v], decl=[{"dtype": DataType.Int}, {"dtype": DataType.Double}], backend=backend)
         assert_eager(a, torch.arange(n))
         assert_eager(b, torch.full((n, 2), v))
+
+
+def test_reshape_infers_minus_one_in_factored_form():
+    """The -1 of a reshape is the exact quotient of the element counts, factored as the IR
+    prints it (`b * (a + 1)`, not `a * b + b`)."""
+    import sympy
+
+    from fuser.ops.shape import _quotient
+
+    a, b, c = sympy.symbols("a b c", integer=True, positive=True)
+    assert _quotient(a * b * c, a * b) == c
+    assert _quotient(2 * b * (a + 1), 2) == b * (a + 1)
+    assert str(_quotient(2 * b * (a + 1), 2)) == "b*(a + 1)"
+    assert _quotient(a * b * (a + 1) * (a + 2), (a + 1) * (a + 2)) == a * b
