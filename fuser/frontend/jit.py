@@ -70,8 +70,9 @@ class _DynamoSettings:
     (`_restart_with_floats_specialized`; the second trace cost 25-90 ms of a jit rmsnorm's
     first call on the development CPU). Dynamo's config is global: calls in several threads
     overlap, and the settings come back when the last of them leaves (a plain config.patch per
-    call would restore another call's values). Dynamo is imported on first use, not with
-    fuser."""
+    call would restore another call's values); a `torch.compile` traced in another thread while
+    a fuser.jit call is in flight sees them too (its floats specialized: more recompiles, the
+    same results). Dynamo is imported on first use, not with fuser."""
 
     SETTINGS = {"record_runtime_overhead": False, "specialize_float": True}
 
