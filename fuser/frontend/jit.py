@@ -39,6 +39,7 @@ class CacheInfo:
     compiles: int      # fusion runtimes segmented and compiled (one per fusion and input layout)
     kernels: int       # distinct generated kernels
     fallback_ops: int  # ATen ops with no lowering, run eagerly between fusions
+    compiled: int = 0  # distinct kernels compiled: kernels alike but for names (layers) share one
 
 
 class Stats:
@@ -54,11 +55,13 @@ class Stats:
 
     def info(self) -> CacheInfo:
         totals = {"fusions": 0, "compiles": 0, "kernels": 0, "fallback_ops": 0}
+        compiled: set[str] = set()
         for record in self.records.values():
             for program in record.programs:
                 for k, v in program.counts().items():
                     totals[k] += v
-        return CacheInfo(calls=self.calls, graphs=len(self.records), **totals)
+                compiled |= program.kernel_names()
+        return CacheInfo(calls=self.calls, graphs=len(self.records), **totals, compiled=len(compiled))
 
 
 class _DynamoSettings:

@@ -86,9 +86,15 @@ class FusionStep:
     def kernels(self) -> int:
         """Distinct kernels generated for this step, over every runtime of its definition (the
         definition is this step's alone)."""
+        return len(self.kernel_names())
+
+    def kernel_names(self) -> list[str]:
+        """The canonical name of each kernel generated for this step (one per kernel generated;
+        kernels alike but for their tensors' names share one, and one compile)."""
         cache = self.fd.cache
         runtimes = cache.runtimes() if cache is not None else []
-        return sum(len(launcher.variants) for rt in runtimes for launcher in getattr(rt, "launchers", {}).values())
+        return [ks.name for rt in runtimes for launcher in getattr(rt, "launchers", {}).values()
+                for ks, _ in launcher.variants.values()]
 
     def reads_nodes(self) -> list[Node]:
         return [n for src in self.region.inputs
@@ -243,6 +249,9 @@ class GraphProgram:
             "kernels": sum(f.kernels for f in fusions),
             "fallback_ops": sum(1 for s in self.eager_steps if s.eager.kind == UNSUPPORTED),
         }
+
+    def kernel_names(self) -> set[str]:
+        return {name for f in self.fusion_steps for name in f.kernel_names()}
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:

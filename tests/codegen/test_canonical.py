@@ -71,3 +71,20 @@ def test_helpers_named_after_the_kernel_are_renamed_with_it():
     name, code, _ = first
     assert f"def {name}_partial(T0_ptr):" in code and f"pid1 = {name}_partial(T0_ptr)" in code
     assert "_T5" not in code
+
+
+def test_cache_info_counts_kernels_generated_and_compiled():
+    """A jitted stack of four alike layers: each layer's kernels are generated (per segment)
+    but compile once."""
+    import fuser
+
+    def stack(x, w0, w1, w2, w3):
+        for w in (w0, w1, w2, w3):
+            x = x + torch.tanh(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)) @ w
+        return x
+
+    args = [torch.randn(4, 8)] + [torch.randn(8, 8) * 0.1 for _ in range(4)]
+    jitted = fuser.jit(stack)
+    torch.testing.assert_close(jitted(*args), stack(*args), rtol=1e-4, atol=1e-4)
+    info = jitted.cache_info()
+    assert info.kernels >= 4 and info.compiled < info.kernels, info
