@@ -45,11 +45,19 @@ def decompositions() -> dict:
     forward and read by the backward). silu has a lowering of its own (layer norm and gelu stay
     whole in the core set already). The CPU flash-attention forward's decomposition returns a
     second output its (undecomposed) backward does not expect, so gradients came out wrong; it
-    stays one ATen call, like the GPU attention kernels."""
-    from torch._decomp import core_aten_decompositions, get_decompositions
+    stays one ATen call, like the GPU attention kernels.
+
+    The table is the core-ATen list itself, without the entries `core_aten_decompositions()`
+    adds for every CompositeImplicitAutograd op (for export, which traces above autograd):
+    AOTAutograd traces below it, where the dispatcher decomposes those ops already (the same
+    graphs for every suite function, the llama pieces and the train_block model), and building
+    them imports torch.export and walks every ATen op (60 ms a process on the development CPU)."""
+    from torch import _decomp
+    from torch._decomp import get_decompositions
 
     aten = torch.ops.aten
-    table = dict(core_aten_decompositions())
+    core = getattr(_decomp, "_core_aten_decompositions_post_autograd", None) or _decomp.core_aten_decompositions
+    table = dict(core())
     table.update(get_decompositions([aten._softmax, aten._log_softmax]))
     for name in ("silu", "_scaled_dot_product_flash_attention_for_cpu"):
         op = getattr(aten, name, None)

@@ -231,3 +231,24 @@ def test_a_failure_inside_fuser_is_an_internal_error_or_eager_when_asked(monkeyp
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         assert_close_to_eager(jitted(x), g(x))  # eager from now on, without another compile
+
+
+def test_composite_ops_reach_the_graph_decomposed_with_the_core_table():
+    """fuser's table is the core-ATen list without export's entries for composite ops:
+    AOTAutograd's tracing decomposes those (linear, layer_norm's composite parts) itself, and
+    softmax is decomposed while silu stays whole, as the partitioner and the kernels want."""
+    from fuser.frontend.backend import decompositions
+
+    aten = torch.ops.aten
+    table = decompositions()
+    assert aten._softmax.default in table and aten.silu.default not in table
+
+    def f(x, w):
+        return F.silu(F.linear(x, w)).softmax(-1)
+
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    report = fuser.explain(f, x, w)
+    code = "\n".join(p.aten_code for g in report.graphs for p in g.programs)
+    assert "aten.linear" not in code and ("aten.mm" in code or "aten.addmm" in code)
+    assert "aten.silu" in code and "aten._softmax" not in code and "aten.amax" in code
+    assert_close_to_eager(fuser.jit(f)(x, w), f(x, w))
