@@ -69,3 +69,20 @@ def test_compile_time_columns_add_up():
     assert fd["ms"]["Dynamo+AOT"] == 0.0 and fd["ms"]["runtime"] == pytest.approx(790.0)
     table = script.table([("jit:softmax_bwd", jit, script.summarize({"row": "x", "error": "boom"}))])
     assert "| jit:softmax_bwd | cold | 2 |" in table and "error: boom" in table
+
+
+def test_compile_model_reports_phases_and_kernels_per_model():
+    """benchmarks/compile_model.py runs each model in a fresh process and prints one table row
+    per model: its first forward + backward, fuser's phases, kernels generated and compiled."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "compile_model.py"), "--layers", "2",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["model", "train_block", "2-layer stack"]
+    header = [c.strip() for c in rows[0].split("|")[1:-1]]
+    stack = dict(zip(header, (c.strip() for c in rows[2].split("|")[1:-1])))
+    assert int(stack["first_ms"]) > 0 and 0 < int(stack["compiled"]) < int(stack["kernels"])
