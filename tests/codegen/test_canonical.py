@@ -27,13 +27,13 @@ def test_canonical_form_renumbers_tensor_names_in_order_of_first_use():
     assert canonical_form("fuser_pointwise_T40_tile", other, ["X0", "T12_n"], _digest) == (name, code, params)
 
 
-def test_a_models_layers_share_their_kernels():
+def test_a_models_layers_share_their_kernels(device):
     """Sixteen layers of RMSNorm, matmul and residual: per layer a reduction kernel (with the
     residual add of the layer before), all alike but the first, and a last residual add: three
     kernels compile, not seventeen."""
     layers = 16
     fd = _stack(layers)
-    x, ws = torch.randn(4, 8), [torch.randn(8, 8) * 0.1 for _ in range(layers)]
+    x, ws = torch.randn(4, 8, device=device), [torch.randn(8, 8, device=device) * 0.1 for _ in range(layers)]
     before = set(kernel_compile._memory)
     (out,) = fd.execute([x, *ws])
     torch.testing.assert_close(out, _reference(x, ws), rtol=1e-4, atol=1e-4)
