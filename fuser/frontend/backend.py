@@ -59,6 +59,11 @@ def decompositions() -> dict:
     core = getattr(_decomp, "_core_aten_decompositions_post_autograd", None) or _decomp.core_aten_decompositions
     table = dict(core())
     table.update(get_decompositions([aten._softmax, aten._log_softmax]))
+    # composite ops with a CPU kernel of their own: the dispatcher runs that kernel rather than
+    # decomposing them, so their composite form is asked for here (export's table had it)
+    for op in (getattr(aten, "native_channel_shuffle", None),):
+        if op is not None:
+            table.setdefault(op.default, op.default.decompose)
     for name in ("silu", "_scaled_dot_product_flash_attention_for_cpu"):
         op = getattr(aten, name, None)
         if op is not None:

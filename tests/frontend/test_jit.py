@@ -252,3 +252,15 @@ def test_composite_ops_reach_the_graph_decomposed_with_the_core_table():
     assert "aten.linear" not in code and ("aten.mm" in code or "aten.addmm" in code)
     assert "aten.silu" in code and "aten._softmax" not in code and "aten.amax" in code
     assert_close_to_eager(fuser.jit(f)(x, w), f(x, w))
+
+
+def test_a_composite_op_with_a_cpu_kernel_is_still_decomposed():
+    """native_channel_shuffle has a CPU kernel beside its composite form, so tracing keeps it
+    whole unless the table decomposes it (into views and a copy, which fuse)."""
+    def f(x):
+        return F.native_channel_shuffle(x, 2) + 1
+
+    x = torch.randn(1, 6, 3, 3)
+    jitted = fuser.jit(f)
+    assert_close_to_eager(jitted(x), f(x))
+    assert jitted.cache_info().fallback_ops == 0
