@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .cse import eliminate_common_subexpressions
+from .gc_pause import GC_PAUSE
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
 from .training import TrainingCall, forward_facts, plain_aot_metadata
@@ -162,7 +163,8 @@ class FuserBackend:
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
-                program = GraphProgram(plan_graph(graph), kind, record)
+                with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
+                    program = GraphProgram(plan_graph(graph), kind, record)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, len(example_inputs)):
                     direct.append(program)
@@ -175,7 +177,7 @@ class FuserBackend:
             fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
             inference_compiler=compiler("inference"), decompositions=decompositions(),
             partition_fn=_partition_joint, keep_inference_input_mutations=True)
-        with aot_config.patch(cse=False):
+        with aot_config.patch(cse=False), GC_PAUSE:
             compiled = aot(gm, example_inputs)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(

@@ -26,6 +26,7 @@ import torch
 from ..errors import FuserError, FusionInputError, InternalError
 from .backend import GraphRecord, backend_for
 from .direct import MISS, DirectCall
+from .gc_pause import GC_PAUSE
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
@@ -148,7 +149,9 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         token = CURRENT_STATS.set(stats)
         try:
-            with _DYNAMO_SETTINGS:  # read while Dynamo traces and writes the frame's code
+            # Dynamo's settings are read while it traces and writes the frame's code; the
+            # collector waits until the compile (if this call compiles) is done
+            with _DYNAMO_SETTINGS, GC_PAUSE:
                 out = self._compiled(*args, **kwargs)
             self._direct.remember()
             return out
