@@ -10,11 +10,13 @@ collapsible sections in a notebook.
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
+from .. import timing
 from .jit import JitFunction, JitModule, Stats, jit
 from .partition import ELEMENT, SIZE
 from .program import EagerStep, FusionStep, GraphProgram
@@ -45,9 +47,23 @@ class GraphReport:
 
 
 class ExplainReport:
-    def __init__(self, graphs: list[GraphReport], info: Any):
+    def __init__(self, graphs: list[GraphReport], info: Any, times: Optional[dict[str, float]] = None):
         self.graphs = graphs
         self.info = info
+        # ms of the explained call (forward and backward) per phase of fuser.timing, and in all
+        self.times = times or {}
+
+    def time_line(self) -> str:
+        """Where the explained call's time went: a first call compiles, so this is its compile
+        time; "Dynamo, AOTAutograd and the rest" is the call less fuser's own phases."""
+        if not self.times:
+            return ""
+        total = self.times["total"]
+        phases = [(k, v) for k, v in self.times.items() if k not in ("total", "other") and v >= 0.05]
+        rest = total - sum(v for _, v in phases)
+        inner = ", ".join(f"{k} {v:.1f}" for k, v in phases)
+        return (f"this call: {total:.1f} ms; fuser's phases: {inner or 'none (compiled before)'}; "
+                f"Dynamo, AOTAutograd and the rest: {rest:.1f} ms")
 
     @property
     def fusions(self) -> list[FusionReport]:
@@ -55,6 +71,8 @@ class ExplainReport:
 
     def __str__(self) -> str:
         out = [f"fuser.explain: {len(self.graphs)} captured graph(s); {self.info}"]
+        if self.times:
+            out.append(self.time_line())
         for gi, g in enumerate(self.graphs):
             out += [_rule(f"graph {gi}: captured by Dynamo"), g.dynamo_code.strip()]
             for p in g.programs:
@@ -74,7 +92,7 @@ class ExplainReport:
         esc = html.escape
         pre = lambda text: f"<pre style='font-size:85%'>{esc(text.strip())}</pre>"  # noqa: E731
         parts = [f"<div><b>fuser.explain</b>: {len(self.graphs)} captured graph(s)<br>"
-                 f"<code>{esc(str(self.info))}</code>"]
+                 f"<code>{esc(str(self.info))}</code>" + (f"<br>{esc(self.time_line())}" if self.times else "")]
         for gi, g in enumerate(self.graphs):
             parts.append(f"<details open><summary><b>graph {gi}</b></summary>")
             parts.append(f"<details><summary>captured by Dynamo</summary>{pre(g.dynamo_code)}</details>")
@@ -107,9 +125,20 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
     jitted = fn if isinstance(fn, (JitFunction, JitModule)) else jit(fn)
     target = jitted._jit if isinstance(jitted, JitModule) else jitted
     stats = Stats()
-    out = target._call(stats, args, kwargs)
-    _run_backward(out, fn, args, kwargs, stats)
-    return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info())
+    was_on, before = timing.enabled(), timing.totals()
+    timing.enable()
+    start = time.perf_counter()
+    try:
+        with timing.phase("other"):
+            out = target._call(stats, args, kwargs)
+            _run_backward(out, fn, args, kwargs, stats)
+        total = (time.perf_counter() - start) * 1e3
+        after = timing.totals()
+    finally:
+        timing.enable(was_on)
+    times = {k: (v - before.get(k, 0.0)) * 1e3 for k, v in after.items()}
+    times["total"] = total
+    return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info(), times)
 
 
 def _run_backward(out: Any, fn: Any, args: tuple, kwargs: dict, stats: Stats) -> None:

@@ -49,3 +49,20 @@ def test_explain_a_jitted_module_reuses_its_program():
     report = fuser.explain(model, x)
     assert report.info.graphs == 1
     assert "aten.addmm" in str(report) or "aten.mm" in str(report)
+
+
+def test_the_report_splits_the_calls_time_between_fuser_and_the_rest():
+    from fuser import timing
+
+    def f(x):
+        return torch.softmax(x * 1.5, -1)
+
+    was_on = timing.enabled()
+    report = fuser.explain(f, torch.randn(3, 9))
+    assert timing.enabled() == was_on  # switched on for the explained call only
+    times = report.times
+    assert times["total"] > 0 and times["codegen"] > 0 and times["planning"] > 0
+    assert sum(v for k, v in times.items() if k not in ("total", "other")) < times["total"]
+    line = str(report).splitlines()[1]
+    assert line.startswith("this call: ") and "codegen" in line and "Dynamo, AOTAutograd" in line
+    assert "this call: " in report._repr_html_()
