@@ -21,13 +21,13 @@ _SEGMENT_TAG = re.compile(r"_T\d+(?=_|$)")
 _PLACEHOLDER = "FUSER_CANONICAL_KERNEL"
 
 
-def split_header(source: str) -> tuple[str, str]:
-    """(the leading comment block, the code after it)."""
+def _without_header(source: str) -> str:
+    """`source` less its leading comment block (the segment's IR, in the fusion's names)."""
     lines = source.splitlines(keepends=True)
     k = 0
     while k < len(lines) and (not lines[k].strip() or lines[k].lstrip().startswith("#")):
         k += 1
-    return "".join(lines[:k]), "".join(lines[k:])
+    return "".join(lines[k:])
 
 
 def _renamer() -> Callable[[str], str]:
@@ -42,7 +42,7 @@ def canonical_form(name: str, source: str, scalar_params: Sequence[str],
                    digest: Callable[[str], str]) -> tuple[str, str, list[str]]:
     """(canonical kernel name, canonical code, scalar parameter names in that code) of kernel
     `name` in `source`; `digest` hashes a text (with the versions and target it compiles for)."""
-    _, code = split_header(source)
+    code = _without_header(source)
     rename = _renamer()
     # the kernel's name, and its helpers' (a split kernel's `<name>_partial`), carry the tag
     body = rename(named(code, name, _PLACEHOLDER))

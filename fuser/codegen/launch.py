@@ -12,7 +12,6 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
-
 import hashlib
 import math
 import re

@@ -3,7 +3,8 @@
 Dynamo captures Python into FX graphs (graph breaks are its business). AOTAutograd traces each
 graph to ATen with the core-ATen decompositions, functionalizes it, and, when gradients are
 needed, splits the joint graph into forward and backward with the min-cut partitioner (after
-fuser's common-subexpression elimination, `cse.py`), which chooses the activations to save (recomputing cheap pointwise values rather than storing them,
+fuser's common-subexpression elimination, `cse.py`), which chooses the activations to save
+(recomputing cheap pointwise values rather than storing them,
 never storing one value twice). Each ATen graph is planned (`partition.py`) and becomes a
 `GraphProgram`.
 

@@ -39,15 +39,16 @@ class _Unhashable(Exception):
     pass
 
 
-def _key_of(value: Any, replaced: dict) -> Any:
+def _key_of(value: Any) -> Any:
     """A hashable key for an argument; equal keys mean equal arguments (a value's type is part
-    of its key: 1, 1.0 and True are one dict key otherwise)."""
+    of its key: 1, 1.0 and True are one dict key otherwise). A replaced node's users already
+    read its replacement (`replace_all_uses_with`)."""
     if isinstance(value, Node):
-        return ("node", replaced.get(value, value))
+        return ("node", value)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_key_of(v, replaced) for v in value))
+        return (type(value).__name__, tuple(_key_of(v) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _key_of(v, replaced)) for k, v in sorted(value.items())))
+        return ("dict", tuple((k, _key_of(v)) for k, v in sorted(value.items())))
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", id(value.node))
     if isinstance(value, (float, complex)):
@@ -94,7 +95,7 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
     aliases_output = _output_storages(graph)
     region = 0
     seen: dict[tuple, Node] = {}
-    replaced: dict[Node, Node] = {}
+    replaced: list[Node] = []
     for node in list(graph.nodes):
         if node.op != "call_function":
             continue
@@ -104,13 +105,13 @@ def eliminate_common_subexpressions(graph: Graph) -> int:
         if _random(node) or node.target in _NOT_MERGED or node in aliases_output:
             continue
         try:
-            key = (region, node.target, _key_of(node.args, replaced), _key_of(dict(node.kwargs), replaced))
+            key = (region, node.target, _key_of(node.args), _key_of(dict(node.kwargs)))
         except _Unhashable:
             continue
         first = seen.setdefault(key, node)
         if first is not node:
             node.replace_all_uses_with(first)
-            replaced[node] = first
+            replaced.append(node)
     for node in replaced:
         graph.erase_node(node)
     return len(replaced)

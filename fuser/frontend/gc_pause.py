@@ -9,7 +9,8 @@ before, 3.34-3.38 s after (the train_block model 2.88-2.89 -> 2.68-2.70 s), peak
 higher.
 
 The collector's switch is process-wide: calls in several threads overlap, and it comes back on
-when the last of them leaves, and only if it was on when the first came in.
+when the last of them leaves, and only if it was on when the first came in (`Overlapped`, which
+fuser.jit's Dynamo settings use too).
 """
 from __future__ import annotations
 
@@ -17,24 +18,42 @@ import gc
 import threading
 
 
-class GcPause:
+class Overlapped:
+    """A process-wide setting held for calls that may overlap in several threads: set when the
+    first enters, put back when the last leaves (a plain set-and-restore per call would put
+    back another call's value, or leave the setting changed)."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.depth = 0
-        self.was_enabled = False
+
+    def set(self) -> None:
+        raise NotImplementedError
+
+    def put_back(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self) -> None:
         with self.lock:
             if self.depth == 0:
-                self.was_enabled = gc.isenabled()
-                gc.disable()
+                self.set()
             self.depth += 1
 
     def __exit__(self, *exc) -> None:
         with self.lock:
             self.depth -= 1
-            if self.depth == 0 and self.was_enabled:
-                gc.enable()
+            if self.depth == 0:
+                self.put_back()
+
+
+class GcPause(Overlapped):
+    def set(self) -> None:
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def put_back(self) -> None:
+        if self.was_enabled:
+            gc.enable()
 
 
 GC_PAUSE = GcPause()

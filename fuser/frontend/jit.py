@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 import types
 import warnings
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import torch
 from ..errors import FuserError, FusionInputError, InternalError
 from .backend import GraphRecord, backend_for
 from .direct import MISS, DirectCall
-from .gc_pause import GC_PAUSE
+from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
@@ -65,43 +64,29 @@ class Stats:
         return CacheInfo(calls=self.calls, graphs=len(self.records), **totals, compiled=len(compiled))
 
 
-class _DynamoSettings:
+class _DynamoSettings(Overlapped):
     """Dynamo's settings while fuser.jit goes through it. Dynamo then writes frame code without
     the two profiler hooks it calls around reading the graph's arguments on every call
     ("Pregraph bytecode" in a profile, about 1-2 us), and keeps Python floats the function reads
     as constants guarded by value: traced as 0-dim tensors they would cut fusions on the GPU, so
     the backend would ask for a second trace with them specialized anyway
     (`_restart_with_floats_specialized`; the second trace cost 25-90 ms of a jit rmsnorm's
-    first call on the development CPU). Dynamo's config is global: calls in several threads
-    overlap, and the settings come back when the last of them leaves (a plain config.patch per
-    call would restore another call's values); a `torch.compile` traced in another thread while
-    a fuser.jit call is in flight sees them too (its floats specialized: more recompiles, the
-    same results). Dynamo is imported on first use, not with fuser."""
+    first call on the development CPU). Dynamo's config is global (`Overlapped`): a
+    `torch.compile` traced in another thread while a fuser.jit call is in flight sees these
+    settings too (its floats specialized: more recompiles, the same results). Dynamo is imported
+    on first use, not with fuser."""
 
     SETTINGS = {"record_runtime_overhead": False, "specialize_float": True}
 
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.saved: dict = {}
-
-    def __enter__(self) -> None:
+    def set(self) -> None:
         config = torch._dynamo.config
-        with self.lock:
-            if self.depth == 0:
-                for name, value in self.SETTINGS.items():
-                    if hasattr(config, name):
-                        self.saved[name] = getattr(config, name)
-                        setattr(config, name, value)
-            self.depth += 1
+        self.saved = {name: getattr(config, name) for name in self.SETTINGS if hasattr(config, name)}
+        for name in self.saved:
+            setattr(config, name, self.SETTINGS[name])
 
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.depth -= 1
-            if self.depth == 0:
-                for name, value in self.saved.items():
-                    setattr(torch._dynamo.config, name, value)
-                self.saved = {}
+    def put_back(self) -> None:
+        for name, value in self.saved.items():
+            setattr(torch._dynamo.config, name, value)
 
 
 _DYNAMO_SETTINGS = _DynamoSettings()

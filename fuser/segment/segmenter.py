@@ -57,7 +57,7 @@ class Segmenter:
                     out.add(self.group_of[id(p)])
         return out
 
-    def consumers(self, g: _Group, groups: list[_Group]) -> set[_Group]:
+    def consumers(self, g: _Group) -> set[_Group]:
         out = set()
         for e in g.exprs:
             for v in e.outputs:
@@ -67,8 +67,9 @@ class Segmenter:
                         out.add(h)
         return out
 
-    def reaches(self, src: _Group, dst: _Group, groups: list[_Group], skip_direct: bool) -> bool:
-        stack = [h for h in self.consumers(src, groups) if not (skip_direct and h is dst)]
+    def reaches(self, src: _Group, dst: _Group) -> bool:
+        """Whether `dst` depends on `src` other than directly (through a third group)."""
+        stack = [h for h in self.consumers(src) if h is not dst]
         seen = set()
         while stack:
             h = stack.pop()
@@ -77,11 +78,11 @@ class Segmenter:
             if h in seen:
                 continue
             seen.add(h)
-            stack.extend(self.consumers(h, groups))
+            stack.extend(self.consumers(h))
         return False
 
-    def acyclic_merge(self, a: _Group, b: _Group, groups: list[_Group]) -> bool:
-        return not (self.reaches(a, b, groups, True) or self.reaches(b, a, groups, True))
+    def acyclic_merge(self, a: _Group, b: _Group) -> bool:
+        return not (self.reaches(a, b) or self.reaches(b, a))
 
     def merged_io(self, exprs: list[Expr]):
         """`segment_io` of a group: its outputs are the values a fusion output or an expr
@@ -96,7 +97,7 @@ class Segmenter:
     def try_merge(self, a: _Group, b: _Group, groups: list[_Group]) -> bool:
         if a.kernel != b.kernel:
             return False
-        if not self.acyclic_merge(a, b, groups):
+        if not self.acyclic_merge(a, b):
             a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle", b.exprs[0]))
             return False
         exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
@@ -146,7 +147,7 @@ class Segmenter:
         while joined:
             joined = False
             for g in sorted((g for g in groups if scalar(g)), key=lambda g: -g.first):
-                for c in sorted(self.consumers(g, groups), key=lambda c: c.first):
+                for c in sorted(self.consumers(g), key=lambda c: c.first):
                     if c.kernel and not scalar(c) and self.try_merge(c, g, groups):
                         joined = True
                         break
@@ -175,7 +176,7 @@ class Segmenter:
                     if key in tried:
                         continue
                     tried.add(key)
-                    if not self.acyclic_merge(a, b, groups):
+                    if not self.acyclic_merge(a, b):
                         continue
                     exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
                     with phase("planning"):
