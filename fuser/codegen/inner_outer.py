@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
 from ..ir import Expr, ReductionOpType, TensorView, Val
 from ..schedulers.plan import KernelPlan
 from . import parallel_compile
@@ -130,13 +132,16 @@ class TwoKernels:
         source.update({id(v): ("columns", k) for k, v in enumerate(parts.columns.outputs)})
         self.give = [source[id(o)] for o in plan.outputs]
 
-    def prepare(self, inputs, scalars, values, device) -> "_TwoLaunches":
+    def prepare(self, inputs, scalars, values, device, ahead=None) -> "_TwoLaunches":
+        """`ahead`: see KernelLauncher.prepare."""
         row_launch = None
         made = {"in": list(inputs), "rows": []}
         if self.rows is not None:
-            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device)
-            made["rows"] = self.rows.allocate_outputs(values, device)  # for their sizes and strides
-        column_launch = self.columns.prepare([made[s][k] for s, k in self.column_take], scalars, values, device)
+            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device, ahead=ahead)
+            # for their sizes and strides
+            made["rows"] = self.rows.allocate_outputs(values, torch.device("meta") if ahead is not None else device)
+        column_launch = self.columns.prepare([made[s][k] for s, k in self.column_take], scalars, values, device,
+                                             ahead=ahead)
         return _TwoLaunches(row_launch, column_launch, self.row_take, self.column_take, self.give)
 
 

@@ -35,13 +35,14 @@ from .canonical import named
 from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import _DirectStep, _Step, current_device
+from .steps import StandIn, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
 
 _INT32_LIMIT = 2**31
+META = torch.device("meta")
 _MISSING = object()
 
 
@@ -184,15 +185,17 @@ class KernelLauncher:
         return launch(inputs, device, dests)
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
-                dests=None) -> "Optional[_Launch]":
+                dests=None, ahead: Optional[list] = None) -> "Optional[_Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
         local tensors, the local extents and the destinations' strides: see `run_local`).
         None: the caller evaluates the segment through ATen (an empty loop space, or a form
-        this plan has no kernel for)."""
+        this plan has no kernel for). `ahead`: prepare for `compile_ahead` instead (outputs
+        on the meta device, nothing launched or timed), appending the compile jobs of every
+        form the first launch would compile to that list."""
         if local_extents is not None and self.plan.axes.resized:
             return None  # a resize's offsets are global extents: ATen runs local tensors
         if out_shapes is None:
-            outputs = self.allocate_outputs(values, device)
+            outputs = self.allocate_outputs(values, META if ahead is not None else device)
         else:
             dests = dests if dests is not None else [None] * len(out_shapes)
             outputs = [d if d is not None else torch.empty(shape, dtype=o.dtype.to_torch(), device=device)
@@ -222,7 +225,7 @@ class KernelLauncher:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-            return self._two_kernels.prepare(inputs, scalars, values, device)
+            return self._two_kernels.prepare(inputs, scalars, values, device, ahead)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
@@ -310,6 +313,7 @@ class KernelLauncher:
                            Semaphores(semaphores) if semaphores else None)
 
         launch = build(variants, step_params, stages)
+        forms = []  # the launch forms timed against each other, the default first
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
             # which form wins depends on the kernel: the forms are timed once per bucket
             forms = [("default", None)]
@@ -324,22 +328,38 @@ class KernelLauncher:
             forms += [(f"looped, {p.block1} columns a chunk, {p.num_warps} warps, constant row length",
                        lambda p=p: build(["looped_static"], {"looped_static": p}, 1))
                       for p in looped_forms(params, rows, cols)]
-            if len(forms) > 1:
-                launch = _fastest_form(launch, forms, rows, cols, inputs, device)
         elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \
                 and variants in (["split"], ["looped"]):
             forms = [("default", None)] + [
                 (f"unsplit, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
                 for p in outer_forms(params, _processors(device))]
-            if len(forms) > 1:
-                launch = _fastest_form(launch, forms, rows, cols, inputs, device)
+        if len(forms) > 1:
+            return _fastest_form(launch, forms, rows, cols, inputs, device, ahead)
+        if ahead is not None:
+            ahead += launch.ahead_jobs(inputs, device)
         return launch
 
+    def compile_ahead(self, inputs, scalars, values, device) -> tuple[Optional[list], list]:
+        """For a runtime's compile-ahead pass: the outputs this segment would make, as meta
+        tensors (None: it would run through ATen), and the jobs compiling every kernel its
+        first launch would compile, with stand-ins for its tensors. Nothing is launched,
+        allocated on the device or kept: the first real call prepares its launch as always and
+        finds Triton's kernels compiled. `inputs`: real or meta tensors (only their layouts
+        are read)."""
+        jobs: list = []
+        launch = self.prepare(inputs, scalars, values, device, ahead=jobs)
+        if launch is None:
+            return None, []
+        return self.allocate_outputs(values, META), jobs
 
-def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs, device) -> "_Launch":
+
+def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs, device,
+                  ahead: Optional[list] = None) -> "_Launch":
     """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
-    compiling every form side by side. A form is built only if it is timed or chosen."""
+    compiling every form side by side. A form is built only if it is timed or chosen.
+    `ahead` (see `prepare`): append the compile jobs of the forms to time, or of the
+    remembered one, and return the default untimed."""
     labels = ",".join(label for label, _ in forms)
     # the kernels' canonical names (a digest of their canonical code): kernels alike but for
     # their tensors' names (a model's layers) share one measurement
@@ -351,6 +371,11 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
         if made[k] is None:
             made[k] = forms[k][1]()
         return made[k]
+    if ahead is not None:
+        chosen = autotune.CHOICES.get(key)
+        for k in range(len(forms)) if chosen is None or not 0 <= chosen < len(forms) else [chosen]:
+            ahead += form(k).ahead_jobs(inputs, device)
+        return default
     with phase("autotune"):
         if autotune.CHOICES.get(key) is None:  # to be timed: compile them all at once first
             jobs = []
@@ -429,6 +454,17 @@ class _Launch:
             if self.semaphores is not None:
                 tensors.append(self.semaphores.get(device, key))
         return tensors, outputs
+
+    def ahead_jobs(self, inputs: Sequence, device) -> list[Callable[[], None]]:
+        """`compile_jobs` with stand-ins for the tensors (compile ahead): `inputs` real or meta
+        tensors; outputs, workspaces and semaphores are fresh allocations, aligned."""
+        tensors = [StandIn.of(t, device) for t in inputs]
+        tensors += [StandIn(dtype, device) for _, dtype in self.out_specs]
+        if self.workspaces is not None:
+            tensors += [StandIn(dtype, device) for _, dtype in self.workspaces.specs]
+        if self.semaphores is not None:
+            tensors.append(StandIn(torch.int32, device))
+        return self.compile_jobs(tensors)
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
         """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);

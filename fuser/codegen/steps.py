@@ -23,6 +23,28 @@ class _Step:
 NO_CONTEXT = contextlib.nullcontext()
 
 
+class StandIn:
+    """What compiling a kernel reads of a tensor argument, without the tensor (a runtime's
+    compile-ahead pass has meta tensors): its dtype, its device, and an address whose
+    alignment is the tensor's (Triton specializes on pointers divisible by 16). A stand-in
+    that guesses the alignment wrong costs a compile at the launch, not a wrong kernel: the
+    launch looks its kernel up by the real arguments."""
+
+    __slots__ = ("dtype", "device", "address")
+
+    def __init__(self, dtype: torch.dtype, device: torch.device, address: int = 0):
+        self.dtype, self.device, self.address = dtype, device, address
+
+    @staticmethod
+    def of(t: torch.Tensor, device: torch.device) -> "StandIn":
+        # a meta tensor's base is taken as aligned, as every allocation is
+        address = t.storage_offset() * t.element_size() if t.device.type == "meta" else t.data_ptr()
+        return StandIn(t.dtype, device, address)
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
 def raw_stream_fallback(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
@@ -77,7 +99,7 @@ class _DirectStep(_Step):
         """Compile the kernel for these arguments without launching it (parallel_compile),
         on the arguments' device; any error is left to the launch."""
         try:
-            device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+            device = next((a.device for a in args if isinstance(a, (torch.Tensor, StandIn))), None)
             with torch.cuda.device(device) if device is not None and device.type == "cuda" else NO_CONTEXT:
                 self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)._init_handles()
         except Exception:  # noqa: BLE001 - the launch compiles again and raises it there

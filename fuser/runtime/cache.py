@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..codegen import KernelLauncher, target_for
+from ..codegen import KernelLauncher, parallel_compile, target_for
 from ..dump import dump_flags
 from ..codegen.launch import scalar_key
 from ..codegen.kernel import can_emit
@@ -25,6 +25,12 @@ from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
+
+
+# targets whose kernels compile before they run (not Triton's interpreter): where compiling
+# ahead pays; tests add the interpreter to run the pass there
+COMPILE_AHEAD_TARGETS = ("cuda",)
+META = torch.device("meta")
 
 
 def signature(args: Sequence[Any]) -> tuple:
@@ -72,6 +78,9 @@ class FusionRuntime:
                          if isinstance(v, Scalar) and not v.is_constant}
                 self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
         self.single = self._single_kernel()
+        # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
+        self.ahead = (use_kernels and self.target in COMPILE_AHEAD_TARGETS and parallel_compile.enabled()
+                      and os.environ.get("FUSER_COMPILE_AHEAD", "1") != "0" and len(self.launchers) > 1)
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
@@ -114,13 +123,19 @@ class FusionRuntime:
         env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
-        for seg in self.segments:
+        ahead = self.ahead
+        for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
             if launcher is None:
                 run_exprs(seg.exprs, env)
                 continue
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
-            outs = launcher.run([env[v] for v in seg.inputs], scalars, table.values, self.device)
+            inputs = [env[v] for v in seg.inputs]
+            if ahead:  # this runtime's first launch of its first kernel: compile the rest with it
+                ahead = False
+                if not launcher.launches:
+                    self.compile_ahead(index, env, table)
+            outs = launcher.run(inputs, scalars, values, self.device)
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env)
                 continue
@@ -128,6 +143,51 @@ class FusionRuntime:
                 env[o] = t
             _note_source(seg, launcher.last_source)
         return [env[o] for o in self.fusion.outputs()]
+
+    def compile_ahead(self, start: int, env: Environment, table: BindingTable) -> int:
+        """Compile the kernels of segments `start` on, side by side, before the first of them
+        launches (`env` holds the values computed before it). Kernels otherwise compile at
+        their first launch, one launch at a time, and a model's first call would wait for
+        each in turn (a fraction of a second each on the GPU). The segments run here on meta
+        tensors: kernel segments through `KernelLauncher.compile_ahead`, the others through
+        ATen's meta kernels, for their outputs' layouts. Nothing runs on the device. A segment
+        whose outputs cannot be known without running it (a data-dependent shape) ends the
+        pass: the kernels found so far still compile. Returns the number of compile jobs."""
+        values = table.values
+        metas = Environment(EvalContext(table, META))
+        jobs: list = []
+
+        def layout_of(v):  # kernel inputs: the real tensor where there is one (its alignment)
+            return env[v] if v in env or isinstance(v, Scalar) else metas[v]
+
+        def meta_of(v):
+            if v in metas:
+                return metas[v]
+            value = env[v]
+            if isinstance(value, torch.Tensor):
+                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=META)
+            metas[v] = value
+            return value
+        try:
+            for seg in self.segments[start:]:
+                launcher = self.launchers.get(id(seg))
+                outs = None
+                if launcher is not None:
+                    scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
+                    outs, found = launcher.compile_ahead([layout_of(v) for v in seg.inputs], scalars, values,
+                                                         self.device)
+                    jobs += found
+                if outs is None:  # through ATen: its meta kernels give the outputs' layouts
+                    for v in seg.inputs:
+                        meta_of(v)
+                    run_exprs(seg.exprs, metas)
+                else:
+                    for o, t in zip(seg.outputs, outs):
+                        metas[o] = t
+        except Exception:  # noqa: BLE001 - the real run meets (and reports) whatever failed here
+            pass
+        parallel_compile.compile_together(jobs)
+        return len(jobs)
 
     def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
         """After `run(args, table)`: for a single-kernel fusion, the call that repeats it for
