@@ -109,7 +109,7 @@ def main() -> None:
             print(f"{row}: failed\n{done.stderr[-2000:]}")
             continue
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    cols = ["first_ms", "lowering_ms", "segmentation", "planning", "codegen", "load", "first launch",
+    cols = ["first_ms", "lowering_ms", "segmentation", "planning", "codegen", "load", "compile ahead", "first launch",
             "kernels", "compiled"]
     print(f"# First forward + backward of jitted models, {device} (ms)\n")
     print("| model | " + " | ".join(cols) + " |\n| --- |" + " --- |" * len(cols))

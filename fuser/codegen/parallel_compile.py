@@ -7,7 +7,11 @@ H200 machine. Before the first launch every kernel's arguments exist (outputs an
 are allocated first), so each kernel can be compiled ahead, in threads: ptxas and the C
 compiler run as subprocesses and Triton's passes run in C++. The launches that follow find
 the kernels compiled. A compile that fails here is left to the launch, which reports it as
-it always did. `FUSER_PARALLEL_COMPILE=0` turns this off.
+it always did. `FUSER_PARALLEL_COMPILE=0` turns this off; `FUSER_COMPILE_THREADS` sets the
+number of threads (default: the processor count, at most 8).
+
+A runtime's first call compiles the kernels of all its launches the same way, before the first
+of them runs (`FusionRuntime.compile_ahead`).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            workers = max(2, min(8, os.cpu_count() or 2))
+            workers = int(os.environ.get("FUSER_COMPILE_THREADS", "0")) or max(2, min(8, os.cpu_count() or 2))
             _pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fuser-compile")
         return _pool
 

@@ -25,6 +25,7 @@ from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
+from ..timing import phase
 
 
 # targets whose kernels compile before they run (not Triton's interpreter): where compiling
@@ -186,7 +187,8 @@ class FusionRuntime:
                         metas[o] = t
         except Exception:  # noqa: BLE001 - the real run meets (and reports) whatever failed here
             pass
-        parallel_compile.compile_together(jobs)
+        with phase("compile ahead"):
+            parallel_compile.compile_together(jobs)
         return len(jobs)
 
     def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
