@@ -13,8 +13,9 @@ FusionDefinitions; for jit rows the lowering of the ATen graphs), passes, segmen
 planning (the scheduler's accept/refuse calls made by the segmenter), codegen (Triton source),
 load (disk cache, module import, triton.jit), compile ahead (Triton compiling the kernels of a
 fusion's launches side by side before the first of them, on the GPU), first launch (Triton's
-compile of what was not compiled ahead on the GPU; on the CPU the interpreter runs the kernel), runtime (fuser's remaining work: binding, runtime setup,
-launch preparation, ATen segments) and Dynamo+AOT (jit rows: AOTAutograd, and Dynamo's tracing
+compile of what was not compiled ahead on the GPU; on the CPU the interpreter runs the
+kernel), runtime (fuser's remaining work: binding, runtime setup, launch preparation, ATen
+segments) and Dynamo+AOT (jit rows: AOTAutograd, and Dynamo's tracing
 with whatever else is outside fuser). Imports (torch, fuser, and Triton where fuser does not
 import it), Triton's driver module (with the Gluon package its first specialization imports)
 and Triton's installation digest (the "Triton key") are paid once per process: they are done

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
 from ..ir import Expr, ReductionOpType, TensorView, Val
 from ..schedulers.plan import KernelPlan
 from . import parallel_compile
 from .kernel import KernelSource, KernelWriter, generate
 from .layout import Layout
 from .scope import Scope
+from .steps import META
 
 
 class RowLoopWriter(KernelWriter):
@@ -132,16 +131,17 @@ class TwoKernels:
         source.update({id(v): ("columns", k) for k, v in enumerate(parts.columns.outputs)})
         self.give = [source[id(o)] for o in plan.outputs]
 
-    def prepare(self, inputs, scalars, values, device, ahead=None) -> "_TwoLaunches":
-        """`ahead`: see KernelLauncher.prepare."""
+    def prepare(self, inputs, scalars, values, device, ahead_jobs=None) -> "_TwoLaunches":
+        """`ahead_jobs`: see KernelLauncher.prepare."""
         row_launch = None
         made = {"in": list(inputs), "rows": []}
         if self.rows is not None:
-            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device, ahead=ahead)
+            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device,
+                                           ahead_jobs=ahead_jobs)
             # for their sizes and strides
-            made["rows"] = self.rows.allocate_outputs(values, torch.device("meta") if ahead is not None else device)
+            made["rows"] = self.rows.allocate_outputs(values, META if ahead_jobs is not None else device)
         column_launch = self.columns.prepare([made[s][k] for s, k in self.column_take], scalars, values, device,
-                                             ahead=ahead)
+                                             ahead_jobs=ahead_jobs)
         return _TwoLaunches(row_launch, column_launch, self.row_take, self.column_take, self.give)
 
 
@@ -159,14 +159,14 @@ class _TwoLaunches:
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         if self.cold:
             self.cold = False
-            self._compile_ahead(inputs, device)
+            self._compile_together(inputs, device)
         made = {"in": inputs, "rows": []}
         if self.row_launch is not None:
             made["rows"] = self.row_launch([inputs[k] for k in self.row_take], device)
         made["columns"] = self.column_launch([made[s][k] for s, k in self.column_take], device)
         return [made[s][k] for s, k in self.give]
 
-    def _compile_ahead(self, inputs, device) -> None:
+    def _compile_together(self, inputs, device) -> None:
         """Compile the row kernel and the column kernels side by side before the first launch:
         the column kernels' arguments are made here from the row kernel's output specs (its
         outputs do not exist before it runs), once."""

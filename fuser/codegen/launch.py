@@ -35,14 +35,13 @@ from .canonical import named
 from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import StandIn, _DirectStep, _Step, current_device
+from .steps import META, StandIn, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
 
 _INT32_LIMIT = 2**31
-META = torch.device("meta")
 _MISSING = object()
 
 
@@ -185,17 +184,17 @@ class KernelLauncher:
         return launch(inputs, device, dests)
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
-                dests=None, ahead: Optional[list] = None) -> "Optional[_Launch]":
+                dests=None, ahead_jobs: "Optional[CompileJobs]" = None) -> "Optional[_Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
         local tensors, the local extents and the destinations' strides: see `run_local`).
         None: the caller evaluates the segment through ATen (an empty loop space, or a form
-        this plan has no kernel for). `ahead`: prepare for `compile_ahead` instead (outputs
-        on the meta device, nothing launched or timed), appending the compile jobs of every
-        form the first launch would compile to that list."""
+        this plan has no kernel for). `ahead_jobs`: prepare for `compile_ahead` instead
+        (outputs on the meta device, nothing launched or timed), adding the compile jobs of
+        every form the first launch would compile to it."""
         if local_extents is not None and self.plan.axes.resized:
             return None  # a resize's offsets are global extents: ATen runs local tensors
         if out_shapes is None:
-            outputs = self.allocate_outputs(values, META if ahead is not None else device)
+            outputs = self.allocate_outputs(values, META if ahead_jobs is not None else device)
         else:
             dests = dests if dests is not None else [None] * len(out_shapes)
             outputs = [d if d is not None else torch.empty(shape, dtype=o.dtype.to_torch(), device=device)
@@ -225,7 +224,7 @@ class KernelLauncher:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-            return self._two_kernels.prepare(inputs, scalars, values, device, ahead)
+            return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
@@ -334,31 +333,30 @@ class KernelLauncher:
                 (f"unsplit, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
                 for p in outer_forms(params, _processors(device))]
         if len(forms) > 1:
-            return _fastest_form(launch, forms, rows, cols, inputs, device, ahead)
-        if ahead is not None:
-            ahead += launch.ahead_jobs(inputs, device)
+            return _fastest_form(launch, forms, rows, cols, inputs, device, ahead_jobs)
+        if ahead_jobs is not None:
+            ahead_jobs.add(launch, inputs, device)
         return launch
 
-    def compile_ahead(self, inputs, scalars, values, device) -> tuple[Optional[list], list]:
+    def compile_ahead(self, inputs, scalars, values, device, jobs: "CompileJobs") -> Optional[list]:
         """For a runtime's compile-ahead pass: the outputs this segment would make, as meta
-        tensors (None: it would run through ATen), and the jobs compiling every kernel its
-        first launch would compile, with stand-ins for its tensors. Nothing is launched,
-        allocated on the device or kept: the first real call prepares its launch as always and
-        finds Triton's kernels compiled. `inputs`: real or meta tensors (only their layouts
-        are read)."""
-        jobs: list = []
-        launch = self.prepare(inputs, scalars, values, device, ahead=jobs)
-        if launch is None:
-            return None, []
-        return self.allocate_outputs(values, META), jobs
+        tensors (None: it would run through ATen), after adding to `jobs` the compile of every
+        kernel its first launch would compile, with stand-ins for its tensors. Nothing is
+        launched or allocated on the device, and no launch is kept (the kernels' generated
+        variants are, as the real call would make them): the first real call prepares its
+        launch as always and finds Triton's kernels compiled. `inputs`: real or meta tensors
+        (only their layouts are read)."""
+        if self.prepare(inputs, scalars, values, device, ahead_jobs=jobs) is None:
+            return None
+        return self.allocate_outputs(values, META)
 
 
 def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs, device,
-                  ahead: Optional[list] = None) -> "_Launch":
+                  ahead_jobs: "Optional[CompileJobs]" = None) -> "_Launch":
     """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
     compiling every form side by side. A form is built only if it is timed or chosen.
-    `ahead` (see `prepare`): append the compile jobs of the forms to time, or of the
+    `ahead_jobs` (see `prepare`): add the compile jobs of the forms to time, or of the
     remembered one, and return the default untimed."""
     labels = ",".join(label for label, _ in forms)
     # the kernels' canonical names (a digest of their canonical code): kernels alike but for
@@ -371,10 +369,10 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
         if made[k] is None:
             made[k] = forms[k][1]()
         return made[k]
-    if ahead is not None:
+    if ahead_jobs is not None:
         chosen = autotune.CHOICES.get(key)
         for k in range(len(forms)) if chosen is None or not 0 <= chosen < len(forms) else [chosen]:
-            ahead += form(k).ahead_jobs(inputs, device)
+            ahead_jobs.add(form(k), inputs, device)
         return default
     with phase("autotune"):
         if autotune.CHOICES.get(key) is None:  # to be timed: compile them all at once first
@@ -384,6 +382,30 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
             parallel_compile.compile_together(jobs)
         return form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in range(len(forms))], device,
                                          labels=[label for label, _ in forms]))
+
+
+class CompileJobs:
+    """The compile jobs a compile-ahead pass collects (`FusionRuntime.compile_ahead`), each
+    kernel specialization once: a model's layers share their kernels (canonical forms), and
+    Triton would compile a kernel asked for twice at once twice."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Callable[[], None]] = []
+        self.seen: set[tuple] = set()
+
+    def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
+        tensors = launch.stand_ins(inputs, device)
+        for step, template, slots in launch.steps:
+            if not isinstance(step, _DirectStep) or step.compiled is not None:
+                continue
+            args = list(template)
+            for pos, k in slots:
+                args[pos] = tensors[k]
+            key = (id(step.fn), tuple(step.kwargs.items()),
+                   tuple((a.dtype, a.data_ptr() % 16) if isinstance(a, StandIn) else (type(a), a) for a in args))
+            if key not in self.seen:
+                self.seen.add(key)
+                self.jobs.append(lambda step=step, args=args: step.precompile(args))
 
 
 # a split outer reduction runs as one kernel, its last program a column block combining
@@ -455,16 +477,17 @@ class _Launch:
                 tensors.append(self.semaphores.get(device, key))
         return tensors, outputs
 
-    def ahead_jobs(self, inputs: Sequence, device) -> list[Callable[[], None]]:
-        """`compile_jobs` with stand-ins for the tensors (compile ahead): `inputs` real or meta
-        tensors; outputs, workspaces and semaphores are fresh allocations, aligned."""
+    def stand_ins(self, inputs: Sequence, device) -> list:
+        """What `compile_jobs` needs of this launch's tensors, without them (compile ahead):
+        `inputs` real or meta tensors; outputs, workspaces and semaphores are fresh
+        allocations, so aligned."""
         tensors = [StandIn.of(t, device) for t in inputs]
         tensors += [StandIn(dtype, device) for _, dtype in self.out_specs]
         if self.workspaces is not None:
             tensors += [StandIn(dtype, device) for _, dtype in self.workspaces.specs]
         if self.semaphores is not None:
             tensors.append(StandIn(torch.int32, device))
-        return self.compile_jobs(tensors)
+        return tensors
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
         """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);

@@ -32,9 +32,16 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            workers = int(os.environ.get("FUSER_COMPILE_THREADS", "0")) or max(2, min(8, os.cpu_count() or 2))
-            _pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fuser-compile")
+            _pool = concurrent.futures.ThreadPoolExecutor(_workers(), thread_name_prefix="fuser-compile")
         return _pool
+
+
+def _workers() -> int:
+    """FUSER_COMPILE_THREADS where it is a positive number, else the processor count, at most 8."""
+    asked = os.environ.get("FUSER_COMPILE_THREADS", "")
+    if asked.isdigit() and int(asked) > 0:
+        return int(asked)
+    return max(2, min(8, os.cpu_count() or 2))
 
 
 def compile_together(jobs: Sequence[Callable[[], None]]) -> None:

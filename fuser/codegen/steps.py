@@ -21,6 +21,7 @@ class _Step:
 
 
 NO_CONTEXT = contextlib.nullcontext()
+META = torch.device("meta")  # where a compile-ahead pass makes its tensors
 
 
 class StandIn:

@@ -283,7 +283,10 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
     scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
     if dropout_p:
         raise UnsupportedError("sdpfa_fwd: dropout_p > 0 is not supported by the evaluator")
-    if q.is_cuda:
+    # on meta tensors standing for a GPU (a compile-ahead pass), flash's output layout (a
+    # guess: flash may still refuse the shapes there)
+    if q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
+                     and q.dtype in (torch.float16, torch.bfloat16)):
         try:
             res = torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, 0.0, bool(is_causal), False, scale=scale)

@@ -28,6 +28,9 @@ class EvalContext:
         # the sharding math's local_sizes, or a runtime's precompiled LocalSizes
         self._sizes = sizes or local_sizes
         self._transposed: dict[int, tuple] = {}  # id -> (a weight, its .t()), this execution's
+        # the device a run on meta tensors stands for (a compile-ahead pass), where a rule's
+        # output layout depends on the device's kernel
+        self.stands_for: Optional[torch.device] = None
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         return self._sizes(tv, self.table, self.with_streams, self.stream_index)

@@ -13,8 +13,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, parallel_compile, target_for
+from ..codegen.launch import CompileJobs, scalar_key
+from ..codegen.steps import META
 from ..dump import dump_flags
-from ..codegen.launch import scalar_key
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
@@ -31,7 +32,14 @@ from ..timing import phase
 # targets whose kernels compile before they run (not Triton's interpreter): where compiling
 # ahead pays; tests add the interpreter to run the pass there
 COMPILE_AHEAD_TARGETS = ("cuda",)
-META = torch.device("meta")
+
+
+def _meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor of t's shape, strides and dtype whose storage offset keeps t's 16-byte
+    alignment, so that views made of it on meta tell their kernels' stand-ins the truth."""
+    offset = (t.data_ptr() % 16) // t.element_size()
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    return torch.empty(offset + span, dtype=t.dtype, device=META).as_strided(t.shape, t.stride(), offset)
 
 
 def signature(args: Sequence[Any]) -> tuple:
@@ -80,8 +88,10 @@ class FusionRuntime:
                 self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
         self.single = self._single_kernel()
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
-        self.ahead = (use_kernels and self.target in COMPILE_AHEAD_TARGETS and parallel_compile.enabled()
-                      and os.environ.get("FUSER_COMPILE_AHEAD", "1") != "0" and len(self.launchers) > 1)
+        self.compile_ahead_pending = (
+            use_kernels and self.target in COMPILE_AHEAD_TARGETS and parallel_compile.enabled()
+            and os.environ.get("FUSER_COMPILE_AHEAD", "1") != "0" and len(self.launchers) > 1)
+        self._ahead_lock = threading.Lock()
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
@@ -124,7 +134,7 @@ class FusionRuntime:
         env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
-        ahead = self.ahead
+        pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
             if launcher is None:
@@ -132,10 +142,9 @@ class FusionRuntime:
                 continue
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
             inputs = [env[v] for v in seg.inputs]
-            if ahead:  # this runtime's first launch of its first kernel: compile the rest with it
-                ahead = False
-                if not launcher.launches:
-                    self.compile_ahead(index, env, table)
+            if pending:  # this runtime's first kernel launch: compile every launch's kernels first
+                pending = False
+                self._claim_compile_ahead(index, env, table)
             outs = launcher.run(inputs, scalars, values, self.device)
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env)
@@ -145,6 +154,12 @@ class FusionRuntime:
             _note_source(seg, launcher.last_source)
         return [env[o] for o in self.fusion.outputs()]
 
+    def _claim_compile_ahead(self, start: int, env: Environment, table: BindingTable) -> None:
+        with self._ahead_lock:  # another thread's first call waits, then finds the kernels compiled
+            if self.compile_ahead_pending:
+                self.compile_ahead_pending = False
+                self.compile_ahead(start, env, table)
+
     def compile_ahead(self, start: int, env: Environment, table: BindingTable) -> int:
         """Compile the kernels of segments `start` on, side by side, before the first of them
         launches (`env` holds the values computed before it). Kernels otherwise compile at
@@ -153,10 +168,15 @@ class FusionRuntime:
         tensors: kernel segments through `KernelLauncher.compile_ahead`, the others through
         ATen's meta kernels, for their outputs' layouts. Nothing runs on the device. A segment
         whose outputs cannot be known without running it (a data-dependent shape) ends the
-        pass: the kernels found so far still compile. Returns the number of compile jobs."""
+        pass: the kernels found so far still compile. A layout guessed wrong here (an ATen op
+        whose meta kernel gives other strides than its device kernel) costs a compile at the
+        launch, not a wrong kernel. Runs once per runtime, at its first call (later calls with
+        new sizes compile at their launches). Returns the number of compile jobs."""
         values = table.values
-        metas = Environment(EvalContext(table, META))
-        jobs: list = []
+        meta_ctx = EvalContext(table, META)
+        meta_ctx.stands_for = self.device
+        metas = Environment(meta_ctx)
+        jobs = CompileJobs()
 
         def layout_of(v):  # kernel inputs: the real tensor where there is one (its alignment)
             return env[v] if v in env or isinstance(v, Scalar) else metas[v]
@@ -166,7 +186,7 @@ class FusionRuntime:
                 return metas[v]
             value = env[v]
             if isinstance(value, torch.Tensor):
-                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=META)
+                value = _meta_like(value)
             metas[v] = value
             return value
         try:
@@ -175,9 +195,8 @@ class FusionRuntime:
                 outs = None
                 if launcher is not None:
                     scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
-                    outs, found = launcher.compile_ahead([layout_of(v) for v in seg.inputs], scalars, values,
-                                                         self.device)
-                    jobs += found
+                    outs = launcher.compile_ahead([layout_of(v) for v in seg.inputs], scalars, values,
+                                                  self.device, jobs)
                 if outs is None:  # through ATen: its meta kernels give the outputs' layouts
                     for v in seg.inputs:
                         meta_of(v)
@@ -187,9 +206,12 @@ class FusionRuntime:
                         metas[o] = t
         except Exception:  # noqa: BLE001 - the real run meets (and reports) whatever failed here
             pass
-        with phase("compile ahead"):
-            parallel_compile.compile_together(jobs)
-        return len(jobs)
+        try:
+            with phase("compile ahead"):
+                parallel_compile.compile_together(jobs.jobs)  # (each job catches its own errors)
+        except Exception:  # noqa: BLE001 - a pool that cannot start: the launches compile
+            pass
+        return len(jobs.jobs)
 
     def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
         """After `run(args, table)`: for a single-kernel fusion, the call that repeats it for

@@ -62,7 +62,7 @@ def test_the_two_kernel_form_compiles_its_row_and_column_kernels_together():
     both = _TwoLaunches(rows, columns, [0], [("rows", 0)], [("columns", 0)])
     assert both.cold
     start = time.perf_counter()
-    both._compile_ahead([torch.zeros(4)], torch.device("cpu"))
+    both._compile_together([torch.zeros(4)], torch.device("cpu"))
     assert time.perf_counter() - start < 0.6 + 0.3 * (parallel_compile._executor()._max_workers < 3)
     assert all(len(k.compiled_in) == 1 for k in kernels)
     assert not rows.cold and not columns.cold  # their own launches compile nothing again
