@@ -300,3 +300,29 @@ def test_attention_on_meta_standing_for_a_gpu_has_flash_attentions_layout():
     assert evaluate_expr(expr, args, ctx)[0].is_contiguous()  # the math form
     ctx.stands_for = torch.device("cuda")
     assert evaluate_expr(expr, args, ctx)[0].stride() == query.stride()
+
+
+def test_random_fusions_compile_ahead_what_they_launch(recorded):
+    """The fuzzer's fusions (tests/fuzz_fusions.py; odd sizes, strided, transposed and expanded
+    inputs, reductions, shape ops, split reductions) of several launches: each launch's kernel
+    and arguments were compiled ahead, before any launch."""
+    import warnings
+
+    from tests.fuzz_fusions import run_case
+
+    checked = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's numpy on NaN and inf
+        for seed in range(160):
+            recorded.clear()
+            run_case(seed, processors=(seed % 5) if seed % 2 else 0)
+            launched = [k for k, e in enumerate(recorded) if e[0] == "launch"]
+            ahead = [e for e in recorded[:launched[0] if launched else 0]
+                     if any(isinstance(a, steps.StandIn) for a in e[2])]
+            if not ahead:  # one launch (its own kernels compile together at it), or none
+                continue
+            checked += 1
+            for _, fn, args in (recorded[k] for k in launched):
+                assert any(f is fn and len(p) == len(args) and all(map(_same_argument, p, args))
+                           for _, f, p in ahead), f"seed {seed}: a launch not compiled ahead"
+    assert checked >= 30
