@@ -3,9 +3,10 @@
     python benchmarks/compile_model.py                 # train_block's model, and 4/16-layer stacks
     python benchmarks/compile_model.py --layers 1 8 32
 
-Each model runs in a fresh process (Dynamo, AOTAutograd and Triton start cold there, as in a
-user's first call). Rows: the model of `examples/train_block.py`, and stacks of llama-style
-layers (RMSNorm, SwiGLU MLP, residual) of the given depths. Columns: the first forward and
+Each model runs in a fresh process with empty Triton and fuser caches (Dynamo, AOTAutograd and
+Triton start cold there, as in a user's first call; `--keep-caches` uses the environment's).
+Rows: the model of `examples/train_block.py`, and stacks of llama-style layers (RMSNorm, SwiGLU
+MLP, residual) of the given depths. Columns: the first forward and
 backward in ms, fuser's phases (`fuser/timing.py`; lowering = turning the ATen graphs into
 definitions), kernels generated and kernels compiled (distinct canonical forms). On the CPU,
 kernels run in Triton's interpreter, so "first launch" is no compile there.
@@ -17,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,6 +95,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, nargs="*", default=[4, 16])
     parser.add_argument("--device", default=None)
+    parser.add_argument("--keep-caches", action="store_true",
+                        help="use the environment's Triton and fuser caches (default: empty ones a row)")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # internal: measure one row here
     opts = parser.parse_args()
     import torch
@@ -103,8 +107,12 @@ def main() -> None:
     rows = ["train_block"] + [f"{n}-layer stack" for n in opts.layers]
     results = []
     for row in rows:
-        done = subprocess.run([sys.executable, __file__, "--row", row, "--device", device],
-                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        with tempfile.TemporaryDirectory() as triton_cache, tempfile.TemporaryDirectory() as fuser_cache:
+            if not opts.keep_caches:  # a cold first call: no kernel compiled or tuned before
+                env.update(TRITON_CACHE_DIR=triton_cache, FUSER_CACHE_DIR=fuser_cache)
+            done = subprocess.run([sys.executable, __file__, "--row", row, "--device", device],
+                                  capture_output=True, text=True, env=env)
         if done.returncode:
             print(f"{row}: failed\n{done.stderr[-2000:]}")
             continue
