@@ -17,7 +17,7 @@ import math
 import re
 import threading
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
@@ -35,11 +35,14 @@ from .canonical import named
 from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import META, StandIn, _DirectStep, _Step, current_device
+from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
 from .reductions import splittable
 from .layout import Layout, make_layout, run_stride
+
+if TYPE_CHECKING:
+    from .ahead import CompileJobs
 
 _INT32_LIMIT = 2**31
 _MISSING = object()
@@ -384,30 +387,6 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
                                          labels=[label for label, _ in forms]))
 
 
-class CompileJobs:
-    """The compile jobs a compile-ahead pass collects (`FusionRuntime.compile_ahead`), each
-    kernel specialization once: a model's layers share their kernels (canonical forms), and
-    Triton would compile a kernel asked for twice at once twice."""
-
-    def __init__(self) -> None:
-        self.jobs: list[Callable[[], None]] = []
-        self.seen: set[tuple] = set()
-
-    def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
-        tensors = launch.stand_ins(inputs, device)
-        for step, template, slots in launch.steps:
-            if not isinstance(step, _DirectStep) or step.compiled is not None:
-                continue
-            args = list(template)
-            for pos, k in slots:
-                args[pos] = tensors[k]
-            key = (id(step.fn), tuple(step.kwargs.items()),
-                   tuple((a.dtype, a.data_ptr() % 16) if isinstance(a, StandIn) else (type(a), a) for a in args))
-            if key not in self.seen:
-                self.seen.add(key)
-                self.jobs.append(lambda step=step, args=args: step.precompile(args))
-
-
 # a split outer reduction runs as one kernel, its last program a column block combining
 # (codegen/split_kernel.py); False: a partial kernel and a combine kernel
 SPLIT_IN_ONE_KERNEL = True
@@ -476,18 +455,6 @@ class _Launch:
             if self.semaphores is not None:
                 tensors.append(self.semaphores.get(device, key))
         return tensors, outputs
-
-    def stand_ins(self, inputs: Sequence, device) -> list:
-        """What `compile_jobs` needs of this launch's tensors, without them (compile ahead):
-        `inputs` real or meta tensors; outputs, workspaces and semaphores are fresh
-        allocations, so aligned."""
-        tensors = [StandIn.of(t, device) for t in inputs]
-        tensors += [StandIn(dtype, device) for _, dtype in self.out_specs]
-        if self.workspaces is not None:
-            tensors += [StandIn(dtype, device) for _, dtype in self.workspaces.specs]
-        if self.semaphores is not None:
-            tensors.append(StandIn(torch.int32, device))
-        return tensors
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
         """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);

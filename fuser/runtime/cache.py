@@ -12,9 +12,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..codegen import KernelLauncher, parallel_compile, target_for
-from ..codegen.launch import CompileJobs, scalar_key
-from ..codegen.steps import META
+from ..codegen import KernelLauncher, target_for
+from ..codegen.launch import scalar_key
 from ..dump import dump_flags
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
@@ -26,20 +25,7 @@ from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
-from ..timing import phase
-
-
-# targets whose kernels compile before they run (not Triton's interpreter): where compiling
-# ahead pays; tests add the interpreter to run the pass there
-COMPILE_AHEAD_TARGETS = ("cuda",)
-
-
-def _meta_like(t: torch.Tensor) -> torch.Tensor:
-    """A meta tensor of t's shape, strides and dtype whose storage offset keeps t's 16-byte
-    alignment, so that views made of it on meta tell their kernels' stand-ins the truth."""
-    offset = (t.data_ptr() % 16) // t.element_size()
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
-    return torch.empty(offset + span, dtype=t.dtype, device=META).as_strided(t.shape, t.stride(), offset)
+from . import ahead
 
 
 def signature(args: Sequence[Any]) -> tuple:
@@ -88,9 +74,7 @@ class FusionRuntime:
                 self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
         self.single = self._single_kernel()
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
-        self.compile_ahead_pending = (
-            use_kernels and self.target in COMPILE_AHEAD_TARGETS and parallel_compile.enabled()
-            and os.environ.get("FUSER_COMPILE_AHEAD", "1") != "0" and len(self.launchers) > 1)
+        self.compile_ahead_pending = use_kernels and ahead.wanted(self.target, len(self.launchers))
         self._ahead_lock = threading.Lock()
         flags = dump_flags()
         if "fusion_ir" in flags:
@@ -161,57 +145,9 @@ class FusionRuntime:
                 self.compile_ahead(start, env, table)
 
     def compile_ahead(self, start: int, env: Environment, table: BindingTable) -> int:
-        """Compile the kernels of segments `start` on, side by side, before the first of them
-        launches (`env` holds the values computed before it). Kernels otherwise compile at
-        their first launch, one launch at a time, and a model's first call would wait for
-        each in turn (a fraction of a second each on the GPU). The segments run here on meta
-        tensors: kernel segments through `KernelLauncher.compile_ahead`, the others through
-        ATen's meta kernels, for their outputs' layouts. Nothing runs on the device. A segment
-        whose outputs cannot be known without running it (a data-dependent shape) ends the
-        pass: the kernels found so far still compile. A layout guessed wrong here (an ATen op
-        whose meta kernel gives other strides than its device kernel) costs a compile at the
-        launch, not a wrong kernel. Runs once per runtime, at its first call (later calls with
-        new sizes compile at their launches). Returns the number of compile jobs."""
-        values = table.values
-        meta_ctx = EvalContext(table, META)
-        meta_ctx.stands_for = self.device
-        metas = Environment(meta_ctx)
-        jobs = CompileJobs()
-
-        def layout_of(v):  # kernel inputs: the real tensor where there is one (its alignment)
-            return env[v] if v in env or isinstance(v, Scalar) else metas[v]
-
-        def meta_of(v):
-            if v in metas:
-                return metas[v]
-            value = env[v]
-            if isinstance(value, torch.Tensor):
-                value = _meta_like(value)
-            metas[v] = value
-            return value
-        try:
-            for seg in self.segments[start:]:
-                launcher = self.launchers.get(id(seg))
-                outs = None
-                if launcher is not None:
-                    scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
-                    outs = launcher.compile_ahead([layout_of(v) for v in seg.inputs], scalars, values,
-                                                  self.device, jobs)
-                if outs is None:  # through ATen: its meta kernels give the outputs' layouts
-                    for v in seg.inputs:
-                        meta_of(v)
-                    run_exprs(seg.exprs, metas)
-                else:
-                    for o, t in zip(seg.outputs, outs):
-                        metas[o] = t
-        except Exception:  # noqa: BLE001 - the real run meets (and reports) whatever failed here
-            pass
-        try:
-            with phase("compile ahead"):
-                parallel_compile.compile_together(jobs.jobs)  # (each job catches its own errors)
-        except Exception:  # noqa: BLE001 - a pool that cannot start: the launches compile
-            pass
-        return len(jobs.jobs)
+        """Compile the kernels of segments `start` on before the first of them launches
+        (runtime/ahead.py); the number of compile jobs."""
+        return ahead.compile_ahead(self, start, env, table)
 
     def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
         """After `run(args, table)`: for a single-kernel fusion, the call that repeats it for

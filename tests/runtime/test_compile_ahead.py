@@ -10,7 +10,8 @@ import torch
 
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch, steps
-from fuser.runtime import cache
+from fuser.codegen.ahead import CompileJobs
+from fuser.runtime import ahead, cache
 
 events: list = []
 
@@ -30,7 +31,7 @@ class RecordingStep(steps._DirectStep):
 @pytest.fixture
 def recorded(monkeypatch):
     events.clear()
-    monkeypatch.setattr(cache, "COMPILE_AHEAD_TARGETS", ("interpreter",))
+    monkeypatch.setattr(ahead, "COMPILE_AHEAD_TARGETS", ("interpreter",))
     monkeypatch.setattr(launch, "_Step", RecordingStep)
     monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "1")
     yield events
@@ -217,7 +218,7 @@ def test_autotuned_forms_are_compiled_ahead_all_or_the_remembered_one(recorded, 
     table = executor._binder.bind([x])
     runtime = executor._runtime_for([x])
     (launcher,) = runtime.launchers.values()
-    jobs = launch.CompileJobs()
+    jobs = CompileJobs()
     assert launcher.prepare([x], {}, table.values, x.device, ahead_jobs=jobs) is not None
     every_form = len(jobs.jobs)
     assert every_form >= 3 and not launcher.launches
@@ -225,7 +226,7 @@ def test_autotuned_forms_are_compiled_ahead_all_or_the_remembered_one(recorded, 
         job()
     assert len(recorded) == every_form and len({id(fn) for _, fn, _ in recorded}) >= 2  # forms of 2+ kernels
     monkeypatch.setattr(autotune.Choices, "get", lambda self, key: 2)
-    jobs = launch.CompileJobs()
+    jobs = CompileJobs()
     launcher.prepare([x], {}, table.values, x.device, ahead_jobs=jobs)
     assert len(jobs.jobs) == 1
     assert not (tmp_path / "choices.json").exists()
