@@ -302,12 +302,12 @@ class LocalSizes:
         values = table.values
         try:
             sizes = [f(values) for f in plan[1]]
-            if any(type(v) is not int for v in sizes):
+            if any(type(v) is not int or v < 0 for v in sizes):
                 raise KeyError
             if stream_index is not None and plan[2] is not None:
                 k, whole = plan[2]
                 sizes[k] = max(0, min(sizes[k], whole(values) - stream_index * sizes[k]))
-        except KeyError:  # the slow path reports the unbound symbol or a fractional extent
+        except KeyError:  # the slow path reports the unbound symbol, a fractional or negative extent
             return local_sizes(tv, table, with_streams, stream_index)
         return tuple(sizes)
 

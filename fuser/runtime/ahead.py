@@ -48,7 +48,7 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
     runtime, at its first call (later calls with new sizes compile at their launches). Returns
     the number of compile jobs."""
     values = table.values
-    meta_ctx = EvalContext(table, META)
+    meta_ctx = EvalContext(table, META, sizes=runtime.sizes)
     meta_ctx.stands_for = runtime.device
     metas = Environment(meta_ctx)
     jobs = CompileJobs()

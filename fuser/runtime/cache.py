@@ -21,6 +21,7 @@ from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
+from ..multidevice.sharding import LocalSizes
 from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
@@ -73,6 +74,8 @@ class FusionRuntime:
                          if isinstance(v, Scalar) and not v.is_constant}
                 self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
         self.single = self._single_kernel()
+        self.sizes = LocalSizes()  # what the ATen segments' outputs are checked against
+        self._checked_sizes: set[tuple] = set()  # sets of sizes (binding values) checked
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
         self.compile_ahead_pending = use_kernels and ahead.wanted(self.target, len(self.launchers))
         self._ahead_lock = threading.Lock()
@@ -114,15 +117,20 @@ class FusionRuntime:
             if outs is not None:
                 _note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
-        ctx = EvalContext(table, self.device)
+        ctx = EvalContext(table, self.device, sizes=self.sizes)
         env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
+        # the ATen segments' outputs are checked against the IR's sizes on the first call of
+        # each set of sizes: ATen's shapes follow from its inputs' (no op here has a
+        # data-dependent shape), so a repeat of a checked set needs no check
+        sizes_key = tuple(values.items())
+        check = sizes_key not in self._checked_sizes
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
             if launcher is None:
-                run_exprs(seg.exprs, env)
+                run_exprs(seg.exprs, env, check)
                 continue
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
             inputs = [env[v] for v in seg.inputs]
@@ -131,11 +139,15 @@ class FusionRuntime:
                 self._claim_compile_ahead(index, env, table)
             outs = launcher.run(inputs, scalars, values, self.device)
             if outs is None:  # an empty loop space: nothing for a kernel to do
-                run_exprs(seg.exprs, env)
+                run_exprs(seg.exprs, env, check)
                 continue
             for o, t in zip(seg.outputs, outs):
                 env[o] = t
             _note_source(seg, launcher.last_source)
+        if check:
+            if len(self._checked_sizes) > 1024:  # many sizes: start over rather than grow
+                self._checked_sizes.clear()
+            self._checked_sizes.add(sizes_key)
         return [env[o] for o in self.fusion.outputs()]
 
     def _claim_compile_ahead(self, start: int, env: Environment, table: BindingTable) -> None:
