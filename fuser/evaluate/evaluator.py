@@ -101,13 +101,18 @@ def _size_mismatch(expr: Expr, tv: TensorView, actual: tuple, expected: tuple, c
 
 
 def run_exprs(exprs: Iterable[Expr], env: Environment, check: bool = True) -> None:
+    # (the environment's dict read directly: this loop runs for every ATen op of every call)
+    values, ctx = env._values, env.ctx
     for expr in exprs:
-        args = [env[v] for v in expr.inputs]
-        outs = evaluate_expr(expr, args, env.ctx)
+        args = []
+        for v in expr.inputs:
+            value = values.get(id(v))
+            args.append(env[v] if value is None else value)  # (env: a table's scalar, or the error)
+        outs = evaluate_expr(expr, args, ctx)
         for o, value in zip(expr.outputs, outs):
             if check and isinstance(o, TensorView):
-                check_output(expr, o, value, env.ctx)
-            env[o] = value
+                check_output(expr, o, value, ctx)
+            values[id(o)] = value
 
 
 def evaluate_fusion(fusion: Fusion, args: Sequence[Any], table: BindingTable,
