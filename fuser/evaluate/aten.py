@@ -290,7 +290,10 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
         try:
             res = torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, 0.0, bool(is_causal), False, scale=scale)
-            return [res[0], res[1], res[6], res[7]]
+            # no dropout, so no random state: the IR's 0-dim seed and offset, whatever shape
+            # this torch's flash gives them (two elements on some versions)
+            zero = torch.zeros((), dtype=torch.int64, device=q.device)
+            return [res[0], res[1], zero, zero.clone()]
         except RuntimeError:
             pass  # shapes or dtypes flash does not take: the math form below
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])

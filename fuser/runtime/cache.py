@@ -19,9 +19,9 @@ from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
-from ..ir import Fusion, Scalar
+from ..ir import Fusion, Scalar, TensorView
 from ..ir.symbolic import compile_extent
-from ..multidevice.sharding import LocalSizes
+from ..multidevice.sharding import LocalSizes, local_extents
 from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import plan_kernel
@@ -75,7 +75,10 @@ class FusionRuntime:
                 self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
         self.single = self._single_kernel()
         self.sizes = LocalSizes()  # what the ATen segments' outputs are checked against
-        self._checked_sizes: set[tuple] = set()  # sets of sizes (binding values) checked
+        self._checked_sizes: set[tuple] = set()  # sets of sizes (values of _size_symbols) checked
+        # the symbols extents depend on (not a float scalar that changes every call)
+        self._size_symbols = sorted({s.name for tv in _tensors(fusion) for e in local_extents(tv)
+                                     for s in e.free_symbols})
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
         self.compile_ahead_pending = use_kernels and ahead.wanted(self.target, len(self.launchers))
         self._ahead_lock = threading.Lock()
@@ -117,14 +120,23 @@ class FusionRuntime:
             if outs is not None:
                 _note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
+        if torch.is_autocast_enabled(self.device.type):
+            # the IR fixes every dtype: ATen ops run as written, not recast by autocast
+            with torch.autocast(self.device.type, enabled=False):
+                return self._run_segments(args, table)
+        return self._run_segments(args, table)
+
+    def _run_segments(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
+        values = table.values
         ctx = EvalContext(table, self.device, sizes=self.sizes)
         env = Environment(ctx)
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
         # the ATen segments' outputs are checked against the IR's sizes on the first call of
         # each set of sizes: ATen's shapes follow from its inputs' (no op here has a
-        # data-dependent shape), so a repeat of a checked set needs no check
-        sizes_key = tuple(values.items())
+        # data-dependent shape; dtypes are the signature's, autocast off), so a repeat of a
+        # checked set needs no check
+        sizes_key = tuple(values.get(name) for name in self._size_symbols)
         check = sizes_key not in self._checked_sizes
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
@@ -267,6 +279,13 @@ def _note_source(seg: Segment, source: Optional[str]) -> None:
         seg.source = source
         if "triton" in dump_flags():
             print(source)
+
+
+def _tensors(fusion: Fusion) -> list[TensorView]:
+    """Every tensor of the fusion: its inputs and every expr's outputs."""
+    found = {id(v): v for v in fusion.inputs() if isinstance(v, TensorView)}
+    found.update((id(o), o) for e in fusion.exprs for o in e.outputs if isinstance(o, TensorView))
+    return list(found.values())
 
 
 def _slug(seg: Segment) -> str:
