@@ -306,7 +306,10 @@ class LocalSizes:
                 raise KeyError
             if stream_index is not None and plan[2] is not None:
                 k, whole = plan[2]
-                sizes[k] = max(0, min(sizes[k], whole(values) - stream_index * sizes[k]))
+                total = whole(values)
+                if type(total) is not int or total < 0:
+                    raise KeyError
+                sizes[k] = max(0, min(sizes[k], total - stream_index * sizes[k]))
         except KeyError:  # the slow path reports the unbound symbol, a fractional or negative extent
             return local_sizes(tv, table, with_streams, stream_index)
         return tuple(sizes)

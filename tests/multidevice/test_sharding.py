@@ -96,3 +96,29 @@ def test_stream_chunks_are_views_of_the_local_tensor():
         assert all(p.data_ptr() == local[sum(sizes[:i])].data_ptr() for i, p in enumerate(parts))
         parts[1].fill_(-1)
         assert (local[sizes[0]:sizes[0] + sizes[1]] == -1).all()
+
+
+def test_precompiled_local_sizes_agree_with_the_sharding_math():
+    """LocalSizes (a runtime's precompiled local_sizes) gives the same sizes, stream chunks
+    included, and sends what the sharding math refuses (a negative extent, in a chunk's whole
+    too) to it, so the user gets its FusionInputError."""
+    from fuser.evaluate.binding import BindingTable
+    from fuser.multidevice.sharding import LocalSizes, local_sizes
+    from fuser.multidevice.transform import like, set_stream_allocation
+
+    fd = seed_definition(d=1, s=3, h=2)
+    x = fd.fusion.inputs()[0]
+    chunk = like(x)
+    set_stream_allocation(chunk)
+    sizes = LocalSizes()
+    for rows in (6, 7, 1):
+        table = BindingTable({"i0": rows}, {"i0": "input 0"})
+        for tv, streams, index in ((x, False, None), (chunk, True, None), (chunk, True, 0), (chunk, True, 2)):
+            assert sizes(tv, table, streams, index) == local_sizes(tv, table, streams, index)
+    # (i0 = -1: the chunk's ceilDiv(i0, 3) is 0, its whole i0 negative)
+    for rows, tv, streams, index in ((-3, x, False, None), (-1, chunk, True, 1)):
+        bad = BindingTable({"i0": rows}, {"i0": "input 0"})
+        with pytest.raises(fuser.FusionInputError, match="negative"):
+            local_sizes(tv, bad, streams, index)
+        with pytest.raises(fuser.FusionInputError, match="negative"):
+            sizes(tv, bad, streams, index)
