@@ -34,8 +34,9 @@ class CompileJobs:
 
 
 def _stand_ins(launch, inputs: Sequence, device) -> list:
-    """What a launch's compile jobs need of its tensors, without them: `inputs` real or meta
-    tensors; outputs, workspaces and semaphores are fresh allocations, so aligned."""
+    """What a launch's compile jobs need of its tensors, without them, in `_Launch.tensors_for`'s
+    order: `inputs` real or meta tensors; outputs, workspaces and semaphores are fresh
+    allocations, so aligned."""
     tensors = [StandIn.of(t, device) for t in inputs]
     tensors += [StandIn(dtype, device) for _, dtype in launch.out_specs]
     if launch.workspaces is not None:

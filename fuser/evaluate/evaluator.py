@@ -20,7 +20,8 @@ class EvalContext:
     """What a rule may ask: local sizes of a tensor, scalar values, the device. Inside a stream
     loop (`with_streams`), sizes are those of the current chunk (`stream_index`)."""
 
-    def __init__(self, table: BindingTable, device, with_streams: bool = False, sizes=None):
+    def __init__(self, table: BindingTable, device, with_streams: bool = False, sizes=None,
+                 stands_for: Optional[torch.device] = None):
         self.table = table
         self.device = device
         self.with_streams = with_streams
@@ -30,7 +31,7 @@ class EvalContext:
         self._transposed: dict[int, tuple] = {}  # id -> (a weight, its .t()), this execution's
         # the device a run on meta tensors stands for (a compile-ahead pass), where a rule's
         # output layout depends on the device's kernel
-        self.stands_for: Optional[torch.device] = None
+        self.stands_for = stands_for
 
     def shape(self, tv: TensorView) -> tuple[int, ...]:
         return self._sizes(tv, self.table, self.with_streams, self.stream_index)

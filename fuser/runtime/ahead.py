@@ -48,9 +48,7 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
     runtime, at its first call (later calls with new sizes compile at their launches). Returns
     the number of compile jobs."""
     values = table.values
-    meta_ctx = EvalContext(table, META, sizes=runtime.sizes)
-    meta_ctx.stands_for = runtime.device
-    metas = Environment(meta_ctx)
+    metas = Environment(EvalContext(table, META, sizes=runtime.sizes, stands_for=runtime.device))
     jobs = CompileJobs()
 
     def layout_of(v):  # kernel inputs: the real tensor where there is one (its alignment)

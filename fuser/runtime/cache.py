@@ -19,7 +19,7 @@ from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
-from ..ir import Fusion, Scalar, TensorView
+from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import LocalSizes, local_extents
 from ..passes import run_passes
@@ -77,7 +77,7 @@ class FusionRuntime:
         self.sizes = LocalSizes()  # what the ATen segments' outputs are checked against
         self._checked_sizes: set[tuple] = set()  # sets of sizes (values of _size_symbols) checked
         # the symbols extents depend on (not a float scalar that changes every call)
-        self._size_symbols = sorted({s.name for tv in _tensors(fusion) for e in local_extents(tv)
+        self._size_symbols = sorted({s.name for tv in fusion.tensors() for e in local_extents(tv)
                                      for s in e.free_symbols})
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
         self.compile_ahead_pending = use_kernels and ahead.wanted(self.target, len(self.launchers))
@@ -279,13 +279,6 @@ def _note_source(seg: Segment, source: Optional[str]) -> None:
         seg.source = source
         if "triton" in dump_flags():
             print(source)
-
-
-def _tensors(fusion: Fusion) -> list[TensorView]:
-    """Every tensor of the fusion: its inputs and every expr's outputs."""
-    found = {id(v): v for v in fusion.inputs() if isinstance(v, TensorView)}
-    found.update((id(o), o) for e in fusion.exprs for o in e.outputs if isinstance(o, TensorView))
-    return list(found.values())
 
 
 def _slug(seg: Segment) -> str:
