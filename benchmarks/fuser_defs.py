@@ -156,17 +156,34 @@ def softmax_dx():
     return fd
 
 
+def _gelu_grad(fd, x, dy):
+    """dy * gelu'(x), tanh form, in fp32."""
+    xf = _f(fd, x)
+    k = math.sqrt(2.0 / math.pi)
+    x2 = fd.ops.mul(xf, xf)
+    t = fd.ops.tanh(fd.ops.mul(fd.ops.add(xf, fd.ops.mul(fd.ops.mul(x2, xf), 0.044715)), k))
+    dt = fd.ops.mul(fd.ops.sub(1.0, fd.ops.mul(t, t)), fd.ops.mul(fd.ops.add(fd.ops.mul(x2, 3 * 0.044715), 1.0), k))
+    grad = fd.ops.add(fd.ops.mul(fd.ops.add(t, 1.0), 0.5), fd.ops.mul(fd.ops.mul(xf, 0.5), dt))
+    return fd.ops.mul(_f(fd, dy), grad)
+
+
 @functools.cache
 def gelu_dx():
     with FusionDefinition() as fd:
         x, dy = _mat(fd), _mat(fd)
-        xf = _f(fd, x)
-        k = math.sqrt(2.0 / math.pi)
-        x2 = fd.ops.mul(xf, xf)
-        t = fd.ops.tanh(fd.ops.mul(fd.ops.add(xf, fd.ops.mul(fd.ops.mul(x2, xf), 0.044715)), k))
-        dt = fd.ops.mul(fd.ops.sub(1.0, fd.ops.mul(t, t)), fd.ops.mul(fd.ops.add(fd.ops.mul(x2, 3 * 0.044715), 1.0), k))
-        grad = fd.ops.add(fd.ops.mul(fd.ops.add(t, 1.0), 0.5), fd.ops.mul(fd.ops.mul(xf, 0.5), dt))
-        fd.add_output(fd.ops.cast(fd.ops.mul(_f(fd, dy), grad), BF16))
+        fd.add_output(fd.ops.cast(_gelu_grad(fd, x, dy), BF16))
+    return fd
+
+
+@functools.cache
+def gelu_dx_bias_grad():
+    """A GELU's input gradient (bf16) and its bias's gradient (the column sums, fp32): the
+    backward of a linear layer's bias and activation (not a suite row)."""
+    with FusionDefinition() as fd:
+        x, dy = _mat(fd), _mat(fd)
+        dz = _gelu_grad(fd, x, dy)
+        fd.add_output(fd.ops.cast(dz, BF16))
+        fd.add_output(fd.ops.sum(dz, [0]))
     return fd
 
 

@@ -33,7 +33,7 @@ def forced(b1: int, b0: int, per_processor: int):
         warps = 4 if b0 * b1 <= 4096 else 8
         return heuristics.LaunchParams(b0, b1, False, warps, -(-c // b1))
 
-    def split_count(params, r, processors):
+    def split_count(params, r, processors, per_processor_default=None):
         if params.grid >= per_processor * processors:
             return 1
         return max(1, min(-(-per_processor * processors // params.grid), r // params.block0))

@@ -89,6 +89,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         self.super_dim = [0] * len(layout.dim0) + [1] * len(layout.dim1)
         self.producer = {id(o): e for e in plan.exprs for o in e.outputs}
         self.kernel_inputs = {id(v) for v in plan.inputs}
+        self.stored: set[int] = set()  # outputs whose store is emitted (some in a reduction's pass)
         self.args: list[ArgSpec] = []
         self.params: list[str] = []
         self.scalar_args: dict[int, str] = {}
@@ -326,6 +327,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         mask = f", mask={' & '.join(masks)}" if masks else ""
         value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
         scope.lines.append(f"tl.store({ptr}, {value}{mask})")
+        self.stored.add(id(tv))
 
     def program_dims(self) -> list[int]:
         if self.plan.template is Template.pointwise:
@@ -372,14 +374,18 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             for o in outputs:
                 self.emit_store(ps, o)
         else:
-            tile_outputs = [o for o in outputs if self.tile_level(o)]
             for o in outputs:
                 if not self.tile_level(o):
                     self.emit_store(ps, o)
-            if tile_outputs:
+            # (a split's combine step stores none: its partial step stored them in its pass)
+            tile_outputs = [o for o in outputs if self.tile_level(o) and self.split != "combine"]
+            # those that wait for a reduction first: its pass stores the others as it goes
+            tile_outputs.sort(key=lambda o: not self._pending_reductions([o]))
+            if any(id(o) not in self.stored for o in tile_outputs):
                 body = self.loop_scope()
                 for o in tile_outputs:
-                    self.emit_store(body, o)
+                    if id(o) not in self.stored:
+                        self.emit_store(body, o)
                 self.close_loop(body)
         return KernelSource(self.name, self.assemble(), self.args, list(self.params), self.persistent,
                             self.constexprs())

@@ -25,9 +25,11 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, looped_forms, next_pow2, outer_forms, reload_forms,
-                                     row_loop, row_loop_programs, row_loop_stages, split_count, tuned_warps)
+from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR,
+                                     autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
+                                     inner_outer_stages, looped_forms, next_pow2, outer_forms, outer_storing,
+                                     reload_forms, row_loop, row_loop_programs, row_loop_stages, split_count,
+                                     tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
@@ -38,7 +40,7 @@ from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate
-from .reductions import splittable
+from .reductions import splittable, stores_rows_in_pass
 from .layout import Layout, make_layout, run_stride
 
 if TYPE_CHECKING:
@@ -218,6 +220,9 @@ class KernelLauncher:
         rows = math.prod(run_extents[:len(layout.dim0)])
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
+        storing = stores_rows_in_pass(plan)
+        if storing:
+            params = outer_storing(params)
         if plan.axes.resized and not params.persistent:
             # shifted views are emitted in the program scope, with the whole row in registers;
             # rows too long for that (a softmax of a cat over 32768 columns) run through ATen
@@ -231,7 +236,9 @@ class KernelLauncher:
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
-        chunks, chunk_rows = (split_count(params, rows, _processors(device)) if splittable(plan) else 1), rows
+        per_processor = OUTER_STORING_PROGRAMS_PER_PROCESSOR if storing else SPLIT_PROGRAMS_PER_PROCESSOR
+        chunks, chunk_rows = (split_count(params, rows, _processors(device), per_processor)
+                              if splittable(plan) else 1), rows
         if chunks > 1:
             chunk_rows = -(-(-(-rows // chunks)) // params.block0) * params.block0
             chunks = -(-rows // chunk_rows)

@@ -4,7 +4,7 @@ and split (a partial kernel per chunk of rows into a workspace, then a combine k
 of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
-from ..ir import DataType, Expr, ReductionOp, ReductionOpType, VarMeanOp
+from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers.plan import KernelPlan, Template
 from .online_softmax import emit_online_softmax, online_sum_partner
 from .scope import Scope
@@ -156,15 +156,21 @@ class ReductionEmitter:
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
+        # chosen before the group's results are bound: an output fed by them is not ready
+        outputs = self.outputs_ready_in_pass()
         if self.one_pass:  # the pass holds the whole reduced extent: reduce in line
             for f in group:
                 self.emit_inline_reduction(body, f)
+            for o in outputs:
+                self.emit_store(body, o)
             self.close_loop(body)  # its lines join the program scope, and so do its results
             for f in group:
                 for out in f.outputs:
                     self.program_scope.names[id(out)] = body.names[id(out)]
             return
         finals = [self._accumulate(f, body) for f in group]
+        for o in outputs:
+            self.emit_store(body, o)
         self.close_loop(body)
         for finish in finals:
             finish()
@@ -174,9 +180,24 @@ class ReductionEmitter:
             return False
         return not self._waits_on(f)
 
+    def outputs_ready_in_pass(self) -> list:
+        """The outputs varying along the reduced dim that a pass over it can store as it goes:
+        not stored yet and fed by no reduction still to come. Stored in the pass, they cost no
+        pass of their own over the inputs (an activation's gradient beside its bias gradient:
+        one read of x and dy instead of two). None in a split's combine step, whose pass runs
+        over workspace rows (the partial step stores them), nor under a resize's view."""
+        if self.split == "combine" or self.view:
+            return []
+        return [o for o in self.plan.outputs if isinstance(o, TensorView) and id(o) not in self.stored
+                and self.tile_level(o) and not self._pending_reductions([o])]
+
     def _waits_on(self, f: Expr) -> list[Expr]:
         """The reductions not yet emitted that `f`'s input depends on (the nearest ones)."""
-        waits, seen, stack = [], set(), list(f.inputs)
+        return self._pending_reductions(list(f.inputs))
+
+    def _pending_reductions(self, values: list) -> list[Expr]:
+        """The reductions not yet emitted that `values` depend on (the nearest ones)."""
+        waits, seen, stack = [], set(), list(values)
         while stack:
             v = stack.pop()
             g = self.producer.get(id(v))
@@ -267,24 +288,40 @@ class ReductionEmitter:
         self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
 
 
-def splittable(plan: KernelPlan) -> bool:
-    """An outer reduction can be split over chunks of rows when every reduction reads only
-    values computed before any reduction, and no output varies along the reduced rows."""
-    if plan.template is not Template.outer_reduction:
-        return False
-    reduced = set(plan.dim0)
-    if any(reduced & plan.axes.spans(o) for o in plan.outputs):
-        return False
+def _depends_on_reduction(plan: KernelPlan):
+    """A predicate: is a value of the plan computed from a reduction's result?"""
     producer = {id(o): e for e in plan.exprs for o in e.outputs}
-    reductions = [e for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))]
 
-    def depends_on_reduction(v, seen) -> bool:
+    def depends(v, seen=None) -> bool:
+        seen = set() if seen is None else seen
         e = producer.get(id(v))
         if e is None or id(e) in seen:
             return False
         seen.add(id(e))
         if isinstance(e, (ReductionOp, VarMeanOp)):
             return True
-        return any(depends_on_reduction(i, seen) for i in e.inputs)
+        return any(depends(i, seen) for i in e.inputs)
+    return depends
 
-    return not any(depends_on_reduction(e.inp, set()) for e in reductions)
+
+def splittable(plan: KernelPlan) -> bool:
+    """An outer reduction can be split over chunks of rows when every reduction reads only
+    values computed before any reduction, and every output varying along the reduced rows does
+    too (each chunk's program stores its rows of it in its pass)."""
+    if plan.template is not Template.outer_reduction:
+        return False
+    reduced = set(plan.dim0)
+    depends = _depends_on_reduction(plan)
+    if any(reduced & plan.axes.spans(o) and depends(o) for o in plan.outputs):
+        return False
+    return not any(depends(e.inp) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
+
+
+def stores_rows_in_pass(plan: KernelPlan) -> bool:
+    """Whether an outer reduction stores an output varying along the reduced rows in its
+    reduction pass (one fed by no reduction: `outputs_ready_in_pass`)."""
+    if plan.template is not Template.outer_reduction:
+        return False
+    reduced, depends = set(plan.dim0), _depends_on_reduction(plan)
+    return any(isinstance(o, TensorView) and reduced & plan.axes.spans(o) and not depends(o)
+               for o in plan.outputs)

@@ -140,10 +140,27 @@ def outer_forms(params: LaunchParams, processors: int) -> list[LaunchParams]:
     return [replace(params, num_warps=w) for w in OUTER_TUNED_WARPS]
 
 
-def split_count(params: LaunchParams, rows: int, processors: int) -> int:
-    """Chunks of rows for a split outer reduction: enough programs for a few per processor,
-    each chunk at least one block of rows (1: no split)."""
-    target = SPLIT_PROGRAMS_PER_PROCESSOR * processors
+# An outer reduction that also stores an output of its rows in its pass (an activation's
+# gradient beside its bias gradient; codegen/reductions.py) holds that output's computation for
+# every element of its tile: 8 rows of 128 columns on 4 warps (8 elements a thread, where the
+# plain column sum keeps 32) and 8 programs a processor when split. On the H200 (2026-12-01,
+# the tanh GELU's gradient and its column sums, bf16, fuser_defs.gelu_dx_bias_grad) this took
+# 16384x4096 and 65536x1024 from 0.40 to 0.70 of copy and 4096x4096 from 0.34 to 0.56; the
+# column sum alone was slower with it (0.67 -> 0.57 at 16384x4096).
+OUTER_STORING_ROWS = 8
+OUTER_STORING_PROGRAMS_PER_PROCESSOR = 8
+
+
+def outer_storing(params: LaunchParams) -> LaunchParams:
+    """The launch of an outer reduction that stores rows in its pass (see OUTER_STORING_ROWS)."""
+    return replace(params, block0=min(params.block0, OUTER_STORING_ROWS), num_warps=min(params.num_warps, 4))
+
+
+def split_count(params: LaunchParams, rows: int, processors: int,
+                per_processor: int = SPLIT_PROGRAMS_PER_PROCESSOR) -> int:
+    """Chunks of rows for a split outer reduction: enough programs for `per_processor` a
+    processor, each chunk at least one block of rows (1: no split)."""
+    target = per_processor * processors
     if params.grid >= target or processors == 0:
         return 1
     wanted = -(-target // params.grid)
