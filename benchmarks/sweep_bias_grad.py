@@ -5,6 +5,7 @@ x and dy read, dz written; the column sum: x read). Used to pick OUTER_STORING_R
 OUTER_STORING_PROGRAMS_PER_PROCESSOR in fuser/schedulers/heuristics.py, not part of the suite.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_bias_grad.py
+    ... --peers   # instead: eager, torch.compile and fuser.jit on `gelu_and_bias_grads`
 """
 from __future__ import annotations
 
@@ -43,6 +44,31 @@ def forced(b1: int, b0: int, warps: int, per_processor: int):
     return choose, split_count, lambda params: params
 
 
+def gelu_and_bias_grads(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    """The backward of a linear layer's bias and tanh GELU as AOTAutograd writes it."""
+    dz = torch.ops.aten.gelu_backward(dy, x, approximate="tanh")
+    return dz, dz.sum(0)
+
+
+def peers(copy: float) -> None:
+    import fuser
+
+    for m, n in SHAPES + ((16384, 16384),):
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        dy = torch.randn_like(x)
+        want = gelu_and_bias_grads(x, dy)
+        cells = []
+        for name, fn in (("eager", gelu_and_bias_grads),
+                         ("torch.compile", torch.compile(gelu_and_bias_grads, dynamic=False)),
+                         ("fuser.jit", fuser.jit(gelu_and_bias_grads))):
+            got = fn(x, dy)
+            torch.testing.assert_close(got[0], want[0], rtol=2e-2, atol=2e-2)
+            torch.testing.assert_close(got[1].float(), want[1].float(), rtol=2e-2, atol=1.0)
+            ms = triton.testing.do_bench(lambda: fn(x, dy), return_mode="median")
+            cells.append(f"{name} {3 * x.nbytes / ms / 1e6 / copy:.2f}")
+        print(f"{m}x{n}: " + "  ".join(cells), flush=True)
+
+
 def timed(fd, args) -> float:
     fd.execute(args)
     return triton.testing.do_bench(lambda: fd.execute(args), return_mode="median")
@@ -51,6 +77,9 @@ def timed(fd, args) -> float:
 def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
+    if "--peers" in sys.argv:
+        del os.environ["FUSER_AUTOTUNE"]  # fuser as users run it
+        return peers(copy)
     inputs = {s: (torch.randn(*s, device="cuda", dtype=torch.bfloat16),
                   torch.randn(*s, device="cuda", dtype=torch.bfloat16)) for s in SHAPES}
     saved = launch.choose, launch.split_count, launch.outer_storing

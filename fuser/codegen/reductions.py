@@ -288,33 +288,16 @@ class ReductionEmitter:
         self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
 
 
-def _depends_on_reduction(plan: KernelPlan):
-    """A predicate: is a value of the plan computed from a reduction's result?"""
-    producer = {id(o): e for e in plan.exprs for o in e.outputs}
-
-    def depends(v, seen=None) -> bool:
-        seen = set() if seen is None else seen
-        e = producer.get(id(v))
-        if e is None or id(e) in seen:
-            return False
-        seen.add(id(e))
-        if isinstance(e, (ReductionOp, VarMeanOp)):
-            return True
-        return any(depends(i, seen) for i in e.inputs)
-    return depends
-
-
 def splittable(plan: KernelPlan) -> bool:
     """An outer reduction can be split over chunks of rows when every reduction reads only
     values computed before any reduction, and every output varying along the reduced rows does
     too (each chunk's program stores its rows of it in its pass)."""
     if plan.template is not Template.outer_reduction:
         return False
-    reduced = set(plan.dim0)
-    depends = _depends_on_reduction(plan)
-    if any(reduced & plan.axes.spans(o) and depends(o) for o in plan.outputs):
+    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
+    if any(reduced & plan.axes.spans(o) and id(o) in fed for o in plan.outputs):
         return False
-    return not any(depends(e.inp) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
+    return not any(id(e.inp) in fed for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
 
 
 def stores_rows_in_pass(plan: KernelPlan) -> bool:
@@ -322,6 +305,6 @@ def stores_rows_in_pass(plan: KernelPlan) -> bool:
     reduction pass (one fed by no reduction: `outputs_ready_in_pass`)."""
     if plan.template is not Template.outer_reduction:
         return False
-    reduced, depends = set(plan.dim0), _depends_on_reduction(plan)
-    return any(isinstance(o, TensorView) and reduced & plan.axes.spans(o) and not depends(o)
+    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
+    return any(isinstance(o, TensorView) and reduced & plan.axes.spans(o) and id(o) not in fed
                for o in plan.outputs)

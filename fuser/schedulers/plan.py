@@ -57,10 +57,12 @@ class KernelPlan:
         segmenter asks): an inner-outer kernel reads the rows once for both reductions, and
         reductions over the same axes read what they share once, in one pass (and pointwise
         kernels over one loop space, one launch). Not an outer
-        reduction with an output along the reduced rows: that output would need a pass of its
-        own and keep the column sums from splitting over chunks of rows. Nor a union with an
-        output that misses a kept axis: siblings over other rows (x [n, c] and y [m, c] sharing
-        w [c]) would iterate n * m rows, each output computed again for every row of the other."""
+        reduction with an output along the reduced rows computed from a column sum: that output
+        would need a pass of its own and keep the column sums from splitting over chunks of rows
+        (one along the rows that needs no column sum is stored in the sums' pass). Nor a union
+        with an output that misses a kept axis: siblings over other rows (x [n, c] and y [m, c]
+        sharing w [c]) would iterate n * m rows, each output computed again for every row of the
+        other."""
         if self.template is Template.inner_outer:
             return True
         if self.template is Template.pointwise:
@@ -73,7 +75,18 @@ class KernelPlan:
         kept = set(self.dim1 if outer else self.dim0)
         if any(not kept <= self.axes.spans(o) for o in self.outputs):
             return False
-        return not (outer and any(set(self.dim0) & self.axes.spans(o) for o in self.outputs))
+        if not outer:
+            return True
+        fed = self.fed_by_reduction()
+        return not any(set(self.dim0) & self.axes.spans(o) and id(o) in fed for o in self.outputs)
+
+    def fed_by_reduction(self) -> set[int]:
+        """ids of the plan's values computed from a reduction's result."""
+        fed: set[int] = set()
+        for e in self.exprs:  # in group order: producers first
+            if isinstance(e, (ReductionOp, VarMeanOp)) or any(id(v) in fed for v in e.inputs):
+                fed |= {id(o) for o in e.outputs}
+        return fed
 
     def describe(self) -> str:
         ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731

@@ -81,3 +81,51 @@ def test_a_row_reduction_with_an_output_beside_it_reads_its_rows_once():
     torch.testing.assert_close(s, a.exp().sum(1), rtol=1e-5, atol=1e-3)
     code = fd.last_triton_code()
     assert len(re.findall(r"for c_start in range", code)) == 1, code
+
+
+def test_jit_activation_and_bias_gradient_fuse_in_one_pass():
+    """fuser.jit on the backward of a linear layer's bias and GELU, as AOTAutograd writes it:
+    the activation's gradient and the bias's gradient come from one kernel reading x and dy
+    once; a Linear + GELU module's gradients match eager."""
+    import fuser
+
+    def grads(x, dy):
+        dz = torch.ops.aten.gelu_backward(dy, x, approximate="tanh")
+        return dz, dz.sum(0)
+
+    gen = torch.Generator().manual_seed(7)
+    x, dy = torch.randn(300, 72, generator=gen), torch.randn(300, 72, generator=gen)
+    report = fuser.explain(grads, x, dy)
+    (fusion,) = report.fusions
+    (code,) = fusion.triton
+    assert _passes(code) == 1, code
+    got = fuser.jit(grads)(x, dy)
+    want = grads(x, dy)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
+
+    layer = torch.nn.Sequential(torch.nn.Linear(48, 72), torch.nn.GELU(approximate="tanh"))
+    jitted = fuser.jit(layer)
+    inp = torch.randn(200, 48, generator=gen, requires_grad=True)
+    g = torch.randn(200, 72, generator=gen)
+    got = torch.autograd.grad(jitted(inp), [inp, *layer.parameters()], g)
+    want = torch.autograd.grad(layer(inp), [inp, *layer.parameters()], g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_siblings_sharing_rows_join_a_column_sum_that_stores_them(monkeypatch):
+    """A pointwise output and a column sum that only share their input run as one kernel that
+    reads it once (the output stored in the sum's pass), split over rows."""
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, 2.0))
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), [0]))
+    a = torch.randn(700, 40, generator=torch.Generator().manual_seed(5))
+    y, s = fd.execute([a])
+    torch.testing.assert_close(y, a * 2)
+    torch.testing.assert_close(s, a.exp().sum(0), rtol=1e-5, atol=1e-4)
+    (segment,) = fd.last_segments()
+    code = fd.last_triton_code()
+    assert "split" in code and _passes(code) == 1, code
