@@ -220,7 +220,8 @@ class KernelLauncher:
         rows = math.prod(run_extents[:len(layout.dim0)])
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
-        storing = stores_rows_in_pass(plan)
+        # (measured where the column sums split: a kernel that cannot keeps the plain tile)
+        storing = stores_rows_in_pass(plan) and splittable(plan)
         if storing:
             params = outer_storing(params)
         if plan.axes.resized and not params.persistent:
@@ -338,7 +339,9 @@ class KernelLauncher:
                        lambda p=p: build(["looped_static"], {"looped_static": p}, 1))
                       for p in looped_forms(params, rows, cols)]
         elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \
-                and variants in (["split"], ["looped"]):
+                and variants in (["split"], ["looped"]) and not storing:
+            # (not a storing kernel: on the unsplit forms' 8 and 16 warps its 8-row tile would
+            # leave each thread 1-2 elements)
             forms = [("default", None)] + [
                 (f"unsplit, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
                 for p in outer_forms(params, _processors(device))]

@@ -65,6 +65,11 @@ def test_an_output_fed_by_the_reduction_still_takes_a_pass_of_its_own(monkeypatc
     assert "split" not in code and _passes(code) == 2
     first_pass = code.split("for r_start")[1]
     assert first_pass.count("tl.store(") == 1 and "* 2.0" in first_pass
+    # unsplit, it keeps the plain column tile (the storing tile was measured split)
+    (runtime,) = fd._cache.runtimes()
+    (launcher,) = runtime.launchers.values()
+    (made,) = launcher.launches.values()
+    assert [step.kwargs["BLOCK0"] for step, _, _ in made.steps] != [heuristics.OUTER_STORING_ROWS]
 
 
 def test_a_row_reduction_with_an_output_beside_it_reads_its_rows_once():
