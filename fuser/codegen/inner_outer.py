@@ -114,66 +114,69 @@ def generate_row_loop(plan: KernelPlan, layout: Layout, target: str, name: str, 
 
 
 class TwoKernels:
-    """The two-kernel form of an inner-outer plan, for rows too long for registers: the row
-    kernel (row outputs and the row statistics the column terms read), then the column kernel.
-    `launcher(plan, suffix)` makes the KernelLauncher of one of them."""
+    """A plan run as two kernels, the second reading the first's outputs: the inner-outer
+    plan's form for rows too long for registers (the row kernel writing the row statistics,
+    then the column kernel; `first` is None when the column outputs need no row value) and an
+    outer reduction's statistics form (the column statistics split over rows, then the rows
+    that read them; schedulers/plan.py StatisticsParts). `launcher(plan, suffix)` makes the
+    KernelLauncher of one of them."""
 
-    def __init__(self, plan: KernelPlan, launcher: Callable[[KernelPlan, str], object]):
-        parts = plan.parts
-        self.rows = launcher(parts.rows, "rows") if parts.rows is not None else None
-        self.columns = launcher(parts.columns, "columns")
+    def __init__(self, plan: KernelPlan, first: "KernelPlan | None", second: KernelPlan,
+                 names: tuple[str, str], launcher: Callable[[KernelPlan, str], object]):
+        self.first = launcher(first, names[0]) if first is not None else None
+        self.second = launcher(second, names[1])
         tensors = [v for v in plan.inputs if isinstance(v, TensorView)]
         source = {id(v): ("in", k) for k, v in enumerate(tensors)}
-        row_outputs = parts.rows.outputs if parts.rows is not None else []
-        source.update({id(v): ("rows", k) for k, v in enumerate(row_outputs)})
-        self.row_take = [source[id(v)][1] for v in (parts.rows.inputs if parts.rows is not None else [])]
-        self.column_take = [source[id(v)] for v in parts.columns.inputs]
-        source.update({id(v): ("columns", k) for k, v in enumerate(parts.columns.outputs)})
+        first_outputs = first.outputs if first is not None else []
+        source.update({id(v): ("first", k) for k, v in enumerate(first_outputs)})
+        self.first_take = [source[id(v)][1] for v in (first.inputs if first is not None else [])]
+        self.second_take = [source[id(v)] for v in second.inputs]
+        source.update({id(v): ("second", k) for k, v in enumerate(second.outputs)})
         self.give = [source[id(o)] for o in plan.outputs]
 
     def prepare(self, inputs, scalars, values, device, ahead_jobs=None) -> "_TwoLaunches":
         """`ahead_jobs`: see KernelLauncher.prepare."""
-        row_launch = None
-        made = {"in": list(inputs), "rows": []}
-        if self.rows is not None:
-            row_launch = self.rows.prepare([inputs[k] for k in self.row_take], scalars, values, device,
-                                           ahead_jobs=ahead_jobs)
+        first_launch = None
+        made = {"in": list(inputs), "first": []}
+        if self.first is not None:
+            first_launch = self.first.prepare([inputs[k] for k in self.first_take], scalars, values, device,
+                                              ahead_jobs=ahead_jobs)
             # for their sizes and strides
-            made["rows"] = self.rows.allocate_outputs(values, META if ahead_jobs is not None else device)
-        column_launch = self.columns.prepare([made[s][k] for s, k in self.column_take], scalars, values, device,
-                                             ahead_jobs=ahead_jobs)
-        return _TwoLaunches(row_launch, column_launch, self.row_take, self.column_take, self.give)
+            made["first"] = self.first.allocate_outputs(values, META if ahead_jobs is not None else device)
+        second_launch = self.second.prepare([made[s][k] for s, k in self.second_take], scalars, values, device,
+                                            ahead_jobs=ahead_jobs)
+        return _TwoLaunches(first_launch, second_launch, self.first_take, self.second_take, self.give)
 
 
 class _TwoLaunches:
-    """Prepared launches of the two-kernel form, called like one prepared launch."""
+    """Prepared launches of a two-kernel form, called like one prepared launch."""
 
-    __slots__ = ("row_launch", "column_launch", "row_take", "column_take", "give", "source", "cold")
+    __slots__ = ("first_launch", "second_launch", "first_take", "second_take", "give", "source", "cold")
 
-    def __init__(self, row_launch, column_launch, row_take, column_take, give):
-        self.row_launch, self.column_launch = row_launch, column_launch
-        self.row_take, self.column_take, self.give = row_take, column_take, give
-        self.source = "\n\n".join(launch.source for launch in (row_launch, column_launch) if launch is not None)
-        self.cold = sum(launch.compiles for launch in (row_launch, column_launch) if launch is not None) > 1
+    def __init__(self, first_launch, second_launch, first_take, second_take, give):
+        self.first_launch, self.second_launch = first_launch, second_launch
+        self.first_take, self.second_take, self.give = first_take, second_take, give
+        self.source = "\n\n".join(launch.source for launch in (first_launch, second_launch) if launch is not None)
+        self.cold = sum(launch.compiles for launch in (first_launch, second_launch) if launch is not None) > 1
 
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         if self.cold:
             self.cold = False
             self._compile_together(inputs, device)
-        made = {"in": inputs, "rows": []}
-        if self.row_launch is not None:
-            made["rows"] = self.row_launch([inputs[k] for k in self.row_take], device)
-        made["columns"] = self.column_launch([made[s][k] for s, k in self.column_take], device)
+        made = {"in": inputs, "first": []}
+        if self.first_launch is not None:
+            made["first"] = self.first_launch([inputs[k] for k in self.first_take], device)
+        made["second"] = self.second_launch([made[s][k] for s, k in self.second_take], device)
         return [made[s][k] for s, k in self.give]
 
     def _compile_together(self, inputs, device) -> None:
-        """Compile the row kernel and the column kernels side by side before the first launch:
-        the column kernels' arguments are made here from the row kernel's output specs (its
-        outputs do not exist before it runs), once."""
-        made, jobs = {"in": inputs, "rows": []}, []
-        if self.row_launch is not None:
-            tensors, made["rows"] = self.row_launch.tensors_for([inputs[k] for k in self.row_take], device)
-            jobs += self.row_launch.compile_jobs(tensors)
-        tensors, _ = self.column_launch.tensors_for([made[s][k] for s, k in self.column_take], device)
-        jobs += self.column_launch.compile_jobs(tensors)
+        """Compile both kernels side by side before the first launch: the second kernel's
+        arguments are made here from the first kernel's output specs (its outputs do not exist
+        before it runs), once."""
+        made, jobs = {"in": inputs, "first": []}, []
+        if self.first_launch is not None:
+            tensors, made["first"] = self.first_launch.tensors_for([inputs[k] for k in self.first_take], device)
+            jobs += self.first_launch.compile_jobs(tensors)
+        tensors, _ = self.second_launch.tensors_for([made[s][k] for s, k in self.second_take], device)
+        jobs += self.second_launch.compile_jobs(tensors)
         parallel_compile.compile_together(jobs)

@@ -232,7 +232,18 @@ class KernelLauncher:
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             if self._two_kernels is None:
-                self._two_kernels = TwoKernels(plan, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+                parts = plan.parts
+                self._two_kernels = TwoKernels(plan, parts.rows, parts.columns, ("rows", "columns"),
+                                               lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+            return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
+        if plan.statistics is not None and local_extents is None \
+                and split_count(params, rows, _processors(device)) > 1:
+            # one program a column block could not fill the GPU: the statistics split over rows,
+            # then the rows that read them (the same bytes; StatisticsParts)
+            if self._two_kernels is None:
+                parts = plan.statistics
+                self._two_kernels = TwoKernels(plan, parts.columns, parts.rows, ("statistics", "rows"),
+                                               lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
             return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)

@@ -50,7 +50,7 @@ def reduced_axes_of(e: Expr, axes: KernelAxes) -> set[int]:
     return {mapped[k] for k in e.axes if mapped[k] is not None}
 
 
-class _Graph:
+class GroupGraph:
     """Producers and closures over the exprs of one group."""
 
     def __init__(self, exprs: Sequence[Expr], inputs: Sequence[TensorView]):
@@ -109,7 +109,7 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
             return None, f"a column {e.kind.value} in {e.out.dtype}: the inner-outer workspace is fp32"
         if axes.spans(e.out) != row_set:
             return None, f"T{e.out.name} sums over rows but does not keep the row's axes"
-    graph = _Graph(exprs, inputs)
+    graph = GroupGraph(exprs, inputs)
     spans_rows = lambda v: bool(axes.spans(v) & column_set)  # noqa: E731
     after_columns = graph.downstream(column_reductions)
     for e in exprs:
@@ -148,7 +148,7 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
                            combine_inputs, statistics, row_exprs, row_inputs, column_exprs, column_inputs), ""
 
 
-def _combine_part(graph: _Graph, column_outputs: list[TensorView], column_reductions: list[ReductionOp]):
+def _combine_part(graph: GroupGraph, column_outputs: list[TensorView], column_reductions: list[ReductionOp]):
     """What the combine kernel computes: the column outputs from the column reductions (read
     from the workspace, so their inputs are not computed) and from kernel inputs."""
     ends = {id(o) for e in column_reductions for o in e.outputs}

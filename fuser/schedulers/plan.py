@@ -18,7 +18,7 @@ from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, 
                   LoadStoreOpType, PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp,
                   UnaryOp, Val, VarMeanOp)
 from .axes import KernelAxes, analyze_axes
-from .inner_outer import InnerOuterSplit, reduced_axes_of, split_inner_outer
+from .inner_outer import GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
@@ -44,6 +44,9 @@ class KernelPlan:
     dim0: list[int]  # loop axes on tile dim 0, outer to inner
     dim1: list[int]  # loop axes on tile dim 1
     parts: Optional["InnerOuterParts"] = None  # inner-outer plans only
+    # an outer reduction whose output along the rows reads its column results: the form of two
+    # kernels it may run as instead (statistics split over rows, then the rows)
+    statistics: Optional["StatisticsParts"] = None
 
     @property
     def red_dim(self) -> Optional[int]:
@@ -108,6 +111,19 @@ class InnerOuterParts:
     columns: KernelPlan
 
 
+@dataclass(eq=False)
+class StatisticsParts:
+    """The two-kernel form of an outer reduction with an output along the reduced rows that
+    reads a column result (x - mean over rows). As one kernel it cannot split over rows, so it
+    runs one program a block of columns; with few columns the launch takes this form instead:
+    `columns`, a column reduction that splits (the statistics the rows read, the column
+    outputs, and the outputs that need no column result), then `rows`, the outputs that read
+    the statistics (a pointwise kernel). The same bytes: both forms read the input twice."""
+
+    columns: KernelPlan
+    rows: KernelPlan
+
+
 def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorView],
                 lowerable: Callable[[Expr], bool]) -> tuple[Optional[KernelPlan], str]:
     """A plan for running `exprs` as one generated kernel, or the reason it cannot be one."""
@@ -159,7 +175,34 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         return None, "slice, pad and cat beside a column reduction"
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
+        plan.statistics = _statistics_parts(plan, lowerable)
     return plan, ""
+
+
+def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
+    """The two-kernel form of an outer reduction (StatisticsParts), or None where it has no
+    output along the rows that reads a column result, or where the statistics would not split
+    (a column reduction of another's result: softmax over rows sums exp(x - max))."""
+    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
+    along_rows = lambda v: bool(reduced & plan.axes.spans(v))  # noqa: E731
+    late = [o for o in plan.outputs if along_rows(o) and id(o) in fed]
+    if not late:
+        return None
+    graph = GroupGraph(plan.exprs, [v for v in plan.inputs if isinstance(v, TensorView)])
+    # the column values the late outputs read: computed from a reduction, not along the rows
+    row_exprs, row_inputs = graph.closure(late, lambda v: id(v) in fed and not along_rows(v))
+    statistics = [v for v in row_inputs if id(v) in graph.producer]
+    first_outputs = statistics + [o for o in plan.outputs if all(o is not v for v in late + statistics)]
+    column_exprs, column_inputs = graph.closure(first_outputs, lambda v: False)
+    columns, _ = plan_kernel(column_exprs, column_inputs, first_outputs, lowerable)
+    rows, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
+    if columns is None or columns.template is not Template.outer_reduction or rows is None \
+            or rows.template is not Template.pointwise:
+        return None
+    fed_columns = columns.fed_by_reduction()
+    if any(id(e.inp) in fed_columns for e in columns.exprs if isinstance(e, (ReductionOp, VarMeanOp))):
+        return None
+    return StatisticsParts(columns, rows)
 
 
 def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable) -> tuple[Optional[KernelPlan], str]:

@@ -59,7 +59,7 @@ def test_the_two_kernel_form_compiles_its_row_and_column_kernels_together():
     kernels = [_StandInKernel(0.3) for _ in range(3)]
     rows = stand_in_launch(kernels[0], outputs=[((4,), torch.float32)])
     columns = stand_in_launch(kernels[1], kernels[2], outputs=[((4,), torch.float32)])
-    both = _TwoLaunches(rows, columns, [0], [("rows", 0)], [("columns", 0)])
+    both = _TwoLaunches(rows, columns, [0], [("first", 0)], [("second", 0)])
     assert both.cold
     start = time.perf_counter()
     both._compile_together([torch.zeros(4)], torch.device("cpu"))
