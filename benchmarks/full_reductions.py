@@ -1,0 +1,63 @@
+"""Reductions over a whole tensor on the GPU: an fp8-style amax (`x.abs().amax()`, bf16), an
+MSE loss (bf16 prediction and target) and a sum of squares (a gradient norm, fp32), through
+eager, torch.compile and fuser.jit. Shares of the copy bandwidth measured in the same run,
+counting the inputs read once; and, for a small MSE ([64, 256]), the time of a call. Not suite
+rows; they measure passes/split_full_reductions.py.
+
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/full_reductions.py [--fuser-only]
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import fuser  # noqa: E402
+from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402
+
+
+def amax(x):
+    return x.abs().amax()
+
+
+def mse(p, t):
+    return F.mse_loss(p, t)
+
+
+def sum_squares(g):
+    return (g * g).sum()
+
+
+def cases(small: bool):
+    m, n = (64, 256) if small else (8192, 8192)
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    yield "amax", amax, (torch.randn(m, n, **bf16),)
+    yield "mse", mse, (torch.randn(m, n, **bf16), torch.randn(m, n, **bf16))
+    yield "sum_squares", sum_squares, (torch.randn(m // 2 or 1, n * 2, device="cuda"),)
+
+
+def main() -> None:
+    copy = copy_gbps()
+    print(f"copy {copy:.0f} GB/s; torch {torch.__version__}, triton {triton.__version__}")
+    fuser_only = "--fuser-only" in sys.argv
+    for small in (False, True):
+        for label, fn, args in cases(small):
+            want = fn(*args)
+            versions = [] if fuser_only else [("eager", fn), ("torch.compile", torch.compile(fn, dynamic=False))]
+            cells = []
+            for name, impl in versions + [("fuser.jit", fuser.jit(fn))]:
+                torch.testing.assert_close(impl(*args).float(), want.float(), rtol=2e-2, atol=1e-2)
+                ms = triton.testing.do_bench(lambda: impl(*args), return_mode="median")
+                moved = sum(a.nbytes for a in args)
+                cells.append(f"{name} {ms * 1e3:.1f} us" if small else f"{name} {moved / ms / 1e6 / copy:.2f}")
+            shape = "x".join(map(str, args[0].shape))
+            print(f"{label}[{shape}]: " + "  ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
