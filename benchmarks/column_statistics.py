@@ -12,11 +12,11 @@ import os
 import sys
 
 import torch
-import triton.testing
+import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import fuser  # noqa: E402
+from benchmarks.peers import compare  # noqa: E402
 from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402
 
 SHAPES = ((16384, 1024), (4096, 4096), (8192, 16384))
@@ -40,14 +40,7 @@ def main() -> None:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
         for label, fn, args in (("center", center, (x,)), ("batch_norm", batch_norm, (x, w, b))):
-            want = fn(*args)
-            versions = [] if fuser_only else [("eager", fn), ("torch.compile", torch.compile(fn, dynamic=False))]
-            cells = []
-            for name, impl in versions + [("fuser.jit", fuser.jit(fn))]:
-                torch.testing.assert_close(impl(*args).float(), want.float(), rtol=2e-2, atol=5e-2)
-                ms = triton.testing.do_bench(lambda: impl(*args), return_mode="median")
-                cells.append(f"{name} {2 * x.nbytes / ms / 1e6 / copy:.2f}")
-            print(f"{label}[{m}x{n}]: " + "  ".join(cells), flush=True)
+            print(f"{label}[{m}x{n}]: " + compare(fn, args, 2 * x.nbytes, copy, fuser_only), flush=True)
 
 
 if __name__ == "__main__":

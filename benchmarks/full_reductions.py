@@ -13,11 +13,11 @@ import sys
 
 import torch
 import torch.nn.functional as F
-import triton.testing
+import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import fuser  # noqa: E402
+from benchmarks.peers import compare  # noqa: E402
 from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402
 
 
@@ -47,16 +47,10 @@ def main() -> None:
     fuser_only = "--fuser-only" in sys.argv
     for small in (False, True):
         for label, fn, args in cases(small):
-            want = fn(*args)
-            versions = [] if fuser_only else [("eager", fn), ("torch.compile", torch.compile(fn, dynamic=False))]
-            cells = []
-            for name, impl in versions + [("fuser.jit", fuser.jit(fn))]:
-                torch.testing.assert_close(impl(*args).float(), want.float(), rtol=2e-2, atol=1e-2)
-                ms = triton.testing.do_bench(lambda: impl(*args), return_mode="median")
-                moved = sum(a.nbytes for a in args)
-                cells.append(f"{name} {ms * 1e3:.1f} us" if small else f"{name} {moved / ms / 1e6 / copy:.2f}")
             shape = "x".join(map(str, args[0].shape))
-            print(f"{label}[{shape}]: " + "  ".join(cells), flush=True)
+            line = compare(fn, args, sum(a.nbytes for a in args), copy, fuser_only, per_call=small,
+                           tolerance=(2e-2, 1e-2))
+            print(f"{label}[{shape}]: {line}", flush=True)
 
 
 if __name__ == "__main__":

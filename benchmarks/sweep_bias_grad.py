@@ -51,22 +51,13 @@ def gelu_and_bias_grads(x: torch.Tensor, dy: torch.Tensor) -> tuple:
 
 
 def peers(copy: float) -> None:
-    import fuser
+    from benchmarks.peers import compare
 
     for m, n in SHAPES + ((16384, 16384),):
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn_like(x)
-        want = gelu_and_bias_grads(x, dy)
-        cells = []
-        for name, fn in (("eager", gelu_and_bias_grads),
-                         ("torch.compile", torch.compile(gelu_and_bias_grads, dynamic=False)),
-                         ("fuser.jit", fuser.jit(gelu_and_bias_grads))):
-            got = fn(x, dy)
-            torch.testing.assert_close(got[0], want[0], rtol=2e-2, atol=2e-2)
-            torch.testing.assert_close(got[1].float(), want[1].float(), rtol=2e-2, atol=1.0)
-            ms = triton.testing.do_bench(lambda: fn(x, dy), return_mode="median")
-            cells.append(f"{name} {3 * x.nbytes / ms / 1e6 / copy:.2f}")
-        print(f"{m}x{n}: " + "  ".join(cells), flush=True)
+        line = compare(gelu_and_bias_grads, (x, dy), 3 * x.nbytes, copy)
+        print(f"{m}x{n}: {line}", flush=True)
 
 
 def timed(fd, args) -> float:

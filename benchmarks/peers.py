@@ -1,0 +1,27 @@
+"""Timing one function through eager, torch.compile and fuser.jit on the GPU, checked against
+eager first: the comparison the benchmarks of patterns outside the suite print a line of."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import triton.testing
+
+
+def compare(fn: Callable, args: Sequence, moved: int, copy_gbps: float, fuser_only: bool = False,
+            per_call: bool = False, tolerance: tuple = (2e-2, 5e-2)) -> str:
+    """'name share  name share ...' for each version of `fn(*args)`: the share of copy
+    bandwidth for `moved` bytes, or with `per_call` the microseconds a call. Outputs are
+    compared with eager's (fp32, `tolerance` = (rtol, atol)) before timing."""
+    import fuser
+
+    versions = [] if fuser_only else [("eager", fn), ("torch.compile", torch.compile(fn, dynamic=False))]
+    want = fn(*args)
+    cells = []
+    for name, impl in versions + [("fuser.jit", fuser.jit(fn))]:
+        got = impl(*args)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g.float(), w.float(), rtol=tolerance[0], atol=tolerance[1])
+        ms = triton.testing.do_bench(lambda: impl(*args), return_mode="median")
+        cells.append(f"{name} {ms * 1e3:.1f} us" if per_call else f"{name} {moved / ms / 1e6 / copy_gbps:.2f}")
+    return "  ".join(cells)
