@@ -75,9 +75,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         # a combine step run inside the split kernel (codegen/split_kernel.py) by the last program
         # of a column block: the block comes in as PID, the workspace is read past L1
         self.combine_in_line = combine_in_line
-        self.workspaces: list[tuple[Expr, str]] = [
-            (e, part) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))
-            for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))] if split else []
+        self.workspaces: list[tuple[Expr, str]] = split_workspaces(plan) if split else []
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
@@ -449,6 +447,21 @@ def _eviction_hints(body: str) -> str:
         body = body.replace(marker, ', eviction_policy="evict_last"', passes - 1)
         body = body.replace(marker, ', eviction_policy="evict_first"')
     return body
+
+
+def split_workspaces(plan: KernelPlan) -> list[tuple[Expr, str]]:
+    """The workspaces of a split reduction, in parameter order: (reduction, part), a Welford's
+    three parts (mean, m2, n) or one accumulator."""
+    return [(e, part) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))
+            for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))]
+
+
+def workspace_dtype(e: Expr) -> DataType:
+    """What a split reduction's partials are kept in: its accumulator's type (a Welford's parts
+    and half-precision sums in fp32; double, int64, int32 and bool in their own)."""
+    if isinstance(e, VarMeanOp):
+        return DataType.Float
+    return {DataType.Half: DataType.Float, DataType.BFloat16: DataType.Float}.get(e.out.dtype, e.out.dtype)
 
 
 def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,

@@ -39,7 +39,7 @@ from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
-from .kernel import KernelSource, generate
+from .kernel import KernelSource, generate, split_workspaces, workspace_dtype
 from .reductions import splittable, stores_rows_in_pass
 from .layout import Layout, make_layout, run_stride
 
@@ -329,7 +329,11 @@ class KernelLauncher:
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
-            work_specs = [((chunks, cols), torch.float32)] * n_work
+            # (the inner-outer template's column sums are fp32; a split's partials are kept in
+            # their accumulators' types: an fp32 workspace rounded int64 and double sums)
+            work_dtypes = [torch.float32] * n_work if plan.template is Template.inner_outer else \
+                [workspace_dtype(e).to_torch() for e, _ in split_workspaces(plan)]
+            work_specs = [((chunks, cols), dt) for dt in work_dtypes]
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
                            Semaphores(semaphores) if semaphores else None)
 

@@ -175,14 +175,20 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         return None, "slice, pad and cat beside a column reduction"
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
-        plan.statistics = _statistics_parts(plan, lowerable)
     return plan, ""
 
 
+def add_statistics_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
+    """Give an outer reduction's plan its two-kernel form (StatisticsParts), where it has one:
+    an output along the rows that reads a column result, and statistics that split (not a
+    column reduction of another's result: softmax over rows sums exp(x - max)). Asked for the
+    plans of the segments chosen, not for every group the segmenter tries (two more plans
+    each)."""
+    if plan.template is Template.outer_reduction and plan.statistics is None:
+        plan.statistics = _statistics_parts(plan, lowerable)
+
+
 def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
-    """The two-kernel form of an outer reduction (StatisticsParts), or None where it has no
-    output along the rows that reads a column result, or where the statistics would not split
-    (a column reduction of another's result: softmax over rows sums exp(x - max))."""
     reduced, fed = set(plan.dim0), plan.fed_by_reduction()
     along_rows = lambda v: bool(reduced & plan.axes.spans(v))  # noqa: E731
     late = [o for o in plan.outputs if along_rows(o) and id(o) in fed]
