@@ -330,3 +330,29 @@ def test_random_fusions_compile_ahead_what_they_launch(recorded):
                 assert any(f is fn and len(p) == len(args) and all(map(_same_argument, p, args))
                            for _, f, p in ahead), f"seed {seed}: a launch not compiled ahead"
     assert checked >= 30
+
+
+def test_a_statistics_form_compiles_both_of_its_kernels_ahead(recorded, monkeypatch):
+    """A column normalization beside a row reduction: the runtime has several launches, one of
+    them the two-kernel statistics form (schedulers/plan.py StatisticsParts), whose split
+    statistics kernel and rows kernel are both compiled ahead with their launch arguments."""
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        n, c = x.shape()[0], x.shape()[1]
+        mean = fd.ops.broadcast_in_dim(fd.ops.div(fd.ops.sum(x, [0]), n), [n, c], [1])
+        fd.add_output(fd.ops.sub(x, mean))
+        fd.add_output(fd.ops.sum(fd.ops.matmul(x, w), [1]))
+    a, b = torch.randn(300, 40), torch.randn(40, 24)
+    centered, rows = fd.execute([a, b])
+    torch.testing.assert_close(centered, a - a.mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rows, (a @ b).sum(1), rtol=1e-4, atol=1e-3)
+    assert "pointwise" in fd.last_triton_code() and "split" in fd.last_triton_code()
+    first_launch = next(k for k, e in enumerate(recorded) if e[0] == "launch")
+    compiles = recorded[:first_launch]
+    launches = [e for e in recorded if e[0] == "launch"]
+    assert len({id(fn) for _, fn, _ in launches}) >= 3  # statistics, rows, the row reduction
+    for _, fn, args in launches:
+        planned = [a for kind, f, a in compiles if f is fn]
+        assert any(len(p) == len(args) and all(map(_same_argument, p, args)) for p in planned), fn
