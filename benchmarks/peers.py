@@ -25,3 +25,21 @@ def compare(fn: Callable, args: Sequence, moved: int, copy_gbps: float, fuser_on
         ms = triton.testing.do_bench(lambda: impl(*args), return_mode="median")
         cells.append(f"{name} {ms * 1e3:.1f} us" if per_call else f"{name} {moved / ms / 1e6 / copy_gbps:.2f}")
     return "  ".join(cells)
+
+
+def host_us(fn: Callable, args: Sequence, calls: int = 2000) -> float:
+    """Wall time of a call in a tight loop with the GPU queue far from full (its host cost when
+    the kernels are small): the best of 3 rounds, each ended by a synchronize."""
+    import time
+
+    for _ in range(50):
+        fn(*args)
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
