@@ -36,7 +36,7 @@ class ArgSpec:
     val: Optional[Val] = None
     super_axis: int = -1
     dim: int = -1  # "size": the tensor's logical dim
-    expr: Any = None  # "extent_expr": a sympy extent evaluated under the binding table
+    expr: Any = None  # "extent_expr": a sympy extent under the binding table; "workspace": its reduction
 
 
 @dataclass
@@ -75,7 +75,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         # a combine step run inside the split kernel (codegen/split_kernel.py) by the last program
         # of a column block: the block comes in as PID, the workspace is read past L1
         self.combine_in_line = combine_in_line
-        self.workspaces: list[tuple[Expr, str]] = split_workspaces(plan) if split else []
+        self.workspaces: list[tuple[Expr, str]] = [
+            (e, part) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))
+            for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))] if split else []
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
@@ -130,7 +132,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         for j in range(len(self.layout.super_axes)):
             self.add_param(f"X{j}", ArgSpec("extent", super_axis=j))
         for k in range(len(self.workspaces)):
-            self.add_param(f"W{k}_ptr", ArgSpec("workspace", super_axis=k))
+            # (expr: the reduction whose partials it keeps, for its dtype)
+            self.add_param(f"W{k}_ptr", ArgSpec("workspace", super_axis=k, expr=self.workspaces[k][0]))
         if self.split:
             self.add_param("S", ArgSpec("split_count"))
             self.add_param("CHUNK", ArgSpec("split_chunk"))
@@ -447,13 +450,6 @@ def _eviction_hints(body: str) -> str:
         body = body.replace(marker, ', eviction_policy="evict_last"', passes - 1)
         body = body.replace(marker, ', eviction_policy="evict_first"')
     return body
-
-
-def split_workspaces(plan: KernelPlan) -> list[tuple[Expr, str]]:
-    """The workspaces of a split reduction, in parameter order: (reduction, part), a Welford's
-    three parts (mean, m2, n) or one accumulator."""
-    return [(e, part) for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp))
-            for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))]
 
 
 def workspace_dtype(e: Expr) -> DataType:

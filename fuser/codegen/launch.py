@@ -39,7 +39,7 @@ from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
-from .kernel import KernelSource, generate, split_workspaces, workspace_dtype
+from .kernel import KernelSource, generate, workspace_dtype
 from .reductions import splittable, stores_rows_in_pass
 from .layout import Layout, make_layout, run_stride
 
@@ -228,21 +228,19 @@ class KernelLauncher:
             # shifted views are emitted in the program scope, with the whole row in registers;
             # rows too long for that (a softmax of a cat over 32768 columns) run through ATen
             return None
+        two_kernels = None  # (first plan, second plan, their names) of a two-kernel form
         if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
-            if self._two_kernels is None:
-                parts = plan.parts
-                self._two_kernels = TwoKernels(plan, parts.rows, parts.columns, ("rows", "columns"),
-                                               lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-            return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
-        if plan.statistics is not None and local_extents is None \
+            two_kernels = (plan.parts.rows, plan.parts.columns, ("rows", "columns"))
+        elif plan.statistics is not None and local_extents is None \
                 and split_count(params, rows, _processors(device)) > 1:
             # one program a column block could not fill the GPU: the statistics split over rows,
             # then the rows that read them (the same bytes; StatisticsParts)
+            two_kernels = (plan.statistics.columns, plan.statistics.rows, ("statistics", "rows"))
+        if two_kernels is not None:
             if self._two_kernels is None:
-                parts = plan.statistics
-                self._two_kernels = TwoKernels(plan, parts.columns, parts.rows, ("statistics", "rows"),
+                self._two_kernels = TwoKernels(plan, *two_kernels,
                                                lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
             return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
@@ -329,11 +327,10 @@ class KernelLauncher:
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
-            # (the inner-outer template's column sums are fp32; a split's partials are kept in
-            # their accumulators' types: an fp32 workspace rounded int64 and double sums)
-            work_dtypes = [torch.float32] * n_work if plan.template is Template.inner_outer else \
-                [workspace_dtype(e).to_torch() for e, _ in split_workspaces(plan)]
-            work_specs = [((chunks, cols), dt) for dt in work_dtypes]
+            # (each kept in its reduction's accumulator type: an fp32 workspace rounded int64
+            # and double sums)
+            work_specs = [((chunks, cols), workspace_dtype(a.expr).to_torch()) for a in ks.args
+                          if a.kind == "workspace"]
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
                            Semaphores(semaphores) if semaphores else None)
 
