@@ -16,6 +16,7 @@ from fuser.codegen import launch
 from fuser.errors import ExtentConflictError, FuserError, FusionInputError, InternalError
 from fuser.evaluate import bind_inputs, evaluate_fusion
 from fuser.runtime import FusionExecutorCache
+from fuser.schedulers import heuristics
 
 SIZES = [1, 3, 7, 33]
 FLOATS = [DataType.Float, DataType.BFloat16, DataType.Half]
@@ -490,6 +491,9 @@ def compare_with_reference(actual, expected, what, coarse, exact_output):
             raise AssertionError(f"{mismatch}\nand up to {error:.4g} from the fp64 result") from None
 
 
+_INNER_SPLIT_LIMITS = dict(INNER_SPLIT_MIN_COLS=16, INNER_SPLIT_BLOCK=4, INNER_SPLIT_MIN_CHUNK=8)
+
+
 def run_case(seed: int, processors: int = 0, eager: bool = True):
     case = Case(seed)
     try:
@@ -504,6 +508,12 @@ def run_case(seed: int, processors: int = 0, eager: bool = True):
         return case
     old = launch.INTERPRETER_PROCESSORS
     launch.INTERPRETER_PROCESSORS = processors
+    # with processors, inner reductions over rows of 16 columns or more split too (in chunks
+    # of 2 blocks of 4 columns or more)
+    split_limits = {name: getattr(heuristics, name) for name in _INNER_SPLIT_LIMITS}
+    if processors:
+        for name, value in _INNER_SPLIT_LIMITS.items():
+            setattr(heuristics, name, value)
     try:
         try:
             expected = FusionExecutorCache(fd.fusion, use_kernels=False).execute(case.inputs)
@@ -513,6 +523,8 @@ def run_case(seed: int, processors: int = 0, eager: bool = True):
         actual = fd.execute(case.inputs)
     finally:
         launch.INTERPRETER_PROCESSORS = old
+        for name, value in split_limits.items():
+            setattr(heuristics, name, value)
     transcript = "\n".join(case.lines)
     fp64_outputs = functools.cache(lambda: fp64_reference(fd.fusion, case.inputs))  # at a mismatch only
     for k, (a, e) in enumerate(zip(actual, expected)):

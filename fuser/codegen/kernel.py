@@ -69,8 +69,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         # EVEN0 / EVEN1 (constexpr) say that a tile dim needs no mask.
         self.one_pass = one_pass
         self.bf16_outputs = all(o.dtype is DataType.BFloat16 for o in plan.outputs)
-        # split outer reductions run in two kernels: "partial" reduces one chunk of rows into a
-        # workspace row per chunk, "combine" reduces the workspace rows and finishes the group
+        # split reductions run in two parts: "partial" reduces one chunk of the reduced dim (rows
+        # of an outer reduction, columns of an inner one) into a workspace row per chunk,
+        # "combine" reduces the workspace rows and finishes the group
         self.split = split
         # a combine step run inside the split kernel (codegen/split_kernel.py) by the last program
         # of a column block: the block comes in as PID, the workspace is read past L1
@@ -271,9 +272,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
         evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
-        if not self.persistent and self.red == 1 and 0 not in self.dims_of(tv):
+        if not self.persistent and self.red == 1 and 0 not in self.dims_of(tv) and 0 in self.super_dim:
             # a value per column (a norm's weight): every program reads it in every pass; keep
-            # it in L2
+            # it in L2 (not where there are no rows: a reduction over a whole tensor reads it once)
             evict = ', eviction_policy="evict_last"'
         name = self.tname(tv)
         scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
@@ -357,9 +358,12 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
             self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
         elif self.split == "partial":
-            ps.lines += ["blocks1 = tl.cdiv(C, BLOCK1)", "pid1 = pid % blocks1", "chunk = pid // blocks1",
-                         "r_lo = chunk * CHUNK", "r_hi = tl.minimum(r_lo + CHUNK, R)"]
-            self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
+            # program pid: block `pid{keep}` of the kept dim, chunk `chunk` of the reduced one
+            keep, v = 1 - self.red, "r" if self.red == 0 else "c"
+            ps.lines += [f"blocks{keep} = tl.cdiv({'RC'[keep]}, BLOCK{keep})", f"pid{keep} = pid % blocks{keep}",
+                         f"chunk = pid // blocks{keep}", f"{v}_lo = chunk * CHUNK",
+                         f"{v}_hi = tl.minimum({v}_lo + CHUNK, {self.reduced_count()})"]
+            self.emit_dim_index(ps, keep, f"pid{keep} * BLOCK{keep}")
             for e in self.plan.exprs:  # (a pass takes every reduction ready with it)
                 if isinstance(e, (ReductionOp, VarMeanOp)) and ps.lookup(id(e.outputs[0])) is None:
                     self.emit_reduction_loop(e)

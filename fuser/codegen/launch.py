@@ -27,9 +27,9 @@ from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR,
                                      autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, looped_forms, next_pow2, outer_forms, outer_storing,
-                                     reload_forms, row_loop, row_loop_programs, row_loop_stages, split_count,
-                                     tuned_warps)
+                                     inner_outer_stages, inner_split, looped_forms, next_pow2, outer_forms,
+                                     outer_storing, reload_forms, row_loop, row_loop_programs, row_loop_stages,
+                                     split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, parallel_compile
@@ -246,12 +246,19 @@ class KernelLauncher:
         int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
                     for t in tensors)
         target = target_for(device)
-        per_processor = OUTER_STORING_PROGRAMS_PER_PROCESSOR if storing else SPLIT_PROGRAMS_PER_PROCESSOR
-        chunks, chunk_rows = (split_count(params, rows, _processors(device), per_processor)
-                              if splittable(plan) else 1), rows
-        if chunks > 1:
-            chunk_rows = -(-(-(-rows // chunks)) // params.block0) * params.block0
-            chunks = -(-rows // chunk_rows)
+        chunks = 1  # of the reduced dim, each reduced by its own programs (a split reduction)
+        if splittable(plan) and plan.template is Template.inner_reduction:
+            split_params, chunks = inner_split(rows, cols, _processors(device))
+            params = split_params if chunks > 1 else params
+        elif splittable(plan):
+            per_processor = OUTER_STORING_PROGRAMS_PER_PROCESSOR if storing else SPLIT_PROGRAMS_PER_PROCESSOR
+            chunks = split_count(params, rows, _processors(device), per_processor)
+        red_block = f"block{plan.red_dim}"  # (the reduced dim's block, of a reduction)
+        chunk_len = rows if plan.red_dim == 0 else cols
+        if chunks > 1:  # whole blocks a chunk
+            block, reduced = getattr(params, red_block), chunk_len
+            chunk_len = -(-(-(-reduced // chunks)) // block) * block
+            chunks = -(-reduced // chunk_len)
         variants = ((["split"] if SPLIT_IN_ONE_KERNEL else ["partial", "combine"]) if chunks > 1 else
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
@@ -302,19 +309,22 @@ class KernelLauncher:
                     elif spec.kind == "split_count":
                         args.append(chunks)
                     elif spec.kind == "split_chunk":
-                        args.append(chunk_rows)
+                        args.append(chunk_len)
                     elif spec.kind == "size":
                         args.append(tensors[index[id(spec.val)]].shape[spec.dim])
                     elif spec.kind == "extent_expr":
                         args.append(int(compile_extent(spec.expr)(values)))
                     else:
                         args.append(scalars[id(spec.val)])
-                block0 = params.block0 if variant != "combine" else min(next_pow2(chunks), params.block0)
-                grid = params.grid * (chunks if variant in ("partial", "split") else 1)
-                p = step_params.get(variant, replace(params, block0=block0, grid=grid))
+                p = step_params.get(variant)
+                if p is None:
+                    p = replace(params, grid=params.grid * (chunks if variant in ("partial", "split") else 1))
+                    if variant == "combine":  # its reduced dim runs over the chunks' workspace rows
+                        p = replace(p, **{red_block: min(next_pow2(chunks), getattr(p, red_block))})
                 kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64)
-                if "CBLOCK0" in ks.constexprs:  # the combine step's rows of workspace a step
-                    kwargs["CBLOCK0"] = min(next_pow2(chunks), p.block0)
+                cblock = f"C{red_block.upper()}"
+                if cblock in ks.constexprs:  # the combine part's workspace rows a step
+                    kwargs[cblock] = min(next_pow2(chunks), getattr(p, red_block))
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
                 if "LOOP_EXTENT" in ks.constexprs:
@@ -329,7 +339,9 @@ class KernelLauncher:
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
             # (each kept in its reduction's accumulator type: an fp32 workspace rounded int64
             # and double sums)
-            work_specs = [((chunks, cols), workspace_dtype(a.expr).to_torch()) for a in ks.args
+            # a workspace row: the columns (a split inner reduction's: the rows it keeps)
+            kept = rows if plan.template is Template.inner_reduction else cols
+            work_specs = [((chunks, kept), workspace_dtype(a.expr).to_torch()) for a in ks.args
                           if a.kind == "workspace"]
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
                            Semaphores(semaphores) if semaphores else None)

@@ -27,10 +27,10 @@ class ReductionEmitter:
         """Tile dims a reduction's lanes span: the reduced dim and those its input varies
         along (a value constant along rows stays [1, BLOCK1], so its result is [1, 1])."""
         if self.split == "combine":
-            # the workspace varies along chunks, and along columns where the reduced value does
-            # (a value constant along columns is read from its column block's first column, so
-            # its result is [1, 1])
-            return [0] + sorted(self.dims_of(e.inp) & {1})
+            # the workspace varies along chunks, and along the kept dim where the reduced value
+            # does (a value constant along it is read from its block's first lane, so its
+            # result is [1, 1])
+            return sorted({self.red} | (self.dims_of(e.inp) & {1 - self.red}))
         return sorted(self.dims_of(e.inp) | {self.red})
 
     def reduce_mask(self, e: Expr) -> str:
@@ -117,7 +117,7 @@ class ReductionEmitter:
 
     def limit(self, dim: int) -> str:
         if dim == self.red and self.split == "partial":
-            return "r_hi"
+            return f"{'r' if dim == 0 else 'c'}_hi"
         if dim == self.red and self.split == "combine":
             return "S"
         return "R" if dim == 0 else "C"
@@ -129,9 +129,10 @@ class ReductionEmitter:
         return scope
 
     def close_loop(self, scope: Scope) -> None:
-        lo = "r_lo" if self.split == "partial" else "0"
+        v = "r" if self.red == 0 else "c"
+        lo = f"{v}_lo" if self.split == "partial" else "0"
         block = f"BLOCK{self.red}"
-        var = f"{'r' if self.red == 0 else 'c'}_start"
+        var = f"{v}_start"
         if self.one_pass:  # one chunk covers the reduced dim: the pass runs once, in line
             self.program_scope.lines += [f"{var} = {lo}"] + scope.lines
             return
@@ -217,10 +218,14 @@ class ReductionEmitter:
         shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-        # workspace row r (a chunk), column c; a value the same in every column is read from
-        # this column block's first column, which this block's own partial programs wrote (in
-        # one kernel, another block's programs may not have stored theirs yet)
-        partial = "W{}_ptr + r * C + " + ("c" if 1 in self.reduce_dims(e) else "pid1 * BLOCK1")
+        # workspace row: a chunk (the reduced dim's index), column: the kept dim's index; a
+        # value the same all along the kept dim is read from this block's first lane, which
+        # this block's own partial programs wrote (in one kernel, another block's programs may
+        # not have stored theirs yet)
+        keep = 1 - self.red
+        red_var, keep_var = ("r", "c") if self.red == 0 else ("c", "r")
+        partial = (f"W{{}}_ptr + {red_var} * {'RC'[keep]} + "
+                   + (keep_var if keep in self.reduce_dims(e) else f"pid{keep} * BLOCK{keep}"))
         # written by other programs of this kernel: read from L2, past this processor's L1
         cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
         if isinstance(e, VarMeanOp):
@@ -285,16 +290,25 @@ class ReductionEmitter:
         ps.names[id(var)] = f"T{var.name}"
 
     def store_partial(self, k: int, value: str) -> None:
-        self.program_scope.lines.append(f"tl.store(W{k}_ptr + chunk * C + c, {value}, mask=c_mask)")
+        """This chunk's partial result into workspace row `chunk`, along the kept dim."""
+        v = "c" if self.red == 0 else "r"
+        self.program_scope.lines.append(
+            f"tl.store(W{k}_ptr + chunk * {v.upper()} + {v}, {value}, mask={v}_mask)")
 
 
 def splittable(plan: KernelPlan) -> bool:
-    """An outer reduction can be split over chunks of rows when every reduction reads only
-    values computed before any reduction, and every output varying along the reduced rows does
-    too (each chunk's program stores its rows of it in its pass)."""
-    if plan.template is not Template.outer_reduction:
+    """A reduction can be split over chunks of its reduced dim (rows of an outer reduction,
+    columns of an inner one) when every reduction reads only values computed before any
+    reduction, and every output varying along the reduced dim does too (each chunk's program
+    stores its part of it in its pass). Not an inner reduction with shifted views (a cat's or
+    pad's), which are emitted with the whole row in registers."""
+    if plan.template is Template.outer_reduction:
+        reduced = set(plan.dim0)
+    elif plan.template is Template.inner_reduction and not plan.axes.resized:
+        reduced = set(plan.dim1)
+    else:
         return False
-    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
+    fed = plan.fed_by_reduction()
     if any(reduced & plan.axes.spans(o) and id(o) in fed for o in plan.outputs):
         return False
     return not any(id(e.inp) in fed for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp)))

@@ -125,6 +125,27 @@ def looped_forms(params: LaunchParams, rows: int, cols: int) -> list[LaunchParam
 SPLIT_PROGRAMS_PER_PROCESSOR = 4
 
 
+# A reduction over a whole tensor (an fp8 amax, a loss, a gradient norm), or over a few long
+# rows, has one program a row: one processor of the GPU streams the tensor. Rows of
+# INNER_SPLIT_MIN_COLS or more are then split into chunks of at least INNER_SPLIT_MIN_CHUNK
+# columns (whole blocks of INNER_SPLIT_BLOCK on INNER_SPLIT_WARPS), enough programs for
+# INNER_SPLIT_PROGRAMS_PER_PROCESSOR a processor; the last program of a row combines the
+# chunks' partials (codegen/split_kernel.py). Shorter rows are latency-bound either way.
+INNER_SPLIT_MIN_COLS = 65536
+INNER_SPLIT_BLOCK, INNER_SPLIT_WARPS = 4096, 8
+INNER_SPLIT_MIN_CHUNK = 4 * INNER_SPLIT_BLOCK
+INNER_SPLIT_PROGRAMS_PER_PROCESSOR = 4
+
+
+def inner_split(rows: int, cols: int, processors: int) -> tuple[LaunchParams, int]:
+    """(launch parameters, chunks a row) of a split inner reduction; 1 chunk: no split."""
+    params = LaunchParams(1, INNER_SPLIT_BLOCK, False, INNER_SPLIT_WARPS, rows)
+    target = INNER_SPLIT_PROGRAMS_PER_PROCESSOR * processors
+    if processors == 0 or cols < INNER_SPLIT_MIN_COLS or rows >= target:
+        return params, 1
+    return params, max(1, min(-(-target // rows), cols // INNER_SPLIT_MIN_CHUNK))
+
+
 # An outer reduction with a program a column block for every multiprocessor or more is also
 # timed unsplit on OUTER_TUNED_WARPS (the split form's chunks of rows add programs and a combine
 # it may not need): Inductor with coordinate descent took the LayerNorm backward's column sums

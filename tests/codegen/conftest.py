@@ -1,3 +1,5 @@
+import random
+
 import pytest
 import torch
 
@@ -10,3 +12,25 @@ def device(request):
     """Each kernel test runs on CPU tensors (Triton's interpreter) and, where a GPU exists,
     on CUDA tensors (compiled Triton)."""
     return torch.device(request.param)
+
+
+@pytest.fixture(params=["reversed", "shuffled"])
+def any_program_order(request, monkeypatch):
+    """The interpreter runs a grid's programs in reverse or shuffled order, as a GPU may: the
+    last program of a split reduction's kept block is then not the last of the grid."""
+    from triton.runtime import interpreter
+    builder = getattr(interpreter, "interpreter_builder", None)
+    if builder is None or not hasattr(builder, "set_grid_idx"):
+        pytest.skip("this Triton's interpreter has no grid index hook")
+    real = builder.set_grid_idx
+    orders: dict = {}
+
+    def set_grid_idx(x, y, z):
+        n = builder.grid_dim[0]
+        order = orders.get(n)
+        if order is None:
+            order = orders[n] = list(range(n))[::-1]
+            if request.param == "shuffled":
+                random.Random(n).shuffle(order)
+        return real(order[x], y, z)
+    monkeypatch.setattr(builder, "set_grid_idx", set_grid_idx)

@@ -2,7 +2,6 @@
 rows into workspace rows, and the last program of each column block, found by counting on the
 block's semaphore, combines them; the semaphores are zero again after each launch."""
 import gc
-import random
 import threading
 
 import pytest
@@ -11,28 +10,6 @@ import torch
 from benchmarks import fuser_defs
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
-
-
-@pytest.fixture(params=["reversed", "shuffled"])
-def any_program_order(request, monkeypatch):
-    """The interpreter runs a grid's programs in reverse or shuffled order, as a GPU may: the
-    last program of a column block is then not the last of the grid."""
-    from triton.runtime import interpreter
-    builder = getattr(interpreter, "interpreter_builder", None)
-    if builder is None or not hasattr(builder, "set_grid_idx"):
-        pytest.skip("this Triton's interpreter has no grid index hook")
-    real = builder.set_grid_idx
-    orders: dict = {}
-
-    def set_grid_idx(x, y, z):
-        n = builder.grid_dim[0]
-        order = orders.get(n)
-        if order is None:
-            order = orders[n] = list(range(n))[::-1]
-            if request.param == "shuffled":
-                random.Random(n).shuffle(order)
-        return real(order[x], y, z)
-    monkeypatch.setattr(builder, "set_grid_idx", set_grid_idx)
 
 
 def _split_launch(fd) -> "launch._Launch":
