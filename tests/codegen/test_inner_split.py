@@ -124,3 +124,25 @@ def test_split_heuristic():
     params, chunks = split(1, 2**26, 132)
     assert chunks == 4 * 132 and not params.persistent and params.grid == 1
     assert split(1, min_cols, 132)[1] == min_cols // heuristics.INNER_SPLIT_MIN_CHUNK
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_whole_tensor_reductions_split_on_the_gpu():
+    """With the GPU's own thresholds: an fp8-style amax, an MSE and an int64 sum over large
+    tensors split, and stay right call after call."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    t = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    n = torch.randint(2**40, 2**41, (1024, 1024), device="cuda", generator=g)
+    for fn, args in ((_amax, (x,)), (_mse, (x, t)), (lambda n: n.sum(), (n,))):
+        jitted = fuser.jit(fn)
+        for _ in range(3):
+            got = jitted(*args)
+            if got.dtype == torch.int64:
+                assert torch.equal(got, fn(*args))
+            else:
+                want = fn(*[a.double() for a in args])
+                torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-3)
+        code = "\n".join(t for f in fuser.explain(fn, *args).fusions for t in f.triton)
+        assert "split in one kernel" in code
