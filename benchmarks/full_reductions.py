@@ -22,7 +22,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import fuser  # noqa: E402
-from benchmarks.peers import compare, host_us  # noqa: E402
+from benchmarks.peers import compare, host_us, kernel_us  # noqa: E402
 from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402
 
 
@@ -59,7 +59,8 @@ def main() -> None:
             if small:  # where a small call's time goes: the host's part, and fuser.jit's path
                 jitted = fuser.jit(fn)
                 host = host_us(jitted, args)
-                print(f"   fuser.jit host {host:.1f} us a call, eager {host_us(fn, args):.1f} us; "
+                print(f"   kernels {kernel_us(jitted, args):.1f} us a call (eager's {kernel_us(fn, args):.1f}); "
+                      f"fuser.jit host {host:.1f} us a call, eager {host_us(fn, args):.1f} us; "
                       f"direct path {jitted._direct.hits} of {jitted.cache_info().calls} calls; "
                       f"{jitted.cache_info()}", flush=True)
 

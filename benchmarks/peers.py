@@ -43,3 +43,23 @@ def host_us(fn: Callable, args: Sequence, calls: int = 2000) -> float:
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
     return best
+
+
+def kernel_us(fn: Callable, args: Sequence, calls: int = 20) -> float:
+    """GPU time of a call's kernels (the profiler's kernel durations, summed, a call), each
+    call after the L2 cache is flushed as do_bench does: for calls too short for do_bench,
+    whose wall time between events then includes the host's (tens of microseconds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            fn(*args)
+        torch.cuda.synchronize()
+    total = sum(e.device_time_total for e in prof.key_averages()
+                if e.device_time_total and "fill" not in e.key.lower() and "zero" not in e.key.lower())
+    return total / calls
