@@ -127,22 +127,29 @@ SPLIT_PROGRAMS_PER_PROCESSOR = 4
 
 # A reduction over a whole tensor (an fp8 amax, a loss, a gradient norm), or over a few long
 # rows, has one program a row: one processor of the GPU streams the tensor. Rows of
-# INNER_SPLIT_MIN_COLS or more are then split into chunks of at least INNER_SPLIT_MIN_CHUNK
-# columns (whole blocks of INNER_SPLIT_BLOCK on INNER_SPLIT_WARPS), enough programs for
-# INNER_SPLIT_PROGRAMS_PER_PROCESSOR a processor; the last program of a row combines the
-# chunks' partials (codegen/split_kernel.py). Shorter rows are latency-bound either way.
+# INNER_SPLIT_MIN_COLS or more, fewer than INNER_UNSPLIT_ROWS_PER_PROCESSOR a processor, are
+# split into chunks of at least INNER_SPLIT_MIN_CHUNK columns (whole blocks of INNER_SPLIT_BLOCK
+# on INNER_SPLIT_WARPS), enough programs for INNER_SPLIT_PROGRAMS_PER_PROCESSOR a processor; the
+# last program of a row combines the chunks' partials (codegen/split_kernel.py). Shorter rows
+# are latency-bound either way. On the H200 (2026-12-01, benchmarks/sweep_inner_split.py,
+# kernel time with L2 flushed) this took a bf16 amax over 8192x8192 from 0.01 to 0.76 of copy,
+# an fp32 sum of squares over 4096x16384 from 0.02 to 0.90, bf16 sums of 16 rows of 4M from
+# 0.15 to 0.71 and of 128 rows of 256K from 0.57 to 0.61; 512 rows of 64K lost split (0.70
+# unsplit, 0.58-0.62 in 2 chunks). Blocks of 1024-2048 columns on 4-8 warps, 4-16 programs a
+# processor and 2-8 blocks a chunk were within 0.05 of this everywhere.
 INNER_SPLIT_MIN_COLS = 65536
-INNER_SPLIT_BLOCK, INNER_SPLIT_WARPS = 4096, 8
+INNER_SPLIT_BLOCK, INNER_SPLIT_WARPS = 4096, 16
 INNER_SPLIT_MIN_CHUNK = 4 * INNER_SPLIT_BLOCK
 INNER_SPLIT_PROGRAMS_PER_PROCESSOR = 4
+INNER_UNSPLIT_ROWS_PER_PROCESSOR = 2
 
 
 def inner_split(rows: int, cols: int, processors: int) -> tuple[LaunchParams, int]:
     """(launch parameters, chunks a row) of a split inner reduction; 1 chunk: no split."""
     params = LaunchParams(1, INNER_SPLIT_BLOCK, False, INNER_SPLIT_WARPS, rows)
-    target = INNER_SPLIT_PROGRAMS_PER_PROCESSOR * processors
-    if processors == 0 or cols < INNER_SPLIT_MIN_COLS or rows >= target:
+    if processors == 0 or cols < INNER_SPLIT_MIN_COLS or rows >= INNER_UNSPLIT_ROWS_PER_PROCESSOR * processors:
         return params, 1
+    target = INNER_SPLIT_PROGRAMS_PER_PROCESSOR * processors
     return params, max(1, min(-(-target // rows), cols // INNER_SPLIT_MIN_CHUNK))
 
 

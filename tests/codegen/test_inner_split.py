@@ -119,7 +119,8 @@ def test_split_heuristic():
     split = heuristics.inner_split
     min_cols = heuristics.INNER_SPLIT_MIN_COLS
     assert split(1, min_cols - 1, 132)[1] == 1  # short: latency-bound either way
-    assert split(4 * 132, 2**20, 132)[1] == 1  # a program a processor already
+    assert split(2 * 132, 2**20, 132)[1] == 1  # two programs a processor already
+    assert split(2 * 132 - 1, 2**20, 132)[1] > 1
     assert split(1, 2**20, 0)[1] == 1  # no processors (the interpreter, by default)
     params, chunks = split(1, 2**26, 132)
     assert chunks == 4 * 132 and not params.persistent and params.grid == 1
