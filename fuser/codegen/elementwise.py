@@ -119,10 +119,36 @@ class ElementwiseEmitter:
             self.bind(scope, e.out, self.operand(scope, e.inp, in_dt))
             return
         x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
-        fmt = unary_lowering(e.kind, self.target, self.bf16_outputs and e.out.dtype in _FP32_COMPUTED)
+        fp32 = self.bf16_outputs and e.out.dtype in _FP32_COMPUTED
+        fmt = unary_lowering(e.kind, self.target, fp32, fp32 and self.absolute_accuracy_suffices(e.out))
         if fmt is None:
             raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
         self.bind(scope, e.out, fmt.format(x=x))
+
+    def absolute_accuracy_suffices(self, v: TensorView) -> bool:
+        """Whether every use of `v` in this kernel adds it to (or subtracts it from) a
+        constant of magnitude 1/2 or more, directly or after squaring it (v * v, used so), and
+        it is no output: an absolute error of about 1e-7 in `v` is then all that shows in a
+        bf16 result, however small `v` is."""
+        def uses(u: Val) -> list:
+            return [e for e in self.plan.exprs if any(w is u for w in e.inputs)]
+
+        def added_to_constant(e) -> bool:
+            if not isinstance(e, BinaryOp) or e.kind not in (BinaryOpType.add, BinaryOpType.sub):
+                return False
+            return any(isinstance(w, Scalar) and w.is_constant and not isinstance(w.value, bool)
+                       and abs(complex(w.value)) >= 0.5 for w in e.inputs)
+
+        outputs = {id(o) for o in self.plan.outputs}
+        if id(v) in outputs:
+            return False
+        for e in uses(v):
+            if added_to_constant(e):
+                continue
+            squared = isinstance(e, BinaryOp) and e.kind is BinaryOpType.mul and all(w is v for w in e.inputs)
+            if not (squared and id(e.out) not in outputs and all(added_to_constant(f) for f in uses(e.out))):
+                return False
+        return True
 
     def emit_binary(self, scope: Scope, e: BinaryOp) -> None:
         a, b = e.inputs

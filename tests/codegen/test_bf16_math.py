@@ -1,6 +1,7 @@
-"""Kernels whose outputs are all bf16 use a cheaper tanh (exp-based, absolute error about 1e-7);
-kernels with an fp32 output keep libdevice's. Either way the result is eager's, up to one bf16
-rounding step."""
+"""Kernels whose outputs are all bf16 use a cheaper tanh (exp-based, absolute error about 1e-7),
+and where the tanh is only added to a constant of size about 1 (GELU), one without the series
+that keeps it relatively accurate near 0; kernels with an fp32 output keep libdevice's. Either
+way the result is eager's, up to one bf16 rounding step."""
 import pytest
 import torch
 
@@ -27,7 +28,7 @@ def test_tanh_lowering_follows_the_output_precision(out_dtype):
     expected = torch.nn.functional.gelu(x.float(), approximate="tanh")
     source = fd.last_triton_code()
     if out_dtype is DataType.BFloat16:
-        assert "_tanh(" in source and "libdevice.tanh" not in source
+        assert "_tanh_near_one(" in source and "libdevice.tanh" not in source
         rounded = expected.to(torch.bfloat16).float()
         ulp = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp_min(1e-30))) - 7)
         # one rounding step at most, beyond the ~1e-7 |x| both lose in GELU's negative tail
@@ -46,3 +47,49 @@ def test_tanh_is_accurate_near_zero_and_saturates():
                    torch.tensor([0.0, float("inf"), float("-inf"), float("nan")])])
     (out,) = fd.execute([x])
     torch.testing.assert_close(out, torch.tanh(x), rtol=2e-6, atol=0, equal_nan=True)
+
+
+def _tanh_kernel_source(build) -> str:
+    """The source of a bf16-output kernel of `build(fd, tanh(x))`, run on the interpreter."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.BFloat16)
+        build(fd, fd.ops.tanh(fd.ops.cast(x, DataType.Float)))
+    fd.execute([torch.randn(64, dtype=torch.bfloat16)])
+    return fd.last_triton_code()
+
+
+def _out(fd, v):
+    fd.add_output(fd.ops.cast(v, DataType.BFloat16))
+
+
+@pytest.mark.parametrize("build, near_one", [
+    (lambda fd, t: _out(fd, fd.ops.add(t, 1.0)), True),
+    (lambda fd, t: _out(fd, fd.ops.sub(1.0, fd.ops.mul(t, t))), True),
+    (lambda fd, t: _out(fd, fd.ops.mul(fd.ops.add(t, -0.5), fd.ops.sub(1.0, fd.ops.mul(t, t)))), True),
+    (lambda fd, t: _out(fd, t), False),  # tanh itself: relative accuracy near 0
+    (lambda fd, t: _out(fd, fd.ops.add(t, 0.25)), False),  # a small constant: tanh's own digits show
+    (lambda fd, t: _out(fd, fd.ops.add(fd.ops.mul(t, 2.0), 1.0)), False),
+    (lambda fd, t: (_out(fd, fd.ops.sub(1.0, fd.ops.mul(t, t))), _out(fd, fd.ops.mul(t, t))), False),
+])
+def test_tanh_near_one_only_where_absolute_accuracy_suffices(build, near_one):
+    assert ("_tanh_near_one(" in _tanh_kernel_source(build)) is near_one
+
+
+def test_gelu_backward_with_tanh_near_one_is_eager_up_to_a_rounding():
+    """The GELU backward definition (bf16, tanh only in 1 + t and 1 - t^2) on the interpreter,
+    over the negative tail, near zero and the saturated range: within one bf16 rounding step of
+    the fp64 result, beyond the ~1e-7 absolute error of fp32 GELU math."""
+    from benchmarks import fuser_defs
+
+    fd = fuser_defs.gelu_dx.__wrapped__()
+    g = torch.Generator().manual_seed(11)
+    x = torch.cat([torch.randn(64, 96, generator=g) * 4, torch.randn(64, 96, generator=g) * 1e-4,
+                   -torch.rand(64, 96, generator=g) * 9]).to(torch.bfloat16)
+    dy = torch.randn(x.shape, generator=g).to(torch.bfloat16)
+    (dx,) = fd.execute([x, dy])
+    assert "_tanh_near_one(" in fd.last_triton_code()
+    want = torch.ops.aten.gelu_backward(dy.double(), x.double(), approximate="tanh")
+    rounded = want.to(torch.bfloat16).double()
+    ulp = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp_min(1e-30))) - 7)
+    slack = 1e-6 * (1 + x.double().abs() ** 3) * dy.double().abs()
+    assert bool(((dx.double() - want).abs() <= ulp + slack).all())
