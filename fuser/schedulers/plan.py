@@ -124,27 +124,6 @@ class StatisticsParts:
     rows: KernelPlan
 
 
-def _written_view(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorView]) -> str:
-    """Why the kernel would write an output that ATen makes free: an output that is only a view
-    (permute, broadcast, slice, ...) of a kernel input or of another kernel output (the
-    transposed gradient a linear layer's weight gradient multiplies, beside its bias
-    gradient: the kernel would write the gradient again). Such a view stays out of the kernel.
-    An empty string: none."""
-    producer = {id(o): e for e in exprs for o in e.outputs}
-    available = {id(v) for v in inputs} | {id(o) for o in outputs}
-    for o in outputs:
-        e = producer.get(id(o))
-        if e is None or isinstance(e, _COMPUTE_OPS):
-            continue
-        root = e.inputs[0]
-        while id(root) in producer and not isinstance(producer[id(root)], _COMPUTE_OPS):
-            root = producer[id(root)].inputs[0]
-        if id(root) in available:
-            return (f"T{o.name} ({e.op_name}) would be written by the kernel, where ATen makes it a "
-                    f"free view of T{root.name}")
-    return ""
-
-
 def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorView],
                 lowerable: Callable[[Expr], bool]) -> tuple[Optional[KernelPlan], str]:
     """A plan for running `exprs` as one generated kernel, or the reason it cannot be one."""
@@ -157,9 +136,6 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
             return None, f"{e.op_name} has no lowering on this target"
     if not any(isinstance(e, _COMPUTE_OPS) for e in exprs):
         return None, "only views (broadcast, expand, squeeze, permute, slice): ATen makes them free"
-    why = _written_view(exprs, inputs, outputs)
-    if why:
-        return None, why
     axes, why = analyze_axes(exprs, outputs)
     if axes is None:
         return None, why

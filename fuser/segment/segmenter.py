@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..ir import Expr, Fusion, TensorView
+from ..ir import BroadcastOp, Expr, ExpandOp, Fusion, PermuteOp, SliceOp, SqueezeOp, TensorView
 from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_inputs, segment_io
+
+# ops whose output ATen makes as a view of their input, without copying
+_VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused)
 TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
@@ -188,6 +191,37 @@ class Segmenter:
                 if joined:
                     break
 
+    def free_views(self, groups: list[_Group]) -> None:
+        """A kernel group's output that only views a value the group reads or writes anyway
+        (a permute, broadcast or slice of an input or of another output) leaves the group for
+        ATen, which makes it free: in the kernel it was a copy. A linear layer's backward
+        reads the gradient for the bias's column sum and transposes it for the weight's
+        matmul; the sibling join made the transpose a second output of the sum's kernel. Views
+        that the kernel itself reads stay."""
+        for g in [g for g in groups if g.kernel]:
+            moved = True
+            while moved:
+                moved = False
+                inputs, outputs = self.merged_io(g.exprs)
+                available = {id(v) for v in inputs} | {id(o) for o in outputs}
+                inside = {id(e) for e in g.exprs}
+                for e in g.exprs:
+                    out = e.outputs[0]
+                    if not isinstance(e, _VIEW_OPS) or id(out) not in available or id(e.inputs[0]) not in available \
+                            or any(id(r) in inside for r in self.readers.get(id(out), ())):
+                        continue
+                    rest = [f for f in g.exprs if f is not e]
+                    with phase("planning"):
+                        plan, why = self.try_kernel(rest, *self.merged_io(rest))
+                    if plan is None and not why.startswith("only views"):
+                        continue
+                    g.exprs = rest
+                    view = _Group(e, self.order[id(e)], kernel=True)  # alone: "only views", for ATen
+                    self.group_of[id(e)] = view
+                    groups.append(view)
+                    moved = True
+                    break
+
     def run(self) -> list[Segment]:
         groups: list[_Group] = []
         for k, e in enumerate(self.fusion.exprs):
@@ -202,6 +236,7 @@ class Segmenter:
         self.retry_resized(groups)
         self.absorb_scalar_groups(groups)
         self.join_siblings(groups)
+        self.free_views(groups)
         return self.to_segments(groups)
 
     def to_segments(self, groups: list[_Group]) -> list[Segment]:
