@@ -110,7 +110,9 @@ def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
             and dtype != torch.bool:
         bits = torch.iinfo(dtype).bits
         value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
-    return torch.tensor(value, dtype=dtype, device=device)
+    # (filled on the device: torch.tensor copies from pageable host memory, which waits for
+    # the GPU's stream to drain at every call)
+    return torch.full((), value, dtype=dtype, device=device)
 
 
 @rule(BinaryOp)
@@ -121,7 +123,7 @@ def _binary(e: BinaryOp, args, ctx):
     out = _dt(e.out)
     like = a if isinstance(a, torch.Tensor) else b
     if e.kind in _LOGICAL:
-        a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, device=like.device) for v in (a, b))
+        a, b = (v if isinstance(v, torch.Tensor) else torch.full((), v, device=like.device) for v in (a, b))
         return [_to(_BINARY[e.kind](a, b), out)]
     compute = result_type(*e.inputs).to_torch()
     a, b = (v.to(compute) if isinstance(v, torch.Tensor) else _scalar_tensor(v, compute, like.device)
@@ -138,7 +140,7 @@ def _ternary(e: TernaryOp, args, ctx):
     if e.kind is TernaryOpType.where:
         b, c = (_to(v, out) for v in (b, c))
         if not isinstance(b, torch.Tensor) and not isinstance(c, torch.Tensor):
-            b = torch.tensor(b, dtype=out, device=a.device)
+            b = torch.full((), b, dtype=out, device=a.device)
         return [_to(torch.where(a, b, c), out)]
     if e.kind is TernaryOpType.clamp:
         return [_to(torch.clamp(a, b, c), out)]
