@@ -193,34 +193,57 @@ class Segmenter:
 
     def free_views(self, groups: list[_Group]) -> None:
         """A kernel group's output that only views a value the group reads or writes anyway
-        (a permute, broadcast or slice of an input or of another output) leaves the group for
-        ATen, which makes it free: in the kernel it was a copy. A linear layer's backward
-        reads the gradient for the bias's column sum and transposes it for the weight's
-        matmul; the sibling join made the transpose a second output of the sum's kernel. Views
-        that the kernel itself reads stay."""
+        (a permute, broadcast or slice of an input or of another output, or a chain of such
+        views) leaves the group for ATen, which makes it free: in the kernel it was a copy. A
+        linear layer's backward reads the gradient for the bias's column sum and transposes it
+        for the weight's matmul; the sibling join made the transpose a second output of the
+        sum's kernel. Views that the kernel itself reads stay."""
         for g in [g for g in groups if g.kernel]:
             moved = True
             while moved:
                 moved = False
                 inputs, outputs = self.merged_io(g.exprs)
                 available = {id(v) for v in inputs} | {id(o) for o in outputs}
-                inside = {id(e) for e in g.exprs}
                 for e in g.exprs:
-                    out = e.outputs[0]
-                    if not isinstance(e, _VIEW_OPS) or id(out) not in available or id(e.inputs[0]) not in available \
-                            or any(id(r) in inside for r in self.readers.get(id(out), ())):
+                    chain = self._view_chain(g, e, available)
+                    if not chain:
                         continue
-                    rest = [f for f in g.exprs if f is not e]
+                    rest = [f for f in g.exprs if f not in chain]
                     with phase("planning"):
                         plan, why = self.try_kernel(rest, *self.merged_io(rest))
                     if plan is None and not why.startswith("only views"):
                         continue
                     g.exprs = rest
-                    view = _Group(e, self.order[id(e)], kernel=True)  # alone: "only views", for ATen
-                    self.group_of[id(e)] = view
+                    view = _Group(chain[-1], min(self.order[id(f)] for f in chain), kernel=True)
+                    view.exprs = sorted(chain, key=lambda f: self.order[id(f)])  # alone: "only views", for ATen
+                    for f in chain:
+                        self.group_of[id(f)] = view
                     groups.append(view)
                     moved = True
                     break
+
+    def _view_chain(self, g: _Group, e: Expr, available: set[int]) -> list[Expr]:
+        """The views of group `g` ending in `e` that ATen could make instead: `e` is a view
+        whose output the group gives out and does not read itself, and so is each view before
+        it up to a value the group reads or writes anyway. Empty: none."""
+        inside = {id(f) for f in g.exprs}
+        chain: list[Expr] = []
+        f = e
+        while isinstance(f, _VIEW_OPS):
+            out = f.outputs[0]
+            readers = [r for r in self.readers.get(id(out), ()) if id(r) in inside]
+            if chain and (id(out) in self.fusion_outputs or any(r is not chain[-1] for r in readers)):
+                return []  # an intermediate view something else reads (or a fusion output)
+            if not chain and (id(out) not in available or readers):
+                return []
+            chain.append(f)
+            source = f.inputs[0]
+            if id(source) in available:
+                return chain
+            f = self.producer.get(id(source))
+            if f is None or id(f) not in inside:
+                return []
+        return []
 
     def run(self) -> list[Segment]:
         groups: list[_Group] = []

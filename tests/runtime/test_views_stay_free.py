@@ -72,3 +72,19 @@ def test_mlp_backward_writes_no_transposed_gradient():
     torch.testing.assert_close(gx, wx, rtol=1e-4, atol=1e-4)
     for a, b in zip(gw, ww):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_chain_of_views_of_an_input_leaves_the_kernel():
+    """permute(broadcast(b)) beside a sum that reads b: both views go to ATen together."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.add(x, fd.ops.broadcast(b, [True, False])), [0]))
+        fd.add_output(fd.ops.permute(fd.ops.broadcast(b, [False, True]), [1, 0]))
+    g = torch.Generator().manual_seed(3)
+    x, b = torch.randn(50, 7, generator=g), torch.randn(7, generator=g)
+    total, bt = fd.execute([x, b])
+    torch.testing.assert_close(total, (x + b).sum(0), rtol=1e-5, atol=1e-4)
+    assert torch.equal(bt, b[:, None].t()) and bt.data_ptr() == b.data_ptr()
+    kernels = [s for s in fd.last_segments() if s.kind.name == "kernel"]
+    assert len(kernels) == 1 and len(kernels[0].outputs) == 1
