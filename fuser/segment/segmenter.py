@@ -198,7 +198,8 @@ class Segmenter:
         linear layer's backward reads the gradient for the bias's column sum and transposes it
         for the weight's matmul; the sibling join made the transpose a second output of the
         sum's kernel. Views that the kernel itself reads stay."""
-        for g in [g for g in groups if g.kernel]:
+        # (a group of views alone is ATen's already)
+        for g in [g for g in groups if g.kernel and not all(isinstance(e, _VIEW_OPS) for e in g.exprs)]:
             moved = True
             while moved:
                 moved = False
@@ -209,6 +210,8 @@ class Segmenter:
                     if not chain:
                         continue
                     rest = [f for f in g.exprs if f not in chain]
+                    if all(isinstance(f, _VIEW_OPS) for f in rest):
+                        continue  # (the views would all leave: the group is ATen's as it is)
                     with phase("planning"):
                         plan, why = self.try_kernel(rest, *self.merged_io(rest))
                     if plan is None and not why.startswith("only views"):
