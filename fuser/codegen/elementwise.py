@@ -10,7 +10,7 @@ from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
                   TensorView, UnaryOpType, Val)
 from ..ops.pointwise import result_type
-from .math import binary_lowering, unary_lowering
+from .math import binary_lowering, has_absolute_lowering, unary_lowering
 from .scope import Scope
 from .types import STORAGE, compute_type
 
@@ -120,7 +120,8 @@ class ElementwiseEmitter:
             return
         x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
         fp32 = self.bf16_outputs and e.out.dtype in _FP32_COMPUTED
-        fmt = unary_lowering(e.kind, self.target, fp32, fp32 and self.absolute_accuracy_suffices(e.out))
+        absolute = fp32 and has_absolute_lowering(e.kind, self.target) and self.absolute_accuracy_suffices(e.out)
+        fmt = unary_lowering(e.kind, self.target, fp32, absolute)
         if fmt is None:
             raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
         self.bind(scope, e.out, fmt.format(x=x))

@@ -243,8 +243,10 @@ class KernelLauncher:
                 self._two_kernels = TwoKernels(plan, *two_kernels,
                                                lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
             return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
-        int64 = any(t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT
-                    for t in tensors)
+        # 64-bit indices where a tensor's offsets, or the loop space itself (a split's chunk
+        # starts; broadcast inputs may be small), reach 2^31
+        int64 = math.prod(extents) >= _INT32_LIMIT or any(
+            t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT for t in tensors)
         target = target_for(device)
         chunks = 1  # of the reduced dim, each reduced by its own programs (a split reduction)
         if splittable(plan) and plan.template is Template.inner_reduction:

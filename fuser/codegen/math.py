@@ -227,5 +227,10 @@ def unary_lowering(kind: UnaryOpType, target: str, bf16_outputs: bool = False,
     return _UNARY[target].get(kind)
 
 
+def has_absolute_lowering(kind: UnaryOpType, target: str) -> bool:
+    """Whether `kind` has a cheaper lowering where only absolute accuracy is needed."""
+    return kind in _ABSOLUTE_UNARY[target]
+
+
 def binary_lowering(kind: BinaryOpType, target: str) -> Optional[str]:
     return _BINARY[target].get(kind)

@@ -110,9 +110,14 @@ def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
             and dtype != torch.bool:
         bits = torch.iinfo(dtype).bits
         value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
-    # (filled on the device: torch.tensor copies from pageable host memory, which waits for
-    # the GPU's stream to drain at every call)
-    return torch.full((), value, dtype=dtype, device=device)
+    try:
+        # (filled on the device: torch.tensor copies from pageable host memory, which waits
+        # for the GPU's stream to drain at every call)
+        return torch.full((), value, dtype=dtype, device=device)
+    except (RuntimeError, OverflowError):
+        # a value beyond the type's range, which torch.full refuses: eager's conversion
+        # (inf for a float type)
+        return torch.tensor(value, dtype=dtype, device=device)
 
 
 @rule(BinaryOp)

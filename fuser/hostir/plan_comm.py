@@ -44,7 +44,8 @@ class CommunicationSteps:
 
         if kind is Collective.allreduce:
             def post(c, i, inp, dst):
-                buf = inp if in_place else (dst.copy_(inp) if dst is not None else inp.clone())
+                # (not in a view: its base, another value, would be overwritten)
+                buf = inp if in_place and inp._base is None else (dst.copy_(inp) if dst is not None else inp.clone())
                 return c.comm.allreduce(buf, members, reduce, async_op=async_op), buf
         elif kind is Collective.allgather:
             in_axis = c_.in_axis

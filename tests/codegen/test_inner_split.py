@@ -147,3 +147,17 @@ def test_whole_tensor_reductions_split_on_the_gpu():
                 torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-3)
         code = "\n".join(t for f in fuser.explain(fn, *args).fusions for t in f.triton)
         assert "split in one kernel" in code
+
+
+def test_a_loop_space_past_int32_indexes_in_int64(small_splits, monkeypatch):
+    """A loop space of 2^31 elements or more indexes in 64 bits even where every tensor is small
+    (a broadcast input): a split's chunk starts (chunk * CHUNK) would overflow 32 bits.
+    Checked with the limit lowered to 100 elements."""
+    monkeypatch.setattr(launch, "_INT32_LIMIT", 100)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([1, 1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.expand(x, [1, 300]), [1]))
+    (total,) = fd.execute([torch.full((1, 1), 0.5)])
+    torch.testing.assert_close(total, torch.tensor([150.0]))
+    (made,) = _split_launches(fd)
+    assert made.steps[0][0].kwargs["INT64"]

@@ -88,3 +88,17 @@ def test_a_chain_of_views_of_an_input_leaves_the_kernel():
     assert torch.equal(bt, b[:, None].t()) and bt.data_ptr() == b.data_ptr()
     kernels = [s for s in fd.last_segments() if s.kind.name == "kernel"]
     assert len(kernels) == 1 and len(kernels[0].outputs) == 1
+
+
+def test_no_empty_segment_is_left_behind():
+    """A view alone, or a view group next to a kernel: every segment has exprs."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.permute(t, [1, 0]))
+        fd.add_output(fd.ops.broadcast(fd.ops.sum(t, [1]), [False, True]))
+        fd.add_output(fd.ops.slice(fd.ops.permute(t, [1, 0]), [0, 0], [2, 3]))
+    t = torch.randn(30, 20, generator=torch.Generator().manual_seed(4))
+    a, b, c = fd.execute([t])
+    assert torch.equal(a, t.t()) and torch.equal(c, t.t()[:2, :3])
+    torch.testing.assert_close(b, t.sum(1)[:, None], rtol=1e-5, atol=1e-4)
+    assert all(s.exprs for s in fd.last_segments())
