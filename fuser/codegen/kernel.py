@@ -25,7 +25,7 @@ from .layout import Layout
 from .math import binary_lowering, helpers_for, unary_lowering
 from .reductions import ReductionEmitter
 from .resize import ResizeEmitter
-from .scope import Scope
+from .scope import COUNT, INDEX, Scope
 from .types import COMPUTE, STORAGE, compute_type
 
 @dataclass
@@ -152,7 +152,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         block = f"BLOCK{dim}"
         shape = "[:, None]" if dim == 0 else "[None, :]"
         n = self.limit(dim)
-        var = "r" if dim == 0 else "c"
+        var = INDEX[dim]
         scope.lines.append(f"{var} = {start} + tl.arange(0, {block}){shape}")
         if self.even_masks:  # Triton drops a mask that is a constant True
             full = f"[{block}, 1]" if dim == 0 else f"[1, {block}]"
@@ -359,8 +359,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             self.emit_dim_index(ps, 1, "pid1 * BLOCK1")
         elif self.split == "partial":
             # program pid: block `pid{keep}` of the kept dim, chunk `chunk` of the reduced one
-            keep, v = 1 - self.red, "r" if self.red == 0 else "c"
-            ps.lines += [f"blocks{keep} = tl.cdiv({'RC'[keep]}, BLOCK{keep})", f"pid{keep} = pid % blocks{keep}",
+            keep, v = 1 - self.red, INDEX[self.red]
+            ps.lines += [f"blocks{keep} = tl.cdiv({COUNT[keep]}, BLOCK{keep})", f"pid{keep} = pid % blocks{keep}",
                          f"chunk = pid // blocks{keep}", f"{v}_lo = chunk * CHUNK",
                          f"{v}_hi = tl.minimum({v}_lo + CHUNK, {self.reduced_count()})"]
             self.emit_dim_index(ps, keep, f"pid{keep} * BLOCK{keep}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers.plan import KernelPlan, Template
 from .online_softmax import emit_online_softmax, online_sum_partner
-from .scope import Scope
+from .scope import COUNT, INDEX, Scope
 from .types import compute_type
 
 # the inline variance from sums of x and x^2 where mean^2 <= this many variances (relative error
@@ -21,7 +21,7 @@ VAR_SUMS_MAX_ROWS = 2
 
 class ReductionEmitter:
     def reduced_count(self) -> str:
-        return "R" if self.red == 0 else "C"
+        return COUNT[self.red]
 
     def reduce_dims(self, e: Expr) -> list[int]:
         """Tile dims a reduction's lanes span: the reduced dim and those its input varies
@@ -117,19 +117,19 @@ class ReductionEmitter:
 
     def limit(self, dim: int) -> str:
         if dim == self.red and self.split == "partial":
-            return f"{'r' if dim == 0 else 'c'}_hi"
+            return f"{INDEX[dim]}_hi"
         if dim == self.red and self.split == "combine":
             return "S"
-        return "R" if dim == 0 else "C"
+        return COUNT[dim]
 
     def loop_scope(self) -> Scope:
         scope = Scope(parent=self.program_scope)
-        start = f"{'r' if self.red == 0 else 'c'}_start"
+        start = f"{INDEX[self.red]}_start"
         self.emit_dim_index(scope, self.red, start)
         return scope
 
     def close_loop(self, scope: Scope) -> None:
-        v = "r" if self.red == 0 else "c"
+        v = INDEX[self.red]
         lo = f"{v}_lo" if self.split == "partial" else "0"
         block = f"BLOCK{self.red}"
         var = f"{v}_start"
@@ -223,9 +223,8 @@ class ReductionEmitter:
         # this block's own partial programs wrote (in one kernel, another block's programs may
         # not have stored theirs yet)
         keep = 1 - self.red
-        red_var, keep_var = ("r", "c") if self.red == 0 else ("c", "r")
-        partial = (f"W{{}}_ptr + {red_var} * {'RC'[keep]} + "
-                   + (keep_var if keep in self.reduce_dims(e) else f"pid{keep} * BLOCK{keep}"))
+        partial = (f"W{{}}_ptr + {INDEX[self.red]} * {COUNT[keep]} + "
+                   + (INDEX[keep] if keep in self.reduce_dims(e) else f"pid{keep} * BLOCK{keep}"))
         # written by other programs of this kernel: read from L2, past this processor's L1
         cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
         if isinstance(e, VarMeanOp):
@@ -291,9 +290,9 @@ class ReductionEmitter:
 
     def store_partial(self, k: int, value: str) -> None:
         """This chunk's partial result into workspace row `chunk`, along the kept dim."""
-        v = "c" if self.red == 0 else "r"
+        v = INDEX[1 - self.red]
         self.program_scope.lines.append(
-            f"tl.store(W{k}_ptr + chunk * {v.upper()} + {v}, {value}, mask={v}_mask)")
+            f"tl.store(W{k}_ptr + chunk * {COUNT[1 - self.red]} + {v}, {value}, mask={v}_mask)")
 
 
 def splittable(plan: KernelPlan) -> bool:
