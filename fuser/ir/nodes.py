@@ -357,3 +357,8 @@ class MatmulOp(Expr):
 class SdpaFwdOp(Expr):
     """inputs = (query, key, value, dropout_p, is_causal, scale);
     outputs = (output, log_sumexp, philox_seed, philox_offset)."""
+
+
+# ops whose output ATen makes as a view of their input, without copying: a kernel gains nothing
+# by writing one that is not otherwise computed
+VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)

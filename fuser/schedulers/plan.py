@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp,
+from ..ir import (VIEW_OPS, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp,
                   LoadStoreOpType, PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp,
                   UnaryOp, Val, VarMeanOp)
 from .axes import KernelAxes, analyze_axes
@@ -23,8 +23,7 @@ from .inner_outer import GroupGraph, InnerOuterSplit, reduced_axes_of, split_inn
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
 # a slice alone is a view (ATen makes it free); pad and cat make new tensors
-_COMPUTE_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, LoadStoreOp, IotaOp, FullOp,
-                PadOp, CatOp)
+_COMPUTE_OPS = tuple(op for op in KERNEL_OPS if op not in VIEW_OPS)
 
 
 class Template(enum.Enum):

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..ir import BroadcastOp, Expr, ExpandOp, Fusion, PermuteOp, SliceOp, SqueezeOp, TensorView
+from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_inputs, segment_io
-
-# ops whose output ATen makes as a view of their input, without copying
-_VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused)
 TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
@@ -199,7 +196,7 @@ class Segmenter:
         for the weight's matmul; the sibling join made the transpose a second output of the
         sum's kernel. Views that the kernel itself reads stay."""
         # (a group of views alone is ATen's already)
-        for g in [g for g in groups if g.kernel and not all(isinstance(e, _VIEW_OPS) for e in g.exprs)]:
+        for g in [g for g in groups if g.kernel and not all(isinstance(e, VIEW_OPS) for e in g.exprs)]:
             moved = True
             while moved:
                 moved = False
@@ -210,7 +207,7 @@ class Segmenter:
                     if not chain:
                         continue
                     rest = [f for f in g.exprs if f not in chain]
-                    if all(isinstance(f, _VIEW_OPS) for f in rest):
+                    if all(isinstance(f, VIEW_OPS) for f in rest):
                         continue  # (the views would all leave: the group is ATen's as it is)
                     with phase("planning"):
                         plan, why = self.try_kernel(rest, *self.merged_io(rest))
@@ -232,7 +229,7 @@ class Segmenter:
         inside = {id(f) for f in g.exprs}
         chain: list[Expr] = []
         f = e
-        while isinstance(f, _VIEW_OPS):
+        while isinstance(f, VIEW_OPS):
             out = f.outputs[0]
             readers = [r for r in self.readers.get(id(out), ()) if id(r) in inside]
             if chain and (id(out) in self.fusion_outputs or any(r is not chain[-1] for r in readers)):
