@@ -145,6 +145,13 @@ class _InferenceCall:
             torch._C._set_grad_enabled(True)
 
 
+def _output_names(graph: torch.fx.GraphModule) -> list:
+    """The name of each output of `graph` (None where an output is no node)."""
+    out = next(n for n in graph.graph.nodes if n.op == "output").args[0]
+    return [a.name if isinstance(a, torch.fx.Node) else None
+            for a in (out if isinstance(out, (list, tuple)) else [out])]
+
+
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
@@ -164,8 +171,11 @@ class FuserBackend:
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
+                # (the names AOTAutograd gave the outputs, which planning may give to copies:
+                # the backward's inputs are named after them)
+                names = _output_names(graph)
                 with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
-                    program = GraphProgram(plan_graph(graph), kind, record)
+                    program = GraphProgram(plan_graph(graph), kind, record, names)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, len(example_inputs)):
                     direct.append(program)

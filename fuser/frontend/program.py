@@ -121,13 +121,16 @@ class EagerStep:
 class GraphProgram:
     """The compiled form of one ATen graph (forward, backward or inference): a boxed callable."""
 
-    def __init__(self, plan: Plan, kind: str, record: Any = None):
+    def __init__(self, plan: Plan, kind: str, record: Any = None, output_names: Optional[list] = None):
         # AOTAutograd passes the arguments as one list we may clear (in __dict__, so that the
         # wrappers it puts around a backward copy it along)
         self._boxed_call = True
         self.plan = plan
         self.kind = kind
         self.record = record
+        # the outputs' names in the graph as AOTAutograd made it (planning may rename a node:
+        # an output view of an input gets a copy of its own)
+        self.output_names = output_names
         gm = plan.graph
         nodes = list(gm.graph.nodes)
         slot_of = {n: k for k, n in enumerate(nodes)}

@@ -33,14 +33,18 @@ class ForwardFacts:
     n_inputs: int
     n_user: int                     # user outputs: the first graph outputs
     differentiable: list[bool]      # per user output: whether it requires grad
+    # user outputs that are views of an intermediate nothing else aliases (a linear's output
+    # reshaped back to 3-D): returned as plain tensors, as AOTAutograd returns them
+    unsafe_views: list[int]
 
 
-def plain_aot_metadata(graph: torch.fx.GraphModule, n_inputs: int) -> Any:
+def plain_aot_metadata(graph: torch.fx.GraphModule, n_inputs: int, unsafe_views: bool = False) -> Any:
     """The metadata AOTAutograd left on the tracing context for `graph` when its runtime layers
     would only pass values through (the graph takes Dynamo's arguments as they are; no input
     mutated, no output aliasing an input or an intermediate, no effect tokens, tensor
     subclasses, RNG state or autocast to undo), else None (also when the metadata is not there
-    or this torch's differs)."""
+    or this torch's differs). `unsafe_views`: outputs that view an intermediate nothing else
+    aliases pass too (their caller makes them plain tensors, as AOTAutograd's layers do)."""
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None)
     try:
@@ -52,7 +56,8 @@ def plain_aot_metadata(graph: torch.fx.GraphModule, n_inputs: int) -> Any:
             meta is not None
             and len(placeholders) == n_inputs
             and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-            and all(o.output_type == OutputType.non_alias for o in meta.output_info)
+            and all(o.output_type == OutputType.non_alias
+                    or (unsafe_views and o.output_type == OutputType.unsafe_view_alias) for o in meta.output_info)
             and meta.num_intermediate_bases == 0 and not meta.tokens
             and meta.grad_enabled_mutation is None
             and not meta.is_rng_op_functionalized and not functorch_config.functionalize_rng_ops
@@ -68,13 +73,16 @@ def plain_aot_metadata(graph: torch.fx.GraphModule, n_inputs: int) -> Any:
 def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[ForwardFacts]:
     """ForwardFacts when AOTAutograd's runtime layers would only pass values through and every
     output is a tensor, else None."""
-    meta = plain_aot_metadata(graph, n_inputs)
+    meta = plain_aot_metadata(graph, n_inputs, unsafe_views=True)
     if meta is None:
         return None
     outputs = meta.output_info
     if not all(issubclass(o.raw_type, torch.Tensor) for o in outputs):
         return None
-    return ForwardFacts(n_inputs, len(outputs), [bool(o.requires_grad) for o in outputs])
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    return ForwardFacts(n_inputs, len(outputs), [bool(o.requires_grad) for o in outputs],
+                        [k for k, o in enumerate(outputs) if o.output_type == OutputType.unsafe_view_alias])
 
 
 @dataclass
@@ -83,6 +91,7 @@ class _Plan:
     backward: GraphProgram
     n_user: int
     non_differentiable: list[int]   # user outputs to mark non-differentiable
+    unsafe_views: list[int]         # user outputs to return as plain tensors (ForwardFacts)
     saved_tensors: list[int]        # positions among the saved values
     saved_ints: list[int]
     sources: list[tuple[str, int]]  # per backward input: ("tensor"|"int", k) or ("tangent", output)
@@ -104,7 +113,11 @@ def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) ->
     is_int = [not isinstance(n.meta.get("val"), torch.Tensor) for n in saved]
     tensors = [k for k, i in enumerate(is_int) if not i]
     ints = [k for k, i in enumerate(is_int) if i]
-    position = {n.name: k for k, n in enumerate(saved)}
+    # the saved values by the names AOTAutograd gave them, which the backward's inputs carry
+    names = forward.output_names or [n.name if isinstance(n, torch.fx.Node) else None for n in out]
+    if len(names) != len(out):
+        return None
+    position = {name: k for k, name in enumerate(names[facts.n_user:])}
     with_tangent = [k for k, d in enumerate(facts.differentiable) if d]
     sources = []
     for p in (n for n in backward.plan.graph.graph.nodes if n.op == "placeholder"):
@@ -122,14 +135,16 @@ def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) ->
     if not isinstance(bw_out, (list, tuple)) or len(bw_out) != facts.n_inputs:
         return None
     non_diff = [k for k, d in enumerate(facts.differentiable) if not d]
-    return _Plan(forward, backward, facts.n_user, non_diff, tensors, ints, sources)
+    return _Plan(forward, backward, facts.n_user, non_diff, facts.unsafe_views, tensors, ints, sources)
 
 
 class _Fused(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan: _Plan, *args: Any) -> tuple:
         outs = plan.run_forward(*args)
-        user, saved = outs[:plan.n_user], outs[plan.n_user:]
+        user, saved = list(outs[:plan.n_user]), outs[plan.n_user:]
+        for k in plan.unsafe_views:
+            user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
         ctx.save_for_backward(*[saved[k] for k in plan.saved_tensors])
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan

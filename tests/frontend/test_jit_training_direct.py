@@ -124,3 +124,28 @@ def test_create_graph_gives_first_gradients_and_refuses_a_second_backward():
         assert "once_differentiable" in str(e) or "does not require grad" in str(e)
     else:
         raise AssertionError("a second backward through fuser's kernels must raise")
+
+
+def test_linear_layers_on_3d_inputs_take_the_direct_training_path():
+    """A linear layer on a 3-D input returns a view of its 2-D matmul (AOTAutograd's
+    unsafe_view_alias output); and its input's 2-D view is saved for the backward, a value
+    planning copies (another node name). Both once kept AOTAutograd's layers; now `_Fused`,
+    its output a plain tensor as eager's is (in-place ops on it work, as in eager)."""
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(8, 32), torch.nn.Linear(32, 8)
+
+    def mlp(x, w1, b1, w2, b2):
+        return F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+    params = [fc1.weight, fc1.bias, fc2.weight, fc2.bias]
+    jitted = _check(mlp, [torch.randn(2, 5, 8, requires_grad=True), *[p.detach().requires_grad_() for p in params]])
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    y = jitted(x, *params)
+    assert y._base is None and type(y.grad_fn).__name__ == "_FusedBackward"
+    y.mul_(2)  # an in-place op on the output, then its backward, as eager allows
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    xe = x.detach().clone().requires_grad_()
+    ye = mlp(xe, *params)
+    ye.mul_(2)
+    (want,) = torch.autograd.grad(ye.sum(), xe)
+    assert_close_to_eager(gx, want)
