@@ -211,6 +211,21 @@ class ReadyCall:
         return [outs[k] if made else args[k] for made, k in self.give]
 
 
+class BoundCall:
+    """A runtime of several segments for one exact argument layout (same shapes, strides,
+    dtypes, devices and scalar values): a repeat call with that layout binds its own table, as
+    every execution does, and runs the segments without finding its runtime again (the call
+    key and layout lookup, a few microseconds a call)."""
+
+    __slots__ = ("runtime", "binder")
+
+    def __init__(self, runtime: FusionRuntime, binder: InputBinder):
+        self.runtime, self.binder = runtime, binder
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        return self.runtime.run(args, self.binder.bind(args))
+
+
 class HostReadyCall:
     """A host program's runtime for one exact argument layout (same shapes, strides, dtypes,
     devices and scalar values): a repeat call with that layout binds its own table, as every
@@ -300,9 +315,9 @@ class FusionExecutorCache:
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
-        # per ready key: the ready launch of a single-kernel runtime, or a host program's ready
-        # call (the hot path of a call)
-        self._ready: dict[tuple, ReadyCall | HostReadyCall] = {}
+        # per ready key: the ready launch of a single-kernel runtime, a runtime of several
+        # segments bound to it, or a host program's ready call (the hot path of a call)
+        self._ready: dict[tuple, ReadyCall | BoundCall | HostReadyCall] = {}
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
         self._lock = threading.Lock()
@@ -344,8 +359,8 @@ class FusionExecutorCache:
         self.last_runtime = runtime
         outs = runtime.run(args, table)
         if ready_key is not None:
-            ready = (runtime.ready_call(args, table) if isinstance(runtime, FusionRuntime)
-                     else HostReadyCall(runtime, self._binder, table))
+            ready = (runtime.ready_call(args, table) or BoundCall(runtime, self._binder)
+                     if isinstance(runtime, FusionRuntime) else HostReadyCall(runtime, self._binder, table))
             if ready is not None:
                 if len(self._ready) > 256:
                     self._ready.clear()

@@ -137,3 +137,26 @@ def test_a_sparse_tensor_is_a_fusion_input_error_naming_the_input(contiguity):
     with pytest.raises(FusionInputError, match=r"input 0 \(T0\).*layout torch.sparse_coo"):
         fd.execute([x.to_sparse()])
     torch.testing.assert_close(fd.execute([x])[0], x * 2)
+
+
+def test_a_runtime_of_several_segments_is_bound_to_its_layout():
+    """A matmul (ATen) between two kernels: a repeat call with the same layout finds its
+    runtime through a BoundCall, binds its own table and follows new data; a conflicting
+    extent is still refused by that binding."""
+    from fuser.runtime.cache import BoundCall
+
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        c = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.relu(fd.ops.add(fd.ops.matmul(fd.ops.exp(a), b), c)))
+    g = torch.Generator().manual_seed(6)
+    args = [torch.randn(5, 4, generator=g), torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g)]
+    for _ in range(2):
+        (out,) = fd.execute(args)
+        torch.testing.assert_close(out, torch.relu(torch.exp(args[0]) @ args[1] + args[2]))
+        args = [torch.randn_like(t) for t in args]
+    (ready,) = fd.cache._ready.values()
+    assert isinstance(ready, BoundCall) and len(fd.last_segments()) > 1
+    with pytest.raises(ExtentConflictError):
+        fd.execute([args[0], args[1], torch.randn(6, 3)])  # c's rows against a's
