@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ...ir import PermuteOp
 from . import Kind, register
 
 aten = torch.ops.aten
@@ -27,7 +28,10 @@ def _addmm(b, node, bias, x, y, *, beta=1, alpha=1):
     ops = b.fd.ops
     if (beta == 1 and alpha == 1 and bias.ndim == 1 and x.ndim == 2 and y.ndim == 2
             and not bias.domain.no_reductions()[0].is_broadcast):
-        return ops.linear(x, ops.permute(y, [1, 0]), bias)
+        # y.T: the weight itself where y is its transpose (no pair of permutes for ATen to run)
+        made = y.fusion.definition_of(y)
+        weight = made.inputs[0] if isinstance(made, PermuteOp) and tuple(made.dims) == (1, 0) else None
+        return ops.linear(x, weight if weight is not None else ops.permute(y, [1, 0]), bias)
     out = ops.matmul(x, y)
     if alpha != 1:
         out = ops.mul(out, alpha)
