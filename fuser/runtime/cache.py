@@ -79,6 +79,7 @@ class FusionRuntime:
         self.single = self._single_kernel()
         self.sizes = LocalSizes()  # what the ATen segments' outputs are checked against
         self._checked_sizes: set[tuple] = set()  # sets of sizes (values of _size_symbols) checked
+        self._known_sizes: dict[tuple, KnownSizes] = {}  # per set of sizes: the sizes asked
         # the symbols extents depend on (not a float scalar that changes every call)
         self._size_symbols = sorted({s.name for tv in fusion.tensors() for e in local_extents(tv)
                                      for s in e.free_symbols})
@@ -131,16 +132,16 @@ class FusionRuntime:
 
     def _run_segments(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
         values = table.values
-        ctx = EvalContext(table, self.device, sizes=self.sizes)
-        env = Environment(ctx)
-        for val, arg in zip(self.fusion.inputs(), args):
-            env[val] = arg
         # the ATen segments' outputs are checked against the IR's sizes on the first call of
         # each set of sizes: ATen's shapes follow from its inputs' (no op here has a
         # data-dependent shape; dtypes are the signature's, autocast off), so a repeat of a
         # checked set needs no check
         sizes_key = tuple(values.get(name) for name in self._size_symbols)
         check = sizes_key not in self._checked_sizes
+        ctx = EvalContext(table, self.device, sizes=self._sizes_for(sizes_key))
+        env = Environment(ctx)
+        for val, arg in zip(self.fusion.inputs(), args):
+            env[val] = arg
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
@@ -164,6 +165,16 @@ class FusionRuntime:
                 self._checked_sizes.clear()
             self._checked_sizes.add(sizes_key)
         return [env[o] for o in self.fusion.outputs()]
+
+    def _sizes_for(self, sizes_key: tuple) -> "KnownSizes":
+        """The tensors' local sizes for this set of sizes, kept from call to call (every extent
+        is a function of the size symbols: a reshape's target sizes are evaluated once a set)."""
+        known = self._known_sizes.get(sizes_key)
+        if known is None:
+            if len(self._known_sizes) > 64:  # many sets of sizes: start over rather than grow
+                self._known_sizes.clear()
+            known = self._known_sizes[sizes_key] = KnownSizes(self.sizes)
+        return known
 
     def _claim_compile_ahead(self, start: int, env: Environment, table: BindingTable) -> None:
         with self._ahead_lock:  # another thread's first call waits, then finds the kernels compiled
@@ -209,6 +220,24 @@ class ReadyCall:
             self.launcher.last_source = launch.source
             _note_source(self.seg, launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
+
+
+class KnownSizes:
+    """LocalSizes for one set of sizes (values of a runtime's size symbols), remembered: the
+    tensors' sizes outside stream loops (a runtime's sizes are functions of those values)."""
+
+    __slots__ = ("sizes", "known")
+
+    def __init__(self, sizes: LocalSizes):
+        self.sizes, self.known = sizes, {}
+
+    def __call__(self, tv, table, with_streams: bool = False, stream_index=None) -> tuple[int, ...]:
+        if with_streams or stream_index is not None:
+            return self.sizes(tv, table, with_streams, stream_index)
+        found = self.known.get(id(tv))
+        if found is None:
+            found = self.known[id(tv)] = self.sizes(tv, table)
+        return found
 
 
 class BoundCall:

@@ -160,3 +160,20 @@ def test_a_runtime_of_several_segments_is_bound_to_its_layout():
     assert isinstance(ready, BoundCall) and len(fd.last_segments()) > 1
     with pytest.raises(ExtentConflictError):
         fd.execute([args[0], args[1], torch.randn(6, 3)])  # c's rows against a's
+
+
+def test_sizes_kept_per_set_of_sizes_follow_each_call():
+    """An ATen reshape between kernels takes its target sizes from the runtime's sizes kept
+    per set of sizes (KnownSizes): calls alternating between shapes each get their own."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        flat = fd.ops.reshape(fd.ops.exp(x), [fd.ops.mul(x.shape()[0], x.shape()[1])])
+        fd.add_output(fd.ops.mul(flat, 2.0))
+    g = torch.Generator().manual_seed(8)
+    for shape in ((3, 4), (5, 2), (3, 4), (6, 3), (5, 2)):
+        x = torch.randn(*shape, generator=g)
+        (out,) = fd.execute([x])
+        torch.testing.assert_close(out, torch.exp(x).reshape(-1) * 2.0)
+    assert len(fd.cache.runtimes()) == 1
+    (runtime,) = fd.cache.runtimes()
+    assert len(runtime._known_sizes) == 3
