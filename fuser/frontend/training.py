@@ -23,6 +23,7 @@ from typing import Any, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..errors import UnsupportedError
 from .program import GraphProgram
 
 
@@ -154,7 +155,17 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor) -> tuple:
-        if torch.is_grad_enabled():  # create_graph=True: a second backward must raise
+        if torch.is_grad_enabled():  # create_graph=True
+            if any(t.requires_grad for t in ctx.saved_tensors) or any(
+                    g is not None and g.requires_grad for g in grads):
+                # the gradients would depend on values that need gradients, through kernels
+                # that record no autograd graph: differentiating them (a gradient penalty)
+                # would treat them as constants, silently
+                raise UnsupportedError(
+                    "fuser.jit: create_graph=True through a jitted function's backward is not "
+                    "supported: its backward runs generated kernels, which record no autograd graph, "
+                    "so gradients of its gradients would be silently wrong; take the gradient of "
+                    "the eager function for a higher-order term")
             return _Fused.backward_once(ctx, *grads)
         return _Fused.run_backward(ctx, grads)
 

@@ -224,7 +224,8 @@ class ReadyCall:
 
 class KnownSizes:
     """LocalSizes for one set of sizes (values of a runtime's size symbols), remembered: the
-    tensors' sizes outside stream loops (a runtime's sizes are functions of those values)."""
+    tensors' sizes outside stream loops (a runtime's sizes are functions of those values).
+    Keyed by tensor identity, which stays a tensor's own: the runtime's fusion keeps them."""
 
     __slots__ = ("sizes", "known")
 
