@@ -40,7 +40,6 @@ from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate, workspace_dtype
-from .reductions import splittable, stores_rows_in_pass
 from .layout import Layout, make_layout, run_stride
 
 if TYPE_CHECKING:
@@ -221,7 +220,7 @@ class KernelLauncher:
         cols = math.prod(run_extents[len(layout.dim0):])
         params = choose(plan.template, rows, cols)
         # (measured where the column sums split: a kernel that cannot keeps the plain tile)
-        storing = stores_rows_in_pass(plan) and splittable(plan)
+        storing = plan.stores_rows_in_pass() and plan.splittable()
         if storing:
             params = outer_storing(params)
         if plan.axes.resized and not params.persistent:
@@ -249,10 +248,10 @@ class KernelLauncher:
             t.numel() and sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride())) >= _INT32_LIMIT for t in tensors)
         target = target_for(device)
         chunks = 1  # of the reduced dim, each reduced by its own programs (a split reduction)
-        if splittable(plan) and plan.template is Template.inner_reduction:
+        if plan.splittable() and plan.template is Template.inner_reduction:
             split_params, chunks = inner_split(rows, cols, _processors(device))
             params = split_params if chunks > 1 else params
-        elif splittable(plan):
+        elif plan.splittable():
             per_processor = OUTER_STORING_PROGRAMS_PER_PROCESSOR if storing else SPLIT_PROGRAMS_PER_PROCESSOR
             chunks = split_count(params, rows, _processors(device), per_processor)
         red_block = f"block{plan.red_dim}"  # (the reduced dim's block, of a reduction)
@@ -324,7 +323,7 @@ class KernelLauncher:
                     if variant == "combine":  # its reduced dim runs over the chunks' workspace rows
                         p = replace(p, **{red_block: min(next_pow2(chunks), getattr(p, red_block))})
                 kwargs = dict(BLOCK0=p.block0, BLOCK1=p.block1, INT64=int64)
-                cblock = f"C{red_block.upper()}"
+                cblock = f"CBLOCK{plan.red_dim}"
                 if cblock in ks.constexprs:  # the combine part's workspace rows a step
                     kwargs[cblock] = min(next_pow2(chunks), getattr(p, red_block))
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks

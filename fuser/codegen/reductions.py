@@ -1,11 +1,10 @@
 """Reductions in generated kernels: inline (the whole reduced dim in one tile), looped (one
 pass over chunks of the reduced dim for the reductions ready together, Welford for var_mean)
-and split (a partial kernel per chunk of rows into a workspace, then a combine kernel). A mixin
+and split (a partial part per chunk of the reduced dim into a workspace, then a combine part). A mixin
 of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
-from ..schedulers.plan import KernelPlan, Template
 from .online_softmax import emit_online_softmax, online_sum_partner
 from .scope import COUNT, INDEX, Scope
 from .types import compute_type
@@ -294,30 +293,3 @@ class ReductionEmitter:
         self.program_scope.lines.append(
             f"tl.store(W{k}_ptr + chunk * {COUNT[1 - self.red]} + {v}, {value}, mask={v}_mask)")
 
-
-def splittable(plan: KernelPlan) -> bool:
-    """A reduction can be split over chunks of its reduced dim (rows of an outer reduction,
-    columns of an inner one) when every reduction reads only values computed before any
-    reduction, and every output varying along the reduced dim does too (each chunk's program
-    stores its part of it in its pass). Not an inner reduction with shifted views (a cat's or
-    pad's), which are emitted with the whole row in registers."""
-    if plan.template is Template.outer_reduction:
-        reduced = set(plan.dim0)
-    elif plan.template is Template.inner_reduction and not plan.axes.resized:
-        reduced = set(plan.dim1)
-    else:
-        return False
-    fed = plan.fed_by_reduction()
-    if any(reduced & plan.axes.spans(o) and id(o) in fed for o in plan.outputs):
-        return False
-    return not any(id(e.inp) in fed for e in plan.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
-
-
-def stores_rows_in_pass(plan: KernelPlan) -> bool:
-    """Whether an outer reduction stores an output varying along the reduced rows in its
-    reduction pass (one fed by no reduction: `outputs_ready_in_pass`)."""
-    if plan.template is not Template.outer_reduction:
-        return False
-    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
-    return any(isinstance(o, TensorView) and reduced & plan.axes.spans(o) and id(o) not in fed
-               for o in plan.outputs)

@@ -2,15 +2,15 @@
 whose indices live there. A loop scope's parent is the program scope."""
 from __future__ import annotations
 
-# tile dim d's index vector in generated code (INDEX[d], with INDEX[d]_mask and so on) and its
-# extent (COUNT[d]: R rows, C columns)
-INDEX = ("r", "c")
-COUNT = ("R", "C")
-
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import InternalError
+
+# tile dim d's index vector in generated code (INDEX[d], with INDEX[d]_mask and so on) and its
+# extent (COUNT[d]: R rows, C columns)
+INDEX = ("r", "c")
+COUNT = ("R", "C")
 
 
 @dataclass

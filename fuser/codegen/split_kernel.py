@@ -36,16 +36,15 @@ def generate_split(plan: KernelPlan, layout: Layout, target: str, name: str) -> 
     args = list(specs.values()) + [ArgSpec("semaphore")]
     # the combine part's block of the reduced dim, over workspace rows: CBLOCK0 or CBLOCK1
     red, keep = plan.red_dim, 1 - plan.red_dim
-    cblock = f"CBLOCK{red}"
+    cblock, block = f"CBLOCK{red}", f"pid{keep}"  # (the kept block: the semaphore's index)
     constexprs = ("BLOCK0", "BLOCK1", "INT64", cblock)
     signature = ", ".join(params + [f"{c}: tl.constexpr" for c in constexprs])
     partial_args = ", ".join(partial.params + ["BLOCK0", "BLOCK1", "INT64"])
     blocks = [cblock if d == red else f"BLOCK{d}" for d in (0, 1)]
-    combine_args = ", ".join(combine.params + [f"pid{keep}", *blocks, "INT64"])
+    combine_args = ", ".join(combine.params + [block, *blocks, "INT64"])
     # the partial part hands back its kept block
-    parts = ["@triton.jit", partial.function(f"{name}_partial") + f"    return pid{keep}\n",
+    parts = ["@triton.jit", partial.function(f"{name}_partial") + f"    return {block}\n",
              "@triton.jit", combine.function(f"{name}_combine", ("PID",))]
-    block = f"pid{keep}"
     main = [
         f"def {name}({signature}):",
         f"    {block} = {name}_partial({partial_args})",

@@ -242,34 +242,19 @@ class KnownSizes:
 
 
 class BoundCall:
-    """A runtime of several segments for one exact argument layout (same shapes, strides,
-    dtypes, devices and scalar values): a repeat call with that layout binds its own table, as
-    every execution does, and runs the segments without finding its runtime again (the call
-    key and layout lookup, a few microseconds a call)."""
+    """A runtime for one exact argument layout (same shapes, strides, dtypes, devices and
+    scalar values): a repeat call with that layout binds its own table, as every execution
+    does, and runs the runtime without finding it again (the call key and layout lookup, a few
+    microseconds a call). `options` go to the runtime's run: a host program's plan for these
+    values (`values_key`), fixed by the layout."""
 
-    __slots__ = ("runtime", "binder")
+    __slots__ = ("runtime", "binder", "options")
 
-    def __init__(self, runtime: FusionRuntime, binder: InputBinder):
-        self.runtime, self.binder = runtime, binder
-
-    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        return self.runtime.run(args, self.binder.bind(args))
-
-
-class HostReadyCall:
-    """A host program's runtime for one exact argument layout (same shapes, strides, dtypes,
-    devices and scalar values): a repeat call with that layout binds its own table, as every
-    execution does, and runs the program without finding its runtime by signature again or
-    its plan by the table's values (both fixed by the layout)."""
-
-    __slots__ = ("runtime", "binder", "values_key")
-
-    def __init__(self, runtime: HostRuntime, binder: InputBinder, table: BindingTable):
-        self.runtime, self.binder = runtime, binder
-        self.values_key = runtime.runner.values_key(table)
+    def __init__(self, runtime: "FusionRuntime | HostRuntime", binder: InputBinder, **options: Any):
+        self.runtime, self.binder, self.options = runtime, binder, options
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        return self.runtime.run(args, self.binder.bind(args), values_key=self.values_key)
+        return self.runtime.run(args, self.binder.bind(args), **self.options)
 
 
 def call_key(args: Sequence[Any]) -> tuple:
@@ -345,9 +330,9 @@ class FusionExecutorCache:
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
-        # per ready key: the ready launch of a single-kernel runtime, a runtime of several
-        # segments bound to it, or a host program's ready call (the hot path of a call)
-        self._ready: dict[tuple, ReadyCall | BoundCall | HostReadyCall] = {}
+        # per ready key: the ready launch of a single-kernel runtime, or the runtime (of several
+        # segments, or a host program) bound to it (the hot path of a call)
+        self._ready: dict[tuple, ReadyCall | BoundCall] = {}
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
         self._lock = threading.Lock()
@@ -390,7 +375,8 @@ class FusionExecutorCache:
         outs = runtime.run(args, table)
         if ready_key is not None:
             ready = (runtime.ready_call(args, table) or BoundCall(runtime, self._binder)
-                     if isinstance(runtime, FusionRuntime) else HostReadyCall(runtime, self._binder, table))
+                     if isinstance(runtime, FusionRuntime)
+                     else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
             if ready is not None:
                 if len(self._ready) > 256:
                     self._ready.clear()

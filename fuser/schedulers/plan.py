@@ -82,6 +82,32 @@ class KernelPlan:
         fed = self.fed_by_reduction()
         return not any(set(self.dim0) & self.axes.spans(o) and id(o) in fed for o in self.outputs)
 
+    def splittable(self) -> bool:
+        """Whether the reduction can split over chunks of its reduced dim (rows of an outer
+        reduction, columns of an inner one): every reduction reads only values computed before
+        any reduction, and so does every output varying along the reduced dim (each chunk's
+        program stores its part of it in its pass). Not an inner reduction with shifted views
+        (a cat's or pad's), which are emitted with the whole row in registers."""
+        if self.template is Template.outer_reduction:
+            reduced = set(self.dim0)
+        elif self.template is Template.inner_reduction and not self.axes.resized:
+            reduced = set(self.dim1)
+        else:
+            return False
+        fed = self.fed_by_reduction()
+        if any(reduced & self.axes.spans(o) and id(o) in fed for o in self.outputs):
+            return False
+        return not any(id(e.inp) in fed for e in self.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
+
+    def stores_rows_in_pass(self) -> bool:
+        """Whether an outer reduction stores an output varying along the reduced rows in its
+        reduction pass (one fed by no reduction: codegen's `outputs_ready_in_pass`)."""
+        if self.template is not Template.outer_reduction:
+            return False
+        reduced, fed = set(self.dim0), self.fed_by_reduction()
+        return any(isinstance(o, TensorView) and reduced & self.axes.spans(o) and id(o) not in fed
+                   for o in self.outputs)
+
     def fed_by_reduction(self) -> set[int]:
         """ids of the plan's values computed from a reduction's result."""
         fed: set[int] = set()
@@ -201,11 +227,8 @@ def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
     column_exprs, column_inputs = graph.closure(first_outputs, lambda v: False)
     columns, _ = plan_kernel(column_exprs, column_inputs, first_outputs, lowerable)
     rows, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
-    if columns is None or columns.template is not Template.outer_reduction or rows is None \
-            or rows.template is not Template.pointwise:
-        return None
-    fed_columns = columns.fed_by_reduction()
-    if any(id(e.inp) in fed_columns for e in columns.exprs if isinstance(e, (ReductionOp, VarMeanOp))):
+    if columns is None or columns.template is not Template.outer_reduction or not columns.splittable() \
+            or rows is None or rows.template is not Template.pointwise:
         return None
     return StatisticsParts(columns, rows)
 
