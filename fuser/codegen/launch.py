@@ -25,7 +25,7 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR,
+from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams,
                                      autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
                                      inner_outer_stages, inner_split, looped_forms, next_pow2, outer_forms,
                                      outer_storing, reload_forms, row_loop, row_loop_programs, row_loop_stages,
@@ -232,11 +232,11 @@ class KernelLauncher:
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             two_kernels = (plan.parts.rows, plan.parts.columns, ("rows", "columns"))
-        elif plan.statistics is not None and local_extents is None \
-                and split_count(params, rows, _processors(device)) > 1:
-            # one program a column block could not fill the GPU: the statistics split over rows,
-            # then the rows that read them (the same bytes; StatisticsParts)
-            two_kernels = (plan.statistics.columns, plan.statistics.rows, ("statistics", "rows"))
+        elif plan.statistics is not None and local_extents is None and self._splits(params, rows, cols, device):
+            # one program a kept block (of columns, or a row) could not fill the GPU: the
+            # statistics split over the reduced dim, then the outputs that read them (the same
+            # bytes; StatisticsParts)
+            two_kernels = (plan.statistics.statistics, plan.statistics.rows, ("statistics", "rows"))
         if two_kernels is not None:
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, *two_kernels,
@@ -375,6 +375,13 @@ class KernelLauncher:
         if ahead_jobs is not None:
             ahead_jobs.add(launch, inputs, device)
         return launch
+
+    def _splits(self, params: LaunchParams, rows: int, cols: int, device) -> bool:
+        """Whether a reduction with this launch would split over chunks of its reduced dim, were
+        it splittable (its statistics form asks)."""
+        if self.plan.template is Template.inner_reduction:
+            return inner_split(rows, cols, _processors(device))[1] > 1
+        return split_count(params, rows, _processors(device)) > 1
 
     def compile_ahead(self, inputs, scalars, values, device, jobs: "CompileJobs") -> Optional[list]:
         """For a runtime's compile-ahead pass: the outputs this segment would make, as meta

@@ -217,22 +217,13 @@ class ReductionEmitter:
         shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
         ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
-        # workspace row: a chunk (the reduced dim's index), column: the kept dim's index; a
-        # value the same all along the kept dim is read from this block's first lane, which
-        # this block's own partial programs wrote (in one kernel, another block's programs may
-        # not have stored theirs yet)
-        keep = 1 - self.red
-        partial = (f"W{{}}_ptr + {INDEX[self.red]} * {COUNT[keep]} + "
-                   + (INDEX[keep] if keep in self.reduce_dims(e) else f"pid{keep} * BLOCK{keep}"))
-        # written by other programs of this kernel: read from L2, past this processor's L1
-        cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"
             for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
                 ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
             if self.split == "combine":
-                loads = [f"tl.load({partial.format(ws[p])}, mask={m}, other=0.0{cg})" for p in ("mean", "m2", "n")]
+                loads = [self.partial_load(e, ws[p], m, "0.0") for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
             else:
@@ -253,7 +244,7 @@ class ReductionEmitter:
         ident = self.identity(e.kind, dt)
         ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
         if self.split == "combine":
-            x = f"tl.load({partial.format(ws['acc'])}, mask={m}, other={ident}{cg})"
+            x = self.partial_load(e, ws["acc"], m, ident)
         else:
             x = self.operand(body, e.inp, dt)
         masked = f"tl.where({m}, {x}, {ident})"
@@ -286,6 +277,19 @@ class ReductionEmitter:
         ps.lines.append(f"T{var.name} = {acc}_m2r / tl.maximum({acc}_nr - {e.correction}, 0.0)")
         ps.names[id(mean)] = f"T{mean.name}"
         ps.names[id(var)] = f"T{var.name}"
+
+    def partial_load(self, e: Expr, k: int, mask: str, other) -> str:
+        """The load of `e`'s partials from workspace `k` in a combine step's pass (its lanes
+        over chunks), masked lanes reading `other`."""
+        # workspace row: a chunk (the reduced dim's index), column: the kept dim's index; a
+        # value the same all along the kept dim is read from this block's first lane, which
+        # this block's own partial programs wrote (in one kernel, another block's programs may
+        # not have stored theirs yet)
+        keep = 1 - self.red
+        column = INDEX[keep] if keep in self.reduce_dims(e) else f"pid{keep} * BLOCK{keep}"
+        # written by other programs of this kernel: read from L2, past this processor's L1
+        cg = ', cache_modifier=".cg"' if self.combine_in_line else ""
+        return f"tl.load(W{k}_ptr + {INDEX[self.red]} * {COUNT[keep]} + {column}, mask={mask}, other={other}{cg})"
 
     def store_partial(self, k: int, value: str) -> None:
         """This chunk's partial result into workspace row `chunk`, along the kept dim."""

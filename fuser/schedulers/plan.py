@@ -14,9 +14,9 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ..ir import (VIEW_OPS, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp, IotaOp, LoadStoreOp,
-                  LoadStoreOpType, PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp,
-                  UnaryOp, Val, VarMeanOp)
+from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, DataType, ExpandOp, Expr, FullOp,
+                  IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, SliceOp,
+                  SqueezeOp, TensorView, TernaryOp, UnaryOp, UnaryOpType, Val, VarMeanOp)
 from .axes import KernelAxes, analyze_axes
 from .inner_outer import GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
 
@@ -85,8 +85,9 @@ class KernelPlan:
     def splittable(self) -> bool:
         """Whether the reduction can split over chunks of its reduced dim (rows of an outer
         reduction, columns of an inner one): every reduction reads only values computed before
-        any reduction, and so does every output varying along the reduced dim (each chunk's
-        program stores its part of it in its pass). Not an inner reduction with shifted views
+        any reduction (or is the sum of a softmax pair, see `softmax_pairs`), and so does every
+        output varying along the reduced dim (each chunk's program stores its part of it in its
+        pass). Not an inner reduction with shifted views
         (a cat's or pad's), which are emitted with the whole row in registers."""
         if self.template is Template.outer_reduction:
             reduced = set(self.dim0)
@@ -97,7 +98,10 @@ class KernelPlan:
         fed = self.fed_by_reduction()
         if any(reduced & self.axes.spans(o) and id(o) in fed for o in self.outputs):
             return False
-        return not any(id(e.inp) in fed for e in self.exprs if isinstance(e, (ReductionOp, VarMeanOp)))
+        # a softmax's sum reads its max, yet the chunks' pairs combine exactly
+        online = {id(s) for _, s in softmax_pairs(self.exprs, self.axes)}
+        return not any(id(e.inp) in fed for e in self.exprs
+                       if isinstance(e, (ReductionOp, VarMeanOp)) and id(e) not in online)
 
     def stores_rows_in_pass(self) -> bool:
         """Whether an outer reduction stores an output varying along the reduced rows in its
@@ -121,6 +125,42 @@ class KernelPlan:
         return f"{self.template.value}: tile dim0 {ext(self.dim0)} x dim1 {ext(self.dim1)}"
 
 
+# the IR types whose values compute in fp32 in generated kernels (codegen/types.py)
+_FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
+
+
+def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[tuple[ReductionOp, ReductionOp]]:
+    """(max, sum) for each sum(exp(x - max(x))) of `exprs` in fp32, both over the same axes of
+    the same values: the pairs of softmax, log-softmax, logsumexp and cross entropy. A pass over
+    the reduced dim computes such a pair together (codegen/online_softmax.py), and chunks of it
+    combine exactly (the maximum of their maxima, their sums rescaled to it), so a split
+    reduction may hold one though the sum reads the max."""
+    producer = {id(o): e for e in exprs for o in e.outputs}
+
+    def viewed(v: Val) -> Val:  # the value `v` views through broadcasts, expands and sets
+        e = producer.get(id(v))
+        while isinstance(e, (BroadcastOp, ExpandOp, LoadStoreOp)):
+            v = e.inputs[0]
+            e = producer.get(id(v))
+        return v
+
+    def fp32(e, kind: ReductionOpType) -> bool:
+        return isinstance(e, ReductionOp) and e.kind is kind and e.out.dtype in _FP32_COMPUTED \
+            and e.inp.dtype in _FP32_COMPUTED
+
+    pairs = []
+    for s in exprs:
+        exp = producer.get(id(s.inp)) if fp32(s, ReductionOpType.sum) else None
+        sub = producer.get(id(exp.inp)) if isinstance(exp, UnaryOp) and exp.kind is UnaryOpType.exp else None
+        if not (isinstance(sub, BinaryOp) and sub.kind is BinaryOpType.sub):
+            continue
+        m = producer.get(id(viewed(sub.inputs[1])))
+        if fp32(m, ReductionOpType.max) and sub.inputs[0] is m.inp and \
+                reduced_axes_of(m, axes) == reduced_axes_of(s, axes) and axes.spans(m.inp) == axes.spans(s.inp):
+            pairs.append((m, s))
+    return pairs
+
+
 @dataclass(eq=False)
 class InnerOuterParts:
     """The kernels of an inner-outer plan. `persistent`: the one pass over rows (row outputs
@@ -138,14 +178,15 @@ class InnerOuterParts:
 
 @dataclass(eq=False)
 class StatisticsParts:
-    """The two-kernel form of an outer reduction with an output along the reduced rows that
-    reads a column result (x - mean over rows). As one kernel it cannot split over rows, so it
-    runs one program a block of columns; with few columns the launch takes this form instead:
-    `columns`, a column reduction that splits (the statistics the rows read, the column
-    outputs, and the outputs that need no column result), then `rows`, the outputs that read
-    the statistics (a pointwise kernel). The same bytes: both forms read the input twice."""
+    """The two-kernel form of a reduction with an output along the reduced dim that reads a
+    reduction's result (x - mean over rows, a softmax's exp(x - max) / sum). As one kernel it
+    cannot split over chunks of the reduced dim, so it runs one program a kept block (a block of
+    columns, or a row); with few of them the launch takes this form instead: `statistics`, a
+    reduction that splits (the statistics the late outputs read, the reduction's other outputs,
+    and the outputs that need no statistic), then `rows`, the outputs that read the statistics
+    (a pointwise kernel). The same bytes: both forms read the input twice."""
 
-    columns: KernelPlan
+    statistics: KernelPlan
     rows: KernelPlan
 
 
@@ -204,33 +245,36 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
 
 
 def add_statistics_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
-    """Give an outer reduction's plan its two-kernel form (StatisticsParts), where it has one:
-    an output along the rows that reads a column result, and statistics that split (not a
-    column reduction of another's result: softmax over rows sums exp(x - max)). Asked for the
-    plans of the segments chosen, not for every group the segmenter tries (two more plans
+    """Give a reduction's plan its two-kernel form (StatisticsParts), where it has one: an
+    output along the reduced dim that reads a reduction's result, and statistics that split
+    (not a column reduction of another's result: softmax over rows sums exp(x - max)). Asked for
+    the plans of the segments chosen, not for every group the segmenter tries (two more plans
     each)."""
-    if plan.template is Template.outer_reduction and plan.statistics is None:
+    if plan.template in (Template.outer_reduction, Template.inner_reduction) and not plan.axes.resized \
+            and plan.statistics is None:
         plan.statistics = _statistics_parts(plan, lowerable)
 
 
 def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
-    reduced, fed = set(plan.dim0), plan.fed_by_reduction()
-    along_rows = lambda v: bool(reduced & plan.axes.spans(v))  # noqa: E731
-    late = [o for o in plan.outputs if along_rows(o) and id(o) in fed]
+    reduced = set(plan.dim0 if plan.template is Template.outer_reduction else plan.dim1)
+    fed = plan.fed_by_reduction()
+    along = lambda v: bool(reduced & plan.axes.spans(v))  # noqa: E731
+    late = [o for o in plan.outputs if along(o) and id(o) in fed]
     if not late:
         return None
     graph = GroupGraph(plan.exprs, [v for v in plan.inputs if isinstance(v, TensorView)])
-    # the column values the late outputs read: computed from a reduction, not along the rows
-    row_exprs, row_inputs = graph.closure(late, lambda v: id(v) in fed and not along_rows(v))
+    # the reduced values the late outputs read: computed from a reduction, not along the
+    # reduced dim
+    row_exprs, row_inputs = graph.closure(late, lambda v: id(v) in fed and not along(v))
     statistics = [v for v in row_inputs if id(v) in graph.producer]
     first_outputs = statistics + [o for o in plan.outputs if all(o is not v for v in late + statistics)]
-    column_exprs, column_inputs = graph.closure(first_outputs, lambda v: False)
-    columns, _ = plan_kernel(column_exprs, column_inputs, first_outputs, lowerable)
+    first_exprs, first_inputs = graph.closure(first_outputs, lambda v: False)
+    first, _ = plan_kernel(first_exprs, first_inputs, first_outputs, lowerable)
     rows, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
-    if columns is None or columns.template is not Template.outer_reduction or not columns.splittable() \
+    if first is None or first.template is not plan.template or not first.splittable() \
             or rows is None or rows.template is not Template.pointwise:
         return None
-    return StatisticsParts(columns, rows)
+    return StatisticsParts(first, rows)
 
 
 def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable) -> tuple[Optional[KernelPlan], str]:

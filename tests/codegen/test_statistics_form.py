@@ -87,19 +87,22 @@ def test_an_output_needing_no_statistic_is_stored_by_the_statistics_kernel(monke
     assert "* 2.0" in statistics_kernel and statistics_kernel.count("tl.store(T") >= 2
 
 
-def test_softmax_over_rows_stays_one_kernel(monkeypatch):
-    """Its sum reads the max: statistics that cannot split, so no two-kernel form."""
+def test_softmax_over_rows_splits_its_online_statistics(monkeypatch, any_program_order):
+    """Its sum reads the max, yet the chunks' (max, sum) pairs combine exactly
+    (plan.softmax_pairs): the statistics split over rows, then the rows read them. A column
+    holding +inf gives eager's NaN."""
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         n, c = x.shape()[0], x.shape()[1]
         e = fd.ops.exp(fd.ops.sub(x, fd.ops.broadcast_in_dim(fd.ops.max(x, [0]), [n, c], [1])))
         fd.add_output(fd.ops.div(e, fd.ops.broadcast_in_dim(fd.ops.sum(e, [0]), [n, c], [1])))
-    a = torch.randn(300, 20, generator=torch.Generator().manual_seed(3))
+    a = torch.randn(300, 20, generator=torch.Generator().manual_seed(3)) * 3
+    a[290, 4], a[7, 5] = 60.0, float("inf")
     (y,) = fd.execute([a])
-    torch.testing.assert_close(y, torch.softmax(a, 0), rtol=1e-5, atol=1e-6)
-    assert fd.last_segments()[0].params.statistics is None
-    assert len(_kernels(fd)) == 1
+    torch.testing.assert_close(y, torch.softmax(a, 0), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert fd.last_segments()[0].params.statistics is not None
+    assert len(_kernels(fd)) == 2
 
 
 def test_jit_batch_norm_by_hand_forward_and_backward(monkeypatch):
