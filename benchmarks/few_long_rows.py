@@ -3,7 +3,8 @@ of a 128K vocabulary, bf16), a logsumexp of the same, and a row sum, which split
 programs (fuser/schedulers/heuristics.py `inner_split`). Kernel time a call (profiled, L2
 flushed before each call: `benchmarks/peers.kernel_us`) through eager, torch.compile and
 fuser.jit, and the share of copy bandwidth it makes (the input read once, the output written
-once). Not suite rows: they measure the open lead on softmax statistics split across programs.
+once). Not suite rows: the softmax's statistics split across programs as online pairs, then a
+pointwise kernel writes the rows (schedulers/plan.py StatisticsParts; docs/performance.md).
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/few_long_rows.py
 """
