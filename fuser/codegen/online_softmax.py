@@ -13,28 +13,30 @@ combine step runs the pass over the chunks' pairs, each adding its sum rescaled 
 maximum, and finishes as above.
 
 Taken where a kernel computes max(x) over the looped dim and sum(exp(x - max)) of the same x
-(softmax, log-softmax, logsumexp, cross entropy) in fp32: schedulers/plan.py `softmax_pairs`."""
+(softmax, log-softmax, cross entropy; logsumexp shifts by the max made 0 where infinite) in
+fp32: schedulers/plan.py `softmax_pairs`."""
 from __future__ import annotations
 
 from typing import Optional
 
 from ..ir import ReductionOp
-from ..schedulers.plan import softmax_pairs
+from ..schedulers.plan import SoftmaxPair, softmax_pairs
 
 
-def online_sum_partner(writer, e: ReductionOp) -> Optional[ReductionOp]:
-    """The sum(exp(x - max)) to compute in `e`'s pass, where `e` is max(x); or None."""
+def online_pair(writer, e: ReductionOp) -> Optional[SoftmaxPair]:
+    """The softmax pair whose sum to compute in `e`'s pass, where `e` is its max; or None."""
     if writer.online_pairs is None:
         writer.online_pairs = softmax_pairs(writer.plan.exprs, writer.plan.axes)
-    for m, s in writer.online_pairs:
-        if m is e and not writer.program_scope.lookup(id(s.out)):
-            return s
+    for pair in writer.online_pairs:
+        if pair.max is e and not writer.program_scope.lookup(id(pair.sum.out)):
+            return pair
     return None
 
 
-def emit_online_softmax(writer, m: ReductionOp, s: ReductionOp) -> None:
-    """Emit the pass computing max `m` and sum `s` together, and bind both (a split's partial
+def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
+    """Emit the pass computing a pair's max and sum together, and bind both (a split's partial
     step stores them as its chunk's partials instead)."""
+    m, s = pair.max, pair.sum
     ps, rd, split = writer.program_scope, writer.red, writer.split
     shape, mask = writer.reduce_shape(m), writer.reduce_mask(m)
     big, small = f"acc{m.out.name}", f"acc{s.out.name}"
@@ -67,6 +69,9 @@ def emit_online_softmax(writer, m: ReductionOp, s: ReductionOp) -> None:
         ps.names[id(m.out)], ps.names[id(s.out)] = top, writer.tname(s.out)
         return
     ps.names[writer.key(m.out)] = top
+    if pair.zero_if_infinite:  # exp(x - 0) where the max is infinite: a row of -inf sums to 0
+        writer.bind(ps, s.out, f"tl.where({top} == float('inf'), float('inf'), {small}_row)")
+        return
     finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
     empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
     writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")

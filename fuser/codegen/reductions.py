@@ -5,7 +5,7 @@ of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
-from .online_softmax import emit_online_softmax, online_sum_partner
+from .online_softmax import emit_online_softmax, online_pair
 from .scope import COUNT, INDEX, Scope
 from .types import compute_type
 
@@ -150,9 +150,9 @@ class ReductionEmitter:
             self.emit_reduction_loop(waits[0])
         if self.program_scope.lookup(id(e.outputs[0])) is not None:
             return  # done in the pass of one it waited for (an online softmax's sum)
-        partner = None if self.one_pass else online_sum_partner(self, e)
-        if partner is not None:
-            emit_online_softmax(self, e, partner)
+        pair = None if self.one_pass else online_pair(self, e)
+        if pair is not None:
+            emit_online_softmax(self, pair)
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]

@@ -11,12 +11,14 @@ row; see inner_outer.py.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, DataType, ExpandOp, Expr, FullOp,
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, SliceOp,
-                  SqueezeOp, TensorView, TernaryOp, UnaryOp, UnaryOpType, Val, VarMeanOp)
+                  Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
+                  VarMeanOp)
 from .axes import KernelAxes, analyze_axes
 from .inner_outer import GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
 
@@ -99,7 +101,7 @@ class KernelPlan:
         if any(reduced & self.axes.spans(o) and id(o) in fed for o in self.outputs):
             return False
         # a softmax's sum reads its max, yet the chunks' pairs combine exactly
-        online = {id(s) for _, s in softmax_pairs(self.exprs, self.axes)}
+        online = {id(p.sum) for p in softmax_pairs(self.exprs, self.axes)}
         return not any(id(e.inp) in fed for e in self.exprs
                        if isinstance(e, (ReductionOp, VarMeanOp)) and id(e) not in online)
 
@@ -129,12 +131,22 @@ class KernelPlan:
 _FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
 
 
-def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[tuple[ReductionOp, ReductionOp]]:
-    """(max, sum) for each sum(exp(x - max(x))) of `exprs` in fp32, both over the same axes of
-    the same values: the pairs of softmax, log-softmax, logsumexp and cross entropy. A pass over
-    the reduced dim computes such a pair together (codegen/online_softmax.py), and chunks of it
-    combine exactly (the maximum of their maxima, their sums rescaled to it), so a split
-    reduction may hold one though the sum reads the max."""
+class SoftmaxPair(NamedTuple):
+    """A max(x) and a sum(exp(x - shift)) of the same x, where the shift is the max, or
+    `where(|max| == inf, 0, max)` (`zero_if_infinite`: logsumexp's decomposition; its sum is
+    then 0 for a row of -inf and inf for a row holding inf, where the max's is NaN)."""
+
+    max: ReductionOp
+    sum: ReductionOp
+    zero_if_infinite: bool
+
+
+def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
+    """The softmax pairs of `exprs` in fp32, both reductions over the same axes of the same
+    values: those of softmax, log-softmax, logsumexp and cross entropy. A pass over the reduced
+    dim computes such a pair together (codegen/online_softmax.py), and chunks of it combine
+    exactly (the maximum of their maxima, their sums rescaled to it), so a split reduction may
+    hold one though the sum reads the max."""
     producer = {id(o): e for e in exprs for o in e.outputs}
 
     def viewed(v: Val) -> Val:  # the value `v` views through broadcasts, expands and sets
@@ -144,20 +156,38 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[tuple[Reducti
             e = producer.get(id(v))
         return v
 
+    def op(v: Val, kind) -> Optional[Expr]:  # the producer of `v` if it is an op of `kind`
+        e = producer.get(id(v))
+        return e if getattr(e, "kind", None) is kind else None
+
+    def constant(v: Val, value: float) -> bool:
+        return isinstance(v, Scalar) and v.is_constant and v.value == value
+
+    def shifted(v: Val) -> tuple[Val, bool]:  # (what `v` shifts by: a max?, through its guard)
+        guard = op(v, TernaryOpType.where)
+        if guard is not None and constant(guard.inputs[1], 0):
+            test = op(guard.inputs[0], BinaryOpType.eq)
+            size = op(test.inputs[0], UnaryOpType.abs) if test is not None and constant(test.inputs[1], math.inf) \
+                else None
+            if size is not None and viewed(size.inputs[0]) is viewed(guard.inputs[2]):
+                return viewed(guard.inputs[2]), True
+        return v, False
+
     def fp32(e, kind: ReductionOpType) -> bool:
         return isinstance(e, ReductionOp) and e.kind is kind and e.out.dtype in _FP32_COMPUTED \
             and e.inp.dtype in _FP32_COMPUTED
 
     pairs = []
     for s in exprs:
-        exp = producer.get(id(s.inp)) if fp32(s, ReductionOpType.sum) else None
-        sub = producer.get(id(exp.inp)) if isinstance(exp, UnaryOp) and exp.kind is UnaryOpType.exp else None
-        if not (isinstance(sub, BinaryOp) and sub.kind is BinaryOpType.sub):
+        exp = op(s.inp, UnaryOpType.exp) if fp32(s, ReductionOpType.sum) else None
+        sub = op(exp.inp, BinaryOpType.sub) if exp is not None else None
+        if sub is None:
             continue
-        m = producer.get(id(viewed(sub.inputs[1])))
+        top, guarded = shifted(viewed(sub.inputs[1]))
+        m = producer.get(id(top))
         if fp32(m, ReductionOpType.max) and sub.inputs[0] is m.inp and \
                 reduced_axes_of(m, axes) == reduced_axes_of(s, axes) and axes.spans(m.inp) == axes.spans(s.inp):
-            pairs.append((m, s))
+            pairs.append(SoftmaxPair(m, s, guarded))
     return pairs
 
 

@@ -89,3 +89,22 @@ def test_a_softmax_over_rows_is_an_outer_reduction_with_one_pass_less(device):
     torch.testing.assert_close(y, torch.softmax(x, 0))
     code = fd.last_triton_code()
     assert code.count("for r_start in range(") == 2 and "_new = _max_nan(" in code, code
+
+
+def _logsumexp(x):
+    return torch.logsumexp(x, -1)
+
+
+def test_a_looped_logsumexp_reads_its_rows_once_with_eagers_infinities(looped):
+    """logsumexp shifts by the max made 0 where it is infinite (its decomposition): still one
+    online pass, and a row of -inf gives -inf, a row holding inf gives inf, as eager's."""
+    x = torch.randn(6, 100, generator=torch.Generator().manual_seed(9)) * 5
+    x[0, :50] = -math.inf
+    x[1, :] = -math.inf
+    x[2, 70] = math.inf
+    x[3, 10] = math.nan
+    x[4, 99] = 80.0
+    torch.testing.assert_close(fuser.jit(_logsumexp)(x), torch.logsumexp(x, -1), equal_nan=True)
+    (report,) = fuser.explain(_logsumexp, x).fusions
+    code = "\n".join(report.triton)
+    assert passes(code) == 1 and "_new = _max_nan(" in code, code

@@ -92,6 +92,25 @@ def test_special_values_match_eager(small_splits, any_program_order):
     torch.testing.assert_close(got, torch.softmax(x, -1), equal_nan=True)
 
 
+def _logsumexp(x):
+    return torch.logsumexp(x.float(), -1)
+
+
+def test_logsumexp_of_few_long_rows_splits(small_splits, any_program_order):
+    """logsumexp's pair (shifted by the max made 0 where infinite) splits in one kernel; a row
+    of -inf gives -inf and a row holding inf gives inf, as eager's."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(5, 1000, generator=g) * 4
+    x[1] = float("-inf")
+    x[2, 900] = float("inf")
+    x[3, 30] = float("nan")
+    x[4, 995] = 90.0
+    got = fuser.jit(_logsumexp)(x)
+    torch.testing.assert_close(got, torch.logsumexp(x.double(), -1).float(), equal_nan=True)
+    code = _kernels(_logsumexp, x)
+    assert "split in one kernel" in code and "_part" in code and "pointwise" not in code
+
+
 def test_norms_of_few_long_rows_split(small_splits, any_program_order):
     """LayerNorm's Welford statistics and RMSNorm's sum of squares split the same way."""
     g = torch.Generator().manual_seed(5)
