@@ -10,6 +10,7 @@ from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
                   TensorView, UnaryOpType, Val)
 from ..ops.pointwise import result_type
+from ..schedulers.inner_outer import FP32_COMPUTED
 from .math import binary_lowering, has_absolute_lowering, unary_lowering
 from .scope import Scope
 from .types import STORAGE, compute_type
@@ -20,7 +21,6 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
 
 _COMPARISONS = {BinaryOpType.eq, BinaryOpType.ne, BinaryOpType.lt, BinaryOpType.le, BinaryOpType.gt,
                 BinaryOpType.ge}
-_FP32_COMPUTED = (DataType.Float, DataType.BFloat16, DataType.Half)
 _HALF_WIDTH = (DataType.Half, DataType.BFloat16)  # stored in 16 bits, computed in fp32
 _FP32_MIN_NORMAL = 2.0 ** -126
 
@@ -66,7 +66,7 @@ class ElementwiseEmitter:
             v = int(v)
         if dtype.category >= 2 or isinstance(v, float):
             f = float(v)
-            if dtype in _FP32_COMPUTED:
+            if dtype in FP32_COMPUTED:
                 # the op computes in fp32, where eager converts the constant too; Triton would
                 # type a float outside fp32's normal range (2.2e-308) as fp64 and promote the op
                 f = _as_fp32(f)
@@ -74,7 +74,7 @@ class ElementwiseEmitter:
                 return "float('nan')"
             if f in (float("inf"), float("-inf")):
                 return f"float('{'-' if f < 0 else ''}inf')"
-            if dtype in _FP32_COMPUTED and f != 0 and abs(f) < _FP32_MIN_NORMAL:
+            if dtype in FP32_COMPUTED and f != 0 and abs(f) < _FP32_MIN_NORMAL:
                 return f"tl.full([1, 1], {f!r}, tl.float32)"  # a subnormal fp32: typed explicitly
             return repr(f)
         return repr(_wrap_int(int(v), dtype))
@@ -119,7 +119,7 @@ class ElementwiseEmitter:
             self.bind(scope, e.out, self.operand(scope, e.inp, in_dt))
             return
         x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
-        fp32 = self.bf16_outputs and e.out.dtype in _FP32_COMPUTED
+        fp32 = self.bf16_outputs and e.out.dtype in FP32_COMPUTED
         absolute = fp32 and has_absolute_lowering(e.kind, self.target) and self.absolute_accuracy_suffices(e.out)
         fmt = unary_lowering(e.kind, self.target, fp32, absolute)
         if fmt is None:

@@ -116,8 +116,8 @@ def generate_row_loop(plan: KernelPlan, layout: Layout, target: str, name: str, 
 class TwoKernels:
     """A plan run as two kernels, the second reading the first's outputs: the inner-outer
     plan's form for rows too long for registers (the row kernel writing the row statistics,
-    then the column kernel; `first` is None when the column outputs need no row value) and an
-    outer reduction's statistics form (the column statistics split over rows, then the rows
+    then the column kernel; `first` is None when the column outputs need no row value) and a
+    reduction's statistics form (the statistics split over the reduced dim, then the outputs
     that read them; schedulers/plan.py StatisticsParts). `launcher(plan, suffix)` makes the
     KernelLauncher of one of them."""
 

@@ -91,7 +91,6 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         self.producer = {id(o): e for e in plan.exprs for o in e.outputs}
         self.kernel_inputs = {id(v) for v in plan.inputs}
         self.stored: set[int] = set()  # outputs whose store is emitted (some in a reduction's pass)
-        self.online_pairs = None  # (max, sum) pairs a pass computes together (online_softmax.py)
         self.args: list[ArgSpec] = []
         self.params: list[str] = []
         self.scalar_args: dict[int, str] = {}

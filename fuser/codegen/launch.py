@@ -236,7 +236,7 @@ class KernelLauncher:
             # one program a kept block (of columns, or a row) could not fill the GPU: the
             # statistics split over the reduced dim, then the outputs that read them (the same
             # bytes; StatisticsParts)
-            two_kernels = (plan.statistics.statistics, plan.statistics.rows, ("statistics", "rows"))
+            two_kernels = (plan.statistics.split, plan.statistics.readers, ("statistics", "rows"))
         if two_kernels is not None:
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, *two_kernels,

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import ReductionOp
-from ..schedulers.plan import SoftmaxPair, softmax_pairs
+from ..ir import Expr
+from ..schedulers.plan import SoftmaxPair
 
 
-def online_pair(writer, e: ReductionOp) -> Optional[SoftmaxPair]:
+def online_pair(writer, e: Expr) -> Optional[SoftmaxPair]:
     """The softmax pair whose sum to compute in `e`'s pass, where `e` is its max; or None."""
-    if writer.online_pairs is None:
-        writer.online_pairs = softmax_pairs(writer.plan.exprs, writer.plan.axes)
-    for pair in writer.online_pairs:
+    for pair in writer.plan.online_pairs:
         if pair.max is e and not writer.program_scope.lookup(id(pair.sum.out)):
             return pair
     return None
@@ -43,6 +41,8 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     ps.lines += [f"{big} = tl.full({shape}, float('-inf'), tl.float32)",
                  f"{small} = tl.full({shape}, 0.0, tl.float32)"]
     body = writer.loop_scope()
+    # chosen before the pair is bound: an output fed by it is not ready
+    outputs = writer.outputs_ready_in_pass()
     ws = {w: k for k, (w, _) in enumerate(writer.workspaces)}
     if split == "combine":  # the chunks' pairs: each chunk's maximum, and its sum relative to it
         x, weight = f"{big}_part", f"{small}_part"
@@ -57,6 +57,8 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         f"{small} = {small} + tl.where(({mask}) & ({x} != float('-inf')), {weight} * tl.exp({x} - {big}_new), 0.0)",
         f"{big} = {big}_new",
     ]
+    for o in outputs:  # (a split's partial step has no later pass to store them)
+        writer.emit_store(body, o)
     writer.close_loop(body)
     top = writer.tname(m.out)
     ps.lines.append(f"{top} = tl.reduce({big}, {rd}, _max_nan, keep_dims=True)")

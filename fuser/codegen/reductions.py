@@ -178,6 +178,8 @@ class ReductionEmitter:
     def _ready_reduction(self, f: Expr) -> bool:
         if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])):
             return False
+        if not self.one_pass and any(pair.max is f for pair in self.plan.online_pairs):
+            return False  # a softmax pair's max: its own online pass, with its sum
         return not self._waits_on(f)
 
     def outputs_ready_in_pass(self) -> list:

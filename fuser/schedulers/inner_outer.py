@@ -24,8 +24,9 @@ from typing import Optional, Sequence
 from ..ir import DataType, Expr, ReductionOp, TensorView, VarMeanOp
 from .axes import KernelAxes
 
-# the column workspace and accumulators are fp32: column reductions of these dtypes only
-_FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
+# the IR types whose values compute in fp32 in generated kernels (codegen/types.py COMPUTE);
+# the column workspace and accumulators here are fp32: column reductions of these dtypes only
+FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
 
 
 @dataclass(eq=False)
@@ -105,7 +106,7 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
     for e in column_reductions:
         if not isinstance(e, ReductionOp):
             return None, "var_mean over rows next to a row reduction (no inner-outer form)"
-        if e.out.dtype not in _FP32_COMPUTED:
+        if e.out.dtype not in FP32_COMPUTED:
             return None, f"a column {e.kind.value} in {e.out.dtype}: the inner-outer workspace is fp32"
         if axes.spans(e.out) != row_set:
             return None, f"T{e.out.name} sums over rows but does not keep the row's axes"

@@ -11,6 +11,7 @@ row; see inner_outer.py.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Sequence
@@ -20,7 +21,7 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from .axes import KernelAxes, analyze_axes
-from .inner_outer import GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
+from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
@@ -45,8 +46,8 @@ class KernelPlan:
     dim0: list[int]  # loop axes on tile dim 0, outer to inner
     dim1: list[int]  # loop axes on tile dim 1
     parts: Optional["InnerOuterParts"] = None  # inner-outer plans only
-    # an outer reduction whose output along the rows reads its column results: the form of two
-    # kernels it may run as instead (statistics split over rows, then the rows)
+    # a reduction whose output along the reduced dim reads its results: the form of two kernels
+    # it may run as instead (statistics split over the reduced dim, then the outputs)
     statistics: Optional["StatisticsParts"] = None
 
     @property
@@ -87,9 +88,9 @@ class KernelPlan:
     def splittable(self) -> bool:
         """Whether the reduction can split over chunks of its reduced dim (rows of an outer
         reduction, columns of an inner one): every reduction reads only values computed before
-        any reduction (or is the sum of a softmax pair, see `softmax_pairs`), and so does every
-        output varying along the reduced dim (each chunk's program stores its part of it in its
-        pass). Not an inner reduction with shifted views
+        any reduction (or is the sum of a softmax pair, computed with its max in one online
+        pass: `softmax_pairs`), and so does every output varying along the reduced dim (each
+        chunk's program stores its part of it in its pass). Not an inner reduction with shifted views
         (a cat's or pad's), which are emitted with the whole row in registers."""
         if self.template is Template.outer_reduction:
             reduced = set(self.dim0)
@@ -101,7 +102,7 @@ class KernelPlan:
         if any(reduced & self.axes.spans(o) and id(o) in fed for o in self.outputs):
             return False
         # a softmax's sum reads its max, yet the chunks' pairs combine exactly
-        online = {id(p.sum) for p in softmax_pairs(self.exprs, self.axes)}
+        online = {id(p.sum) for p in self.online_pairs}
         return not any(id(e.inp) in fed for e in self.exprs
                        if isinstance(e, (ReductionOp, VarMeanOp)) and id(e) not in online)
 
@@ -113,6 +114,11 @@ class KernelPlan:
         reduced, fed = set(self.dim0), self.fed_by_reduction()
         return any(isinstance(o, TensorView) and reduced & self.axes.spans(o) and id(o) not in fed
                    for o in self.outputs)
+
+    @functools.cached_property
+    def online_pairs(self) -> list["SoftmaxPair"]:
+        """The plan's softmax pairs (`softmax_pairs`), each computed in one online pass."""
+        return softmax_pairs(self.exprs, self.axes)
 
     def fed_by_reduction(self) -> set[int]:
         """ids of the plan's values computed from a reduction's result."""
@@ -127,10 +133,6 @@ class KernelPlan:
         return f"{self.template.value}: tile dim0 {ext(self.dim0)} x dim1 {ext(self.dim1)}"
 
 
-# the IR types whose values compute in fp32 in generated kernels (codegen/types.py)
-_FP32_COMPUTED = (DataType.Float, DataType.Half, DataType.BFloat16)
-
-
 class SoftmaxPair(NamedTuple):
     """A max(x) and a sum(exp(x - shift)) of the same x, where the shift is the max, or
     `where(|max| == inf, 0, max)` (`zero_if_infinite`: logsumexp's decomposition; its sum is
@@ -143,10 +145,11 @@ class SoftmaxPair(NamedTuple):
 
 def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
     """The softmax pairs of `exprs` in fp32, both reductions over the same axes of the same
-    values: those of softmax, log-softmax, logsumexp and cross entropy. A pass over the reduced
-    dim computes such a pair together (codegen/online_softmax.py), and chunks of it combine
-    exactly (the maximum of their maxima, their sums rescaled to it), so a split reduction may
-    hold one though the sum reads the max."""
+    values, a max in one pair at most: those of softmax, log-softmax, logsumexp and cross
+    entropy. A pass over the reduced dim computes such a pair together, its max in no other
+    pass (codegen/online_softmax.py), and chunks of it combine exactly (the maximum of their
+    maxima, their sums rescaled to it), so a split reduction may hold one though the sum reads
+    the max."""
     producer = {id(o): e for e in exprs for o in e.outputs}
 
     def viewed(v: Val) -> Val:  # the value `v` views through broadcasts, expands and sets
@@ -174,10 +177,10 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
         return v, False
 
     def fp32(e, kind: ReductionOpType) -> bool:
-        return isinstance(e, ReductionOp) and e.kind is kind and e.out.dtype in _FP32_COMPUTED \
-            and e.inp.dtype in _FP32_COMPUTED
+        return isinstance(e, ReductionOp) and e.kind is kind and e.out.dtype in FP32_COMPUTED \
+            and e.inp.dtype in FP32_COMPUTED
 
-    pairs = []
+    pairs, paired = [], set()
     for s in exprs:
         exp = op(s.inp, UnaryOpType.exp) if fp32(s, ReductionOpType.sum) else None
         sub = op(exp.inp, BinaryOpType.sub) if exp is not None else None
@@ -185,9 +188,10 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
             continue
         top, guarded = shifted(viewed(sub.inputs[1]))
         m = producer.get(id(top))
-        if fp32(m, ReductionOpType.max) and sub.inputs[0] is m.inp and \
+        if fp32(m, ReductionOpType.max) and id(m) not in paired and sub.inputs[0] is m.inp and \
                 reduced_axes_of(m, axes) == reduced_axes_of(s, axes) and axes.spans(m.inp) == axes.spans(s.inp):
             pairs.append(SoftmaxPair(m, s, guarded))
+            paired.add(id(m))  # (a second sum of the same max reads it as any reduction would)
     return pairs
 
 
@@ -211,13 +215,13 @@ class StatisticsParts:
     """The two-kernel form of a reduction with an output along the reduced dim that reads a
     reduction's result (x - mean over rows, a softmax's exp(x - max) / sum). As one kernel it
     cannot split over chunks of the reduced dim, so it runs one program a kept block (a block of
-    columns, or a row); with few of them the launch takes this form instead: `statistics`, a
+    columns, or a row); with few of them the launch takes this form instead: `split`, a
     reduction that splits (the statistics the late outputs read, the reduction's other outputs,
-    and the outputs that need no statistic), then `rows`, the outputs that read the statistics
-    (a pointwise kernel). The same bytes: both forms read the input twice."""
+    and the outputs that need no statistic), then `readers`, a pointwise kernel for the outputs
+    that read the statistics. The same bytes: both forms read the input twice."""
 
-    statistics: KernelPlan
-    rows: KernelPlan
+    split: KernelPlan
+    readers: KernelPlan
 
 
 def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorView],
@@ -277,9 +281,9 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
 def add_statistics_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
     """Give a reduction's plan its two-kernel form (StatisticsParts), where it has one: an
     output along the reduced dim that reads a reduction's result, and statistics that split
-    (not a column reduction of another's result: softmax over rows sums exp(x - max)). Asked for
-    the plans of the segments chosen, not for every group the segmenter tries (two more plans
-    each)."""
+    (see `KernelPlan.splittable`: not a reduction of another's result, but for a softmax pair).
+    Asked for the plans of the segments chosen, not for every group the segmenter tries (two
+    more plans each)."""
     if plan.template in (Template.outer_reduction, Template.inner_reduction) and not plan.axes.resized \
             and plan.statistics is None:
         plan.statistics = _statistics_parts(plan, lowerable)
@@ -299,12 +303,12 @@ def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
     statistics = [v for v in row_inputs if id(v) in graph.producer]
     first_outputs = statistics + [o for o in plan.outputs if all(o is not v for v in late + statistics)]
     first_exprs, first_inputs = graph.closure(first_outputs, lambda v: False)
-    first, _ = plan_kernel(first_exprs, first_inputs, first_outputs, lowerable)
-    rows, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
-    if first is None or first.template is not plan.template or not first.splittable() \
-            or rows is None or rows.template is not Template.pointwise:
+    split, _ = plan_kernel(first_exprs, first_inputs, first_outputs, lowerable)
+    readers, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
+    if split is None or split.template is not plan.template or not split.splittable() \
+            or readers is None or readers.template is not Template.pointwise:
         return None
-    return StatisticsParts(first, rows)
+    return StatisticsParts(split, readers)
 
 
 def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable) -> tuple[Optional[KernelPlan], str]:

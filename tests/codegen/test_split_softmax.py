@@ -111,6 +111,56 @@ def test_logsumexp_of_few_long_rows_splits(small_splits, any_program_order):
     assert "split in one kernel" in code and "_part" in code and "pointwise" not in code
 
 
+def _softmax_and_double(x):
+    return torch.softmax(x, -1), x * 2
+
+
+def _logsumexp_and_double(x):
+    return torch.logsumexp(x, -1), x * 2
+
+
+def _two_sums_of_one_max(x):
+    m = x.amax(-1, keepdim=True)
+    return torch.exp(x - m).sum(-1), torch.exp(x - m).sum(-1) * 2
+
+
+def _a_sum_before_the_pair(x):
+    a = x.sum(-1)
+    m = x.amax(-1, keepdim=True)
+    return a, torch.exp(x - m).sum(-1)
+
+
+def _a_sum_between_max_and_sum(x):
+    m = x.amax(-1, keepdim=True)
+    a = x.sum(-1)
+    return a, torch.log(torch.exp(x - m).sum(-1)) + m.squeeze(-1)
+
+
+def _a_mean_before_a_softmax(x):
+    return torch.softmax(x, -1), x.mean(-1)
+
+
+def _column_sum_before_a_column_pair(x):
+    m = x.amax(0, keepdim=True)
+    return x.sum(0), torch.exp(x - m).sum(0)
+
+
+@pytest.mark.parametrize("fn", [_softmax_and_double, _logsumexp_and_double, _two_sums_of_one_max,
+                                _a_sum_before_the_pair, _a_sum_between_max_and_sum, _a_mean_before_a_softmax,
+                                _column_sum_before_a_column_pair])
+def test_pairs_beside_other_reductions_and_outputs(small_splits, any_program_order, fn):
+    """An output needing no statistic stored in the pair's pass (the split's partial step has
+    no later pass); a second sum of the same max (no pair: the plan does not split); another
+    reduction emitted before, between or after the pair's max and sum (the max stays in the
+    pair's own pass, in the partial and the combine step alike). Found by review."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(*((600, 20) if fn is _column_sum_before_a_column_pair else (3, 1000)), generator=g) * 4
+    x.view(-1)[990] = 25.0
+    got = fuser.jit(fn)(x)
+    for a, b in zip(got, fn(x.double())):
+        torch.testing.assert_close(a, b.float(), rtol=1e-5, atol=1e-4)
+
+
 def test_norms_of_few_long_rows_split(small_splits, any_program_order):
     """LayerNorm's Welford statistics and RMSNorm's sum of squares split the same way."""
     g = torch.Generator().manual_seed(5)
