@@ -3,6 +3,9 @@ import random
 import pytest
 import torch
 
+from fuser.codegen import launch
+from fuser.schedulers import heuristics
+
 _HAS_CUDA = torch.cuda.is_available()
 
 
@@ -34,3 +37,14 @@ def any_program_order(request, monkeypatch):
                 random.Random(n).shuffle(order)
         return real(order[x], y, z)
     monkeypatch.setattr(builder, "set_grid_idx", set_grid_idx)
+
+
+@pytest.fixture
+def small_splits(monkeypatch):
+    """Rows of 64 columns or more split into chunks of 2 or more blocks of 16 columns, for 4
+    programs a processor on 4 processors: the interpreter's small tensors split as few long
+    rows do on a GPU (tests/codegen/test_inner_split.py, test_split_softmax.py)."""
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 4)
+    monkeypatch.setattr(heuristics, "INNER_SPLIT_MIN_COLS", 64)
+    monkeypatch.setattr(heuristics, "INNER_SPLIT_BLOCK", 16)
+    monkeypatch.setattr(heuristics, "INNER_SPLIT_MIN_CHUNK", 32)

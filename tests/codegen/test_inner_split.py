@@ -13,16 +13,6 @@ from fuser.codegen import launch
 from fuser.schedulers import heuristics
 
 
-@pytest.fixture
-def small_splits(monkeypatch):
-    """Rows of 64 columns or more split into chunks of 2 or more blocks of 16 columns, for 4
-    programs a processor on 4 processors."""
-    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 4)
-    monkeypatch.setattr(heuristics, "INNER_SPLIT_MIN_COLS", 64)
-    monkeypatch.setattr(heuristics, "INNER_SPLIT_BLOCK", 16)
-    monkeypatch.setattr(heuristics, "INNER_SPLIT_MIN_CHUNK", 32)
-
-
 def _split_launches(fd) -> list:
     (runtime,) = fd._cache.runtimes()
     return [made for launcher in runtime.launchers.values() for made in launcher.launches.values()
