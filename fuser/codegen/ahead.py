@@ -2,11 +2,14 @@
 runtime's launches will need, with stand-ins for their tensors (`steps.StandIn`)."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from .steps import StandIn, _DirectStep
+
+if TYPE_CHECKING:  # (launch imports this module)
+    from .launch import _Launch
 
 
 class CompileJobs:

@@ -11,10 +11,8 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import sympy
-
 from ..errors import ExtentConflictError, FusionInputError, InternalError
-from ..ir import DataType, Fusion, Scalar, TensorView
+from ..ir import Fusion, Scalar, TensorView
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
 from ..multidevice.sharding import local_extents, sharding_factors
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import sympy
-
 from ..errors import FusionDefinitionError
 from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaFwdOp, TensorView
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
-from .pointwise import result_type
 
 
 def _same_float_dtype(op: str, *tvs: TensorView) -> DataType:

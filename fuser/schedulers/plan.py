@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Sequence
 
-from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, DataType, ExpandOp, Expr, FullOp,
+from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
@@ -90,8 +90,8 @@ class KernelPlan:
         reduction, columns of an inner one): every reduction reads only values computed before
         any reduction (or is the sum of a softmax pair, computed with its max in one online
         pass: `softmax_pairs`), and so does every output varying along the reduced dim (each
-        chunk's program stores its part of it in its pass). Not an inner reduction with shifted views
-        (a cat's or pad's), which are emitted with the whole row in registers."""
+        chunk's program stores its part of it in its pass). Not an inner reduction with shifted
+        views (a cat's or pad's), which are emitted with the whole row in registers."""
         if self.template is Template.outer_reduction:
             reduced = set(self.dim0)
         elif self.template is Template.inner_reduction and not self.axes.resized:
