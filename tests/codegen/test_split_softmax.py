@@ -189,3 +189,24 @@ def test_sampling_softmax_over_a_vocabulary_on_the_gpu(rows):
         want = fn(x.double()).to(got.dtype)
         torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-5 if fn is softmax else 1e-3)
         _assert_split(_kernels(fn, x))
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax, _logsumexp])
+def test_forward_and_backward_of_few_long_rows(small_splits, any_program_order, fn):
+    """Training through a softmax over few long rows: the forward's statistics split, and the
+    backward's row sums (of dy * y, or of dy) split the same way (their readers a pointwise
+    kernel); gradients match eager's."""
+    g = torch.Generator().manual_seed(14)
+    x = (torch.randn(3, 1000, generator=g) * 3).requires_grad_()
+    y = fuser.jit(fn)(x)
+    dy = torch.randn(y.shape, generator=g)
+    (got,) = torch.autograd.grad(y, x, dy)
+    x64 = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(fn(x64), x64, dy.double())
+    torch.testing.assert_close(got, want.float(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(y, fn(x64).float(), rtol=1e-5, atol=1e-5)
+    plans = {p.kind: "\n".join(t for f in p.fusions for t in f.triton)
+             for graph in fuser.explain(fn, x).graphs for p in graph.programs}
+    assert "split in one kernel" in plans["forward"]
+    # (logsumexp's gradient, dy * exp(x - lse), reduces nothing)
+    assert ("split in one kernel" in plans["backward"]) == (fn is not _logsumexp)
