@@ -377,10 +377,9 @@ class FusionExecutorCache:
             ready = (runtime.ready_call(args, table) or BoundCall(runtime, self._binder)
                      if isinstance(runtime, FusionRuntime)
                      else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
-            if ready is not None:
-                if len(self._ready) > 256:
-                    self._ready.clear()
-                self._ready[ready_key] = ready
+            if len(self._ready) > 256:
+                self._ready.clear()
+            self._ready[ready_key] = ready
         return outs
 
     def _runtime_for(self, args: Sequence[Any]):

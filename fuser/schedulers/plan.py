@@ -299,12 +299,12 @@ def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
     graph = GroupGraph(plan.exprs, [v for v in plan.inputs if isinstance(v, TensorView)])
     # the reduced values the late outputs read: computed from a reduction, not along the
     # reduced dim
-    row_exprs, row_inputs = graph.closure(late, lambda v: id(v) in fed and not along(v))
-    statistics = [v for v in row_inputs if id(v) in graph.producer]
-    first_outputs = statistics + [o for o in plan.outputs if all(o is not v for v in late + statistics)]
-    first_exprs, first_inputs = graph.closure(first_outputs, lambda v: False)
-    split, _ = plan_kernel(first_exprs, first_inputs, first_outputs, lowerable)
-    readers, _ = plan_kernel(row_exprs, row_inputs, late, lowerable)
+    reader_exprs, reader_inputs = graph.closure(late, lambda v: id(v) in fed and not along(v))
+    statistics = [v for v in reader_inputs if id(v) in graph.producer]
+    split_outputs = statistics + [o for o in plan.outputs if all(o is not v for v in late + statistics)]
+    split_exprs, split_inputs = graph.closure(split_outputs, lambda v: False)
+    split, _ = plan_kernel(split_exprs, split_inputs, split_outputs, lowerable)
+    readers, _ = plan_kernel(reader_exprs, reader_inputs, late, lowerable)
     if split is None or split.template is not plan.template or not split.splittable() \
             or readers is None or readers.template is not Template.pointwise:
         return None
