@@ -440,7 +440,10 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
 # A looped kernel reads a tensor once per pass over the reduced dim; all passes but the last
 # ask L2 to keep the lines (the next pass finds them there, as Inductor's looped reductions
-# do), the last one to drop them first. The loads carry this marker until the kernel is whole.
+# do), the last one, or the only one, to drop them first: a stream read once, as a column sum
+# reads its input, gains by it (a hand-written split column sum at 16384x4096 on the H200 read
+# 0.82 of copy with the hint, 0.74 at best without). The loads carry this marker until the
+# kernel is whole.
 _EVICT = "@evict:{}@"
 
 
@@ -448,9 +451,6 @@ def _eviction_hints(body: str) -> str:
     for name in dict.fromkeys(re.findall(r"@evict:(\w+)@", body)):
         marker = _EVICT.format(name)
         passes = body.count(marker)
-        if passes == 1:
-            body = body.replace(marker, "")
-            continue
         body = body.replace(marker, ', eviction_policy="evict_last"', passes - 1)
         body = body.replace(marker, ', eviction_policy="evict_first"')
     return body

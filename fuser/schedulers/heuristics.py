@@ -136,10 +136,13 @@ SPLIT_PROGRAMS_PER_PROCESSOR = 4
 # an fp32 sum of squares over 4096x16384 from 0.02 to 0.90, bf16 sums of 16 rows of 4M from
 # 0.15 to 0.71 and of 128 rows of 256K from 0.57 to 0.61; 512 rows of 64K lost split (0.70
 # unsplit, 0.58-0.62 in 2 chunks). Blocks of 1024-2048 columns on 4-8 warps, 4-16 programs a
-# processor and 2-8 blocks a chunk were within 0.05 of this everywhere.
+# processor and 2-8 blocks a chunk were within 0.05 of this everywhere. Chunks of one block
+# (four before) give a few rows of a vocabulary programs enough: softmax over 1 / 8 rows of
+# 128256 bf16 8.5 / 10.1 -> 6.2 / 7.5 us, logsumexp 7.3 / 8.1 -> 4.7 / 5.9 us (torch.compile 8.2
+# / 9.5 and 6.8 / 6.5; H200, 2026-12-01, benchmarks/few_long_rows.py); 64 rows are unchanged.
 INNER_SPLIT_MIN_COLS = 65536
 INNER_SPLIT_BLOCK, INNER_SPLIT_WARPS = 4096, 16
-INNER_SPLIT_MIN_CHUNK = 4 * INNER_SPLIT_BLOCK
+INNER_SPLIT_MIN_CHUNK = INNER_SPLIT_BLOCK
 INNER_SPLIT_PROGRAMS_PER_PROCESSOR = 4
 INNER_UNSPLIT_ROWS_PER_PROCESSOR = 2
 

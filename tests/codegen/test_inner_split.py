@@ -116,6 +116,8 @@ def test_split_heuristic():
     params, chunks = split(1, 2**26, 132)
     assert chunks == 4 * 132 and not params.persistent and params.grid == 1
     assert split(1, min_cols, 132)[1] == min_cols // heuristics.INNER_SPLIT_MIN_CHUNK
+    # a few rows of a vocabulary: a chunk a block, so the GPU gets programs enough
+    assert split(8, 128256, 132)[1] == 128256 // heuristics.INNER_SPLIT_BLOCK
 
 
 @pytest.mark.gpu

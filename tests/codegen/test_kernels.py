@@ -74,6 +74,18 @@ def test_rmsnorm_looped_kernel(monkeypatch, device):
     assert "if EVEN1:" in first
 
 
+def test_column_sum_streams_its_input_once(device):
+    """A column sum reads each element once: its loads ask L2 to drop the lines first."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0]))
+    x = torch.randn(37, 300, device=device, dtype=torch.bfloat16)
+    (out,) = fd.execute([x])
+    close(out, x.float().sum(0))
+    load = next(l for l in fd.last_triton_code().splitlines() if "tl.load(T0_ptr" in l)
+    assert 'eviction_policy="evict_first"' in load
+
+
 def softmax_fd(dtype):
     with FusionDefinition() as fd:
         x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dt(dtype))

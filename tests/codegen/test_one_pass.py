@@ -131,8 +131,9 @@ def test_var_mean_of_rows_where_the_sums_cancel(one_pass_wins):
     branch = code[start:code.index("tl.sum(", start)]
     assert "tl.load(" in branch  # the deviations read x again
     # a branch rarely taken is no pass for the eviction hints: x's one read every call makes
-    # asks for no particular policy (it would keep x in L2 for the branch)
-    assert "eviction_policy" not in code
+    # is a stream read once, dropped from L2 first (keeping x there would serve only the branch)
+    assert 'eviction_policy="evict_last"' not in code
+    assert code.count('eviction_policy="evict_first"') == 1
     want_var, want_mean = torch.var_mean(x.double(), 1, correction=0)
     # the mean's error scales with the row's largest element (1e20 in row 5)
     assert ((mean.double() - want_mean).abs() <= 1e-6 * x.double().abs().amax(1)).all()
