@@ -27,6 +27,7 @@ from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_statistics_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
+from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
 
 def signature(args: Sequence[Any]) -> tuple:
@@ -114,7 +115,9 @@ class FusionRuntime:
                 return None
         return seg, [position[id(v)] for v in seg.inputs], outputs
 
-    def run(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
+    def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
+        """The fusion's outputs for bound `args`; `keep`: a dict that gets the run's
+        environment of values ("env"), from which a ready program is made."""
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
@@ -122,15 +125,15 @@ class FusionRuntime:
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
             outs = launcher.run([args[k] for k in take], scalars, values, self.device)
             if outs is not None:
-                _note_source(seg, launcher.last_source)
+                note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
         if torch.is_autocast_enabled(self.device.type):
             # the IR fixes every dtype: ATen ops run as written, not recast by autocast
             with torch.autocast(self.device.type, enabled=False):
-                return self._run_segments(args, table)
-        return self._run_segments(args, table)
+                return self._run_segments(args, table, keep)
+        return self._run_segments(args, table, keep)
 
-    def _run_segments(self, args: Sequence[Any], table: BindingTable) -> list[torch.Tensor]:
+    def _run_segments(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
         values = table.values
         # the ATen segments' outputs are checked against the IR's sizes on the first call of
         # each set of sizes: ATen's shapes follow from its inputs' (no op here has a
@@ -140,6 +143,8 @@ class FusionRuntime:
         check = sizes_key not in self._checked_sizes
         ctx = EvalContext(table, self.device, sizes=self._sizes_for(sizes_key))
         env = Environment(ctx)
+        if keep is not None:
+            keep["env"] = env
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
         pending = self.compile_ahead_pending
@@ -159,7 +164,7 @@ class FusionRuntime:
                 continue
             for o, t in zip(seg.outputs, outs):
                 env[o] = t
-            _note_source(seg, launcher.last_source)
+            note_source(seg, launcher.last_source)
         if check:
             if len(self._checked_sizes) > 1024:  # many sizes: start over rather than grow
                 self._checked_sizes.clear()
@@ -187,12 +192,14 @@ class FusionRuntime:
         (runtime/ahead.py); the number of compile jobs."""
         return ahead.compile_ahead(self, start, env, table)
 
-    def ready_call(self, args: Sequence[Any], table: BindingTable) -> "Optional[ReadyCall]":
-        """After `run(args, table)`: for a single-kernel fusion, the call that repeats it for
-        arguments of exactly this layout and these scalar values, skipping the segment walk
-        and the launch lookup (None otherwise)."""
+    def ready_call(self, args: Sequence[Any], table: BindingTable,
+                   env: Optional[Environment] = None) -> "Optional[ReadyCall | ReadyProgram]":
+        """After `run(args, table)`: the call that repeats it for arguments of exactly this
+        layout and these scalar values, skipping the binding, the segment walk and the launch
+        lookup (runtime/ready.py): one launch for a single-kernel fusion, otherwise the steps
+        of the run that left `env` (None: none is made)."""
         if self.single is None:
-            return None
+            return None if env is None else ready_program(self, env, table)
         seg, take, give = self.single
         launcher = self.launchers[id(seg)]
         scalars = {k: f(table.values) for k, f in self.kernel_scalars[id(seg)]}
@@ -201,25 +208,6 @@ class FusionRuntime:
 
     def triton_code(self) -> list[str]:
         return [l.last_source for l in self.launchers.values() if l.last_source]
-
-
-class ReadyCall:
-    """One prepared kernel launch of a single-kernel runtime, for one exact argument layout."""
-
-    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher")
-
-    def __init__(self, runtime: FusionRuntime, launch: Any, take: list[int], give: list[tuple[bool, int]],
-                 seg: Segment, launcher: KernelLauncher):
-        self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
-        self.seg, self.launcher = seg, launcher
-
-    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        launch = self.launch
-        outs = launch([args[k] for k in self.take], self.runtime.device)
-        if self.launcher.last_source is not launch.source:  # as `run` keeps them: the last launch's
-            self.launcher.last_source = launch.source
-            _note_source(self.seg, launch.source)
-        return [outs[k] if made else args[k] for made, k in self.give]
 
 
 class KnownSizes:
@@ -239,22 +227,6 @@ class KnownSizes:
         if found is None:
             found = self.known[id(tv)] = self.sizes(tv, table)
         return found
-
-
-class BoundCall:
-    """A runtime for one exact argument layout (same shapes, strides, dtypes, devices and
-    scalar values): a repeat call with that layout binds its own table, as every execution
-    does, and runs the runtime without finding it again (the call key and layout lookup, a few
-    microseconds a call). `options` go to the runtime's run: a host program's plan for these
-    values (`values_key`), fixed by the layout."""
-
-    __slots__ = ("runtime", "binder", "options")
-
-    def __init__(self, runtime: "FusionRuntime | HostRuntime", binder: InputBinder, **options: Any):
-        self.runtime, self.binder, self.options = runtime, binder, options
-
-    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        return self.runtime.run(args, self.binder.bind(args), **self.options)
 
 
 def call_key(args: Sequence[Any]) -> tuple:
@@ -305,15 +277,6 @@ def _resolve_lazy_views(args: Sequence[Any]) -> Sequence[Any]:
     return [a.resolve_neg().resolve_conj() if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def _note_source(seg: Segment, source: Optional[str]) -> None:
-    """A segment shows the source of the kernel it launched last (printed once per change
-    with FUSER_DUMP=triton)."""
-    if seg.source is not source:
-        seg.source = source
-        if "triton" in dump_flags():
-            print(source)
-
-
 def _slug(seg: Segment) -> str:
     return seg.params.template.name
 
@@ -332,7 +295,7 @@ class FusionExecutorCache:
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
         # per ready key: the ready launch of a single-kernel runtime, or the runtime (of several
         # segments, or a host program) bound to it (the hot path of a call)
-        self._ready: dict[tuple, ReadyCall | BoundCall] = {}
+        self._ready: dict[tuple, ReadyCall | ReadyProgram | BoundCall] = {}
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
         self._lock = threading.Lock()
@@ -372,9 +335,10 @@ class FusionExecutorCache:
                 self._by_layout.clear()
             self._by_layout[layout] = runtime
         self.last_runtime = runtime
-        outs = runtime.run(args, table)
+        keep = {} if ready_key is not None else None
+        outs = runtime.run(args, table, keep) if isinstance(runtime, FusionRuntime) else runtime.run(args, table)
         if ready_key is not None:
-            ready = (runtime.ready_call(args, table) or BoundCall(runtime, self._binder)
+            ready = (runtime.ready_call(args, table, keep.get("env")) or BoundCall(runtime, self._binder)
                      if isinstance(runtime, FusionRuntime)
                      else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
             if len(self._ready) > 256:

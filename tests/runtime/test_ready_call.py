@@ -139,11 +139,12 @@ def test_a_sparse_tensor_is_a_fusion_input_error_naming_the_input(contiguity):
     torch.testing.assert_close(fd.execute([x])[0], x * 2)
 
 
-def test_a_runtime_of_several_segments_is_bound_to_its_layout():
-    """A matmul (ATen) between two kernels: a repeat call with the same layout finds its
-    runtime through a BoundCall, binds its own table and follows new data; a conflicting
-    extent is still refused by that binding."""
-    from fuser.runtime.cache import BoundCall
+def test_a_runtime_of_several_segments_replays_its_steps():
+    """A matmul (ATen) between two kernels: a repeat call with the same layout replays the
+    first call's steps (ReadyProgram: each kernel's prepared launch, the matmul's ATen rule)
+    and follows new data; another layout, a conflicting extent among them, is still bound and
+    refused."""
+    from fuser.runtime.ready import ReadyProgram
 
     with FusionDefinition() as fd:
         a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
@@ -152,12 +153,13 @@ def test_a_runtime_of_several_segments_is_bound_to_its_layout():
         fd.add_output(fd.ops.relu(fd.ops.add(fd.ops.matmul(fd.ops.exp(a), b), c)))
     g = torch.Generator().manual_seed(6)
     args = [torch.randn(5, 4, generator=g), torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g)]
-    for _ in range(2):
+    for _ in range(3):
         (out,) = fd.execute(args)
         torch.testing.assert_close(out, torch.relu(torch.exp(args[0]) @ args[1] + args[2]))
         args = [torch.randn_like(t) for t in args]
     (ready,) = fd.cache._ready.values()
-    assert isinstance(ready, BoundCall) and len(fd.last_segments()) > 1
+    assert isinstance(ready, ReadyProgram) and len(fd.last_segments()) > 1
+    assert [type(s).__name__ for s in ready.steps] == ["_KernelStep", "_AtenStep", "_KernelStep"]
     with pytest.raises(ExtentConflictError):
         fd.execute([args[0], args[1], torch.randn(6, 3)])  # c's rows against a's
 

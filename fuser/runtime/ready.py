@@ -1,0 +1,216 @@
+"""Calls prepared for one exact argument layout: the hot path of a repeat call.
+
+A call's layout (each tensor's shape, strides, dtype and device, each scalar's value: the
+ready key, `cache.compile_ready_key`) fixes everything a runtime decides on the way to its
+launches: the binding table's values, every intermediate tensor's layout, each kernel's
+prepared launch, each ATen op's sizes and scalars. A first call with a layout runs the runtime
+and checks it (binding, the ATen outputs' sizes); later calls with that layout replay what it
+decided:
+
+- `ReadyCall`: a single-kernel runtime, one prepared launch;
+- `ReadyProgram`: a runtime of several segments, a flat list of steps over slots (the prepared
+  launch of each kernel, the ATen rule of each evaluated op with its scalars resolved and the
+  sizes it asks fixed), with no environment of values, binding or launch lookup on the way.
+  Like a prepared launch it keeps values, never a binding table;
+- `BoundCall`: anything else (a host program, a segment no step is made for): binds its own
+  table and runs the runtime, skipping only the runtime's lookup.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import torch
+
+from ..dump import dump_flags
+from ..errors import InternalError
+from ..evaluate.aten import RULES
+from ..evaluate.binding import BindingTable, InputBinder
+from ..evaluate.evaluator import EvalContext, Environment
+from ..ir import Expr, Scalar, TensorView
+from ..segment import Segment
+
+if TYPE_CHECKING:
+    from ..codegen import KernelLauncher
+    from ..hostir import HostRuntime
+    from .cache import FusionRuntime
+
+
+def note_source(seg: Segment, source: Optional[str]) -> None:
+    """A segment shows the source of the kernel it launched last (printed once per change
+    with FUSER_DUMP=triton)."""
+    if seg.source is not source:
+        seg.source = source
+        if "triton" in dump_flags():
+            print(source)
+
+
+def _follow(launcher: "KernelLauncher", seg: Segment, source: str) -> None:
+    """As `run` keeps them: the launcher's and segment's source are the last launch's."""
+    if launcher.last_source is not source:
+        launcher.last_source = source
+        note_source(seg, source)
+
+
+class ReadyCall:
+    """One prepared kernel launch of a single-kernel runtime, for one exact argument layout."""
+
+    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher")
+
+    def __init__(self, runtime: "FusionRuntime", launch: Any, take: list[int], give: list[tuple[bool, int]],
+                 seg: Segment, launcher: "KernelLauncher"):
+        self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
+        self.seg, self.launcher = seg, launcher
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        launch = self.launch
+        outs = launch([args[k] for k in self.take], self.runtime.device)
+        _follow(self.launcher, self.seg, launch.source)
+        return [outs[k] if made else args[k] for made, k in self.give]
+
+
+class _KernelStep:
+    __slots__ = ("launch", "ins", "outs", "seg", "launcher")
+
+    def __init__(self, launch, ins: list[int], outs: list[int], seg: Segment, launcher: "KernelLauncher"):
+        self.launch, self.ins, self.outs, self.seg, self.launcher = launch, ins, outs, seg, launcher
+
+    def __call__(self, slots: list, ctx: EvalContext) -> None:
+        launch = self.launch
+        made = launch([slots[k] for k in self.ins], ctx.device)
+        for k, t in zip(self.outs, made):
+            slots[k] = t
+        _follow(self.launcher, self.seg, launch.source)
+
+
+class _AtenStep:
+    """One op through its ATen rule; arguments that are no tensor (scalars, all fixed by the
+    layout) are resolved when the step is made."""
+
+    __slots__ = ("rule", "expr", "template", "fill", "outs")
+
+    def __init__(self, expr: Expr, template: list, fill: list[tuple[int, int]], outs: list[int]):
+        self.rule, self.expr, self.template, self.fill, self.outs = RULES[type(expr)], expr, template, fill, outs
+
+    def __call__(self, slots: list, ctx: EvalContext) -> None:
+        args = list(self.template)
+        for pos, k in self.fill:
+            args[pos] = slots[k]
+        for k, value in zip(self.outs, self.rule(self.expr, args, ctx)):
+            slots[k] = value
+
+
+class _FixedSizes:
+    """The local sizes the first call's ATen ops asked for, by tensor: a ready program's
+    sizes, fixed by its layout (it keeps no binding table: every size it needs is known)."""
+
+    __slots__ = ("known",)
+
+    def __init__(self, known: dict):
+        self.known = known
+
+    def __call__(self, tv, table, with_streams: bool = False, stream_index=None) -> tuple[int, ...]:
+        found = None if with_streams or stream_index is not None else self.known.get(id(tv))
+        if found is None:
+            raise InternalError(f"a ready program asked for T{tv.name}'s size, which its first call did not")
+        return found
+
+
+class ReadyProgram:
+    """Every segment of a runtime of several segments, for one exact argument layout."""
+
+    __slots__ = ("runtime", "sizes", "steps", "size", "outputs", "device_type")
+
+    def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, size: int, outputs: list[int]):
+        self.runtime, self.sizes = runtime, sizes
+        self.steps, self.size, self.outputs = steps, size, outputs
+        self.device_type = runtime.device.type
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        if torch.is_autocast_enabled(self.device_type):
+            # the IR fixes every dtype: ATen ops run as written, not recast by autocast
+            with torch.autocast(self.device_type, enabled=False):
+                return self._run(args)
+        return self._run(args)
+
+    def _run(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        slots = list(args)
+        slots += [None] * (self.size - len(slots))
+        # (a context a call: it caches per-execution views, a weight's transpose)
+        ctx = EvalContext(None, self.runtime.device, sizes=self.sizes)
+        for step in self.steps:
+            step(slots, ctx)
+        return [slots[k] for k in self.outputs]
+
+
+def ready_program(runtime: "FusionRuntime", env: Environment, table: BindingTable) -> Optional[ReadyProgram]:
+    """The steps of the run that left `env` (every value it made, a call with this layout),
+    or None where a step cannot be made (a kernel whose launch was not kept)."""
+    index: dict[int, int] = {}
+    inputs = runtime.fusion.inputs()
+    for k, v in enumerate(inputs):
+        index[id(v)] = k
+
+    def slot(v) -> int:
+        k = index.get(id(v))
+        if k is None:
+            k = index[id(v)] = len(index)
+        return k
+
+    def aten_steps(exprs) -> list:
+        steps = []
+        for e in exprs:
+            if type(e) not in RULES:
+                return None
+            template, fill = [], []
+            for pos, v in enumerate(e.inputs):
+                if id(v) in index:
+                    fill.append((pos, index[id(v)]))
+                    template.append(None)
+                elif isinstance(v, Scalar):
+                    template.append(env[v])  # a constant, or a value of the table: fixed
+                else:
+                    return None
+            steps.append(_AtenStep(e, template, fill, [slot(o) for o in e.outputs]))
+        return steps
+
+    values = table.values
+    steps: list = []
+    for seg in runtime.segments:
+        launcher = runtime.launchers.get(id(seg))
+        launch = None
+        if launcher is not None:
+            if any(not isinstance(v, TensorView) or id(v) not in index for v in seg.inputs):
+                return None
+            scalars = {k: f(values) for k, f in runtime.kernel_scalars[id(seg)]}
+            launch = launcher.ready_launch([env[v] for v in seg.inputs], scalars, values)
+        if launch is not None:
+            steps.append(_KernelStep(launch, [index[id(v)] for v in seg.inputs],
+                                     [slot(o) for o in seg.outputs], seg, launcher))
+            continue
+        made = aten_steps(seg.exprs)  # an ATen segment, or a kernel's empty loop space
+        if made is None:
+            return None
+        steps += made
+    if any(id(o) not in index for o in runtime.fusion.outputs()):
+        return None
+    known = getattr(env.ctx._sizes, "known", None)
+    if known is None:
+        return None
+    return ReadyProgram(runtime, _FixedSizes(dict(known)), steps, len(index),
+                        [index[id(o)] for o in runtime.fusion.outputs()])
+
+
+class BoundCall:
+    """A runtime for one exact argument layout (same shapes, strides, dtypes, devices and
+    scalar values): a repeat call with that layout binds its own table, as every execution
+    does, and runs the runtime without finding it again (the call key and layout lookup, a few
+    microseconds a call). `options` go to the runtime's run: a host program's plan for these
+    values (`values_key`), fixed by the layout."""
+
+    __slots__ = ("runtime", "binder", "options")
+
+    def __init__(self, runtime: "FusionRuntime | HostRuntime", binder: InputBinder, **options: Any):
+        self.runtime, self.binder, self.options = runtime, binder, options
+
+    def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        return self.runtime.run(args, self.binder.bind(args), **self.options)

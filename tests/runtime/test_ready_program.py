@@ -1,0 +1,83 @@
+"""A repeat call of a runtime of several segments replays the first call's steps
+(runtime/ready.py ReadyProgram): each kernel's prepared launch and each ATen op's rule with its
+sizes and scalars fixed by the call's layout. Every test calls with fresh data and compares
+with eager; a call with another layout or other scalar values is bound and planned anew."""
+import torch
+
+from fuser import DataType, FusionDefinition
+from fuser.runtime.ready import ReadyProgram
+
+
+def _ready(fd) -> list:
+    return list(fd.cache._ready.values())
+
+
+def test_a_reshape_and_a_scalar_between_kernels():
+    """exp(x) * s, flattened by an ATen reshape, then a matmul: the reshape's sizes and the
+    scalar's value are the first call's; another value of s gets its own ready program."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        s = fd.define_scalar(dtype=DataType.Double)
+        flat = fd.ops.reshape(fd.ops.mul(fd.ops.exp(x), s), [fd.ops.mul(x.shape()[0], x.shape()[1]), x.shape()[2]])
+        fd.add_output(fd.ops.relu(fd.ops.matmul(flat, w)))
+    g = torch.Generator().manual_seed(11)
+    for shape, scale in (((2, 3, 4), 0.5), ((2, 3, 4), 0.5), ((2, 3, 4), -2.0), ((2, 3, 4), 0.5), ((3, 1, 4), 0.5)):
+        x, w = torch.randn(*shape, generator=g), torch.randn(shape[2], 5, generator=g)
+        (out,) = fd.execute([x, w, scale])
+        want = torch.relu((torch.exp(x) * scale).reshape(-1, shape[2]) @ w)
+        torch.testing.assert_close(out, want)
+    programs = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
+    assert len(programs) == 3  # two scalar values at one shape, and another shape
+
+
+def test_autocast_does_not_recast_the_replayed_aten_ops():
+    """Under autocast the IR's dtypes hold: the matmul of float inputs stays float in the
+    replayed steps, as in the first call."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(fd.ops.matmul(fd.ops.sin(a), b), 1.0))
+    g = torch.Generator().manual_seed(12)
+    for _ in range(3):
+        a, b = torch.randn(4, 8, generator=g), torch.randn(8, 3, generator=g)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            (out,) = fd.execute([a, b])
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, torch.sin(a) @ b + 1.0)
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
+
+
+def test_an_empty_input_replays_through_aten():
+    """A kernel with nothing to do (no rows) was evaluated through ATen on the first call:
+    its replay evaluates it so too, with the matmul beside it."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.matmul(fd.ops.exp(a), b), [1]))
+    g = torch.Generator().manual_seed(13)
+    for rows in (0, 0, 3, 3):
+        a, b = torch.randn(rows, 4, generator=g), torch.randn(4, 2, generator=g)
+        (out,) = fd.execute([a, b])
+        torch.testing.assert_close(out, (torch.exp(a) @ b).sum(1))
+    assert sum(isinstance(r, ReadyProgram) for r in _ready(fd)) == 2
+
+
+def test_outputs_that_are_inputs_and_intermediates():
+    """A fusion returning one of its inputs beside a kernel's output and an ATen view."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        m = fd.ops.matmul(fd.ops.tanh(a), b)
+        fd.add_output(a)
+        fd.add_output(fd.ops.permute(m, [1, 0]))
+        fd.add_output(fd.ops.mul(m, 3.0))
+    g = torch.Generator().manual_seed(14)
+    for _ in range(3):
+        a, b = torch.randn(5, 4, generator=g), torch.randn(4, 6, generator=g)
+        got = fd.execute([a, b])
+        m = torch.tanh(a) @ b
+        assert got[0] is a or torch.equal(got[0], a)
+        torch.testing.assert_close(got[1], m.t())
+        torch.testing.assert_close(got[2], m * 3.0)
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
