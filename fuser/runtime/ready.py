@@ -8,9 +8,10 @@ and checks it (binding, the ATen outputs' sizes); later calls with that layout r
 decided:
 
 - `ReadyCall`: a single-kernel runtime, one prepared launch;
-- `ReadyProgram`: a runtime of several segments, a flat list of steps over slots (the prepared
-  launch of each kernel, the ATen rule of each evaluated op with its scalars resolved and the
-  sizes it asks fixed), with no environment of values, binding or launch lookup on the way.
+- `ReadyProgram`: a runtime of several segments, its steps (the prepared launch of each kernel,
+  the ATen rule of each evaluated op with its scalars resolved and the sizes it asks fixed) as
+  one generated straight-line function, with no environment of values, binding or launch
+  lookup on the way.
   Like a prepared launch it keeps values, never a binding table;
 - `BoundCall`: anything else (a host program, a segment no step is made for): binds its own
   table and runs the runtime, skipping only the runtime's lookup.
@@ -69,34 +70,53 @@ class ReadyCall:
 
 
 class _KernelStep:
+    """A kernel segment's prepared launch, reading slots `ins`, writing slots `outs`."""
+
     __slots__ = ("launch", "ins", "outs", "seg", "launcher")
 
     def __init__(self, launch, ins: list[int], outs: list[int], seg: Segment, launcher: "KernelLauncher"):
         self.launch, self.ins, self.outs, self.seg, self.launcher = launch, ins, outs, seg, launcher
 
-    def __call__(self, slots: list, ctx: EvalContext) -> None:
-        launch = self.launch
-        made = launch([slots[k] for k in self.ins], ctx.device)
-        for k, t in zip(self.outs, made):
-            slots[k] = t
-        _follow(self.launcher, self.seg, launch.source)
-
 
 class _AtenStep:
-    """One op through its ATen rule; arguments that are no tensor (scalars, all fixed by the
-    layout) are resolved when the step is made."""
+    """One op through its ATen rule: argument `pos` is slot `k` for each (pos, k) of `fill`,
+    the `template`'s value elsewhere (scalars, fixed by the layout, resolved when the step is
+    made)."""
 
     __slots__ = ("rule", "expr", "template", "fill", "outs")
 
     def __init__(self, expr: Expr, template: list, fill: list[tuple[int, int]], outs: list[int]):
         self.rule, self.expr, self.template, self.fill, self.outs = RULES[type(expr)], expr, template, fill, outs
 
-    def __call__(self, slots: list, ctx: EvalContext) -> None:
-        args = list(self.template)
-        for pos, k in self.fill:
-            args[pos] = slots[k]
-        for k, value in zip(self.outs, self.rule(self.expr, args, ctx)):
-            slots[k] = value
+
+def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes) -> Any:
+    """The steps as one generated function of the arguments (a local a slot), as the ready
+    key and the binder are: no loop over step objects, no list of slots."""
+    env: dict[str, Any] = {"EvalContext": EvalContext, "device": device, "sizes": sizes, "follow": _follow}
+    lines = ["def run(args):"]
+    if n_inputs:
+        lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
+    if any(isinstance(step, _AtenStep) for step in steps):
+        # (a context a call: it caches per-execution views, a weight's transpose)
+        lines.append("    ctx = EvalContext(None, device, sizes=sizes)")
+    for i, step in enumerate(steps):
+        if isinstance(step, _KernelStep):
+            env[f"K{i}"], env[f"L{i}"], env[f"G{i}"] = step.launch, step.launcher, step.seg
+            lines.append(f"    r = K{i}([{', '.join(f's{k}' for k in step.ins)}], device)")
+            lines.append(f"    if L{i}.last_source is not K{i}.source:")
+            lines.append(f"        follow(L{i}, G{i}, K{i}.source)")
+        else:
+            env[f"R{i}"], env[f"E{i}"] = step.rule, step.expr
+            args = [f"C{i}_{pos}" for pos in range(len(step.template))]
+            for pos, value in enumerate(step.template):
+                env[f"C{i}_{pos}"] = value
+            for pos, k in step.fill:
+                args[pos] = f"s{k}"
+            lines.append(f"    r = R{i}(E{i}, [{', '.join(args)}], ctx)")
+        lines += [f"    s{k} = r[{j}]" for j, k in enumerate(step.outs)]
+    lines.append(f"    return [{', '.join(f's{k}' for k in outputs)}]")
+    exec(compile("\n".join(lines), f"<fuser ready program of {len(steps)} steps>", "exec"), env)
+    return env["run"]
 
 
 class _FixedSizes:
@@ -118,12 +138,12 @@ class _FixedSizes:
 class ReadyProgram:
     """Every segment of a runtime of several segments, for one exact argument layout."""
 
-    __slots__ = ("runtime", "sizes", "steps", "size", "outputs", "device_type")
+    __slots__ = ("runtime", "steps", "device_type", "_run")
 
-    def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, size: int, outputs: list[int]):
-        self.runtime, self.sizes = runtime, sizes
-        self.steps, self.size, self.outputs = steps, size, outputs
+    def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, outputs: list[int]):
+        self.runtime, self.steps = runtime, steps
         self.device_type = runtime.device.type
+        self._run = _straight_line(steps, len(runtime.fusion.inputs()), outputs, runtime.device, sizes)
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         if torch.is_autocast_enabled(self.device_type):
@@ -131,15 +151,6 @@ class ReadyProgram:
             with torch.autocast(self.device_type, enabled=False):
                 return self._run(args)
         return self._run(args)
-
-    def _run(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        slots = list(args)
-        slots += [None] * (self.size - len(slots))
-        # (a context a call: it caches per-execution views, a weight's transpose)
-        ctx = EvalContext(None, self.runtime.device, sizes=self.sizes)
-        for step in self.steps:
-            step(slots, ctx)
-        return [slots[k] for k in self.outputs]
 
 
 def ready_program(runtime: "FusionRuntime", env: Environment, table: BindingTable) -> Optional[ReadyProgram]:
@@ -196,8 +207,7 @@ def ready_program(runtime: "FusionRuntime", env: Environment, table: BindingTabl
     known = getattr(env.ctx._sizes, "known", None)
     if known is None:
         return None
-    return ReadyProgram(runtime, _FixedSizes(dict(known)), steps, len(index),
-                        [index[id(o)] for o in runtime.fusion.outputs()])
+    return ReadyProgram(runtime, _FixedSizes(dict(known)), steps, [index[id(o)] for o in runtime.fusion.outputs()])
 
 
 class BoundCall:
