@@ -163,25 +163,32 @@ class KernelLauncher:
         """The launch `run` prepared for these inputs, scalars and values, if any."""
         return self.launches.get(self._key(inputs, scalars, values))
 
-    def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device) -> Optional[list]:
+    def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device,
+            used: Optional[list] = None) -> Optional[list]:
         """The outputs of the kernel(s) on whole tensors; None: an empty loop space (the caller
-        evaluates through ATen)."""
+        evaluates through ATen). `used` gets the launch made (None for an empty loop space):
+        a ready program's step, which a lookup after the call could miss (another thread's
+        call may have cleared the launches)."""
         return self._launch(self._key(inputs, scalars, values), inputs, device, None,
-                            lambda: self.prepare(inputs, scalars, values, device))
+                            lambda: self.prepare(inputs, scalars, values, device), used)
 
-    def _launch(self, key: tuple, inputs, device, dests, prepare: Callable) -> Optional[list]:
+    def _launch(self, key: tuple, inputs, device, dests, prepare: Callable,
+                used: Optional[list] = None) -> Optional[list]:
         """Launch the prepared launch of `key`, preparing it on first use (None, an empty loop
         space, is kept too)."""
         launch = self.launches.get(key, _MISSING)
-        if launch is _MISSING:
+        first = launch is _MISSING
+        if first:
             launch = prepare()
             if len(self.launches) > 1024:  # many distinct shapes: start over rather than grow
                 self.launches.clear()
             self.launches[key] = launch
-            if launch is not None:  # the first launch compiles the kernel (Triton's JIT)
-                self.last_source = launch.source
-                with phase("first launch"):
-                    return launch(inputs, device, dests)
+        if used is not None:
+            used.append(launch)
+        if first and launch is not None:  # the first launch compiles the kernel (Triton's JIT)
+            self.last_source = launch.source
+            with phase("first launch"):
+                return launch(inputs, device, dests)
         if launch is None:
             return None
         self.last_source = launch.source

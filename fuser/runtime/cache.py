@@ -117,7 +117,8 @@ class FusionRuntime:
 
     def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
         """The fusion's outputs for bound `args`; `keep`: a dict that gets the run's
-        environment of values ("env"), from which a ready program is made."""
+        environment of values ("env") and each kernel segment's launch ("launches"), from
+        which a ready program is made."""
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
@@ -143,8 +144,9 @@ class FusionRuntime:
         check = sizes_key not in self._checked_sizes
         ctx = EvalContext(table, self.device, sizes=self._sizes_for(sizes_key))
         env = Environment(ctx)
+        used = None  # the launch each kernel segment made, for a ready program
         if keep is not None:
-            keep["env"] = env
+            keep["env"], used = env, keep.setdefault("launches", {})
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
         pending = self.compile_ahead_pending
@@ -158,7 +160,10 @@ class FusionRuntime:
             if pending:  # this runtime's first kernel launch: compile every launch's kernels first
                 pending = False
                 self._claim_compile_ahead(index, env, table)
-            outs = launcher.run(inputs, scalars, values, self.device)
+            made = [] if used is not None else None
+            outs = launcher.run(inputs, scalars, values, self.device, made)
+            if made:
+                used[id(seg)] = made[0]
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env, check)
                 continue
@@ -193,13 +198,13 @@ class FusionRuntime:
         return ahead.compile_ahead(self, start, env, table)
 
     def ready_call(self, args: Sequence[Any], table: BindingTable,
-                   env: Optional[Environment] = None) -> "Optional[ReadyCall | ReadyProgram]":
+                   kept: Optional[dict] = None) -> "Optional[ReadyCall | ReadyProgram]":
         """After `run(args, table)`: the call that repeats it for arguments of exactly this
         layout and these scalar values, skipping the binding, the segment walk and the launch
         lookup (runtime/ready.py): one launch for a single-kernel fusion, otherwise the steps
-        of the run that left `env` (None: none is made)."""
+        of the run that filled `kept` (its `keep`: None, no steps are made)."""
         if self.single is None:
-            return None if env is None else ready_program(self, env, table)
+            return None if not kept else ready_program(self, kept["env"], kept["launches"])
         seg, take, give = self.single
         launcher = self.launchers[id(seg)]
         scalars = {k: f(table.values) for k, f in self.kernel_scalars[id(seg)]}
@@ -338,7 +343,7 @@ class FusionExecutorCache:
         keep = {} if ready_key is not None else None
         outs = runtime.run(args, table, keep) if isinstance(runtime, FusionRuntime) else runtime.run(args, table)
         if ready_key is not None:
-            ready = (runtime.ready_call(args, table, keep.get("env")) or BoundCall(runtime, self._binder)
+            ready = (runtime.ready_call(args, table, keep) or BoundCall(runtime, self._binder)
                      if isinstance(runtime, FusionRuntime)
                      else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
             if len(self._ready) > 256:

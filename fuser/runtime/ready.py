@@ -25,7 +25,7 @@ import torch
 from ..dump import dump_flags
 from ..errors import InternalError
 from ..evaluate.aten import RULES
-from ..evaluate.binding import BindingTable, InputBinder
+from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
 from ..segment import Segment
@@ -153,9 +153,13 @@ class ReadyProgram:
         return self._run(args)
 
 
-def ready_program(runtime: "FusionRuntime", env: Environment, table: BindingTable) -> Optional[ReadyProgram]:
-    """The steps of the run that left `env` (every value it made, a call with this layout),
-    or None where a step cannot be made (a kernel whose launch was not kept)."""
+_NOT_RUN = object()
+
+
+def ready_program(runtime: "FusionRuntime", env: Environment, launches: dict) -> Optional[ReadyProgram]:
+    """The steps of the run that left `env` (every value it made, a call with this layout)
+    and `launches` (the launch each kernel segment made: None for an empty loop space, run
+    through ATen), or None where a step cannot be made."""
     index: dict[int, int] = {}
     inputs = runtime.fusion.inputs()
     for k, v in enumerate(inputs):
@@ -184,16 +188,14 @@ def ready_program(runtime: "FusionRuntime", env: Environment, table: BindingTabl
             steps.append(_AtenStep(e, template, fill, [slot(o) for o in e.outputs]))
         return steps
 
-    values = table.values
     steps: list = []
     for seg in runtime.segments:
         launcher = runtime.launchers.get(id(seg))
         launch = None
         if launcher is not None:
-            if any(not isinstance(v, TensorView) or id(v) not in index for v in seg.inputs):
+            launch = launches.get(id(seg), _NOT_RUN)
+            if launch is _NOT_RUN or any(not isinstance(v, TensorView) or id(v) not in index for v in seg.inputs):
                 return None
-            scalars = {k: f(values) for k, f in runtime.kernel_scalars[id(seg)]}
-            launch = launcher.ready_launch([env[v] for v in seg.inputs], scalars, values)
         if launch is not None:
             steps.append(_KernelStep(launch, [index[id(v)] for v in seg.inputs],
                                      [slot(o) for o in seg.outputs], seg, launcher))

@@ -81,3 +81,34 @@ def test_outputs_that_are_inputs_and_intermediates():
         torch.testing.assert_close(got[1], m.t())
         torch.testing.assert_close(got[2], m * 3.0)
     assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
+
+
+def test_a_launch_cleared_before_the_program_is_made(monkeypatch):
+    """Another thread's call with new shapes may clear a launcher's launches (past 1024)
+    between this call's run and the making of its ready program: the program takes the
+    launches the run made, not a lookup after it (found by review: the lookup missed, the
+    kernel became ATen steps whose sizes the first call never asked, and every replay
+    raised)."""
+    import fuser.runtime.cache as cache_module
+
+    made = cache_module.ready_program
+
+    def after_another_call(runtime, env, *rest):
+        for launcher in runtime.launchers.values():
+            launcher.launches.clear()
+        return made(runtime, env, *rest)
+    monkeypatch.setattr(cache_module, "ready_program", after_another_call)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        m = fd.ops.matmul(fd.ops.exp(x), w)
+        bb = fd.ops.expand(fd.ops.broadcast_in_dim(b, [1, m.shape()[1]], [1]), [m.shape()[0], m.shape()[1]])
+        fd.add_output(fd.ops.relu(fd.ops.add(m, bb)))
+    g = torch.Generator().manual_seed(15)
+    for _ in range(3):
+        x, w, b = torch.randn(3, 4, generator=g), torch.randn(4, 5, generator=g), torch.randn(5, generator=g)
+        (out,) = fd.execute([x, w, b])
+        torch.testing.assert_close(out, torch.relu(torch.exp(x) @ w + b))
+    (ready,) = _ready(fd)
+    assert [type(s).__name__ for s in ready.steps] == ["_KernelStep", "_AtenStep", "_KernelStep"]
