@@ -112,3 +112,26 @@ def test_a_launch_cleared_before_the_program_is_made(monkeypatch):
         torch.testing.assert_close(out, torch.relu(torch.exp(x) @ w + b))
     (ready,) = _ready(fd)
     assert [type(s).__name__ for s in ready.steps] == ["_KernelStep", "_AtenStep", "_KernelStep"]
+
+
+def test_a_replay_keeps_no_tensor_of_its_call():
+    """Neither the arguments nor the values made inside a replayed call outlive it (the
+    program keeps launches, sizes and scalars only)."""
+    import gc
+    import weakref
+
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(fd.ops.matmul(fd.ops.exp(a), b), 0.5))
+    g = torch.Generator().manual_seed(16)
+    refs = []
+    for _ in range(3):
+        a, b = torch.randn(4, 6, generator=g), torch.randn(6, 2, generator=g)
+        (out,) = fd.execute([a, b])
+        torch.testing.assert_close(out, (torch.exp(a) @ b) * 0.5)
+        refs += [weakref.ref(t) for t in (a, b, out)]
+        del a, b, out
+    gc.collect()
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
+    assert all(r() is None for r in refs)
