@@ -158,3 +158,20 @@ def test_a_jitted_training_step_replays_on_the_gpu():
         want = torch.autograd.grad(model(x), [x, *params], dy)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_fusion_that_lists_an_input_twice():
+    """Fusion.add_input keeps a Val listed twice (its last position binds it, as a run's
+    environment does): the values a replay makes take slots after every input's (found by
+    review: they were numbered from the distinct inputs and overwrote the last one)."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.relu(fd.ops.matmul(fd.ops.exp(a), b)))
+    fd.fusion.add_input(fd.fusion.inputs()[1])  # inputs: a, b, b
+    g = torch.Generator().manual_seed(18)
+    for _ in range(3):
+        x, w = torch.randn(3, 4, generator=g), torch.randn(4, 5, generator=g)
+        (out,) = fd.execute([x, w, w])
+        torch.testing.assert_close(out, torch.relu(torch.exp(x) @ w))
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
