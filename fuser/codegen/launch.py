@@ -159,15 +159,11 @@ class KernelLauncher:
         return self._launch(key, inputs, device, dests,
                             lambda: self.prepare(inputs, scalars, values, device, extents, out_shapes, dests))
 
-    def ready_launch(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values) -> "Optional[_Launch]":
-        """The launch `run` prepared for these inputs, scalars and values, if any."""
-        return self.launches.get(self._key(inputs, scalars, values))
-
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device,
             used: Optional[list] = None) -> Optional[list]:
         """The outputs of the kernel(s) on whole tensors; None: an empty loop space (the caller
         evaluates through ATen). `used` gets the launch made (None for an empty loop space):
-        a ready program's step, which a lookup after the call could miss (another thread's
+        what a ready call replays, which a lookup after the call could miss (another thread's
         call may have cleared the launches)."""
         return self._launch(self._key(inputs, scalars, values), inputs, device, None,
                             lambda: self.prepare(inputs, scalars, values, device), used)

@@ -116,15 +116,18 @@ class FusionRuntime:
         return seg, [position[id(v)] for v in seg.inputs], outputs
 
     def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
-        """The fusion's outputs for bound `args`; `keep`: a dict that gets the run's
-        environment of values ("env") and each kernel segment's launch ("launches"), from
-        which a ready program is made."""
+        """The fusion's outputs for bound `args`; `keep`: a dict that gets what a ready call
+        is made from: the launch of a single-kernel fusion ("launch"), or the run's environment
+        of values ("env") and each kernel segment's launch ("launches")."""
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
             launcher = self.launchers[id(seg)]
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
-            outs = launcher.run([args[k] for k in take], scalars, values, self.device)
+            made = [] if keep is not None else None
+            outs = launcher.run([args[k] for k in take], scalars, values, self.device, made)
+            if made:
+                keep["launch"] = made[0]
             if outs is not None:
                 note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
@@ -197,19 +200,19 @@ class FusionRuntime:
         (runtime/ahead.py); the number of compile jobs."""
         return ahead.compile_ahead(self, start, env, table)
 
-    def ready_call(self, args: Sequence[Any], table: BindingTable,
-                   kept: Optional[dict] = None) -> "Optional[ReadyCall | ReadyProgram]":
-        """After `run(args, table)`: the call that repeats it for arguments of exactly this
-        layout and these scalar values, skipping the binding, the segment walk and the launch
-        lookup (runtime/ready.py): one launch for a single-kernel fusion, otherwise the steps
-        of the run that filled `kept` (its `keep`: None, no steps are made)."""
+    def ready_call(self, kept: dict) -> "Optional[ReadyCall | ReadyProgram]":
+        """After `run(args, table, kept)`: the call that repeats it for arguments of exactly
+        this layout and these scalar values, skipping the binding, the segment walk and the
+        launch lookup (runtime/ready.py): the launch the run made for a single-kernel fusion,
+        otherwise the steps of the run (None: none is made). Made from what the run kept, not
+        from lookups after it: another thread's call may clear a launcher's launches."""
         if self.single is None:
-            return None if not kept else ready_program(self, kept["env"], kept["launches"])
+            return ready_program(self, kept["env"], kept["launches"]) if "env" in kept else None
+        launch = kept.get("launch")
+        if launch is None:
+            return None
         seg, take, give = self.single
-        launcher = self.launchers[id(seg)]
-        scalars = {k: f(table.values) for k, f in self.kernel_scalars[id(seg)]}
-        launch = launcher.ready_launch([args[k] for k in take], scalars, table.values)
-        return None if launch is None else ReadyCall(self, launch, take, give, seg, launcher)
+        return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)])
 
     def triton_code(self) -> list[str]:
         return [l.last_source for l in self.launchers.values() if l.last_source]
@@ -343,7 +346,7 @@ class FusionExecutorCache:
         keep = {} if ready_key is not None else None
         outs = runtime.run(args, table, keep) if isinstance(runtime, FusionRuntime) else runtime.run(args, table)
         if ready_key is not None:
-            ready = (runtime.ready_call(args, table, keep) or BoundCall(runtime, self._binder)
+            ready = (runtime.ready_call(keep) or BoundCall(runtime, self._binder)
                      if isinstance(runtime, FusionRuntime)
                      else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
             if len(self._ready) > 256:

@@ -11,8 +11,7 @@ decided:
 - `ReadyProgram`: a runtime of several segments, its steps (the prepared launch of each kernel,
   the ATen rule of each evaluated op with its scalars resolved and the sizes it asks fixed) as
   one generated straight-line function, with no environment of values, binding or launch
-  lookup on the way.
-  Like a prepared launch it keeps values, never a binding table;
+  lookup on the way. Like a prepared launch it keeps values, never a binding table;
 - `BoundCall`: anything else (a host program, a segment no step is made for): binds its own
   table and runs the runtime, skipping only the runtime's lookup.
 """

@@ -175,3 +175,28 @@ def test_a_fusion_that_lists_an_input_twice():
         (out,) = fd.execute([x, w, w])
         torch.testing.assert_close(out, torch.relu(torch.exp(x) @ w))
     assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
+
+
+def test_a_single_kernel_keeps_its_ready_launch_when_launches_are_cleared(monkeypatch):
+    """The one-kernel form too is made from the launch its run made: a launch cache cleared
+    by another call in between leaves it a ReadyCall (a lookup made it a BoundCall)."""
+    from fuser.runtime.cache import FusionRuntime
+    from fuser.runtime.ready import ReadyCall
+
+    made = FusionRuntime.ready_call
+
+    def after_another_call(runtime, kept):
+        for launcher in runtime.launchers.values():
+            launcher.launches.clear()
+        return made(runtime, kept)
+    monkeypatch.setattr(FusionRuntime, "ready_call", after_another_call)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))
+    g = torch.Generator().manual_seed(19)
+    for _ in range(3):
+        x = torch.randn(4, 7, generator=g)
+        (out,) = fd.execute([x])
+        torch.testing.assert_close(out, torch.exp(x).sum(1))
+    (ready,) = _ready(fd)
+    assert isinstance(ready, ReadyCall)
