@@ -62,6 +62,28 @@ def _holds_slot(a: Any) -> bool:
     return False
 
 
+def _output_reader(output: Any) -> Callable[[list], Any]:
+    """`_resolve(output, env)` as one generated expression (a training forward returns its
+    outputs and every saved value: a tuple of tens of slots), for outputs of slots, numbers and
+    None in lists and tuples; `_resolve` itself for anything else."""
+    def code(a: Any) -> str:
+        if type(a) is _Slot:
+            return f"env[{a.index}]"
+        if type(a) in (list, tuple):
+            inner = "".join(code(x) + ", " for x in a)
+            return f"[{inner}]" if type(a) is list else f"({inner})"
+        if type(a) in (int, bool) or a is None:
+            return repr(a)
+        raise LookupError
+    try:
+        body = code(output)
+    except LookupError:
+        return lambda env: _resolve(output, env)
+    env: dict[str, Any] = {}
+    exec(compile(f"def read(env):\n    return {body}", "<fuser program output>", "exec"), env)
+    return env["read"]
+
+
 def _reader(src, slot_of: dict):
     """A function of the environment giving one fusion input: a graph value, or a size
     computed from sizes of graph inputs."""
@@ -190,6 +212,7 @@ class GraphProgram:
                       for s in plan.steps]
         out_node = next(n for n in nodes if n.op == "output")
         self.output = _template(out_node.args[0], slot_of)
+        self._resolve_output = _output_reader(self.output)
         self._set_frees(out_node, slot_of)
         self._one_fusion = self._one_fusion_form(slot_of)
 
@@ -281,7 +304,7 @@ class GraphProgram:
             step.run(env)
             for slot in step.frees:
                 env[slot] = None
-        return _resolve(self.output, env)
+        return self._resolve_output(env)
 
     # -- statistics and inspection -------------------------------------------------------------
 

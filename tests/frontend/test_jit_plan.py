@@ -109,3 +109,16 @@ def test_cross_entropy_gradient_stays_in_kernels():
     jitted = fuser.jit(ce)
     check_forward_backward(ce, jitted, (torch.randn(6, 11, requires_grad=True), torch.randint(0, 11, (6,))))
     assert jitted.cache_info().fallback_ops == 0  # gather and scatter lowered as one-hots
+
+
+def test_a_program_output_reader_builds_the_graph_outputs():
+    """A graph program's outputs (lists and tuples of slots, numbers and None) come from one
+    generated expression; other values fall back to the template walk."""
+    from fuser.frontend.program import _Slot, _output_reader
+
+    env = ["a", "b", "c"]
+    read = _output_reader((_Slot(2), [_Slot(0), None, 3, True], (_Slot(1),)))
+    assert read(env) == ("c", ["a", None, 3, True], ("b",))
+    assert read.__code__.co_filename == "<fuser program output>"
+    fallback = _output_reader([_Slot(1), 0.5, {"k": _Slot(0)}])
+    assert fallback(env) == ["b", 0.5, {"k": "a"}]
