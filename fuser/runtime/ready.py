@@ -17,6 +17,7 @@ decided:
 """
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
@@ -159,17 +160,16 @@ def ready_program(runtime: "FusionRuntime", env: Environment, launches: dict) ->
     """The steps of the run that left `env` (every value it made, a call with this layout)
     and `launches` (the launch each kernel segment made: None for an empty loop space, run
     through ATen), or None where a step cannot be made."""
-    index: dict[int, int] = {}  # a Val's slot: its input position (the last, as the run binds
-    inputs = runtime.fusion.inputs()  # a Val listed twice), then one a value made
-    for k, v in enumerate(inputs):
-        index[id(v)] = k
-    count = [len(inputs)]
+    # a Val's slot: its input position (the last one for a Val listed twice, which is the
+    # value a run binds), then a fresh slot for each value made
+    inputs = runtime.fusion.inputs()
+    index: dict[int, int] = {id(v): k for k, v in enumerate(inputs)}
+    fresh = itertools.count(len(inputs))
 
     def slot(v) -> int:
         k = index.get(id(v))
         if k is None:
-            k = index[id(v)] = count[0]
-            count[0] += 1
+            k = index[id(v)] = next(fresh)
         return k
 
     def aten_steps(exprs) -> list:
