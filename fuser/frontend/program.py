@@ -75,12 +75,11 @@ def _output_reader(output: Any) -> Callable[[list], Any]:
         if type(a) in (int, bool) or a is None:
             return repr(a)
         raise LookupError
-    try:
-        body = code(output)
-    except LookupError:
-        return lambda env: _resolve(output, env)
     env: dict[str, Any] = {}
-    exec(compile(f"def read(env):\n    return {body}", "<fuser program output>", "exec"), env)
+    try:
+        exec(compile(f"def read(env):\n    return {code(output)}", "<fuser program output>", "exec"), env)
+    except (LookupError, SyntaxError, RecursionError, ValueError):  # (nested past the parser's limit)
+        return lambda env: _resolve(output, env)
     return env["read"]
 
 

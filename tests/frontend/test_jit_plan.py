@@ -122,3 +122,10 @@ def test_a_program_output_reader_builds_the_graph_outputs():
     assert read.__code__.co_filename == "<fuser program output>"
     fallback = _output_reader([_Slot(1), 0.5, {"k": _Slot(0)}])
     assert fallback(env) == ["b", 0.5, {"k": "a"}]
+    deep = _Slot(0)
+    for _ in range(300):  # past the parser's nesting limit: the walk too
+        deep = (deep,)
+    value = _output_reader(deep)(env)
+    for _ in range(300):
+        (value,) = value
+    assert value == "a"
