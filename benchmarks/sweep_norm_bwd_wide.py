@@ -19,6 +19,10 @@ step, g = dy * w), nothing is saved from the forward.
 - regs_ws: the whole row block loaded once into registers (fp32, or bf16 kept until used with
   bf16=1), both passes from registers, one whole-row workspace read-modify-write; prefetch=1
   loads the next block into registers before the current block's reductions.
+- regacc_ws: chunked_ws with dw's (db's) partial kept in registers across the program's rows,
+  one accumulator per chunk of CH columns (the chunk loop of pass 2 unrolled in generated
+  source), stored to ws[pid] once; only the partial stays on chip, x and dy are streamed
+  (ninth session: checked on the interpreter, not yet timed).
 
 Each row: median time of all the form's kernels (do_bench), share of copy, registers/spills of
 the main kernel, and a loose check against a float64 reference made once per shape and norm.
@@ -241,6 +245,95 @@ def k_chunked(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps, LN: tl.constex
                              (blk == pid).to(tl.int32), mean, rstd, cg, cgx, LN, CH)
 
 
+_REGACC_KERNELS: dict = {}
+
+
+def regacc_kernel(nch: int):
+    """regacc_ws's kernel for rows of `nch` chunks (CH columns each, the tail masked): row blocks
+    pid, pid + P, ... one row at a time; pass 1 streams the row's chunks (HBM, kept in L2) for
+    its sums, pass 2 reads them again (L2), stores dx and adds the dw (db) terms into one
+    register accumulator per chunk (the chunk loop unrolled, so each has a name of its own),
+    written to ws[pid] (ws[P + pid]) once, after the program's last row. Generated source (a
+    name per accumulator), loaded from a file as Triton's JIT reads its kernels' source."""
+    found = _REGACC_KERNELS.get(nch)
+    if found is not None:
+        return found
+    accs = [f"dw{j}" for j in range(nch)] + [f"db{j}" for j in range(nch)]
+    body = [
+        "import triton", "import triton.language as tl",
+        "from benchmarks.sweep_norm_bwd_wide import _coef", "F32 = tl.float32", "",
+        "@triton.jit",
+        "def k_regacc(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps, LN: tl.constexpr, CH: tl.constexpr):",
+        "    pid = tl.program_id(0)",
+        "    c_off = tl.arange(0, CH)",
+    ]
+    body += [f"    {a} = tl.zeros([CH], F32)" for a in accs]
+    body += [
+        "    for row in range(pid, R, P):",
+        "        base = row * C",
+        "        if LN:",
+        "            k = tl.load(x_ptr + base).to(F32)",
+        "        else:",
+        "            k = 0.0",
+        "        a1 = tl.zeros([CH], F32)",
+        "        a2 = tl.zeros([CH], F32)",
+        "        a3 = tl.zeros([CH], F32)",
+        "        a4 = tl.zeros([CH], F32)",
+        "        for c0 in range(0, C, CH):",
+        "            cols = c0 + c_off",
+        "            cm = cols < C",
+        "            x = tl.load(x_ptr + base + cols, mask=cm, other=0.0, eviction_policy='evict_last').to(F32)",
+        "            dy = tl.load(dy_ptr + base + cols, mask=cm, other=0.0, eviction_policy='evict_last').to(F32)",
+        "            g = dy * tl.load(w_ptr + cols, mask=cm, other=0.0, eviction_policy='evict_last').to(F32)",
+        "            if LN:",
+        "                d = tl.where(cm, x - k, 0.0)",
+        "                a1 += d",
+        "                a3 += g",
+        "            else:",
+        "                d = x",
+        "            a2 += d * d",
+        "            a4 += g * d",
+        "        if LN:",
+        "            s1 = tl.sum(a1, 0)",
+        "            sg = tl.sum(a3, 0)",
+        "        else:",
+        "            s1 = 0.0",
+        "            sg = 0.0",
+        "        mean, rstd, cg, cgx = _coef(s1, tl.sum(a2, 0), sg, tl.sum(a4, 0), k, C, eps, LN)",
+    ]
+    for j in range(nch):
+        body += [
+            f"        cols = {j} * CH + c_off",
+            "        cm = cols < C",
+            "        x = tl.load(x_ptr + base + cols, mask=cm, other=0.0, eviction_policy='evict_first').to(F32)",
+            "        dy = tl.load(dy_ptr + base + cols, mask=cm, other=0.0, eviction_policy='evict_first').to(F32)",
+            "        w = tl.load(w_ptr + cols, mask=cm, other=0.0, eviction_policy='evict_last').to(F32)",
+            "        xhat = tl.where(cm, (x - mean) * rstd, 0.0)",
+            "        tl.store(dx_ptr + base + cols, (rstd * (dy * w - cg - xhat * cgx)).to(tl.bfloat16), mask=cm)",
+            f"        dw{j} += dy * xhat",
+            "        if LN:",
+            f"            db{j} += dy",
+        ]
+    for j in range(nch):  # (a program with no row would store zeros: right for the combine)
+        body += [
+            f"    cols = {j} * CH + c_off",
+            f"    tl.store(ws_ptr + pid * C + cols, dw{j}, mask=cols < C)",
+            "    if LN:",
+            f"        tl.store(ws_ptr + (P + pid) * C + cols, db{j}, mask=cols < C)",
+        ]
+    import importlib.util
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="regacc_"), f"regacc_{nch}.py")
+    with open(path, "w") as f:
+        f.write("\n".join(body) + "\n")
+    spec = importlib.util.spec_from_file_location(f"regacc_{nch}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _REGACC_KERNELS[nch] = module.k_regacc
+    return module.k_regacc
+
+
 def make_fn(form, cfg, t):
     """A closure running all kernels of a form (the workspace needs no zeroing); it returns the
     compiled main (row) kernel, for its register and spill counts."""
@@ -278,6 +371,15 @@ def make_fn(form, cfg, t):
             combine(ws, P)
             return kern
         return fn
+    if form == "regacc_ws":
+        ch = cfg["ch"]
+        kernel = regacc_kernel(triton.cdiv(C, ch))
+
+        def fn():
+            kern = kernel[(P,)](x, dy, w, dx, ws, R, C, P, eps, LN=ln, CH=ch, num_warps=cfg["warps"])
+            combine(ws, P)
+            return kern
+        return fn
     assert form in ("chunked_ws", "skewed_ws"), form
 
     def fn():
@@ -300,13 +402,18 @@ def regs(warps, k=1, rb=1, bf16=False, prefetch=False):
     return ("regs_ws", dict(warps=warps, k=k, rb=rb, bf16=bf16, prefetch=prefetch))
 
 
-# (rows, cols) -> configs; run for rmsnorm and layernorm each (38 timed configs in all)
+def regacc(ch, warps, k=1):
+    return ("regacc_ws", dict(ch=ch, warps=warps, k=k))
+
+
+# (rows, cols) -> configs; run for rmsnorm and layernorm each (48 timed configs in all)
 CONFIGS = {
     (4096, 32768): [two(32), two(16),
                     chunked(4096, 16), chunked(8192, 16), chunked(2048, 8, k=2), chunked(4096, 8, k=2, stages=2),
                     chunked(2048, 16, rb=2),
                     chunked(4096, 16, skew=True), chunked(2048, 8, k=2, skew=True), chunked(2048, 16, rb=2, skew=True),
-                    regs(32), regs(32, bf16=True), regs(16, bf16=True)],
+                    regs(32), regs(32, bf16=True), regs(16, bf16=True),
+                    regacc(4096, 32), regacc(2048, 32), regacc(4096, 16), regacc(8192, 32), regacc(2048, 16, k=2)],
     (16384, 4096): [two(8), chunked(2048, 8, k=2), chunked(2048, 8, k=2, skew=True),
                     regs(8, k=2), regs(8, k=2, prefetch=True), regs(4, k=4, rb=2, bf16=True, prefetch=True)],
 }
