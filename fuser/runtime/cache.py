@@ -124,10 +124,10 @@ class FusionRuntime:
             seg, take, give = self.single
             launcher = self.launchers[id(seg)]
             scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
-            made = [] if keep is not None else None
-            outs = launcher.run([args[k] for k in take], scalars, values, self.device, made)
-            if made:
-                keep["launch"] = made[0]
+            launched = [] if keep is not None else None
+            outs = launcher.run([args[k] for k in take], scalars, values, self.device, launched)
+            if launched:
+                keep["launch"] = launched[0]
             if outs is not None:
                 note_source(seg, launcher.last_source)
                 return [outs[k] if made else args[k] for made, k in give]
@@ -163,10 +163,10 @@ class FusionRuntime:
             if pending:  # this runtime's first kernel launch: compile every launch's kernels first
                 pending = False
                 self._claim_compile_ahead(index, env, table)
-            made = [] if used is not None else None
-            outs = launcher.run(inputs, scalars, values, self.device, made)
-            if made:
-                used[id(seg)] = made[0]
+            launched = [] if used is not None else None
+            outs = launcher.run(inputs, scalars, values, self.device, launched)
+            if launched:
+                used[id(seg)] = launched[0]
             if outs is None:  # an empty loop space: nothing for a kernel to do
                 run_exprs(seg.exprs, env, check)
                 continue
