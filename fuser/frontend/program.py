@@ -62,22 +62,32 @@ def _holds_slot(a: Any) -> bool:
     return False
 
 
+def _source(a: Any, consts: Optional[dict]) -> str:
+    """Python source of a template's value read from `env`: a slot as `env[i]`, lists and
+    tuples built anew, ints, bools and None as literals, any other value as a constant named in
+    `consts`. LookupError where that cannot be: a slot inside a dict or another container, or
+    a constant without `consts`."""
+    if type(a) is _Slot:
+        return f"env[{a.index}]"
+    if type(a) in (list, tuple):
+        inner = "".join(_source(x, consts) + ", " for x in a)
+        return f"[{inner}]" if type(a) is list else f"({inner})"
+    if type(a) in (int, bool) or a is None:
+        return repr(a)
+    if consts is None or _holds_slot(a):
+        raise LookupError
+    name = f"c{len(consts)}"
+    consts[name] = a
+    return name
+
+
 def _output_reader(output: Any) -> Callable[[list], Any]:
     """`_resolve(output, env)` as one generated expression (a training forward returns its
     outputs and every saved value: a tuple of tens of slots), for outputs of slots, numbers and
     None in lists and tuples; `_resolve` itself for anything else."""
-    def code(a: Any) -> str:
-        if type(a) is _Slot:
-            return f"env[{a.index}]"
-        if type(a) in (list, tuple):
-            inner = "".join(code(x) + ", " for x in a)
-            return f"[{inner}]" if type(a) is list else f"({inner})"
-        if type(a) in (int, bool) or a is None:
-            return repr(a)
-        raise LookupError
     env: dict[str, Any] = {}
     try:
-        exec(compile(f"def read(env):\n    return {code(output)}", "<fuser program output>", "exec"), env)
+        exec(compile(f"def read(env):\n    return {_source(output, None)}", "<fuser program output>", "exec"), env)
     except (LookupError, SyntaxError, RecursionError, ValueError):  # (nested past the parser's limit)
         return lambda env: _resolve(output, env)
     return env["read"]
@@ -154,27 +164,13 @@ class EagerStep:
         """`run` as one generated line, `env[slot] = target(env[i], [env[j], 4], ...)`: its
         arguments read from their slots without walking the templates at every call."""
         consts: dict[str, Any] = {}
-
-        def code(a: Any) -> str:
-            if type(a) is _Slot:
-                return f"env[{a.index}]"
-            if type(a) is list:
-                return "[" + "".join(code(x) + ", " for x in a) + "]"
-            if type(a) is tuple:
-                return "(" + "".join(code(x) + ", " for x in a) + ")"
-            if type(a) in (int, bool) or a is None:
-                return repr(a)
-            if _holds_slot(a):  # (a slot inside a dict or another container: the templates)
-                raise LookupError
-            name = f"c{len(consts)}"
-            consts[name] = a
-            return name
         kwargs = self.kwargs
         if type(kwargs) is not dict or not all(type(k) is str and k.isidentifier() for k in kwargs):
             return self._run_templates
         target = self.target if kwargs else _METHODS.get(self.target, self.target)
         try:
-            call = ", ".join([code(a) for a in self.args] + [f"{k}={code(v)}" for k, v in kwargs.items()])
+            call = ", ".join([_source(a, consts) for a in self.args]
+                             + [f"{k}={_source(v, consts)}" for k, v in kwargs.items()])
         except LookupError:
             return self._run_templates
         env = dict(consts, target=target)

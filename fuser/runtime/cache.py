@@ -118,7 +118,7 @@ class FusionRuntime:
     def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
         """The fusion's outputs for bound `args`; `keep`: a dict that gets what a ready call
         is made from: the launch of a single-kernel fusion ("launch"), or the run's environment
-        of values ("env") and each kernel segment's launch ("launches")."""
+        of values ("env"), its sizes ("sizes") and each kernel segment's launch ("launches")."""
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
@@ -145,11 +145,11 @@ class FusionRuntime:
         # checked set needs no check
         sizes_key = tuple(values.get(name) for name in self._size_symbols)
         check = sizes_key not in self._checked_sizes
-        ctx = EvalContext(table, self.device, sizes=self._sizes_for(sizes_key))
-        env = Environment(ctx)
+        sizes = self._sizes_for(sizes_key)
+        env = Environment(EvalContext(table, self.device, sizes=sizes))
         used = None  # the launch each kernel segment made, for a ready program
         if keep is not None:
-            keep["env"], used = env, keep.setdefault("launches", {})
+            keep["env"], keep["sizes"], used = env, sizes, keep.setdefault("launches", {})
         for val, arg in zip(self.fusion.inputs(), args):
             env[val] = arg
         pending = self.compile_ahead_pending
@@ -207,7 +207,7 @@ class FusionRuntime:
         otherwise the steps of the run (None: none is made). Made from what the run kept, not
         from lookups after it: another thread's call may clear a launcher's launches."""
         if self.single is None:
-            return ready_program(self, kept["env"], kept["launches"]) if "env" in kept else None
+            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"]) if "env" in kept else None
         launch = kept.get("launch")
         if launch is None:
             return None
@@ -343,12 +343,14 @@ class FusionExecutorCache:
                 self._by_layout.clear()
             self._by_layout[layout] = runtime
         self.last_runtime = runtime
-        keep = {} if ready_key is not None else None
-        outs = runtime.run(args, table, keep) if isinstance(runtime, FusionRuntime) else runtime.run(args, table)
+        if not isinstance(runtime, FusionRuntime):  # a host program: bound to its plan's values
+            outs = runtime.run(args, table)
+            ready = BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table))
+        else:
+            keep = {} if ready_key is not None else None
+            outs = runtime.run(args, table, keep)
+            ready = keep is not None and (runtime.ready_call(keep) or BoundCall(runtime, self._binder))
         if ready_key is not None:
-            ready = (runtime.ready_call(keep) or BoundCall(runtime, self._binder)
-                     if isinstance(runtime, FusionRuntime)
-                     else BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table)))
             if len(self._ready) > 256:
                 self._ready.clear()
             self._ready[ready_key] = ready

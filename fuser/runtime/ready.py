@@ -156,10 +156,12 @@ class ReadyProgram:
 _NOT_RUN = object()
 
 
-def ready_program(runtime: "FusionRuntime", env: Environment, launches: dict) -> Optional[ReadyProgram]:
-    """The steps of the run that left `env` (every value it made, a call with this layout)
-    and `launches` (the launch each kernel segment made: None for an empty loop space, run
-    through ATen), or None where a step cannot be made."""
+def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
+                  launches: dict) -> Optional[ReadyProgram]:
+    """The steps of the run that left `env` (every value it made, a call with this layout),
+    `sizes` (the local sizes its ATen ops asked, by tensor) and `launches` (the launch each
+    kernel segment made: None for an empty loop space, run through ATen), or None where a step
+    cannot be made."""
     # a Val's slot: its input position (the last one for a Val listed twice, which is the
     # value a run binds), then a fresh slot for each value made
     inputs = runtime.fusion.inputs()
@@ -207,10 +209,7 @@ def ready_program(runtime: "FusionRuntime", env: Environment, launches: dict) ->
         steps += made
     if any(id(o) not in index for o in runtime.fusion.outputs()):
         return None
-    known = getattr(env.ctx._sizes, "known", None)
-    if known is None:
-        return None
-    return ReadyProgram(runtime, _FixedSizes(dict(known)), steps, [index[id(o)] for o in runtime.fusion.outputs()])
+    return ReadyProgram(runtime, _FixedSizes(dict(sizes)), steps, [index[id(o)] for o in runtime.fusion.outputs()])
 
 
 class BoundCall:
