@@ -169,6 +169,10 @@ class _TwoLaunches:
         made["second"] = self.second_launch([made[s][k] for s, k in self.second_take], device)
         return [made[s][k] for s, k in self.give]
 
+    def direct_lines(self, *args, **kwargs) -> None:
+        """No inline form (see `_Launch.direct_lines`): each of the two launches is called."""
+        return None
+
     def _compile_together(self, inputs, device) -> None:
         """Compile both kernels side by side before the first launch: the second kernel's
         arguments are made here from the first kernel's output specs (its outputs do not exist

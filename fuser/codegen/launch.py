@@ -12,6 +12,7 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -37,7 +38,7 @@ from .canonical import named
 from .compile import load_canonical
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import META, _DirectStep, _Step, current_device
+from .steps import META, _DirectStep, _Step, current_device, raw_stream
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate, workspace_dtype
 from .layout import Layout, make_layout, run_stride
@@ -451,14 +452,39 @@ def _processors(device: torch.device) -> int:
 INTERPRETER_PROCESSORS = 0
 
 
+def _fast_allocators() -> dict:
+    """Allocators of a strided tensor on the current device by device type, in C++ without the
+    dispatcher's argument parsing (the ones Inductor's generated code calls): about 1 us a
+    tensor on the H200 hosts against 3.3-4.5 us for `torch.empty`. Empty for a torch that lacks
+    them (`torch.empty_strided` is used)."""
+    try:
+        from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda
+    except ImportError:  # pragma: no cover - depends on the torch build
+        return {}
+    return {"cuda": _empty_strided_cuda, "cpu": _empty_strided_cpu}
+
+
+_FAST_EMPTY = _fast_allocators()
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two: a norm backward's pass and combine)."""
 
-    __slots__ = ("steps", "out_specs", "workspaces", "source", "compiles", "cold", "semaphores")
+    __slots__ = ("steps", "out_specs", "out_layouts", "workspaces", "source", "compiles", "cold", "semaphores")
 
     def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None):
         self.steps, self.out_specs, self.source = steps, out_specs, source
+        # (shape, contiguous strides, dtype) of each output, as the allocators take them
+        self.out_layouts = [(shape, _contiguous_strides(shape), dtype) for shape, dtype in out_specs]
         self.workspaces = Workspaces(work_specs) if work_specs else None
         self.semaphores = semaphores
         self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
@@ -483,15 +509,81 @@ class _Launch:
             step(args)
         return outputs
 
+    def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
+                     device: torch.device) -> Optional[list[str]]:
+        """Lines of a generated function (a ready call's) that make this launch on the tensors
+        named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the
+        outputs, take the stream's workspaces and call Triton's C launcher for each kernel
+        inline, as `_run` and `_DirectStep` would, without their calls and lists. Where the
+        call's input pointers lose the alignment a kernel assumes, the current device is
+        another or a launch hook was installed since, the lines take `fallback` (an expression
+        whose value is the outputs) instead. Names the lines read go into `env`, suffixed with
+        `tag`. None: this launch has no such form (not compiled yet, another launcher)."""
+        empty = _FAST_EMPTY.get(device.type)
+        if device.type != "cuda" or device.index is None or empty is None or self.cold or not outs:
+            return None
+        raws = [step.raw_parts() if isinstance(step, _DirectStep) else None for step, _, _ in self.steps]
+        if not raws or any(raw is None for raw in raws):
+            return None
+        env.update({f"EMPTY{tag}": empty, f"DEV{tag}": device, "current_device": current_device,
+                    "raw_stream": raw_stream, "stream_key": stream_key})
+        checks, body = [], []
+        for k, (shape, strides, dtype) in enumerate(self.out_layouts):
+            env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
+            body.append(f"{outs[k]} = EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})")
+        scratch = []
+        if self.workspaces is not None or self.semaphores is not None:
+            body.append(f"key{tag} = stream_key(DEV{tag})")
+            if self.workspaces is not None:
+                env[f"WS{tag}"] = self.workspaces
+                scratch += [f"ws{tag}_{j}" for j in range(len(self.workspaces.specs))]
+                body.append(f"{''.join(w + ', ' for w in scratch)}= WS{tag}.get(DEV{tag}, key{tag})")
+            if self.semaphores is not None:
+                env[f"SEM{tag}"] = self.semaphores
+                scratch.append(f"sem{tag}")
+                body.append(f"sem{tag} = SEM{tag}.get(DEV{tag}, key{tag})")
+        tensors = ins + outs + scratch
+        hooks_checked = set()
+        for j, ((_, template, slots), raw) in enumerate(zip(self.steps, raws)):
+            t = f"{tag}_{j}"
+            names = {"launch": "L", "function": "F", "packed": "P", "hooks": "H", "cooperative": "CO", "pdl": "PD"}
+            env.update({f"{short}{t}": raw[key] for key, short in names.items()})
+            args, filled = [], dict(slots)
+            for pos, value in enumerate(template):
+                if pos in filled:
+                    args.append(tensors[filled[pos]])
+                    if raw["aligned"] and filled[pos] < len(ins) and pos in raw["tensor_at"]:
+                        checks.append(f"{ins[filled[pos]]}.data_ptr() % 16")  # (the allocators align the rest)
+                else:
+                    env[f"C{t}_{pos}"] = value
+                    args.append(f"C{t}_{pos}")
+            for i, value in enumerate(raw["constexprs"]):
+                env[f"X{t}_{i}"] = value
+                args.append(f"X{t}_{i}")
+            for i, hook in enumerate(("launch_enter_hook", "launch_exit_hook")):
+                if (id(raw["hooks"]), hook) not in hooks_checked:
+                    hooks_checked.add((id(raw["hooks"]), hook))
+                    env[f"HC{t}_{i}"], env[f"HL{t}_{i}"] = raw["chains"][i], raw["calls"][i]
+                    checks.append(f"H{t}.{hook} is not HC{t}_{i} or HL{t}_{i}")
+            body.append(f"L{t}({raw['grid']}, 1, 1, raw_stream({device.index}), F{t}, CO{t}, PD{t}, None, None, P{t}, "
+                        f"None, None, None, {', '.join(args)})")
+        checks.append(f"current_device() != {device.index}")
+        return [f"if {' or '.join(dict.fromkeys(checks))}:", f"    {''.join(o + ', ' for o in outs)}= {fallback}",
+                "else:"] + ["    " + line for line in body]
+
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
         """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
         allocated or, where given, written into `dests` (views of the shapes and strides this
         launch was made for)."""
+        empty = _FAST_EMPTY.get(device.type)
+        if empty is None or (device.index is not None and device.index != current_device()):
+            # (the fast allocators allocate on the current device)
+            empty = functools.partial(torch.empty_strided, device=device)
         if dests is None:
-            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.out_specs]
+            outputs = [empty(shape, strides, dtype) for shape, strides, dtype in self.out_layouts]
         else:
-            outputs = [torch.empty(shape, dtype=dtype, device=device) if d is None else d
-                       for d, (shape, dtype) in zip(dests, self.out_specs)]
+            outputs = [empty(shape, strides, dtype) if d is None else d
+                       for d, (shape, strides, dtype) in zip(dests, self.out_layouts)]
         tensors = list(inputs) + outputs
         if self.workspaces is not None or self.semaphores is not None:
             key = stream_key(device)

@@ -118,6 +118,22 @@ class _DirectStep(_Step):
             self.hooks = knobs.runtime
             self.raw = _raw_launch(self.compiled.run)
 
+    def raw_parts(self) -> Optional[dict]:
+        """What a generated call of Triton's C launch function needs (`_Launch.direct_lines`):
+        the function and its fixed arguments, the launch-hook chains as they are now (a call
+        checks them unchanged and empty) and whether the kernel assumes aligned pointers. None
+        where this step has no such call: not compiled yet, another launcher, a hook installed."""
+        if self.compiled is None or not self.usable or self.raw is None:
+            return None
+        chains = (self.hooks.launch_enter_hook, self.hooks.launch_exit_hook)
+        if any(_hook(c) is not None for c in chains):
+            return None
+        launch, cooperative, pdl = self.raw
+        return dict(launch=launch, grid=self.grid, function=self.compiled.function, cooperative=cooperative,
+                    pdl=pdl, packed=self.compiled.packed_metadata, hooks=self.hooks, chains=chains,
+                    calls=[getattr(c, "calls", ()) for c in chains], aligned=self.aligned,
+                    tensor_at=self.tensor_at, constexprs=self.constexprs)
+
     def __call__(self, args: list) -> None:
         kernel = self.compiled
         if kernel is None or not self.usable:

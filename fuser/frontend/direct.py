@@ -97,6 +97,7 @@ class DirectCall:
             code = fn.__code__
             self.code = code
             self.names = code.co_varnames[:code.co_argcount]
+            self._all_locals = _locals_of_full_call(fn)
 
     @property
     def entry(self) -> Any:
@@ -134,6 +135,11 @@ class DirectCall:
         """The frame's locals at entry, as Dynamo's guards read them: the arguments (defaults
         filled in) and the closure's values."""
         n, names = len(args), self.names
+        if n == len(names):
+            try:
+                return self._all_locals(args)
+            except ValueError:  # an empty cell
+                return None
         if n > len(names) or n < len(names) - len(defaults):
             return None
         local = dict(zip(names, args))
@@ -173,6 +179,19 @@ class DirectCall:
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
             self.remembered = None
+
+
+def _locals_of_full_call(fn: types.FunctionType) -> Callable[[tuple], dict]:
+    """`DirectCall._locals` of a call that passes every argument, as one generated dict
+    display: the arguments by name, then each closure cell's current contents."""
+    code, cells = fn.__code__, fn.__closure__ or ()
+    names = code.co_varnames[:code.co_argcount]
+    items = [f"{name!r}: args[{k}]" for k, name in enumerate(names)]
+    items += [f"{name!r}: cells[{k}].cell_contents" for k, name in enumerate(code.co_freevars)]
+    source = f"def all_locals(args):\n    return {{{', '.join(items)}}}"
+    env = {"cells": cells}
+    exec(compile(source, f"<fuser locals of {fn.__qualname__}>", "exec"), env)
+    return env["all_locals"]
 
 
 def _unwrapped(value: Any) -> Any:

@@ -53,20 +53,43 @@ def _follow(launcher: "KernelLauncher", seg: Segment, source: str) -> None:
 
 
 class ReadyCall:
-    """One prepared kernel launch of a single-kernel runtime, for one exact argument layout."""
+    """One prepared kernel launch of a single-kernel runtime, for one exact argument layout.
+    On a GPU the call is one generated function that allocates and launches inline
+    (`_Launch.direct_lines`); elsewhere, or where the launch has no such form, it calls the
+    prepared launch."""
 
-    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher")
+    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "run")
 
     def __init__(self, runtime: "FusionRuntime", launch: Any, take: list[int], give: list[tuple[bool, int]],
                  seg: Segment, launcher: "KernelLauncher"):
         self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
         self.seg, self.launcher = seg, launcher
+        self.run = self._direct() or self._call
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        return self.run(args)
+
+    def _call(self, args: Sequence[Any]) -> list[torch.Tensor]:
         launch = self.launch
         outs = launch([args[k] for k in self.take], self.runtime.device)
         _follow(self.launcher, self.seg, launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
+
+    def _direct(self) -> Optional[Any]:
+        launch = self.launch
+        ins = [f"i{j}" for j in range(len(self.take))]
+        outs = [f"o{k}" for k in range(len(self.seg.outputs))]
+        env: dict[str, Any] = {"K": launch, "device": self.runtime.device, "LR": self.launcher, "SG": self.seg,
+                               "SRC": launch.source, "follow": _follow}
+        body = launch.direct_lines(ins, outs, f"K([{', '.join(ins)}], device)", env, "", self.runtime.device)
+        if body is None:
+            return None
+        lines = ["def run(args):"] + [f"    {name} = args[{k}]" for name, k in zip(ins, self.take)]
+        lines += ["    " + line for line in body]
+        lines += ["    if LR.last_source is not SRC:", "        follow(LR, SG, SRC)",
+                  f"    return [{', '.join(outs[k] if made else f'args[{k}]' for made, k in self.give)}]"]
+        exec(compile("\n".join(lines), "<fuser ready launch>", "exec"), env)
+        return env["run"]
 
 
 class _KernelStep:
@@ -102,9 +125,14 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     for i, step in enumerate(steps):
         if isinstance(step, _KernelStep):
             env[f"K{i}"], env[f"L{i}"], env[f"G{i}"] = step.launch, step.launcher, step.seg
-            lines.append(f"    r = K{i}([{', '.join(f's{k}' for k in step.ins)}], device)")
+            call = f"K{i}([{', '.join(f's{k}' for k in step.ins)}], device)"
+            inline = step.launch.direct_lines([f"s{k}" for k in step.ins], [f"s{k}" for k in step.outs], call, env,
+                                              f"_{i}", device)
+            lines += [f"    {line}" for line in inline] if inline is not None else [f"    r = {call}"]
             lines.append(f"    if L{i}.last_source is not K{i}.source:")
             lines.append(f"        follow(L{i}, G{i}, K{i}.source)")
+            if inline is not None:
+                continue
         else:
             env[f"R{i}"], env[f"E{i}"] = step.rule, step.expr
             args = [f"C{i}_{pos}" for pos in range(len(step.template))]

@@ -96,3 +96,24 @@ def test_a_concurrent_remember_never_mixes_two_entries():
     assert not other_thread and direct.hits == 1  # the interleaving happened on the direct path
     assert out.dtype == torch.float32
     assert_close_to_eager(out, f(x32))
+
+
+def test_an_emptied_closure_cell_raises_as_eager_does():
+    """The locals of a call passing every argument are one generated dict display; a closure
+    cell emptied after the entry was remembered leaves it to Dynamo, which raises as eager."""
+    offset = 1.0
+
+    def shifted(x):
+        return torch.sigmoid(x) + offset
+
+    jitted = fuser.jit(shifted)
+    x = torch.randn(5, 7)
+    for _ in range(3):
+        assert_close_to_eager(jitted(x), shifted(x))
+    assert jitted._direct.hits == 2
+    del offset
+    with pytest.raises(NameError):
+        shifted(x)
+    with pytest.raises(NameError):
+        jitted(x)
+    assert jitted._direct.hits == 2
