@@ -22,7 +22,8 @@ step, g = dy * w), nothing is saved from the forward.
 - regacc_ws: chunked_ws with dw's (db's) partial kept in registers across the program's rows,
   one accumulator per chunk of CH columns (the chunk loop of pass 2 unrolled in generated
   source), stored to ws[pid] once; only the partial stays on chip, x and dy are streamed
-  (ninth session: checked on the interpreter, not yet timed).
+  (tenth session, H200: RMSNorm at 4096x32768 331 us at best, a tie with fuser's two kernels;
+  LayerNorm's twice as many accumulators spill, 854 us at best).
 
 Each row: median time of all the form's kernels (do_bench), share of copy, registers/spills of
 the main kernel, and a loose check against a float64 reference made once per shape and norm.
