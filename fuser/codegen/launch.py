@@ -563,8 +563,9 @@ class _Launch:
             for i, hook in enumerate(("launch_enter_hook", "launch_exit_hook")):
                 if (id(raw["hooks"]), hook) not in hooks_checked:
                     hooks_checked.add((id(raw["hooks"]), hook))
-                    env[f"HC{t}_{i}"], env[f"HL{t}_{i}"] = raw["chains"][i], raw["calls"][i]
-                    checks.append(f"H{t}.{hook} is not HC{t}_{i} or HL{t}_{i}")
+                    chain = env[f"HC{t}_{i}"] = raw["chains"][i]
+                    # (a chain, as Triton 3.6 keeps hooks, is empty while its list of calls is)
+                    checks.append(f"H{t}.{hook} is not HC{t}_{i}" + (f" or HC{t}_{i}.calls" if chain is not None else ""))
             body.append(f"L{t}({raw['grid']}, 1, 1, raw_stream({device.index}), F{t}, CO{t}, PD{t}, None, None, P{t}, "
                         f"None, None, None, {', '.join(args)})")
         checks.append(f"current_device() != {device.index}")

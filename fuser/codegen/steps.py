@@ -121,8 +121,9 @@ class _DirectStep(_Step):
     def raw_parts(self) -> Optional[dict]:
         """What a generated call of Triton's C launch function needs (`_Launch.direct_lines`):
         the function and its fixed arguments, the launch-hook chains as they are now (a call
-        checks them unchanged and empty) and whether the kernel assumes aligned pointers. None
-        where this step has no such call: not compiled yet, another launcher, a hook installed."""
+        checks them unchanged and empty: None, or a chain whose `calls` list is empty) and
+        whether the kernel assumes aligned pointers. None where this step has no such call: not
+        compiled yet, another launcher, a hook installed."""
         if self.compiled is None or not self.usable or self.raw is None:
             return None
         chains = (self.hooks.launch_enter_hook, self.hooks.launch_exit_hook)
@@ -131,8 +132,7 @@ class _DirectStep(_Step):
         launch, cooperative, pdl = self.raw
         return dict(launch=launch, grid=self.grid, function=self.compiled.function, cooperative=cooperative,
                     pdl=pdl, packed=self.compiled.packed_metadata, hooks=self.hooks, chains=chains,
-                    calls=[getattr(c, "calls", ()) for c in chains], aligned=self.aligned,
-                    tensor_at=self.tensor_at, constexprs=self.constexprs)
+                    aligned=self.aligned, tensor_at=self.tensor_at, constexprs=self.constexprs)
 
     def __call__(self, args: list) -> None:
         kernel = self.compiled

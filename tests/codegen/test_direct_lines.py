@@ -1,0 +1,130 @@
+"""The inline form of a prepared launch (codegen/launch.py `_Launch.direct_lines`), which a
+ready call's generated code runs on the GPU, against the prepared launch itself (`_run` and
+`_DirectStep.__call__`): both must hand Triton's C launcher the same arguments. The launcher,
+the CUDA allocator, the device and the stream are stood in (the interpreter compiles nothing);
+the GPU tests in tests/runtime/test_ready_launch.py run the real ones."""
+import types
+
+import pytest
+import torch
+from torch._C._dynamo.guards import _empty_strided_cpu
+
+from fuser.codegen import launch, steps
+
+triton_knobs = pytest.importorskip("triton").knobs
+HookChain = type(triton_knobs.runtime.launch_enter_hook)
+
+
+class _Compiled:
+    function, packed_metadata = "function", "packed"
+
+    def launch_metadata(self, grid, stream, *args):
+        return {"grid": grid}
+
+
+class _Kernel:
+    """A Triton kernel's JIT entry point (`fn[grid](*args)`), which a misaligned call takes."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append(("jit", grid))
+
+
+def _step(grid: int, template: list, tensor_at: list, constexprs: dict, calls: list, hooks) -> steps._DirectStep:
+    def record(*args):
+        calls.append(args)
+
+    step = steps._DirectStep(_Kernel(calls), grid, dict(constexprs, num_warps=4))
+    step.compiled, step.tensor_at, step.aligned, step.hooks = _Compiled(), tensor_at, True, hooks
+    step.raw = (record, False, False)
+    return step
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    for module in (launch, steps):
+        monkeypatch.setattr(module, "current_device", lambda: 0)
+        monkeypatch.setattr(module, "raw_stream", lambda device: 1234)
+    monkeypatch.setattr(launch, "stream_key", lambda device: ("stream",))
+    monkeypatch.setattr(launch, "_FAST_EMPTY", {"cuda": _empty_strided_cpu})
+    return types.SimpleNamespace(launch_enter_hook=HookChain(), launch_exit_hook=HookChain())
+
+
+def _two_step_launch(hooks, calls):
+    """A norm backward's shape of launch: a pass (inputs, an output, the workspace, a scalar)
+    then a combine (the workspace into the second output)."""
+    first = _step(6, [None, None, None, None, 0.5, 7], [0, 1, 2, 3], dict(BLOCK=64), calls, hooks)
+    second = _step(1, [None, None, 3], [0, 1], dict(ROWS=4, COLS=32), calls, hooks)
+    out_specs = [((5, 8), torch.bfloat16), ((8,), torch.float32)]
+    made = launch._Launch([(first, [None, None, None, None, 0.5, 7], [(0, 0), (1, 1), (2, 2), (3, 4)]),
+                           (second, [None, None, 3], [(0, 4), (1, 3)])], out_specs, [((3, 8), torch.float32)], "src")
+    made.cold = False
+    made.workspaces.by_stream[("stream",)] = [torch.zeros(3, 8)]
+    return made
+
+
+def _generated(made, device):
+    env = {"K": made, "device": device}
+    body = made.direct_lines(["a", "b"], ["o0", "o1"], "K([a, b], device)", env, "", device)
+    assert body is not None
+    source = "def run(a, b):\n" + "".join(f"    {line}\n" for line in body) + "    return [o0, o1]\n"
+    exec(compile(source, "<test>", "exec"), env)
+    return env["run"]
+
+
+def _shape(args):
+    return [(tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def test_the_inline_form_passes_the_prepared_launchs_arguments(stand_ins):
+    calls = []
+    made = _two_step_launch(stand_ins, calls)
+    device = torch.device("cuda", 0)
+    run = _generated(made, device)
+    a, b = torch.randn(5, 8), torch.randn(8)
+    inline = run(a, b)
+    reference = made([a, b], device)
+    assert len(calls) == 4
+    for got, want in ((calls[0], calls[2]), (calls[1], calls[3])):
+        assert _shape(got) == _shape(want)
+    assert calls[0][13] is a and calls[0][14] is b and calls[0][15] is inline[0]
+    assert calls[0][16] is made.workspaces.by_stream[("stream",)][0] and calls[0][17:] == (0.5, 7, 64)
+    assert calls[1][13] is calls[0][16] and calls[1][14] is inline[1] and calls[1][15:] == (3, 4, 32)
+    assert [(tuple(o.shape), o.stride(), o.dtype) for o in inline] == \
+        [(tuple(o.shape), o.stride(), o.dtype) for o in reference]
+
+
+def test_the_inline_form_falls_back_where_the_kernel_assumptions_break(stand_ins, monkeypatch):
+    calls, fell_back = [], []
+    made = _two_step_launch(stand_ins, calls)
+    device = torch.device("cuda", 0)
+    run = _generated(made, device)
+    real = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__", lambda self, *a, **k: fell_back.append(1) or real(self, *a, **k))
+    b = torch.randn(8)
+    run(torch.randn(5, 8), b)
+    assert not fell_back
+    misaligned = torch.randn(5 * 8 + 1)[1:].view(5, 8)
+    run(misaligned, b)  # the prepared launch's own check then takes Triton's JIT path
+    assert len(fell_back) == 1 and calls[-2] == ("jit", (6,))
+    stand_ins.launch_exit_hook.add(print)
+    run(torch.randn(5, 8), b)
+    assert len(fell_back) == 2
+    stand_ins.launch_exit_hook.remove(print)
+    monkeypatch.setattr(launch, "current_device", lambda: 1)
+    monkeypatch.setattr(steps, "current_device", lambda: 1)
+    run.__globals__["current_device"] = lambda: 1
+    with pytest.raises(Exception):  # noqa: B017 - the prepared launch enters the other device
+        run(torch.randn(5, 8), b)
+    assert len(fell_back) == 3
+
+
+def test_no_inline_form_before_compiling_or_off_the_gpu(stand_ins):
+    calls = []
+    made = _two_step_launch(stand_ins, calls)
+    env = {}
+    assert made.direct_lines(["a", "b"], ["o0", "o1"], "K", env, "", torch.device("cpu")) is None
+    made.steps[1][0].compiled = None  # its first launch compiles it
+    assert made.direct_lines(["a", "b"], ["o0", "o1"], "K", env, "", torch.device("cuda", 0)) is None
