@@ -12,7 +12,6 @@ of a preallocated tensor) for the kernel to write into. This module never derive
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import re
@@ -456,7 +455,9 @@ def _fast_allocators() -> dict:
     """Allocators of a strided tensor on the current device by device type, in C++ without the
     dispatcher's argument parsing (the ones Inductor's generated code calls): about 1 us a
     tensor on the H200 hosts against 3.3-4.5 us for `torch.empty`. Empty for a torch that lacks
-    them (`torch.empty_strided` is used)."""
+    them (`torch.empty_strided` is used). They take a tuple of ints and skip what the dispatcher
+    adds: dispatch modes do not see them, and deterministic mode's fill of new memory does not
+    apply (every kernel writes all of its outputs)."""
     try:
         from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda
     except ImportError:  # pragma: no cover - depends on the torch build
@@ -475,6 +476,35 @@ def _contiguous_strides(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
+# what a generated launch line reads of `_DirectStep.raw_parts`, by the name it has there
+_RAW_NAMES = {"launch": "L", "function": "F", "packed": "P", "cooperative": "CO", "pdl": "PD", "step": "S"}
+
+
+def _raw_launch_line(raw: dict, template: list, slots: list, ins: list[str], tensors: list[str], checks: list[str],
+                     env: dict, tag: str, stream: str) -> str:
+    """One kernel's call of Triton's C launcher in generated code (`_Launch.direct_lines`),
+    its arguments the tensors named by `slots` and the template's constants, then its
+    constexprs; adds to `checks` what must hold for it: its inputs' alignment where the kernel
+    assumes it, its step still usable."""
+    env.update({f"{short}{tag}": raw[key] for key, short in _RAW_NAMES.items()})
+    args, filled = [], dict(slots)
+    for pos, value in enumerate(template):
+        k = filled.get(pos)
+        if k is None:
+            env[f"C{tag}_{pos}"] = value
+            args.append(f"C{tag}_{pos}")
+            continue
+        args.append(tensors[k])
+        if raw["aligned"] and k < len(ins) and pos in raw["tensor_at"]:
+            checks.append(f"{ins[k]}.data_ptr() % 16")
+    for i, value in enumerate(raw["constexprs"]):
+        env[f"X{tag}_{i}"] = value
+        args.append(f"X{tag}_{i}")
+    checks.append(f"not S{tag}.usable")
+    return (f"L{tag}({raw['grid']}, 1, 1, {stream}, F{tag}, CO{tag}, PD{tag}, None, None, P{tag}, None, None, None, "
+            f"{', '.join(args)})")
+
+
 class _Launch:
     """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
     the pointers, run each step (one kernel, or two: a norm backward's pass and combine)."""
@@ -484,7 +514,7 @@ class _Launch:
     def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None):
         self.steps, self.out_specs, self.source = steps, out_specs, source
         # (shape, contiguous strides, dtype) of each output, as the allocators take them
-        self.out_layouts = [(shape, _contiguous_strides(shape), dtype) for shape, dtype in out_specs]
+        self.out_layouts = [(tuple(int(n) for n in shape), _contiguous_strides(shape), dtype) for shape, dtype in out_specs]
         self.workspaces = Workspaces(work_specs) if work_specs else None
         self.semaphores = semaphores
         self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
@@ -514,20 +544,23 @@ class _Launch:
         """Lines of a generated function (a ready call's) that make this launch on the tensors
         named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the
         outputs, take the stream's workspaces and call Triton's C launcher for each kernel
-        inline, as `_run` and `_DirectStep` would, without their calls and lists. Where the
-        call's input pointers lose the alignment a kernel assumes, the current device is
-        another or a launch hook was installed since, the lines take `fallback` (an expression
-        whose value is the outputs) instead. Names the lines read go into `env`, suffixed with
-        `tag`. None: this launch has no such form (not compiled yet, another launcher)."""
+        inline, as `_run` and `_DirectStep.__call__` would, without their calls and lists.
+        Where the call's input pointers lose the alignment a kernel assumes (the allocators
+        align what they make), the current device is another, a launch hook was installed
+        since or a step's launcher turned out to take other arguments, the lines take
+        `fallback` (an expression whose value is the outputs) instead. Names the lines read go
+        into `env`, suffixed with `tag`. None: this launch has no such form (not compiled yet,
+        another launcher)."""
         empty = _FAST_EMPTY.get(device.type)
-        if device.type != "cuda" or device.index is None or empty is None or self.cold or not outs:
+        if device.type != "cuda" or device.index is None or empty is None or self.cold or not outs \
+                or len(outs) != len(self.out_layouts):
             return None
         raws = [step.raw_parts() if isinstance(step, _DirectStep) else None for step, _, _ in self.steps]
         if not raws or any(raw is None for raw in raws):
             return None
         env.update({f"EMPTY{tag}": empty, f"DEV{tag}": device, "current_device": current_device,
                     "raw_stream": raw_stream, "stream_key": stream_key})
-        checks, body = [], []
+        body = [f"stream{tag} = raw_stream({device.index})"]
         for k, (shape, strides, dtype) in enumerate(self.out_layouts):
             env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
             body.append(f"{outs[k]} = EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})")
@@ -542,35 +575,24 @@ class _Launch:
                 env[f"SEM{tag}"] = self.semaphores
                 scratch.append(f"sem{tag}")
                 body.append(f"sem{tag} = SEM{tag}.get(DEV{tag}, key{tag})")
-        tensors = ins + outs + scratch
-        hooks_checked = set()
+        checks: list[str] = []
         for j, ((_, template, slots), raw) in enumerate(zip(self.steps, raws)):
-            t = f"{tag}_{j}"
-            names = {"launch": "L", "function": "F", "packed": "P", "hooks": "H", "cooperative": "CO", "pdl": "PD"}
-            env.update({f"{short}{t}": raw[key] for key, short in names.items()})
-            args, filled = [], dict(slots)
-            for pos, value in enumerate(template):
-                if pos in filled:
-                    args.append(tensors[filled[pos]])
-                    if raw["aligned"] and filled[pos] < len(ins) and pos in raw["tensor_at"]:
-                        checks.append(f"{ins[filled[pos]]}.data_ptr() % 16")  # (the allocators align the rest)
-                else:
-                    env[f"C{t}_{pos}"] = value
-                    args.append(f"C{t}_{pos}")
-            for i, value in enumerate(raw["constexprs"]):
-                env[f"X{t}_{i}"] = value
-                args.append(f"X{t}_{i}")
+            body.append(_raw_launch_line(raw, template, slots, ins, ins + outs + scratch, checks, env,
+                                         f"{tag}_{j}", f"stream{tag}"))
+        for j, raw in enumerate({id(raw["hooks"]): raw for raw in raws}.values()):  # (Triton's one knobs object)
+            env[f"HK{tag}_{j}"] = raw["hooks"]
             for i, hook in enumerate(("launch_enter_hook", "launch_exit_hook")):
-                if (id(raw["hooks"]), hook) not in hooks_checked:
-                    hooks_checked.add((id(raw["hooks"]), hook))
-                    chain = env[f"HC{t}_{i}"] = raw["chains"][i]
-                    # (a chain, as Triton 3.6 keeps hooks, is empty while its list of calls is)
-                    checks.append(f"H{t}.{hook} is not HC{t}_{i}" + (f" or HC{t}_{i}.calls" if chain is not None else ""))
-            body.append(f"L{t}({raw['grid']}, 1, 1, raw_stream({device.index}), F{t}, CO{t}, PD{t}, None, None, P{t}, "
-                        f"None, None, None, {', '.join(args)})")
+                # (a chain, as Triton 3.6 keeps hooks, is empty while its list of calls is)
+                chain = env[f"HC{tag}_{j}_{i}"] = raw["chains"][i]
+                checks.append(f"HK{tag}_{j}.{hook} is not HC{tag}_{j}_{i}"
+                              + (f" or HC{tag}_{j}_{i}.calls" if chain is not None else ""))
         checks.append(f"current_device() != {device.index}")
-        return [f"if {' or '.join(dict.fromkeys(checks))}:", f"    {''.join(o + ', ' for o in outs)}= {fallback}",
-                "else:"] + ["    " + line for line in body]
+        take_fallback = f"{''.join(o + ', ' for o in outs)}= {fallback}"
+        unusable = "; ".join(f"S{tag}_{j}.usable = False" for j in range(len(raws)))
+        return ([f"if {' or '.join(dict.fromkeys(checks))}:", f"    {take_fallback}", "else:", "    try:"]
+                + ["        " + line for line in body]
+                + ["    except TypeError:  # a launcher of another shape: Triton's entry point from now on",
+                   f"        {unusable}", f"        {take_fallback}"])
 
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
         """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
@@ -579,7 +601,8 @@ class _Launch:
         empty = _FAST_EMPTY.get(device.type)
         if empty is None or (device.index is not None and device.index != current_device()):
             # (the fast allocators allocate on the current device)
-            empty = functools.partial(torch.empty_strided, device=device)
+            def empty(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+                return torch.empty_strided(shape, strides, dtype=dtype, device=device)
         if dests is None:
             outputs = [empty(shape, strides, dtype) for shape, strides, dtype in self.out_layouts]
         else:

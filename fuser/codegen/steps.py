@@ -130,7 +130,7 @@ class _DirectStep(_Step):
         if any(_hook(c) is not None for c in chains):
             return None
         launch, cooperative, pdl = self.raw
-        return dict(launch=launch, grid=self.grid, function=self.compiled.function, cooperative=cooperative,
+        return dict(step=self, launch=launch, grid=self.grid, function=self.compiled.function, cooperative=cooperative,
                     pdl=pdl, packed=self.compiled.packed_metadata, hooks=self.hooks, chains=chains,
                     aligned=self.aligned, tensor_at=self.tensor_at, constexprs=self.constexprs)
 

@@ -15,6 +15,9 @@ triton_knobs = pytest.importorskip("triton").knobs
 HookChain = type(triton_knobs.runtime.launch_enter_hook)
 
 
+REJECT: list = []  # non-empty: the stand-in C launcher raises TypeError
+
+
 class _Compiled:
     function, packed_metadata = "function", "packed"
 
@@ -34,6 +37,8 @@ class _Kernel:
 
 def _step(grid: int, template: list, tensor_at: list, constexprs: dict, calls: list, hooks) -> steps._DirectStep:
     def record(*args):
+        if REJECT:  # a launcher of another shape rejects its arguments before launching
+            raise TypeError("another launcher")
         calls.append(args)
 
     step = steps._DirectStep(_Kernel(calls), grid, dict(constexprs, num_warps=4))
@@ -128,3 +133,38 @@ def test_no_inline_form_before_compiling_or_off_the_gpu(stand_ins):
     assert made.direct_lines(["a", "b"], ["o0", "o1"], "K", env, "", torch.device("cpu")) is None
     made.steps[1][0].compiled = None  # its first launch compiles it
     assert made.direct_lines(["a", "b"], ["o0", "o1"], "K", env, "", torch.device("cuda", 0)) is None
+
+
+def test_a_launcher_that_takes_other_arguments_leaves_the_inline_form(stand_ins):
+    """A Triton whose C launcher rejects the arguments (TypeError, before launching): the steps
+    become unusable and every call takes Triton's entry point, as `_DirectStep` does."""
+    calls = []
+    made = _two_step_launch(stand_ins, calls)
+    run = _generated(made, torch.device("cuda", 0))
+    b = torch.randn(8)
+    REJECT.append(True)
+    try:
+        outs = run(torch.randn(5, 8), b)
+    finally:
+        REJECT.clear()
+    assert [tuple(o.shape) for o in outs] == [(5, 8), (8,)]
+    assert all(not step.usable for step, _, _ in made.steps)
+    assert calls == [("jit", (6,)), ("jit", (1,))]
+    run(torch.randn(5, 8), b)
+    assert calls[2:] == [("jit", (6,)), ("jit", (1,))]
+
+
+def test_outputs_are_allocated_without_the_fast_allocators(monkeypatch):
+    """A torch without Inductor's allocators (or a launch whose device is not the current
+    one) allocates through torch.empty_strided (found by review: it was passed the dtype
+    positionally, which torch.empty_strided rejects)."""
+    from fuser import DataType, FusionDefinition
+
+    monkeypatch.setattr(launch, "_FAST_EMPTY", {})
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))
+    x = torch.randn(6, 33, generator=torch.Generator().manual_seed(8))
+    for _ in range(2):
+        (out,) = fd.execute([x])
+        torch.testing.assert_close(out, torch.exp(x).sum(1))
