@@ -35,9 +35,10 @@ from ..timing import phase
 from . import autotune, parallel_compile
 from .canonical import named
 from .compile import load_canonical
+from .inline import FAST_EMPTY, inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import META, _DirectStep, _Step, current_device, raw_stream
+from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .kernel import KernelSource, generate, workspace_dtype
 from .layout import Layout, make_layout, run_stride
@@ -451,58 +452,12 @@ def _processors(device: torch.device) -> int:
 INTERPRETER_PROCESSORS = 0
 
 
-def _fast_allocators() -> dict:
-    """Allocators of a strided tensor on the current device by device type, in C++ without the
-    dispatcher's argument parsing (the ones Inductor's generated code calls): about 1 us a
-    tensor on the H200 hosts against 3.3-4.5 us for `torch.empty`. Empty for a torch that lacks
-    them (`torch.empty_strided` is used). They take a tuple of ints and skip what the dispatcher
-    adds: dispatch modes do not see them, and deterministic mode's fill of new memory does not
-    apply (every kernel writes all of its outputs)."""
-    try:
-        from torch._C._dynamo.guards import _empty_strided_cpu, _empty_strided_cuda
-    except ImportError:  # pragma: no cover - depends on the torch build
-        return {}
-    return {"cuda": _empty_strided_cuda, "cpu": _empty_strided_cpu}
-
-
-_FAST_EMPTY = _fast_allocators()
-
-
 def _contiguous_strides(shape: tuple) -> tuple:
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
-
-
-# what a generated launch line reads of `_DirectStep.raw_parts`, by the name it has there
-_RAW_NAMES = {"launch": "L", "function": "F", "packed": "P", "cooperative": "CO", "pdl": "PD", "step": "S"}
-
-
-def _raw_launch_line(raw: dict, template: list, slots: list, ins: list[str], tensors: list[str], checks: list[str],
-                     env: dict, tag: str, stream: str) -> str:
-    """One kernel's call of Triton's C launcher in generated code (`_Launch.direct_lines`),
-    its arguments the tensors named by `slots` and the template's constants, then its
-    constexprs; adds to `checks` what must hold for it: its inputs' alignment where the kernel
-    assumes it, its step still usable."""
-    env.update({f"{short}{tag}": raw[key] for key, short in _RAW_NAMES.items()})
-    args, filled = [], dict(slots)
-    for pos, value in enumerate(template):
-        k = filled.get(pos)
-        if k is None:
-            env[f"C{tag}_{pos}"] = value
-            args.append(f"C{tag}_{pos}")
-            continue
-        args.append(tensors[k])
-        if raw["aligned"] and k < len(ins) and pos in raw["tensor_at"]:
-            checks.append(f"{ins[k]}.data_ptr() % 16")
-    for i, value in enumerate(raw["constexprs"]):
-        env[f"X{tag}_{i}"] = value
-        args.append(f"X{tag}_{i}")
-    checks.append(f"not S{tag}.usable")
-    return (f"L{tag}({raw['grid']}, 1, 1, {stream}, F{tag}, CO{tag}, PD{tag}, None, None, P{tag}, None, None, None, "
-            f"{', '.join(args)})")
 
 
 class _Launch:
@@ -541,64 +496,14 @@ class _Launch:
 
     def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
                      device: torch.device) -> Optional[list[str]]:
-        """Lines of a generated function (a ready call's) that make this launch on the tensors
-        named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the
-        outputs, take the stream's workspaces and call Triton's C launcher for each kernel
-        inline, as `_run` and `_DirectStep.__call__` would, without their calls and lists.
-        Where the call's input pointers lose the alignment a kernel assumes (the allocators
-        align what they make), the current device is another, a launch hook was installed
-        since or a step's launcher turned out to take other arguments, the lines take
-        `fallback` (an expression whose value is the outputs) instead. Names the lines read go
-        into `env`, suffixed with `tag`. None: this launch has no such form (not compiled yet,
-        another launcher)."""
-        empty = _FAST_EMPTY.get(device.type)
-        if device.type != "cuda" or device.index is None or empty is None or self.cold or not outs \
-                or len(outs) != len(self.out_layouts):
-            return None
-        raws = [step.raw_parts() if isinstance(step, _DirectStep) else None for step, _, _ in self.steps]
-        if not raws or any(raw is None for raw in raws):
-            return None
-        env.update({f"EMPTY{tag}": empty, f"DEV{tag}": device, "current_device": current_device,
-                    "raw_stream": raw_stream, "stream_key": stream_key})
-        body = [f"stream{tag} = raw_stream({device.index})"]
-        for k, (shape, strides, dtype) in enumerate(self.out_layouts):
-            env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
-            body.append(f"{outs[k]} = EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})")
-        scratch = []
-        if self.workspaces is not None or self.semaphores is not None:
-            body.append(f"key{tag} = stream_key(DEV{tag})")
-            if self.workspaces is not None:
-                env[f"WS{tag}"] = self.workspaces
-                scratch += [f"ws{tag}_{j}" for j in range(len(self.workspaces.specs))]
-                body.append(f"{''.join(w + ', ' for w in scratch)}= WS{tag}.get(DEV{tag}, key{tag})")
-            if self.semaphores is not None:
-                env[f"SEM{tag}"] = self.semaphores
-                scratch.append(f"sem{tag}")
-                body.append(f"sem{tag} = SEM{tag}.get(DEV{tag}, key{tag})")
-        checks: list[str] = []
-        for j, ((_, template, slots), raw) in enumerate(zip(self.steps, raws)):
-            body.append(_raw_launch_line(raw, template, slots, ins, ins + outs + scratch, checks, env,
-                                         f"{tag}_{j}", f"stream{tag}"))
-        for j, raw in enumerate({id(raw["hooks"]): raw for raw in raws}.values()):  # (Triton's one knobs object)
-            env[f"HK{tag}_{j}"] = raw["hooks"]
-            for i, hook in enumerate(("launch_enter_hook", "launch_exit_hook")):
-                # (a chain, as Triton 3.6 keeps hooks, is empty while its list of calls is)
-                chain = env[f"HC{tag}_{j}_{i}"] = raw["chains"][i]
-                checks.append(f"HK{tag}_{j}.{hook} is not HC{tag}_{j}_{i}"
-                              + (f" or HC{tag}_{j}_{i}.calls" if chain is not None else ""))
-        checks.append(f"current_device() != {device.index}")
-        take_fallback = f"{''.join(o + ', ' for o in outs)}= {fallback}"
-        unusable = "; ".join(f"S{tag}_{j}.usable = False" for j in range(len(raws)))
-        return ([f"if {' or '.join(dict.fromkeys(checks))}:", f"    {take_fallback}", "else:", "    try:"]
-                + ["        " + line for line in body]
-                + ["    except TypeError:  # a launcher of another shape: Triton's entry point from now on",
-                   f"        {unusable}", f"        {take_fallback}"])
+        """This launch inline in a ready call's generated code (`codegen/inline.py`)."""
+        return inline_lines(self, ins, outs, fallback, env, tag, device)
 
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
         """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
         allocated or, where given, written into `dests` (views of the shapes and strides this
         launch was made for)."""
-        empty = _FAST_EMPTY.get(device.type)
+        empty = FAST_EMPTY.get(device.type)
         if empty is None or (device.index is not None and device.index != current_device()):
             # (the fast allocators allocate on the current device)
             def empty(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:

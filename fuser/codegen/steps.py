@@ -119,7 +119,7 @@ class _DirectStep(_Step):
             self.raw = _raw_launch(self.compiled.run)
 
     def raw_parts(self) -> Optional[dict]:
-        """What a generated call of Triton's C launch function needs (`_Launch.direct_lines`):
+        """What a generated call of Triton's C launch function needs (`codegen/inline.py`):
         the function and its fixed arguments, the launch-hook chains as they are now (a call
         checks them unchanged and empty: None, or a chain whose `calls` list is empty) and
         whether the kernel assumes aligned pointers. None where this step has no such call: not

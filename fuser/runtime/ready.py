@@ -55,7 +55,7 @@ def _follow(launcher: "KernelLauncher", seg: Segment, source: str) -> None:
 class ReadyCall:
     """One prepared kernel launch of a single-kernel runtime, for one exact argument layout.
     On a GPU the call is one generated function that allocates and launches inline
-    (`_Launch.direct_lines`); elsewhere, or where the launch has no such form, it calls the
+    (`codegen/inline.py`); elsewhere, or where the launch has no such form, it calls the
     prepared launch."""
 
     __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "run")

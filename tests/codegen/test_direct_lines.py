@@ -1,4 +1,4 @@
-"""The inline form of a prepared launch (codegen/launch.py `_Launch.direct_lines`), which a
+"""The inline form of a prepared launch (codegen/inline.py, `_Launch.direct_lines`), which a
 ready call's generated code runs on the GPU, against the prepared launch itself (`_run` and
 `_DirectStep.__call__`): both must hand Triton's C launcher the same arguments. The launcher,
 the CUDA allocator, the device and the stream are stood in (the interpreter compiles nothing);
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._C._dynamo.guards import _empty_strided_cpu
 
-from fuser.codegen import launch, steps
+from fuser.codegen import inline, launch, steps
 
 triton_knobs = pytest.importorskip("triton").knobs
 HookChain = type(triton_knobs.runtime.launch_enter_hook)
@@ -49,11 +49,13 @@ def _step(grid: int, template: list, tensor_at: list, constexprs: dict, calls: l
 
 @pytest.fixture
 def stand_ins(monkeypatch):
-    for module in (launch, steps):
+    for module in (inline, launch, steps):
         monkeypatch.setattr(module, "current_device", lambda: 0)
+    for module in (inline, steps):
         monkeypatch.setattr(module, "raw_stream", lambda device: 1234)
-    monkeypatch.setattr(launch, "stream_key", lambda device: ("stream",))
-    monkeypatch.setattr(launch, "_FAST_EMPTY", {"cuda": _empty_strided_cpu})
+    for module in (inline, launch):
+        monkeypatch.setattr(module, "stream_key", lambda device: ("stream",))
+        monkeypatch.setattr(module, "FAST_EMPTY", {"cuda": _empty_strided_cpu})
     return types.SimpleNamespace(launch_enter_hook=HookChain(), launch_exit_hook=HookChain())
 
 
@@ -118,8 +120,8 @@ def test_the_inline_form_falls_back_where_the_kernel_assumptions_break(stand_ins
     run(torch.randn(5, 8), b)
     assert len(fell_back) == 2
     stand_ins.launch_exit_hook.remove(print)
-    monkeypatch.setattr(launch, "current_device", lambda: 1)
-    monkeypatch.setattr(steps, "current_device", lambda: 1)
+    for module in (inline, launch, steps):
+        monkeypatch.setattr(module, "current_device", lambda: 1)
     run.__globals__["current_device"] = lambda: 1
     with pytest.raises(Exception):  # noqa: B017 - the prepared launch enters the other device
         run(torch.randn(5, 8), b)
@@ -160,7 +162,7 @@ def test_outputs_are_allocated_without_the_fast_allocators(monkeypatch):
     positionally, which torch.empty_strided rejects)."""
     from fuser import DataType, FusionDefinition
 
-    monkeypatch.setattr(launch, "_FAST_EMPTY", {})
+    monkeypatch.setattr(launch, "FAST_EMPTY", {})
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))
