@@ -34,16 +34,19 @@ def _fast_allocators() -> dict:
 FAST_EMPTY = _fast_allocators()
 
 
-# what a generated launch line reads of `_DirectStep.raw_parts`, by the name it has there
-_RAW_NAMES = {"launch": "L", "function": "F", "packed": "P", "cooperative": "CO", "pdl": "PD", "step": "S"}
+# what a generated launch reads of `_DirectStep.raw_parts`, by the name it has there
+_RAW_NAMES = {"launch": "L", "function": "F", "packed": "P", "cooperative": "CO", "pdl": "PD", "step": "S",
+              "jit": "J", "kwargs": "KW"}
 
 
-def _raw_launch_line(raw: dict, template: list, slots: list, ins: list[str], tensors: list[str], checks: list[str],
-                     env: dict, tag: str, stream: str) -> str:
-    """One kernel's call of Triton's C launcher in generated code (`inline_lines`),
-    its arguments the tensors named by `slots` and the template's constants, then its
-    constexprs; adds to `checks` what must hold for it: its inputs' alignment where the kernel
-    assumes it, its step still usable."""
+def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], tensors: list[str], checks: list[str],
+                      env: dict, tag: str, stream: str) -> list[str]:
+    """One kernel's call of Triton's C launcher in generated code (`inline_lines`): its
+    arguments the tensors named by `slots` and the template's constants, then its constexprs.
+    A launcher that rejects them (TypeError, raised before anything is enqueued) leaves the
+    step to Triton's entry point from then on, as `_DirectStep.__call__` does. Adds to
+    `checks` what must hold for the call: the inputs the kernel was compiled aligned for still
+    aligned, the step still usable."""
     env.update({f"{short}{tag}": raw[key] for key, short in _RAW_NAMES.items()})
     args, filled = [], dict(slots)
     for pos, value in enumerate(template):
@@ -53,14 +56,19 @@ def _raw_launch_line(raw: dict, template: list, slots: list, ins: list[str], ten
             args.append(f"C{tag}_{pos}")
             continue
         args.append(tensors[k])
-        if raw["aligned"] and k < len(ins) and pos in raw["tensor_at"]:
+        if k < len(ins) and pos in raw["aligned_at"]:  # (the allocators align what they make)
             checks.append(f"{ins[k]}.data_ptr() % 16")
+    constexprs = []
     for i, value in enumerate(raw["constexprs"]):
         env[f"X{tag}_{i}"] = value
-        args.append(f"X{tag}_{i}")
+        constexprs.append(f"X{tag}_{i}")
     checks.append(f"not S{tag}.usable")
-    return (f"L{tag}({raw['grid']}, 1, 1, {stream}, F{tag}, CO{tag}, PD{tag}, None, None, P{tag}, None, None, None, "
-            f"{', '.join(args)})")
+    return ["try:",
+            f"    L{tag}({raw['grid']}, 1, 1, {stream}, F{tag}, CO{tag}, PD{tag}, None, None, P{tag}, None, None, None, "
+            f"{', '.join(args + constexprs)})",
+            "except TypeError:  # a launcher of another shape",
+            f"    S{tag}.usable = False",
+            f"    J{tag}({''.join(a + ', ' for a in args)}**KW{tag})"]
 
 
 def inline_lines(launch: "_Launch", ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
@@ -71,8 +79,8 @@ def inline_lines(launch: "_Launch", ins: list[str], outs: list[str], fallback: s
     inline, as `_run` and `_DirectStep.__call__` would, without their calls and lists.
     Where the call's input pointers lose the alignment a kernel assumes (the allocators
     align what they make), the current device is another, a launch hook was installed
-    since or a step's launcher turned out to take other arguments, the lines take
-    `fallback` (an expression whose value is the outputs) instead. Names the lines read go
+    since or a step's launcher rejected its arguments before, the lines take `fallback` (an
+    expression whose value is the outputs) instead. Names the lines read go
     into `env`, suffixed with `tag`. None: this launch has no such form (not compiled yet,
     another launcher)."""
     empty = FAST_EMPTY.get(device.type)
@@ -101,8 +109,8 @@ def inline_lines(launch: "_Launch", ins: list[str], outs: list[str], fallback: s
             body.append(f"sem{tag} = SEM{tag}.get(DEV{tag}, key{tag})")
     checks: list[str] = []
     for j, ((_, template, slots), raw) in enumerate(zip(launch.steps, raws)):
-        body.append(_raw_launch_line(raw, template, slots, ins, ins + outs + scratch, checks, env,
-                                     f"{tag}_{j}", f"stream{tag}"))
+        body += _raw_launch_lines(raw, template, slots, ins, ins + outs + scratch, checks, env,
+                                  f"{tag}_{j}", f"stream{tag}")
     for j, raw in enumerate({id(raw["hooks"]): raw for raw in raws}.values()):  # (Triton's one knobs object)
         env[f"HK{tag}_{j}"] = raw["hooks"]
         for i, hook in enumerate(("launch_enter_hook", "launch_exit_hook")):
@@ -111,9 +119,5 @@ def inline_lines(launch: "_Launch", ins: list[str], outs: list[str], fallback: s
             checks.append(f"HK{tag}_{j}.{hook} is not HC{tag}_{j}_{i}"
                           + (f" or HC{tag}_{j}_{i}.calls" if chain is not None else ""))
     checks.append(f"current_device() != {device.index}")
-    take_fallback = f"{''.join(o + ', ' for o in outs)}= {fallback}"
-    unusable = "; ".join(f"S{tag}_{j}.usable = False" for j in range(len(raws)))
-    return ([f"if {' or '.join(dict.fromkeys(checks))}:", f"    {take_fallback}", "else:", "    try:"]
-            + ["        " + line for line in body]
-            + ["    except TypeError:  # a launcher of another shape: Triton's entry point from now on",
-               f"        {unusable}", f"        {take_fallback}"])
+    return ([f"if {' or '.join(dict.fromkeys(checks))}:", f"    {''.join(o + ', ' for o in outs)}= {fallback}",
+             "else:"] + ["    " + line for line in body])

@@ -35,7 +35,8 @@ from ..timing import phase
 from . import autotune, parallel_compile
 from .canonical import named
 from .compile import load_canonical
-from .inline import FAST_EMPTY, inline_lines
+from . import inline
+from .inline import inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
@@ -503,7 +504,7 @@ class _Launch:
         """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
         allocated or, where given, written into `dests` (views of the shapes and strides this
         launch was made for)."""
-        empty = FAST_EMPTY.get(device.type)
+        empty = inline.FAST_EMPTY.get(device.type)
         if empty is None or (device.index is not None and device.index != current_device()):
             # (the fast allocators allocate on the current device)
             def empty(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:

@@ -89,8 +89,9 @@ class _DirectStep(_Step):
         super().__init__(fn, grid, kwargs)
         self.fn, self.grid = fn, grid
         self.compiled = None
-        self.aligned = False
-        self.tensor_at: list[int] = []
+        # the tensor arguments whose pointers were 16-byte aligned when the kernel compiled:
+        # Triton specializes each pointer on that, so a later call must keep them aligned
+        self.aligned_at: list[int] = []
         self.constexprs = [v for k, v in kwargs.items() if k != "num_warps"]  # in parameter order
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
@@ -111,19 +112,19 @@ class _DirectStep(_Step):
         if self.compiled is None and self.usable:
             from triton import knobs
 
-            self.tensor_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            self.aligned_at = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0]
             self.compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
             self.compiled._init_handles()
-            self.aligned = not any(args[k].data_ptr() % 16 for k in self.tensor_at)
             self.hooks = knobs.runtime
             self.raw = _raw_launch(self.compiled.run)
 
     def raw_parts(self) -> Optional[dict]:
         """What a generated call of Triton's C launch function needs (`codegen/inline.py`):
         the function and its fixed arguments, the launch-hook chains as they are now (a call
-        checks them unchanged and empty: None, or a chain whose `calls` list is empty) and
-        whether the kernel assumes aligned pointers. None where this step has no such call: not
-        compiled yet, another launcher, a hook installed."""
+        checks them unchanged and empty: None, or a chain whose `calls` list is empty), the
+        arguments whose alignment the kernel assumes, and its JIT entry point with its keyword
+        arguments (for a launcher that rejects the call). None where this step has no such
+        call: not compiled yet, another launcher, a hook installed."""
         if self.compiled is None or not self.usable or self.raw is None:
             return None
         chains = (self.hooks.launch_enter_hook, self.hooks.launch_exit_hook)
@@ -132,16 +133,15 @@ class _DirectStep(_Step):
         launch, cooperative, pdl = self.raw
         return dict(step=self, launch=launch, grid=self.grid, function=self.compiled.function, cooperative=cooperative,
                     pdl=pdl, packed=self.compiled.packed_metadata, hooks=self.hooks, chains=chains,
-                    aligned=self.aligned, tensor_at=self.tensor_at, constexprs=self.constexprs)
+                    aligned_at=self.aligned_at, constexprs=self.constexprs, jit=self.launch, kwargs=self.kwargs)
 
     def __call__(self, args: list) -> None:
         kernel = self.compiled
         if kernel is None or not self.usable:
             return self._first(args)
-        if self.aligned:
-            for k in self.tensor_at:
-                if args[k].data_ptr() % 16:
-                    return self.launch(*args, **self.kwargs)
+        for k in self.aligned_at:
+            if args[k].data_ptr() % 16:
+                return self.launch(*args, **self.kwargs)
         # the current device's current stream, as Triton's own launch takes it
         stream = raw_stream(current_device())
         enter, leave = _hook(self.hooks.launch_enter_hook), _hook(self.hooks.launch_exit_hook)

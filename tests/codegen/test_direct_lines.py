@@ -15,7 +15,7 @@ triton_knobs = pytest.importorskip("triton").knobs
 HookChain = type(triton_knobs.runtime.launch_enter_hook)
 
 
-REJECT: list = []  # non-empty: the stand-in C launcher raises TypeError
+REJECT: set = set()  # grids whose stand-in C launcher raises TypeError
 
 
 class _Compiled:
@@ -35,14 +35,14 @@ class _Kernel:
         return lambda *args, **kwargs: self.calls.append(("jit", grid))
 
 
-def _step(grid: int, template: list, tensor_at: list, constexprs: dict, calls: list, hooks) -> steps._DirectStep:
+def _step(grid: int, template: list, aligned_at: list, constexprs: dict, calls: list, hooks) -> steps._DirectStep:
     def record(*args):
-        if REJECT:  # a launcher of another shape rejects its arguments before launching
+        if grid in REJECT:  # a launcher of another shape rejects its arguments before launching
             raise TypeError("another launcher")
         calls.append(args)
 
     step = steps._DirectStep(_Kernel(calls), grid, dict(constexprs, num_warps=4))
-    step.compiled, step.tensor_at, step.aligned, step.hooks = _Compiled(), tensor_at, True, hooks
+    step.compiled, step.aligned_at, step.hooks = _Compiled(), aligned_at, hooks
     step.raw = (record, False, False)
     return step
 
@@ -55,7 +55,7 @@ def stand_ins(monkeypatch):
         monkeypatch.setattr(module, "raw_stream", lambda device: 1234)
     for module in (inline, launch):
         monkeypatch.setattr(module, "stream_key", lambda device: ("stream",))
-        monkeypatch.setattr(module, "FAST_EMPTY", {"cuda": _empty_strided_cpu})
+    monkeypatch.setattr(inline, "FAST_EMPTY", {"cuda": _empty_strided_cpu})
     return types.SimpleNamespace(launch_enter_hook=HookChain(), launch_exit_hook=HookChain())
 
 
@@ -138,22 +138,49 @@ def test_no_inline_form_before_compiling_or_off_the_gpu(stand_ins):
 
 
 def test_a_launcher_that_takes_other_arguments_leaves_the_inline_form(stand_ins):
-    """A Triton whose C launcher rejects the arguments (TypeError, before launching): the steps
-    become unusable and every call takes Triton's entry point, as `_DirectStep` does."""
+    """A C launcher that rejects its arguments (TypeError, before launching): that step alone
+    takes Triton's entry point from then on, as `_DirectStep` does, and the kernels before it
+    are not launched again (found by review: one fallback re-ran the whole launch)."""
     calls = []
     made = _two_step_launch(stand_ins, calls)
     run = _generated(made, torch.device("cuda", 0))
     b = torch.randn(8)
-    REJECT.append(True)
+    REJECT.add(1)  # the combine kernel's launcher
     try:
         outs = run(torch.randn(5, 8), b)
     finally:
         REJECT.clear()
     assert [tuple(o.shape) for o in outs] == [(5, 8), (8,)]
-    assert all(not step.usable for step, _, _ in made.steps)
-    assert calls == [("jit", (6,)), ("jit", (1,))]
-    run(torch.randn(5, 8), b)
-    assert calls[2:] == [("jit", (6,)), ("jit", (1,))]
+    assert [step.usable for step, _, _ in made.steps] == [True, False]
+    assert len(calls) == 2 and calls[0][0] == 6 and calls[1] == ("jit", (1,))
+    run(torch.randn(5, 8), b)  # the prepared launch now: its first kernel raw, the second through the JIT
+    assert len(calls) == 4 and calls[2][0] == 6 and calls[3] == ("jit", (1,))
+
+
+def test_a_pointer_aligned_when_the_kernel_compiled_stays_checked(monkeypatch):
+    """Triton specializes each pointer on its 16-byte alignment: a kernel compiled with one
+    input misaligned and another aligned assumes the second stays aligned. A later call
+    handing it a misaligned pointer there takes Triton's entry point (found by review: only a
+    kernel compiled with every pointer aligned was checked)."""
+    calls = []
+
+    class Kernel(_Kernel):
+        def run(self, *args, grid, warmup, **kwargs):
+            compiled = _Compiled()
+            compiled._init_handles = lambda: None
+            compiled.run = lambda *launch_args: calls.append("launcher")
+            return compiled
+
+    monkeypatch.setattr(steps, "current_device", lambda: 0)
+    monkeypatch.setattr(steps, "raw_stream", lambda device: 0)
+    step = steps._DirectStep(Kernel(calls), 2, dict(BLOCK=8, num_warps=4))
+    flat = torch.randn(65)
+    misaligned, aligned = flat[1:33], torch.randn(32)
+    step([misaligned, aligned, 5])  # the first launch, through the JIT, compiles
+    assert step.aligned_at == [1]
+    step([misaligned, torch.randn(32), 5])
+    step([torch.randn(32), flat[1:33], 5])
+    assert calls == [("jit", (2,)), "launcher", ("jit", (2,))]
 
 
 def test_outputs_are_allocated_without_the_fast_allocators(monkeypatch):
@@ -162,7 +189,7 @@ def test_outputs_are_allocated_without_the_fast_allocators(monkeypatch):
     positionally, which torch.empty_strided rejects)."""
     from fuser import DataType, FusionDefinition
 
-    monkeypatch.setattr(launch, "FAST_EMPTY", {})
+    monkeypatch.setattr(inline, "FAST_EMPTY", {})
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))

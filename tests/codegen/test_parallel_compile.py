@@ -129,7 +129,7 @@ def test_an_exit_hook_alone_still_gets_launch_metadata(monkeypatch):
     exit_chain = type(knobs.runtime.launch_exit_hook)()
     exit_chain.add(print)
     step = steps._DirectStep(_StandInKernel(0), 1, dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1))
-    step.compiled, step.tensor_at = Compiled(), []
+    step.compiled, step.aligned_at = Compiled(), []
     step.hooks = types.SimpleNamespace(launch_enter_hook=type(exit_chain)(), launch_exit_hook=exit_chain)
     monkeypatch.setattr(steps, "raw_stream", lambda device: 0)
     monkeypatch.setattr(steps, "current_device", lambda: 0)

@@ -1,6 +1,6 @@
 """On a GPU, a repeat call of a single-kernel fusion is one generated function that allocates
 its outputs and calls Triton's C launcher inline (runtime/ready.py ReadyCall,
-codegen/launch.py `_Launch.direct_lines`). It must take the prepared launch instead where the
+codegen/inline.py). It must take the prepared launch instead where the
 kernel's assumptions no longer hold: an input pointer that lost its alignment, a launch hook
 installed since. Every call gets fresh data and is compared with eager."""
 import pytest
