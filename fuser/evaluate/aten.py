@@ -221,6 +221,19 @@ def _permute(e: PermuteOp, args, ctx):
     return [args[0].permute(e.dims)]
 
 
+def method_form(e: Expr, shape_of: Callable[[Any], Any]) -> "tuple[str, tuple] | None":
+    """The Tensor method, and its argument, that the rule of a view op above calls on its first
+    input once the output's sizes are fixed (`shape_of(tv)`: those sizes, None where unknown):
+    a ready program replays it as that one call (runtime/ready.py). None for other ops."""
+    kind = type(e)
+    if kind is PermuteOp:
+        return "permute", tuple(e.dims)
+    if kind is ReshapeOp or kind is ExpandOp:
+        shape = shape_of(e.out)
+        return None if shape is None else ("reshape" if kind is ReshapeOp else "expand", tuple(shape))
+    return None
+
+
 @rule(SliceOp)
 def _slice(e: SliceOp, args, ctx):
     x, bounds = args[0], args[1:]

@@ -24,7 +24,7 @@ import torch
 
 from ..dump import dump_flags
 from ..errors import InternalError
-from ..evaluate.aten import RULES
+from ..evaluate.aten import RULES, method_form
 from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
@@ -119,9 +119,7 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     lines = ["def run(args):"]
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
-    if any(isinstance(step, _AtenStep) for step in steps):
-        # (a context a call: it caches per-execution views, a weight's transpose)
-        lines.append("    ctx = EvalContext(None, device, sizes=sizes)")
+    uses_rules = False
     for i, step in enumerate(steps):
         if isinstance(step, _KernelStep):
             env[f"K{i}"], env[f"L{i}"], env[f"G{i}"] = step.launch, step.launcher, step.seg
@@ -134,6 +132,11 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             if inline is not None:
                 continue
         else:
+            form = method_form(step.expr, lambda tv: sizes.known.get(id(tv)))
+            if form is not None and step.fill and step.fill[0][0] == 0 and len(step.outs) == 1:
+                env[f"A{i}"] = form[1]  # a view op as its Tensor method: no rule, no size lookup
+                lines.append(f"    s{step.outs[0]} = s{step.fill[0][1]}.{form[0]}(A{i})")
+                continue
             env[f"R{i}"], env[f"E{i}"] = step.rule, step.expr
             args = [f"C{i}_{pos}" for pos in range(len(step.template))]
             for pos, value in enumerate(step.template):
@@ -141,8 +144,11 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             for pos, k in step.fill:
                 args[pos] = f"s{k}"
             lines.append(f"    r = R{i}(E{i}, [{', '.join(args)}], ctx)")
+            uses_rules = True
         lines += [f"    s{k} = r[{j}]" for j, k in enumerate(step.outs)]
     lines.append(f"    return [{', '.join(f's{k}' for k in outputs)}]")
+    if uses_rules:  # (a context a call: it caches per-execution views, a weight's transpose)
+        lines.insert(2 if n_inputs else 1, "    ctx = EvalContext(None, device, sizes=sizes)")
     exec(compile("\n".join(lines), f"<fuser ready program of {len(steps)} steps>", "exec"), env)
     return env["run"]
 

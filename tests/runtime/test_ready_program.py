@@ -200,3 +200,21 @@ def test_a_single_kernel_keeps_its_ready_launch_when_launches_are_cleared(monkey
         torch.testing.assert_close(out, torch.exp(x).sum(1))
     (ready,) = _ready(fd)
     assert isinstance(ready, ReadyCall)
+
+
+def test_view_ops_replay_as_tensor_methods():
+    """A reshape and a permute between a kernel and a matmul replay as one Tensor method call
+    each, with the first call's sizes (no rule dispatch, no size lookup), on fresh data."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        flat = fd.ops.reshape(fd.ops.exp(x), [fd.ops.mul(x.shape()[0], x.shape()[1]), x.shape()[2]])
+        fd.add_output(fd.ops.permute(fd.ops.matmul(flat, w), [1, 0]))
+    g = torch.Generator().manual_seed(19)
+    for _ in range(3):
+        x, w = torch.randn(2, 3, 4, generator=g), torch.randn(4, 5, generator=g)
+        (out,) = fd.execute([x, w])
+        torch.testing.assert_close(out, (torch.exp(x).reshape(6, 4) @ w).permute(1, 0))
+    (program,) = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
+    names = program._run.__code__.co_names
+    assert "reshape" in names and "permute" in names
