@@ -32,10 +32,9 @@ from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT
                                      split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
-from . import autotune, parallel_compile
+from . import autotune, inline, parallel_compile
 from .canonical import named
 from .compile import load_canonical
-from . import inline
 from .inline import inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
