@@ -14,6 +14,10 @@ import torch
 
 from .steps import current_device, raw_stream
 
+# whether the current stream is capturing a CUDA graph: the C function that
+# torch.cuda.is_current_stream_capturing wraps (a Python layer less on every launch)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
 
 def stream_key(device: torch.device) -> Optional[tuple]:
     """The stream a launch on `device` runs on now and the calling thread, as a key; None while
@@ -22,7 +26,7 @@ def stream_key(device: torch.device) -> Optional[tuple]:
     CUDA's per-thread default stream has one handle (2) for a different stream in each thread."""
     if device.type != "cuda":
         return (device.type, device.index, 0, threading.get_ident())
-    if torch.cuda.is_current_stream_capturing():
+    if _capturing():
         return None
     index = device.index if device.index is not None else current_device()
     return ("cuda", index, raw_stream(index), threading.get_ident())

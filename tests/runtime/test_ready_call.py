@@ -31,10 +31,10 @@ def test_repeat_calls_reuse_the_ready_launch_and_follow_new_values():
     fd.execute([x, 2.0])
     cache = fd.cache
     assert len(cache._ready) == 1
-    ready = next(iter(cache._ready.values()))
+    ready = cache.ready_calls()[0]
     y = torch.rand(4, 6) + 0.5  # same layout, new data: the same ready launch
     torch.testing.assert_close(fd.execute([y, 2.0])[0], 1.0 / (y * 2.0))
-    assert next(iter(cache._ready.values())) is ready and len(cache._ready) == 1
+    assert cache.ready_calls()[0] is ready and len(cache._ready) == 1
     torch.testing.assert_close(fd.execute([y, 3.0])[0], 1.0 / (y * 3.0))  # a new scalar value
     z = torch.rand(7, 6) + 0.5  # a new size: a new launch, the same runtime
     torch.testing.assert_close(fd.execute([z, 3.0])[0], 1.0 / (z * 3.0))
@@ -73,6 +73,48 @@ def test_the_ready_key_is_the_call_key_of_plain_calls():
     class Marked(torch.Tensor):
         pass
     assert key([x.as_subclass(Marked), 2.0]) is None
+
+
+def test_the_ready_check_passes_only_calls_with_the_same_key():
+    from fuser.runtime.cache import call_key, compile_ready_check, compile_ready_key
+
+    fd = scaled_reciprocal()
+    x = torch.rand(3, 5) + 1.0
+    fd.execute([x, 2.0])
+    key = compile_ready_key(fd.cache._binder)
+    fits = compile_ready_check(fd.cache._binder, [x, 2.0])
+    if fits is None:
+        pytest.skip("this torch has no Dynamo guards")
+
+    class Marked(torch.Tensor):
+        pass
+    assert fits([torch.rand(3, 5), 2.0]) and fits((torch.rand(3, 5), 2.0))
+    others = [[x, 3.0], [x, 2], [x, True], [x, -0.0 * 2.0 + 2.0 - 4.0], [torch.rand(3, 6), 2.0],
+              [torch.rand(5, 3).t(), 2.0], [x.double(), 2.0], [torch.nn.Parameter(x), 2.0],
+              [torch._neg_view(x), 2.0], [x.as_subclass(Marked), 2.0], [x, 2.0, 1.0], [x], x,
+              [x.clone().requires_grad_(), 2.0], [torch.rand(3, 5, device="meta"), 2.0]]
+    for args in others:
+        assert not fits(args), args
+    fits_zero = compile_ready_check(fd.cache._binder, [x, 0.0])
+    assert fits_zero([x, 0.0]) and not fits_zero([x, -0.0])
+    assert key([x, 0.0]) != key([x, -0.0])
+
+
+def test_a_repeat_call_is_found_without_computing_its_key(monkeypatch):
+    fd = scaled_reciprocal()
+    x, y = torch.rand(4, 6) + 0.5, torch.rand(4, 6) + 0.5
+    fd.execute([x, 2.0])
+    fd.execute([y, 3.0])  # the last entry is now (y's layout, 3.0)
+    cache, keyed = fd.cache, []
+    real = cache._ready_key
+    monkeypatch.setattr(cache, "_ready_key", lambda args: keyed.append(1) or real(args))
+    if cache._last.fits is None:
+        pytest.skip("this torch has no Dynamo guards")
+    torch.testing.assert_close(fd.execute([x, 3.0])[0], 1.0 / (x * 3.0))
+    assert keyed == []
+    torch.testing.assert_close(fd.execute([x, 2.0])[0], 1.0 / (x * 2.0))  # found by its key
+    torch.testing.assert_close(fd.execute([y, 2.0])[0], 1.0 / (y * 2.0))  # then by the check
+    assert keyed == [1]
 
 
 def test_outputs_that_are_inputs_come_back_on_the_ready_path():
@@ -157,7 +199,7 @@ def test_a_runtime_of_several_segments_replays_its_steps():
         (out,) = fd.execute(args)
         torch.testing.assert_close(out, torch.relu(torch.exp(args[0]) @ args[1] + args[2]))
         args = [torch.randn_like(t) for t in args]
-    (ready,) = fd.cache._ready.values()
+    (ready,) = fd.cache.ready_calls()
     assert isinstance(ready, ReadyProgram) and len(fd.last_segments()) > 1
     assert [type(s).__name__ for s in ready.steps] == ["_KernelStep", "_AtenStep", "_KernelStep"]
     with pytest.raises(ExtentConflictError):

@@ -32,7 +32,7 @@ def _check(fd, x, y) -> None:
 
 
 def _ready_call(fd) -> ReadyCall:
-    (ready,) = fd.cache._ready.values()
+    (ready,) = fd.cache.ready_calls()
     assert isinstance(ready, ReadyCall)
     return ready
 

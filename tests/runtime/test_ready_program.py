@@ -10,7 +10,7 @@ from fuser.runtime.ready import ReadyProgram
 
 
 def _ready(fd) -> list:
-    return list(fd.cache._ready.values())
+    return list(fd.cache.ready_calls())
 
 
 def test_a_reshape_and_a_scalar_between_kernels():
