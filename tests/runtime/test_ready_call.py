@@ -76,7 +76,7 @@ def test_the_ready_key_is_the_call_key_of_plain_calls():
 
 
 def test_the_ready_check_passes_only_calls_with_the_same_key():
-    from fuser.runtime.cache import call_key, compile_ready_check, compile_ready_key
+    from fuser.runtime.cache import compile_ready_check, compile_ready_key
 
     fd = scaled_reciprocal()
     x = torch.rand(3, 5) + 1.0
