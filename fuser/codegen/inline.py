@@ -48,14 +48,19 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
     `checks` what must hold for the call: the inputs the kernel was compiled aligned for still
     aligned, the step still usable."""
     env.update({f"{short}{tag}": raw[key] for key, short in _RAW_NAMES.items()})
-    args, filled = [], dict(slots)
+    args, pointers, filled = [], [], dict(slots)
     for pos, value in enumerate(template):
         k = filled.get(pos)
         if k is None:
             env[f"C{tag}_{pos}"] = value
             args.append(f"C{tag}_{pos}")
+            pointers.append(f"C{tag}_{pos}")
             continue
         args.append(tensors[k])
+        # the launcher takes an int as the pointer itself; given a tensor, it calls data_ptr
+        # and asks the driver what the address is (cuPointerGetAttribute, a driver call a
+        # pointer). The tensors here are on the launch's device (the ready check holds)
+        pointers.append(f"{tensors[k]}.data_ptr()")
         if k < len(ins) and pos in raw["aligned_at"]:  # (the allocators align what they make)
             checks.append(f"{ins[k]}.data_ptr() % 16")
     constexprs = []
@@ -65,7 +70,7 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
     checks.append(f"not S{tag}.usable")
     return ["try:",
             f"    L{tag}({raw['grid']}, 1, 1, {stream}, F{tag}, CO{tag}, PD{tag}, None, None, P{tag}, None, None, None, "
-            f"{', '.join(args + constexprs)})",
+            f"{', '.join(pointers + constexprs)})",
             "except TypeError:  # a launcher of another shape",
             f"    S{tag}.usable = False",
             f"    J{tag}({''.join(a + ', ' for a in args)}**KW{tag})"]
