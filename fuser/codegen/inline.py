@@ -57,9 +57,9 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
             pointers.append(f"C{tag}_{pos}")
             continue
         args.append(tensors[k])
-        # the launcher takes an int as the pointer itself; given a tensor, it calls data_ptr
-        # and asks the driver what the address is (cuPointerGetAttribute, a driver call a
-        # pointer). The tensors here are on the launch's device (the ready check holds)
+        # the launcher takes an int as the address itself; given a tensor, it calls data_ptr
+        # and asks the driver for the address (cuPointerGetAttribute, one driver call per
+        # pointer). The tensors here are on the launch's device (the ready key or check holds)
         pointers.append(f"{tensors[k]}.data_ptr()")
         if k < len(ins) and pos in raw["aligned_at"]:  # (the allocators align what they make)
             checks.append(f"{ins[k]}.data_ptr() % 16")

@@ -288,7 +288,11 @@ class ReadyEntry:
     conjugation), dtype, device, requires_grad, sizes and strides) and a comparison per
     scalar. Computing the key and hashing it took about a microsecond a tensor; the check
     takes a tenth of that. The check may refuse arguments that have the key (a tensor that now
-    requires grad): those find the entry by their key."""
+    requires grad, one tensor passed twice, a call under autocast or a dispatch mode when the
+    entry was made outside): those find the entry by their key. Dispatch keys are compared
+    under the calling thread's included and excluded keys, as Dynamo's guards compare them:
+    code that excludes the Negative or Conjugate key itself sees lazy views unresolved here as
+    in ATen."""
 
     __slots__ = ("ready", "fits")
 
@@ -296,26 +300,35 @@ class ReadyEntry:
         self.ready, self.fits = ready, fits
 
 
-def compile_ready_check(binder: InputBinder, args: Sequence[Any]) -> Optional[Callable[[Sequence[Any]], bool]]:
-    """Whether a call's arguments have the key of `args` (for which `compile_ready_key` gave a
-    key), as one generated function; None without Dynamo's guards."""
-    if TensorGuards is None:
-        return None
+def compile_ready_check(binder: InputBinder) -> Callable[[Sequence[Any]], Optional[Callable]]:
+    """A maker of `ReadyEntry.fits` for the arguments of a call that `compile_ready_key` gave a
+    key: the check is generated once per definition, each entry binds its guard and scalar
+    keys. The maker gives None without Dynamo's guards (or where this torch's differ)."""
     tensors = [i for i, *_ in binder.tensors]
-    held = [args[i] for i in tensors]
-    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "scalar_key": scalar_key,
-                           "tensors_fit": TensorGuards(*held, dynamic_dims_sizes=[list(t.shape) for t in held],
-                                                       dynamic_dims_strides=[list(t.stride()) for t in held]).check}
+    scalars = [i for i in range(binder.count) if i not in tensors]
     tests = [f"type(args) in SEQUENCE and len(args) == {binder.count}"]
     if tensors:
         tests.append(f"tensors_fit({''.join(f'args[{i}], ' for i in tensors)})")
-    for i in range(binder.count):
-        if i not in tensors:
-            env[f"k{i}"] = scalar_key(args[i])
-            tests.append(f"scalar_key(args[{i}]) == k{i}")
-    source = "def fits(args):\n    return " + " and ".join(tests)
-    exec(compile(source, f"<fuser ready check of {binder.count} inputs>", "exec"), env)
-    return env["fits"]
+    tests += [f"scalar_key(args[{i}]) == k{i}" for i in scalars]
+    lines = [f"def make(tensors_fit, {''.join(f'k{i}, ' for i in scalars)}):",
+             "    def fits(args):",
+             f"        return {' and '.join(tests)}",
+             "    return fits"]
+    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "scalar_key": scalar_key}
+    exec(compile("\n".join(lines), f"<fuser ready check of {binder.count} inputs>", "exec"), env)
+    make = env["make"]
+
+    def fits_for(args: Sequence[Any]) -> Optional[Callable[[Sequence[Any]], bool]]:
+        if TensorGuards is None:
+            return None
+        held = [args[i] for i in tensors]
+        try:
+            guard = TensorGuards(*held, dynamic_dims_sizes=[list(t.shape) for t in held],
+                                 dynamic_dims_strides=[list(t.stride()) for t in held])
+        except Exception:  # noqa: BLE001 - a private API: another torch's may differ; keys still work
+            return None
+        return make(guard.check, *[scalar_key(args[i]) for i in scalars])
+    return fits_for
 
 
 def _resolve_lazy_views(args: Sequence[Any]) -> Sequence[Any]:
@@ -349,6 +362,7 @@ class FusionExecutorCache:
         self._last: Optional[ReadyEntry] = None  # the entry the last call found or made
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
+        self._ready_check = compile_ready_check(self._binder)
         self._lock = threading.Lock()
         self.last_runtime: FusionRuntime | HostRuntime | None = None
 
@@ -405,7 +419,7 @@ class FusionExecutorCache:
         if ready_key is not None:
             if len(self._ready) > 256:
                 self._ready.clear()
-            self._ready[ready_key] = self._last = ReadyEntry(ready, compile_ready_check(self._binder, args))
+            self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
 
     def _runtime_for(self, args: Sequence[Any]):

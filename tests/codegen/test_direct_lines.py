@@ -16,6 +16,7 @@ HookChain = type(triton_knobs.runtime.launch_enter_hook)
 
 
 REJECT: set = set()  # grids whose stand-in C launcher raises TypeError
+JIT_ARGS: list = []  # the arguments of each call of a stand-in JIT entry point
 
 
 class _Compiled:
@@ -32,7 +33,7 @@ class _Kernel:
         self.calls = calls
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.calls.append(("jit", grid))
+        return lambda *args, **kwargs: (JIT_ARGS.append(args), self.calls.append(("jit", grid)))
 
 
 def _step(grid: int, template: list, aligned_at: list, constexprs: dict, calls: list, hooks) -> steps._DirectStep:
@@ -153,6 +154,9 @@ def test_a_launcher_that_takes_other_arguments_leaves_the_inline_form(stand_ins)
     assert [tuple(o.shape) for o in outs] == [(5, 8), (8,)]
     assert [step.usable for step, _, _ in made.steps] == [True, False]
     assert len(calls) == 2 and calls[0][0] == 6 and calls[1] == ("jit", (1,))
+    # Triton's entry point gets the tensors themselves (the C launcher got their addresses)
+    workspace, out = JIT_ARGS[-1][:2]
+    assert workspace is made.workspaces.by_stream[("stream",)][0] and out is outs[1]
     run(torch.randn(5, 8), b)  # the prepared launch now: its first kernel raw, the second through the JIT
     assert len(calls) == 4 and calls[2][0] == 6 and calls[3] == ("jit", (1,))
 

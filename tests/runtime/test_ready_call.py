@@ -82,20 +82,20 @@ def test_the_ready_check_passes_only_calls_with_the_same_key():
     x = torch.rand(3, 5) + 1.0
     fd.execute([x, 2.0])
     key = compile_ready_key(fd.cache._binder)
-    fits = compile_ready_check(fd.cache._binder, [x, 2.0])
+    fits = compile_ready_check(fd.cache._binder)([x, 2.0])
     if fits is None:
         pytest.skip("this torch has no Dynamo guards")
 
     class Marked(torch.Tensor):
         pass
     assert fits([torch.rand(3, 5), 2.0]) and fits((torch.rand(3, 5), 2.0))
-    others = [[x, 3.0], [x, 2], [x, True], [x, -0.0 * 2.0 + 2.0 - 4.0], [torch.rand(3, 6), 2.0],
+    others = [[x, 3.0], [x, 2], [x, True], [x, -2.0], [x, torch.tensor(2.0)], [torch.rand(3, 6), 2.0],
               [torch.rand(5, 3).t(), 2.0], [x.double(), 2.0], [torch.nn.Parameter(x), 2.0],
               [torch._neg_view(x), 2.0], [x.as_subclass(Marked), 2.0], [x, 2.0, 1.0], [x], x,
               [x.clone().requires_grad_(), 2.0], [torch.rand(3, 5, device="meta"), 2.0]]
     for args in others:
         assert not fits(args), args
-    fits_zero = compile_ready_check(fd.cache._binder, [x, 0.0])
+    fits_zero = compile_ready_check(fd.cache._binder)([x, 0.0])
     assert fits_zero([x, 0.0]) and not fits_zero([x, -0.0])
     assert key([x, 0.0]) != key([x, -0.0])
 
@@ -115,6 +115,19 @@ def test_a_repeat_call_is_found_without_computing_its_key(monkeypatch):
     torch.testing.assert_close(fd.execute([x, 2.0])[0], 1.0 / (x * 2.0))  # found by its key
     torch.testing.assert_close(fd.execute([y, 2.0])[0], 1.0 / (y * 2.0))  # then by the check
     assert keyed == [1]
+
+
+def test_calls_keep_their_keys_where_dynamos_guards_cannot_be_made(monkeypatch):
+    import fuser.runtime.cache as cache_module
+
+    def refuse(*args, **kwargs):
+        raise TypeError("another torch's TensorGuards")
+    monkeypatch.setattr(cache_module, "TensorGuards", refuse)
+    fd = scaled_reciprocal()
+    x = torch.rand(4, 6) + 0.5
+    for s in (2.0, 2.0, 3.0, 2.0):
+        torch.testing.assert_close(fd.execute([x, s])[0], 1.0 / (x * s))
+    assert fd.cache._last.fits is None and len(fd.cache._ready) == 2
 
 
 def test_outputs_that_are_inputs_come_back_on_the_ready_path():
