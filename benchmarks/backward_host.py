@@ -9,10 +9,17 @@ Python node that launch nothing. Not a suite row.
 - `--suite-order`: first builds and runs every forward row of the suite at that shape through
   fuser.jit and the definitions, as `scripts/bench` does before the backward rows, so that a
   row timed alone can be told from the same row in the suite's state;
-- `--profile`: cProfile of each contender's launch-bound call.
+- `--profile`: cProfile of each contender's launch-bound call;
+- `--threads`: fuser.jit's backward program (the Python its autograd node runs) timed on the
+  main thread, handed to a plain worker thread, and run inside an autograd node, each beside
+  the same with no work (the autograd engine runs a CUDA node on its device thread);
+- `--bench-loop`: do_bench's loop by hand for fuser.jit at 16384x4096 (an L2-clearing memset, a
+  start event, the call, an end event): the memset's GPU time, the median measured, and the
+  GPU's and host's period an iteration. The row reads its kernel time only while the host
+  keeps ahead of the GPU.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/backward_host.py [--rows rmsnorm_bwd,gelu_bwd]
-        [--suite-order] [--profile]
+        [--suite-order] [--profile] [--threads] [--bench-loop]
 """
 from __future__ import annotations
 
@@ -21,7 +28,10 @@ import cProfile
 import io
 import os
 import pstats
+import queue
+import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -34,6 +44,7 @@ from benchmarks import harness, suite  # noqa: E402
 CONTENDERS = ("eager", "torch.compile", "fuser", "fuser-fd")
 SUITE_SHAPE = (16384, 4096)
 SMALL_SHAPE = (64, 256)
+DEVICE = torch.device("cuda")  # of the jit programs timed by --threads (a CPU smoke test sets another)
 
 
 class _NoWork(torch.autograd.Function):
@@ -125,6 +136,110 @@ def profile(fn, calls: int = 2000, top: int = 20) -> str:
     return out.getvalue()
 
 
+def _jit_backward_program(kernel: str, shape: tuple):
+    """(the jit row's runner, its case's inputs, the backward program fuser's autograd node
+    runs, that program's arguments), captured from the node's first backward."""
+    from fuser.frontend import training
+
+    captured = {}
+    real = training._Fused.run_backward
+
+    def spy(ctx, grads):
+        if not captured:
+            pick = {"tensor": ctx.saved_tensors, "int": ctx.ints, "tangent": grads}
+            captured["program"] = ctx.plan.run_backward
+            captured["args"] = [pick[kind][k] for kind, k in ctx.plan.sources]
+        return real(ctx, grads)
+
+    case = suite.make_case(kernel, *shape)
+    args = case.make_inputs(DEVICE, 0)
+    impl = harness.CONTENDERS["fuser"](case)
+    training._Fused.run_backward = staticmethod(spy)
+    try:
+        with impl.context():
+            run = suite.make_runner(case, impl.fn, args)
+            run()
+    finally:
+        training._Fused.run_backward = staticmethod(real)
+    if not captured:
+        raise RuntimeError(f"{kernel}: fuser.jit's backward did not run through its own autograd node")
+    return run, [args[i] for i in case.grad_args], captured["program"], captured["args"]
+
+
+def thread_table(kernel: str, shape: tuple) -> None:
+    run, wrt, program, program_args = _jit_backward_program(kernel, shape)
+    ours = lambda: program(*program_args)  # noqa: E731
+    jobs, results = queue.SimpleQueue(), queue.SimpleQueue()
+
+    def worker():
+        while True:
+            results.put(jobs.get()())
+    threading.Thread(target=worker, daemon=True).start()
+
+    def on_worker(fn):
+        return lambda: (jobs.put(fn), results.get())[1]
+
+    class NoWork(torch.autograd.Function):  # fuser's node's shape: a non-tensor input first
+        @staticmethod
+        def forward(ctx, plan, *tensors):
+            ctx.save_for_backward(*tensors)
+            ctx.grads = tuple(torch.empty_like(t) for t in tensors)
+            return tensors[0].clone()
+
+        @staticmethod
+        def backward(ctx, dy):
+            ctx.saved_tensors  # noqa: B018 - unpacked, as fuser's node does
+            return (None, *ctx.grads)
+
+    class Ours(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, plan, *tensors):
+            ctx.save_for_backward(*tensors)
+            return tensors[0].clone()
+
+        @staticmethod
+        def backward(ctx, dy):
+            ctx.saved_tensors  # noqa: B018
+            return (None, *program(*program_args)[-len(wrt):])
+
+    dy = torch.randn_like(wrt[0])
+    no_work, with_work = NoWork.apply(object(), *wrt), Ours.apply(object(), *wrt)
+    table = {"main thread: the backward program": ours,
+             "worker thread: the hand-off alone": on_worker(lambda: None),
+             "worker thread: the backward program": on_worker(ours),
+             "autograd node: no work": lambda: torch.autograd.grad(no_work, wrt, dy, retain_graph=True),
+             "autograd node: the backward program": lambda: torch.autograd.grad(with_work, wrt, dy, retain_graph=True),
+             "fuser.jit's backward row": run}
+    calls = 2000 if shape == SMALL_SHAPE else 200
+    for name, fn in table.items():
+        print(f"{kernel:14s} {name:40s} {wall_us(fn, calls):8.1f} us", flush=True)
+
+
+def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
+    run = _jit_backward_program(kernel, shape)[0]
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")  # as do_bench's
+    for label, fn in (("fuser.jit", run), ("the memset alone", lambda: None)):
+        events = [[torch.cuda.Event(enable_timing=True) for _ in range(iterations)] for _ in range(3)]
+        for _ in range(10):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(iterations):
+            events[0][i].record()
+            flush.zero_()
+            events[1][i].record()
+            fn()
+            events[2][i].record()
+        torch.cuda.synchronize()
+        host = (time.perf_counter() - start) / iterations * 1e6
+        measured = statistics.median(a.elapsed_time(b) * 1e3 for a, b in zip(events[1], events[2]))
+        memset = statistics.median(a.elapsed_time(b) * 1e3 for a, b in zip(events[0], events[1]))
+        period = statistics.median(events[2][i].elapsed_time(events[2][i + 1]) * 1e3 for i in range(iterations - 1))
+        print(f"{kernel:14s} {label:18s} measured {measured:7.1f} us, memset {memset:6.1f} us, "
+              f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
+
+
 def main() -> None:
     import triton
     import triton.testing
@@ -134,6 +249,9 @@ def main() -> None:
                    help="comma-separated backward kernels of the suite")
     p.add_argument("--suite-order", action="store_true", help="run the forward rows first, as the bench does")
     p.add_argument("--profile", action="store_true", help="cProfile each contender's launch-bound call")
+    p.add_argument("--threads", action="store_true",
+                   help="time fuser.jit's backward program on the main thread, a worker thread and in a node")
+    p.add_argument("--bench-loop", action="store_true", help="do_bench's loop by hand for fuser.jit at 16384x4096")
     opts = p.parse_args()
     rows = opts.rows.split(",")
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
@@ -153,6 +271,15 @@ def main() -> None:
             for kernel in rows:
                 for name, fn in runners(kernel, SMALL_SHAPE).items():
                     print(f"== cProfile {kernel} {name}, 2000 calls\n{profile(fn)}")
+        if opts.threads:
+            for shape in (SMALL_SHAPE, SUITE_SHAPE):
+                print(f"== fuser.jit's backward program by thread, {shape[0]}x{shape[1]}, wall time a call")
+                for kernel in rows:
+                    thread_table(kernel, shape)
+        if opts.bench_loop:
+            print("== do_bench's loop by hand, 16384x4096 (medians)")
+            for kernel in rows:
+                bench_loop(kernel, SUITE_SHAPE)
 
 
 if __name__ == "__main__":
