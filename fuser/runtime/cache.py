@@ -356,8 +356,8 @@ class FusionExecutorCache:
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
         self._by_layout: dict[tuple, FusionRuntime | HostRuntime] = {}
-        # per ready key: the ready launch of a single-kernel runtime, or the runtime (of several
-        # segments, or a host program) bound to it (the hot path of a call)
+        # per ready key: the entry of the ready launch of a single-kernel runtime, or of the
+        # runtime (of several segments, or a host program) bound to it (the hot path of a call)
         self._ready: dict[tuple, ReadyEntry] = {}
         self._last: Optional[ReadyEntry] = None  # the entry the last call found or made
         self._binder = InputBinder(self.prepared)
