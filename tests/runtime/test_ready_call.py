@@ -130,6 +130,19 @@ def test_calls_keep_their_keys_where_dynamos_guards_cannot_be_made(monkeypatch):
     assert fd.cache._last.fits is None and len(fd.cache._ready) == 2
 
 
+def test_one_tensor_passed_twice_is_served_through_its_key():
+    """Dynamo's guards refuse a tensor passed in two places; such calls find their ready call
+    by its key, and alternate correctly with calls of two tensors."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sub(fd.ops.mul(a, 2.0), b))
+    z, y = torch.randn(3, 4), torch.randn(3, 4)
+    for args in ([z, z], [z, y], [z, z], [y, z], [z, z]):
+        torch.testing.assert_close(fd.execute(args)[0], args[0] * 2.0 - args[1])
+    assert len(fd.cache._ready) == 1  # one layout: one ready call
+
+
 def test_outputs_that_are_inputs_come_back_on_the_ready_path():
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
