@@ -60,9 +60,12 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
         # the launcher takes an int as the address itself; given a tensor, it calls data_ptr
         # and asks the driver for the address (cuPointerGetAttribute, one driver call per
         # pointer). The tensors here are on the launch's device (the ready key or check holds)
-        pointers.append(f"{tensors[k]}.data_ptr()")
         if k < len(ins) and pos in raw["aligned_at"]:  # (the allocators align what they make)
-            checks.append(f"{ins[k]}.data_ptr() % 16")
+            # the check reads the address once, the launch (after every check) reuses it
+            checks.append(f"(p_{ins[k]} := {ins[k]}.data_ptr()) % 16")
+            pointers.append(f"p_{ins[k]}")
+        else:
+            pointers.append(f"{tensors[k]}.data_ptr()")
     constexprs = []
     for i, value in enumerate(raw["constexprs"]):
         env[f"X{tag}_{i}"] = value
