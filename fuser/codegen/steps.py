@@ -139,8 +139,11 @@ class _DirectStep(_Step):
         kernel = self.compiled
         if kernel is None or not self.usable:
             return self._first(args)
+        # each tensor's address, read once: Triton's C launcher, given a tensor, reads it again
+        # and asks the driver about it (a driver call a pointer); given an int, it takes it
+        addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
         for k in self.aligned_at:
-            if args[k].data_ptr() % 16:
+            if addresses[k] % 16:
                 return self.launch(*args, **self.kwargs)
         # the current device's current stream, as Triton's own launch takes it
         stream = raw_stream(current_device())
@@ -153,7 +156,7 @@ class _DirectStep(_Step):
             if self.raw is not None:
                 launch, cooperative, pdl = self.raw
                 launch(self.grid, 1, 1, stream, kernel.function, cooperative, pdl, None, None,
-                       kernel.packed_metadata, meta, enter, leave, *full)
+                       kernel.packed_metadata, meta, enter, leave, *addresses, *self.constexprs)
             else:
                 kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
         except TypeError:  # a launcher of another shape: use Triton's entry point from now on
