@@ -13,13 +13,16 @@ Python node that launch nothing. Not a suite row.
 - `--threads`: fuser.jit's backward program (the Python its autograd node runs) timed on the
   main thread, handed to a plain worker thread, and run inside an autograd node, each beside
   the same with no work (the autograd engine runs a CUDA node on its device thread);
+- `--single-thread`: the two tables again with `torch.autograd.set_multithreading_enabled(False)`,
+  under which the engine runs every node on the calling thread (no hand-off to its device
+  thread and back);
 - `--bench-loop`: do_bench's loop by hand for fuser.jit at 16384x4096 (an L2-clearing memset, a
   start event, the call, an end event): the memset's GPU time, the median measured, and the
   GPU's and host's period an iteration. The row reads its kernel time only while the host
   keeps ahead of the GPU.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/backward_host.py [--rows rmsnorm_bwd,gelu_bwd]
-        [--suite-order] [--profile] [--threads] [--bench-loop]
+        [--suite-order] [--profile] [--threads] [--single-thread] [--bench-loop]
 """
 from __future__ import annotations
 
@@ -240,9 +243,23 @@ def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
               f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
 
 
+def tables(rows: list, how: str) -> None:
+    """The launch-bound and suite-shape tables of `rows`; `how` says how the engine runs."""
+    import triton.testing
+
+    print(f"== launch-bound: wall time a call at {list(SMALL_SHAPE)}{how}")
+    for kernel in rows:
+        for name, fn in {**floors(SMALL_SHAPE), **runners(kernel, SMALL_SHAPE)}.items():
+            print(f"{kernel:14s} {name:30s} {wall_us(fn):8.1f} us", flush=True)
+    print(f"== {SUITE_SHAPE[0]}x{SUITE_SHAPE[1]}: do_bench median / back-to-back a call{how}")
+    for kernel in rows:
+        for name, fn in {**floors(SUITE_SHAPE), **runners(kernel, SUITE_SHAPE)}.items():
+            median = triton.testing.do_bench(fn, return_mode="median") * 1e3
+            print(f"{kernel:14s} {name:30s} {median:8.1f} us {back_to_back_us(fn):8.1f} us", flush=True)
+
+
 def main() -> None:
     import triton
-    import triton.testing
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="rmsnorm_bwd,layernorm_bwd,gelu_bwd",
@@ -251,6 +268,9 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="cProfile each contender's launch-bound call")
     p.add_argument("--threads", action="store_true",
                    help="time fuser.jit's backward program on the main thread, a worker thread and in a node")
+    p.add_argument("--single-thread", action="store_true",
+                   help="the tables again with the engine on the calling thread "
+                        "(torch.autograd.set_multithreading_enabled(False))")
     p.add_argument("--bench-loop", action="store_true", help="do_bench's loop by hand for fuser.jit at 16384x4096")
     opts = p.parse_args()
     rows = opts.rows.split(",")
@@ -258,15 +278,10 @@ def main() -> None:
     with functorch_config.patch(donated_buffer=False):  # (retain_graph=True, as the harness)
         if opts.suite_order:
             run_forward_rows(SUITE_SHAPE)
-        print(f"== launch-bound: wall time a call at {list(SMALL_SHAPE)}")
-        for kernel in rows:
-            for name, fn in {**floors(SMALL_SHAPE), **runners(kernel, SMALL_SHAPE)}.items():
-                print(f"{kernel:14s} {name:30s} {wall_us(fn):8.1f} us", flush=True)
-        print(f"== {SUITE_SHAPE[0]}x{SUITE_SHAPE[1]}: do_bench median / back-to-back a call")
-        for kernel in rows:
-            for name, fn in {**floors(SUITE_SHAPE), **runners(kernel, SUITE_SHAPE)}.items():
-                median = triton.testing.do_bench(fn, return_mode="median") * 1e3
-                print(f"{kernel:14s} {name:30s} {median:8.1f} us {back_to_back_us(fn):8.1f} us", flush=True)
+        tables(rows, "")
+        if opts.single_thread:
+            with torch.autograd.set_multithreading_enabled(False):
+                tables(rows, ", the engine on the calling thread")
         if opts.profile:
             for kernel in rows:
                 for name, fn in runners(kernel, SMALL_SHAPE).items():

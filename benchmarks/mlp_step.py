@@ -4,7 +4,10 @@ median) and each against eager. Its backward has the pattern of every biased lin
 a bias gradient (a column sum of the incoming gradient) beside the weight gradient's matmul
 with the gradient's transposed view. Not a suite row.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/mlp_step.py
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/mlp_step.py [--single-thread]
+
+--single-thread times each again with `torch.autograd.set_multithreading_enabled(False)` (the
+backward on the calling thread), against the same eager base.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class MLP(nn.Module):
 
 
 def main() -> None:
+    single_thread = "--single-thread" in sys.argv
     print(f"torch {torch.__version__}, triton {triton.__version__}; ms a forward + backward step")
     for batch, seq, d in ((8, 1024, 1024), (4, 2048, 2048)):
         torch.manual_seed(0)
@@ -50,6 +54,10 @@ def main() -> None:
             ms = triton.testing.do_bench(lambda: torch.autograd.grad(fn(x), params, dy), return_mode="median")
             base = base or ms
             cells.append(f"{name} {ms:.3f} ({base / ms:.2f}x)")
+            if single_thread:  # the engine runs every node on this thread: no hand-off to its device thread
+                with torch.autograd.set_multithreading_enabled(False):
+                    ms = triton.testing.do_bench(lambda: torch.autograd.grad(fn(x), params, dy), return_mode="median")
+                cells.append(f"[one thread {ms:.3f} ({base / ms:.2f}x)]")
         print(f"[{batch}, {seq}, {d}] hidden {4 * d}: " + "  ".join(cells), flush=True)
 
 
