@@ -94,8 +94,8 @@ def test_the_inline_form_passes_the_prepared_launchs_arguments(stand_ins):
     # the C launcher gets each tensor's address as an int (it would ask the driver for a tensor's),
     # from the inline form and from the prepared launch alike; the outputs are new each call
     workspace = made.workspaces.by_stream[("stream",)][0]
+    assert calls[0][:13] == calls[2][:13] and calls[1][:13] == calls[3][:13]  # grid, stream, kernel, ...
     for (first, second), outputs in (((calls[0], calls[1]), inline), ((calls[2], calls[3]), reference)):
-        assert first[:13] == calls[2][:13] and second[:13] == calls[3][:13]
         assert first[13:17] == (a.data_ptr(), b.data_ptr(), outputs[0].data_ptr(), workspace.data_ptr())
         assert first[17:] == (0.5, 7, 64)
         assert second[13:15] == (workspace.data_ptr(), outputs[1].data_ptr()) and second[15:] == (3, 4, 32)
