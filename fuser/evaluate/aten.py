@@ -234,6 +234,13 @@ def method_form(e: Expr, shape_of: Callable[[Any], Any]) -> "tuple[str, tuple] |
     return None
 
 
+def function_form(e: Expr) -> "Callable[..., torch.Tensor] | None":
+    """The torch function that the rule of `e` applies to its inputs and nothing else (no
+    sizes asked, no context): a ready program calls it directly instead of the rule
+    (runtime/ready.py). None for other ops."""
+    return _FUNCTION_FORMS.get(type(e))
+
+
 @rule(SliceOp)
 def _slice(e: SliceOp, args, ctx):
     x, bounds = args[0], args[1:]
@@ -291,6 +298,8 @@ def _mm_into(a, b, d):
         return None
     return [torch.mm(a, b, out=d)]
 
+
+_FUNCTION_FORMS: dict[type, Callable[..., torch.Tensor]] = {LinearOp: F.linear, MatmulOp: torch.matmul}
 
 INTO_RULES[LinearOp] = lambda e, args, ctx, dsts: (
     _mm_into(args[0], ctx.transposed(args[1]), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)

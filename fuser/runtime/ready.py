@@ -17,6 +17,7 @@ decided:
 """
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -24,7 +25,7 @@ import torch
 
 from ..dump import dump_flags
 from ..errors import InternalError
-from ..evaluate.aten import RULES, method_form
+from ..evaluate.aten import RULES, function_form, method_form
 from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
@@ -116,9 +117,13 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     """The steps as one generated function of the arguments (a local a slot), as the ready
     key and the binder are: no loop over step objects, no list of slots."""
     env: dict[str, Any] = {"EvalContext": EvalContext, "device": device, "sizes": sizes, "follow": _follow}
-    lines = ["def run(args):"]
+    lines: list[Optional[str]] = ["def run(args):"]
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
+    uses = collections.Counter(outputs)  # the reads of each slot
+    for step in steps:
+        uses.update(step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill])
+    permuted: dict[int, tuple] = {}  # slot -> (its source slot, dims, its line, its dims' name)
     uses_rules = False
     for i, step in enumerate(steps):
         if isinstance(step, _KernelStep):
@@ -134,23 +139,53 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
         else:
             form = method_form(step.expr, lambda tv: sizes.known.get(id(tv)))
             if form is not None and step.fill and step.fill[0][0] == 0 and len(step.outs) == 1:
-                env[f"A{i}"] = form[1]  # a view op as its Tensor method: no rule, no size lookup
-                lines.append(f"    s{step.outs[0]} = s{step.fill[0][1]}.{form[0]}(A{i})")
+                # a view op as its Tensor method: no rule, no size lookup
+                if form[0] == "permute":
+                    _permute_line(lines, env, i, step.fill[0][1], form[1], step.outs[0], uses, permuted, outputs)
+                else:
+                    env[f"A{i}"] = form[1]
+                    lines.append(f"    s{step.outs[0]} = s{step.fill[0][1]}.{form[0]}(A{i})")
                 continue
-            env[f"R{i}"], env[f"E{i}"] = step.rule, step.expr
             args = [f"C{i}_{pos}" for pos in range(len(step.template))]
             for pos, value in enumerate(step.template):
                 env[f"C{i}_{pos}"] = value
             for pos, k in step.fill:
                 args[pos] = f"s{k}"
+            function = function_form(step.expr)
+            if function is not None and len(step.outs) == 1:  # the torch function the rule calls
+                env[f"F{i}"] = function
+                lines.append(f"    s{step.outs[0]} = F{i}({', '.join(args)})")
+                continue
+            env[f"R{i}"], env[f"E{i}"] = step.rule, step.expr
             lines.append(f"    r = R{i}(E{i}, [{', '.join(args)}], ctx)")
             uses_rules = True
         lines += [f"    s{k} = r[{j}]" for j, k in enumerate(step.outs)]
     lines.append(f"    return [{', '.join(f's{k}' for k in outputs)}]")
     if uses_rules:  # (a context a call: it caches per-execution views, a weight's transpose)
         lines.insert(2 if n_inputs else 1, "    ctx = EvalContext(None, device, sizes=sizes)")
-    exec(compile("\n".join(lines), f"<fuser ready program of {len(steps)} steps>", "exec"), env)
+    source = "\n".join(line for line in lines if line is not None)
+    exec(compile(source, f"<fuser ready program of {len(steps)} steps>", "exec"), env)
     return env["run"]
+
+
+def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, uses: collections.Counter,
+                  permuted: dict, outputs: list[int]) -> None:
+    """Step i, `s<out> = s<source>.permute(dims)`, as a line of the program. A permute of a
+    permute that nothing else reads is one permute of the first one's source (a linear
+    layer's backward reads its weight through two transposes), and one that leaves the axes
+    in place is its source itself, unless the program returns it (an output is a new view)."""
+    earlier = permuted.get(source)
+    if earlier is not None and uses[source] == 1:
+        source, first, at, name = earlier
+        lines[at] = None
+        env.pop(name, None)
+        dims = tuple(first[d] for d in dims)
+    if dims == tuple(range(len(dims))) and out not in outputs:
+        lines.append(f"    s{out} = s{source}")
+    else:
+        env[f"A{i}"] = dims
+        lines.append(f"    s{out} = s{source}.permute(A{i})")
+    permuted[out] = (source, dims, len(lines) - 1, f"A{i}")
 
 
 class _FixedSizes:

@@ -218,3 +218,57 @@ def test_view_ops_replay_as_tensor_methods():
     (program,) = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
     names = program._run.__code__.co_names
     assert "reshape" in names and "permute" in names
+
+
+def test_a_weight_read_through_two_transposes_replays_without_a_view():
+    """A linear layer's backward reads its weight as permute(permute(w)): the ready program
+    passes w itself to the matmul, and the matmul is a direct call of torch.matmul (no rule,
+    no evaluation context), on fresh data each call."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        twice = fd.ops.permute(fd.ops.permute(w, [1, 0]), [1, 0])
+        fd.add_output(fd.ops.relu(fd.ops.matmul(fd.ops.exp(x), twice)))
+    g = torch.Generator().manual_seed(23)
+    for _ in range(3):
+        x, w = torch.randn(6, 4, generator=g), torch.randn(4, 5, generator=g)
+        (out,) = fd.execute([x, w])
+        torch.testing.assert_close(out, torch.relu(torch.exp(x) @ w))
+    (program,) = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
+    names = program._run.__code__.co_names
+    assert "permute" not in names and "EvalContext" not in names
+
+
+def test_permutes_in_a_row_replay_as_one():
+    """permute(permute(x, [1, 0, 2]), [0, 2, 1]) is x.permute(1, 2, 0): one view, then the
+    batched matmul and a kernel, equal to eager on fresh data."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        moved = fd.ops.permute(fd.ops.permute(x, [1, 0, 2]), [0, 2, 1])
+        fd.add_output(fd.ops.exp(fd.ops.matmul(moved, w)))
+    g = torch.Generator().manual_seed(29)
+    for _ in range(3):
+        x, w = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, generator=g)
+        (out,) = fd.execute([x, w])
+        torch.testing.assert_close(out, torch.exp(x.permute(1, 0, 2).permute(0, 2, 1) @ w))
+    (program,) = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
+    source_dims = [v for k, v in program._run.__globals__.items() if k.startswith("A")]
+    assert source_dims == [(1, 2, 0)]
+
+
+def test_an_identity_permute_that_is_returned_is_a_view():
+    """permute(permute(w)) returned by the fusion beside a kernel's output is a view of w, as
+    in eager (a new tensor object over w's storage), not w itself."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.matmul(fd.ops.exp(x), w))
+        fd.add_output(fd.ops.permute(fd.ops.permute(w, [1, 0]), [1, 0]))
+    g = torch.Generator().manual_seed(31)
+    for _ in range(3):
+        x, w = torch.randn(6, 4, generator=g), torch.randn(4, 5, generator=g)
+        out, same = fd.execute([x, w])
+        torch.testing.assert_close(out, torch.exp(x) @ w)
+        assert same is not w and same.data_ptr() == w.data_ptr() and same.stride() == w.stride()
+        torch.testing.assert_close(same, w)
