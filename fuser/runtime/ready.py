@@ -120,9 +120,17 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     lines: list[Optional[str]] = ["def run(args):"]
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
-    uses = collections.Counter(outputs)  # the reads of each slot
+    readers: dict[int, list] = collections.defaultdict(list)
     for step in steps:
-        uses.update(step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill])
+        for k in step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill]:
+            readers[k].append(step)
+    uses = collections.Counter(outputs)  # the reads of each slot
+    uses.update({k: len(found) for k, found in readers.items()})
+    # slots whose readers all make new tensors of them (a kernel, a matmul, a linear): an
+    # identity permute there can be its source (other ops may hand their input back, as an
+    # empty squeeze does, and an output is a new view)
+    aliasable = {k for k, found in readers.items() if k not in outputs and all(
+        isinstance(r, _KernelStep) or function_form(r.expr) is not None for r in found)}
     permuted: dict[int, tuple] = {}  # slot -> (its source slot, dims, its line, its dims' name)
     uses_rules = False
     for i, step in enumerate(steps):
@@ -141,7 +149,7 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             if form is not None and step.fill and step.fill[0][0] == 0 and len(step.outs) == 1:
                 # a view op as its Tensor method: no rule, no size lookup
                 if form[0] == "permute":
-                    _permute_line(lines, env, i, step.fill[0][1], form[1], step.outs[0], uses, permuted, outputs)
+                    _permute_line(lines, env, i, step.fill[0][1], form[1], step.outs[0], uses, permuted, aliasable)
                 else:
                     env[f"A{i}"] = form[1]
                     lines.append(f"    s{step.outs[0]} = s{step.fill[0][1]}.{form[0]}(A{i})")
@@ -169,18 +177,18 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
 
 
 def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, uses: collections.Counter,
-                  permuted: dict, outputs: list[int]) -> None:
+                  permuted: dict, aliasable: set) -> None:
     """Step i, `s<out> = s<source>.permute(dims)`, as a line of the program. A permute of a
     permute that nothing else reads is one permute of the first one's source (a linear
     layer's backward reads its weight through two transposes), and one that leaves the axes
-    in place is its source itself, unless the program returns it (an output is a new view)."""
+    in place is its source itself where `out` is aliasable (see `_straight_line`)."""
     earlier = permuted.get(source)
     if earlier is not None and uses[source] == 1:
         source, first, at, name = earlier
         lines[at] = None
         env.pop(name, None)
         dims = tuple(first[d] for d in dims)
-    if dims == tuple(range(len(dims))) and out not in outputs:
+    if dims == tuple(range(len(dims))) and out in aliasable:
         lines.append(f"    s{out} = s{source}")
     else:
         env[f"A{i}"] = dims

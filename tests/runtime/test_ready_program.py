@@ -2,6 +2,8 @@
 (runtime/ready.py ReadyProgram): each kernel's prepared launch and each ATen op's rule with its
 sizes and scalars fixed by the call's layout. Every test calls with fresh data and compares
 with eager; a call with another layout or other scalar values is bound and planned anew."""
+import re
+
 import pytest
 import torch
 
@@ -253,18 +255,25 @@ def test_permutes_in_a_row_replay_as_one():
         (out,) = fd.execute([x, w])
         torch.testing.assert_close(out, torch.exp(x.permute(1, 0, 2).permute(0, 2, 1) @ w))
     (program,) = [r for r in _ready(fd) if isinstance(r, ReadyProgram)]
-    source_dims = [v for k, v in program._run.__globals__.items() if k.startswith("A")]
+    source_dims = [v for k, v in program._run.__globals__.items() if re.fullmatch(r"A\d+", k)]
     assert source_dims == [(1, 2, 0)]
 
 
-def test_an_identity_permute_that_is_returned_is_a_view():
-    """permute(permute(w)) returned by the fusion beside a kernel's output is a view of w, as
-    in eager (a new tensor object over w's storage), not w itself."""
+@pytest.mark.parametrize("then", ["returned", "squeezed", "broadcast"])
+def test_an_identity_permute_that_reaches_an_output_is_a_view(then):
+    """permute(permute(w)) returned by the fusion beside a kernel's output, directly or
+    through an op that hands its input back (an empty squeeze or broadcast), is a view of w,
+    as in eager (a new tensor object over w's storage), never w itself (found by review)."""
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.matmul(fd.ops.exp(x), w))
-        fd.add_output(fd.ops.permute(fd.ops.permute(w, [1, 0]), [1, 0]))
+        same = fd.ops.permute(fd.ops.permute(w, [1, 0]), [1, 0])
+        if then == "squeezed":
+            same = fd.ops.squeeze(same, [])
+        elif then == "broadcast":
+            same = fd.ops.broadcast(same, [False, False])
+        fd.add_output(same)
     g = torch.Generator().manual_seed(31)
     for _ in range(3):
         x, w = torch.randn(6, 4, generator=g), torch.randn(4, 5, generator=g)
@@ -272,3 +281,23 @@ def test_an_identity_permute_that_is_returned_is_a_view():
         torch.testing.assert_close(out, torch.exp(x) @ w)
         assert same is not w and same.data_ptr() == w.data_ptr() and same.stride() == w.stride()
         torch.testing.assert_close(same, w)
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
+
+
+def test_a_permute_read_twice_is_kept():
+    """permute(w) read by a second permute and by a matmul of its own stays a view: only a
+    permute nothing else reads is composed away. Equal to eager on fresh data."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        wt = fd.ops.permute(w, [1, 0])
+        e = fd.ops.exp(x)
+        fd.add_output(fd.ops.matmul(e, fd.ops.permute(wt, [1, 0])))
+        fd.add_output(fd.ops.exp(fd.ops.matmul(wt, fd.ops.permute(e, [1, 0]))))
+    g = torch.Generator().manual_seed(37)
+    for _ in range(3):
+        x, w = torch.randn(6, 4, generator=g), torch.randn(4, 6, generator=g)
+        a, b = fd.execute([x, w])
+        torch.testing.assert_close(a, torch.exp(x) @ w)
+        torch.testing.assert_close(b, torch.exp(w.t() @ torch.exp(x).t()))
+    assert any(isinstance(r, ReadyProgram) for r in _ready(fd))
