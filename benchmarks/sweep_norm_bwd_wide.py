@@ -322,17 +322,23 @@ def regacc_kernel(nch: int):
             "    if LN:",
             f"        tl.store(ws_ptr + (P + pid) * C + cols, db{j}, mask=cols < C)",
         ]
+    _REGACC_KERNELS[nch] = load_generated(f"regacc_{nch}", body).k_regacc
+    return _REGACC_KERNELS[nch]
+
+
+def load_generated(name: str, lines: list):
+    """A module of generated source, written to a file and imported: Triton's (and Gluon's)
+    JIT reads a kernel's source from its file."""
     import importlib.util
     import tempfile
 
-    path = os.path.join(tempfile.mkdtemp(prefix="regacc_"), f"regacc_{nch}.py")
+    path = os.path.join(tempfile.mkdtemp(prefix=f"{name}_"), f"{name}.py")
     with open(path, "w") as f:
-        f.write("\n".join(body) + "\n")
-    spec = importlib.util.spec_from_file_location(f"regacc_{nch}", path)
+        f.write("\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    _REGACC_KERNELS[nch] = module.k_regacc
-    return module.k_regacc
+    return module
 
 
 def make_fn(form, cfg, t):

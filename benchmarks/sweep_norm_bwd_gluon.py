@@ -1,0 +1,176 @@
+"""A one-pass bf16 RMSNorm backward for wide rows written in Gluon (`triton.experimental.gluon`),
+which allocates shared memory where Triton's `tl` language cannot (not part of the suite).
+
+One persistent program a processor. The row's x and dy sit in shared memory as NCH chunks of
+CH columns, w beside them (3 * 2 * C bytes: 192 KB at 32768 columns); dw's partial stays in
+registers as NCH named accumulators (the source is generated). The first pass sums x * x and
+x * dy * w from shared memory, waiting only for the chunks still being copied; the second
+computes dx and dw's terms chunk by chunk and, as it finishes chunk j, starts the asynchronous
+copy of the next row's chunk j into that slot. Every thread copies and reads the same elements
+(one layout for the copy and the loads), so no barrier is needed between them. x and dy are
+read from HBM once; a combine kernel sums the P partial rows of dw.
+
+The rows are timed beside `sweep_norm_bwd_wide.py`'s forms (`regacc_ws`, `two_kernel`) and
+checked against a float64 reference first, as there. Traffic counted as x and dy read once and
+dx written once, as a share of the copy measured in the same run.
+
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_norm_bwd_gluon.py
+    .venv/bin/python benchmarks/sweep_norm_bwd_gluon.py --compile   # no GPU: compile for sm_90
+
+Status (2026-12-02): compiled for sm_90 with Triton 3.9 on the development CPU (64-128
+registers a thread, no local memory); not yet run on a GPU. Triton 3.9 renamed the copy
+(`async_copy_global_to_shared` -> `async_load`); the kernel takes whichever exists.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from benchmarks.sweep_norm_bwd_wide import (errors, k_combine, load_generated, make_fn, reference,  # noqa: E402
+                                            regacc, tensors, two)
+
+_KERNELS: dict = {}
+SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
+
+
+def kernel(nch: int):
+    """The kernel for rows of `nch` chunks (CH = SPT * 32 * WARPS columns each; C = nch * CH)."""
+    if nch in _KERNELS:
+        return _KERNELS[nch]
+    def copies(j: int, row: str, indent: str) -> list:
+        """Start copying chunk j of `row` (none past the last row) as one copy group; `(offs >=
+        0) & ...` makes the row's condition a mask of the chunk's shape."""
+        mask = f"mask=(offs >= 0) & ({row} < R)"
+        return [f"{indent}COPY(xs.index({j}), x_ptr + {row} * C + {j} * CH + offs, {mask})",
+                f"{indent}COPY(dys.index({j}), dy_ptr + {row} * C + {j} * CH + offs, {mask})",
+                f"{indent}cp.commit_group()"]
+
+    b = ["from triton.experimental import gluon",
+         "from triton.experimental.gluon import language as gl",
+         "from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp",
+         "COPY = getattr(cp, 'async_load', None) or cp.async_copy_global_to_shared", "",
+         "@gluon.jit",
+         "def k_rms_bwd(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps,",
+         "              CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr):",
+         "    pid = gl.program_id(0)",
+         "    layout: gl.constexpr = gl.BlockedLayout([SPT], [32], [WARPS], [0])",
+         "    smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])",
+         f"    xs = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
+         f"    dys = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
+         f"    wsm = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
+         "    offs = gl.arange(0, CH, layout=layout)"]
+    b += [f"    COPY(wsm.index({j}), w_ptr + {j} * CH + offs)" for j in range(nch)]
+    b += ["    cp.commit_group()"]
+    for j in range(nch):  # the first row's chunks, a copy group each
+        b += copies(j, "pid", "    ")
+    b += [f"    dw{j} = gl.zeros([CH], gl.float32, layout)" for j in range(nch)]
+    b += ["    for row in range(pid, R, P):",
+          "        a2 = gl.zeros([CH], gl.float32, layout)",
+          "        a4 = gl.zeros([CH], gl.float32, layout)"]
+    for j in range(nch):
+        b += [f"        cp.wait_group({nch - 1 - j})  # chunk {j} of this row has landed",
+              f"        x = xs.index({j}).load(layout).to(gl.float32)",
+              f"        g = dys.index({j}).load(layout).to(gl.float32) * wsm.index({j}).load(layout).to(gl.float32)",
+              "        a2 += x * x",
+              "        a4 += g * x"]
+    b += ["        rstd = gl.rsqrt(gl.sum(a2, 0) / C + eps)",
+          "        cgx = rstd * (gl.sum(a4, 0) / C)",
+          "        nxt = row + P"]
+    for j in range(nch):
+        b += [f"        x = xs.index({j}).load(layout).to(gl.float32)",
+              f"        dy = dys.index({j}).load(layout).to(gl.float32)",
+              f"        w = wsm.index({j}).load(layout).to(gl.float32)",
+              "        xhat = x * rstd",
+              f"        gl.store(dx_ptr + row * C + {j} * CH + offs, (rstd * (dy * w - xhat * cgx)).to(gl.bfloat16))",
+              f"        dw{j} += dy * xhat"]
+        b += copies(j, "nxt", "        ")
+    b += ["    cp.wait_group(0)"]
+    b += [f"    gl.store(ws_ptr + pid * C + {j} * CH + offs, dw{j})" for j in range(nch)]
+    _KERNELS[nch] = load_generated(f"gluon_rms_{nch}", b).k_rms_bwd
+    return _KERNELS[nch]
+
+
+def shared_bytes(C: int) -> int:
+    return 3 * 2 * C
+
+
+def compile_only(C: int, spt: int, warps: int) -> None:
+    """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    ch = spt * 32 * warps
+    sig = {"x_ptr": "*bf16", "dy_ptr": "*bf16", "w_ptr": "*bf16", "dx_ptr": "*bf16", "ws_ptr": "*fp32",
+           "R": "i32", "C": "i32", "P": "i32", "eps": "fp32", "CH": "constexpr", "SPT": "constexpr",
+           "WARPS": "constexpr"}
+    # as Triton's launcher specializes them: 16-byte aligned pointers, C a multiple of 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
+    source = GluonASTSource(kernel(C // ch), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps}, attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
+    with open(cubin, "wb") as f:
+        f.write(compiled.asm["cubin"])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+    print(f"C={C} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
+          + " ".join(line.strip() for line in usage.splitlines() if "REG" in line))
+
+
+def gluon_fn(cfg: dict, t: dict, nsm: int):
+    (R, C), ch = t["x"].shape, cfg["spt"] * 32 * cfg["warps"]
+    k = kernel(C // ch)
+    P = min(nsm, R)
+    ws = torch.full((1, P, C), float("nan"), device=t["x"].device)
+
+    def fn():
+        k[(P,)](t["x"], t["dy"], t["w"], t["dx"], ws, R, C, P, t["eps"], CH=ch, SPT=cfg["spt"], WARPS=cfg["warps"],
+                num_warps=cfg["warps"])
+        k_combine[(triton.cdiv(C, 128), 1)](ws, t["out"], P, C, BP=16, BC=128, num_warps=4)
+    return fn
+
+
+CONFIGS = [dict(spt=8, warps=16), dict(spt=4, warps=32), dict(spt=8, warps=8), dict(spt=4, warps=16)]
+
+
+def main() -> None:
+    from benchmarks.sweep_pointwise import copy_gbps
+
+    copy = copy_gbps()
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    for R, C in ((4096, 32768), (8192, 16384)):
+        t = tensors(R, C, False, "cuda", nsm)
+        ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
+        runs = [("regacc_ws", regacc(4096, 32)[1]), ("two_kernel", two(32)[1])] + [("gluon", c) for c in CONFIGS]
+        for form, cfg in runs:
+            head = f"rmsnorm {R}x{C} {form:10s} {str(cfg):36s}"
+            if form == "gluon" and (shared_bytes(C) > SHARED_LIMIT or C % (cfg["spt"] * 32 * cfg["warps"])):
+                print(f"{head} skipped: {shared_bytes(C) // 1024} KB of shared memory or a partial chunk", flush=True)
+                continue
+            try:
+                fn = gluon_fn(cfg, t, nsm) if form == "gluon" else make_fn(form, cfg, t)
+                t["dx"].fill_(float("nan"))
+                t["out"].fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                e_dx, e_w = errors(t, ref)
+                ms = triton.testing.do_bench(fn, return_mode="median")
+                verdict = "ok" if e_dx <= 2 and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw {e_w:.3f}"
+                print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
+            except Exception as e:  # noqa: BLE001 (a compile error of this Triton's Gluon is a row, not a stop)
+                print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
+        del t, ref
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    if "--compile" in sys.argv:
+        for cfg in CONFIGS:
+            compile_only(32768, cfg["spt"], cfg["warps"])
+    else:
+        main()
