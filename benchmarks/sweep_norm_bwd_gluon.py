@@ -42,6 +42,7 @@ def kernel(nch: int):
     """The kernel for rows of `nch` chunks (CH = SPT * 32 * WARPS columns each; C = nch * CH)."""
     if nch in _KERNELS:
         return _KERNELS[nch]
+
     def copies(j: int, row: str, indent: str) -> list:
         """Start copying chunk j of `row` (none past the last row) as one copy group; `(offs >=
         0) & ...` makes the row's condition a mask of the chunk's shape."""
