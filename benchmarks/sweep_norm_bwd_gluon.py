@@ -173,5 +173,7 @@ if __name__ == "__main__":
     if "--compile" in sys.argv:
         for cfg in CONFIGS:
             compile_only(32768, cfg["spt"], cfg["warps"])
+    elif not torch.cuda.is_available():
+        sys.exit("sweep_norm_bwd_gluon.py needs a CUDA GPU (or --compile, which compiles only)")
     else:
         main()
