@@ -73,20 +73,20 @@ def kernel(nch: int):
     b += ["    for row in range(pid, R, P):",
           "        a2 = gl.zeros([CH], gl.float32, layout)",
           "        a4 = gl.zeros([CH], gl.float32, layout)"]
+    def loads(j: int) -> list:
+        """Chunk j of x, dy and w from shared memory, in fp32."""
+        return [f"        {name} = {smem}.index({j}).load(layout).to(gl.float32)"
+                for name, smem in (("x", "xs"), ("dy", "dys"), ("w", "wsm"))]
+
     for j in range(nch):
-        b += [f"        cp.wait_group({nch - 1 - j})  # chunk {j} of this row has landed",
-              f"        x = xs.index({j}).load(layout).to(gl.float32)",
-              f"        g = dys.index({j}).load(layout).to(gl.float32) * wsm.index({j}).load(layout).to(gl.float32)",
-              "        a2 += x * x",
-              "        a4 += g * x"]
+        b += [f"        cp.wait_group({nch - 1 - j})  # chunk {j} of this row has landed"] + loads(j)
+        b += ["        a2 += x * x", "        a4 += dy * w * x"]
     b += ["        rstd = gl.rsqrt(gl.sum(a2, 0) / C + eps)",
           "        cgx = rstd * (gl.sum(a4, 0) / C)",
           "        nxt = row + P"]
     for j in range(nch):
-        b += [f"        x = xs.index({j}).load(layout).to(gl.float32)",
-              f"        dy = dys.index({j}).load(layout).to(gl.float32)",
-              f"        w = wsm.index({j}).load(layout).to(gl.float32)",
-              "        xhat = x * rstd",
+        b += loads(j)
+        b += ["        xhat = x * rstd",
               f"        gl.store(dx_ptr + row * C + {j} * CH + offs, (rstd * (dy * w - xhat * cgx)).to(gl.bfloat16))",
               f"        dw{j} += dy * xhat"]
         b += copies(j, "nxt", "        ")

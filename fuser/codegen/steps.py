@@ -148,9 +148,8 @@ class _DirectStep(_Step):
         # the current device's current stream, as Triton's own launch takes it
         stream = raw_stream(current_device())
         enter, leave = _hook(self.hooks.launch_enter_hook), _hook(self.hooks.launch_exit_hook)
-        full = args + self.constexprs
         # (Triton's own launch hands its metadata to an exit hook too, with or without an enter hook)
-        meta = kernel.launch_metadata((self.grid, 1, 1), stream, *full) \
+        meta = kernel.launch_metadata((self.grid, 1, 1), stream, *args, *self.constexprs) \
             if enter is not None or leave is not None else None
         try:
             if self.raw is not None:
@@ -158,7 +157,8 @@ class _DirectStep(_Step):
                 launch(self.grid, 1, 1, stream, kernel.function, cooperative, pdl, None, None,
                        kernel.packed_metadata, meta, enter, leave, *addresses, *self.constexprs)
             else:
-                kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *full)
+                kernel.run(self.grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave,
+                           *args, *self.constexprs)
         except TypeError:  # a launcher of another shape: use Triton's entry point from now on
             self.usable = False
             self.launch(*args, **self.kwargs)

@@ -124,8 +124,7 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     for step in steps:
         for k in step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill]:
             readers[k].append(step)
-    uses = collections.Counter(outputs)  # the reads of each slot
-    uses.update({k: len(found) for k, found in readers.items()})
+    read_once = {k for k, found in readers.items() if len(found) == 1 and k not in outputs}
     # slots whose readers all make new tensors of them (a kernel, a matmul, a linear): an
     # identity permute there can be its source (other ops may hand their input back, as an
     # empty squeeze does, and an output is a new view)
@@ -149,7 +148,7 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             if form is not None and step.fill and step.fill[0][0] == 0 and len(step.outs) == 1:
                 # a view op as its Tensor method: no rule, no size lookup
                 if form[0] == "permute":
-                    _permute_line(lines, env, i, step.fill[0][1], form[1], step.outs[0], uses, permuted, aliasable)
+                    _permute_line(lines, env, i, step.fill[0][1], form[1], step.outs[0], read_once, permuted, aliasable)
                 else:
                     env[f"A{i}"] = form[1]
                     lines.append(f"    s{step.outs[0]} = s{step.fill[0][1]}.{form[0]}(A{i})")
@@ -176,14 +175,14 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     return env["run"]
 
 
-def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, uses: collections.Counter,
+def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, read_once: set,
                   permuted: dict, aliasable: set) -> None:
     """Step i, `s<out> = s<source>.permute(dims)`, as a line of the program. A permute of a
     permute that nothing else reads is one permute of the first one's source (a linear
     layer's backward reads its weight through two transposes), and one that leaves the axes
     in place is its source itself where `out` is aliasable (see `_straight_line`)."""
     earlier = permuted.get(source)
-    if earlier is not None and uses[source] == 1:
+    if earlier is not None and source in read_once:
         source, first, at, name = earlier
         lines[at] = None
         env.pop(name, None)
