@@ -104,17 +104,23 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
         raw = getattr(module, name, None)
         if raw is None:
             raise InternalError(f"generated module {path} has no kernel {name}")
-        fn = _wrap(raw, target, scalar_params)
+        fn = _wrap(raw, target, scalar_params, getattr(module, "KERNEL_LANGUAGE", "triton"))
         _memory[key] = fn
         return fn
 
 
-def _wrap(raw: Callable, target: str, scalar_params: Sequence[str]):
+def _wrap(raw: Callable, target: str, scalar_params: Sequence[str], language: str = "triton"):
+    """`raw` as a kernel: Triton's JIT, Gluon's for a Gluon module (codegen/shared_row.py; it
+    has no interpreter), or the interpreter's."""
     import triton
 
     if target == "interpreter":
         return _Interpreted(raw)
     _keep_triton_key()
+    if language == "gluon":
+        from triton.experimental import gluon
+
+        return gluon.jit(raw, do_not_specialize=list(scalar_params))
     return triton.jit(raw, do_not_specialize=list(scalar_params))
 
 

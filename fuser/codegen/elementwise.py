@@ -60,6 +60,11 @@ def _wrap_int(v: int, dtype: DataType) -> int:
 
 
 class ElementwiseEmitter:
+    def block(self, shape: str, value: str, dtype: str) -> str:
+        """A block of `shape` filled with `value` (a Gluon kernel gives it its layout:
+        codegen/shared_row.py)."""
+        return f"tl.full({shape}, {value}, {dtype})"
+
     def literal(self, s: Scalar, dtype: DataType) -> str:
         v = s.value
         if isinstance(v, bool):
@@ -75,7 +80,7 @@ class ElementwiseEmitter:
             if f in (float("inf"), float("-inf")):
                 return f"float('{'-' if f < 0 else ''}inf')"
             if dtype in FP32_COMPUTED and f != 0 and abs(f) < _FP32_MIN_NORMAL:
-                return f"tl.full([1, 1], {f!r}, tl.float32)"  # a subnormal fp32: typed explicitly
+                return self.block("[1, 1]", repr(f), "tl.float32")  # a subnormal fp32: typed explicitly
             return repr(f)
         return repr(_wrap_int(int(v), dtype))
 
@@ -85,7 +90,7 @@ class ElementwiseEmitter:
         dt = e.out.dtype
         (j,) = self.super_axes_of(e.out) or [None]
         # (a [1, 1] block where the output spans no loop axis: a bare 0 would read `0.to(...)`)
-        index = "tl.zeros([1, 1], tl.int32)" if j is None else self.index_code(j)
+        index = self.block("[1, 1]", "0", "tl.int32") if j is None else self.index_code(j)
         if j is not None:
             scope.owner_of_dim(self.super_dim[j])  # the index must be live in this scope
         _, start, step = (self.operand(scope, v, dt) for v in e.inputs)
@@ -184,7 +189,7 @@ class ElementwiseEmitter:
 
     def block_literal(self, v: Val, code: str, dtype: DataType) -> str:
         if isinstance(v, Scalar) and v.is_constant and not code.startswith("tl.full("):
-            return f"tl.full([1, 1], {code}, {compute_type(dtype)})"
+            return self.block("[1, 1]", code, compute_type(dtype))
         return code
 
     def emit_ternary(self, scope: Scope, e: TernaryOp) -> None:

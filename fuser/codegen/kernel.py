@@ -145,18 +145,23 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                     self.scalar_args[id(v)] = name
                     self.add_param(name, ArgSpec("scalar", v))
 
+    # -- index vectors (a Gluon kernel gives them its layout: codegen/shared_row.py) ------------
+
+    def arange(self, block: str, dim: int) -> str:
+        """0 .. block - 1 along tile dim `dim`, as a [block, 1] or [1, block] tile."""
+        return f"tl.arange(0, {block})" + ("[:, None]" if dim == 0 else "[None, :]")
+
     # -- indices and offsets ----------------------------------------------------------------
 
     def emit_dim_index(self, scope: Scope, dim: int, start: str) -> None:
         """Index vector of tile dim `dim` from `start`, its mask, and per-super-axis indices."""
         block = f"BLOCK{dim}"
-        shape = "[:, None]" if dim == 0 else "[None, :]"
         n = self.limit(dim)
         var = INDEX[dim]
-        scope.lines.append(f"{var} = {start} + tl.arange(0, {block}){shape}")
+        scope.lines.append(f"{var} = {start} + {self.arange(block, dim)}")
         if self.even_masks:  # Triton drops a mask that is a constant True
             full = f"[{block}, 1]" if dim == 0 else f"[1, {block}]"
-            scope.lines += [f"if EVEN{dim}:", f"    {var}_mask = tl.full({full}, 1, tl.int1)",
+            scope.lines += [f"if EVEN{dim}:", f"    {var}_mask = {self.block(full, '1', 'tl.int1')}",
                             "else:", f"    {var}_mask = {var} < {n}"]
         else:
             scope.lines.append(f"{var}_mask = {var} < {n}")
@@ -199,7 +204,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             if v.is_constant:
                 return self.literal(v, dtype)
             # a [1, 1] block of the compute type: Python floats and Triton scalars alike
-            return f"tl.full([1, 1], {self.scalar_args[id(v)]}, {compute_type(dtype)})"
+            return self.block("[1, 1]", self.scalar_args[id(v)], compute_type(dtype))
         code = self.value(scope, v)
         if compute_type(v.dtype) != compute_type(dtype):
             if dtype.is_boolean:
@@ -268,7 +273,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a one-element tensor still loads as a [1, 1] block, like every other value
-        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
+        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
         evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
@@ -321,11 +326,11 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         code = self.value(scope, tv)
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a tensor spanning no loop axis (one element) still stores through a [1, 1] block
-        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or ["tl.zeros([1, 1], tl.int32)"])
+        ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         masks = [m for m in [self.mask(tv)] if m]
         # a tensor that does not vary along a program dim is stored by the first program only
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
-        masks += [f"((tl.full([1, 1], 0, tl.int32) + pid{d}) == 0)" for d in missing]
+        masks += [f"(({self.block('[1, 1]', '0', 'tl.int32')} + pid{d}) == 0)" for d in missing]
         mask = f", mask={' & '.join(masks)}" if masks else ""
         value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
         scope.lines.append(f"tl.store({ptr}, {value}{mask})")

@@ -40,6 +40,7 @@ from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
+from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config
 from .kernel import KernelSource, generate, workspace_dtype
 from .layout import Layout, make_layout, run_stride
 
@@ -115,11 +116,13 @@ class KernelLauncher:
             out.append(s)
         return out
 
-    def kernel(self, layout: Layout, variant: str, target: str, stages: int = 1):
-        """The kernel for (layout, variant, target, stages), generated and compiled on first
-        use. Variants: tile (pointwise), persistent, looped, partial and combine (split);
-        `stages` pipelines the inner-outer kernel's row loop."""
-        key = (layout, variant, target, stages)
+    def kernel(self, layout: Layout, variant: str, target: str, stages: int = 1,
+               config: Optional[SharedRowConfig] = None):
+        """The kernel for (layout, variant, target, stages, config), generated and compiled on
+        first use. Variants: tile (pointwise), persistent, looped, partial and combine (split),
+        shared_row (an inner-outer plan's Gluon kernel of `config`: None where its code needs
+        what Gluon lacks); `stages` pipelines the inner-outer kernel's row loop."""
+        key = (layout, variant, target, stages, config)
         found = self.variants.get(key)
         if found is None:
             with self._lock:
@@ -127,7 +130,12 @@ class KernelLauncher:
                 if found is None:
                     split = variant if variant in ("partial", "combine") else None
                     with phase("codegen"):
-                        if self.plan.template is Template.inner_outer:
+                        if variant == "shared_row":
+                            ks = generate_shared_row(self.plan, layout, f"{self.name}_{variant}", config)
+                            if ks is None:
+                                self.variants[key] = None
+                                return None
+                        elif self.plan.template is Template.inner_outer:
                             ks = generate_inner_outer(self.plan, layout, variant, target,
                                                       f"{self.name}_{variant}", stages)
                         elif variant == "split":
@@ -232,9 +240,13 @@ class KernelLauncher:
             # rows too long for that (a softmax of a cat over 32768 columns) run through ATen
             return None
         two_kernels = None  # (first plan, second plan, their names) of a two-kernel form
+        shared = None  # the shared-row form's config
         if plan.template is Template.inner_outer and not params.persistent:  # rows too long for registers
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
+            shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
+            if shared is not None and self.kernel(layout, "shared_row", target_for(device), config=shared) is None:
+                shared = None
             two_kernels = (plan.parts.rows, plan.parts.columns, ("rows", "columns"))
         elif plan.statistics is not None and local_extents is None and self._splits(params, rows, cols, device):
             # one program a kept block (of columns, or a row) could not fill the GPU: the
@@ -245,7 +257,9 @@ class KernelLauncher:
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, *two_kernels,
                                                lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-            return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
+            fallback = self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
+            if shared is None:
+                return fallback
         # 64-bit indices where a tensor's offsets, or the loop space itself (a split's chunk
         # starts; broadcast inputs may be small), reach 2^31
         int64 = math.prod(extents) >= _INT32_LIMIT or any(
@@ -277,7 +291,12 @@ class KernelLauncher:
         def rows_form() -> tuple:
             return (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
                     row_loop_stages(params, tile_bytes))
-        if plan.template is Template.inner_outer:
+        if shared is not None:
+            chunks = min(_processors(device), rows)  # one program a processor, a workspace row each
+            variants = ["shared_row", "combine"]
+            step_params = {"shared_row": LaunchParams(1, shared.block1, False, shared.warps, chunks),
+                           "combine": inner_outer_combine(cols, chunks, _processors(device))}
+        elif plan.template is Template.inner_outer:
             stages = inner_outer_stages(params, tile_bytes)
             chunks = inner_outer_programs(params, _processors(device))
             step_params = {"persistent": replace(params, grid=chunks),
@@ -291,7 +310,8 @@ class KernelLauncher:
         def build(variants, step_params, stages) -> _Launch:
             steps, source, semaphores = [], [], 0
             for variant in variants:
-                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1)
+                ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1,
+                                     shared if variant == "shared_row" else None)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
                 if variant == "split":  # a counter a column block
@@ -330,6 +350,8 @@ class KernelLauncher:
                 cblock = f"CBLOCK{plan.red_dim}"
                 if cblock in ks.constexprs:  # the combine part's workspace rows a step
                     kwargs[cblock] = min(next_pow2(chunks), getattr(p, red_block))
+                if "SPT" in ks.constexprs:  # the shared-row kernel's layout
+                    kwargs.update(SPT=shared.per_thread, WARPS=shared.warps)
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
                 if "LOOP_EXTENT" in ks.constexprs:
@@ -352,6 +374,10 @@ class KernelLauncher:
                            Semaphores(semaphores) if semaphores else None)
 
         launch = build(variants, step_params, stages)
+        if shared is not None:
+            if ahead_jobs is not None:
+                ahead_jobs.add(launch, inputs, device)
+            return _SharedRowLaunch(launch, fallback, shared.staged)
         forms = []  # the launch forms timed against each other, the default first
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
             # which form wins depends on the kernel: the forms are timed once per bucket
@@ -534,3 +560,30 @@ class _Launch:
                     args[pos] = tensors[k]
                 jobs.append(lambda step=step, args=args: step.precompile(args))
         return jobs
+
+
+class _SharedRowLaunch:
+    """The shared-row form's launch (codegen/shared_row.py), whose copies need the staged
+    inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
+    two-kernel form instead, prepared beside it."""
+
+    __slots__ = ("launch", "fallback", "staged", "source", "compiles", "cold")
+
+    def __init__(self, launch: _Launch, fallback, staged: tuple[int, ...]):
+        self.launch, self.fallback, self.staged = launch, fallback, staged
+        self.source, self.compiles, self.cold = launch.source, launch.compiles, launch.cold
+
+    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
+        if misaligned(inputs, self.staged):
+            return self.fallback(inputs, device, dests)
+        return self.launch(inputs, device, dests)
+
+    def direct_lines(self, *args, **kwargs) -> None:
+        """No inline form: each call checks the alignment."""
+        return None
+
+    def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
+        return self.launch.tensors_for(inputs, device, dests)
+
+    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
+        return self.launch.compile_jobs(tensors)

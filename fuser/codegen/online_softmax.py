@@ -38,8 +38,8 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     ps, rd, split = writer.program_scope, writer.red, writer.split
     shape, mask = writer.reduce_shape(m), writer.reduce_mask(m)
     big, small = f"acc{m.out.name}", f"acc{s.out.name}"
-    ps.lines += [f"{big} = tl.full({shape}, float('-inf'), tl.float32)",
-                 f"{small} = tl.full({shape}, 0.0, tl.float32)"]
+    ps.lines += [f"{big} = " + writer.block(shape, "float('-inf')", "tl.float32"),
+                 f"{small} = " + writer.block(shape, "0.0", "tl.float32")]
     body = writer.loop_scope()
     # chosen before the pair is bound: an output fed by it is not ready
     outputs = writer.outputs_ready_in_pass()

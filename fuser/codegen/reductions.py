@@ -223,7 +223,7 @@ class ReductionEmitter:
             var, mean = e.outputs
             acc = f"acc{var.name}"
             for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
-                ps.lines.append(f"{acc}_{part} = tl.full({shape}, {init}, tl.float32)")
+                ps.lines.append(f"{acc}_{part} = {self.block(shape, init, 'tl.float32')}")
             if self.split == "combine":
                 loads = [self.partial_load(e, ws[p], m, "0.0") for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
@@ -244,7 +244,7 @@ class ReductionEmitter:
         dt = e.out.dtype
         acc = f"acc{e.out.name}"
         ident = self.identity(e.kind, dt)
-        ps.lines.append(f"{acc} = tl.full({shape}, {ident}, {compute_type(dt)})")
+        ps.lines.append(f"{acc} = {self.block(shape, ident, compute_type(dt))}")
         if self.split == "combine":
             x = self.partial_load(e, ws["acc"], m, ident)
         else:

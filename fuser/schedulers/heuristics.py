@@ -41,6 +41,17 @@ INNER_OUTER_STAGES = 3
 # serial (each ends in a reduction) and a few programs a multiprocessor keep too few loads in
 # flight; the two-kernel form's one program a row hides that latency.
 SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 227 KiB)
+# Rows beyond INNER_OUTER_MAX_PERSISTENT whose staged inputs fit shared memory run as one Gluon
+# kernel holding the row there (codegen/shared_row.py) on Hopper GPUs. On the H200
+# (benchmarks/sweep_norm_bwd_gluon.py, 2026-12-02) the bf16 RMSNorm backward at 4096x32768 read
+# 0.76-0.80 of copy on 8-16 warps and 4-8 elements a thread, against 0.54 for the best one-kernel
+# `tl` form and 0.44 for two kernels. Each column reduction holds CHUNKS * per-thread fp32 values
+# a thread in registers: a LayerNorm backward's two (dw, db) at 32768 columns would need 128 of
+# 128 registers at 16 warps, so it keeps the two-kernel form.
+SHARED_ROW_WARPS = 16
+SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won by a hair over 8)
+SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
+SHARED_ROW_RESERVED_BYTES = 4 * 1024  # of a block's shared memory, for the reductions' scratch
 
 
 @dataclass(frozen=True)

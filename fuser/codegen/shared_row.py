@@ -1,0 +1,283 @@
+"""The inner-outer template's rows too long for registers, as one Gluon kernel that keeps the row
+in shared memory (`triton.experimental.gluon`: Triton's `tl` language cannot allocate it).
+
+One program a multiprocessor loops over the rows pid, pid + P, ... The inputs that vary along
+the row (x, dy) are copied into shared memory as CHUNKS slots of BLOCK1 columns, one
+asynchronous copy group a chunk; those along columns only (the weight) once, before the loop.
+Each pass over the row (one per set of row reductions ready together, then the pass that stores
+the row outputs and adds the column terms) is unrolled over the chunks and reads them from
+shared memory: the first pass waits for each chunk's copy as it reaches it, the last starts the
+copy of the next row's chunk j into slot j as soon as it is done with it. Each column reduction
+keeps one fp32 accumulator a chunk in registers, stored after the loop as partial row `pid` of
+its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
+the two-kernel form reads them twice.
+
+Every thread copies and reads the same elements (the copies and the loads share one layout),
+so no barrier orders them. The kernel is written by KernelWriter's emitters, whose blocks and
+index vectors take the layout here, with `tl` naming Gluon's language in the module.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
+from ..schedulers.heuristics import (SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD, SHARED_ROW_RESERVED_BYTES,
+                                     SHARED_ROW_VECTOR_BYTES, SHARED_ROW_WARPS)
+from ..schedulers.plan import KernelPlan
+from .kernel import KernelSource, KernelWriter
+from .layout import Layout
+from .math import helpers_for
+from .scope import Scope
+from .types import STORAGE, compute_type
+
+_CHUNK = "@chunk@"  # a pass's chunk number, until the pass is unrolled
+_PASS = re.compile(r"(\s*)@pass:(\d+)@")  # where a pass goes among the row's lines
+STAGED_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)
+ALIGNMENT = 16  # bytes: asynchronous copies move 4 to 16 bytes, from addresses so aligned
+
+
+@functools.cache
+def gluon_names() -> frozenset:
+    """The names of Gluon's language; empty where this Triton has no Gluon or no asynchronous
+    copies (Gluon is experimental: its API moves between releases)."""
+    try:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    except ImportError:
+        return frozenset()
+    copy = getattr(async_copy, "async_load", None) or getattr(async_copy, "async_copy_global_to_shared", None)
+    if copy is None or not all(hasattr(async_copy, f) for f in ("commit_group", "wait_group")):
+        return frozenset()
+    return frozenset(n for n in dir(gl) if not n.startswith("_"))
+
+
+@dataclass(frozen=True)
+class SharedRowConfig:
+    per_thread: int  # contiguous elements of a chunk a thread copies and computes
+    warps: int
+    chunks: int  # slots of the row in shared memory
+    staged: tuple[int, ...]  # the inputs (of the plan's tensor inputs) copied into shared memory
+
+    @property
+    def block1(self) -> int:
+        return self.per_thread * 32 * self.warps
+
+
+def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequence[torch.Tensor],
+                      strides: list[list[int]], extents: list[int], device: torch.device) -> Optional[SharedRowConfig]:
+    """The shared-row form of an inner-outer plan for this call, or None where it has none:
+    not a Hopper GPU, no Gluon, a row of a staged input not contiguous or not aligned for the
+    copies, a row that does not fit shared memory or accumulators that would not fit registers
+    (FUSER_SHARED_ROW=0 turns the form off)."""
+    if (os.environ.get("FUSER_SHARED_ROW", "1") == "0" or device.type != "cuda" or plan.axes.resized
+            or len(layout.dim0) != 1 or len(layout.dim1) != 1 or not gluon_names()
+            or torch.cuda.get_device_capability(device)[0] != 9):
+        return None  # (measured on the H200 only)
+    (row_axes,), (col_axes,) = layout.dim0, layout.dim1
+    views = [v for v in plan.parts.persistent.inputs if isinstance(v, TensorView)]
+    sizes, staged = [], []
+    for k, v in enumerate(views):  # (the order of the launch's tensors and strides)
+        if not any(strides[k][a] for a in col_axes):
+            continue  # not staged: read with plain loads
+        t = tensors[k]
+        if v.dtype not in STAGED_DTYPES or strides[k][_inner(col_axes, extents)] != 1 or \
+                t.data_ptr() % ALIGNMENT or cols % ALIGNMENT:
+            return None
+        row_stride = strides[k][_inner(row_axes, extents)]
+        if row_stride % ALIGNMENT:  # (Triton proves alignment from ints divisible by 16)
+            return None
+        sizes.append(t.element_size())
+        staged.append(k)
+    if not sizes:
+        return None
+    per_thread = max(1, SHARED_ROW_VECTOR_BYTES // max(sizes))
+    block1 = per_thread * 32 * SHARED_ROW_WARPS
+    chunks = -(-cols // block1)
+    from triton.runtime import driver  # (the largest shared memory a block may opt in to)
+
+    shared = driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
+    if sum(sizes) * chunks * block1 > shared - SHARED_ROW_RESERVED_BYTES:
+        return None
+    if len(plan.parts.split.column_reductions) * chunks * per_thread > SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD:
+        return None
+    return SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
+
+
+def _inner(run: tuple[int, ...], extents: list[int]) -> int:
+    return next((a for a in reversed(run) if extents[a] != 1), run[-1])
+
+
+def misaligned(inputs: Sequence[torch.Tensor], staged: Sequence[int]) -> bool:
+    """Whether a staged input of this call is not aligned for the copies."""
+    return any(inputs[k].data_ptr() % ALIGNMENT for k in staged)
+
+
+class SharedRowWriter(KernelWriter):
+    """The Gluon kernel of an inner-outer plan (see the module's doc). A looped writer over
+    the row's columns (tile dim 1) whose passes are unrolled over the chunks and whose row
+    inputs load from shared memory; tile dim 0 is the row (BLOCK0 = 1) of the loop over rows."""
+
+    def __init__(self, plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig):
+        super().__init__(plan.parts.persistent, layout, False, "cuda", name)
+        # EVEN0 (a row a block) and EVEN1 (whole chunks): without masks the kernel at 32768
+        # columns compiled to 104 registers a thread; with them, to 128 and a stack of spills
+        self.even_masks = True
+        self.config = config
+        self.column_reductions = list(plan.parts.split.column_reductions)
+        self.workspaces = [(e, "acc") for e in self.column_reductions]
+        self.staged = [v for v in self.plan.inputs if isinstance(v, TensorView) and 1 in self.dims_of(v)]
+        self.staged_ids = {id(v) for v in self.staged}
+        self.passes: list[list[str]] = []
+
+    # -- the layout every block takes -------------------------------------------------------
+
+    def block(self, shape: str, value: str, dtype: str) -> str:
+        return f"tl.full({shape}, {value}, {dtype}, LAYOUT)"
+
+    def arange(self, block: str, dim: int) -> str:
+        # a slice of the layout along the other dim, expanded back to it
+        return f"tl.arange(0, {block}, layout=tl.SliceLayout({1 - dim}, LAYOUT))" + \
+            ("[:, None]" if dim == 0 else "[None, :]")
+
+    # -- passes -----------------------------------------------------------------------------
+
+    def _is_column_reduction(self, e: Expr) -> bool:
+        return any(e is c for c in self.column_reductions)
+
+    def reduces_in_loop(self, e: Expr) -> bool:
+        return isinstance(e, (ReductionOp, VarMeanOp)) and not self._is_column_reduction(e)
+
+    def _ready_reduction(self, f: Expr) -> bool:
+        return not self._is_column_reduction(f) and super()._ready_reduction(f)
+
+    def emit_load(self, scope: Scope, tv: TensorView) -> None:
+        if id(tv) not in self.staged_ids:
+            return super().emit_load(scope, tv)
+        name = self.tname(tv)
+        scope.lines.append(f"{name} = S{tv.name}.index({_CHUNK}).load(LAYOUT).to({compute_type(tv.dtype)})")
+        scope.names[self.key(tv)] = name
+
+    def close_loop(self, scope: Scope) -> None:
+        self.program_scope.lines.append(f"@pass:{len(self.passes)}@")
+        self.passes.append(scope.lines)
+
+    def variant_name(self) -> str:
+        return (f"one Gluon program a processor, the row in shared memory ({self.config.chunks} chunks of "
+                f"{self.config.block1} columns)")
+
+    # -- the kernel -------------------------------------------------------------------------
+
+    def write(self) -> Optional[KernelSource]:
+        """The kernel, or None where its code names what this Gluon lacks (an extern function)."""
+        ps = self.begin_program()
+        head, ps.lines = ps.lines, ["nxt = row + tl.num_programs(0)"]
+        self.emit_dim_index(ps, 0, "row")
+        outputs = [o for o in self.plan.outputs if isinstance(o, TensorView)]
+        for o in outputs:
+            if not self.tile_level(o):
+                self.emit_store(ps, o)
+        body = self.loop_scope()
+        for o in sorted((o for o in outputs if self.tile_level(o)), key=lambda o: not self._pending_reductions([o])):
+            if id(o) not in self.stored:
+                self.emit_store(body, o)
+        for e in self.column_reductions:  # terms added in the last pass
+            dt = e.out.dtype
+            acc, ident = f"acc{e.out.name}", self.identity(e.kind, dt)
+            masked = f"tl.where(r_mask & c_mask, {self.operand(body, e.inp, dt)}, {ident})"
+            body.lines.append(f"{acc} = {acc} + {masked}" if e.kind is ReductionOpType.sum else
+                              f"{acc} = {self.combine(e.kind)}({acc}, {masked})")
+        self.close_loop(body)
+        self.program_scope.lines = self._prologue(head) + ["for row in range(pid, R, tl.num_programs(0)):"] + [
+            "    " + line for line in self._unrolled(ps.lines)] + self._epilogue()
+        source = self.assemble()
+        code = source[source.index("\nimport "):]
+        if "libdevice." in code or set(re.findall(r"\btl\.(\w+)", code)) - gluon_names():
+            return None
+        return KernelSource(self.name, source, self.args, list(self.params), False, self.constexprs())
+
+    def _prologue(self, head: list[str]) -> list[str]:
+        cfg, lines = self.config, ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"]
+        lines += head + [f"cols = {self.arange('BLOCK1', 1)}"]
+        for v in self.staged:
+            lines.append(f"S{v.name} = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{cfg.chunks}, 1, BLOCK1], "
+                         "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
+        along_columns = [v for v in self.staged if 0 not in self.dims_of(v)]
+        for v in along_columns:  # once: one copy group for them all
+            for j in range(cfg.chunks):
+                index = f"({j} * BLOCK1 + cols)"
+                lines.append(f"COPY(S{v.name}.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
+                             f"mask={index} < C)")
+        if along_columns:
+            lines.append("async_copy.commit_group()")
+        for j in range(cfg.chunks):  # the first row's
+            lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)")
+        for e in self.column_reductions:
+            init = self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype), compute_type(e.out.dtype))
+            lines += [f"acc{e.out.name}_{j} = {init}" for j in range(cfg.chunks)]
+        return lines
+
+    def _copies(self, j: int, row: str, index: str, in_row: str = "") -> list[str]:
+        """Start copying chunk j of row `row` of the staged row inputs (none past the last row)
+        into slot j, as one copy group; `in_row`: the mask of the chunk's columns, if known."""
+        in_row = in_row or f"({index} < C)"
+        lines = [f"COPY(S{v.name}.index({j}), T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
+                 f"T{v.name}_stride1, mask={in_row} & ({row} < R))" for v in self.staged if 0 in self.dims_of(v)]
+        return lines + ["async_copy.commit_group()"]
+
+    def _unrolled(self, lines: list[str]) -> list[str]:
+        """The row's lines with each pass unrolled over the chunks: the first waits for each
+        chunk's copy, the last adds into each chunk's accumulators and then copies the next
+        row's chunk into the slot it is done with."""
+        out, last = [], len(self.passes) - 1
+        accs = [f"acc{e.out.name}" for e in self.column_reductions]
+        for line in lines:
+            m = _PASS.fullmatch(line)
+            if m is None:
+                out.append(line)
+                continue
+            indent, k = m.group(1), int(m.group(2))
+            for j in range(self.config.chunks):
+                chunk = [f"c_start = {j} * BLOCK1"] + [t.replace(_CHUNK, str(j)) for t in self.passes[k]]
+                if k == 0:  # copies complete in order: chunk j is in when NCH - 1 - j groups are not
+                    chunk.insert(0, f"async_copy.wait_group({self.config.chunks - 1 - j})")
+                if k == last:
+                    for acc in accs:
+                        chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
+                    chunk += self._copies(j, "nxt", "c", "c_mask")
+                out += [indent + t for t in chunk]
+        return out
+
+    def _epilogue(self) -> list[str]:
+        lines = ["async_copy.wait_group(0)"]  # (the copies past the last row copy nothing)
+        for k, e in enumerate(self.column_reductions):
+            for j in range(self.config.chunks):
+                index = f"({j} * BLOCK1 + cols)"
+                lines.append(f"tl.store(W{k}_ptr + pid * C + {index}, acc{e.out.name}_{j}, mask={index} < C)")
+        return lines
+
+    def constexprs(self) -> tuple[str, ...]:
+        return ("BLOCK0", "BLOCK1", "INT64", "SPT", "WARPS", "EVEN0", "EVEN1")
+
+    def imports(self) -> list[str]:
+        return ["import triton", "from triton.experimental import gluon",
+                "from triton.experimental.gluon import language as tl",
+                "from triton.experimental.gluon.language.nvidia.ampere import async_copy", "",
+                "KERNEL_LANGUAGE = 'gluon'  # compiled with gluon.jit (codegen/compile.py)",
+                "# Triton 3.9 renamed the copy",
+                "COPY = getattr(async_copy, 'async_load', None) or async_copy.async_copy_global_to_shared"]
+
+    def assemble(self) -> str:
+        fn = self.function(self.name)
+        helpers = helpers_for(fn).replace("@triton.jit", "@gluon.jit")
+        return "\n".join(self.header() + [""] + self.imports() + ["", helpers, "", "", fn])
+
+
+def generate_shared_row(plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig) -> Optional[KernelSource]:
+    return SharedRowWriter(plan, layout, name, config).write()
+
