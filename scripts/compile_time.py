@@ -41,7 +41,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FD_KERNELS = ("rmsnorm_fwd", "layernorm_fwd", "softmax_fwd", "gelu_bias_fwd", "add_rmsnorm_fwd",
               "colsum_fwd", "rmsnorm_bwd", "layernorm_bwd", "softmax_bwd", "gelu_bwd")
-JIT_KERNELS = ("rmsnorm_fwd", "add_rmsnorm_fwd", "softmax_bwd", "layernorm_bwd")
+JIT_KERNELS = ("rmsnorm_fwd", "add_rmsnorm_fwd", "softmax_bwd", "layernorm_bwd", "rmsnorm_bwd")
 DEFAULT_ROWS = tuple(f"fd:{k}" for k in FD_KERNELS) + tuple(f"jit:{k}" for k in JIT_KERNELS)
 # the table's phase columns, in pipeline order; "Dynamo+AOT" and "runtime" are filled in below
 PHASES = ("definition", "passes", "segmentation", "planning", "codegen", "load", "compile ahead", "first launch",
