@@ -89,6 +89,7 @@ class KernelLauncher:
         self.last_source: str | None = None
         self._lock = threading.Lock()
         self._two_kernels: Optional[TwoKernels] = None  # an inner-outer plan's form for long rows
+        self.declined: set[tuple] = set()  # kernel keys whose code Gluon cannot compile (shared_row)
 
     def allocate_outputs(self, values, device) -> list[torch.Tensor]:
         outputs = []
@@ -123,6 +124,8 @@ class KernelLauncher:
         shared_row (an inner-outer plan's Gluon kernel of `config`: None where its code needs
         what Gluon lacks); `stages` pipelines the inner-outer kernel's row loop."""
         key = (layout, variant, target, stages, config)
+        if key in self.declined:
+            return None
         found = self.variants.get(key)
         if found is None:
             with self._lock:
@@ -133,7 +136,7 @@ class KernelLauncher:
                         if variant == "shared_row":
                             ks = generate_shared_row(self.plan, layout, f"{self.name}_{variant}", config)
                             if ks is None:
-                                self.variants[key] = None
+                                self.declined.add(key)
                                 return None
                         elif self.plan.template is Template.inner_outer:
                             ks = generate_inner_outer(self.plan, layout, variant, target,
@@ -257,9 +260,8 @@ class KernelLauncher:
             if self._two_kernels is None:
                 self._two_kernels = TwoKernels(plan, *two_kernels,
                                                lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-            fallback = self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
             if shared is None:
-                return fallback
+                return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
         # 64-bit indices where a tensor's offsets, or the loop space itself (a split's chunk
         # starts; broadcast inputs may be small), reach 2^31
         int64 = math.prod(extents) >= _INT32_LIMIT or any(
@@ -377,7 +379,9 @@ class KernelLauncher:
         if shared is not None:
             if ahead_jobs is not None:
                 ahead_jobs.add(launch, inputs, device)
-            return _SharedRowLaunch(launch, fallback, shared.staged)
+            # the two-kernel form, prepared (and compiled) by the first call that needs it
+            two = self._two_kernels
+            return _SharedRowLaunch(launch, lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
         forms = []  # the launch forms timed against each other, the default first
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
             # which form wins depends on the kernel: the forms are timed once per bucket
@@ -565,16 +569,19 @@ class _Launch:
 class _SharedRowLaunch:
     """The shared-row form's launch (codegen/shared_row.py), whose copies need the staged
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
-    two-kernel form instead, prepared beside it."""
+    two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed."""
 
-    __slots__ = ("launch", "fallback", "staged", "source", "compiles", "cold")
+    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles", "cold")
 
-    def __init__(self, launch: _Launch, fallback, staged: tuple[int, ...]):
-        self.launch, self.fallback, self.staged = launch, fallback, staged
+    def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...]):
+        self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
+        self.fallback = None
         self.source, self.compiles, self.cold = launch.source, launch.compiles, launch.cold
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if misaligned(inputs, self.staged):
+            if self.fallback is None:
+                self.fallback = self.prepare_fallback(inputs)
             return self.fallback(inputs, device, dests)
         return self.launch(inputs, device, dests)
 

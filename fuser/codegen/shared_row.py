@@ -12,8 +12,8 @@ keeps one fp32 accumulator a chunk in registers, stored after the loop as partia
 its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
 the two-kernel form reads them twice.
 
-Every thread copies and reads the same elements (the copies and the loads share one layout),
-so no barrier orders them. The kernel is written by KernelWriter's emitters, whose blocks and
+The copies and the loads of a slot share one layout; Triton's barrier analysis still puts a
+barrier after each wait and before each copy into a slot that was read. The kernel is written by KernelWriter's emitters, whose blocks and
 index vectors take the layout here, with `tl` naming Gluon's language in the module.
 """
 from __future__ import annotations
@@ -72,8 +72,8 @@ class SharedRowConfig:
 def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequence[torch.Tensor],
                       strides: list[list[int]], extents: list[int], device: torch.device) -> Optional[SharedRowConfig]:
     """The shared-row form of an inner-outer plan for this call, or None where it has none:
-    not a Hopper GPU, no Gluon, a row of a staged input not contiguous or not aligned for the
-    copies, a row that does not fit shared memory or accumulators that would not fit registers
+    not a Hopper GPU, no Gluon, a row of a staged input (one that varies along the row at this
+    call) not contiguous or its row stride not aligned for the copies, a row that does not fit shared memory or accumulators that would not fit registers
     (FUSER_SHARED_ROW=0 turns the form off)."""
     if (os.environ.get("FUSER_SHARED_ROW", "1") == "0" or device.type != "cuda" or plan.axes.resized
             or len(layout.dim0) != 1 or len(layout.dim1) != 1 or not gluon_names()
@@ -86,8 +86,8 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
         if not any(strides[k][a] for a in col_axes):
             continue  # not staged: read with plain loads
         t = tensors[k]
-        if v.dtype not in STAGED_DTYPES or strides[k][_inner(col_axes, extents)] != 1 or \
-                t.data_ptr() % ALIGNMENT or cols % ALIGNMENT:
+        # (an address not aligned for the copies is checked at each call: see `misaligned`)
+        if v.dtype not in STAGED_DTYPES or strides[k][_inner(col_axes, extents)] != 1 or cols % ALIGNMENT:
             return None
         row_stride = strides[k][_inner(row_axes, extents)]
         if row_stride % ALIGNMENT:  # (Triton proves alignment from ints divisible by 16)
@@ -99,14 +99,18 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
     per_thread = max(1, SHARED_ROW_VECTOR_BYTES // max(sizes))
     block1 = per_thread * 32 * SHARED_ROW_WARPS
     chunks = -(-cols // block1)
-    from triton.runtime import driver  # (the largest shared memory a block may opt in to)
-
-    shared = driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
-    if sum(sizes) * chunks * block1 > shared - SHARED_ROW_RESERVED_BYTES:
+    if sum(sizes) * chunks * block1 > max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES:
         return None
     if len(plan.parts.split.column_reductions) * chunks * per_thread > SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD:
         return None
     return SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
+
+
+def max_shared_memory(device: torch.device) -> int:
+    """The most shared memory a block may opt in to on `device`, in bytes."""
+    from triton.runtime import driver
+
+    return driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
 
 
 def _inner(run: tuple[int, ...], extents: list[int]) -> int:
@@ -131,7 +135,10 @@ class SharedRowWriter(KernelWriter):
         self.config = config
         self.column_reductions = list(plan.parts.split.column_reductions)
         self.workspaces = [(e, "acc") for e in self.column_reductions]
-        self.staged = [v for v in self.plan.inputs if isinstance(v, TensorView) and 1 in self.dims_of(v)]
+        # those the call's strides let the copies take (an input expanded along the row is not
+        # staged: its plain loads read one value a column)
+        views = [v for v in self.plan.inputs if isinstance(v, TensorView)]
+        self.staged = [views[k] for k in config.staged]
         self.staged_ids = {id(v) for v in self.staged}
         self.passes: list[list[str]] = []
 
@@ -160,7 +167,7 @@ class SharedRowWriter(KernelWriter):
         if id(tv) not in self.staged_ids:
             return super().emit_load(scope, tv)
         name = self.tname(tv)
-        scope.lines.append(f"{name} = S{tv.name}.index({_CHUNK}).load(LAYOUT).to({compute_type(tv.dtype)})")
+        scope.lines.append(f"{name} = T{tv.name}_smem.index({_CHUNK}).load(LAYOUT).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
 
     def close_loop(self, scope: Scope) -> None:
@@ -205,13 +212,13 @@ class SharedRowWriter(KernelWriter):
         cfg, lines = self.config, ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"]
         lines += head + [f"cols = {self.arange('BLOCK1', 1)}"]
         for v in self.staged:
-            lines.append(f"S{v.name} = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{cfg.chunks}, 1, BLOCK1], "
+            lines.append(f"T{v.name}_smem = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{cfg.chunks}, 1, BLOCK1], "
                          "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
         along_columns = [v for v in self.staged if 0 not in self.dims_of(v)]
         for v in along_columns:  # once: one copy group for them all
             for j in range(cfg.chunks):
                 index = f"({j} * BLOCK1 + cols)"
-                lines.append(f"COPY(S{v.name}.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
+                lines.append(f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
                              f"mask={index} < C)")
         if along_columns:
             lines.append("async_copy.commit_group()")
@@ -226,7 +233,7 @@ class SharedRowWriter(KernelWriter):
         """Start copying chunk j of row `row` of the staged row inputs (none past the last row)
         into slot j, as one copy group; `in_row`: the mask of the chunk's columns, if known."""
         in_row = in_row or f"({index} < C)"
-        lines = [f"COPY(S{v.name}.index({j}), T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
+        lines = [f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
                  f"T{v.name}_stride1, mask={in_row} & ({row} < R))" for v in self.staged if 0 in self.dims_of(v)]
         return lines + ["async_copy.commit_group()"]
 

@@ -12,6 +12,7 @@ import torch
 import fuser
 from fuser.codegen.layout import Layout
 from fuser import DataType, FusionDefinition
+from fuser.ir import TensorView
 from fuser.codegen.shared_row import SharedRowConfig, generate_shared_row, gluon_names
 from fuser.schedulers.heuristics import SHARED_ROW_VECTOR_BYTES, SHARED_ROW_WARPS
 
@@ -57,6 +58,12 @@ def rmsnorm_plan(given_rstd: bool, rows=8, cols=2048):
     return launcher.plan
 
 
+def along_the_row(plan) -> tuple:
+    """The tensor inputs (by position) that vary along the row: those the launch stages."""
+    tensors = [v for v in plan.inputs if isinstance(v, TensorView)]
+    return tuple(k for k, v in enumerate(tensors) if 1 in plan.axes.of(v))
+
+
 @pytest.mark.parametrize("rows, cols", [(300, 32768), (5, 20480), (1000, 24576), (133, 32768)])
 @pytest.mark.gpu
 @hopper
@@ -85,6 +92,25 @@ def test_a_misaligned_input_takes_the_two_kernel_form():
     ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
     close(dx, ref_dx.to(torch.bfloat16), torch.bfloat16)
     close(dw, ref_dw.to(torch.bfloat16), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@hopper
+def test_a_misaligned_first_call_keeps_the_form_for_aligned_calls():
+    """Alignment is checked at each call, not when the launch is prepared: a first call with a
+    misaligned input runs two kernels, and the next, aligned, call the shared-row kernel."""
+    rows, cols = 64, 32768
+    x, w, dy = inputs(rows, cols)
+    buf = torch.empty(rows * cols + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = buf[1:].view(rows, cols)
+    shifted.copy_(x)
+    fd = rmsnorm_bwd_fd(torch.bfloat16)
+    ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
+    for args in ([shifted, w, dy], [x, w, dy]):
+        dx, dw = fd.execute(args)
+        close(dx, ref_dx.to(torch.bfloat16), torch.bfloat16)
+        close(dw, ref_dw.to(torch.bfloat16), torch.bfloat16)
+    assert "row in shared memory" in fd.last_triton_code()
 
 
 @pytest.mark.gpu
@@ -149,9 +175,9 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
 
     from fuser.codegen.compile import load_canonical
 
-    cols = 32768
-    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), ())
-    ks = generate_shared_row(rmsnorm_plan(given_rstd), Layout(((0,),), ((1,),)), "fuser_shared_row_test", cfg)
+    cols, plan = 32768, rmsnorm_plan(given_rstd)
+    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), along_the_row(plan))
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_shared_row_test", cfg)
     assert ks is not None
     _, fn = load_canonical(ks.name, ks.source, "cuda", ks.scalar_params)
     constexprs = dict(BLOCK0=1, BLOCK1=cfg.block1, INT64=0, SPT=per_thread, WARPS=warps, EVEN0=1, EVEN1=1)
@@ -181,3 +207,47 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
     usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
     if given_rstd:
         assert re.search(r"STACK:0\b", usage), usage
+
+
+def test_an_input_expanded_along_the_row_is_read_with_plain_loads(monkeypatch):
+    """The gate stages the inputs that vary along the row at this call, and the kernel copies
+    exactly those: dy expanded from a row (`ones.expand`, as `.sum().backward()` makes it)
+    has column stride 0 and is loaded, not copied (a 2-byte copy would not compile)."""
+    from fuser.codegen import shared_row
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(shared_row, "max_shared_memory", lambda device: 227 * 1024)
+    monkeypatch.setattr(shared_row, "gluon_names", lambda: frozenset({"full"}))
+    plan, cols = rmsnorm_plan(False), 32768
+    x, w, dy = inputs(4, cols, "cpu")
+    cfg = shared_row.shared_row_config(plan, Layout(((0,),), ((1,),)), cols, [x, w, dy.expand(4, cols)],
+                                       [[cols, 1], [0, 1], [0, 0]], [4, cols], torch.device("cuda"))
+    assert cfg is not None and cfg.staged == (0, 1)  # x and w; dy (input 2) is not staged
+    monkeypatch.undo()
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
+    names = [v.name for v in plan.inputs]
+    assert f"T{names[0]}_smem" in ks.source and f"T{names[1]}_smem" in ks.source
+    assert f"T{names[2]}_smem" not in ks.source and f"tl.load(T{names[2]}_ptr" in ks.source
+    assert not re.search(r"\bS\d+\b", ks.source)  # shared buffers named after tensors: canonical form renames them
+
+
+def test_a_kernel_gluon_cannot_compile_is_declined_once():
+    """A plan whose code names what Gluon lacks (a max over rows: `tl.PropagateNan`) keeps the
+    two-kernel form; the declined key is remembered outside the launcher's kernels, which
+    `cache_info` lists."""
+    from fuser.codegen.launch import KernelLauncher
+
+    F32 = DataType.Float
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, F32)
+        fd.add_output(fd.ops.cast(fd.ops.div(xf, fd.ops.sum(xf, [-1], True)), DataType.BFloat16))
+        fd.add_output(fd.ops.max(xf, [0]))
+    fd.execute([torch.randn(8, 256, dtype=torch.bfloat16)])
+    (launcher,) = [k for k in fd.cache.last_runtime.launchers.values() if k.plan.parts is not None]
+    fresh = KernelLauncher(launcher.plan, "fuser_declined")
+    cfg = SharedRowConfig(4, 16, 16, (0,))
+    layout = Layout(((0,),), ((1,),))
+    assert fresh.kernel(layout, "shared_row", "cuda", config=cfg) is None
+    assert fresh.kernel(layout, "shared_row", "cuda", config=cfg) is None
+    assert len(fresh.declined) == 1 and None not in fresh.variants.values()
