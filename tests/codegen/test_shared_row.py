@@ -64,52 +64,38 @@ def along_the_row(plan) -> tuple:
     return tuple(k for k, v in enumerate(tensors) if 1 in plan.axes.of(v))
 
 
+def check_rmsnorm(outputs, x, w, dy):
+    ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
+    for got, ref in zip(outputs, (ref_dx, ref_dw)):
+        close(got, ref.to(torch.bfloat16), torch.bfloat16)
+
+
 @pytest.mark.parametrize("rows, cols", [(300, 32768), (5, 20480), (1000, 24576), (133, 32768)])
 @pytest.mark.gpu
 @hopper
 def test_rmsnorm_backward_over_long_rows_holds_the_row_in_shared_memory(rows, cols):
     x, w, dy = inputs(rows, cols)
     fd = rmsnorm_bwd_fd(torch.bfloat16)
-    dx, dw = fd.execute([x, w, dy])
+    check_rmsnorm(fd.execute([x, w, dy]), x, w, dy)
     assert "row in shared memory" in fd.last_triton_code()
-    ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
-    close(dx, ref_dx.to(torch.bfloat16), torch.bfloat16)
-    close(dw, ref_dw.to(torch.bfloat16), torch.bfloat16)
 
 
+@pytest.mark.parametrize("misaligned_first", [False, True])
 @pytest.mark.gpu
 @hopper
-def test_a_misaligned_input_takes_the_two_kernel_form():
-    rows, cols = 64, 32768
-    x, w, dy = inputs(rows, cols)
-    fd = rmsnorm_bwd_fd(torch.bfloat16)
-    fd.execute([x, w, dy])
-    # the same sizes and strides, 2 bytes past an aligned address: the copies cannot take it
-    buf = torch.empty(rows * cols + 1, device="cuda", dtype=torch.bfloat16)
-    shifted = buf[1:].view(rows, cols)
-    shifted.copy_(x)
-    dx, dw = fd.execute([shifted, w, dy])
-    ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
-    close(dx, ref_dx.to(torch.bfloat16), torch.bfloat16)
-    close(dw, ref_dw.to(torch.bfloat16), torch.bfloat16)
-
-
-@pytest.mark.gpu
-@hopper
-def test_a_misaligned_first_call_keeps_the_form_for_aligned_calls():
-    """Alignment is checked at each call, not when the launch is prepared: a first call with a
-    misaligned input runs two kernels, and the next, aligned, call the shared-row kernel."""
+def test_a_misaligned_input_takes_the_two_kernel_form(misaligned_first):
+    """A call whose x sits 2 bytes past an aligned address (the same sizes and strides: the
+    same prepared launch) runs two kernels; alignment is checked at each call, so aligned
+    calls keep the shared-row kernel whichever comes first."""
     rows, cols = 64, 32768
     x, w, dy = inputs(rows, cols)
     buf = torch.empty(rows * cols + 1, device="cuda", dtype=torch.bfloat16)
     shifted = buf[1:].view(rows, cols)
     shifted.copy_(x)
     fd = rmsnorm_bwd_fd(torch.bfloat16)
-    ref_dx, ref_dw = rmsnorm_reference(x, w, dy)
-    for args in ([shifted, w, dy], [x, w, dy]):
-        dx, dw = fd.execute(args)
-        close(dx, ref_dx.to(torch.bfloat16), torch.bfloat16)
-        close(dw, ref_dw.to(torch.bfloat16), torch.bfloat16)
+    calls = [[x, w, dy], [shifted, w, dy]]
+    for args in calls[::-1] if misaligned_first else calls + calls[:1]:
+        check_rmsnorm(fd.execute(args), x, w, dy)
     assert "row in shared memory" in fd.last_triton_code()
 
 
