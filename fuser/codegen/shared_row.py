@@ -63,6 +63,9 @@ class SharedRowConfig:
     warps: int
     chunks: int  # slots of the row in shared memory
     staged: tuple[int, ...]  # the inputs (of the plan's tensor inputs) copied into shared memory
+    # column reductions (by position) whose accumulators live in shared memory, not registers:
+    # none in the launches fuser makes (benchmarks/sweep_shared_row.py measures them)
+    shared_accumulators: tuple[int, ...] = ()
 
     @property
     def block1(self) -> int:
@@ -134,6 +137,7 @@ class SharedRowWriter(KernelWriter):
         self.even_masks = True
         self.config = config
         self.column_reductions = list(plan.parts.split.column_reductions)
+        self.in_shared = {id(self.column_reductions[k]) for k in config.shared_accumulators}
         self.workspaces = [(e, "acc") for e in self.column_reductions]
         # those the call's strides let the copies take (an input expanded along the row is not
         # staged: its plain loads read one value a column)
@@ -197,8 +201,9 @@ class SharedRowWriter(KernelWriter):
             dt = e.out.dtype
             acc, ident = f"acc{e.out.name}", self.identity(e.kind, dt)
             masked = f"tl.where(r_mask & c_mask, {self.operand(body, e.inp, dt)}, {ident})"
-            body.lines.append(f"{acc} = {acc} + {masked}" if e.kind is ReductionOpType.sum else
-                              f"{acc} = {self.combine(e.kind)}({acc}, {masked})")
+            now = f"{acc}_smem.index({_CHUNK}).load(LAYOUT)" if id(e) in self.in_shared else acc
+            new = f"{now} + {masked}" if e.kind is ReductionOpType.sum else f"{self.combine(e.kind)}({now}, {masked})"
+            body.lines.append(f"{acc}_smem.index({_CHUNK}).store({new})" if id(e) in self.in_shared else f"{acc} = {new}")
         self.close_loop(body)
         self.program_scope.lines = self._prologue(head) + ["for row in range(pid, R, tl.num_programs(0)):"] + [
             "    " + line for line in self._unrolled(ps.lines)] + self._epilogue()
@@ -225,8 +230,14 @@ class SharedRowWriter(KernelWriter):
         for j in range(cfg.chunks):  # the first row's
             lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)")
         for e in self.column_reductions:
-            init = self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype), compute_type(e.out.dtype))
-            lines += [f"acc{e.out.name}_{j} = {init}" for j in range(cfg.chunks)]
+            acc, init = f"acc{e.out.name}", self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype),
+                                                       compute_type(e.out.dtype))
+            if id(e) in self.in_shared:
+                lines.append(f"{acc}_smem = tl.allocate_shared_memory({compute_type(e.out.dtype)}, "
+                             f"[{cfg.chunks}, 1, BLOCK1], tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
+                lines += [f"{acc}_smem.index({j}).store({init})" for j in range(cfg.chunks)]
+            else:
+                lines += [f"{acc}_{j} = {init}" for j in range(cfg.chunks)]
         return lines
 
     def _copies(self, j: int, row: str, index: str, in_row: str = "") -> list[str]:
@@ -242,7 +253,7 @@ class SharedRowWriter(KernelWriter):
         chunk's copy, the last adds into each chunk's accumulators and then copies the next
         row's chunk into the slot it is done with."""
         out, last = [], len(self.passes) - 1
-        accs = [f"acc{e.out.name}" for e in self.column_reductions]
+        accs = [f"acc{e.out.name}" for e in self.column_reductions if id(e) not in self.in_shared]
         for line in lines:
             m = _PASS.fullmatch(line)
             if m is None:
@@ -265,7 +276,9 @@ class SharedRowWriter(KernelWriter):
         for k, e in enumerate(self.column_reductions):
             for j in range(self.config.chunks):
                 index = f"({j} * BLOCK1 + cols)"
-                lines.append(f"tl.store(W{k}_ptr + pid * C + {index}, acc{e.out.name}_{j}, mask={index} < C)")
+                acc = (f"acc{e.out.name}_smem.index({j}).load(LAYOUT)" if id(e) in self.in_shared
+                       else f"acc{e.out.name}_{j}")
+                lines.append(f"tl.store(W{k}_ptr + pid * C + {index}, {acc}, mask={index} < C)")
         return lines
 
     def constexprs(self) -> tuple[str, ...]:
