@@ -10,7 +10,8 @@ the program sums the tile over its rows and stores it as row `pid` of that reduc
 [P, columns]. The combine kernel is the split outer reduction's: it reduces the workspace rows
 and computes the column outputs (the cast to the output dtype).
 
-Rows too long for registers run as the plan's two-kernel form instead (TwoKernels).
+Rows too long for registers run as the shared-row Gluon kernel (codegen/shared_row.py) where
+it applies, else as the plan's two-kernel form (TwoKernels).
 """
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ INNER_OUTER_INTERPRETER_PROGRAMS = 3
 # row block of every row-and-column input in shared memory, so fewer stages are used where the
 # programs of a multiprocessor would not fit SHARED_MEMORY_BUDGET.
 INNER_OUTER_STAGES = 3
-# Rows beyond INNER_OUTER_MAX_PERSISTENT run as the two-kernel form (row kernel, column kernel).
+# Rows beyond INNER_OUTER_MAX_PERSISTENT run as the shared-row kernel (below) where it applies,
+# else as the two-kernel form (row kernel, column kernel).
 # A one-kernel looped form was measured against it on the H200 (2026-11-30: programs looping
 # over rows and, in each, over chunks of 2048-8192 columns, reduction passes then an output pass
 # adding column terms into a per-program workspace row in L2; 8-16 warps, 1-4 programs a

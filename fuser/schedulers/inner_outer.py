@@ -12,7 +12,8 @@ what follows the column reductions (a cast to the output dtype). No atomics.
 
 Column results may only flow into column outputs: a value of a column reduction used along rows
 (x - mean over rows) needs the whole column sum before any row, so such a group is refused and
-the segmenter cuts it. Rows too long for registers run as two kernels, the cut the segmenter
+the segmenter cuts it. Rows too long for registers run as one Gluon kernel holding the row in
+shared memory where it fits (codegen/shared_row.py), else as two kernels, the cut the segmenter
 would make: a row kernel (an inner reduction) that also writes the row statistics the column
 terms read (rstd), and a column kernel (an outer reduction). This module finds both divisions.
 """
