@@ -571,12 +571,16 @@ class _SharedRowLaunch:
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
     two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed."""
 
-    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles", "cold")
+    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles")
 
     def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...]):
         self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
         self.fallback = None
-        self.source, self.compiles, self.cold = launch.source, launch.compiles, launch.cold
+        self.source, self.compiles = launch.source, launch.compiles
+
+    @property
+    def cold(self) -> bool:
+        return self.launch.cold
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if misaligned(inputs, self.staged):
