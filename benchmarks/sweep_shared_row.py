@@ -150,7 +150,8 @@ def compile_for_sm90(ks, config: SharedRowConfig) -> tuple[int, str]:
             signature[name] = "i32"
             if name != "X0":  # (the rows need not be a multiple of 16)
                 attrs[(k,)] = [["tt.divisibility", 16]]
-    signature.update({name: "constexpr" for name in constexprs})
+    # (in the order of the parameters: Triton reads the signature by position)
+    signature = {name: signature.get(name, "constexpr") for name in fn.arg_names}
     source = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps})
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")

@@ -228,6 +228,19 @@ def _fix_interpreter_index() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _import_gluon_before_interpreting() -> None:
+    """Import Gluon's language (where this Triton has it) before the first interpreted launch.
+    Gluon wraps Triton's math builtins when it is imported, and Triton 3.9 imports it during an
+    interpreted launch, while the interpreter has those builtins swapped for its own: Gluon
+    then keeps the interpreter's, and a later Gluon kernel of the same process that calls one
+    (tl.rsqrt in a shared-row kernel) fails to compile ("Did you forget to add
+    @triton.gluon.jit?")."""
+    try:
+        import triton.experimental.gluon.language  # noqa: F401
+    except ImportError:
+        pass
+
+
 class _Interpreted:
     """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
 
@@ -240,6 +253,7 @@ class _Interpreted:
         from triton.runtime.interpreter import InterpretedFunction
 
         _fix_interpreter_index()
+        _import_gluon_before_interpreting()
         self.fn = InterpretedFunction(raw)
 
     def __getitem__(self, grid):

@@ -1,7 +1,10 @@
 """The shared-row form of the inner-outer template (codegen/shared_row.py): a norm backward over
 rows too long for registers as one Gluon kernel holding the row in shared memory, against eager
 PyTorch on the GPU; on CPU, its source compiled for sm_90 (Gluon has no interpreter)."""
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -130,9 +133,16 @@ def test_the_form_is_off_without_a_gpu_or_when_turned_off(monkeypatch):
     assert shared_row_config(plan, layout, 32768, tensors, strides, [4, 32768], torch.device("cuda")) is None
 
 
+@pytest.fixture
+def fresh_triton_cache(tmp_path, monkeypatch):
+    """Triton compiles here, not from its cache: a kernel compiled once would hide a compile
+    that now fails."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+
+
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
 @pytest.mark.parametrize("given_rstd", [True, False])
-def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given_rstd):
+def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given_rstd, fresh_triton_cache):
     """The generated source, compiled for sm_90 as the launch specializes it (16-byte aligned
     pointers and row strides, unit column strides): it fits a block's shared memory, and the
     form fuser.jit runs (one row sum, two passes) keeps its accumulators in registers with no
@@ -196,7 +206,7 @@ def test_a_kernel_gluon_cannot_compile_is_declined_once():
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
-def test_a_column_sum_can_accumulate_in_shared_memory():
+def test_a_column_sum_can_accumulate_in_shared_memory(fresh_triton_cache):
     """The LayerNorm backward with dy alone staged and db's accumulator in shared memory (a form
     benchmarks/sweep_shared_row.py measures; fuser's launches keep accumulators in registers)
     compiles for sm_90 within a block's shared memory: 64 KB of dy, 128 KB of db's partial."""
@@ -206,3 +216,33 @@ def test_a_column_sum_can_accumulate_in_shared_memory():
     assert ks is not None and "_smem.index(0).store(" in ks.source
     shared, _ = compile_for_sm90(ks, cfg)
     assert 192 * 1024 <= shared <= 227 * 1024
+
+
+@pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
+def test_a_process_that_interpreted_kernels_still_compiles_gluon_ones(tmp_path):
+    """Triton 3.9 imports Gluon during the first interpreted launch, while the interpreter has
+    Triton's math builtins swapped for its own; Gluon imported then keeps them, and a later
+    Gluon kernel calling one (the RMSNorm backward definition's tl.rsqrt) failed to compile.
+    fuser imports Gluon before it interprets (codegen/compile.py). A fresh process: a test run
+    before this one may have imported Gluon already."""
+    script = """
+import sys, torch
+sys.path.insert(0, ".")
+from fuser import DataType, FusionDefinition
+with FusionDefinition() as fd:
+    x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+    fd.add_output(fd.ops.rsqrt(x))
+fd.execute([torch.rand(16) + 1])  # Triton's interpreter, first in this process
+from tests.codegen.test_shared_row import along_the_row, rmsnorm_plan
+from benchmarks.sweep_shared_row import compile_for_sm90
+from fuser.codegen.layout import Layout
+from fuser.codegen.shared_row import SharedRowConfig, generate_shared_row
+plan = rmsnorm_plan(False)
+cfg = SharedRowConfig(4, 16, 16, along_the_row(plan))
+print(compile_for_sm90(generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_interpreted_first", cfg), cfg))
+"""
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), FUSER_CACHE_DIR=str(tmp_path / "fuser"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
