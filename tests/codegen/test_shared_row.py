@@ -57,7 +57,7 @@ def check_rmsnorm(outputs, x, w, dy):
         close(got, ref.to(torch.bfloat16), torch.bfloat16)
 
 
-@pytest.mark.parametrize("rows, cols", [(300, 32768), (5, 20480), (1000, 24576), (133, 32768)])
+@pytest.mark.parametrize("rows, cols", [(300, 32768), (5, 20480), (1000, 24576), (133, 32768), (7, 20000)])
 @pytest.mark.gpu
 @hopper
 def test_rmsnorm_backward_over_long_rows_holds_the_row_in_shared_memory(rows, cols):
