@@ -101,13 +101,20 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
     if not sizes:
         return None
     per_thread = max(1, SHARED_ROW_VECTOR_BYTES // max(sizes))
-    block1 = per_thread * 32 * SHARED_ROW_WARPS
-    chunks = -(-cols // block1)
-    if sum(sizes) * chunks * block1 > max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES:
-        return None
-    if len(plan.parts.split.column_reductions) * chunks * per_thread > SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD:
-        return None
-    return SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
+    chunks = -(-cols // (per_thread * 32 * SHARED_ROW_WARPS))
+    config = SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
+    return config if fits(config, plan, sum(sizes), device) else None
+
+
+def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: torch.device) -> bool:
+    """Whether the kernel of `config` fits a block: the staged inputs (`staged_bytes` a column)
+    and the accumulators kept there within its shared memory, the others within
+    SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD registers a thread (fp32 accumulators)."""
+    columns = config.chunks * config.block1
+    in_shared = len(config.shared_accumulators)
+    in_registers = len(plan.parts.split.column_reductions) - in_shared
+    return ((staged_bytes + 4 * in_shared) * columns <= max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
+            and in_registers * config.chunks * config.per_thread <= SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD)
 
 
 def max_shared_memory(device: torch.device) -> int:
