@@ -224,6 +224,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         if name is not None:
             return name
         self.emit_producers(scope, v)
+        name = scope.lookup(self.key(v))  # emitted with its producers (a factored sum's finish)
+        if name is not None:
+            return name
         target = scope
         if self.looped and not self.tile_level(v):
             target = self.program_scope

@@ -4,7 +4,9 @@ and split (a partial part per chunk of the reduced dim into a workspace, then a 
 of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
-from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
+from typing import Optional
+
+from ..ir import BinaryOp, BinaryOpType, DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from .online_softmax import emit_online_softmax, online_pair
 from .scope import COUNT, INDEX, Scope
 from .types import compute_type
@@ -156,6 +158,8 @@ class ReductionEmitter:
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
+        # decided before any of the group is bound (a factor's reduction then no longer waits)
+        factored = {id(f): self._factored(f) for f in group}
         # chosen before the group's results are bound: an output fed by them is not ready
         outputs = self.outputs_ready_in_pass()
         if self.one_pass:  # the pass holds the whole reduced extent: reduce in line
@@ -168,11 +172,12 @@ class ReductionEmitter:
                 for out in f.outputs:
                     self.program_scope.names[id(out)] = body.names[id(out)]
             return
-        finals = [self._accumulate(f, body) for f in group]
+        finals = [self._accumulate(f, body, factored[id(f)]) for f in group]
         for o in outputs:
             self.emit_store(body, o)
         self.close_loop(body)
-        for finish in finals:
+        # a factored sum's factors read the others' results: it finishes last
+        for f, finish in sorted(zip(group, finals), key=lambda pair: factored[id(pair[0])] is not None):
             finish()
 
     def _ready_reduction(self, f: Expr) -> bool:
@@ -194,8 +199,35 @@ class ReductionEmitter:
                 and self.tile_level(o) and not self._pending_reductions([o])]
 
     def _waits_on(self, f: Expr) -> list[Expr]:
-        """The reductions not yet emitted that `f`'s input depends on (the nearest ones)."""
-        return self._pending_reductions(list(f.inputs))
+        """The reductions not yet emitted that `f`'s input depends on (the nearest ones); of a
+        sum that `_factored` splits, those its varying factors depend on."""
+        parts = self._factored(f)
+        return self._pending_reductions(parts[0] if parts else list(f.inputs))
+
+    def _factored(self, f: Expr) -> Optional[tuple[list, list]]:
+        """(the factors that vary along the reduced dim, the others) of a sum of a product whose
+        constant factors wait on a reduction not yet emitted and whose varying ones do not, as
+        sum(g * x * rstd) with rstd from sum(x * x): the pass sums g * x beside x * x and the
+        result is multiplied by rstd after it, one pass over the row instead of two. Only fp32
+        and fp64 products (reassociating them moves the result by rounding only), and not where
+        the reductions run in line (one pass), split, or under a resize's view."""
+        if (not isinstance(f, ReductionOp) or f.kind is not ReductionOpType.sum or self.one_pass or self.split
+                or self.view or f.out.dtype not in (DataType.Float, DataType.Double)):
+            return None
+        factors = self._mul_factors(f.inp, f.out.dtype)
+        along = [v for v in factors if self.tile_level(v)]
+        other = [v for v in factors if not self.tile_level(v)]
+        if not along or not other or self._pending_reductions(along) or not self._pending_reductions(other):
+            return None
+        return along, other
+
+    def _mul_factors(self, v, dtype: DataType) -> list:
+        """The factors of `v` through the products of `dtype` computed in this kernel."""
+        e = self.producer.get(id(v))
+        if isinstance(e, BinaryOp) and e.kind is BinaryOpType.mul and e.out.dtype is dtype \
+                and id(v) not in self.kernel_inputs:
+            return [w for u in e.inputs for w in self._mul_factors(u, dtype)]
+        return [v]
 
     def _pending_reductions(self, values: list) -> list[Expr]:
         """The reductions not yet emitted that `values` depend on (the nearest ones)."""
@@ -212,9 +244,10 @@ class ReductionEmitter:
             stack += list(g.inputs)
         return waits
 
-    def _accumulate(self, e: Expr, body: Scope):
+    def _accumulate(self, e: Expr, body: Scope, factors: Optional[tuple[list, list]] = None):
         """Emit `e`'s accumulator (program scope) and its update (loop body); returns what
-        finishes it after the loop."""
+        finishes it after the loop. `factors` (of a sum, `_factored`): the pass sums the
+        product of the first and the finish multiplies by the second."""
         ps = self.program_scope
         shape = self.reduce_shape(e)
         m = self.reduce_mask(e)
@@ -247,6 +280,8 @@ class ReductionEmitter:
         ps.lines.append(f"{acc} = {self.block(shape, ident, compute_type(dt))}")
         if self.split == "combine":
             x = self.partial_load(e, ws["acc"], m, ident)
+        elif factors is not None:
+            x = " * ".join(f"{self.operand(body, v, dt)}" for v in factors[0])
         else:
             x = self.operand(body, e.inp, dt)
         masked = f"tl.where({m}, {x}, {ident})"
@@ -262,6 +297,8 @@ class ReductionEmitter:
         def finish() -> None:
             if self.split == "partial":
                 self.store_partial(ws["acc"], final)
+            elif factors is not None:
+                self.bind(ps, e.out, " * ".join([f"({final})"] + [self.operand(ps, v, dt) for v in factors[1]]))
             else:
                 self.bind(ps, e.out, final)
         return finish

@@ -293,3 +293,17 @@ def test_jit_rmsnorm_module_training(dtype):
     text = str(fuser.explain(jitted, x))
     backward = text.split("backward: fusion")[1]
     assert backward.count("kernel segment") == 1 and "inner-outer" in backward
+
+
+def test_a_row_sum_of_a_factor_from_another_row_sum_shares_its_pass(monkeypatch, device):
+    """The RMSNorm backward recomputing rstd: sum(g * x * rstd) waits for rstd, from sum(x * x),
+    only through a factor constant along the row; the looped row kernel sums g * x beside x * x
+    and multiplies by rstd after the pass (two passes over the row, not three)."""
+    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    fd, args, expected = norm_case("rmsnorm", 37, 100, device)
+    for actual, ref in zip(fd.execute(args), expected):
+        close(actual, ref, torch.float32)
+    code = fd.last_triton_code()
+    rows_kernel = code[code.index("_rows_looped"):code.index("_columns_")]
+    assert rows_kernel.count("for c_start in") == 2
