@@ -209,15 +209,24 @@ class ReductionEmitter:
         constant factors wait on a reduction not yet emitted and whose varying ones do not, as
         sum(g * x * rstd) with rstd from sum(x * x): the pass sums g * x beside x * x and the
         result is multiplied by rstd after it, one pass over the row instead of two. Only fp32
-        and fp64 products (reassociating them moves the result by rounding only), and not where
-        the reductions run in line (one pass), split, or under a resize's view."""
+        and fp64 products (reassociated: rounding moves, and a product that overflows where
+        its factors in the other order did not gives inf or NaN), and not where the reductions
+        run in line (one pass), split, or under a resize's view."""
         if (not isinstance(f, ReductionOp) or f.kind is not ReductionOpType.sum or self.one_pass or self.split
                 or self.view or f.out.dtype not in (DataType.Float, DataType.Double)):
             return None
         factors = self._mul_factors(f.inp, f.out.dtype)
         along = [v for v in factors if self.tile_level(v)]
         other = [v for v in factors if not self.tile_level(v)]
-        if not along or not other or self._pending_reductions(along) or not self._pending_reductions(other):
+        if not along or not other or self._pending_reductions(along):
+            return None
+        # only where what the constant factors wait on is computed in this same pass: each of
+        # those reductions ready as it is (not itself waiting, factored or not; no online
+        # softmax pair's, which take a pass of their own)
+        waits = self._pending_reductions(other)
+        if not waits or any(self._pending_reductions(list(g.inputs)) or any(g is p.max or g is p.sum
+                                                                            for p in self.plan.online_pairs)
+                            for g in waits):
             return None
         return along, other
 
