@@ -32,7 +32,7 @@ from ..schedulers.heuristics import (SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD, SHA
                                      SHARED_ROW_VECTOR_BYTES, SHARED_ROW_WARPS)
 from ..schedulers.plan import KernelPlan
 from .kernel import KernelSource, KernelWriter
-from .layout import Layout
+from .layout import Layout, run_stride
 from .math import helpers_for
 from .scope import Scope
 from .types import STORAGE, compute_type
@@ -91,10 +91,10 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
             continue  # not staged: read with plain loads
         t = tensors[k]
         # (an address not aligned for the copies is checked at each call: see `misaligned`)
-        if v.dtype not in STAGED_DTYPES or strides[k][_inner(col_axes, extents)] != 1 or cols % ALIGNMENT:
+        if v.dtype not in STAGED_DTYPES or run_stride(col_axes, strides[k], extents) != 1 or cols % ALIGNMENT:
             return None
-        row_stride = strides[k][_inner(row_axes, extents)]
-        if row_stride % ALIGNMENT:  # (Triton proves alignment from ints divisible by 16)
+        # (Triton proves a row aligned from a row stride divisible by 16)
+        if run_stride(row_axes, strides[k], extents) % ALIGNMENT:
             return None
         sizes.append(t.element_size())
         staged.append(k)
@@ -124,10 +124,6 @@ def max_shared_memory(device: torch.device) -> int:
     return driver.active.utils.get_device_properties(device.index or 0)["max_shared_mem"]
 
 
-def _inner(run: tuple[int, ...], extents: list[int]) -> int:
-    return next((a for a in reversed(run) if extents[a] != 1), run[-1])
-
-
 def misaligned(inputs: Sequence[torch.Tensor], staged: Sequence[int]) -> bool:
     """Whether a staged input of this call is not aligned for the copies."""
     return any(inputs[k].data_ptr() % ALIGNMENT for k in staged)
@@ -153,6 +149,8 @@ class SharedRowWriter(KernelWriter):
         views = [v for v in self.plan.inputs if isinstance(v, TensorView)]
         self.staged = [views[k] for k in config.staged]
         self.staged_ids = {id(v) for v in self.staged}
+        self.staged_rows = [v for v in self.staged if 0 in self.dims_of(v)]  # copied a row at a time
+        self.staged_columns = [v for v in self.staged if 0 not in self.dims_of(v)]  # copied once
         self.passes: list[list[str]] = []
 
     # -- the layout every block takes -------------------------------------------------------
@@ -228,13 +226,12 @@ class SharedRowWriter(KernelWriter):
         for v in self.staged:
             lines.append(f"T{v.name}_smem = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{cfg.chunks}, 1, BLOCK1], "
                          "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
-        along_columns = [v for v in self.staged if 0 not in self.dims_of(v)]
-        for v in along_columns:  # once: one copy group for them all
+        for v in self.staged_columns:  # once: one copy group for them all
             for j in range(cfg.chunks):
                 index = f"({j} * BLOCK1 + cols)"
                 lines.append(f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
                              f"mask={index} < C)")
-        if along_columns:
+        if self.staged_columns:
             lines.append("async_copy.commit_group()")
         for j in range(cfg.chunks):  # the first row's
             lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)")
@@ -254,7 +251,7 @@ class SharedRowWriter(KernelWriter):
         into slot j, as one copy group; `in_row`: the mask of the chunk's columns, if known."""
         in_row = in_row or f"({index} < C)"
         lines = [f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
-                 f"T{v.name}_stride1, mask={in_row} & ({row} < R))" for v in self.staged if 0 in self.dims_of(v)]
+                 f"T{v.name}_stride1, mask={in_row} & ({row} < R))" for v in self.staged_rows]
         return lines + ["async_copy.commit_group()"]
 
     def _unrolled(self, lines: list[str]) -> list[str]:
