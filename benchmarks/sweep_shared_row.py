@@ -92,9 +92,12 @@ def reference(kind: str, args: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_given_stats}
-# (kernel, label, staged inputs by name, column sums in shared memory by position, per thread, warps)
+# (kernel, label, staged inputs by name, column sums in shared memory by position, per thread,
+# warps[, the first chunks held twice])
 FORMS = [
-    ("rmsnorm", "x, w, dy staged (fuser's form)", ("x", "w", "dy"), (), 4, 16),
+    ("rmsnorm", "x, w, dy staged, 4 chunks ahead (fuser's form)", ("x", "w", "dy"), (), 4, 16, 4),
+    ("rmsnorm", "x, w, dy staged, 3 chunks ahead", ("x", "w", "dy"), (), 4, 16, 3),
+    ("rmsnorm", "x, w, dy staged, none ahead (run 21's form)", ("x", "w", "dy"), (), 4, 16, 0),
     ("rmsnorm", "x, dy staged, w from L2", ("x", "dy"), (), 4, 16),
     ("layernorm", "x, w, dy staged, dw and db in registers, 32 warps", ("x", "w", "dy"), (), 2, 32),
     ("layernorm", "dy staged, db in shared memory", ("dy",), (1,), 4, 16),
@@ -118,10 +121,12 @@ def plan_of(kind: str):
     return launcher.plan, {names[id(v)]: k for k, v in enumerate(tensors) if id(v) in names}
 
 
-def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warps: int, cols: int = COLS):
+def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warps: int, ahead: int = 0,
+               cols: int = COLS):
     plan, position = plan_of(kind)
     chunks = -(-cols // (per_thread * 32 * warps))
-    return plan, SharedRowConfig(per_thread, warps, chunks, tuple(sorted(position[n] for n in staged)), in_shared)
+    return plan, SharedRowConfig(per_thread, warps, chunks, tuple(sorted(position[n] for n in staged)), in_shared,
+                                 ahead)
 
 
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
@@ -176,8 +181,8 @@ def _storage(spec) -> str:
     return "tl.float32" if spec.kind == "workspace" else STORAGE[spec.val.dtype]
 
 
-def generate(kind: str, staged, in_shared, per_thread, warps):
-    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps)
+def generate(kind: str, staged, in_shared, per_thread, warps, ahead=0):
+    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps, ahead)
     return generate_shared_row(plan, Layout(((0,),), ((1,),)), f"fuser_{kind}_probe", cfg), cfg
 
 
@@ -206,8 +211,8 @@ def time_form(kind: str, config: Optional[SharedRowConfig], args, copy: float) -
 
 def main(compile_only: bool) -> None:
     if compile_only:
-        for kind, label, staged, in_shared, per_thread, warps in FORMS:
-            ks, cfg = generate(kind, staged, in_shared, per_thread, warps)
+        for kind, label, *form in FORMS:
+            ks, cfg = generate(kind, *form)
             if ks is None:
                 print(f"{kind:9s} {label:52s} declined (names what Gluon lacks)")
                 continue
@@ -223,10 +228,10 @@ def main(compile_only: bool) -> None:
     for kind in DEFINITIONS:
         args = make_inputs(kind, ROWS, COLS, "cuda")
         print(f"{kind:9s} {'two kernels':52s} {time_form(kind, None, args, copy)}", flush=True)
-        for form_kind, label, staged, in_shared, per_thread, warps in FORMS:
+        for form_kind, label, *form in FORMS:
             if form_kind != kind:
                 continue
-            _, cfg = config_for(kind, staged, in_shared, per_thread, warps)
+            _, cfg = config_for(kind, *form)
             try:
                 print(f"{kind:9s} {label:52s} {time_form(kind, cfg, args, copy)}", flush=True)
             except Exception as e:  # noqa: BLE001 (a form that does not compile is a row, not a stop)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
@@ -39,6 +39,7 @@ from .types import STORAGE, compute_type
 
 _CHUNK = "@chunk@"  # a pass's chunk number, until the pass is unrolled
 _PASS = re.compile(r"(\s*)@pass:(\d+)@")  # where a pass goes among the row's lines
+_ROW = re.compile(r"@row:(\w+)@")  # a staged row input's slot of the chunk, until unrolled
 STAGED_DTYPES = (DataType.Float, DataType.Half, DataType.BFloat16)
 ALIGNMENT = 16  # bytes: asynchronous copies move 4 to 16 bytes, from addresses so aligned
 
@@ -67,6 +68,9 @@ class SharedRowConfig:
     # column reductions (by position) whose accumulators live in shared memory, not registers:
     # none in the launches fuser makes (benchmarks/sweep_shared_row.py measures them)
     shared_accumulators: tuple[int, ...] = ()
+    # the staged row inputs' first chunks held twice (0: none): the next row's are copied into
+    # the other slot while this row is read, so it starts with them in
+    ahead: int = 0
 
     @property
     def block1(self) -> int:
@@ -103,17 +107,28 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
     per_thread = max(1, SHARED_ROW_VECTOR_BYTES // max(sizes))
     chunks = -(-cols // (per_thread * 32 * SHARED_ROW_WARPS))
     config = SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
-    return config if fits(config, plan, sum(sizes), device) else None
+    # (copied a row at a time: those spanning the row axes, as the writer's staged_rows)
+    spans = plan.parts.persistent.axes.spans
+    row_bytes = sum(sizes[i] for i, k in enumerate(staged) if any(a in spans(views[k]) for a in row_axes))
+    if not fits(config, plan, sum(sizes), device, row_bytes):
+        return None
+    ahead = chunks
+    while ahead and not fits(replace(config, ahead=ahead), plan, sum(sizes), device, row_bytes):
+        ahead -= 1
+    return replace(config, ahead=ahead)
 
 
-def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: torch.device) -> bool:
-    """Whether the kernel of `config` fits a block: the staged inputs (`staged_bytes` a column)
-    and the accumulators kept there within its shared memory, the others within
-    SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD registers a thread (fp32 accumulators)."""
+def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: torch.device,
+         row_bytes: int = 0) -> bool:
+    """Whether the kernel of `config` fits a block: the staged inputs (`staged_bytes` a column,
+    `row_bytes` of them the row inputs', whose first chunks may be held twice) and the accumulators
+    kept there within its shared memory, the others within SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD
+    registers a thread (fp32 accumulators)."""
     columns = config.chunks * config.block1
     in_shared = len(config.shared_accumulators)
     in_registers = len(plan.parts.split.column_reductions) - in_shared
-    return ((staged_bytes + 4 * in_shared) * columns <= max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
+    shared = (staged_bytes + 4 * in_shared) * columns + row_bytes * config.ahead * config.block1
+    return (shared <= max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
             and in_registers * config.chunks * config.per_thread <= SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD)
 
 
@@ -151,6 +166,7 @@ class SharedRowWriter(KernelWriter):
         self.staged_ids = {id(v) for v in self.staged}
         self.staged_rows = [v for v in self.staged if 0 in self.dims_of(v)]  # copied a row at a time
         self.staged_columns = [v for v in self.staged if 0 not in self.dims_of(v)]  # copied once
+        self.row_ids = {id(v) for v in self.staged_rows}
         self.passes: list[list[str]] = []
 
     # -- the layout every block takes -------------------------------------------------------
@@ -178,8 +194,17 @@ class SharedRowWriter(KernelWriter):
         if id(tv) not in self.staged_ids:
             return super().emit_load(scope, tv)
         name = self.tname(tv)
-        scope.lines.append(f"{name} = T{tv.name}_smem.index({_CHUNK}).load(LAYOUT).to({compute_type(tv.dtype)})")
+        slot = f"@row:{tv.name}@" if id(tv) in self.row_ids else f"T{tv.name}_smem.index({_CHUNK})"
+        scope.lines.append(f"{name} = {slot}.load(LAYOUT).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
+
+    def _slot(self, name: str, j: int, parity: str = "par") -> str:
+        """Where chunk j of a staged row input T`name` is held: a chunk held twice takes the
+        slot of the row's `parity` (this row's; "(1 - par)" the next's, "0" the first's)."""
+        ahead = self.config.ahead
+        if j >= ahead:
+            return f"T{name}_smem.index({j - ahead})"
+        return f"T{name}_ahead.index({parity} * {ahead} + {j})"
 
     def close_loop(self, scope: Scope) -> None:
         self.program_scope.lines.append(f"@pass:{len(self.passes)}@")
@@ -195,6 +220,8 @@ class SharedRowWriter(KernelWriter):
         """The kernel, or None where its code names what this Gluon lacks (an extern function)."""
         ps = self.begin_program()
         head, ps.lines = ps.lines, ["nxt = row + tl.num_programs(0)"]
+        if self.config.ahead:  # which of its two slots this row's first chunks take
+            ps.lines.append("par = (row - pid) // tl.num_programs(0) % 2")
         self.emit_dim_index(ps, 0, "row")
         outputs = [o for o in self.plan.outputs if isinstance(o, TensorView)]
         for o in outputs:
@@ -224,8 +251,12 @@ class SharedRowWriter(KernelWriter):
         cfg, lines = self.config, ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"]
         lines += head + [f"cols = {self.arange('BLOCK1', 1)}"]
         for v in self.staged:
-            lines.append(f"T{v.name}_smem = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{cfg.chunks}, 1, BLOCK1], "
-                         "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
+            rows = id(v) in self.row_ids and cfg.ahead
+            for buffer, slots in (("smem", cfg.chunks - cfg.ahead if rows else cfg.chunks),
+                                  ("ahead", 2 * cfg.ahead if rows else 0)):
+                if slots:
+                    lines.append(f"T{v.name}_{buffer} = tl.allocate_shared_memory({STORAGE[v.dtype]}, "
+                                 f"[{slots}, 1, BLOCK1], tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
         for v in self.staged_columns:  # once: one copy group for them all
             for j in range(cfg.chunks):
                 index = f"({j} * BLOCK1 + cols)"
@@ -233,8 +264,8 @@ class SharedRowWriter(KernelWriter):
                              f"mask={index} < C)")
         if self.staged_columns:
             lines.append("async_copy.commit_group()")
-        for j in range(cfg.chunks):  # the first row's
-            lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)")
+        for j in range(cfg.chunks):  # the first row's (parity 0)
+            lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)", parity="0")
         for e in self.column_reductions:
             acc, init = f"acc{e.out.name}", self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype),
                                                        compute_type(e.out.dtype))
@@ -246,34 +277,46 @@ class SharedRowWriter(KernelWriter):
                 lines += [f"{acc}_{j} = {init}" for j in range(cfg.chunks)]
         return lines
 
-    def _copies(self, j: int, row: str, index: str, in_row: str = "") -> list[str]:
-        """Start copying chunk j of row `row` of the staged row inputs (none past the last row)
-        into slot j, as one copy group; `in_row`: the mask of the chunk's columns, if known."""
+    def _copies(self, j: int, row: str, index: str, in_row: str = "", parity: str = "(1 - par)") -> list[str]:
+        """Start copying chunk j (columns `index`) of row `row` of the staged row inputs (none
+        past the last row) into its slot of `parity` (see `_slot`; the next row's unless told),
+        as one copy group; `in_row`: the mask of those columns, if known."""
         in_row = in_row or f"({index} < C)"
-        lines = [f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
+        lines = [f"COPY({self._slot(v.name, j, parity)}, T{v.name}_ptr + {row} * T{v.name}_stride0 + {index} * "
                  f"T{v.name}_stride1, mask={in_row} & ({row} < R))" for v in self.staged_rows]
         return lines + ["async_copy.commit_group()"]
 
     def _unrolled(self, lines: list[str]) -> list[str]:
-        """The row's lines with each pass unrolled over the chunks: the first waits for each
-        chunk's copy, the last adds into each chunk's accumulators and then copies the next
-        row's chunk into the slot it is done with."""
-        out, last = [], len(self.passes) - 1
+        """The row's lines with each pass unrolled over the chunks: the first starts copying the
+        next row's first chunks into the spare slots, then waits for each of this row's chunks
+        as it reaches it; the last adds into each chunk's accumulators and then copies the next
+        row's following chunk into the slot it is done with."""
+        out, last, cfg = [], len(self.passes) - 1, self.config
         accs = [f"acc{e.out.name}" for e in self.column_reductions if id(e) not in self.in_shared]
+        # the copy groups not yet waited for, in commit order: at a row's start, its chunks
+        # (copies complete in order, so chunk j is in once no more than the groups after it are out)
+        groups = [("row", j) for j in range(cfg.chunks)]
         for line in lines:
             m = _PASS.fullmatch(line)
             if m is None:
                 out.append(line)
                 continue
             indent, k = m.group(1), int(m.group(2))
-            for j in range(self.config.chunks):
-                chunk = [f"c_start = {j} * BLOCK1"] + [t.replace(_CHUNK, str(j)) for t in self.passes[k]]
-                if k == 0:  # copies complete in order: chunk j is in when NCH - 1 - j groups are not
-                    chunk.insert(0, f"async_copy.wait_group({self.config.chunks - 1 - j})")
+            if k == 0:  # the next row's first chunks, into their other slots
+                for j in range(cfg.ahead):
+                    out += [indent + t for t in self._copies(j, "nxt", f"({j} * BLOCK1 + cols)")]
+                    groups.append(("next", j))
+            for j in range(cfg.chunks):
+                chunk = [f"c_start = {j} * BLOCK1"] + [
+                    _ROW.sub(lambda m: self._slot(m.group(1), j), t).replace(_CHUNK, str(j)) for t in self.passes[k]]
+                if k == 0:
+                    chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(('row', j))})")
                 if k == last:
                     for acc in accs:
                         chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
-                    chunk += self._copies(j, "nxt", "c", "c_mask")
+                    if j >= cfg.ahead:  # the next row's chunk j, into the slot this row's leaves
+                        chunk += self._copies(j, "nxt", "c", "c_mask")
+                        groups.append(("next", j))
                 out += [indent + t for t in chunk]
         return out
 

@@ -138,6 +138,101 @@ def test_the_form_is_off_without_a_gpu_or_when_turned_off(monkeypatch):
     assert shared_row_config(plan, layout, 32768, tensors, strides, [4, 32768], torch.device("cuda")) is None
 
 
+def on_a_hopper(monkeypatch):
+    """shared_row_config as on an H200 (227 KiB of shared memory a block), on CPU."""
+    from fuser.codegen import shared_row
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(shared_row, "max_shared_memory", lambda device: 227 * 1024)
+    monkeypatch.setattr(shared_row, "gluon_names", lambda: frozenset({"full"}))
+    return shared_row.shared_row_config
+
+
+@pytest.mark.parametrize("cols, chunks, ahead", [(32768, 16, 4), (24576, 12, 10), (20000, 10, 10), (8192, 4, 4)])
+def test_the_gate_holds_as_many_first_chunks_twice_as_shared_memory_allows(cols, chunks, ahead, monkeypatch):
+    """x and dy (bf16, 4 bytes a column) and w (2 bytes, once): 6 bytes a column of 227 KiB,
+    less the 1 KiB reserve; each chunk held twice takes 4 bytes of its 2048 columns more (at
+    most every chunk: the next row whole)."""
+    gate = on_a_hopper(monkeypatch)
+    plan, rows = rmsnorm_plan(False), 4
+    x, w, dy = inputs(rows, cols, "cpu")
+    cfg = gate(plan, Layout(((0,),), ((1,),)), cols, [x, w, dy], [[cols, 1], [0, 1], [cols, 1]], [rows, cols],
+               torch.device("cuda"))
+    assert (cfg.chunks, cfg.ahead) == (chunks, ahead)
+
+
+_COPY = re.compile(r"COPY\((T\w+)\.index\((.+?)\), T\w+_ptr \+ (?:(pid|nxt) \* T\w+_stride0 \+ )?"
+                   r"(?:\((\d+) \* BLOCK1 \+ cols\)|(c)) \*")
+_LOAD = re.compile(r"(T\w+)\.index\((.+?)\)\.load\(")
+
+
+def simulate_copies(source: str, iterations: int = 3) -> int:
+    """Run the copies, waits and loads of a shared-row kernel's source over `iterations` rows of
+    one program (pid 0, one program), as the hardware may: a copy lands in its slot at any time
+    until a wait_group leaves its group out of the last N. Every load must find the chunk of
+    the row it reads there, landed; returns the number of loads checked."""
+    head, body = source.split("    for row in range(pid, R, tl.num_programs(0)):\n")
+    slots: dict = {}  # (buffer, slot) -> [row, chunk, landed]
+    groups: list[list] = [[]]  # open copy groups, oldest first; the last is being filled
+    checked = 0
+
+    def run(lines, row, par):
+        nonlocal checked
+        chunk = None
+        for line in lines:
+            line = line.strip()
+            if line.startswith("c_start = "):
+                chunk = int(line.split()[2])
+            elif (m := _COPY.search(line)) is not None:
+                buffer, index, which, col, here = m.groups()
+                content = [None if which is None else row + (which == "nxt"), chunk if here else int(col), False]
+                slots[(buffer, eval(index, {"par": par}))] = content
+                groups[-1].append(content)
+            elif line == "async_copy.commit_group()":
+                groups.append([])
+            elif line.startswith("async_copy.wait_group("):
+                n = int(line[len("async_copy.wait_group("):-1])
+                done = groups[:-1][:len(groups) - 1 - n] if n else groups[:-1]
+                for content in (c for g in done for c in g):
+                    content[2] = True
+                del groups[:len(done)]
+            for buffer, index in _LOAD.findall(line):
+                got = slots.get((buffer, eval(index, {"par": par})))
+                want_row = None if buffer in column_buffers else row
+                assert got == [want_row, chunk, True], f"row {row} chunk {chunk}: {buffer}[{index}] holds {got}"
+                checked += 1
+
+    column_buffers = {m.group(1) for m in _COPY.finditer(head) if m.group(3) is None}
+    run(head.splitlines(), 0, 0)
+    for it in range(iterations):
+        run(body.splitlines(), it, it % 2)
+    return checked
+
+
+@pytest.mark.parametrize("given_rstd", [True, False])
+@pytest.mark.parametrize("chunks, ahead", [(4, 0), (4, 1), (4, 4), (16, 4), (1, 1)])
+def test_every_load_finds_its_chunk_copied_and_waited_for(given_rstd, chunks, ahead):
+    """The copy schedule of the generated kernel, simulated: a row's first `ahead` chunks held
+    twice by parity, the next row's copied into the other slots in the first pass, the rest
+    copied in the last pass into the slot the row leaves, each wait leaving out exactly the
+    groups committed after the chunk it waits for."""
+    plan = rmsnorm_plan(given_rstd)
+    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
+    assert simulate_copies(ks.source) >= 3 * chunks * 2  # x and dy, each chunk of each row at least
+
+
+def test_the_simulation_finds_a_wait_too_short_and_a_slot_overwritten_early():
+    plan = rmsnorm_plan(True)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", SharedRowConfig(4, 16, 4, along_the_row(plan),
+                                                                                    ahead=1))
+    simulate_copies(ks.source)
+    with pytest.raises(AssertionError, match="holds"):  # chunk 1's wait leaving one group too many out
+        simulate_copies(ks.source.replace("async_copy.wait_group(3)", "async_copy.wait_group(4)", 1))
+    with pytest.raises(AssertionError, match="holds"):  # the next row's chunk 0 into this row's slot
+        simulate_copies(ks.source.replace("(1 - par) * 1 + 0", "par * 1 + 0", 1))
+
+
 @pytest.fixture
 def fresh_triton_cache(tmp_path, monkeypatch):
     """Triton compiles here, not from its cache: a kernel compiled once would hide a compile
@@ -156,7 +251,8 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
     stack and read 0.72-0.73 of copy at 4096x32768 on the H200 against 0.80)."""
     per_thread, warps = SHARED_ROW_VECTOR_BYTES // 2, SHARED_ROW_WARPS
     cols, plan = 32768, rmsnorm_plan(given_rstd)
-    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), along_the_row(plan))
+    # four chunks of x and dy held twice, as the gate chooses (see the test above)
+    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), along_the_row(plan), ahead=4)
     ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_shared_row_test", cfg)
     assert ks is not None
     shared, usage = compile_for_sm90(ks, cfg)
