@@ -309,11 +309,11 @@ class KernelLauncher:
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
 
-        def build(variants, step_params, stages) -> _Launch:
+        def build(variants, step_params, stages, config: Optional[SharedRowConfig] = shared) -> _Launch:
             steps, source, semaphores = [], [], 0
             for variant in variants:
                 ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1,
-                                     shared if variant == "shared_row" else None)
+                                     config if variant == "shared_row" else None)
                 source.append(ks.source)
                 n_work = sum(a.kind == "workspace" for a in ks.args)
                 if variant == "split":  # a counter a column block
@@ -353,7 +353,7 @@ class KernelLauncher:
                 if cblock in ks.constexprs:  # the combine part's workspace rows a step
                     kwargs[cblock] = min(next_pow2(chunks), getattr(p, red_block))
                 if "SPT" in ks.constexprs:  # the shared-row kernel's layout
-                    kwargs.update(SPT=shared.per_thread, WARPS=shared.warps)
+                    kwargs.update(SPT=config.per_thread, WARPS=config.warps)
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
                 if "LOOP_EXTENT" in ks.constexprs:
@@ -377,11 +377,23 @@ class KernelLauncher:
 
         launch = build(variants, step_params, stages)
         if shared is not None:
-            if ahead_jobs is not None:
-                ahead_jobs.add(launch, inputs, device)
-            # the two-kernel form, prepared (and compiled) by the first call that needs it
             two = self._two_kernels
-            return _SharedRowLaunch(launch, lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
+
+            def with_fallback(one: _Launch) -> _SharedRowLaunch:
+                # the two-kernel form, prepared (and compiled) by the first call that needs it
+                return _SharedRowLaunch(one, lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
+            plain = replace(shared, ahead=0)
+            if (not shared.ahead or dests is not None or misaligned(inputs, shared.staged)
+                    or self.kernel(layout, "shared_row", target, config=plain) is None):
+                if ahead_jobs is not None:
+                    ahead_jobs.add(launch, inputs, device)
+                return with_fallback(launch)
+            # chunks held twice won 7% for one RMSNorm backward's kernel and lost 12% for
+            # another's on the H200 (the kernels' instruction schedules, not their sizes): timed
+            return _fastest_form(with_fallback(launch), [
+                ("first chunks held twice", None),
+                ("no chunk held twice", lambda: with_fallback(build(variants, step_params, stages, plain)))],
+                rows, cols, inputs, device, ahead_jobs)
         forms = []  # the launch forms timed against each other, the default first
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
             # which form wins depends on the kernel: the forms are timed once per bucket
@@ -592,6 +604,13 @@ class _SharedRowLaunch:
     def direct_lines(self, *args, **kwargs) -> None:
         """No inline form: each call checks the alignment."""
         return None
+
+    def __getattr__(self, name: str):
+        # the rest (steps, out_specs, workspaces, semaphores: what a compile-ahead pass reads)
+        # is the shared-row launch's
+        if name == "launch":  # (not yet set)
+            raise AttributeError(name)
+        return getattr(self.launch, name)
 
     def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
         return self.launch.tensors_for(inputs, device, dests)

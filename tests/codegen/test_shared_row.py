@@ -91,6 +91,31 @@ def test_a_misaligned_input_takes_the_two_kernel_form(misaligned_first, monkeypa
     assert checked == ([True, False] if misaligned_first else [False, True, False])
 
 
+@pytest.mark.parametrize("rows, cols", [(133, 32768), (7, 20000)])
+@pytest.mark.parametrize("held_twice", [False, True])
+@pytest.mark.gpu
+@hopper
+def test_either_copy_schedule_the_launch_may_time(rows, cols, held_twice, monkeypatch):
+    """The launch times the kernel with its first chunks held twice against the one without
+    (whichever it keeps is checked above): each of them, forced, against eager."""
+    from dataclasses import replace
+
+    from fuser.codegen import launch
+
+    gate = launch.shared_row_config
+    forms = []
+    monkeypatch.setattr(launch, "shared_row_config", lambda *a, **k: (lambda c: c if c is None or held_twice
+                                                                      else replace(c, ahead=0))(gate(*a, **k)))
+    monkeypatch.setattr(launch, "_fastest_form", lambda default, *a, **k: forms.append(default) or default)
+    x, w, dy = inputs(rows, cols)
+    fd = rmsnorm_bwd_fd(torch.bfloat16)
+    outputs = fd.execute([x, w, dy])
+    assert "row in shared memory" in fd.last_triton_code()
+    assert ("_ahead = tl.allocate_shared_memory" in fd.last_triton_code()) == held_twice
+    assert len(forms) == held_twice  # (without chunks held twice there is nothing to time)
+    check_rmsnorm(outputs, x, w, dy)
+
+
 @pytest.mark.gpu
 @hopper
 def test_jit_rmsnorm_backward_over_long_rows():
