@@ -9,7 +9,7 @@ kernels. The forms here stage dy alone (x read twice, the second time from L2) a
 the sums in shared memory, or stage both with both sums in registers on 32 warps.
 
     .venv/bin/python benchmarks/sweep_shared_row.py --compile    # no GPU: sm_90 resource usage
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_shared_row.py      # H100 / H200
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_shared_row.py [--only=KIND,...]  # H100 / H200
 
 Each GPU row is checked against a float64 reference before it is timed (fd.execute, median of
 triton.testing.do_bench), as a share of the copy measured in the same run (x and dy read once,
@@ -69,6 +69,30 @@ def layernorm_bwd_given_stats() -> FusionDefinition:
     return fd
 
 
+def layernorm_bwd_without_db() -> FusionDefinition:
+    """dx and dw of the LayerNorm backward: one column sum, as RMSNorm's (db apart, below)."""
+    with FusionDefinition() as fd:
+        x, w, dy = (fd.define_tensor(shape=shape, contiguity=True, dtype=BF16) for shape in ([-1, -1], [-1], [-1, -1]))
+        mean, rstd = (fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32) for _ in range(2))
+        n = x.shape()[1]
+        dyf = fd.ops.cast(dy, F32)
+        xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(x, F32), mean), rstd)
+        g = fd.ops.mul(dyf, fd.ops.cast(w, F32))
+        mg = fd.ops.div(fd.ops.sum(g, [-1], True), n)
+        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), n)
+        fd.add_output(fd.ops.cast(fd.ops.mul(rstd, fd.ops.sub(fd.ops.sub(g, mg), fd.ops.mul(xhat, proj))), BF16))
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), BF16))
+    return fd
+
+
+def column_sum_of_dy() -> FusionDefinition:
+    """db = sum over rows of dy: a split column sum reading dy once more."""
+    with FusionDefinition() as fd:
+        dy = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=BF16)
+        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(dy, F32), [0]), BF16))
+    return fd
+
+
 def make_inputs(kind: str, rows: int, cols: int, device: str) -> list[torch.Tensor]:
     x, dy = (torch.randn(rows, cols, device=device, dtype=torch.bfloat16) for _ in range(2))
     w = torch.randn(cols, device=device, dtype=torch.bfloat16)
@@ -91,7 +115,12 @@ def reference(kind: str, args: list[torch.Tensor]) -> list[torch.Tensor]:
     return [dx, (dy * xhat).sum(0), dy.sum(0)]
 
 
-DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_given_stats}
+DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_given_stats,
+               "layernorm_db_apart": layernorm_bwd_without_db}
+# a kind timed with a second definition after it: (its definition, its inputs from the kind's);
+# db apart reads dy twice (4 reads and writes of a row's size against 5 for two kernels): the
+# shared-row kernel for dx and dw fits as RMSNorm's does
+SECOND = {"layernorm_db_apart": (column_sum_of_dy, lambda args: [args[2]])}
 # (kernel, label, staged inputs by name, column sums in shared memory by position, per thread,
 # warps[, the first chunks held twice])
 FORMS = [
@@ -105,6 +134,8 @@ FORMS = [
     ("layernorm", "x staged, db in shared memory", ("x",), (1,), 4, 16),
     ("layernorm", "dy staged, db in shared memory, 32 warps", ("dy",), (1,), 2, 32),
     ("layernorm", "dy staged, db in shared memory, 8 warps", ("dy",), (1,), 8, 8),
+    ("layernorm_db_apart", "x, w, dy staged, db by a column sum of dy", ("x", "w", "dy"), (), 4, 16),
+    ("layernorm_db_apart", "the same, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
 ]
 INPUT_NAMES = ("x", "w", "dy", "stat0", "stat1")
 
@@ -195,13 +226,18 @@ def time_form(kind: str, config: Optional[SharedRowConfig], args, copy: float) -
     launch.shared_row_config = lambda *a, **k: config  # noqa: E731 (a probe fixes the gate's choice)
     try:
         fd = DEFINITIONS[kind]()
-        outs = fd.execute(args)
+        second, second_args = SECOND.get(kind, (FusionDefinition, None))
+        second = second() if second_args else None
+
+        def run() -> list:
+            return fd.execute(args) + (second.execute(second_args(args)) if second else [])
+        outs = run()
         torch.cuda.synchronize()
         if ("row in shared memory" in fd.last_triton_code()) != (config is not None):
             return "not run: the launch took another form (a declined kernel?)"
         errors = [((o.double() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item()
-                  for o, r in zip(outs, reference(kind, args))]
-        ms = triton.testing.do_bench(lambda: fd.execute(args), return_mode="median")
+                  for o, r in zip(outs, reference(kind, args), strict=True)]
+        ms = triton.testing.do_bench(run, return_mode="median")
     finally:
         launch.shared_row_config = real
     share = 3 * args[0].nbytes / ms / 1e6 / copy
@@ -209,7 +245,7 @@ def time_form(kind: str, config: Optional[SharedRowConfig], args, copy: float) -
     return f"{ms * 1e3:8.1f} us {share:5.2f}  {verdict}"
 
 
-def main(compile_only: bool) -> None:
+def main(compile_only: bool, kinds: list[str]) -> None:
     if compile_only:
         for kind, label, *form in FORMS:
             ks, cfg = generate(kind, *form)
@@ -225,7 +261,7 @@ def main(compile_only: bool) -> None:
 
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s; {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    for kind in DEFINITIONS:
+    for kind in kinds:
         args = make_inputs(kind, ROWS, COLS, "cuda")
         print(f"{kind:9s} {'two kernels':52s} {time_form(kind, None, args, copy)}", flush=True)
         for form_kind, label, *form in FORMS:
@@ -241,4 +277,5 @@ def main(compile_only: bool) -> None:
 if __name__ == "__main__":
     if "--compile" not in sys.argv and not torch.cuda.is_available():
         sys.exit("sweep_shared_row.py needs a CUDA GPU (or --compile, which compiles only)")
-    main("--compile" in sys.argv)
+    only = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
+    main("--compile" in sys.argv, only.split(",") if only else list(DEFINITIONS))

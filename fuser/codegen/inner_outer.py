@@ -15,7 +15,7 @@ it applies, else as the plan's two-kernel form (TwoKernels).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from ..ir import Expr, ReductionOpType, TensorView, Val
 from ..schedulers.plan import KernelPlan
@@ -135,13 +135,16 @@ class TwoKernels:
         source.update({id(v): ("second", k) for k, v in enumerate(second.outputs)})
         self.give = [source[id(o)] for o in plan.outputs]
 
-    def prepare(self, inputs, scalars, values, device, ahead_jobs=None) -> "_TwoLaunches":
-        """`ahead_jobs`: see KernelLauncher.prepare."""
+    def prepare(self, inputs, scalars, values, device, ahead_jobs=None, in_one_pass=False) -> "Optional[_TwoLaunches]":
+        """`ahead_jobs`: see KernelLauncher.prepare; `in_one_pass`: the first plan's, whose
+        launch returns None (and so this) where it would take its own two-kernel form."""
         first_launch = None
         made = {"in": list(inputs), "first": []}
         if self.first is not None:
             first_launch = self.first.prepare([inputs[k] for k in self.first_take], scalars, values, device,
-                                              ahead_jobs=ahead_jobs)
+                                              ahead_jobs=ahead_jobs, in_one_pass=in_one_pass)
+            if first_launch is None and in_one_pass:
+                return None
             # for their sizes and strides
             made["first"] = self.first.allocate_outputs(values, META if ahead_jobs is not None else device)
         second_launch = self.second.prepare([made[s][k] for s, k in self.second_take], scalars, values, device,
@@ -152,13 +155,15 @@ class TwoKernels:
 class _TwoLaunches:
     """Prepared launches of a two-kernel form, called like one prepared launch."""
 
-    __slots__ = ("first_launch", "second_launch", "first_take", "second_take", "give", "source", "cold")
+    __slots__ = ("first_launch", "second_launch", "first_take", "second_take", "give", "source", "compiles", "cold")
 
     def __init__(self, first_launch, second_launch, first_take, second_take, give):
         self.first_launch, self.second_launch = first_launch, second_launch
         self.first_take, self.second_take, self.give = first_take, second_take, give
         self.source = "\n\n".join(launch.source for launch in (first_launch, second_launch) if launch is not None)
-        self.cold = sum(launch.compiles for launch in (first_launch, second_launch) if launch is not None) > 1
+        self.compiles = sum(launch.compiles for launch in (first_launch, second_launch) if launch is not None)
+        # (a first launch of two kernels itself, ApartParts' on CPU, compiles at its first call)
+        self.cold = self.compiles > 1 and not isinstance(first_launch, _TwoLaunches)
 
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         if self.cold:
@@ -175,13 +180,15 @@ class _TwoLaunches:
         return None
 
     def _compile_together(self, inputs, device) -> None:
-        """Compile both kernels side by side before the first launch: the second kernel's
-        arguments are made here from the first kernel's output specs (its outputs do not exist
-        before it runs), once."""
+        """Compile both kernels side by side before the first launch."""
+        parallel_compile.compile_together(self.jobs_for(inputs, device))
+
+    def jobs_for(self, inputs, device) -> list:
+        """The compile jobs of both kernels: the second kernel's arguments are made here from
+        the first kernel's output specs (its outputs do not exist before it runs)."""
         made, jobs = {"in": inputs, "first": []}, []
         if self.first_launch is not None:
             tensors, made["first"] = self.first_launch.tensors_for([inputs[k] for k in self.first_take], device)
             jobs += self.first_launch.compile_jobs(tensors)
         tensors, _ = self.second_launch.tensors_for([made[s][k] for s, k in self.second_take], device)
-        jobs += self.second_launch.compile_jobs(tensors)
-        parallel_compile.compile_together(jobs)
+        return jobs + self.second_launch.compile_jobs(tensors)

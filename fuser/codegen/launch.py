@@ -89,6 +89,7 @@ class KernelLauncher:
         self.last_source: str | None = None
         self._lock = threading.Lock()
         self._two_kernels: Optional[TwoKernels] = None  # an inner-outer plan's form for long rows
+        self._apart: Optional[TwoKernels] = None  # the same with a column output apart (ApartParts)
         self.declined: set[tuple] = set()  # kernel keys whose code Gluon cannot compile (shared_row)
 
     def allocate_outputs(self, values, device) -> list[torch.Tensor]:
@@ -203,13 +204,14 @@ class KernelLauncher:
         return launch(inputs, device, dests)
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
-                dests=None, ahead_jobs: "Optional[CompileJobs]" = None) -> "Optional[_Launch]":
+                dests=None, ahead_jobs: "Optional[CompileJobs]" = None, in_one_pass: bool = False) -> "Optional[_Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
         local tensors, the local extents and the destinations' strides: see `run_local`).
         None: the caller evaluates the segment through ATen (an empty loop space, or a form
         this plan has no kernel for). `ahead_jobs`: prepare for `compile_ahead` instead
         (outputs on the meta device, nothing launched or timed), adding the compile jobs of
-        every form the first launch would compile to it."""
+        every form the first launch would compile to it. `in_one_pass`: None where an
+        inner-outer plan would take its two-kernel form (ApartParts' kept plan)."""
         if local_extents is not None and self.plan.axes.resized:
             return None  # a resize's offsets are global extents: ATen runs local tensors
         if out_shapes is None:
@@ -250,7 +252,13 @@ class KernelLauncher:
             shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
             if shared is not None and self.kernel(layout, "shared_row", target_for(device), config=shared) is None:
                 shared = None
+            if shared is None and (in_one_pass and not APART_KEEPS_TWO_KERNELS):
+                return None
             two_kernels = (plan.parts.rows, plan.parts.columns, ("rows", "columns"))
+            if shared is None and plan.parts.apart is not None and dests is None:
+                apart = self._apart_form(two_kernels, inputs, scalars, values, device, rows, cols, ahead_jobs)
+                if apart is not None:
+                    return apart
         elif plan.statistics is not None and local_extents is None and self._splits(params, rows, cols, device):
             # one program a kept block (of columns, or a row) could not fill the GPU: the
             # statistics split over the reduced dim, then the outputs that read them (the same
@@ -422,6 +430,25 @@ class KernelLauncher:
             ahead_jobs.add(launch, inputs, device)
         return launch
 
+    def _apart_form(self, two_kernels: tuple, inputs, scalars, values, device, rows: int, cols: int,
+                    ahead_jobs: "Optional[CompileJobs]"):
+        """An inner-outer plan's column output apart (ApartParts: the LayerNorm backward's db
+        over rows too long for registers), the others in one pass: x and dy read once more for
+        db alone rather than twice for all, timed against the two-kernel form; None where the
+        kept outputs would not run in one pass."""
+        plan = self.plan
+        if self._apart is None:
+            self._apart = TwoKernels(plan, plan.parts.apart.kept, plan.parts.apart.apart, ("kept", "apart"),
+                                     lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+            self._two_kernels = TwoKernels(plan, *two_kernels, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+        apart = self._apart.prepare(inputs, scalars, values, device, ahead_jobs, in_one_pass=True)
+        if apart is None or device.type not in TUNED_TARGETS or misaligned(inputs, range(len(inputs))):
+            return apart  # (timed on aligned inputs only: a misaligned call takes the kept part's fallback)
+        return _fastest_form(apart, [
+            ("a column output apart", None),
+            ("two kernels", lambda: self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs))],
+            rows, cols, inputs, device, ahead_jobs)
+
     def _splits(self, params: LaunchParams, rows: int, cols: int, device) -> bool:
         """Whether a reduction with this launch would split over chunks of its reduced dim, were
         it splittable (its statistics form asks)."""
@@ -469,7 +496,7 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
         if autotune.CHOICES.get(key) is None:  # to be timed: compile them all at once first
             jobs = []
             for k in range(len(forms)):
-                jobs += form(k).compile_jobs(form(k).tensors_for(inputs, device)[0])
+                jobs += form(k).jobs_for(inputs, device)
             parallel_compile.compile_together(jobs)
         return form(autotune.fastest(key, [lambda k=k: form(k)(inputs, device) for k in range(len(forms))], device,
                                          labels=[label for label, _ in forms]))
@@ -478,6 +505,11 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
 # a split outer reduction runs as one kernel, its last program a column block combining
 # (codegen/split_kernel.py); False: a partial kernel and a combine kernel
 SPLIT_IN_ONE_KERNEL = True
+
+# whether an inner-outer plan's kept part (ApartParts) may take its two-kernel form: False,
+# since that reads x and dy twice for the kept sums and once more for the one apart; the CPU
+# tests set it, where no shared-row kernel runs, to check the division's results
+APART_KEEPS_TWO_KERNELS = False
 
 # targets where launch forms are timed to choose between them (the interpreter's timings say
 # nothing about a GPU)
@@ -563,6 +595,10 @@ class _Launch:
             if self.semaphores is not None:
                 tensors.append(self.semaphores.get(device, key))
         return tensors, outputs
+
+    def jobs_for(self, inputs: Sequence[torch.Tensor], device) -> list[Callable[[], None]]:
+        """The compile jobs of this launch's kernels on `inputs` (see `compile_jobs`)."""
+        return self.compile_jobs(self.tensors_for(inputs, device)[0])
 
     def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
         """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);

@@ -150,6 +150,35 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
                            combine_inputs, statistics, row_exprs, row_inputs, column_exprs, column_inputs), ""
 
 
+def apart_output(split: InnerOuterSplit, exprs: Sequence[Expr], axes: KernelAxes,
+                 inputs: Sequence[TensorView]) -> Optional[TensorView]:
+    """A column output that a kernel of its own could compute from kernel inputs alone, so
+    that the others fit one pass: the LayerNorm backward's db = sum(dy) beside dw = sum(dy * xhat),
+    whose two register accumulators do not fit the shared-row kernel at 32768 columns. It
+    reads no row reduction and shares no column reduction with the other outputs, and the
+    other outputs keep a column reduction; of those, the one reading the fewest inputs that
+    vary along rows (its kernel reads them again). None where there is none."""
+    if len(split.column_reductions) < 2:
+        return None
+    graph = GroupGraph(exprs, inputs)
+    is_column = lambda e: any(e is c for c in split.column_reductions)  # noqa: E731
+    rows = set(split.row_axes)
+    best, best_cost = None, None
+    for o in split.column_outputs:
+        o_exprs, o_inputs = graph.closure([o], lambda v: False)
+        if any(isinstance(e, (ReductionOp, VarMeanOp)) and not is_column(e) for e in o_exprs):
+            continue  # reads a row statistic: only the pass over rows has it
+        others = [p for p in split.column_outputs if p is not o]
+        other_exprs = graph.closure(others, lambda v: False)[0] if others else []
+        mine = {id(e) for e in o_exprs if is_column(e)}
+        if any(id(e) in mine for e in other_exprs) or not any(is_column(e) for e in other_exprs):
+            continue
+        cost = sum(1 for v in o_inputs if axes.spans(v) & rows)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = o, cost
+    return best
+
+
 def _combine_part(graph: GroupGraph, column_outputs: list[TensorView], column_reductions: list[ReductionOp]):
     """What the combine kernel computes: the column outputs from the column reductions (read
     from the workspace, so their inputs are not computed) and from kernel inputs."""

@@ -21,7 +21,7 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from .axes import KernelAxes, analyze_axes
-from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, reduced_axes_of, split_inner_outer
+from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, apart_output, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
@@ -208,6 +208,18 @@ class InnerOuterParts:
     combine: KernelPlan
     rows: Optional[KernelPlan]
     columns: KernelPlan
+    apart: "Optional[ApartParts]" = None
+
+
+@dataclass(eq=False)
+class ApartParts:
+    """An inner-outer plan with one column output computed apart (`inner_outer.apart_output`):
+    `kept`, the inner-outer plan of the other outputs, and `apart`, the outer reduction of that
+    one from kernel inputs. For rows too long for registers whose column sums would not all fit
+    the shared-row kernel (codegen/shared_row.py), but the kept ones do."""
+
+    kept: KernelPlan
+    apart: KernelPlan
 
 
 @dataclass(eq=False)
@@ -329,5 +341,20 @@ def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable)
     column_plan, why = plan_kernel(split.column_exprs, split.column_inputs, split.column_outputs, lowerable)
     if column_plan is None or column_plan.template is not Template.outer_reduction:
         return None, f"rows too long for registers have no two-kernel form: {why or 'not a column reduction'}"
-    parts = InnerOuterParts(split, persistent, combine, row_plan, column_plan)
+    parts = InnerOuterParts(split, persistent, combine, row_plan, column_plan,
+                            _apart_parts(split, exprs, axes, inputs, outputs, lowerable))
     return KernelPlan(Template.inner_outer, axes, list(exprs), inputs, outputs, rows, columns, parts), ""
+
+
+def _apart_parts(split: InnerOuterSplit, exprs, axes: KernelAxes, inputs, outputs, lowerable) -> Optional[ApartParts]:
+    o = apart_output(split, exprs, axes, inputs)
+    if o is None:
+        return None
+    graph = GroupGraph(exprs, inputs)
+    kept_outputs = [v for v in outputs if v is not o]
+    kept, _ = plan_kernel(*graph.closure(kept_outputs, lambda v: False), kept_outputs, lowerable)
+    apart, _ = plan_kernel(*graph.closure([o], lambda v: False), [o], lowerable)
+    if kept is None or kept.template is not Template.inner_outer or apart is None \
+            or apart.template is not Template.outer_reduction:
+        return None
+    return ApartParts(kept, apart)

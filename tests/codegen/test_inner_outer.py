@@ -307,3 +307,69 @@ def test_a_row_sum_of_a_factor_from_another_row_sum_shares_its_pass(monkeypatch,
     code = fd.last_triton_code()
     rows_kernel = code[code.index("_rows_looped"):code.index("_columns_")]
     assert rows_kernel.count("for c_start in") == 2
+
+
+def planned(fd, args):
+    """The inner-outer plan of a definition, planned on these inputs."""
+    fd.execute(args)
+    (launcher,) = [k for k in fd.cache.last_runtime.launchers.values() if k.plan.parts is not None]
+    return launcher.plan
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "layernorm_stats"])
+def test_a_column_sum_of_inputs_alone_can_be_computed_apart(kind):
+    """The LayerNorm backward's db = sum(dy) reads dy alone: its plan divides into an
+    inner-outer plan of dx and dw and an outer reduction of db (ApartParts), for rows whose two
+    column sums would not both fit the shared-row kernel."""
+    fd, args, _ = norm_case(kind, 8, 64, "cpu")
+    apart = planned(fd, args).parts.apart
+    assert apart is not None and apart.kept.template is Template.inner_outer
+    assert apart.apart.template is Template.outer_reduction
+    dy = fd.fusion.inputs[2] if not callable(fd.fusion.inputs) else fd.fusion.inputs()[2]
+    assert [v.name for v in apart.apart.inputs] == [dy.name]  # db's kernel reads dy, not x
+    assert len(apart.kept.outputs) == 2 and apart.kept.parts.apart is None
+
+
+def test_no_column_output_apart_where_none_stands_alone():
+    """RMSNorm's one column sum stays; so do column sums that one output reads together
+    (dw + db), and one whose terms read a row statistic (rstd recomputed)."""
+    fd, args, _ = norm_case("rmsnorm", 8, 64, "cpu")
+    assert planned(fd, args).parts.apart is None
+    with FusionDefinition() as fd:
+        x, w, dy = (fd.define_tensor(shape=s, contiguity=True, dtype=F32) for s in ([-1, -1], [-1], [-1, -1]))
+        rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.div(fd.ops.sum(fd.ops.mul(x, x), [-1], True), x.shape()[1]), 1e-6))
+        xhat = fd.ops.mul(x, rstd)
+        fd.add_output(fd.ops.mul(fd.ops.mul(dy, w), rstd))
+        fd.add_output(fd.ops.add(fd.ops.sum(fd.ops.mul(dy, xhat), [0]), fd.ops.sum(dy, [0])))
+    tensors = list(inputs(8, 64, torch.float32, "cpu"))
+    assert planned(fd, tensors).parts.apart is None
+    with FusionDefinition() as fd:
+        x, w, dy = (fd.define_tensor(shape=s, contiguity=True, dtype=F32) for s in ([-1, -1], [-1], [-1, -1]))
+        rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.div(fd.ops.sum(fd.ops.mul(x, x), [-1], True), x.shape()[1]), 1e-6))
+        fd.add_output(fd.ops.mul(fd.ops.mul(dy, w), rstd))
+        fd.add_output(fd.ops.sum(fd.ops.mul(dy, rstd), [0]))  # reads rstd: the pass over rows has it
+        fd.add_output(fd.ops.sum(fd.ops.mul(dy, fd.ops.mul(x, rstd)), [0]))
+    assert planned(fd, tensors).parts.apart is None
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "layernorm_stats"])
+def test_the_division_computes_what_the_whole_plan_does(kind, monkeypatch, device):
+    """Rows too long for registers: the launch takes the division where the kept plan runs in
+    one pass (the shared-row kernel: GPU only). Here the kept plan may take its own two
+    kernels, so that the division's three kernels run and their outputs come back in the
+    definition's order (dx, dw, db); by default the whole plan's two kernels run."""
+    from fuser.codegen import launch
+
+    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    fd, args, expected = norm_case(kind, 9, 40, device)
+    for actual, ref in zip(fd.execute(args), expected):
+        close(actual, ref, torch.float32)
+    assert "_kept_" not in fd.last_triton_code()
+    monkeypatch.setattr(launch, "APART_KEEPS_TWO_KERNELS", True)
+    fd, args, expected = norm_case(kind, 9, 40, device)
+    outputs = fd.execute(args)
+    for actual, ref in zip(outputs, expected):
+        close(actual, ref, torch.float32)
+    code = fd.last_triton_code()
+    assert "_kept_rows_" in code and "_kept_columns_" in code and "_apart_" in code

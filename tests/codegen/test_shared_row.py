@@ -140,21 +140,58 @@ def test_jit_rmsnorm_backward_over_long_rows():
         close(a, e, torch.bfloat16)
 
 
-@pytest.mark.gpu
-@hopper
-def test_layernorm_backward_keeps_two_kernels_its_accumulators_would_not_fit():
-    rows, cols = 64, 32768
-    x, w, dy = inputs(rows, cols)
-    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=False)
-    dx, dw, db = fd.execute([x, w, dy])
-    assert "row in shared memory" not in fd.last_triton_code()
+def layernorm_reference(x, w, dy, eps=1e-5):
     xf, dyf, wf = x.double(), dy.double(), w.double()
     var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
-    xhat = (xf - mean) * torch.rsqrt(var + 1e-5)
+    xhat = (xf - mean) * torch.rsqrt(var + eps)
     g = dyf * wf
-    ref_dx = torch.rsqrt(var + 1e-5) * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-    for a, e in zip((dx, dw, db), (ref_dx, (dyf * xhat).sum(0), dyf.sum(0))):
+    dx = torch.rsqrt(var + eps) * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    return dx, (dyf * xhat).sum(0), dyf.sum(0)
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 32768), (7, 20000)])
+@pytest.mark.parametrize("stats_given", [False, True])
+@pytest.mark.parametrize("form", ["apart", "two kernels"])
+@pytest.mark.gpu
+@hopper
+def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, stats_given, form, monkeypatch):
+    """LayerNorm's two column sums do not fit the shared-row kernel's registers together: the
+    launch times db apart (dx and dw in the shared-row kernel, db a column sum of dy) against
+    two kernels. Each, forced, against float64."""
+    from fuser.codegen import launch
+
+    pick = (lambda default, forms, *a, **k: default) if form == "apart" else (
+        lambda default, forms, *a, **k: forms[1][1]())
+    monkeypatch.setattr(launch, "_fastest_form", pick)
+    x, w, dy = inputs(rows, cols)
+    args = [x, w, dy]
+    if stats_given:
+        var, mean = torch.var_mean(x.float(), -1, correction=0, keepdim=True)
+        args += [mean, torch.rsqrt(var + 1e-5)]
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=stats_given)
+    outputs = fd.execute(args)
+    code = fd.last_triton_code()
+    assert ("row in shared memory" in code and "_apart_" in code) == (form == "apart")
+    for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
         close(a, e.to(torch.bfloat16), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@hopper
+def test_jit_layernorm_backward_over_long_rows():
+    x, w, dy = inputs(64, 32768)
+    b = torch.randn_like(w)
+    for t in (x, w, b):
+        t.requires_grad_(True)
+
+    def layernorm(x, w, b):
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+    fuser.jit(layernorm)(x, w, b).backward(dy)
+    got = (x.grad, w.grad, b.grad)
+    x.grad = w.grad = b.grad = None
+    layernorm(x, w, b).backward(dy)
+    for a, e in zip(got, (x.grad, w.grad, b.grad)):
+        close(a, e, torch.bfloat16)
 
 
 def test_the_form_is_off_without_a_gpu_or_when_turned_off(monkeypatch):
