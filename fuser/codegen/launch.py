@@ -26,7 +26,7 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams,
-                                     autotune_row_loop, choose, inner_outer_combine, inner_outer_programs,
+                                     autotune_row_loop, autotuning, choose, inner_outer_combine, inner_outer_programs,
                                      inner_outer_stages, inner_split, looped_forms, next_pow2, outer_forms,
                                      outer_storing, reload_forms, row_loop, row_loop_programs, row_loop_stages,
                                      split_count, tuned_warps)
@@ -391,7 +391,7 @@ class KernelLauncher:
                 # the two-kernel form, prepared (and compiled) by the first call that needs it
                 return _SharedRowLaunch(one, lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
             plain = replace(shared, ahead=0)
-            if (not shared.ahead or dests is not None or misaligned(inputs, shared.staged)
+            if (not shared.ahead or dests is not None or misaligned(inputs, shared.staged) or not autotuning()
                     or self.kernel(layout, "shared_row", target, config=plain) is None):
                 if ahead_jobs is not None:
                     ahead_jobs.add(launch, inputs, device)
@@ -442,7 +442,8 @@ class KernelLauncher:
                                      lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
             self._two_kernels = TwoKernels(plan, *two_kernels, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
         apart = self._apart.prepare(inputs, scalars, values, device, ahead_jobs, in_one_pass=True)
-        if apart is None or device.type not in TUNED_TARGETS or misaligned(inputs, range(len(inputs))):
+        if (apart is None or device.type not in TUNED_TARGETS or not autotuning()
+                or misaligned(inputs, range(len(inputs)))):
             return apart  # (timed on aligned inputs only: a misaligned call takes the kept part's fallback)
         return _fastest_form(apart, [
             ("a column output apart", None),

@@ -127,10 +127,15 @@ def looped_inner(rows: int) -> LaunchParams:
     return LaunchParams(1, LOOPED_BLOCK, False, LOOPED_WARPS, rows)
 
 
+def autotuning() -> bool:
+    """Whether launch forms are timed against each other (FUSER_AUTOTUNE=0: the defaults)."""
+    return os.environ.get("FUSER_AUTOTUNE", "1") != "0"
+
+
 def looped_forms(params: LaunchParams, rows: int, cols: int) -> list[LaunchParams]:
     """Looped forms to time beside a persistent inner reduction over long rows."""
     if (not params.persistent or params.block0 != 1 or AUTOTUNE_MIN_COLS is None or cols < AUTOTUNE_MIN_COLS
-            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+            or not autotuning()):
         return []
     return [replace(looped_inner(rows), block1=b, num_warps=w) for b, w in LOOPED_TUNED_FORMS]
 
@@ -180,7 +185,7 @@ OUTER_TUNED_WARPS = (8, 16)
 
 def outer_forms(params: LaunchParams, processors: int) -> list[LaunchParams]:
     """Unsplit forms to time beside the split form of an outer reduction (none: not tuned)."""
-    if processors == 0 or params.grid < processors or os.environ.get("FUSER_AUTOTUNE", "1") == "0":
+    if processors == 0 or params.grid < processors or not autotuning():
         return []
     return [replace(params, num_warps=w) for w in OUTER_TUNED_WARPS]
 
@@ -277,7 +282,7 @@ MAX_TUNED_ELEMENTS_PER_THREAD = 64
 def tuned_warps(params: LaunchParams, cols: int) -> list[int]:
     """Warp counts besides the default to time for a persistent inner reduction."""
     if (not params.persistent or AUTOTUNE_WARPS_MIN_COLS is None or cols < AUTOTUNE_WARPS_MIN_COLS
-            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+            or not autotuning()):
         return []
     found, warps = [], params.num_warps // 2
     while warps >= 4 and params.block0 * params.block1 // (32 * warps) <= MAX_TUNED_ELEMENTS_PER_THREAD:
@@ -292,7 +297,7 @@ def row_loop(params: LaunchParams, cols: int) -> bool:
 
 def autotune_row_loop(params: LaunchParams, cols: int) -> bool:
     return (params.persistent and ROW_LOOP_MIN_COLS is None and AUTOTUNE_MIN_COLS is not None
-            and cols >= AUTOTUNE_MIN_COLS and os.environ.get("FUSER_AUTOTUNE", "1") != "0")
+            and cols >= AUTOTUNE_MIN_COLS and autotuning())
 
 
 def row_loop_programs(params: LaunchParams, processors: int) -> int:
@@ -337,7 +342,7 @@ def reload_warps(params: LaunchParams, cols: int) -> list[int]:
     """Warp counts of the one-pass form to time for a persistent inner reduction (none: not a
     candidate)."""
     if (not params.persistent or params.block0 != 1 or RELOAD_MIN_COLS is None or cols < RELOAD_MIN_COLS
-            or os.environ.get("FUSER_AUTOTUNE", "1") == "0"):
+            or not autotuning()):
         return []
     per_thread = RELOAD_ELEMENTS_PER_THREAD + ((RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,) if cols >= 16384 else ())
     return sorted({max(4, min(32, params.block1 // (32 * n))) for n in per_thread})
