@@ -52,8 +52,9 @@ def rmsnorm_bwd_given_rstd() -> FusionDefinition:
     return fd
 
 
-def layernorm_bwd_given_stats() -> FusionDefinition:
-    """The LayerNorm backward with mean and rstd saved by the forward: two row sums, dw and db."""
+def layernorm_bwd_given_stats(with_db: bool = True) -> FusionDefinition:
+    """The LayerNorm backward with mean and rstd saved by the forward: two row sums, dw and db
+    (without db: one column sum, as RMSNorm's; db apart, below)."""
     with FusionDefinition() as fd:
         x, w, dy = (fd.define_tensor(shape=shape, contiguity=True, dtype=BF16) for shape in ([-1, -1], [-1], [-1, -1]))
         mean, rstd = (fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32) for _ in range(2))
@@ -65,23 +66,8 @@ def layernorm_bwd_given_stats() -> FusionDefinition:
         proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), n)
         fd.add_output(fd.ops.cast(fd.ops.mul(rstd, fd.ops.sub(fd.ops.sub(g, mg), fd.ops.mul(xhat, proj))), BF16))
         fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), BF16))
-        fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), BF16))
-    return fd
-
-
-def layernorm_bwd_without_db() -> FusionDefinition:
-    """dx and dw of the LayerNorm backward: one column sum, as RMSNorm's (db apart, below)."""
-    with FusionDefinition() as fd:
-        x, w, dy = (fd.define_tensor(shape=shape, contiguity=True, dtype=BF16) for shape in ([-1, -1], [-1], [-1, -1]))
-        mean, rstd = (fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=F32) for _ in range(2))
-        n = x.shape()[1]
-        dyf = fd.ops.cast(dy, F32)
-        xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(x, F32), mean), rstd)
-        g = fd.ops.mul(dyf, fd.ops.cast(w, F32))
-        mg = fd.ops.div(fd.ops.sum(g, [-1], True), n)
-        proj = fd.ops.div(fd.ops.sum(fd.ops.mul(g, xhat), [-1], True), n)
-        fd.add_output(fd.ops.cast(fd.ops.mul(rstd, fd.ops.sub(fd.ops.sub(g, mg), fd.ops.mul(xhat, proj))), BF16))
-        fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]), BF16))
+        if with_db:
+            fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), BF16))
     return fd
 
 
@@ -116,7 +102,7 @@ def reference(kind: str, args: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_given_stats,
-               "layernorm_db_apart": layernorm_bwd_without_db}
+               "layernorm_db_apart": lambda: layernorm_bwd_given_stats(with_db=False)}
 # a kind timed with a second definition after it: (its definition, its inputs from the kind's);
 # db apart reads dy twice (4 reads and writes of a row's size against 5 for two kernels): the
 # shared-row kernel for dx and dw fits as RMSNorm's does
