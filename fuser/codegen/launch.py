@@ -440,6 +440,7 @@ class KernelLauncher:
         if self._apart is None:
             self._apart = TwoKernels(plan, plan.parts.apart.kept, plan.parts.apart.apart, ("kept", "apart"),
                                      lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+        if self._two_kernels is None:
             self._two_kernels = TwoKernels(plan, *two_kernels, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
         apart = self._apart.prepare(inputs, scalars, values, device, ahead_jobs, in_one_pass=True)
         if (apart is None or device.type not in TUNED_TARGETS or not autotuning()
