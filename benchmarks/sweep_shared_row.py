@@ -149,10 +149,10 @@ def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warp
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
 
 
-def compile_for_sm90(ks, config: SharedRowConfig) -> tuple[int, str]:
+def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False) -> tuple[int, str]:
     """(shared memory bytes, cuobjdump's resource line) of a generated shared-row kernel compiled
     for sm_90 as the launch specializes it (16-byte aligned pointers and strides, unit column
-    strides), without a GPU."""
+    strides; 64-bit offsets with `int64`), without a GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -160,7 +160,7 @@ def compile_for_sm90(ks, config: SharedRowConfig) -> tuple[int, str]:
     from fuser.codegen.compile import load_canonical
 
     _, fn = load_canonical(ks.name, ks.source, "cuda", ks.scalar_params)
-    constexprs = dict(BLOCK0=1, BLOCK1=config.block1, INT64=0, SPT=config.per_thread, WARPS=config.warps,
+    constexprs = dict(BLOCK0=1, BLOCK1=config.block1, INT64=int(int64), SPT=config.per_thread, WARPS=config.warps,
                       EVEN0=1, EVEN1=1)
     signature, attrs = {}, {}
     for k, (name, spec) in enumerate(zip(fn.arg_names, ks.args)):

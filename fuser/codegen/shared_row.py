@@ -221,7 +221,8 @@ class SharedRowWriter(KernelWriter):
         ps = self.begin_program()
         head, ps.lines = ps.lines, ["nxt = row + tl.num_programs(0)"]
         if self.config.ahead:  # which of its two slots this row's first chunks take
-            ps.lines.append("par = (row - pid) // tl.num_programs(0) % 2")
+            # (int32 for the slots' index: pid, and so row, is int64 where offsets need it)
+            ps.lines.append("par = ((row - pid) // tl.num_programs(0) % 2).to(tl.int32)")
         self.emit_dim_index(ps, 0, "row")
         outputs = [o for o in self.plan.outputs if isinstance(o, TensorView)]
         for o in outputs:

@@ -331,6 +331,17 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
     assert ks.source.count("c_start = 0 * BLOCK1") == 2  # passes over the row: its sums, then dx
 
 
+@pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
+def test_the_kernel_compiles_with_64_bit_offsets(fresh_triton_cache):
+    """Rows x columns of 2^31 or more (65536x32768) index in int64, the row too: the parity
+    that picks a chunk's slot must still be an int32 index."""
+    plan = rmsnorm_plan(True)
+    cfg = SharedRowConfig(4, 16, 16, along_the_row(plan), ahead=4)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_shared_row_int64", cfg)
+    shared, _ = compile_for_sm90(ks, cfg, int64=True)
+    assert shared <= 227 * 1024
+
+
 def test_an_input_expanded_along_the_row_is_read_with_plain_loads(monkeypatch):
     """The gate stages the inputs that vary along the row at this call, and the kernel copies
     exactly those: dy expanded from a row (`ones.expand`, as `.sum().backward()` makes it)
