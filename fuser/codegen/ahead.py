@@ -22,7 +22,7 @@ class CompileJobs:
         self.seen: set[tuple] = set()
 
     def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
-        if not hasattr(launch, "steps"):
+        if not launch.steps:
             return  # two launches (inner_outer._TwoLaunches): each added its jobs when prepared
         tensors = _stand_ins(launch, inputs, device)
         for step, template, slots in launch.steps:

@@ -162,8 +162,7 @@ class _TwoLaunches:
         self.first_take, self.second_take, self.give = first_take, second_take, give
         self.source = "\n\n".join(launch.source for launch in (first_launch, second_launch) if launch is not None)
         self.compiles = sum(launch.compiles for launch in (first_launch, second_launch) if launch is not None)
-        # (a first launch of two kernels itself, ApartParts' on CPU, compiles at its first call)
-        self.cold = self.compiles > 1 and not isinstance(first_launch, _TwoLaunches)
+        self.cold = self.compiles > 1
 
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         if self.cold:
@@ -183,12 +182,23 @@ class _TwoLaunches:
         """Compile both kernels side by side before the first launch."""
         parallel_compile.compile_together(self.jobs_for(inputs, device))
 
+    # no steps of its own: a compile-ahead pass finds the jobs of its launches, which added
+    # theirs when prepared (ahead.CompileJobs.add)
+    steps = ()
+
     def jobs_for(self, inputs, device) -> list:
         """The compile jobs of both kernels: the second kernel's arguments are made here from
-        the first kernel's output specs (its outputs do not exist before it runs)."""
+        the first kernel's output specs (its outputs do not exist before it runs). A first
+        launch of two kernels itself (ApartParts' kept plan in the CPU tests) gives its jobs;
+        a second kernel reading its outputs then compiles at its first call."""
         made, jobs = {"in": inputs, "first": []}, []
-        if self.first_launch is not None:
-            tensors, made["first"] = self.first_launch.tensors_for([inputs[k] for k in self.first_take], device)
+        first_inputs = [inputs[k] for k in self.first_take]
+        if isinstance(self.first_launch, _TwoLaunches):
+            jobs += self.first_launch.jobs_for(first_inputs, device)
+            if any(source == "first" for source, _ in self.second_take):
+                return jobs
+        elif self.first_launch is not None:
+            tensors, made["first"] = self.first_launch.tensors_for(first_inputs, device)
             jobs += self.first_launch.compile_jobs(tensors)
         tensors, _ = self.second_launch.tensors_for([made[s][k] for s, k in self.second_take], device)
         return jobs + self.second_launch.compile_jobs(tensors)

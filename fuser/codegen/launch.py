@@ -40,7 +40,7 @@ from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
-from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config
+from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
 from .layout import Layout, make_layout, run_stride
 
@@ -437,15 +437,20 @@ class KernelLauncher:
         db alone rather than twice for all, timed against the two-kernel form; None where the
         kept outputs would not run in one pass."""
         plan = self.plan
+        if not (shared_row_possible(device) or APART_KEEPS_TWO_KERNELS):
+            return None  # (the kept plan would take two kernels too)
         if self._apart is None:
             self._apart = TwoKernels(plan, plan.parts.apart.kept, plan.parts.apart.apart, ("kept", "apart"),
                                      lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
         if self._two_kernels is None:
             self._two_kernels = TwoKernels(plan, *two_kernels, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+        if misaligned(inputs, range(len(inputs))):
+            # the kept part would fall back to its own two kernels (6 row-sized reads and
+            # writes); the whole plan's read 5, and this launch is kept for the shape
+            return None
         apart = self._apart.prepare(inputs, scalars, values, device, ahead_jobs, in_one_pass=True)
-        if (apart is None or device.type not in TUNED_TARGETS or not autotuning()
-                or misaligned(inputs, range(len(inputs)))):
-            return apart  # (timed on aligned inputs only: a misaligned call takes the kept part's fallback)
+        if apart is None or device.type not in TUNED_TARGETS or not autotuning():
+            return apart
         return _fastest_form(apart, [
             ("a column output apart", None),
             ("two kernels", lambda: self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs))],
@@ -643,12 +648,26 @@ class _SharedRowLaunch:
         """No inline form: each call checks the alignment."""
         return None
 
-    def __getattr__(self, name: str):
-        # the rest (steps, out_specs, workspaces, semaphores: what a compile-ahead pass reads)
-        # is the shared-row launch's
-        if name == "launch":  # (not yet set)
-            raise AttributeError(name)
-        return getattr(self.launch, name)
+    # what a compile-ahead pass reads (ahead.CompileJobs) and the autotuner compiles: the
+    # shared-row launch's
+    @property
+    def steps(self) -> list:
+        return self.launch.steps
+
+    @property
+    def out_specs(self) -> list:
+        return self.launch.out_specs
+
+    @property
+    def workspaces(self):
+        return self.launch.workspaces
+
+    @property
+    def semaphores(self):
+        return self.launch.semaphores
+
+    def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
+        return self.launch.jobs_for(inputs, device)
 
     def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
         return self.launch.tensors_for(inputs, device, dests)

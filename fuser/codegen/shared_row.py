@@ -77,16 +77,21 @@ class SharedRowConfig:
         return self.per_thread * 32 * self.warps
 
 
+def shared_row_possible(device: torch.device) -> bool:
+    """Whether the form may run on `device`: a Hopper GPU (measured on the H200 only) and a
+    Triton whose Gluon has asynchronous copies (FUSER_SHARED_ROW=0: never)."""
+    return (os.environ.get("FUSER_SHARED_ROW", "1") != "0" and device.type == "cuda" and bool(gluon_names())
+            and torch.cuda.get_device_capability(device)[0] == 9)
+
+
 def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequence[torch.Tensor],
                       strides: list[list[int]], extents: list[int], device: torch.device) -> Optional[SharedRowConfig]:
     """The shared-row form of an inner-outer plan for this call, or None where it has none:
     not a Hopper GPU, no Gluon, a row of a staged input (one that varies along the row at this
     call) not contiguous or its row stride not aligned for the copies, a row that does not fit shared memory or accumulators that would not fit registers
     (FUSER_SHARED_ROW=0 turns the form off)."""
-    if (os.environ.get("FUSER_SHARED_ROW", "1") == "0" or device.type != "cuda" or plan.axes.resized
-            or len(layout.dim0) != 1 or len(layout.dim1) != 1 or not gluon_names()
-            or torch.cuda.get_device_capability(device)[0] != 9):
-        return None  # (measured on the H200 only)
+    if not shared_row_possible(device) or plan.axes.resized or len(layout.dim0) != 1 or len(layout.dim1) != 1:
+        return None
     (row_axes,), (col_axes,) = layout.dim0, layout.dim1
     views = [v for v in plan.parts.persistent.inputs if isinstance(v, TensorView)]
     sizes, staged = [], []

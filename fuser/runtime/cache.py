@@ -24,7 +24,7 @@ from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import LocalSizes, local_extents
 from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
-from ..schedulers.plan import add_statistics_parts, plan_kernel
+from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
@@ -64,7 +64,7 @@ class FusionRuntime:
                 fusion, lambda exprs, i, o: plan_kernel(exprs, i, o, lowerable), lowerable)
             for seg in self.segments:
                 if seg.kind is SegmentKind.kernel:
-                    add_statistics_parts(seg.params, lowerable)
+                    add_chosen_parts(seg.params, lowerable)
         else:
             self.segments = segment_fusion(fusion)
         self.launchers: dict[int, KernelLauncher] = {}

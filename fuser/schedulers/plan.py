@@ -290,15 +290,18 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     return plan, ""
 
 
-def add_statistics_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
-    """Give a reduction's plan its two-kernel form (StatisticsParts), where it has one: an
-    output along the reduced dim that reads a reduction's result, and statistics that split
-    (see `KernelPlan.splittable`: not a reduction of another's result, but for a softmax pair).
-    Asked for the plans of the segments chosen, not for every group the segmenter tries (two
-    more plans each)."""
+def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
+    """Give a chosen segment's plan the divisions its launches may take, where it has them
+    (two more plans each: asked for the plans of the segments chosen, not for every group the
+    segmenter tries): a reduction's two-kernel form (StatisticsParts: an output along the
+    reduced dim that reads a reduction's result, and statistics that split, see
+    `KernelPlan.splittable`: not a reduction of another's result, but for a softmax pair), and
+    an inner-outer plan's column output apart (ApartParts)."""
     if plan.template in (Template.outer_reduction, Template.inner_reduction) and not plan.axes.resized \
             and plan.statistics is None:
         plan.statistics = _statistics_parts(plan, lowerable)
+    if plan.template is Template.inner_outer and plan.parts is not None and plan.parts.apart is None:
+        plan.parts.apart = _apart_parts(plan, lowerable)
 
 
 def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
@@ -341,17 +344,17 @@ def _plan_inner_outer(exprs, axes: KernelAxes, inputs, outputs, sets, lowerable)
     column_plan, why = plan_kernel(split.column_exprs, split.column_inputs, split.column_outputs, lowerable)
     if column_plan is None or column_plan.template is not Template.outer_reduction:
         return None, f"rows too long for registers have no two-kernel form: {why or 'not a column reduction'}"
-    parts = InnerOuterParts(split, persistent, combine, row_plan, column_plan,
-                            _apart_parts(split, exprs, axes, inputs, outputs, lowerable))
+    parts = InnerOuterParts(split, persistent, combine, row_plan, column_plan)
     return KernelPlan(Template.inner_outer, axes, list(exprs), inputs, outputs, rows, columns, parts), ""
 
 
-def _apart_parts(split: InnerOuterSplit, exprs, axes: KernelAxes, inputs, outputs, lowerable) -> Optional[ApartParts]:
-    o = apart_output(split, exprs, axes, inputs)
+def _apart_parts(plan: KernelPlan, lowerable) -> Optional[ApartParts]:
+    inputs = [v for v in plan.inputs if isinstance(v, TensorView)]
+    o = apart_output(plan.parts.split, plan.exprs, plan.axes, inputs)
     if o is None:
         return None
-    graph = GroupGraph(exprs, inputs)
-    kept_outputs = [v for v in outputs if v is not o]
+    graph = GroupGraph(plan.exprs, inputs)
+    kept_outputs = [v for v in plan.outputs if v is not o]
     kept, _ = plan_kernel(*graph.closure(kept_outputs, lambda v: False), kept_outputs, lowerable)
     apart, _ = plan_kernel(*graph.closure([o], lambda v: False), [o], lowerable)
     if kept is None or kept.template is not Template.inner_outer or apart is None \

@@ -108,6 +108,7 @@ def test_either_copy_schedule_the_launch_may_time(rows, cols, held_twice, monkey
 
     from fuser.codegen import launch
 
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave nothing to time)
     gate = launch.shared_row_config
     forms = []
     monkeypatch.setattr(launch, "shared_row_config", lambda *a, **k: (lambda c: c if c is None or held_twice
@@ -160,6 +161,7 @@ def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, s
     two kernels. Each, forced, against float64."""
     from fuser.codegen import launch
 
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave the choice untimed)
     pick = (lambda default, forms, *a, **k: default) if form == "apart" else (
         lambda default, forms, *a, **k: forms[1][1]())
     monkeypatch.setattr(launch, "_fastest_form", pick)
