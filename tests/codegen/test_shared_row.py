@@ -429,3 +429,18 @@ print(compile_for_sm90(generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuse
     done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
+def test_the_layernorm_pair_probe_compiles_for_hopper(fresh_triton_cache, capsys):
+    """benchmarks/sweep_layernorm_pair.py (a probe for the next lease: a row split over two
+    processors that exchange their row sums) compiles for sm_90 within a block's shared memory,
+    without a stack of spills, in its first configuration."""
+    from benchmarks import sweep_layernorm_pair as pair
+
+    pair.compile_only(32768, 4, 16)
+    line = capsys.readouterr().out
+    shared = int(re.search(r"shared (\d+) B", line).group(1))
+    assert shared <= 227 * 1024, line
+    if "REG" in line:
+        assert re.search(r"STACK:0\b", line), line
