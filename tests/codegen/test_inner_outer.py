@@ -373,3 +373,33 @@ def test_the_division_computes_what_the_whole_plan_does(kind, monkeypatch, devic
         close(actual, ref, torch.float32)
     code = fd.last_triton_code()
     assert "_kept_rows_" in code and "_kept_columns_" in code and "_apart_" in code
+
+
+@pytest.mark.parametrize("faster", ["a column output apart", "two kernels"])
+def test_the_division_is_timed_against_two_kernels(faster, monkeypatch, tmp_path):
+    """On a GPU the launch times the division against the whole plan's two kernels once per
+    bucket and keeps the faster: here on CPU (a target stood in for a tuned one) with a timer
+    that makes `faster` win, each candidate compiled first (two launches of two kernels each,
+    the kept part's own on CPU)."""
+    from fuser.codegen import autotune, launch
+
+    monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    monkeypatch.setattr(launch, "APART_KEEPS_TWO_KERNELS", True)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("cuda", "cpu"))
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    timed = []  # the candidates in the order timed: the division first, then two kernels
+
+    def timer(launch_once, device):
+        launch_once()
+        timed.append(["a column output apart", "two kernels"][len(timed)])
+        return 0.5 if timed[-1] == faster else 1.0
+    monkeypatch.setattr(autotune, "cuda_time_ms", timer)
+    fd, args, expected = norm_case("layernorm_stats", 9, 40, "cpu")
+    for actual, ref in zip(fd.execute(args), expected):
+        close(actual, ref, torch.float32)
+    assert len(timed) == 2
+    code = fd.last_triton_code()
+    assert ("_kept_" in code and "_apart_" in code) == (faster == "a column output apart")
+    assert ("_rows_" in code and "_kept_rows_" not in code) == (faster == "two kernels")
