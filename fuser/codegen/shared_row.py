@@ -7,7 +7,10 @@ asynchronous copy group a chunk; those along columns only (the weight) once, bef
 Each pass over the row (one per set of row reductions ready together, then the pass that stores
 the row outputs and adds the column terms) is unrolled over the chunks and reads them from
 shared memory: the first pass waits for each chunk's copy as it reaches it, the last starts the
-copy of the next row's chunk j into slot j as soon as it is done with it. Each column reduction
+copy of the next row's chunk j into slot j as soon as it is done with it. The first AHEAD chunks
+may have two slots, taken by the rows' parity: the first pass then starts copying the next
+row's into the other slots, so that a row starts with them in (SharedRowConfig.ahead; which
+schedule is faster depends on the kernel, so the launch times both). Each column reduction
 keeps one fp32 accumulator a chunk in registers, stored after the loop as partial row `pid` of
 its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
 the two-kernel form reads them twice.
