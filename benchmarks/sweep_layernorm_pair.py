@@ -36,7 +36,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.sweep_norm_bwd_wide import errors, k_combine, load_generated, make_fn, reference, tensors, two  # noqa: E402
+from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, tensors,  # noqa: E402
+                                            time_checked, two)
 
 BUFFERS = 3  # row halves in shared memory: row k (second pass), k+1 (first pass), k+2 (copying)
 SPIN = 1 << 22  # polls of a partner's flag before giving up (about 1 s)
@@ -216,22 +217,14 @@ def main() -> None:
             if form == "pair" and (C // 2) % (cfg["spt"] * 32 * cfg["warps"]):
                 print(f"{head} skipped: a partial chunk", flush=True)
                 continue
-            try:
-                fn = PairForm(cfg, t, nsm) if form == "pair" else make_fn(form, cfg, t)
-                t["dx"].fill_(float("nan"))
-                t["out"].fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                if form == "pair" and fn.err.item():
-                    print(f"{head} BAD: a partner's sums never came (spin limit)", flush=True)
-                    continue
-                e_dx, e_w = errors(t, ref)
-                ms = triton.testing.do_bench(fn, return_mode="median")
-                verdict = "ok" if e_dx <= 1 and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw/db {e_w:.3f}"
-                print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
-            except Exception as e:  # noqa: BLE001 (a compile error of this Triton's Gluon is a row, not a stop)
-                print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
-        del t, ref
+            made = []  # the pair form, whose timeout flag `broken` reads
+
+            def make(form=form, cfg=cfg):
+                made.append(PairForm(cfg, t, nsm) if form == "pair" else make_fn(form, cfg, t))
+                return made[-1]
+            time_checked(head, make, t, ref, copy, broken=lambda: "a partner's sums never came (spin limit)"
+                         if isinstance(made[-1], PairForm) and made[-1].err.item() else None)
+        t = ref = None  # (freed before the next shape's)
         torch.cuda.empty_cache()
 
 

@@ -32,8 +32,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.sweep_norm_bwd_wide import (errors, k_combine, load_generated, make_fn, reference,  # noqa: E402
-                                            regacc, tensors, two)
+from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, regacc,  # noqa: E402
+                                            tensors, time_checked, two)
 
 _KERNELS: dict = {}
 SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
@@ -154,19 +154,9 @@ def main() -> None:
             if form == "gluon" and (shared_bytes(C) > SHARED_LIMIT or C % (cfg["spt"] * 32 * cfg["warps"])):
                 print(f"{head} skipped: {shared_bytes(C) // 1024} KB of shared memory or a partial chunk", flush=True)
                 continue
-            try:
-                fn = gluon_fn(cfg, t, nsm) if form == "gluon" else make_fn(form, cfg, t)
-                t["dx"].fill_(float("nan"))
-                t["out"].fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                e_dx, e_w = errors(t, ref)
-                ms = triton.testing.do_bench(fn, return_mode="median")
-                verdict = "ok" if e_dx <= 2 and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw {e_w:.3f}"
-                print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
-            except Exception as e:  # noqa: BLE001 (a compile error of this Triton's Gluon is a row, not a stop)
-                print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
-        del t, ref
+            time_checked(head, lambda: gluon_fn(cfg, t, nsm) if form == "gluon" else make_fn(form, cfg, t),
+                         t, ref, copy, dx_tol=2)
+        t = ref = None  # (freed before the next shape's)
         torch.cuda.empty_cache()
 
 

@@ -446,6 +446,29 @@ def errors(t, ref):
     return e_dx, max(e_w)
 
 
+def time_checked(head: str, make, t: dict, ref, copy: float, dx_tol: float = 1.0, broken=None) -> None:
+    """Print a form's row: `make()` builds the closure running it, which runs once on outputs
+    filled with NaN, is checked against the float64 reference `ref` (`broken()`, if given, says
+    what else went wrong, or None), then timed (do_bench's median, as a share of `copy`). A
+    form that does not compile on this Triton is a row, not a stop."""
+    try:
+        fn = make()
+        t["dx"].fill_(float("nan"))
+        t["out"].fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        why = broken() if broken is not None else None
+        if why:
+            print(f"{head} BAD: {why}", flush=True)
+            return
+        e_dx, e_w = errors(t, ref)
+        ms = triton.testing.do_bench(fn, return_mode="median")
+        verdict = "ok" if e_dx <= dx_tol and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw/db {e_w:.3f}"
+        print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
+
+
 def tensors(R, C, ln, device, nsm):
     torch.manual_seed(0)
     x = torch.randn(R, C, device=device, dtype=torch.bfloat16)
