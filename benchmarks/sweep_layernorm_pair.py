@@ -37,7 +37,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, tensors,  # noqa: E402
-                                            time_checked, two)
+                                            run_probe, time_checked, two)
 
 BUFFERS = 3  # row halves in shared memory: row k (second pass), k+1 (first pass), k+2 (copying)
 SPIN = 1 << 22  # polls of a partner's flag before giving up (about 1 s)
@@ -229,10 +229,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "--compile" in sys.argv:
-        for cfg in CONFIGS:
-            compile_only(32768, cfg["spt"], cfg["warps"])
-    elif not torch.cuda.is_available():
-        sys.exit("sweep_layernorm_pair.py needs a CUDA GPU (or --compile, which compiles only)")
-    else:
-        main()
+    run_probe("sweep_layernorm_pair.py", main, lambda: [compile_only(32768, cfg["spt"], cfg["warps"]) for cfg in CONFIGS])

@@ -33,7 +33,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, regacc,  # noqa: E402
-                                            tensors, time_checked, two)
+                                            run_probe, tensors, time_checked, two)
 
 _KERNELS: dict = {}
 SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
@@ -161,10 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "--compile" in sys.argv:
-        for cfg in CONFIGS:
-            compile_only(32768, cfg["spt"], cfg["warps"])
-    elif not torch.cuda.is_available():
-        sys.exit("sweep_norm_bwd_gluon.py needs a CUDA GPU (or --compile, which compiles only)")
-    else:
-        main()
+    run_probe("sweep_norm_bwd_gluon.py", main, lambda: [compile_only(32768, cfg["spt"], cfg["warps"]) for cfg in CONFIGS])

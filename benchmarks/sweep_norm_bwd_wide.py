@@ -469,6 +469,16 @@ def time_checked(head: str, make, t: dict, ref, copy: float, dx_tol: float = 1.0
         print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
 
 
+def run_probe(name: str, main, compile_only) -> None:
+    """A Gluon probe's entry: `compile_only()` with --compile (no GPU needed), else `main()`."""
+    if "--compile" in sys.argv:
+        compile_only()
+    elif not torch.cuda.is_available():
+        sys.exit(f"{name} needs a CUDA GPU (or --compile, which compiles only)")
+    else:
+        main()
+
+
 def tensors(R, C, ln, device, nsm):
     torch.manual_seed(0)
     x = torch.randn(R, C, device=device, dtype=torch.bfloat16)
