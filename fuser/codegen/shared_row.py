@@ -206,12 +206,13 @@ class SharedRowWriter(KernelWriter):
         scope.lines.append(f"{name} = {slot}.load(LAYOUT).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
 
-    def _slot(self, name: str, j: int, parity: str = "par") -> str:
+    def _slot(self, name: str, j, parity: str = "par", twice: Optional[bool] = None) -> str:
         """Where chunk j of a staged row input T`name` is held: a chunk held twice takes the
-        slot of the row's `parity` (this row's; "(1 - par)" the next's, "0" the first's)."""
+        slot of the row's `parity` (this row's; "(1 - par)" the next's, "0" the first's). `j`:
+        a number, or a loop variable's name with `twice` saying which chunks it runs over."""
         ahead = self.config.ahead
-        if j >= ahead:
-            return f"T{name}_smem.index({j - ahead})"
+        if not (j < ahead if twice is None else twice):
+            return f"T{name}_smem.index({j - ahead if isinstance(j, int) else f'{j} - {ahead}' if ahead else j})"
         return f"T{name}_ahead.index({parity} * {ahead} + {j})"
 
     def close_loop(self, scope: Scope) -> None:
@@ -296,10 +297,11 @@ class SharedRowWriter(KernelWriter):
         return lines + ["async_copy.commit_group()"]
 
     def _unrolled(self, lines: list[str]) -> list[str]:
-        """The row's lines with each pass unrolled over the chunks: the first starts copying the
-        next row's first chunks into the spare slots, then waits for each of this row's chunks
-        as it reaches it; the last adds into each chunk's accumulators and then copies the next
-        row's following chunk into the slot it is done with."""
+        """The row's lines with each pass over the chunks: the first starts copying the next
+        row's first chunks into the spare slots, then waits for each of this row's chunks as it
+        reaches it; the last adds into each chunk's accumulators and then copies the next row's
+        following chunk into the slot it is done with. Those two are unrolled (constant waits,
+        an accumulator a chunk); a pass between them loops."""
         out, last, cfg = [], len(self.passes) - 1, self.config
         accs = [f"acc{e.out.name}" for e in self.column_reductions if id(e) not in self.in_shared]
         # the copy groups not yet waited for, in commit order: at a row's start, its chunks
@@ -315,6 +317,17 @@ class SharedRowWriter(KernelWriter):
                 for j in range(cfg.ahead):
                     out += [indent + t for t in self._copies(j, "nxt", f"({j} * BLOCK1 + cols)")]
                     groups.append(("next", j))
+            if 0 < k < last:
+                # no waits, copies or column terms: a loop over the chunks (over those held
+                # twice, then the others). Unrolled, the LayerNorm backward's three passes
+                # (mean and rstd recomputed) spilled a 128-byte stack at 32768 columns (sm_90)
+                for lo, hi, twice in ((0, cfg.ahead, True), (cfg.ahead, cfg.chunks, False)):
+                    if lo < hi:
+                        body = ["c_start = chunk * BLOCK1"] + [_ROW.sub(
+                            lambda m: self._slot(m.group(1), "chunk", twice=twice), t).replace(_CHUNK, "chunk")
+                            for t in self.passes[k]]
+                        out += [f"{indent}for chunk in range({lo}, {hi}):"] + [f"{indent}    {t}" for t in body]
+                continue
             for j in range(cfg.chunks):
                 chunk = [f"c_start = {j} * BLOCK1"] + [
                     _ROW.sub(lambda m: self._slot(m.group(1), j), t).replace(_CHUNK, str(j)) for t in self.passes[k]]

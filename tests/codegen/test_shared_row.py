@@ -236,12 +236,35 @@ _COPY = re.compile(r"COPY\((T\w+)\.index\((.+?)\), T\w+_ptr \+ (?:(pid|nxt) \* T
 _LOAD = re.compile(r"(T\w+)\.index\((.+?)\)\.load\(")
 
 
+_CHUNK_LOOP = re.compile(r"(\s*)for chunk in range\((\d+), (\d+)\):")
+
+
+def _unroll_chunk_loops(lines: list[str]) -> list[str]:
+    """A pass looping over the chunks, written out chunk by chunk."""
+    out, k = [], 0
+    while k < len(lines):
+        m = _CHUNK_LOOP.fullmatch(lines[k])
+        if m is None:
+            out.append(lines[k])
+            k += 1
+            continue
+        indent, body = len(m.group(1)), []
+        k += 1
+        while k < len(lines) and len(lines[k]) - len(lines[k].lstrip()) > indent:
+            body.append(lines[k])
+            k += 1
+        for j in range(int(m.group(2)), int(m.group(3))):
+            out += [re.sub(r"\bchunk\b", str(j), line) for line in body]
+    return out
+
+
 def simulate_copies(source: str, iterations: int = 3) -> int:
     """Run the copies, waits and loads of a shared-row kernel's source over `iterations` rows of
     one program (pid 0, one program), as the hardware may: a copy lands in its slot at any time
     until a wait_group leaves its group out of the last N. Every load must find the chunk of
     the row it reads there, landed; returns the number of loads checked."""
     head, body = source.split("    for row in range(pid, R, tl.num_programs(0)):\n")
+    body = "\n".join(_unroll_chunk_loops(body.splitlines()))
     slots: dict = {}  # (buffer, slot) -> [row, chunk, landed]
     groups: list[list] = [[]]  # open copy groups, oldest first; the last is being filled
     checked = 0
@@ -277,6 +300,45 @@ def simulate_copies(source: str, iterations: int = 3) -> int:
     for it in range(iterations):
         run(body.splitlines(), it, it % 2)
     return checked
+
+
+def layernorm_kept_plan(stats_given: bool):
+    """The LayerNorm backward's plan with db apart (ApartParts.kept): three passes over the row
+    where mean and rstd are recomputed (var_mean; the row sums; dx and dw), two where given."""
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=stats_given)
+    x, w, dy = inputs(8, 256, "cpu")
+    args = [x, w, dy]
+    if stats_given:
+        var, mean = torch.var_mean(x.float(), -1, correction=0, keepdim=True)
+        args += [mean, torch.rsqrt(var + 1e-5)]
+    fd.execute(args)
+    (launcher,) = [k for k in fd.cache.last_runtime.launchers.values() if k.plan.parts is not None]
+    return launcher.plan.parts.apart.kept
+
+
+@pytest.mark.parametrize("chunks, ahead", [(4, 0), (4, 2), (4, 4), (16, 4)])
+def test_a_middle_pass_loops_and_finds_its_chunks(chunks, ahead):
+    """A pass between the first and the last (the recomputing LayerNorm backward's row sums)
+    loops over the chunks, held twice or not, rather than unrolling them."""
+    plan = layernorm_kept_plan(False)
+    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
+    assert ks.source.count("for chunk in range(") == (1 if ahead in (0, chunks) else 2)
+    assert ks.source.count("c_start = 0 * BLOCK1") == 2  # the first and last passes, unrolled
+    assert simulate_copies(ks.source) >= 3 * chunks * 3  # x and dy, each pass of each row
+
+
+@pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
+def test_three_passes_compile_without_a_stack(fresh_triton_cache):
+    """The recomputing LayerNorm backward's kept kernel at 32768 columns (sm_90): with its middle
+    pass unrolled too it spilled a 128-byte stack."""
+    plan = layernorm_kept_plan(False)
+    cfg = SharedRowConfig(4, 16, 16, along_the_row(plan))
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_kept_three_passes", cfg)
+    shared, usage = compile_for_sm90(ks, cfg)
+    if usage == NO_CUOBJDUMP:
+        pytest.skip(usage)
+    assert re.search(r"STACK:0\b", usage), usage
 
 
 @pytest.mark.parametrize("given_rstd", [True, False])
