@@ -108,11 +108,14 @@ DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_giv
 # shared-row kernel for dx and dw fits as RMSNorm's does
 SECOND = {"layernorm_db_apart": (column_sum_of_dy, lambda args: [args[2]])}
 # (kernel, label, staged inputs by name, column sums in shared memory by position, per thread,
-# warps[, the first chunks held twice])
+# warps[, the first chunks held twice[, chunks a wait or round of copies]]); fuser times the
+# RMSNorm forms with 0 or 4 chunks ahead and 1 or 2 chunks a barrier
 FORMS = [
-    ("rmsnorm", "x, w, dy staged, 4 chunks ahead (fuser's form)", ("x", "w", "dy"), (), 4, 16, 4),
-    ("rmsnorm", "x, w, dy staged, 3 chunks ahead", ("x", "w", "dy"), (), 4, 16, 3),
+    ("rmsnorm", "x, w, dy staged, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
     ("rmsnorm", "x, w, dy staged, none ahead (run 21's form)", ("x", "w", "dy"), (), 4, 16, 0),
+    ("rmsnorm", "x, w, dy staged, none ahead, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 2),
+    ("rmsnorm", "x, w, dy staged, 4 chunks ahead, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 4, 2),
+    ("rmsnorm", "x, w, dy staged, none ahead, 4 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 4),
     ("rmsnorm", "x, dy staged, w from L2", ("x", "dy"), (), 4, 16),
     ("layernorm", "x, w, dy staged, dw and db in registers, 32 warps", ("x", "w", "dy"), (), 2, 32),
     ("layernorm", "dy staged, db in shared memory", ("dy",), (1,), 4, 16),
@@ -122,6 +125,7 @@ FORMS = [
     ("layernorm", "dy staged, db in shared memory, 8 warps", ("dy",), (1,), 8, 8),
     ("layernorm_db_apart", "x, w, dy staged, db by a column sum of dy", ("x", "w", "dy"), (), 4, 16),
     ("layernorm_db_apart", "the same, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
+    ("layernorm_db_apart", "the same, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 2),
 ]
 INPUT_NAMES = ("x", "w", "dy", "stat0", "stat1")
 
@@ -139,11 +143,11 @@ def plan_of(kind: str):
 
 
 def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warps: int, ahead: int = 0,
-               cols: int = COLS):
+               batch: int = 1, cols: int = COLS):
     plan, position = plan_of(kind)
     chunks = -(-cols // (per_thread * 32 * warps))
     return plan, SharedRowConfig(per_thread, warps, chunks, tuple(sorted(position[n] for n in staged)), in_shared,
-                                 ahead)
+                                 ahead, batch)
 
 
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
@@ -198,8 +202,8 @@ def _storage(spec) -> str:
     return "tl.float32" if spec.kind == "workspace" else STORAGE[spec.val.dtype]
 
 
-def generate(kind: str, staged, in_shared, per_thread, warps, ahead=0):
-    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps, ahead)
+def generate(kind: str, staged, in_shared, per_thread, warps, ahead=0, batch=1):
+    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps, ahead, batch)
     return generate_shared_row(plan, Layout(((0,),), ((1,),)), f"fuser_{kind}_probe", cfg), cfg
 
 

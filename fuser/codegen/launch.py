@@ -25,11 +25,11 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams,
-                                     autotune_row_loop, autotuning, choose, inner_outer_combine, inner_outer_programs,
-                                     inner_outer_stages, inner_split, looped_forms, next_pow2, outer_forms,
-                                     outer_storing, reload_forms, row_loop, row_loop_programs, row_loop_stages,
-                                     split_count, tuned_warps)
+from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_BATCH,
+                                     SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, autotune_row_loop, autotuning, choose,
+                                     inner_outer_combine, inner_outer_programs, inner_outer_stages, inner_split,
+                                     looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
+                                     row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, inline, parallel_compile
@@ -250,8 +250,9 @@ class KernelLauncher:
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
-            if shared is not None and self.kernel(layout, "shared_row", target_for(device), config=shared) is None:
-                shared = None
+            if shared is not None and self.kernel(layout, "shared_row", target_for(device),
+                                                  config=replace(shared, ahead=0)) is None:
+                shared = None  # (its code names what Gluon lacks, whatever the copy schedule)
             if shared is None and (in_one_pass and not APART_KEEPS_TWO_KERNELS):
                 return None
             two_kernels = (plan.parts.rows, plan.parts.columns, ("rows", "columns"))
@@ -383,25 +384,10 @@ class KernelLauncher:
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
                            Semaphores(semaphores) if semaphores else None)
 
-        launch = build(variants, step_params, stages)
         if shared is not None:
-            two = self._two_kernels
-
-            def with_fallback(one: _Launch) -> _SharedRowLaunch:
-                # the two-kernel form, prepared (and compiled) by the first call that needs it
-                return _SharedRowLaunch(one, lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
-            plain = replace(shared, ahead=0)
-            if (not shared.ahead or dests is not None or misaligned(inputs, shared.staged) or not autotuning()
-                    or self.kernel(layout, "shared_row", target, config=plain) is None):
-                if ahead_jobs is not None:
-                    ahead_jobs.add(launch, inputs, device)
-                return with_fallback(launch)
-            # chunks held twice won 7% for one RMSNorm backward's kernel and lost 12% for
-            # another's on the H200 (the kernels' instruction schedules, not their sizes): timed
-            return _fastest_form(with_fallback(launch), [
-                ("first chunks held twice", None),
-                ("no chunk held twice", lambda: with_fallback(build(variants, step_params, stages, plain)))],
-                rows, cols, inputs, device, ahead_jobs)
+            return self._shared_row_form(shared, build, variants, step_params, stages, layout, target, inputs,
+                                         scalars, values, device, dests, rows, cols, ahead_jobs)
+        launch = build(variants, step_params, stages)
         forms = []  # the launch forms timed against each other, the default first
         if row_reduction and variants == ["persistent"] and dests is None and target in TUNED_TARGETS:
             # which form wins depends on the kernel: the forms are timed once per bucket
@@ -429,6 +415,33 @@ class KernelLauncher:
         if ahead_jobs is not None:
             ahead_jobs.add(launch, inputs, device)
         return launch
+
+    def _shared_row_form(self, shared: SharedRowConfig, build: Callable, variants, step_params, stages, layout,
+                         target, inputs, scalars, values, device, dests, rows: int, cols: int,
+                         ahead_jobs: "Optional[CompileJobs]") -> "_SharedRowLaunch":
+        """The shared-row launch of the gate's `shared` (whose `ahead` is as many chunks as
+        shared memory holds twice), its copy schedule timed: none or those chunks held twice,
+        waits and copies of one chunk a barrier or SHARED_ROW_BATCH. Chunks held twice won 7%
+        for one RMSNorm backward's kernel and lost 12% for another's on the H200 (the kernels'
+        instruction schedules, not their sizes). Untimed (FUSER_AUTOTUNE=0, a misaligned first
+        call, given destinations): neither."""
+        two = self._two_kernels
+
+        def with_fallback(config: SharedRowConfig) -> _SharedRowLaunch:
+            # the two-kernel form, prepared (and compiled) by the first call that needs it
+            return _SharedRowLaunch(build(variants, step_params, stages, config),
+                                    lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
+        schedules = [c for c in dict.fromkeys(replace(shared, ahead=a, batch=b)
+                                              for b in (1, SHARED_ROW_BATCH) for a in (0, shared.ahead))
+                     if self.kernel(layout, "shared_row", target, config=c) is not None]
+        default = with_fallback(schedules[0])
+        if dests is not None or misaligned(inputs, shared.staged) or not autotuning():
+            if ahead_jobs is not None:
+                ahead_jobs.add(default, inputs, device)
+            return default
+        return _fastest_form(default, [
+            (f"{c.ahead} chunks held twice, {c.batch} a barrier", None if k == 0 else lambda c=c: with_fallback(c))
+            for k, c in enumerate(schedules)], rows, cols, inputs, device, ahead_jobs)
 
     def _apart_form(self, two_kernels: tuple, inputs, scalars, values, device, rows: int, cols: int,
                     ahead_jobs: "Optional[CompileJobs]"):

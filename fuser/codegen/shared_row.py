@@ -74,6 +74,9 @@ class SharedRowConfig:
     # the staged row inputs' first chunks held twice (0: none): the next row's are copied into
     # the other slot while this row is read, so it starts with them in
     ahead: int = 0
+    # chunks a wait of the first pass and a round of copies of the last cover: each puts a
+    # barrier of all the block's warps (1: a chunk each; benchmarks/sweep_shared_row.py times more)
+    batch: int = 1
 
     @property
     def block1(self) -> int:
@@ -331,14 +334,18 @@ class SharedRowWriter(KernelWriter):
             for j in range(cfg.chunks):
                 chunk = [f"c_start = {j} * BLOCK1"] + [
                     _ROW.sub(lambda m: self._slot(m.group(1), j), t).replace(_CHUNK, str(j)) for t in self.passes[k]]
-                if k == 0:
-                    chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(('row', j))})")
+                if k == 0 and j % cfg.batch == 0:  # this chunk and the rest of its batch
+                    in_by = ("row", min(j + cfg.batch, cfg.chunks) - 1)
+                    chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(in_by)})")
                 if k == last:
                     for acc in accs:
                         chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
-                    if j >= cfg.ahead:  # the next row's chunk j, into the slot this row's leaves
-                        chunk += self._copies(j, "nxt", "c", "c_mask")
-                        groups.append(("next", j))
+                    if (j + 1) % cfg.batch == 0 or j == cfg.chunks - 1:
+                        # the next row's chunks of this batch, into the slots this row's leave
+                        for i in range(max(j + 1 - cfg.batch, cfg.ahead), j + 1):
+                            index = ("c", "c_mask") if i == j else (f"({i} * BLOCK1 + cols)", "")
+                            chunk += self._copies(i, "nxt", *index)
+                            groups.append(("next", i))
                 out += [indent + t for t in chunk]
         return out
 

@@ -98,28 +98,30 @@ def test_a_misaligned_input_takes_the_two_kernel_form(misaligned_first, monkeypa
 
 
 @pytest.mark.parametrize("rows, cols", [(133, 32768), (7, 20000)])
-@pytest.mark.parametrize("held_twice", [False, True])
+@pytest.mark.parametrize("schedule", range(4))
 @pytest.mark.gpu
 @hopper
-def test_either_copy_schedule_the_launch_may_time(rows, cols, held_twice, monkeypatch):
-    """The launch times the kernel with its first chunks held twice against the one without
-    (whichever it keeps is checked above): each of them, forced, against eager."""
-    from dataclasses import replace
-
+def test_every_copy_schedule_the_launch_times(rows, cols, schedule, monkeypatch):
+    """The launch times its copy schedules (no chunk or the first ones held twice, one chunk or
+    two a barrier; whichever it keeps is checked above): each of them, forced, against eager."""
     from fuser.codegen import launch
 
     monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave nothing to time)
-    gate = launch.shared_row_config
-    forms = []
-    monkeypatch.setattr(launch, "shared_row_config", lambda *a, **k: (lambda c: c if c is None or held_twice
-                                                                      else replace(c, ahead=0))(gate(*a, **k)))
-    monkeypatch.setattr(launch, "_fastest_form", lambda default, *a, **k: forms.append(default) or default)
+    labels = []
+
+    def pick(default, forms, *args, **kwargs):
+        labels.extend(label for label, _ in forms)
+        return default if schedule == 0 else forms[schedule][1]()
+    monkeypatch.setattr(launch, "_fastest_form", pick)
     x, w, dy = inputs(rows, cols)
     fd = rmsnorm_bwd_fd(torch.bfloat16)
     outputs = fd.execute([x, w, dy])
-    assert "row in shared memory" in fd.last_triton_code()
-    assert ("_ahead = tl.allocate_shared_memory" in fd.last_triton_code()) == held_twice
-    assert len(forms) == held_twice  # (without chunks held twice there is nothing to time)
+    code = fd.last_triton_code()
+    assert "row in shared memory" in code and len(labels) == 4
+    held, batch = (int(n) for n in re.findall(r"\d+", labels[schedule]))
+    assert ("_ahead = tl.allocate_shared_memory" in code) == (held > 0)
+    chunks = -(-cols // (SHARED_ROW_VECTOR_BYTES // 2 * 32 * SHARED_ROW_WARPS))
+    assert code.count("async_copy.wait_group(") == -(-chunks // batch) + 1  # the first pass's, the last
     check_rmsnorm(outputs, x, w, dy)
 
 
@@ -342,14 +344,15 @@ def test_three_passes_compile_without_a_stack(fresh_triton_cache):
 
 
 @pytest.mark.parametrize("given_rstd", [True, False])
-@pytest.mark.parametrize("chunks, ahead", [(4, 0), (4, 1), (4, 4), (16, 4), (1, 1)])
-def test_every_load_finds_its_chunk_copied_and_waited_for(given_rstd, chunks, ahead):
+@pytest.mark.parametrize("chunks, ahead, batch", [(4, 0, 1), (4, 1, 1), (4, 4, 1), (16, 4, 1), (1, 1, 1),
+                                                  (4, 0, 2), (5, 1, 2), (16, 4, 2), (3, 0, 4), (2, 2, 2)])
+def test_every_load_finds_its_chunk_copied_and_waited_for(given_rstd, chunks, ahead, batch):
     """The copy schedule of the generated kernel, simulated: a row's first `ahead` chunks held
     twice by parity, the next row's copied into the other slots in the first pass, the rest
-    copied in the last pass into the slot the row leaves, each wait leaving out exactly the
-    groups committed after the chunk it waits for."""
+    copied in the last pass into the slots the row leaves, `batch` chunks a round, each wait
+    (one a batch) leaving out exactly the groups committed after the chunks it waits for."""
     plan = rmsnorm_plan(given_rstd)
-    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead)
+    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead, batch=batch)
     ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
     assert simulate_copies(ks.source) >= 3 * chunks * 2  # x and dy, each chunk of each row at least
 
