@@ -5,12 +5,13 @@ One program a multiprocessor loops over the rows pid, pid + P, ... The inputs th
 the row (x, dy) are copied into shared memory as CHUNKS slots of BLOCK1 columns, one
 asynchronous copy group a chunk; those along columns only (the weight) once, before the loop.
 Each pass over the row (one per set of row reductions ready together, then the pass that stores
-the row outputs and adds the column terms) is unrolled over the chunks and reads them from
-shared memory: the first pass waits for each chunk's copy as it reaches it, the last starts the
-copy of the next row's chunk j into slot j as soon as it is done with it. The first AHEAD chunks
-may have two slots, taken by the rows' parity: the first pass then starts copying the next
-row's into the other slots, so that a row starts with them in (SharedRowConfig.ahead; which
-schedule is faster depends on the kernel, so the launch times both). Each column reduction
+the row outputs and adds the column terms) reads the chunks from shared memory: the first pass,
+unrolled, waits for each chunk's copy as it reaches it; the last, unrolled, starts the copy of
+the next row's chunk j into slot j as soon as it is done with it; a pass between them loops.
+The first AHEAD chunks may have two slots, taken by the rows' parity: the first pass then starts
+copying the next row's into the other slots, so that a row starts with them in; and a wait or a
+round of copies may cover BATCH chunks (each puts a barrier of all warps). Which schedule is
+faster depends on the kernel, so the launch times four (SharedRowConfig). Each column reduction
 keeps one fp32 accumulator a chunk in registers, stored after the loop as partial row `pid` of
 its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
 the two-kernel form reads them twice.
@@ -157,8 +158,8 @@ def misaligned(inputs: Sequence[torch.Tensor], staged: Sequence[int]) -> bool:
 
 class SharedRowWriter(KernelWriter):
     """The Gluon kernel of an inner-outer plan (see the module's doc). A looped writer over
-    the row's columns (tile dim 1) whose passes are unrolled over the chunks and whose row
-    inputs load from shared memory; tile dim 0 is the row (BLOCK0 = 1) of the loop over rows."""
+    the row's columns (tile dim 1) whose passes run over the chunks (see `_unrolled`) and whose
+    row inputs load from shared memory; tile dim 0 is the row (BLOCK0 = 1) of the loop over rows."""
 
     def __init__(self, plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig):
         super().__init__(plan.parts.persistent, layout, False, "cuda", name)
@@ -214,9 +215,11 @@ class SharedRowWriter(KernelWriter):
         slot of the row's `parity` (this row's; "(1 - par)" the next's, "0" the first's). `j`:
         a number, or a loop variable's name with `twice` saying which chunks it runs over."""
         ahead = self.config.ahead
-        if not (j < ahead if twice is None else twice):
-            return f"T{name}_smem.index({j - ahead if isinstance(j, int) else f'{j} - {ahead}' if ahead else j})"
-        return f"T{name}_ahead.index({parity} * {ahead} + {j})"
+        if twice if twice is not None else j < ahead:
+            return f"T{name}_ahead.index({parity} * {ahead} + {j})"
+        if isinstance(j, int):
+            return f"T{name}_smem.index({j - ahead})"
+        return f"T{name}_smem.index({j} - {ahead})" if ahead else f"T{name}_smem.index({j})"
 
     def close_loop(self, scope: Scope) -> None:
         self.program_scope.lines.append(f"@pass:{len(self.passes)}@")
@@ -342,7 +345,7 @@ class SharedRowWriter(KernelWriter):
                         chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
                     if (j + 1) % cfg.batch == 0 or j == cfg.chunks - 1:
                         # the next row's chunks of this batch, into the slots this row's leave
-                        for i in range(max(j + 1 - cfg.batch, cfg.ahead), j + 1):
+                        for i in range(max(j // cfg.batch * cfg.batch, cfg.ahead), j + 1):
                             index = ("c", "c_mask") if i == j else (f"({i} * BLOCK1 + cols)", "")
                             chunk += self._copies(i, "nxt", *index)
                             groups.append(("next", i))

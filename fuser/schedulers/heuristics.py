@@ -54,7 +54,9 @@ SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won b
 SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
 # chunks a first pass's wait and a last pass's round of copies cover, as a launch form timed
 # beside 1: each puts a barrier of all 16 warps, 34 a row at 32768 columns with 1 and 18 with 2
-# (the RMSNorm backward, sm_90 SASS); with 4, 10 and a 64-byte stack of spills. Not yet timed.
+# (the RMSNorm backward, sm_90 SASS); with 4, 10 and a 64-byte stack of spills. With 2 the
+# LayerNorm backward's kept kernels (db apart) spill 48-80 bytes, the timing's to judge. Not
+# yet timed.
 SHARED_ROW_BATCH = 2
 # of a block's shared memory, for the reductions' scratch (the RMSNorm backward's kernel at 32768
 # columns takes 64 bytes, compiled for sm_90)

@@ -268,6 +268,7 @@ def simulate_copies(source: str, iterations: int = 3) -> int:
     head, body = source.split("    for row in range(pid, R, tl.num_programs(0)):\n")
     body = "\n".join(_unroll_chunk_loops(body.splitlines()))
     slots: dict = {}  # (buffer, slot) -> [row, chunk, landed]
+    copied: set = set()  # (buffer, row, chunk): each copied once
     groups: list[list] = [[]]  # open copy groups, oldest first; the last is being filled
     checked = 0
 
@@ -281,6 +282,8 @@ def simulate_copies(source: str, iterations: int = 3) -> int:
             elif (m := _COPY.search(line)) is not None:
                 buffer, index, which, col, here = m.groups()
                 content = [None if which is None else row + (which == "nxt"), chunk if here else int(col), False]
+                assert (buffer, *content[:2]) not in copied, f"{buffer} row {content[0]} chunk {content[1]} copied twice"
+                copied.add((buffer, *content[:2]))
                 slots[(buffer, eval(index, {"par": par}))] = content
                 groups[-1].append(content)
             elif line == "async_copy.commit_group()":
@@ -318,12 +321,12 @@ def layernorm_kept_plan(stats_given: bool):
     return launcher.plan.parts.apart.kept
 
 
-@pytest.mark.parametrize("chunks, ahead", [(4, 0), (4, 2), (4, 4), (16, 4)])
-def test_a_middle_pass_loops_and_finds_its_chunks(chunks, ahead):
+@pytest.mark.parametrize("chunks, ahead, batch", [(4, 0, 1), (4, 2, 1), (4, 4, 1), (16, 4, 1), (9, 0, 2), (7, 3, 2)])
+def test_a_middle_pass_loops_and_finds_its_chunks(chunks, ahead, batch):
     """A pass between the first and the last (the recomputing LayerNorm backward's row sums)
     loops over the chunks, held twice or not, rather than unrolling them."""
     plan = layernorm_kept_plan(False)
-    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead)
+    cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead, batch=batch)
     ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
     assert ks.source.count("for chunk in range(") == (1 if ahead in (0, chunks) else 2)
     assert ks.source.count("c_start = 0 * BLOCK1") == 2  # the first and last passes, unrolled
@@ -345,7 +348,8 @@ def test_three_passes_compile_without_a_stack(fresh_triton_cache):
 
 @pytest.mark.parametrize("given_rstd", [True, False])
 @pytest.mark.parametrize("chunks, ahead, batch", [(4, 0, 1), (4, 1, 1), (4, 4, 1), (16, 4, 1), (1, 1, 1),
-                                                  (4, 0, 2), (5, 1, 2), (16, 4, 2), (3, 0, 4), (2, 2, 2)])
+                                                  (4, 0, 2), (5, 1, 2), (16, 4, 2), (3, 0, 4), (2, 2, 2),
+                                                  (9, 0, 2), (11, 5, 2)])
 def test_every_load_finds_its_chunk_copied_and_waited_for(given_rstd, chunks, ahead, batch):
     """The copy schedule of the generated kernel, simulated: a row's first `ahead` chunks held
     twice by parity, the next row's copied into the other slots in the first pass, the rest
