@@ -266,9 +266,7 @@ class KernelLauncher:
             # bytes; StatisticsParts)
             two_kernels = (plan.statistics.split, plan.statistics.readers, ("statistics", "rows"))
         if two_kernels is not None:
-            if self._two_kernels is None:
-                self._two_kernels = TwoKernels(plan, *two_kernels,
-                                               lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+            self._two_kernels_of(two_kernels)
             if shared is None:
                 return self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs)
         # 64-bit indices where a tensor's offsets, or the loop space itself (a split's chunk
@@ -431,14 +429,14 @@ class KernelLauncher:
             # the two-kernel form, prepared (and compiled) by the first call that needs it
             return _SharedRowLaunch(build(variants, step_params, stages, config),
                                     lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
-        schedules = [c for c in dict.fromkeys(replace(shared, ahead=a, batch=b)
-                                              for b in (1, SHARED_ROW_BATCH) for a in (0, shared.ahead))
-                     if self.kernel(layout, "shared_row", target, config=c) is not None]
-        default = with_fallback(schedules[0])
+        default = with_fallback(replace(shared, ahead=0, batch=1))  # (the gate checked its kernel)
         if dests is not None or misaligned(inputs, shared.staged) or not autotuning():
             if ahead_jobs is not None:
                 ahead_jobs.add(default, inputs, device)
             return default
+        schedules = [c for c in dict.fromkeys(replace(shared, ahead=a, batch=b)
+                                              for b in (1, SHARED_ROW_BATCH) for a in (0, shared.ahead))
+                     if self.kernel(layout, "shared_row", target, config=c) is not None]
         return _fastest_form(default, [
             (f"{c.ahead} chunks held twice, {c.batch} a barrier", None if k == 0 else lambda c=c: with_fallback(c))
             for k, c in enumerate(schedules)], rows, cols, inputs, device, ahead_jobs)
@@ -449,14 +447,12 @@ class KernelLauncher:
         over rows too long for registers), the others in one pass: x and dy read once more for
         db alone rather than twice for all, timed against the two-kernel form; None where the
         kept outputs would not run in one pass."""
-        plan = self.plan
         if not (shared_row_possible(device) or APART_KEEPS_TWO_KERNELS):
             return None  # (the kept plan would take two kernels too)
         if self._apart is None:
-            self._apart = TwoKernels(plan, plan.parts.apart.kept, plan.parts.apart.apart, ("kept", "apart"),
-                                     lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
-        if self._two_kernels is None:
-            self._two_kernels = TwoKernels(plan, *two_kernels, lambda p, part: KernelLauncher(p, f"{self.name}_{part}"))
+            parts = self.plan.parts.apart
+            self._apart = TwoKernels(self.plan, parts.kept, parts.apart, ("kept", "apart"), self._part_launcher)
+        two = self._two_kernels_of(two_kernels)
         if misaligned(inputs, range(len(inputs))):
             # the kept part would fall back to its own two kernels (6 row-sized reads and
             # writes); the whole plan's read 5, and this launch is kept for the shape
@@ -466,8 +462,18 @@ class KernelLauncher:
             return apart
         return _fastest_form(apart, [
             ("a column output apart", None),
-            ("two kernels", lambda: self._two_kernels.prepare(inputs, scalars, values, device, ahead_jobs))],
+            ("two kernels", lambda: two.prepare(inputs, scalars, values, device, ahead_jobs))],
             rows, cols, inputs, device, ahead_jobs)
+
+    def _part_launcher(self, plan: KernelPlan, part: str) -> "KernelLauncher":
+        """The launcher of one kernel of a form of several (TwoKernels), named after its part."""
+        return KernelLauncher(plan, f"{self.name}_{part}")
+
+    def _two_kernels_of(self, two_kernels: tuple) -> TwoKernels:
+        """This plan's two-kernel form ((first plan, second plan, their names)), made once."""
+        if self._two_kernels is None:
+            self._two_kernels = TwoKernels(self.plan, *two_kernels, self._part_launcher)
+        return self._two_kernels
 
     def _splits(self, params: LaunchParams, rows: int, cols: int, device) -> bool:
         """Whether a reduction with this launch would split over chunks of its reduced dim, were

@@ -221,6 +221,11 @@ class SharedRowWriter(KernelWriter):
             return f"T{name}_smem.index({j - ahead})"
         return f"T{name}_smem.index({j} - {ahead})" if ahead else f"T{name}_smem.index({j})"
 
+    def _pass_of_chunk(self, k: int, j, twice: Optional[bool] = None) -> list[str]:
+        """Pass k's lines for chunk j (a number, or a loop variable's name: see `_slot`)."""
+        return [f"c_start = {j} * BLOCK1"] + [_ROW.sub(lambda m: self._slot(m.group(1), j, twice=twice), t)
+                                             .replace(_CHUNK, str(j)) for t in self.passes[k]]
+
     def close_loop(self, scope: Scope) -> None:
         self.program_scope.lines.append(f"@pass:{len(self.passes)}@")
         self.passes.append(scope.lines)
@@ -329,14 +334,11 @@ class SharedRowWriter(KernelWriter):
                 # (mean and rstd recomputed) spilled a 128-byte stack at 32768 columns (sm_90)
                 for lo, hi, twice in ((0, cfg.ahead, True), (cfg.ahead, cfg.chunks, False)):
                     if lo < hi:
-                        body = ["c_start = chunk * BLOCK1"] + [_ROW.sub(
-                            lambda m: self._slot(m.group(1), "chunk", twice=twice), t).replace(_CHUNK, "chunk")
-                            for t in self.passes[k]]
-                        out += [f"{indent}for chunk in range({lo}, {hi}):"] + [f"{indent}    {t}" for t in body]
+                        out += [f"{indent}for chunk in range({lo}, {hi}):"] + [
+                            f"{indent}    {t}" for t in self._pass_of_chunk(k, "chunk", twice)]
                 continue
             for j in range(cfg.chunks):
-                chunk = [f"c_start = {j} * BLOCK1"] + [
-                    _ROW.sub(lambda m: self._slot(m.group(1), j), t).replace(_CHUNK, str(j)) for t in self.passes[k]]
+                chunk = self._pass_of_chunk(k, j)
                 if k == 0 and j % cfg.batch == 0:  # this chunk and the rest of its batch
                     in_by = ("row", min(j + cfg.batch, cfg.chunks) - 1)
                     chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(in_by)})")
