@@ -357,9 +357,13 @@ def test_the_division_computes_what_the_whole_plan_does(kind, monkeypatch, devic
     """Rows too long for registers: the launch takes the division where the kept plan runs in
     one pass (the shared-row kernel: GPU only). Here the kept plan may take its own two
     kernels, so that the division's three kernels run and their outputs come back in the
-    definition's order (dx, dw, db); by default the whole plan's two kernels run."""
+    definition's order (dx, dw, db); by default the whole plan's two kernels run. On a GPU too:
+    without the shared-row form (FUSER_SHARED_ROW=0, which would take these short rows whole)
+    and untimed (FUSER_AUTOTUNE=0, which would take the faster form)."""
     from fuser.codegen import launch
 
+    monkeypatch.setenv("FUSER_SHARED_ROW", "0")
+    monkeypatch.setenv("FUSER_AUTOTUNE", "0")
     monkeypatch.setattr(heuristics, "INNER_OUTER_MAX_PERSISTENT", 32)
     monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
     fd, args, expected = norm_case(kind, 9, 40, device)
