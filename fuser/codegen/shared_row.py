@@ -180,6 +180,7 @@ class SharedRowWriter(KernelWriter):
         self.staged_columns = [v for v in self.staged if 0 not in self.dims_of(v)]  # copied once
         self.row_ids = {id(v) for v in self.staged_rows}
         self.passes: list[list[str]] = []
+        self.first_row_loads: list[str] = []  # the program's first row's values of `emit_load`'s row values
 
     # -- the layout every block takes -------------------------------------------------------
 
@@ -204,10 +205,26 @@ class SharedRowWriter(KernelWriter):
 
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
         if id(tv) not in self.staged_ids:
+            if scope is self.program_scope and self.dims_of(tv) == {0} and not self.view:
+                return self._emit_row_value(scope, tv)
             return super().emit_load(scope, tv)
         name = self.tname(tv)
         slot = f"@row:{tv.name}@" if id(tv) in self.row_ids else f"T{tv.name}_smem.index({_CHUNK})"
         scope.lines.append(f"{name} = {slot}.load(LAYOUT).to({compute_type(tv.dtype)})")
+        scope.names[self.key(tv)] = name
+
+    def _emit_row_value(self, scope: Scope, tv: TensorView) -> None:
+        """A value a row (a saved mean or rstd), loaded a row ahead: loaded at the row's start,
+        its latency from HBM stalled the first pass's first chunk of every row."""
+        name = self.tname(tv)
+        (j,) = [j for j in self.super_axes_of(tv) if self.super_dim[j] == 0]  # (one row axis: the gate)
+
+        def load(row: str) -> str:
+            r = f"({row} + {self.arange('BLOCK0', 0)})"
+            return f"tl.load(T{tv.name}_ptr + {r} * T{tv.name}_stride{j}, mask={r} < R, other=0)"
+        # (converted where used: a conversion right after the load would wait for it there)
+        self.first_row_loads.append(f"{name}_next = {load('pid')}")
+        scope.lines += [f"{name} = {name}_next.to({compute_type(tv.dtype)})", f"{name}_next = {load('nxt')}"]
         scope.names[self.key(tv)] = name
 
     def _slot(self, name: str, j, parity: str = "par", twice: Optional[bool] = None) -> str:
@@ -270,7 +287,7 @@ class SharedRowWriter(KernelWriter):
 
     def _prologue(self, head: list[str]) -> list[str]:
         cfg, lines = self.config, ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"]
-        lines += head + [f"cols = {self.arange('BLOCK1', 1)}"]
+        lines += head + self.first_row_loads + [f"cols = {self.arange('BLOCK1', 1)}"]
         for v in self.staged:
             rows = id(v) in self.row_ids and cfg.ahead
             for buffer, slots in (("smem", cfg.chunks - cfg.ahead if rows else cfg.chunks),

@@ -334,16 +334,38 @@ def test_a_middle_pass_loops_and_finds_its_chunks(chunks, ahead, batch):
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
-def test_three_passes_compile_without_a_stack(fresh_triton_cache):
-    """The recomputing LayerNorm backward's kept kernel at 32768 columns (sm_90): with its middle
-    pass unrolled too it spilled a 128-byte stack."""
-    plan = layernorm_kept_plan(False)
+@pytest.mark.parametrize("stats_given", [False, True])
+def test_the_kept_kernels_compile_without_a_stack(stats_given, fresh_triton_cache):
+    """The LayerNorm backward's kept kernels at 32768 columns (sm_90): recomputing mean and rstd
+    (three passes; with its middle pass unrolled too it spilled a 128-byte stack), and given
+    them (two values a row, each loaded a row ahead)."""
+    plan = layernorm_kept_plan(stats_given)
     cfg = SharedRowConfig(4, 16, 16, along_the_row(plan))
-    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_kept_three_passes", cfg)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), f"fuser_kept_{int(stats_given)}", cfg)
+    assert ks.source.count("_next = tl.load(") == (4 if stats_given else 0)
     shared, usage = compile_for_sm90(ks, cfg)
     if usage == NO_CUOBJDUMP:
         pytest.skip(usage)
     assert re.search(r"STACK:0\b", usage), usage
+
+
+@pytest.mark.parametrize("stats_given", [False, True])
+def test_a_value_a_row_is_loaded_a_row_ahead(stats_given):
+    """A saved mean or rstd is loaded for the next row as this row starts (its latency from HBM
+    stalled each row's first pass): the first row's before the loop, at the program's row; in
+    the loop, this row's value taken from the last load before the next row's is loaded. An
+    input along the row (x, dy) or the columns (w) is not."""
+    plan = layernorm_kept_plan(stats_given) if stats_given else rmsnorm_plan(True)
+    ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", SharedRowConfig(4, 16, 4, along_the_row(plan)))
+    head, body = ks.source.split("for row in range(pid, R, tl.num_programs(0)):")
+    first = re.findall(r"(T\d+)_next = tl\.load\((T\d+)_ptr \+ \(pid \+ ", head)
+    assert len(first) == (2 if stats_given else 1) and all(a == b for a, b in first)
+    lines = [line.strip() for line in body.splitlines()]
+    for name, _ in first:
+        took = lines.index(f"{name} = {name}_next.to(tl.float32)")
+        assert lines[took + 1].startswith(f"{name}_next = tl.load({name}_ptr + (nxt + ")
+        assert not any(re.match(rf"{name} = tl\.load", line) for line in lines)
+        assert min(k for k, line in enumerate(lines) if re.search(rf"\b{name}\b", line)) == took
 
 
 @pytest.mark.parametrize("given_rstd", [True, False])
