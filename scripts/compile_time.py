@@ -14,7 +14,9 @@ planning (the scheduler's accept/refuse calls made by the segmenter), codegen (T
 load (disk cache, module import, triton.jit), compile ahead (Triton compiling the kernels of a
 fusion's launches side by side before the first of them, on the GPU), first launch (Triton's
 compile of what was not compiled ahead on the GPU; on the CPU the interpreter runs the
-kernel), runtime (fuser's remaining work: binding, runtime setup, launch preparation, ATen
+kernel), autotune (on the GPU, where a bucket's launch forms are timed the first time it is
+seen: compiling every form side by side, then timing them; nothing where the disk remembers
+the choice), runtime (fuser's remaining work: binding, runtime setup, launch preparation, ATen
 segments) and Dynamo+AOT (jit rows: AOTAutograd, and Dynamo's tracing
 with whatever else is outside fuser). Imports (torch, fuser, and Triton where fuser does not
 import it), Triton's driver module (with the Gluon package its first specialization imports)
@@ -45,7 +47,8 @@ JIT_KERNELS = ("rmsnorm_fwd", "add_rmsnorm_fwd", "softmax_bwd", "layernorm_bwd",
 DEFAULT_ROWS = tuple(f"fd:{k}" for k in FD_KERNELS) + tuple(f"jit:{k}" for k in JIT_KERNELS)
 # the table's phase columns, in pipeline order; "Dynamo+AOT" and "runtime" are filled in below
 PHASES = ("definition", "passes", "segmentation", "planning", "codegen", "load", "compile ahead", "first launch",
-          "runtime", "Dynamo+AOT")
+          "autotune", "runtime", "Dynamo+AOT")
+_COMPILING = 9  # the phases up to the (Triton) column: those that may compile kernels
 COLD_TARGET_MS, WARM_TARGET_MS = 1000.0, 100.0
 
 
@@ -269,7 +272,7 @@ def fmt(v, digits: int = 0) -> str:
 
 
 def table(rows: list[tuple[str, dict, dict]]) -> str:
-    head = ["row", "run", "kernels", "first call", *PHASES[:8], "(Triton)", *PHASES[8:], "fuser/kernel",
+    head = ["row", "run", "kernels", "first call", *PHASES[:_COMPILING], "(Triton)", *PHASES[_COMPILING:], "fuser/kernel",
             "2nd call"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row, cold, warm in rows:
@@ -283,8 +286,8 @@ def table(rows: list[tuple[str, dict, dict]]) -> str:
             per_s = fmt(per, 1) + (" !" if run == "warm" and per and per > WARM_TARGET_MS else "")
             kernels = str(r["kernels"]) + (f" ({r['triton_hits']} hit)" if r.get("triton_hits") else "")
             triton = None if r.get("triton") is None else r["triton"] * 1e3
-            cells = ([row, run, kernels, first] + [fmt(r["ms"][k], 1) for k in PHASES[:8]] + [fmt(triton, 1)]
-                     + [fmt(r["ms"][k], 1) for k in PHASES[8:]])
+            cells = ([row, run, kernels, first] + [fmt(r["ms"].get(k, 0.0), 1) for k in PHASES[:_COMPILING]]
+                     + [fmt(triton, 1)] + [fmt(r["ms"].get(k, 0.0), 1) for k in PHASES[_COMPILING:]])
             lines.append("| " + " | ".join(cells + [per_s, fmt(r["second_call"] * 1e3, 1)]) + " |")
     return "\n".join(lines)
 
@@ -300,7 +303,8 @@ def header(results: list[tuple[str, dict, dict]]) -> str:
     return (f"Per process, median of the cold / warm runs: {costs} (the Triton ones before the first "
             f"call). '!' marks a miss of the targets: cold first call <= {COLD_TARGET_MS:.0f} ms, warm "
             f"<= {WARM_TARGET_MS:.0f} ms of fuser time (first call less Dynamo+AOT) per kernel. "
-            "(Triton): the part of compile ahead and first launch spent in triton.compile, cache hits included.")
+            "(Triton): the part of compile ahead, first launch and autotune spent in triton.compile, cache hits included "
+            "(summed over the threads that compile side by side).")
 
 
 def median_run(runs: list[dict]) -> dict:

@@ -57,7 +57,7 @@ def _script():
 def test_compile_time_columns_add_up():
     script = _script()
     phases = {"other": 0.5, "aot autograd": 0.25, "definition": 0.01, "codegen": 0.02, "load": 0.03,
-              "first launch": 0.1, "runtime": 0.04}
+              "first launch": 0.1, "autotune": 0.2, "runtime": 0.04}
     result = {"row": "jit:softmax_bwd", "first_call": sum(phases.values()), "second_call": 0.001,
               "phases": phases, "kernels": 2, "import_torch": 1.0, "import_fuser": 1.0,
               "triton_driver": 0.0, "triton_key": 0.0, "triton": None, "triton_hits": 0}
@@ -69,6 +69,9 @@ def test_compile_time_columns_add_up():
     assert fd["ms"]["Dynamo+AOT"] == 0.0 and fd["ms"]["runtime"] == pytest.approx(790.0)
     table = script.table([("jit:softmax_bwd", jit, script.summarize({"row": "x", "error": "boom"}))])
     assert "| jit:softmax_bwd | cold | 2 |" in table and "error: boom" in table
+    header = [c.strip() for c in table.splitlines()[0].split("|")[1:-1]]
+    cells = dict(zip(header, (c.strip() for c in table.splitlines()[2].split("|")[1:-1])))
+    assert cells["autotune"] == "200.0"  # (timing the launch forms: a column of its own)
 
 
 def test_compile_model_reports_phases_and_kernels_per_model():
