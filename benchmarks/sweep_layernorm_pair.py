@@ -1,5 +1,5 @@
 """A LayerNorm backward for wide rows with each row split over a pair of processors, written in
-Gluon (a probe, not part of the suite; not yet run on a GPU).
+Gluon (a probe, not part of the suite; the second form not yet run on a GPU).
 
 At 32768 columns the shared-row kernel (fuser/codegen/shared_row.py) cannot hold both column
 sums' partials: dw and db need 2 x 32768 fp32 a processor, its whole register file. Here the
@@ -19,12 +19,31 @@ and flags a timeout in err[0] rather than hang. Programs stay resident together 
 processor, grid <= processors), as the spin needs. x and dy are read from HBM once; a combine
 kernel sums the pairs' partial rows of dw and db.
 
+On the H200 this form (`pair`) reached 0.48-0.54 of copy (355 us at 4096x32768, SPT=8, 16
+warps: 5.7 us a half row where about 3 would be the bandwidth's), with round trips to L2 left
+exposed every row: the next row's mean and rstd, loaded as its first pass starts and used at
+once (and row k's loaded again for its second pass), and the wait, an acquire poll of the flag
+(one round trip even when the partner is ready) and then two acquire reads of the sums.
+
+The second form (`pair2`, kernel(nch, v2=True)) hides them:
+
+- each partial sum is published as one 64-bit word, the call's epoch in the high half and the
+  sum's fp32 bits in the low, by one relaxed atomic exchange: no flag, no release, as the value
+  and its epoch travel in one atomic word (the int64 sums buffer is zeroed once; epochs start
+  at 1, so a zero never passes);
+- the partner's two words of row k are loaded at the top of iteration k (volatile loads, so
+  from L2, not L1), before the copies and the first pass of row k+1, and checked only after
+  that pass: a word whose high half is not this call's epoch is polled again (at most SPIN
+  times, err[0] on a timeout), then the sums are the low halves' bits;
+- mean and rstd are carried in registers, those of row k (its second pass) and k+1 (its first
+  pass); row k+2's are loaded in iteration k, after the first pass, and used an iteration later.
+
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_layernorm_pair.py
     .venv/bin/python benchmarks/sweep_layernorm_pair.py --compile   # no GPU: compile for sm_90
 
-Each form is checked against float64 autograd before it is timed, beside the two-kernel form
-of `sweep_norm_bwd_wide.py`; traffic is x and dy read once and dx written once, as a share of
-the copy measured in the same run.
+Each form (the two pair forms side by side in each config) is checked against float64
+autograd before it is timed, beside the two-kernel form of `sweep_norm_bwd_wide.py`; traffic
+is x and dy read once and dx written once, as a share of the copy measured in the same run.
 """
 import os
 import subprocess
@@ -40,14 +59,15 @@ from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, 
                                             run_probe, time_checked, two)
 
 BUFFERS = 3  # row halves in shared memory: row k (second pass), k+1 (first pass), k+2 (copying)
-SPIN = 1 << 22  # polls of a partner's flag before giving up (about 1 s)
+SPIN = 1 << 22  # polls of a partner's flag (pair2: words) before giving up (about 1 s)
 _KERNELS: dict = {}
 
 
-def kernel(nch: int):
-    """The kernel for halves of `nch` chunks (CH = SPT * 32 * WARPS columns each)."""
-    if nch in _KERNELS:
-        return _KERNELS[nch]
+def kernel(nch: int, v2: bool = False):
+    """The kernel for halves of `nch` chunks (CH = SPT * 32 * WARPS columns each); `v2`: the
+    second form (the module docstring), with no flags argument and an int64 sums buffer."""
+    if (nch, v2) in _KERNELS:
+        return _KERNELS[nch, v2]
 
     def copies(row: str, buf: str, indent: str) -> list:
         """Start copying `row`'s half (none past the last row) into buffer `buf`, a copy group a
@@ -65,29 +85,39 @@ def kernel(nch: int):
                 f"{indent}dy = dys.index({buf} * {nch} + {j}).load(layout).to(gl.float32)",
                 f"{indent}w = wsm.index({j}).load(layout).to(gl.float32)"]
 
-    def first_pass(row: str, buf: str, indent: str) -> list:
+    def first_pass(row: str, buf: str, indent: str, stats: tuple = ()) -> list:
         """The partial sums of g and g * xhat over `row`'s half, published: the row's chunks are
-        the oldest copy groups but for the next row's `nch` (committed after them)."""
-        lines = [f"{indent}mean = gl.load(mean_ptr + {row}, mask={row} < R, other=0.0)",
-                 f"{indent}rstd = gl.load(rstd_ptr + {row}, mask={row} < R, other=0.0)",
-                 f"{indent}a1 = gl.zeros([CH], gl.float32, layout)",
-                 f"{indent}a2 = gl.zeros([CH], gl.float32, layout)"]
+        the oldest copy groups but for the next row's `nch` (committed after them). `stats`: the
+        names holding the row's mean and rstd (v2), else they are loaded here."""
+        mean, rstd = stats or ("mean", "rstd")
+        lines = [] if stats else [f"{indent}mean = gl.load(mean_ptr + {row}, mask={row} < R, other=0.0)",
+                                  f"{indent}rstd = gl.load(rstd_ptr + {row}, mask={row} < R, other=0.0)"]
+        lines += [f"{indent}a1 = gl.zeros([CH], gl.float32, layout)",
+                  f"{indent}a2 = gl.zeros([CH], gl.float32, layout)"]
         for j in range(nch):
             lines += [f"{indent}cp.wait_group({2 * nch - 1 - j})"] + loads(buf, j, indent)
-            lines += [f"{indent}g = dy * w", f"{indent}a1 += g", f"{indent}a2 += g * ((x - mean) * rstd)"]
+            lines += [f"{indent}g = dy * w", f"{indent}a1 += g", f"{indent}a2 += g * ((x - {mean}) * {rstd})"]
         lines += [f"{indent}s1 = gl.sum(a1, 0)", f"{indent}s2 = gl.sum(a2, 0)",
-                  f"{indent}if {row} < R:",
-                  f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2, s1, sem='relaxed')",
-                  f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2 + 1, s2, sem='relaxed')",
-                  f"{indent}    gl.atomic_xchg(flags_ptr + {row} * 2 + half, epoch, sem='release')"]
+                  f"{indent}if {row} < R:"]
+        if v2:  # a word a sum: the epoch (high half) and the sum's bits (low half), one atomic each
+            lines += [f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2, ep | "
+                      "(s1.to(gl.int32, bitcast=True).to(gl.int64) & 0xFFFFFFFF), sem='relaxed')",
+                      f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2 + 1, ep | "
+                      "(s2.to(gl.int32, bitcast=True).to(gl.int64) & 0xFFFFFFFF), sem='relaxed')"]
+        else:
+            lines += [f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2, s1, sem='relaxed')",
+                      f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2 + 1, s2, sem='relaxed')",
+                      f"{indent}    gl.atomic_xchg(flags_ptr + {row} * 2 + half, epoch, sem='release')"]
         return lines
 
+    name, flags = ("k_ln_pair2", "") if v2 else ("k_ln_pair", " flags_ptr,")
     b = ["from triton.experimental import gluon",
          "from triton.experimental.gluon import language as gl",
          "from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp",
          "COPY = getattr(cp, 'async_load', None) or cp.async_copy_global_to_shared", "",
-         "@gluon.jit",
-         "def k_ln_pair(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, ws_ptr, sums_ptr, flags_ptr, err_ptr,",
+         # (v2 converts epoch to int64, which the constexpr a first call's 1 would be cannot do)
+         "@gluon.jit(do_not_specialize=['epoch'])" if v2 else "@gluon.jit",
+         f"def {name}(x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, ws_ptr, sums_ptr,{flags} err_ptr,",
          "              R, C, NPAIRS, epoch, CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr,",
          "              SPIN: gl.constexpr):",
          "    pid = gl.program_id(0)",
@@ -103,7 +133,15 @@ def kernel(nch: int):
     b += [f"    COPY(wsm.index({j}), w_ptr + col0 + {j} * CH + offs)" for j in range(nch)]
     b += ["    cp.commit_group()"]
     b += copies("pair", "0", "    ") + copies("(pair + NPAIRS)", "1", "    ")
-    b += first_pass("pair", "0", "    ")
+    if v2:  # the statistics of rows k (mean0) and k + 1 (mean1), carried; the epoch as a word's high half
+        b += ["    ep = epoch.to(gl.int64) << 32",
+              "    mean0 = gl.load(mean_ptr + pair, mask=pair < R, other=0.0)",
+              "    rstd0 = gl.load(rstd_ptr + pair, mask=pair < R, other=0.0)",
+              "    mean1 = gl.load(mean_ptr + pair + NPAIRS, mask=pair + NPAIRS < R, other=0.0)",
+              "    rstd1 = gl.load(rstd_ptr + pair + NPAIRS, mask=pair + NPAIRS < R, other=0.0)"]
+        b += first_pass("pair", "0", "    ", ("mean0", "rstd0"))
+    else:
+        b += first_pass("pair", "0", "    ")
     b += [f"    dw{j} = gl.zeros([CH], gl.float32, layout)" for j in range(nch)]
     b += [f"    db{j} = gl.zeros([CH], gl.float32, layout)" for j in range(nch)]
     b += ["    for row in range(pair, R, NPAIRS):",
@@ -113,21 +151,51 @@ def kernel(nch: int):
           f"        free = ((k + 2) % {BUFFERS}).to(gl.int32)",
           "        mine1 = s1",
           "        mine2 = s2"]
-    b += copies("(row + 2 * NPAIRS)", "free", "        ")
-    b += first_pass("(row + NPAIRS)", "nxt", "        ")
-    b += ["        flag = flags_ptr + row * 2 + 1 - half",
-          "        seen = gl.atomic_add(flag, 0, sem='acquire')",
-          "        polls = 0",
-          "        while (seen != epoch) & (polls < SPIN):",
-          "            seen = gl.atomic_add(flag, 0, sem='acquire')",
-          "            polls += 1",
-          "        if seen != epoch:",
-          "            gl.atomic_xchg(err_ptr, 1)",
-          "        other = sums_ptr + (row * 2 + 1 - half) * 2",
-          "        cg = (mine1 + gl.atomic_add(other, 0.0, sem='acquire')) / C",
-          "        cgx = (mine2 + gl.atomic_add(other + 1, 0.0, sem='acquire')) / C",
-          "        mean = gl.load(mean_ptr + row)",
-          "        rstd = gl.load(rstd_ptr + row)"]
+    if v2:
+        # the partner's words of row k are loaded first and looked at after the first pass of
+        # row k + 1: volatile loads (ld.volatile, a relaxed load at system scope, so not served by
+        # the L1) by every thread, as a scalar atomic's result reaches the threads through shared
+        # memory and a barrier, which would wait for it here. Row k + 2's statistics are loaded
+        # after that pass (used an iteration later): loaded first, they held two registers more
+        # through it, and Triton 3.9 spilled more at SPT=8, 16 warps
+        late = "((o1 >> 32).to(gl.int32) != epoch) | ((o2 >> 32).to(gl.int32) != epoch)"  # not both this call's
+        b += ["        other = sums_ptr + (row * 2 + 1 - half) * 2",
+              "        o1 = gl.load(other, volatile=True)",
+              "        o2 = gl.load(other + 1, volatile=True)",
+              "        far = row + 2 * NPAIRS"]
+        b += copies("far", "free", "        ")
+        b += first_pass("(row + NPAIRS)", "nxt", "        ", ("mean1", "rstd1"))
+        b += ["        mean2 = gl.load(mean_ptr + far, mask=far < R, other=0.0)",
+              "        rstd2 = gl.load(rstd_ptr + far, mask=far < R, other=0.0)",
+              "        polls = 0",
+              f"        late = {late}",
+              "        while late & (polls < SPIN):",
+              "            o1 = gl.load(other, volatile=True)",
+              "            o2 = gl.load(other + 1, volatile=True)",
+              f"            late = {late}",
+              "            polls += 1",
+              "        if late:",
+              "            gl.atomic_xchg(err_ptr, 1)",
+              "        cg = (mine1 + o1.to(gl.int32).to(gl.float32, bitcast=True)) / C",
+              "        cgx = (mine2 + o2.to(gl.int32).to(gl.float32, bitcast=True)) / C",
+              "        mean = mean0",
+              "        rstd = rstd0"]
+    else:
+        b += copies("(row + 2 * NPAIRS)", "free", "        ")
+        b += first_pass("(row + NPAIRS)", "nxt", "        ")
+        b += ["        flag = flags_ptr + row * 2 + 1 - half",
+              "        seen = gl.atomic_add(flag, 0, sem='acquire')",
+              "        polls = 0",
+              "        while (seen != epoch) & (polls < SPIN):",
+              "            seen = gl.atomic_add(flag, 0, sem='acquire')",
+              "            polls += 1",
+              "        if seen != epoch:",
+              "            gl.atomic_xchg(err_ptr, 1)",
+              "        other = sums_ptr + (row * 2 + 1 - half) * 2",
+              "        cg = (mine1 + gl.atomic_add(other, 0.0, sem='acquire')) / C",
+              "        cgx = (mine2 + gl.atomic_add(other + 1, 0.0, sem='acquire')) / C",
+              "        mean = gl.load(mean_ptr + row)",
+              "        rstd = gl.load(rstd_ptr + row)"]
     for j in range(nch):
         b += loads("this", j, "        ")
         b += ["        g = dy * w",
@@ -135,19 +203,22 @@ def kernel(nch: int):
               f"        gl.store(dx_ptr + row * C + col0 + {j} * CH + offs, (rstd * (g - cg - xhat * cgx)).to(gl.bfloat16))",
               f"        dw{j} += dy * xhat",
               f"        db{j} += dy"]
+    if v2:
+        b += ["        mean0 = mean1", "        rstd0 = rstd1", "        mean1 = mean2", "        rstd1 = rstd2"]
     b += ["    cp.wait_group(0)"]
     for j in range(nch):
         b += [f"    gl.store(ws_ptr + pair * C + col0 + {j} * CH + offs, dw{j})",
               f"    gl.store(ws_ptr + (NPAIRS + pair) * C + col0 + {j} * CH + offs, db{j})"]
-    _KERNELS[nch] = load_generated(f"gluon_ln_pair_{nch}", b).k_ln_pair
-    return _KERNELS[nch]
+    module = load_generated(f"gluon_ln_pair{'2' if v2 else ''}_{nch}", b)
+    _KERNELS[nch, v2] = getattr(module, name)
+    return _KERNELS[nch, v2]
 
 
 def shared_bytes(C: int) -> int:
     return BUFFERS * 2 * 2 * (C // 2) + 2 * (C // 2)
 
 
-def compile_only(C: int, spt: int, warps: int) -> None:
+def compile_only(C: int, spt: int, warps: int, v2: bool = False) -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -155,12 +226,14 @@ def compile_only(C: int, spt: int, warps: int) -> None:
     ch = spt * 32 * warps
     ptrs = ("x_ptr", "dy_ptr", "w_ptr", "mean_ptr", "rstd_ptr", "dx_ptr", "ws_ptr", "sums_ptr", "flags_ptr", "err_ptr")
     types = ("*bf16", "*bf16", "*bf16", "*fp32", "*fp32", "*bf16", "*fp32", "*fp32", "*i32", "*i32")
+    if v2:  # int64 sums, no flags
+        ptrs, types = ptrs[:8] + ptrs[9:], types[:7] + ("*i64", "*i32")
     sig = dict(zip(ptrs, types)) | {"R": "i32", "C": "i32", "NPAIRS": "i32", "epoch": "i32", "CH": "constexpr",
                                    "SPT": "constexpr", "WARPS": "constexpr", "SPIN": "constexpr"}
     # as Triton's launcher specializes them: 16-byte aligned pointers, C a multiple of 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(len(ptrs)), 11)}
-    source = GluonASTSource(kernel(C // 2 // ch), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps, "SPIN": SPIN},
-                            attrs=attrs)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(len(ptrs)), len(ptrs) + 1)}
+    source = GluonASTSource(kernel(C // 2 // ch, v2), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps,
+                                                                        "SPIN": SPIN}, attrs=attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
     with open(cubin, "wb") as f:
@@ -168,26 +241,31 @@ def compile_only(C: int, spt: int, warps: int) -> None:
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout \
         if os.path.exists(tool) else "(no cuobjdump)"
-    print(f"C={C} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
+    print(f"{'pair2' if v2 else 'pair'} C={C} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
           + " ".join(line.strip() for line in usage.splitlines() if "REG" in line), flush=True)
 
 
 class PairForm:
-    """The pair kernel and its combine on tensors `t` (sweep_norm_bwd_wide.tensors), with the
-    row statistics and the exchange's buffers; each call a new epoch."""
+    """The pair kernel (`v2`: the second form) and its combine on tensors `t`
+    (sweep_norm_bwd_wide.tensors), with the row statistics and the exchange's buffers; each call
+    a new epoch."""
 
-    def __init__(self, cfg: dict, t: dict, nsm: int):
-        (self.R, self.C), self.t, self.cfg = t["x"].shape, t, cfg
+    def __init__(self, cfg: dict, t: dict, nsm: int, v2: bool = False):
+        (self.R, self.C), self.t, self.cfg, self.v2 = t["x"].shape, t, cfg, v2
         self.ch = cfg["spt"] * 32 * cfg["warps"]
-        self.k = kernel(self.C // 2 // self.ch)
+        self.k = kernel(self.C // 2 // self.ch, v2)
         self.npairs = min(nsm // 2, self.R)
         dev = t["x"].device
         xf = t["x"].float()
         var, mean = torch.var_mean(xf, 1, correction=0)
         self.mean, self.rstd = mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()
         self.ws = torch.full((2 * self.npairs, self.C), float("nan"), device=dev)
-        self.sums = torch.zeros(self.R * 4, device=dev)
-        self.flags = torch.zeros(self.R * 2, device=dev, dtype=torch.int32)
+        if v2:  # a word a (row, half, sum), zeros once: epoch 0 is never a call's
+            self.sums = torch.zeros(self.R * 4, device=dev, dtype=torch.int64)
+            self.flags = ()
+        else:
+            self.sums = torch.zeros(self.R * 4, device=dev)
+            self.flags = (torch.zeros(self.R * 2, device=dev, dtype=torch.int32),)
         self.err = torch.zeros(1, device=dev, dtype=torch.int32)
         self.epoch = 0
 
@@ -195,12 +273,13 @@ class PairForm:
         self.epoch += 1
         t, cfg = self.t, self.cfg
         self.k[(2 * self.npairs,)](t["x"], t["dy"], t["w"], self.mean, self.rstd, t["dx"], self.ws, self.sums,
-                                   self.flags, self.err, self.R, self.C, self.npairs, self.epoch, CH=self.ch,
+                                   *self.flags, self.err, self.R, self.C, self.npairs, self.epoch, CH=self.ch,
                                    SPT=cfg["spt"], WARPS=cfg["warps"], SPIN=SPIN, num_warps=cfg["warps"])
         k_combine[(triton.cdiv(self.C, 128), 2)](self.ws, t["out"], self.npairs, self.C, BP=16, BC=128, num_warps=4)
 
 
 CONFIGS = [dict(spt=4, warps=16), dict(spt=8, warps=16), dict(spt=4, warps=8)]
+PAIRS = [(form, cfg) for cfg in CONFIGS for form in ("pair", "pair2")]  # each config's two forms side by side
 
 
 def main() -> None:
@@ -212,15 +291,15 @@ def main() -> None:
     for R, C in ((4096, 32768), (4096, 24576), (1000, 32768)):
         t = tensors(R, C, True, "cuda", nsm)
         ref = reference(t["x"], t["dy"], t["w"], t["b"], True, t["eps"])
-        for form, cfg in [two(32)] + [("pair", c) for c in CONFIGS]:
+        for form, cfg in [two(32)] + PAIRS:
             head = f"layernorm {R}x{C} {form:10s} {str(cfg):36s}"
-            if form == "pair" and (C // 2) % (cfg["spt"] * 32 * cfg["warps"]):
+            if form != "two_kernel" and (C // 2) % (cfg["spt"] * 32 * cfg["warps"]):
                 print(f"{head} skipped: a partial chunk", flush=True)
                 continue
             made = []  # the pair form, whose timeout flag `broken` reads
 
             def make(form=form, cfg=cfg):
-                made.append(PairForm(cfg, t, nsm) if form == "pair" else make_fn(form, cfg, t))
+                made.append(PairForm(cfg, t, nsm, form == "pair2") if form != "two_kernel" else make_fn(form, cfg, t))
                 return made[-1]
             time_checked(head, make, t, ref, copy, broken=lambda: "a partner's sums never came (spin limit)"
                          if isinstance(made[-1], PairForm) and made[-1].err.item() else None)
@@ -229,4 +308,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_probe("sweep_layernorm_pair.py", main, lambda: [compile_only(32768, cfg["spt"], cfg["warps"]) for cfg in CONFIGS])
+    run_probe("sweep_layernorm_pair.py", main,
+              lambda: [compile_only(32768, cfg["spt"], cfg["warps"], form == "pair2") for form, cfg in PAIRS])

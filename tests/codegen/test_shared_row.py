@@ -523,13 +523,14 @@ print(compile_for_sm90(generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuse
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
-def test_the_layernorm_pair_probe_compiles_for_hopper(fresh_triton_cache, capsys):
-    """benchmarks/sweep_layernorm_pair.py (a probe for the next lease: a row split over two
-    processors that exchange their row sums) compiles for sm_90 within a block's shared memory,
-    without a stack of spills, in its first configuration."""
+@pytest.mark.parametrize("v2", [False, True])
+def test_the_layernorm_pair_probe_compiles_for_hopper(v2, fresh_triton_cache, capsys):
+    """benchmarks/sweep_layernorm_pair.py (a probe: a row split over two processors that
+    exchange their row sums; `v2` its second form, the exchange's latency hidden) compiles for
+    sm_90 within a block's shared memory, without a stack of spills, in its first configuration."""
     from benchmarks import sweep_layernorm_pair as pair
 
-    pair.compile_only(32768, 4, 16)
+    pair.compile_only(32768, 4, 16, v2)
     line = capsys.readouterr().out
     shared = int(re.search(r"shared (\d+) B", line).group(1))
     assert shared <= 227 * 1024, line
