@@ -108,8 +108,8 @@ DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_giv
 # shared-row kernel for dx and dw fits as RMSNorm's does
 SECOND = {"layernorm_db_apart": (column_sum_of_dy, lambda args: [args[2]])}
 # (kernel, label, staged inputs by name, column sums in shared memory by position, per thread,
-# warps[, the first chunks held twice[, chunks a wait or round of copies]]); fuser times the
-# RMSNorm forms with 0 or 4 chunks ahead and 1 or 2 chunks a barrier
+# warps[, the first chunks held twice[, chunks a wait or round of copies]]); fuser runs the
+# plain schedule (none ahead, 1 chunk a barrier) unless heuristics.SHARED_ROW_SCHEDULES names more
 FORMS = [
     ("rmsnorm", "x, w, dy staged, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
     ("rmsnorm", "x, w, dy staged, none ahead (run 21's form)", ("x", "w", "dy"), (), 4, 16, 0),

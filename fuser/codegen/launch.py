@@ -25,7 +25,7 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_BATCH,
+from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_SCHEDULES,
                                      SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, autotune_row_loop, autotuning, choose,
                                      inner_outer_combine, inner_outer_programs, inner_outer_stages, inner_split,
                                      looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
@@ -418,25 +418,25 @@ class KernelLauncher:
                          target, inputs, scalars, values, device, dests, rows: int, cols: int,
                          ahead_jobs: "Optional[CompileJobs]") -> "_SharedRowLaunch":
         """The shared-row launch of the gate's `shared` (whose `ahead` is as many chunks as
-        shared memory holds twice), its copy schedule timed: none or those chunks held twice,
-        waits and copies of one chunk a barrier or SHARED_ROW_BATCH. Chunks held twice won 7%
-        for one RMSNorm backward's kernel and lost 12% for another's on the H200 (the kernels'
-        instruction schedules, not their sizes). Untimed (FUSER_AUTOTUNE=0, a misaligned first
-        call, given destinations): neither."""
+        shared memory holds twice) in its plain copy schedule (no chunk held twice, one chunk a
+        barrier), timed against the other schedules of SHARED_ROW_SCHEDULES where it names any
+        (none by default: on the H200 they were within 1% of it). Untimed (FUSER_AUTOTUNE=0, a
+        misaligned first call, given destinations): the plain one."""
         two = self._two_kernels
 
         def with_fallback(config: SharedRowConfig) -> _SharedRowLaunch:
             # the two-kernel form, prepared (and compiled) by the first call that needs it
             return _SharedRowLaunch(build(variants, step_params, stages, config),
                                     lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
-        default = with_fallback(replace(shared, ahead=0, batch=1))  # (the gate checked its kernel)
-        if dests is not None or misaligned(inputs, shared.staged) or not autotuning():
+        plain = replace(shared, ahead=0, batch=1)
+        default = with_fallback(plain)  # (the gate checked its kernel)
+        schedules = [c for c in dict.fromkeys([plain] + [replace(shared, ahead=shared.ahead if held else 0, batch=b)
+                                                         for held, b in SHARED_ROW_SCHEDULES])
+                     if c == plain or self.kernel(layout, "shared_row", target, config=c) is not None]
+        if len(schedules) == 1 or dests is not None or misaligned(inputs, shared.staged) or not autotuning():
             if ahead_jobs is not None:
                 ahead_jobs.add(default, inputs, device)
             return default
-        schedules = [c for c in dict.fromkeys(replace(shared, ahead=a, batch=b)
-                                              for b in (1, SHARED_ROW_BATCH) for a in (0, shared.ahead))
-                     if self.kernel(layout, "shared_row", target, config=c) is not None]
         return _fastest_form(default, [
             (f"{c.ahead} chunks held twice, {c.batch} a barrier", None if k == 0 else lambda c=c: with_fallback(c))
             for k, c in enumerate(schedules)], rows, cols, inputs, device, ahead_jobs)

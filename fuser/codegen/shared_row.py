@@ -10,8 +10,9 @@ unrolled, waits for each chunk's copy as it reaches it; the last, unrolled, star
 the next row's chunk j into slot j as soon as it is done with it; a pass between them loops.
 The first AHEAD chunks may have two slots, taken by the rows' parity: the first pass then starts
 copying the next row's into the other slots, so that a row starts with them in; and a wait or a
-round of copies may cover BATCH chunks (each puts a barrier of all warps). Which schedule is
-faster depends on the kernel, so the launch times four (SharedRowConfig). Each column reduction
+round of copies may cover BATCH chunks (each puts a barrier of all warps). On the H200 neither
+paid more than 1% (the launch times those heuristics.SHARED_ROW_SCHEDULES names: by default the
+plain one alone). A value a row (a saved mean or rstd) is loaded a row ahead. Each column reduction
 keeps one fp32 accumulator a chunk in registers, stored after the loop as partial row `pid` of
 its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
 the two-kernel form reads them twice.

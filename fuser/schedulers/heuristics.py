@@ -52,12 +52,14 @@ SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 
 SHARED_ROW_WARPS = 16
 SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won by a hair over 8)
 SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
-# chunks a first pass's wait and a last pass's round of copies cover, as a launch form timed
-# beside 1: each puts a barrier of all 16 warps, 34 a row at 32768 columns with 1 and 18 with 2
-# (the RMSNorm backward, sm_90 SASS); with 4, 10 and a 64-byte stack of spills. With 2 the
-# LayerNorm backward's kept kernels (db apart) spill 48-80 bytes, the timing's to judge. Not
-# yet timed.
-SHARED_ROW_BATCH = 2
+# the shared-row kernel's copy schedules, (the first chunks held twice, as many as shared memory
+# allows; chunks a first pass's wait and a last pass's round of copies cover), the launch times
+# where there are several. Each wait or round puts a barrier of all 16 warps: 34 a row at 32768
+# columns with 1 chunk and 18 with 2 (the RMSNorm backward, sm_90 SASS). On the H200 (two runs of
+# 2026-12-02, four kernels each, the four schedules of (False, True) x (1, 2)) the plain one was
+# within 1% of the fastest every time and the fastest 7 times of 8, while each other schedule
+# cost the first call a Gluon compile of seconds: only it is kept (docs/performance.md)
+SHARED_ROW_SCHEDULES: tuple[tuple[bool, int], ...] = ((False, 1),)
 # of a block's shared memory, for the reductions' scratch (the RMSNorm backward's kernel at 32768
 # columns takes 64 bytes, compiled for sm_90)
 SHARED_ROW_RESERVED_BYTES = 1024

@@ -101,12 +101,13 @@ def test_a_misaligned_input_takes_the_two_kernel_form(misaligned_first, monkeypa
 @pytest.mark.parametrize("schedule", range(4))
 @pytest.mark.gpu
 @hopper
-def test_every_copy_schedule_the_launch_times(rows, cols, schedule, monkeypatch):
-    """The launch times its copy schedules (no chunk or the first ones held twice, one chunk or
-    two a barrier; whichever it keeps is checked above): each of them, forced, against eager."""
+def test_every_copy_schedule_the_launch_may_time(rows, cols, schedule, monkeypatch):
+    """The copy schedules the launch times where SHARED_ROW_SCHEDULES names several (no chunk or
+    the first ones held twice, one chunk or two a barrier): each of them, forced, against eager."""
     from fuser.codegen import launch
 
     monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave nothing to time)
+    monkeypatch.setattr(launch, "SHARED_ROW_SCHEDULES", ((False, 1), (True, 1), (False, 2), (True, 2)))
     labels = []
 
     def pick(default, forms, *args, **kwargs):
@@ -122,6 +123,29 @@ def test_every_copy_schedule_the_launch_times(rows, cols, schedule, monkeypatch)
     assert ("_ahead = tl.allocate_shared_memory" in code) == (held > 0)
     chunks = -(-cols // (SHARED_ROW_VECTOR_BYTES // 2 * 32 * SHARED_ROW_WARPS))
     assert code.count("async_copy.wait_group(") == -(-chunks // batch) + 1  # the first pass's, the last
+    check_rmsnorm(outputs, x, w, dy)
+
+
+@pytest.mark.gpu
+@hopper
+def test_the_plain_copy_schedule_runs_untimed_by_default(monkeypatch):
+    """By default (SHARED_ROW_SCHEDULES: the plain schedule alone) the launch compiles and runs
+    one shared-row kernel, with no chunk held twice and a wait a chunk, and times no schedule."""
+    from fuser.codegen import launch
+
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)
+    timed = []
+    real = launch._fastest_form
+    monkeypatch.setattr(launch, "_fastest_form", lambda default, forms, *a, **k: (
+        timed.extend(label for label, _ in forms), real(default, forms, *a, **k))[1])
+    x, w, dy = inputs(133, 32768)
+    fd = rmsnorm_bwd_fd(torch.bfloat16)
+    outputs = fd.execute([x, w, dy])
+    code = fd.last_triton_code()
+    assert "row in shared memory" in code and not any("held twice" in label for label in timed)
+    assert "_ahead = tl.allocate_shared_memory" not in code
+    chunks = -(-32768 // (SHARED_ROW_VECTOR_BYTES // 2 * 32 * SHARED_ROW_WARPS))
+    assert code.count("async_copy.wait_group(") == chunks + 1
     check_rmsnorm(outputs, x, w, dy)
 
 
