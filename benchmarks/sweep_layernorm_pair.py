@@ -1,5 +1,5 @@
 """A LayerNorm backward for wide rows with each row split over a pair of processors, written in
-Gluon (a probe, not part of the suite; the second form not yet run on a GPU).
+Gluon (a probe, not part of the suite; both forms measured on the H200, docs/performance.md).
 
 At 32768 columns the shared-row kernel (fuser/codegen/shared_row.py) cannot hold both column
 sums' partials: dw and db need 2 x 32768 fp32 a processor, its whole register file. Here the
@@ -16,7 +16,8 @@ half's x and dy sit in shared memory, three rows' halves at once (192 KB, w's ha
 So the exchange's latency hides behind a whole pass (the twelfth session's `tl` probe, which
 waited right after publishing, lost about 2 us a row to it). The wait spins at most SPIN times
 and flags a timeout in err[0] rather than hang. Programs stay resident together (one a
-processor, grid <= processors), as the spin needs. x and dy are read from HBM once; a combine
+processor, grid <= processors), as the spin needs; nothing guarantees it where other work holds
+processors (the generator would need a cooperative launch). x and dy are read from HBM once; a combine
 kernel sums the pairs' partial rows of dw and db.
 
 On the H200 this form (`pair`) reached 0.48-0.54 of copy (355 us at 4096x32768, SPT=8, 16
@@ -59,7 +60,7 @@ from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, 
                                             run_probe, time_checked, two)
 
 BUFFERS = 3  # row halves in shared memory: row k (second pass), k+1 (first pass), k+2 (copying)
-SPIN = 1 << 22  # polls of a partner's flag (pair2: words) before giving up (about 1 s)
+SPIN = 1 << 22  # polls of a partner's flag (pair2: words) before giving up (seconds: each poll is an L2 round trip or two)
 _KERNELS: dict = {}
 
 

@@ -48,7 +48,7 @@ DEFAULT_ROWS = tuple(f"fd:{k}" for k in FD_KERNELS) + tuple(f"jit:{k}" for k in 
 # the table's phase columns, in pipeline order; "Dynamo+AOT" and "runtime" are filled in below
 PHASES = ("definition", "passes", "segmentation", "planning", "codegen", "load", "compile ahead", "first launch",
           "autotune", "runtime", "Dynamo+AOT")
-_COMPILING = 9  # the phases up to the (Triton) column: those that may compile kernels
+_COMPILING = PHASES.index("autotune") + 1  # the phases up to the (Triton) column: those that may compile kernels
 COLD_TARGET_MS, WARM_TARGET_MS = 1000.0, 100.0
 
 

@@ -251,7 +251,7 @@ class KernelLauncher:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
             if shared is not None and self.kernel(layout, "shared_row", target_for(device),
-                                                  config=replace(shared, ahead=0)) is None:
+                                                  config=replace(shared, ahead=0, batch=1)) is None:
                 shared = None  # (its code names what Gluon lacks, whatever the copy schedule)
             if shared is None and (in_one_pass and not APART_KEEPS_TWO_KERNELS):
                 return None
@@ -430,10 +430,13 @@ class KernelLauncher:
                                     lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
         plain = replace(shared, ahead=0, batch=1)
         default = with_fallback(plain)  # (the gate checked its kernel)
-        schedules = [c for c in dict.fromkeys([plain] + [replace(shared, ahead=shared.ahead if held else 0, batch=b)
-                                                         for held, b in SHARED_ROW_SCHEDULES])
-                     if c == plain or self.kernel(layout, "shared_row", target, config=c) is not None]
-        if len(schedules) == 1 or dests is not None or misaligned(inputs, shared.staged) or not autotuning():
+        schedules = [plain]
+        if dests is None and not misaligned(inputs, shared.staged) and autotuning():
+            listed = dict.fromkeys(replace(shared, ahead=shared.ahead if held else 0, batch=batch)
+                                   for held, batch in SHARED_ROW_SCHEDULES)
+            schedules += [c for c in listed if c != plain
+                          and self.kernel(layout, "shared_row", target, config=c) is not None]
+        if len(schedules) == 1:
             if ahead_jobs is not None:
                 ahead_jobs.add(default, inputs, device)
             return default

@@ -181,7 +181,7 @@ class SharedRowWriter(KernelWriter):
         self.staged_columns = [v for v in self.staged if 0 not in self.dims_of(v)]  # copied once
         self.row_ids = {id(v) for v in self.staged_rows}
         self.passes: list[list[str]] = []
-        self.first_row_loads: list[str] = []  # the program's first row's values of `emit_load`'s row values
+        self.first_row_loads: list[str] = []  # loads of the row values for the program's first row, before the loop
 
     # -- the layout every block takes -------------------------------------------------------
 
@@ -206,6 +206,7 @@ class SharedRowWriter(KernelWriter):
 
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
         if id(tv) not in self.staged_ids:
+            # (a value along the row axis alone goes to the program scope; the check is defensive)
             if scope is self.program_scope and self.dims_of(tv) == {0} and not self.view:
                 return self._emit_row_value(scope, tv)
             return super().emit_load(scope, tv)
@@ -218,6 +219,8 @@ class SharedRowWriter(KernelWriter):
         """A value a row (a saved mean or rstd), loaded a row ahead: loaded at the row's start,
         its latency from HBM stalled the first pass's first chunk of every row."""
         name = self.tname(tv)
+        # loaded twice, the second `T = T_next` would read the next row's value
+        assert not any(line.startswith(f"{name}_next = ") for line in self.first_row_loads), name
         (j,) = [j for j in self.super_axes_of(tv) if self.super_dim[j] == 0]  # (one row axis: the gate)
 
         def load(row: str) -> str:

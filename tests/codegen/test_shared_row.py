@@ -142,7 +142,7 @@ def test_the_plain_copy_schedule_runs_untimed_by_default(monkeypatch):
     fd = rmsnorm_bwd_fd(torch.bfloat16)
     outputs = fd.execute([x, w, dy])
     code = fd.last_triton_code()
-    assert "row in shared memory" in code and not any("held twice" in label for label in timed)
+    assert "row in shared memory" in code and not any("held twice" in label for label in timed)  # none timed
     assert "_ahead = tl.allocate_shared_memory" not in code
     chunks = -(-32768 // (SHARED_ROW_VECTOR_BYTES // 2 * 32 * SHARED_ROW_WARPS))
     assert code.count("async_copy.wait_group(") == chunks + 1
@@ -176,7 +176,8 @@ def layernorm_reference(x, w, dy, eps=1e-5):
     return dx, (dyf * xhat).sum(0), dyf.sum(0)
 
 
-@pytest.mark.parametrize("rows, cols", [(64, 32768), (7, 20000)])
+# (300 and 1000 rows: programs that take several rows, and so each row's values loaded a row ahead)
+@pytest.mark.parametrize("rows, cols", [(64, 32768), (7, 20000), (300, 32768), (1000, 24576)])
 @pytest.mark.parametrize("stats_given", [False, True])
 @pytest.mark.parametrize("form", ["apart", "two kernels"])
 @pytest.mark.gpu
@@ -373,7 +374,7 @@ def test_the_kept_kernels_compile_without_a_stack(stats_given, fresh_triton_cach
     assert re.search(r"STACK:0\b", usage), usage
 
 
-@pytest.mark.parametrize("stats_given", [False, True])
+@pytest.mark.parametrize("stats_given", [False, True], ids=["rmsnorm given rstd", "layernorm given mean, rstd"])
 def test_a_value_a_row_is_loaded_a_row_ahead(stats_given):
     """A saved mean or rstd is loaded for the next row as this row starts (its latency from HBM
     stalled each row's first pass): the first row's before the loop, at the program's row; in
