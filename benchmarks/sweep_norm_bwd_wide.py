@@ -449,31 +449,29 @@ def errors(t, ref):
 def time_checked(head: str, make, t: dict, ref, copy: float, dx_tol: float = 1.0, broken=None) -> None:
     """Print a form's row: `make()` builds the closure running it, which runs once on outputs
     filled with NaN, is checked against the float64 reference `ref` (`broken()`, if given, says
-    what else went wrong, or None; again after the timing), then timed (do_bench's median, as a share of `copy`). A
-    form that does not compile on this Triton is a row, not a stop."""
-    try:
-        fn = make()
+    what else went wrong, or None), then timed (do_bench's median, as a share of `copy`) and
+    checked again. A form that does not compile on this Triton is a row, not a stop."""
+    def run_once(fn):  # on outputs filled with NaN: what went wrong (or None), and the errors
         t["dx"].fill_(float("nan"))
         t["out"].fill_(float("nan"))
         fn()
         torch.cuda.synchronize()
         why = broken() if broken is not None else None
+        return why, None if why else errors(t, ref)
+    try:
+        fn = make()
+        why, first = run_once(fn)
         if why:
             print(f"{head} BAD: {why}", flush=True)
             return
-        e_dx, e_w = errors(t, ref)
+        e_dx, e_w = first
         ms = triton.testing.do_bench(fn, return_mode="median")
         # checked again after the timed calls: a form with state across calls (the pair probe's
         # epochs) must hold from the second call on too
-        t["dx"].fill_(float("nan"))
-        t["out"].fill_(float("nan"))
-        fn()
-        torch.cuda.synchronize()
-        why = broken() if broken is not None else None
+        why, later = run_once(fn)
         if why:
             print(f"{head} BAD after the timed calls: {why}", flush=True)
             return
-        later = errors(t, ref)
         e_dx, e_w = max(e_dx, later[0]), max(e_w, later[1])
         verdict = "ok" if e_dx <= dx_tol and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw/db {e_w:.3f}"
         print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
