@@ -272,8 +272,8 @@ def fmt(v, digits: int = 0) -> str:
 
 
 def table(rows: list[tuple[str, dict, dict]]) -> str:
-    head = ["row", "run", "kernels", "first call", *PHASES[:_COMPILING], "(Triton)", *PHASES[_COMPILING:], "fuser/kernel",
-            "2nd call"]
+    head = ["row", "run", "kernels", "first call", *PHASES[:_COMPILING], "(Triton)", *PHASES[_COMPILING:],
+            "fuser/kernel", "2nd call"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row, cold, warm in rows:
         for run, r in (("cold", cold), ("warm", warm)):
@@ -286,8 +286,8 @@ def table(rows: list[tuple[str, dict, dict]]) -> str:
             per_s = fmt(per, 1) + (" !" if run == "warm" and per and per > WARM_TARGET_MS else "")
             kernels = str(r["kernels"]) + (f" ({r['triton_hits']} hit)" if r.get("triton_hits") else "")
             triton = None if r.get("triton") is None else r["triton"] * 1e3
-            cells = ([row, run, kernels, first] + [fmt(r["ms"].get(k, 0.0), 1) for k in PHASES[:_COMPILING]]
-                     + [fmt(triton, 1)] + [fmt(r["ms"].get(k, 0.0), 1) for k in PHASES[_COMPILING:]])
+            cells = ([row, run, kernels, first] + [fmt(r["ms"][k], 1) for k in PHASES[:_COMPILING]]
+                     + [fmt(triton, 1)] + [fmt(r["ms"][k], 1) for k in PHASES[_COMPILING:]])
             lines.append("| " + " | ".join(cells + [per_s, fmt(r["second_call"] * 1e3, 1)]) + " |")
     return "\n".join(lines)
 

@@ -251,7 +251,7 @@ class KernelLauncher:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
             if shared is not None and self.kernel(layout, "shared_row", target_for(device),
-                                                  config=replace(shared, ahead=0, batch=1)) is None:
+                                                  config=shared.plain) is None:
                 shared = None  # (its code names what Gluon lacks, whatever the copy schedule)
             if shared is None and (in_one_pass and not APART_KEEPS_TWO_KERNELS):
                 return None
@@ -428,7 +428,7 @@ class KernelLauncher:
             # the two-kernel form, prepared (and compiled) by the first call that needs it
             return _SharedRowLaunch(build(variants, step_params, stages, config),
                                     lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
-        plain = replace(shared, ahead=0, batch=1)
+        plain = shared.plain
         default = with_fallback(plain)  # (the gate checked its kernel)
         schedules = [plain]
         if dests is None and not misaligned(inputs, shared.staged) and autotuning():

@@ -84,6 +84,11 @@ class SharedRowConfig:
     def block1(self) -> int:
         return self.per_thread * 32 * self.warps
 
+    @property
+    def plain(self) -> "SharedRowConfig":
+        """This config in the plain copy schedule: no chunk held twice, one chunk a barrier."""
+        return replace(self, ahead=0, batch=1)
+
 
 def shared_row_possible(device: torch.device) -> bool:
     """Whether the form may run on `device`: a Hopper GPU (measured on the H200 only) and a

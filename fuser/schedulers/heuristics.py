@@ -54,8 +54,9 @@ SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won b
 SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
 # copy schedules of the shared-row kernel that the launch times against its plain one (no chunk
 # held twice, one chunk a barrier), as pairs (hold the first chunks twice, as many as shared
-# memory allows; chunks that one first-pass wait or last-pass round of copies covers). Each wait or round puts a barrier of all 16 warps: 34 a row at 32768
-# columns with 1 chunk and 18 with 2 (the RMSNorm backward, sm_90 SASS). On the H200 (two runs of
+# memory allows; chunks that one first-pass wait or last-pass round of copies covers). Each wait
+# or round puts a barrier of all 16 warps: 34 a row at 32768 columns with 1 chunk and 18 with 2
+# (the RMSNorm backward, sm_90 SASS). On the H200 (two runs of
 # 2026-12-02, four kernels each, the four schedules of (False, True) x (1, 2)) the plain one was
 # within 1% of the fastest every time and the fastest 7 times of 8, while each other schedule
 # cost the first call a Gluon compile of seconds: only it is kept (docs/performance.md)
