@@ -173,6 +173,9 @@ def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False) -> tuple[
             attrs[(k,)] = [["tt.divisibility", 16]]
         elif spec.kind == "scalar":
             signature[name] = "fp32"
+        elif spec.kind == "semaphore":  # (the pair form's exchanged words)
+            signature[name] = "*i32"
+            attrs[(k,)] = [["tt.divisibility", 16]]
         elif name.endswith("stride1"):
             constexprs[name] = 1  # (Triton specializes an int equal to 1)
         elif name not in constexprs:

@@ -35,7 +35,7 @@ class ArgSpec:
     kind: str  # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr"
     val: Optional[Val] = None
     super_axis: int = -1
-    dim: int = -1  # "size": the tensor's logical dim
+    dim: int = -1  # "size": the tensor's logical dim; "semaphore": words a (row, half) of the pair form
     expr: Any = None  # "extent_expr": a sympy extent under the binding table; "workspace": its reduction
 
 

@@ -301,9 +301,11 @@ class KernelLauncher:
             return (["rows"], {"rows": replace(params, grid=row_loop_programs(params, _processors(device)))},
                     row_loop_stages(params, tile_bytes))
         if shared is not None:
-            chunks = min(_processors(device), rows)  # one program a processor, a workspace row each
+            # one program a processor, a workspace row each; a row's pair of programs share one
+            chunks = min(_processors(device) // 2 if shared.pair else _processors(device), rows)
             variants = ["shared_row", "combine"]
-            step_params = {"shared_row": LaunchParams(1, shared.block1, False, shared.warps, chunks),
+            programs = 2 * chunks if shared.pair else chunks
+            step_params = {"shared_row": LaunchParams(1, shared.block1, False, shared.warps, programs),
                            "combine": inner_outer_combine(cols, chunks, _processors(device))}
         elif plan.template is Template.inner_outer:
             stages = inner_outer_stages(params, tile_bytes)
@@ -336,6 +338,8 @@ class KernelLauncher:
                     elif spec.kind == "semaphore":  # after the workspaces
                         slots.append((len(args), n_tensors + n_work))
                         args.append(None)
+                        if spec.dim > 0:  # the pair form's words: spec.dim a (row, half)
+                            semaphores = rows * 2 * spec.dim
                     elif spec.kind == "stride":
                         args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
                     elif spec.kind == "extent":
@@ -361,6 +365,8 @@ class KernelLauncher:
                     kwargs[cblock] = min(next_pow2(chunks), getattr(p, red_block))
                 if "SPT" in ks.constexprs:  # the shared-row kernel's layout
                     kwargs.update(SPT=config.per_thread, WARPS=config.warps)
+                    if config.pair:  # its pairs wait on each other: all resident at once, or no launch
+                        kwargs["launch_cooperative_grid"] = True
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
                 if "LOOP_EXTENT" in ks.constexprs:

@@ -15,7 +15,9 @@ paid more than 1% (the launch times those heuristics.SHARED_ROW_SCHEDULES names:
 plain one alone). A value a row (a saved mean or rstd) is loaded a row ahead. Each column reduction
 keeps one fp32 accumulator a chunk in registers, stored after the loop as partial row `pid` of
 its workspace, which the inner-outer combine kernel reduces. x and dy are read from HBM once;
-the two-kernel form reads them twice.
+the two-kernel form reads them twice. Where one program's column accumulators would not fit
+registers (the LayerNorm backward's dw and db at 32768 columns), each row is split over a pair
+of programs instead (SharedRowConfig.pair, codegen/shared_row_pair.py).
 
 The copies and the loads of a slot share one layout; Triton's barrier analysis still puts a
 barrier after each wait and before each copy into a slot that was read. The kernel is written
@@ -33,7 +35,8 @@ from typing import Optional, Sequence
 import torch
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
-from ..schedulers.heuristics import (SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD, SHARED_ROW_RESERVED_BYTES,
+from ..schedulers.heuristics import (SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD, SHARED_ROW_PAIR_BUFFERS,
+                                     SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_RESERVED_BYTES,
                                      SHARED_ROW_VECTOR_BYTES, SHARED_ROW_WARPS)
 from ..schedulers.plan import KernelPlan
 from .kernel import KernelSource, KernelWriter
@@ -79,6 +82,9 @@ class SharedRowConfig:
     # chunks a wait of the first pass and a round of copies of the last cover: each puts a
     # barrier of all the block's warps (1: a chunk each; benchmarks/sweep_shared_row.py times more)
     batch: int = 1
+    # each row split over a pair of programs, each holding half of it and its half of the
+    # column accumulators (codegen/shared_row_pair.py): where one program's would not fit
+    pair: bool = False
 
     @property
     def block1(self) -> int:
@@ -129,11 +135,38 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
     spans = plan.parts.persistent.axes.spans
     row_bytes = sum(sizes[i] for i, k in enumerate(staged) if any(a in spans(views[k]) for a in row_axes))
     if not fits(config, plan, sum(sizes), device, row_bytes):
-        return None
+        return pair_config(plan, cols, tuple(staged), sizes, row_bytes, device)
     ahead = chunks
     while ahead and not fits(replace(config, ahead=ahead), plan, sum(sizes), device, row_bytes):
         ahead -= 1
     return replace(config, ahead=ahead)
+
+
+# whether the gate may split rows over pairs of programs (tests turn it off to reach the forms
+# those rows took before)
+PAIRS = True
+
+
+def pair_config(plan: KernelPlan, cols: int, staged: tuple[int, ...], sizes: list[int], row_bytes: int,
+                device: torch.device) -> Optional[SharedRowConfig]:
+    """The pair form (each row split over two programs) where one program's column accumulators
+    would not fit: each half whole chunks of SHARED_ROW_PAIR_VECTOR_BYTES a thread, three rows'
+    halves of the row inputs and a half of the column inputs in shared memory, the half's
+    accumulators in registers; None where these do not hold."""
+    if not PAIRS:
+        return None
+    per_thread = max(1, SHARED_ROW_PAIR_VECTOR_BYTES // max(sizes))
+    block1 = per_thread * 32 * SHARED_ROW_WARPS
+    if cols % (2 * block1):
+        return None
+    config = SharedRowConfig(per_thread, SHARED_ROW_WARPS, cols // 2 // block1, staged, pair=True)
+    half = cols // 2
+    shared = (SHARED_ROW_PAIR_BUFFERS * row_bytes + sum(sizes) - row_bytes) * half
+    in_registers = len(plan.parts.split.column_reductions)
+    if (shared > max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
+            or in_registers * config.chunks * per_thread > SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD):
+        return None
+    return config
 
 
 def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: torch.device,
@@ -232,7 +265,7 @@ class SharedRowWriter(KernelWriter):
             r = f"({row} + {self.arange('BLOCK0', 0)})"
             return f"tl.load(T{tv.name}_ptr + {r} * T{tv.name}_stride{j}, mask={r} < R, other=0)"
         # (converted where used: a conversion right after the load would wait for it there)
-        self.first_row_loads.append(f"{name}_next = {load('pid')}")
+        self.first_row_loads.append(f"{name}_next = {load(self.first_row)}")
         scope.lines += [f"{name} = {name}_next.to({compute_type(tv.dtype)})", f"{name}_next = {load('nxt')}"]
         scope.names[self.key(tv)] = name
 
@@ -262,10 +295,28 @@ class SharedRowWriter(KernelWriter):
 
     # -- the kernel -------------------------------------------------------------------------
 
+    # the program's first row and the step between its rows (the pair form: codegen/shared_row_pair.py)
+    first_row, row_step = "pid", "tl.num_programs(0)"
+
     def write(self) -> Optional[KernelSource]:
-        """The kernel, or None where its code names what this Gluon lacks (an extern function)."""
+        """The kernel, or None where its code names what this Gluon lacks (an extern function)
+        or, for a subclass, where it has no such form (`program_lines`)."""
+        head, row_lines = self.row_program()
+        lines = self.program_lines(head, row_lines)
+        if lines is None:
+            return None
+        self.program_scope.lines = lines
+        source = self.assemble()
+        code = source[source.index("\nimport "):]
+        if "libdevice." in code or set(re.findall(r"\btl\.(\w+)", code)) - gluon_names():
+            return None
+        return KernelSource(self.name, source, self.args, list(self.params), False, self.constexprs())
+
+    def row_program(self) -> tuple[list[str], list[str]]:
+        """(the program's lines before the row loop, a row's lines with a `@pass:k@` marker
+        where each pass over the chunks goes)."""
         ps = self.begin_program()
-        head, ps.lines = ps.lines, ["nxt = row + tl.num_programs(0)"]
+        head, ps.lines = ps.lines, [f"nxt = row + {self.row_step}"]
         if self.config.ahead:  # which of its two slots this row's first chunks take
             # (int32 for the slots' index: pid, and so row, is int64 where offsets need it)
             ps.lines.append("par = ((row - pid) // tl.num_programs(0) % 2).to(tl.int32)")
@@ -286,13 +337,12 @@ class SharedRowWriter(KernelWriter):
             new = f"{now} + {masked}" if e.kind is ReductionOpType.sum else f"{self.combine(e.kind)}({now}, {masked})"
             body.lines.append(f"{acc}_smem.index({_CHUNK}).store({new})" if id(e) in self.in_shared else f"{acc} = {new}")
         self.close_loop(body)
-        self.program_scope.lines = self._prologue(head) + ["for row in range(pid, R, tl.num_programs(0)):"] + [
-            "    " + line for line in self._unrolled(ps.lines)] + self._epilogue()
-        source = self.assemble()
-        code = source[source.index("\nimport "):]
-        if "libdevice." in code or set(re.findall(r"\btl\.(\w+)", code)) - gluon_names():
-            return None
-        return KernelSource(self.name, source, self.args, list(self.params), False, self.constexprs())
+        return head, ps.lines
+
+    def program_lines(self, head: list[str], row_lines: list[str]) -> Optional[list[str]]:
+        """The kernel's body: the prologue, the loop over the program's rows, the epilogue."""
+        return self._prologue(head) + ["for row in range(pid, R, tl.num_programs(0)):"] + [
+            "    " + line for line in self._unrolled(row_lines)] + self._epilogue()
 
     def _prologue(self, head: list[str]) -> list[str]:
         cfg, lines = self.config, ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"]
@@ -408,5 +458,9 @@ class SharedRowWriter(KernelWriter):
 
 
 def generate_shared_row(plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig) -> Optional[KernelSource]:
+    if config.pair:
+        from .shared_row_pair import PairedRowWriter  # (it builds on this module's writer)
+
+        return PairedRowWriter(plan, layout, name, config).write()
     return SharedRowWriter(plan, layout, name, config).write()
 

@@ -92,7 +92,8 @@ class _DirectStep(_Step):
         # the tensor arguments whose pointers were 16-byte aligned when the kernel compiled:
         # Triton specializes each pointer on that, so a later call must keep them aligned
         self.aligned_at: list[int] = []
-        self.constexprs = [v for k, v in kwargs.items() if k != "num_warps"]  # in parameter order
+        # in parameter order (the launch options are not parameters)
+        self.constexprs = [v for k, v in kwargs.items() if k not in ("num_warps", "launch_cooperative_grid")]
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
         self.raw = None  # Triton's C launch function with its flags, where it can be called directly

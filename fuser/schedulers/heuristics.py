@@ -61,6 +61,14 @@ SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
 # within 1% of the fastest every time and the fastest 7 times of 8, while each other schedule
 # cost the first call a Gluon compile of seconds: only it is kept (docs/performance.md)
 SHARED_ROW_SCHEDULES: tuple[tuple[bool, int], ...] = ((False, 1),)
+# Where one program's column accumulators would not fit (the LayerNorm backward's dw and db),
+# each row is split over a pair of programs exchanging their partial row sums
+# (codegen/shared_row_pair.py): three rows' halves of x and dy in shared memory (224 KiB of the
+# H200's 227 at 32768 bf16 columns), 16 bytes a thread a chunk (a hand-written form of it read
+# 0.72 of copy at 8 bf16 a thread and 16 warps, 0.64-0.65 at 4; docs/performance.md, fifteenth
+# session)
+SHARED_ROW_PAIR_VECTOR_BYTES = 16
+SHARED_ROW_PAIR_BUFFERS = 3
 # of a block's shared memory, for the reductions' scratch (the RMSNorm backward's kernel at 32768
 # columns takes 64 bytes, compiled for sm_90)
 SHARED_ROW_RESERVED_BYTES = 1024

@@ -183,11 +183,13 @@ def layernorm_reference(x, w, dy, eps=1e-5):
 @pytest.mark.gpu
 @hopper
 def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, stats_given, form, monkeypatch):
-    """LayerNorm's two column sums do not fit the shared-row kernel's registers together: the
-    launch times db apart (dx and dw in the shared-row kernel, db a column sum of dy) against
-    two kernels. Each, forced, against float64."""
-    from fuser.codegen import launch
+    """LayerNorm's two column sums do not fit the shared-row kernel's registers together: where
+    rows are not split over pairs of programs (turned off here; tested below) the launch times
+    db apart (dx and dw in the shared-row kernel, db a column sum of dy) against two kernels.
+    Each, forced, against float64."""
+    from fuser.codegen import launch, shared_row
 
+    monkeypatch.setattr(shared_row, "PAIRS", False)
     monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave the choice untimed)
     pick = (lambda default, forms, *a, **k: default) if form == "apart" else (
         lambda default, forms, *a, **k: forms[1][1]())
@@ -205,22 +207,59 @@ def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, s
         close(a, e.to(torch.bfloat16), torch.bfloat16)
 
 
+# (7 rows: fewer than the pairs; 300 and 1000: pairs that take several rows, each exchanging
+# its sums while the next row's first pass runs)
+@pytest.mark.parametrize("rows, cols", [(7, 32768), (300, 32768), (1000, 24576)])
+@pytest.mark.gpu
+@hopper
+def test_layernorm_backward_given_its_statistics_splits_each_row_over_a_pair(rows, cols):
+    """Given mean and rstd (two passes over the row), the LayerNorm backward's rows too long
+    for one program's dw and db accumulators are each split over a pair of programs that
+    exchange their partial row sums (codegen/shared_row_pair.py). Three calls on fresh data,
+    each against float64: a call that found its exchanged words left over from the last would
+    take stale sums."""
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=True)
+    for _ in range(3):
+        x, w, dy = inputs(rows, cols)
+        var, mean = torch.var_mean(x.float(), -1, correction=0, keepdim=True)
+        outputs = fd.execute([x, w, dy, mean, torch.rsqrt(var + 1e-5)])
+        assert "two Gluon programs a row" in fd.last_triton_code()
+        for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
+            close(a, e.to(torch.bfloat16), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@hopper
+def test_layernorm_backward_recomputing_its_statistics_is_not_split_over_pairs():
+    """Recomputing mean and rstd takes three passes over the row, which the pair form has not:
+    the launch keeps db apart or two kernels."""
+    x, w, dy = inputs(64, 32768)
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=False)
+    outputs = fd.execute([x, w, dy])
+    assert "two Gluon programs a row" not in fd.last_triton_code()
+    for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
+        close(a, e.to(torch.bfloat16), torch.bfloat16)
+
+
 @pytest.mark.gpu
 @hopper
 def test_jit_layernorm_backward_over_long_rows():
-    x, w, dy = inputs(64, 32768)
-    b = torch.randn_like(w)
-    for t in (x, w, b):
-        t.requires_grad_(True)
-
+    """Through fuser.jit (the forward saves mean and rstd: the backward's rows split over pairs
+    of programs), two calls on fresh data, each against eager."""
     def layernorm(x, w, b):
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
-    fuser.jit(layernorm)(x, w, b).backward(dy)
-    got = (x.grad, w.grad, b.grad)
-    x.grad = w.grad = b.grad = None
-    layernorm(x, w, b).backward(dy)
-    for a, e in zip(got, (x.grad, w.grad, b.grad)):
-        close(a, e, torch.bfloat16)
+    jitted = fuser.jit(layernorm)
+    for _ in range(2):
+        x, w, dy = inputs(64, 32768)
+        b = torch.randn_like(w)
+        for t in (x, w, b):
+            t.requires_grad_(True)
+        jitted(x, w, b).backward(dy)
+        got = (x.grad, w.grad, b.grad)
+        x.grad = w.grad = b.grad = None
+        layernorm(x, w, b).backward(dy)
+        for a, e in zip(got, (x.grad, w.grad, b.grad)):
+            close(a, e, torch.bfloat16)
 
 
 def test_the_form_is_off_without_a_gpu_or_when_turned_off(monkeypatch):
