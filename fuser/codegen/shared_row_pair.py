@@ -94,16 +94,23 @@ class PairedRowWriter(SharedRowWriter):
         # before it, they held registers through it and the kernel took 304 -> 326 us at
         # 4096x32768 on the H200
         ahead = [line for line in renamed if re.match(r"\s*\w+_next_n = tl\.load\(", line)]
-        loop += ["rown = row + NP"] + [line for line in renamed if line not in ahead] + publish("rown", "_n") + ahead
+        # the words of the last row, read an iteration ago, zeroed for the next launch once the
+        # first pass's first chunk is read: every thread has read them then, as every thread
+        # has passed the barrier before that chunk's loads (Gluon puts one between a wait and
+        # the loads of what other threads copied). There, not after the pass, few registers are
+        # live (after it, Triton 3.9 spilled 32 bytes at 32768 columns)
+        first_pass = [line for line in renamed if line not in ahead]
+        waits = [k for k, line in enumerate(first_pass) if line.startswith("async_copy.wait_group(")]
+        at = waits[1] if len(waits) > 1 else len(first_pass)
+        zero = ["if row > pair:"] + [f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
+        loop += ["rown = row + NP"] + first_pass[:at] + zero + first_pass[at:] + publish("rown", "_n") + ahead
         loop += ["polls = 0", f"while ({late}) & (polls < {SPIN}):"] + ["    " + w for w in words]
-        loop += ["    polls += 1",
-                 "BARRIER()  # every thread has read its partner's words: zero them for the next launch"]
-        loop += [f"tl.store(SEM_ptr + theirs + {i}, 0)" for i in range(ns)]
+        loop += ["    polls += 1"]
         loop += last
         loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
         return (self._pair_prologue(head) + _renamed(first, {"row": "pair", "nb": "0"}, suffix="")[0]
                 + publish("pair", "") + ["for row in range(pair, R, NP):"] + ["    " + line for line in loop]
-                + self._pair_epilogue())
+                + self._pair_epilogue(ns))
 
     def _chunk(self, k: int, j: int, buffer: str) -> list[str]:
         """Pass k's lines for chunk j of this program's half, its row inputs in `buffer`."""
@@ -154,8 +161,11 @@ class PairedRowWriter(SharedRowWriter):
             lines += [f"acc{e.out.name}_{j} = {init}" for j in range(cfg.chunks)]
         return lines
 
-    def _pair_epilogue(self) -> list[str]:
-        lines = ["async_copy.wait_group(0)"]  # (the copies past the last row copy nothing)
+    def _pair_epilogue(self, ns: int) -> list[str]:
+        # the partner's words of this program's last row, zeroed once every thread has read them
+        lines = ["async_copy.wait_group(0)",  # (the copies past the last row copy nothing)
+                 "BARRIER()", "last = pair + (R - 1 - pair) // NP * NP"]
+        lines += [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * {ns} + {i}, 0)" for i in range(ns)]
         for k, e in enumerate(self.column_reductions):
             for j in range(self.config.chunks):
                 index = f"(col0 + {j} * BLOCK1 + cols)"

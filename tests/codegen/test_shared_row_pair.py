@@ -137,22 +137,71 @@ def test_every_load_finds_its_row_half_copied_and_waited_for(chunks):
         assert run(body.splitlines(), env, k) == 2 * 2 * chunks  # row k + 1's first pass, row k's last
 
 
-def test_the_sums_are_published_before_the_partners_are_awaited_and_zeroed_after_a_barrier():
-    """In each iteration: the partner's words of row k loaded first, row k + 1's sums published
-    after its first pass, then the wait for row k's words, a barrier, their zeroing, and only
-    then row k's last pass reads the sums (a word's bits plus one; zero: not yet come)."""
-    body = [line.strip() for line in pair_source(4).split("for row in range(pair, R, NP):\n")[1].splitlines()]
-    at = {key: next(k for k, line in enumerate(body) if line.startswith(key)) for key in (
-        "w0 = tl.load(SEM_ptr + theirs + 0, volatile=True)", "tl.atomic_xchg(SEM_ptr + (rown * 2 + half) * 2 + 1",
-        "while ((w0 == 0) | (w1 == 0))", "BARRIER()", "tl.store(SEM_ptr + theirs + 0, 0)",
-        "tl.store(SEM_ptr + theirs + 1, 0)")}
-    order = list(at.values())
-    assert order == sorted(order), at
+def test_the_sums_are_published_before_the_partners_are_awaited_and_zeroed_once_all_read_them():
+    """In each iteration: the partner's words of row k loaded first, the last row's words zeroed
+    once the first pass has read its first chunk (past the barrier Gluon puts after that wait:
+    every thread has read them), row k + 1's sums published after that pass, then the wait for
+    row k's words, and only then row k's last pass reads the sums (a word's bits plus one;
+    zero: not yet come). After the loop, a barrier and the program's last row's words zeroed:
+    every word read is left zero for the next launch."""
+    source = pair_source(4)
+    head, body = source.split("for row in range(pair, R, NP):\n")
+    body, tail = body.split("    async_copy.wait_group(0)\n")
+    body = [line.strip() for line in body.splitlines()]
+    def first(prefix: str) -> int:
+        return next(k for k, line in enumerate(body) if line.startswith(prefix))
+    waits = [k for k, line in enumerate(body) if line.startswith("async_copy.wait_group(")]
+    zeroed = first("tl.store(SEM_ptr + theirs - 2 * NP * 2 + 1, 0)")
+    order = [first("w0 = tl.load(SEM_ptr + theirs + 0, volatile=True)"), waits[0], zeroed, waits[1],
+             first("tl.atomic_xchg(SEM_ptr + (rown * 2 + half) * 2 + 1"), first("while ((w0 == 0) | (w1 == 0))")]
+    assert order == sorted(order), order
+    assert any(".load(" in line and "nb * 4 + 0" in line for line in body[waits[0]:zeroed])  # (past the barrier)
+    assert body[zeroed - 2] == "if row > pair:"  # (the words of row k - 1)
     uses = [k for k, line in enumerate(body) if "(w0 - 1).to(tl.float32, bitcast=True)" in line]
-    assert len(uses) == 1 and uses[0] > at["tl.store(SEM_ptr + theirs + 1, 0)"]
+    assert len(uses) == 1 and uses[0] > first("while ((w0 == 0) | (w1 == 0))")
     assert "theirs = (row * 2 + 1 - half) * 2" in body
+    tail = [line.strip() for line in tail.splitlines()]
+    assert tail[:2] == ["BARRIER()", "last = pair + (R - 1 - pair) // NP * NP"]
+    assert tail[2:4] == [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * 2 + {i}, 0)" for i in range(2)]
+    assert "BARRIER()" not in "\n".join(body)  # (none a row: the first pass's waits put theirs)
     # the first pass of the next row runs on names of its own, carried to the next iteration
     assert "p0 = p0_n" in body and any(re.fullmatch(r"T\d+_next = T\d+_next_n", line) for line in body)
+
+
+def test_each_word_read_is_zero_again_after_the_launch():
+    """The exchange of one pair over rows pair, pair + NP, ... (each program's events in the
+    source's order, the two programs interleaved at random): every poll ends on the partner's
+    sum of that row from this launch, and every word is zero after it, over three launches."""
+    import random
+
+    rows, npairs = 11, 3
+    for seed in range(20):
+        rng, words = random.Random(seed), {}
+        for launch in range(1, 4):
+            def program(pair, half):
+                row_list = list(range(pair, rows, npairs))
+                words[(pair, half)] = (launch, pair)  # the prologue's publish (value: launch, row)
+                yield
+                for k, row in enumerate(row_list):
+                    nxt = row + npairs
+                    if nxt < rows:
+                        words[(nxt, half)] = (launch, nxt)
+                    yield
+                    if k > 0:
+                        words.pop((row - npairs, 1 - half), None)
+                    while words.get((row, 1 - half)) is None:
+                        yield
+                    assert words[(row, 1 - half)] == (launch, row), (seed, launch, row)
+                    yield
+                words.pop((row_list[-1], 1 - half), None)  # (after the barrier)
+            live = [program(p, h) for p in range(npairs) for h in (0, 1)]
+            while live:
+                g = rng.choice(live)
+                try:
+                    next(g)
+                except StopIteration:
+                    live.remove(g)
+            assert not words, (seed, launch, words)
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
