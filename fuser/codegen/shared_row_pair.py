@@ -134,8 +134,11 @@ class PairedRowWriter(SharedRowWriter):
         lines = []
         for j in range(self.config.chunks):
             index = f"(col0 + {j} * BLOCK1 + cols)"
+            # (a half is whole chunks: the gate's. `cols >= 0`, which the compiler folds, gives the
+            # row's condition the chunk's shape; a column bound it cannot fold cost each copy
+            # integer compares and selects, and the kernel is bound by its instruction issue)
             lines += [f"COPY(T{v.name}_smem.index({buffer} * {self.config.chunks} + {j}), T{v.name}_ptr + {row} * "
-                      f"T{v.name}_stride0 + {index} * T{v.name}_stride1, mask=({index} < C) & ({row} < R))"
+                      f"T{v.name}_stride0 + {index} * T{v.name}_stride1, mask=(cols >= 0) & ({row} < R))"
                       for v in self.staged_rows] + ["async_copy.commit_group()"]
         return lines
 

@@ -128,6 +128,10 @@ def test_every_load_finds_its_row_half_copied_and_waited_for(chunks):
         return read
     copied_rows = {m.group(1) for m in _COPY.finditer(head) if "pair" in m.group(3)}
     assert len(copied_rows) == 2  # x and dy
+    # a half is whole chunks: a row's copies are masked by the row alone (a column bound cost
+    # each copy compares the compiler could not fold)
+    row_copies = [line for line in (head + body).splitlines() if "_stride0 + (col0 + " in line and "COPY(" in line]
+    assert row_copies and all(re.search(r"mask=\(cols >= 0\) & \(.+ < R\)\)$", line) for line in row_copies)
     assert run(head.splitlines(), {}, -1) == 2 * chunks  # the first row's first pass
     # the buffers of an iteration, as the source computes them from k
     picks = {m.group(1): m.group(2) for m in re.finditer(r"(this|nb|free) = \(?(.+?)\)?\.to\(tl\.int32\)", body)}
