@@ -108,8 +108,10 @@ DEFINITIONS = {"rmsnorm": rmsnorm_bwd_given_rstd, "layernorm": layernorm_bwd_giv
 # shared-row kernel for dx and dw fits as RMSNorm's does
 SECOND = {"layernorm_db_apart": (column_sum_of_dy, lambda args: [args[2]])}
 # (kernel, label, staged inputs by name, column sums in shared memory by position, per thread,
-# warps[, the first chunks held twice[, chunks a wait or round of copies]]); fuser runs the
-# plain schedule (none ahead, 1 chunk a barrier) unless heuristics.SHARED_ROW_SCHEDULES names more
+# warps[, the first chunks held twice[, chunks a wait or round of copies[, each row split over a
+# pair of programs]]]); fuser runs the plain schedule (none ahead, 1 chunk a barrier) unless
+# heuristics.SHARED_ROW_SCHEDULES names more, and splits rows over pairs only where one
+# program's column sums do not fit (the LayerNorm backward: codegen/shared_row_pair.py)
 FORMS = [
     ("rmsnorm", "x, w, dy staged, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
     ("rmsnorm", "x, w, dy staged, none ahead (run 21's form)", ("x", "w", "dy"), (), 4, 16, 0),
@@ -126,6 +128,10 @@ FORMS = [
     ("layernorm_db_apart", "x, w, dy staged, db by a column sum of dy", ("x", "w", "dy"), (), 4, 16),
     ("layernorm_db_apart", "the same, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
     ("layernorm_db_apart", "the same, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 2),
+    ("layernorm", "each row over a pair of programs, 8 a thread (fuser's)", ("x", "w", "dy"), (), 8, 16, 0, 1, True),
+    ("layernorm", "each row over a pair of programs, 4 a thread", ("x", "w", "dy"), (), 4, 16, 0, 1, True),
+    ("rmsnorm", "each row over a pair of programs, 8 a thread", ("x", "w", "dy"), (), 8, 16, 0, 1, True),
+    ("rmsnorm", "each row over a pair of programs, 4 a thread", ("x", "w", "dy"), (), 4, 16, 0, 1, True),
 ]
 INPUT_NAMES = ("x", "w", "dy", "stat0", "stat1")
 
@@ -143,11 +149,11 @@ def plan_of(kind: str):
 
 
 def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warps: int, ahead: int = 0,
-               batch: int = 1, cols: int = COLS):
+               batch: int = 1, pair: bool = False, cols: int = COLS):
     plan, position = plan_of(kind)
-    chunks = -(-cols // (per_thread * 32 * warps))
+    chunks = -(-(cols // 2 if pair else cols) // (per_thread * 32 * warps))
     return plan, SharedRowConfig(per_thread, warps, chunks, tuple(sorted(position[n] for n in staged)), in_shared,
-                                 ahead, batch)
+                                 ahead, batch, pair)
 
 
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
@@ -205,8 +211,8 @@ def _storage(spec) -> str:
     return "tl.float32" if spec.kind == "workspace" else STORAGE[spec.val.dtype]
 
 
-def generate(kind: str, staged, in_shared, per_thread, warps, ahead=0, batch=1):
-    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps, ahead, batch)
+def generate(kind: str, staged, in_shared, per_thread, warps, ahead=0, batch=1, pair=False):
+    plan, cfg = config_for(kind, staged, in_shared, per_thread, warps, ahead, batch, pair)
     return generate_shared_row(plan, Layout(((0,),), ((1,),)), f"fuser_{kind}_probe", cfg), cfg
 
 
@@ -226,7 +232,8 @@ def time_form(kind: str, config: Optional[SharedRowConfig], args, copy: float) -
             return fd.execute(args) + (second.execute(second_args(args)) if second else [])
         outs = run()
         torch.cuda.synchronize()
-        if ("row in shared memory" in fd.last_triton_code()) != (config is not None):
+        code = fd.last_triton_code()
+        if ("row in shared memory" in code or "two Gluon programs a row" in code) != (config is not None):
             return "not run: the launch took another form (a declined kernel?)"
         errors = [((o.double() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item()
                   for o, r in zip(outs, reference(kind, args), strict=True)]
