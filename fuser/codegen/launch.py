@@ -454,8 +454,8 @@ class KernelLauncher:
                     ahead_jobs: "Optional[CompileJobs]"):
         """An inner-outer plan's column output apart (ApartParts: the LayerNorm backward's db
         over rows too long for registers), the others in one pass: x and dy read once more for
-        db alone rather than twice for all, timed against the two-kernel form; None where the
-        kept outputs would not run in one pass."""
+        db alone rather than twice for all; timed against the two-kernel form only where
+        APART_TIMED says so; None where the kept outputs would not run in one pass."""
         if not (shared_row_possible(device) or APART_KEEPS_TWO_KERNELS):
             return None  # (the kept plan would take two kernels too)
         if self._apart is None:
@@ -467,7 +467,7 @@ class KernelLauncher:
             # writes); the whole plan's read 5, and this launch is kept for the shape
             return None
         apart = self._apart.prepare(inputs, scalars, values, device, ahead_jobs, in_one_pass=True)
-        if apart is None or device.type not in TUNED_TARGETS or not autotuning():
+        if apart is None or device.type not in TUNED_TARGETS or not autotuning() or not APART_TIMED:
             return apart
         return _fastest_form(apart, [
             ("a column output apart", None),
@@ -545,6 +545,12 @@ SPLIT_IN_ONE_KERNEL = True
 # since that reads x and dy twice for the kept sums and once more for the one apart; the CPU
 # tests set it, where no shared-row kernel runs, to check the division's results
 APART_KEEPS_TWO_KERNELS = False
+
+# whether db apart is timed against the two-kernel form. On the H200 it won each time it was
+# (347 against 375 us and 384 against 411 us at 4096x32768, fourteenth to sixteenth sessions:
+# 4 row-sized reads and writes against 5), and timing it compiled the two-kernel form's row
+# kernel in all its timed forms, most of the LayerNorm backward definition's 6.8 s first call
+APART_TIMED = False
 
 # targets where launch forms are timed to choose between them (the interpreter's timings say
 # nothing about a GPU)

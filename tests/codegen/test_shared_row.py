@@ -184,12 +184,13 @@ def layernorm_reference(x, w, dy, eps=1e-5):
 @hopper
 def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, stats_given, form, monkeypatch):
     """LayerNorm's two column sums do not fit the shared-row kernel's registers together: where
-    rows are not split over pairs of programs (turned off here; tested below) the launch times
-    db apart (dx and dw in the shared-row kernel, db a column sum of dy) against two kernels.
-    Each, forced, against float64."""
+    rows are not split over pairs of programs (turned off here; tested below) the launch runs
+    db apart (dx and dw in the shared-row kernel, db a column sum of dy), timed against two
+    kernels where APART_TIMED says so. Each, forced, against float64."""
     from fuser.codegen import launch, shared_row
 
     monkeypatch.setattr(shared_row, "PAIRS", False)
+    monkeypatch.setattr(launch, "APART_TIMED", True)  # (untimed by default: db apart runs)
     monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)  # (=0 would leave the choice untimed)
     pick = (lambda default, forms, *a, **k: default) if form == "apart" else (
         lambda default, forms, *a, **k: forms[1][1]())
