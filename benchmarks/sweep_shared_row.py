@@ -159,10 +159,11 @@ def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warp
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
 
 
-def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False) -> tuple[int, str]:
+def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Optional[list] = None) -> tuple[int, str]:
     """(shared memory bytes, cuobjdump's resource line) of a generated shared-row kernel compiled
     for sm_90 as the launch specializes it (16-byte aligned pointers and strides, unit column
-    strides; 64-bit offsets with `int64`), without a GPU."""
+    strides; 64-bit offsets with `int64`), without a GPU; `sass`: a list to append the
+    kernel's disassembly to (where this Triton ships cuobjdump)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -198,11 +199,24 @@ def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False) -> tuple[
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if not os.path.exists(tool):
         return compiled.metadata.shared, NO_CUOBJDUMP
+    if sass is not None:
+        sass.append(subprocess.run([tool, "-sass", cubin], capture_output=True, text=True).stdout)
     done = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True)
     found = re.search(r"REG:\d+ STACK:\d+", done.stdout)
     if done.returncode or found is None:
         raise RuntimeError(f"cuobjdump gave no resource usage: {done.stderr or done.stdout}")
     return compiled.metadata.shared, found.group(0)
+
+
+def main_loop(sass: str) -> list[str]:
+    """The instructions of a disassembled kernel's main loop: those between the target of its
+    longest backward branch and the branch."""
+    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    at = [int(re.search(r"/\*([0-9a-f]{4})\*/", line).group(1), 16) for line in lines]
+    spans = [(int(m.group(1), 16), a) for line, a in zip(lines, at)
+             if (m := re.search(r"BRA (?:U?P\d, )?0x([0-9a-f]+)", line)) and int(m.group(1), 16) < a]
+    lo, hi = max(spans, key=lambda span: span[1] - span[0])
+    return [line for line, a in zip(lines, at) if lo <= a <= hi]
 
 
 def _storage(spec) -> str:

@@ -32,7 +32,9 @@ from .types import COMPUTE, STORAGE, compute_type
 class ArgSpec:
     """What the launcher passes for each kernel parameter."""
 
-    kind: str  # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr"
+    # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr",
+    # "workspace", "split_count", "split_chunk", "semaphore"
+    kind: str
     val: Optional[Val] = None
     super_axis: int = -1
     dim: int = -1  # "size": the tensor's logical dim; "semaphore": words a (row, half) of the pair form

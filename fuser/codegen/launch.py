@@ -250,6 +250,8 @@ class KernelLauncher:
             if local_extents is not None:
                 return None  # the two-kernel form iterates logical extents: ATen runs local tensors
             shared = shared_row_config(plan, layout, cols, tensors, strides, extents, device)
+            if shared is not None and shared.pair and _processors(device) < 2:
+                shared = None  # (no pair of processors)
             if shared is not None and self.kernel(layout, "shared_row", target_for(device),
                                                   config=shared.plain) is None:
                 shared = None  # (its code names what Gluon lacks, whatever the copy schedule)
@@ -338,8 +340,8 @@ class KernelLauncher:
                     elif spec.kind == "semaphore":  # after the workspaces
                         slots.append((len(args), n_tensors + n_work))
                         args.append(None)
-                        if spec.dim > 0:  # the pair form's words: spec.dim a (row, half)
-                            semaphores = rows * 2 * spec.dim
+                        if spec.dim > 0:  # the pair form's words: spec.dim a (row, half), and `broken`
+                            semaphores = rows * 2 * spec.dim + 1
                     elif spec.kind == "stride":
                         args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
                     elif spec.kind == "extent":
@@ -433,7 +435,7 @@ class KernelLauncher:
         def with_fallback(config: SharedRowConfig) -> _SharedRowLaunch:
             # the two-kernel form, prepared (and compiled) by the first call that needs it
             return _SharedRowLaunch(build(variants, step_params, stages, config),
-                                    lambda ins: two.prepare(ins, scalars, values, device), shared.staged)
+                                    lambda ins: two.prepare(ins, scalars, values, device), shared.staged, config.pair)
         plain = shared.plain
         default = with_fallback(plain)  # (the gate checked its kernel)
         schedules = [plain]
@@ -658,25 +660,36 @@ class _Launch:
 class _SharedRowLaunch:
     """The shared-row form's launch (codegen/shared_row.py), whose copies need the staged
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
-    two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed."""
+    two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed. So do
+    all calls once the driver refused a `cooperative` launch (the pair form's: under MPS or a
+    green context fewer processors may be free than the device has)."""
 
-    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles")
+    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles", "cooperative", "refused")
 
-    def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...]):
+    def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...], cooperative: bool = False):
         self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
         self.fallback = None
         self.source, self.compiles = launch.source, launch.compiles
+        self.cooperative, self.refused = cooperative, False
 
     @property
     def cold(self) -> bool:
         return self.launch.cold
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if misaligned(inputs, self.staged):
+        if self.refused or misaligned(inputs, self.staged):
             if self.fallback is None:
                 self.fallback = self.prepare_fallback(inputs)
             return self.fallback(inputs, device, dests)
-        return self.launch(inputs, device, dests)
+        if not self.cooperative:
+            return self.launch(inputs, device, dests)
+        try:  # (a refused launch enqueued nothing: its kernel is the launch's first)
+            return self.launch(inputs, device, dests)
+        except RuntimeError as e:
+            if "cooperative" not in str(e).lower():
+                raise
+            self.refused = True
+            return self(inputs, device, dests)
 
     def direct_lines(self, *args, **kwargs) -> None:
         """No inline form: each call checks the alignment."""

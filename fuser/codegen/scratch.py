@@ -33,8 +33,9 @@ def stream_key(device: torch.device) -> Optional[tuple]:
 
 
 class Semaphores:
-    """The zeroed int32 counters of a split reduction run in one kernel, one a column block: the
-    kernel leaves them zero for the next launch of its stream."""
+    """Zeroed int32 counters a kernel leaves zero for the next launch of its stream: a split
+    reduction's run in one kernel, one a column block (codegen/split_kernel.py), and the pair
+    form's exchanged words (codegen/shared_row_pair.py)."""
 
     __slots__ = ("count", "by_stream", "captured")
 

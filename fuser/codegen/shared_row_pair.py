@@ -9,10 +9,11 @@ shared memory, three rows at once. Iteration k of a program (row k):
 
 1. loads its partner's partial row sums of row k (volatile loads: from L2, not this L1);
 2. starts copying row k + 2's half into the buffer row k - 1 left;
-3. runs the first pass over row k + 1's half (waiting for its chunks) and publishes the
-   partial sums (relaxed atomic exchanges);
-4. waits for the partner's sums of row k if they were not in, and adds them to its own;
-5. runs the last pass over row k's half: its row outputs and the column terms.
+3. runs the first pass over row k + 1's half (waiting for its chunks), zeroing the partner's
+   words of row k - 1 on the way, and publishes the partial sums (relaxed atomic exchanges);
+4. loads row k + 2's row values (a saved mean and rstd), used an iteration later;
+5. waits for the partner's sums of row k if they were not in, and adds them to its own;
+6. runs the last pass over row k's half: its row outputs and the column terms.
 
 So the exchange's latency hides behind a whole pass. A row's first pass runs an iteration
 before its last, so the row's values (its index, mask, statistics) are computed into names
@@ -20,11 +21,15 @@ suffixed `_n` and carried to the next iteration (`_renamed`, `_carried`).
 
 A published sum is one int32 word: the fp32 sum's bits plus one, so that zero means not yet
 published (the bits 0xFFFFFFFF, a NaN no fp32 arithmetic produces, cannot be sent). The words
-are the launch's zeroed counters of the stream (scratch.Semaphores), one a (row, half, sum);
-a program zeroes the words it read once all its threads have read them (a barrier), leaving
-them zero for the next launch. A word that never comes (a partner never resident, which the
-cooperative launch rules out) is polled SPIN times, then reads as NaN: a wrong result that
-shows rather than a hang.
+are the launch's zeroed counters of the stream (scratch.Semaphores), one a (row, half, sum),
+and one more word after them, `broken`. A program zeroes the words it read once all its
+threads have read them: those of row k - 1 after the barrier that follows the first wait of
+row k + 1's pass (one the kernel needs anyway: the chunks other threads copied), its last
+row's after a barrier at its end; so they are zero again for the next launch. A word that
+never comes (a partner never resident, which the cooperative launch rules out) is polled SPIN
+times, then reads as NaN, and `broken` is set: a later launch on the stream, whose words that
+late partner may have left set, takes every partner's sum as NaN too. Wrong results that
+show, rather than a hang or a silently wrong one.
 
 On the H200 a hand-written form of this kernel (benchmarks/sweep_layernorm_pair.py, pair2)
 read 0.72 of copy for the LayerNorm backward at 4096x32768, against 0.55-0.60 for db apart.
@@ -34,11 +39,11 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from ..schedulers.heuristics import SHARED_ROW_PAIR_BUFFERS as BUFFERS  # row k, k + 1, k + 2
 from .kernel import ArgSpec
 from .shared_row import _CHUNK, _PASS, _ROW, SharedRowWriter, gluon_names
 from .types import STORAGE, compute_type
 
-BUFFERS = 3  # row halves in shared memory: row k (last pass), k + 1 (first pass), k + 2 (copying)
 SPIN = 1 << 22  # polls of a partner's words before taking them as never coming (seconds of L2 round trips)
 _ASSIGNED = re.compile(r"\s*(\w+) = ")
 _SUM = re.compile(r"tl\.sum\((acc\w+), axis=1, keep_dims=True\)")
@@ -67,8 +72,10 @@ class PairedRowWriter(SharedRowWriter):
         if not sums or "tl.reduce(" in "\n".join(mid) or any(
                 not inits.get(acc, "").endswith(", tl.float32, LAYOUT)") for acc in sums):
             return None
-        self.add_param("SEM_ptr", ArgSpec("semaphore", dim=len(sums)))  # (its words a (row, half))
+        # (its words a (row, half); one more, `broken`, after those of every row)
+        self.add_param("SEM_ptr", ArgSpec("semaphore", dim=len(sums)))
         n, ns = self.config.chunks, len(sums)
+        self._words = ns
         first = pre + [line for j in range(n) for line in
                        [f"async_copy.wait_group({2 * n - 1 - j})"] + self._chunk(0, j, "nb")]
         renamed, assigned = _renamed(first, {"row": "rown"})
@@ -94,18 +101,22 @@ class PairedRowWriter(SharedRowWriter):
         # before it, they held registers through it and the kernel took 304 -> 326 us at
         # 4096x32768 on the H200
         ahead = [line for line in renamed if re.match(r"\s*\w+_next_n = tl\.load\(", line)]
-        # the words of the last row, read an iteration ago, zeroed for the next launch once the
-        # first pass's first chunk is read: every thread has read them then, as every thread
-        # has passed the barrier before that chunk's loads (Gluon puts one between a wait and
-        # the loads of what other threads copied). There, not after the pass, few registers are
-        # live (after it, Triton 3.9 spilled 32 bytes at 32768 columns)
+        # the words of the last row, read an iteration ago, zeroed for the next launch after the
+        # first wait of the first pass: the barrier there, which the loads of chunks other
+        # threads copied need anyway (Gluon would put it before them), is written out, so that
+        # every thread has read the words before any zeroes them. There, not after the pass,
+        # few registers are live (after it, Triton 3.9 spilled 32 bytes at 32768 columns)
         first_pass = [line for line in renamed if line not in ahead]
-        waits = [k for k, line in enumerate(first_pass) if line.startswith("async_copy.wait_group(")]
-        at = waits[1] if len(waits) > 1 else len(first_pass)
-        zero = ["if row > pair:"] + [f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
+        at = next(k for k, line in enumerate(first_pass) if line.startswith("async_copy.wait_group(")) + 1
+        zero = ["BARRIER()", "if row > pair:"] + [
+            f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
         loop += ["rown = row + NP"] + first_pass[:at] + zero + first_pass[at:] + publish("rown", "_n") + ahead
         loop += ["polls = 0", f"while ({late}) & (polls < {SPIN}):"] + ["    " + w for w in words]
-        loop += ["    polls += 1"]
+        loop += ["    polls += 1",
+                 f"if polls >= {SPIN}:  # a partner that never came: this launch and every later one NaN",
+                 f"    tl.store(SEM_ptr + 2 * R * {ns}, 1)",
+                 f"ok = ((polls < {SPIN}) & (broken == 0)).to(tl.int32)"]
+        loop += [f"w{i} = w{i} * ok  # (a zero word reads as NaN)" for i in range(ns)]
         loop += last
         loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
         return (self._pair_prologue(head) + _renamed(first, {"row": "pair", "nb": "0"}, suffix="")[0]
@@ -145,7 +156,8 @@ class PairedRowWriter(SharedRowWriter):
     def _pair_prologue(self, head: list[str]) -> list[str]:
         cfg = self.config
         lines = ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"] + head
-        lines += ["NP = tl.num_programs(0) // 2", "pair = pid // 2", "half = pid % 2", "col0 = half * (C // 2)"]
+        lines += ["NP = tl.num_programs(0) // 2", "pair = pid // 2", "half = pid % 2", "col0 = half * (C // 2)",
+                  f"broken = tl.load(SEM_ptr + 2 * R * {self._words})"]
         lines += self.first_row_loads + [f"cols = {self.arange('BLOCK1', 1)}"]
         for v in self.staged:
             slots = BUFFERS * cfg.chunks if id(v) in self.row_ids else cfg.chunks

@@ -208,9 +208,9 @@ def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, s
         close(a, e.to(torch.bfloat16), torch.bfloat16)
 
 
-# (7 rows: fewer than the pairs; 300 and 1000: pairs that take several rows, each exchanging
-# its sums while the next row's first pass runs)
-@pytest.mark.parametrize("rows, cols", [(7, 32768), (300, 32768), (1000, 24576)])
+# (1 and 7 rows: fewer than the pairs; 300 and 1000: pairs that take several rows, each
+# exchanging its sums while the next row's first pass runs)
+@pytest.mark.parametrize("rows, cols", [(1, 32768), (7, 32768), (300, 32768), (1000, 24576)])
 @pytest.mark.gpu
 @hopper
 def test_layernorm_backward_given_its_statistics_splits_each_row_over_a_pair(rows, cols):
@@ -227,6 +227,10 @@ def test_layernorm_backward_given_its_statistics_splits_each_row_over_a_pair(row
         assert "two Gluon programs a row" in fd.last_triton_code()
         for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
             close(a, e.to(torch.bfloat16), torch.bfloat16)
+        # every exchanged word zero again (and `broken`, the last, never set)
+        words = [t for k in fd.cache.last_runtime.launchers.values() for launch in k.launches.values()
+                 if getattr(launch, "semaphores", None) is not None for t in launch.semaphores.by_stream.values()]
+        assert len(words) == 1 and words[0].numel() == rows * 2 * 2 + 1 and not words[0].any()
 
 
 @pytest.mark.gpu

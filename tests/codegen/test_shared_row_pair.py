@@ -2,6 +2,8 @@
 on CPU: the gate that chooses it, its copy schedule and exchange as written, and its source
 compiled for sm_90. Its results against float64 run on the GPU (tests/codegen/test_shared_row.py)."""
 import re
+from dataclasses import replace
+from typing import Optional
 
 import pytest
 import torch
@@ -142,62 +144,89 @@ def test_every_load_finds_its_row_half_copied_and_waited_for(chunks):
 
 
 def test_the_sums_are_published_before_the_partners_are_awaited_and_zeroed_once_all_read_them():
-    """In each iteration: the partner's words of row k loaded first, the last row's words zeroed
-    once the first pass has read its first chunk (past the barrier Gluon puts after that wait:
-    every thread has read them), row k + 1's sums published after that pass, then the wait for
-    row k's words, and only then row k's last pass reads the sums (a word's bits plus one;
-    zero: not yet come). After the loop, a barrier and the program's last row's words zeroed:
-    every word read is left zero for the next launch."""
+    """In each iteration: the partner's words of row k loaded first; the words of row k - 1
+    zeroed after a barrier (written out right after the first pass's first wait, where the
+    chunks' loads need one: every thread has read the words then); row k + 1's sums published
+    after its first pass; then the wait for row k's words, and only then row k's last pass
+    reads the sums (a word's bits plus one; zero: not yet come). After the loop, a barrier and
+    the program's last row's words zeroed."""
     source = pair_source(4)
     head, body = source.split("for row in range(pair, R, NP):\n")
     body, tail = body.split("    async_copy.wait_group(0)\n")
     body = [line.strip() for line in body.splitlines()]
+
     def first(prefix: str) -> int:
         return next(k for k, line in enumerate(body) if line.startswith(prefix))
     waits = [k for k, line in enumerate(body) if line.startswith("async_copy.wait_group(")]
     zeroed = first("tl.store(SEM_ptr + theirs - 2 * NP * 2 + 1, 0)")
+    assert body[waits[0] + 1:waits[0] + 3] == ["BARRIER()", "if row > pair:"]  # (the words of row k - 1)
     order = [first("w0 = tl.load(SEM_ptr + theirs + 0, volatile=True)"), waits[0], zeroed, waits[1],
              first("tl.atomic_xchg(SEM_ptr + (rown * 2 + half) * 2 + 1"), first("while ((w0 == 0) | (w1 == 0))")]
     assert order == sorted(order), order
-    assert any(".load(" in line and "nb * 4 + 0" in line for line in body[waits[0]:zeroed])  # (past the barrier)
-    assert body[zeroed - 2] == "if row > pair:"  # (the words of row k - 1)
     uses = [k for k, line in enumerate(body) if "(w0 - 1).to(tl.float32, bitcast=True)" in line]
-    assert len(uses) == 1 and uses[0] > first("while ((w0 == 0) | (w1 == 0))")
-    assert "theirs = (row * 2 + 1 - half) * 2" in body
+    assert len(uses) == 1 and uses[0] > first("w0 = w0 * ok")  > first("while ((w0 == 0) | (w1 == 0))")
     tail = [line.strip() for line in tail.splitlines()]
     assert tail[:2] == ["BARRIER()", "last = pair + (R - 1 - pair) // NP * NP"]
     assert tail[2:4] == [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * 2 + {i}, 0)" for i in range(2)]
-    assert "BARRIER()" not in "\n".join(body)  # (none a row: the first pass's waits put theirs)
     # the first pass of the next row runs on names of its own, carried to the next iteration
     assert "p0 = p0_n" in body and any(re.fullmatch(r"T\d+_next = T\d+_next_n", line) for line in body)
 
 
-def test_each_word_read_is_zero_again_after_the_launch():
-    """The exchange of one pair over rows pair, pair + NP, ... (each program's events in the
-    source's order, the two programs interleaved at random): every poll ends on the partner's
-    sum of that row from this launch, and every word is zero after it, over three launches."""
+def _word(line: str, call: str) -> Optional[str]:
+    """The word offset (an expression) a line's `call` of SEM_ptr takes, if it has one."""
+    m = re.search(re.escape(call) + r"\(SEM_ptr \+ (.+?), ", line)
+    return m.group(1) if m else None
+
+
+@pytest.mark.parametrize("rows, npairs", [(11, 3), (7, 7), (1, 1), (9, 2), (40, 6)])
+def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
+    """The exchange as the source writes it, for one pair's two programs interleaved at random
+    over three launches: the word offsets of each publish, read and zeroing evaluated from the
+    source's expressions, in the source's order of events. Every wait ends on the partner's sum
+    of that row from this launch, each word is published, read and zeroed once, and all are
+    zero (and `broken` never set) after each launch."""
     import random
 
-    rows, npairs = 11, 3
-    for seed in range(20):
-        rng, words = random.Random(seed), {}
+    source = pair_source(2)
+    head, body = source.split("for row in range(pair, R, NP):\n")
+    body, tail = body.split("    async_copy.wait_group(0)\n")
+    first_publish = [_word(line, "tl.atomic_xchg") for line in head.splitlines() if _word(line, "tl.atomic_xchg")]
+    theirs = re.search(r"theirs = (.+)", body).group(1)
+    publish = [_word(line, "tl.atomic_xchg") for line in body.splitlines() if _word(line, "tl.atomic_xchg")]
+    read = [_word(line, "tl.load") for line in body.splitlines() if "volatile=True" in line][:2]
+    zero = [_word(line, "tl.store") for line in body.splitlines() if _word(line, "tl.store") and "SEM_ptr" in line
+            and "2 * R" not in line]
+    last = re.search(r"last = (.+)", tail).group(1)
+    zero_last = [_word(line, "tl.store") for line in tail.splitlines() if _word(line, "tl.store") and "SEM_ptr" in line]
+    assert len(first_publish) == len(publish) == len(read) == len(zero) == len(zero_last) == 2
+    for seed in range(10):
+        rng, words, events = random.Random(seed), {}, []
         for launch in range(1, 4):
             def program(pair, half):
-                row_list = list(range(pair, rows, npairs))
-                words[(pair, half)] = (launch, pair)  # the prologue's publish (value: launch, row)
+                env = dict(pair=pair, half=half, NP=npairs, R=rows)
+                for i, at in enumerate(first_publish):
+                    words[eval(at, env)] = (launch, pair, 1 - half, i)  # (who reads it: the partner)
                 yield
-                for k, row in enumerate(row_list):
-                    nxt = row + npairs
-                    if nxt < rows:
-                        words[(nxt, half)] = (launch, nxt)
+                for row in range(pair, rows, npairs):
+                    env.update(row=row, rown=row + npairs)
+                    env["theirs"] = eval(theirs, env)
+                    if row > pair:
+                        for at in zero:
+                            events.append(("zeroed", eval(at, env)))
+                            words.pop(eval(at, env))
+                    if row + npairs < rows:
+                        for i, at in enumerate(publish):
+                            assert eval(at, env) not in words, "published over a word not yet zeroed"
+                            words[eval(at, env)] = (launch, row + npairs, 1 - half, i)
                     yield
-                    if k > 0:
-                        words.pop((row - npairs, 1 - half), None)
-                    while words.get((row, 1 - half)) is None:
-                        yield
-                    assert words[(row, 1 - half)] == (launch, row), (seed, launch, row)
+                    for i, at in enumerate(read):
+                        while eval(at, env) not in words:
+                            yield
+                        assert words[eval(at, env)] == (launch, row, half, i), (seed, launch, row)
                     yield
-                words.pop((row_list[-1], 1 - half), None)  # (after the barrier)
+                env["last"] = eval(last, env)
+                for at in zero_last:
+                    words.pop(eval(at, env))
             live = [program(p, h) for p in range(npairs) for h in (0, 1)]
             while live:
                 g = rng.choice(live)
@@ -206,21 +235,69 @@ def test_each_word_read_is_zero_again_after_the_launch():
                 except StopIteration:
                     live.remove(g)
             assert not words, (seed, launch, words)
+            assert all(0 <= at < 2 * rows * 2 for _, at in events)  # below `broken`, at 2 * R * 2
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
 @pytest.mark.parametrize("cols", [32768, 24576])
 def test_the_pair_kernel_compiles_within_shared_memory_and_registers(cols, tmp_path, monkeypatch):
     """Compiled for sm_90 as the launch specializes it: three rows' halves of x and dy and a
-    half of w within a block's 227 KiB, dw's and db's accumulators in registers, with at most a
-    16-byte stack (Triton 3.9; loading the next rows' statistics after the first pass, which
-    took 326 -> 304 us on the H200 with Triton 3.6, spills that much at 32768 columns)."""
+    half of w within a block's 227 KiB, dw's and db's accumulators in registers with a stack of
+    at most 32 bytes (Triton 3.6, the H200's, spills 8 at 32768 columns, outside the main loop;
+    3.9 spills 24), and the barrier written out before the words are zeroed merged with the one
+    the first wait needs: the main loop has as many barriers as without it."""
+    from benchmarks.sweep_shared_row import main_loop
+
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     plan = layernorm_plan(True)
     cfg = SharedRowConfig(PER_THREAD, 16, cols // 2 // (PER_THREAD * 32 * 16), along_the_row(plan), pair=True)
     ks = generate_shared_row(plan, LAYOUT, f"fuser_pair_{cols}", cfg)
-    shared, usage = compile_for_sm90(ks, cfg)
+    sass = []
+    shared, usage = compile_for_sm90(ks, cfg, sass=sass)
     assert shared <= 227 * 1024
     if usage == NO_CUOBJDUMP:
         pytest.skip(usage)
-    assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= 16, usage
+    assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= 32, usage
+    # the same kernel without the written-out barrier of the loop (the epilogue's kept)
+    head, loop = ks.source.split("for row in range(pair, R, NP):")
+    source = head + "for row in range(pair, R, NP):" + loop.replace(
+        "        BARRIER()\n        if row > pair:", "        if row > pair:", 1)
+    without = replace(ks, name=f"fuser_pair_{cols}_nb", source=source.replace(f"fuser_pair_{cols}(", f"fuser_pair_{cols}_nb("))
+    assert without.source.count("BARRIER()") == ks.source.count("BARRIER()") - 1
+    compile_for_sm90(without, cfg, sass=sass)
+
+    def barriers(text: str) -> int:
+        return sum(bool(re.search(r"\bBAR\.SYNC", line)) for line in main_loop(text))
+    assert barriers(sass[0]) == barriers(sass[1]) > 0
+
+
+def test_a_refused_cooperative_launch_runs_the_two_kernels_from_then_on():
+    """Under MPS or a green context fewer processors may be free than the device counts: the
+    driver refuses the pair form's cooperative launch, before anything is enqueued, and that
+    launch and the following run the two-kernel form. Any other error is raised."""
+    from fuser.codegen.launch import _SharedRowLaunch
+
+    class Refused:
+        source, compiles, cold = "", 1, False
+
+        def __init__(self, message):
+            self.message, self.calls = message, 0
+
+        def __call__(self, inputs, device, dests=None):
+            self.calls += 1
+            raise RuntimeError(self.message)
+    made = []
+
+    def fallback(inputs):
+        made.append(inputs)
+        return lambda inputs, device, dests=None: ["two kernels"]
+    refused = Refused("Triton Error [CUDA]: too many blocks in cooperative launch")
+    launch = _SharedRowLaunch(refused, fallback, (), cooperative=True)
+    assert launch([], None) == ["two kernels"] and launch([], None) == ["two kernels"]
+    assert refused.calls == 1 and len(made) == 1
+    other = _SharedRowLaunch(Refused("Triton Error [CUDA]: an illegal memory access"), fallback, (), cooperative=True)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        other([], None)
+    plain = _SharedRowLaunch(refused, fallback, ())  # (not cooperative: raised as it comes)
+    with pytest.raises(RuntimeError, match="cooperative"):
+        plain([], None)
