@@ -354,13 +354,7 @@ class SharedRowWriter(KernelWriter):
                 if slots:
                     lines.append(f"T{v.name}_{buffer} = tl.allocate_shared_memory({STORAGE[v.dtype]}, "
                                  f"[{slots}, 1, BLOCK1], tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
-        for v in self.staged_columns:  # once: one copy group for them all
-            for j in range(cfg.chunks):
-                index = f"({j} * BLOCK1 + cols)"
-                lines.append(f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
-                             f"mask={index} < C)")
-        if self.staged_columns:
-            lines.append("async_copy.commit_group()")
+        lines += self._column_copies()
         for j in range(cfg.chunks):  # the first row's (parity 0)
             lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)", parity="0")
         for e in self.column_reductions:
@@ -373,6 +367,17 @@ class SharedRowWriter(KernelWriter):
             else:
                 lines += [f"{acc}_{j} = {init}" for j in range(cfg.chunks)]
         return lines
+
+    def _column_copies(self, start: str = "") -> list[str]:
+        """Copy the staged column inputs (a weight) into their chunks once, one copy group for
+        them all; `start`: the program's first column (a term of each chunk's index)."""
+        lines = []
+        for v in self.staged_columns:
+            for j in range(self.config.chunks):
+                index = f"({start}{j} * BLOCK1 + cols)"
+                lines.append(f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
+                             f"mask={index} < C)")
+        return lines + (["async_copy.commit_group()"] if self.staged_columns else [])
 
     def _copies(self, j: int, row: str, index: str, in_row: str = "", parity: str = "(1 - par)") -> list[str]:
         """Start copying chunk j (columns `index`) of row `row` of the staged row inputs (none

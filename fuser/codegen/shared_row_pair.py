@@ -163,13 +163,7 @@ class PairedRowWriter(SharedRowWriter):
             slots = BUFFERS * cfg.chunks if id(v) in self.row_ids else cfg.chunks
             lines.append(f"T{v.name}_smem = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{slots}, 1, BLOCK1], "
                          "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
-        for v in self.staged_columns:  # once: one copy group for them all
-            for j in range(cfg.chunks):
-                index = f"(col0 + {j} * BLOCK1 + cols)"
-                lines.append(f"COPY(T{v.name}_smem.index({j}), T{v.name}_ptr + {index} * T{v.name}_stride1, "
-                             f"mask={index} < C)")
-        if self.staged_columns:
-            lines.append("async_copy.commit_group()")
+        lines += self._column_copies("col0 + ")
         lines += self._row_copies("pair", "0") + self._row_copies("(pair + NP)", "1")
         for e in self.column_reductions:
             init = self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype), compute_type(e.out.dtype))

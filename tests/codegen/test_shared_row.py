@@ -376,9 +376,8 @@ def simulate_copies(source: str, iterations: int = 3) -> int:
     return checked
 
 
-def layernorm_kept_plan(stats_given: bool):
-    """The LayerNorm backward's plan with db apart (ApartParts.kept): three passes over the row
-    where mean and rstd are recomputed (var_mean; the row sums; dx and dw), two where given."""
+def layernorm_plan(stats_given: bool):
+    """The whole LayerNorm backward's inner-outer plan (dx, dw and db), planned on CPU."""
     fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=stats_given)
     x, w, dy = inputs(8, 256, "cpu")
     args = [x, w, dy]
@@ -387,7 +386,13 @@ def layernorm_kept_plan(stats_given: bool):
         args += [mean, torch.rsqrt(var + 1e-5)]
     fd.execute(args)
     (launcher,) = [k for k in fd.cache.last_runtime.launchers.values() if k.plan.parts is not None]
-    return launcher.plan.parts.apart.kept
+    return launcher.plan
+
+
+def layernorm_kept_plan(stats_given: bool):
+    """The LayerNorm backward's plan with db apart (ApartParts.kept): three passes over the row
+    where mean and rstd are recomputed (var_mean; the row sums; dx and dw), two where given."""
+    return layernorm_plan(stats_given).parts.apart.kept
 
 
 @pytest.mark.parametrize("chunks, ahead, batch", [(4, 0, 1), (4, 2, 1), (4, 4, 1), (16, 4, 1), (9, 0, 2), (7, 3, 2)])

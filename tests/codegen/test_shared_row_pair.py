@@ -13,24 +13,10 @@ from fuser.codegen.shared_row import SharedRowConfig, generate_shared_row, gluon
 from fuser.schedulers.heuristics import SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_WARPS
 
 from benchmarks.sweep_shared_row import NO_CUOBJDUMP, compile_for_sm90
-from tests.codegen.test_inner_outer import layernorm_bwd_fd
-from tests.codegen.test_shared_row import along_the_row, inputs, on_a_hopper, rmsnorm_plan
+from tests.codegen.test_shared_row import along_the_row, layernorm_plan, on_a_hopper, rmsnorm_plan
 
 LAYOUT = Layout(((0,),), ((1,),))
 PER_THREAD = SHARED_ROW_PAIR_VECTOR_BYTES // 2  # bf16
-
-
-def layernorm_plan(stats_given: bool):
-    """The whole LayerNorm backward's inner-outer plan (dx, dw and db), planned on CPU."""
-    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=stats_given)
-    x, w, dy = inputs(8, 256, "cpu")
-    args = [x, w, dy]
-    if stats_given:
-        var, mean = torch.var_mean(x.float(), -1, correction=0, keepdim=True)
-        args += [mean, torch.rsqrt(var + 1e-5)]
-    fd.execute(args)
-    (launcher,) = [k for k in fd.cache.last_runtime.launchers.values() if k.plan.parts is not None]
-    return launcher.plan
 
 
 def gate_config(monkeypatch, plan, cols):
