@@ -456,15 +456,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="cpu only with --quick (a smoke test of the eager path)")
     p.add_argument("--out", default="bench_out", help="folder for .json/.md/.png (bench_out/)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--part", default="",
+                   help="K/N: every N-th case from the K-th, so that N calls share the suite (a "
+                        "device call's time limit); --merge joins their .json files")
+    p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                   help="join the .json files of parts of one lease into one table, .json and "
+                        ".png in --out (no device needed); each row keeps its part's copy")
     p.add_argument("--list", action="store_true", help="list the cases and contenders, then exit")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing cells")
     return p.parse_args(argv)
 
 
-def select_cases(quick: bool, pattern: str) -> list[suite.Case]:
+def select_cases(quick: bool, pattern: str, part: str = "") -> list[suite.Case]:
     cases = suite.build_suite(quick)
     subs = [s for s in pattern.split(",") if s]
-    return [c for c in cases if not subs or any(s in c.name for s in subs)]
+    cases = [c for c in cases if not subs or any(s in c.name for s in subs)]
+    if part:
+        k, n = parse_part(part)
+        cases = cases[k - 1::n]  # (interleaved: each part takes cases of every shape and kind)
+    return cases
+
+
+def parse_part(part: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in part.split("/"))
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        sys.exit(f"bench: --part {part!r}: expected K/N with 1 <= K <= N, e.g. 1/2")
+    return k, n
+
+
+def merge_reports(paths: list[str], out: str) -> int:
+    """Join the reports of parts of one suite run (--part) into one: the rows in suite order,
+    the best peer and geomeans over all of them, the copy of each part named in the header."""
+    reports = []
+    for path in paths:
+        try:
+            reports.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            sys.exit(f"bench: --merge: cannot read {path}: {e}")
+    first = reports[0]
+    for path, r in zip(paths, reports):
+        for key in ("device", "contenders", "quick", "torch", "triton"):
+            if r.get(key) != first.get(key):
+                sys.exit(f"bench: --merge: {path} has {key} {r.get(key)!r}, {paths[0]} has {first.get(key)!r}: "
+                         "parts of one run must agree")
+    order = {c.name: k for k, c in enumerate(suite.build_suite(first["quick"]))}
+    rows = sorted((row for r in reports for row in r["cases"]), key=lambda row: order.get(row["name"], len(order)))
+    names = [row["name"] for row in rows]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        sys.exit(f"bench: --merge: {twice} measured in more than one part")
+    contenders = first["contenders"]
+    for row in rows:
+        row["results"].pop("best peer", None)
+    columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
+    means = column_geomeans(rows, columns)
+    table = markdown_table(rows, columns, means)
+    copies = [r["copy"]["gbps"] for r in reports]
+    title = (f"{first['device']}: copy {min(copies):.0f}-{max(copies):.0f} GB/s ({len(reports)} parts); "
+             f"torch {first['torch']}, triton {first['triton']}")
+    header = f"{title}; {', '.join(r['date'] for r in reports)}; cells = share of each part's copy bandwidth"
+    print(header + "\n\n" + table)
+    report = {**first, "date": [r["date"] for r in reports], "copy": [r["copy"] for r in reports],
+              "parts": list(paths), "columns": columns, "geomean": means, "cases": rows}
+    for note in write_outputs(Path(out), report, table, header, title):
+        log("bench: " + note)
+    return 0
 
 
 def select_contenders(requested: str, device: torch.device) -> list[str]:
@@ -505,13 +564,15 @@ def check_device(args: argparse.Namespace) -> torch.device:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        return merge_reports(args.merge, args.out)
     if args.list:
-        for case in select_cases(args.quick, args.cases):
+        for case in select_cases(args.quick, args.cases, args.part):
             print(f"{case.name:36s} {case.bytes_moved / 1e6:10.1f} MB")
         print("contenders:", ", ".join(CONTENDERS))
         return 0
     device = check_device(args)
-    cases = select_cases(args.quick, args.cases)
+    cases = select_cases(args.quick, args.cases, args.part)
     if not cases:
         sys.exit(f"bench: no case name contains {args.cases!r}; see --list")
     contenders = select_contenders(args.contenders, device)
@@ -531,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{title}; {env['date']}; cells = share of copy bandwidth"
     print(header + "\n\n" + table)
 
-    report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy,
+    report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy, "part": args.part,
               "contenders": contenders, "columns": columns, "geomean": means, "cases": rows}
     for note in write_outputs(Path(args.out), report, table, header, title):
         log("bench: " + note)
