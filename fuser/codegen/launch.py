@@ -550,8 +550,9 @@ APART_KEEPS_TWO_KERNELS = False
 
 # whether db apart is timed against the two-kernel form. On the H200 it won each time it was
 # (347 against 375 us and 384 against 411 us at 4096x32768, fourteenth to sixteenth sessions:
-# 4 row-sized reads and writes against 5), and timing it compiled the two-kernel form's row
-# kernel in all its timed forms, most of the LayerNorm backward definition's 6.8 s first call
+# 4 row-sized reads and writes against 5), and timing it compiled the two-kernel form too, its
+# row kernel in every timed form (the LayerNorm backward definition's first call at 4096x32768
+# took 6.8 s, 6.6 of it in the autotune phase)
 APART_TIMED = False
 
 # targets where launch forms are timed to choose between them (the interpreter's timings say
