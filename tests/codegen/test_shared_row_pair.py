@@ -287,3 +287,30 @@ def test_a_refused_cooperative_launch_runs_the_two_kernels_from_then_on():
     plain = _SharedRowLaunch(refused, fallback, ())  # (not cooperative: raised as it comes)
     with pytest.raises(RuntimeError, match="cooperative"):
         plain([], None)
+
+
+def test_jit_layernorm_backward_takes_the_pair_form_on_a_hopper(monkeypatch):
+    """fuser.jit's LayerNorm backward (mean and rstd saved by the forward: two passes) at 32768
+    columns, planned on CPU: the gate, as on an H200, splits its rows over pairs, and the pair
+    kernel is generated for its plan (the run itself goes on without it, on CPU)."""
+    import fuser
+    from fuser.codegen import launch, shared_row
+
+    names = shared_row.gluon_names  # (this Triton's: the kernel's names are checked against them)
+    gate = on_a_hopper(monkeypatch)
+    seen = []
+
+    def spy(plan, layout, cols, tensors, strides, extents, device):
+        config = gate(plan, layout, cols, tensors, strides, extents, torch.device("cuda"))
+        with monkeypatch.context() as m:
+            m.setattr(shared_row, "gluon_names", names)
+            seen.append((config, config is not None and generate_shared_row(plan, layout, "k", config) is not None))
+        return None
+    monkeypatch.setattr(launch, "shared_row_config", spy)
+
+    def layernorm(x, w, b):
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
+    x, w, b = (torch.randn(*shape, dtype=torch.bfloat16, requires_grad=True) for shape in ((4, 32768), (32768,), (32768,)))
+    fuser.jit(layernorm)(x, w, b).backward(torch.randn_like(x))
+    assert len(seen) == 1 and seen[0][0].pair and seen[0][0].chunks == 4
+    assert seen[0][1] or not names()  # (generated, where this Triton has Gluon)
