@@ -486,8 +486,9 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
     stack and read 0.72-0.73 of copy at 4096x32768 on the H200 against 0.80)."""
     per_thread, warps = SHARED_ROW_VECTOR_BYTES // 2, SHARED_ROW_WARPS
     cols, plan = 32768, rmsnorm_plan(given_rstd)
-    # four chunks of x and dy held twice, as the gate chooses (see the test above)
-    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), along_the_row(plan), ahead=4)
+    # the plain copy schedule, which the launch runs (the gate's four chunks held twice spilled
+    # 40 bytes with Triton 3.6, the H200's, recomputing rstd)
+    cfg = SharedRowConfig(per_thread, warps, cols // (per_thread * 32 * warps), along_the_row(plan))
     ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "fuser_shared_row_test", cfg)
     assert ks is not None
     shared, usage = compile_for_sm90(ks, cfg)
