@@ -46,6 +46,7 @@ from .types import STORAGE, compute_type
 
 SPIN = 1 << 22  # polls of a partner's words before taking them as never coming (seconds of L2 round trips)
 _ASSIGNED = re.compile(r"\s*(\w+) = ")
+_UNRENAMED = re.compile(r"\s*(\w+\s*[-+*/%&|^]=|\w+\s*,[\w\s,]*=[^=])")  # augmented or tuple assignments
 _SUM = re.compile(r"tl\.sum\((acc\w+), axis=1, keep_dims=True\)")
 _NAME = re.compile(r"(?<![.\w])([A-Za-z_]\w*)\b")
 
@@ -78,6 +79,8 @@ class PairedRowWriter(SharedRowWriter):
         self._words = ns
         first = pre + [line for j in range(n) for line in
                        [f"async_copy.wait_group({2 * n - 1 - j})"] + self._chunk(0, j, "nb")]
+        if any(_UNRENAMED.match(line) for line in first):
+            return None  # (an assignment `_renamed` does not follow: no pair form rather than a wrong one)
         renamed, assigned = _renamed(first, {"row": "rown"})
         totals = {acc: f"tl.full([BLOCK0, 1], p{i} + (w{i} - 1).to(tl.float32, bitcast=True), tl.float32, LAYOUT)"
                   for i, acc in enumerate(sums)}

@@ -314,3 +314,18 @@ def test_jit_layernorm_backward_takes_the_pair_form_on_a_hopper(monkeypatch):
     fuser.jit(layernorm)(x, w, b).backward(torch.randn_like(x))
     assert len(seen) == 1 and seen[0][0].pair and seen[0][0].chunks == 4
     assert seen[0][1] or not names()  # (generated, where this Triton has Gluon)
+
+
+def test_a_first_pass_the_renaming_cannot_follow_is_declined(monkeypatch):
+    """`_renamed` follows plain assignments only: a first pass with an augmented or a tuple
+    assignment (none is written today) gets no pair form rather than a wrongly renamed one."""
+    from fuser.codegen import shared_row_pair
+
+    plan = layernorm_plan(True)
+    config = SharedRowConfig(PER_THREAD, 16, 2, along_the_row(plan), pair=True)
+    assert generate_shared_row(plan, LAYOUT, "k", config) is not None
+    real = shared_row_pair.PairedRowWriter._chunk
+    for line in ("acc_x += 1.0", "a, b = f(c)"):
+        monkeypatch.setattr(shared_row_pair.PairedRowWriter, "_chunk",
+                            lambda self, k, j, buffer, line=line: real(self, k, j, buffer) + [line])
+        assert generate_shared_row(plan, LAYOUT, "k", config) is None
