@@ -338,7 +338,7 @@ def add_best_peer(rows: list[dict], contenders: list[str]) -> bool:
     if not peers:
         return False
     for row in rows:
-        timed = [p for p in peers if "share" in row["results"][p]]
+        timed = [p for p in peers if "share" in (row["results"].get(p) or {})]
         best = max(timed, key=lambda p: row["results"][p]["share"], default=None)
         row["results"]["best peer"] = best and {**row["results"][best], "from": best}
     return True
@@ -457,8 +457,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="bench_out", help="folder for .json/.md/.png (bench_out/)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--part", default="",
-                   help="K/N: every N-th case from the K-th, so that N calls share the suite (a "
-                        "device call's time limit); --merge joins their .json files")
+                   help="K/N: the K-th of N runs of consecutive cases, so that N calls share the "
+                        "suite (a device call's time limit); --merge joins their .json files")
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="join the .json files of parts of one lease into one table, .json and "
                         ".png in --out (no device needed); each row keeps its part's copy")
@@ -473,39 +473,63 @@ def select_cases(quick: bool, pattern: str, part: str = "") -> list[suite.Case]:
     cases = [c for c in cases if not subs or any(s in c.name for s in subs)]
     if part:
         k, n = parse_part(part)
-        cases = cases[k - 1::n]  # (interleaved: each part takes cases of every shape and kind)
+        # (contiguous, as many cases each: a part takes whole shapes, each with every kind)
+        cases = cases[(k - 1) * len(cases) // n:k * len(cases) // n]
     return cases
 
 
 def parse_part(part: str) -> tuple[int, int]:
-    try:
-        k, n = (int(x) for x in part.split("/"))
-    except ValueError:
-        k = n = 0
-    if not 1 <= k <= n:
+    found = part_of(part)
+    if found is None:
         sys.exit(f"bench: --part {part!r}: expected K/N with 1 <= K <= N, e.g. 1/2")
-    return k, n
+    return found
+
+
+def part_of(part) -> tuple[int, int] | None:
+    """(K, N) of a part `K/N`, or None."""
+    try:
+        k, n = (int(x) for x in str(part).split("/"))
+    except ValueError:
+        return None
+    return (k, n) if 1 <= k <= n else None
+
+
+# what the parts of one run must agree on
+_SAME_RUN = ("device", "contenders", "quick", "seed", "torch", "triton", "liger_kernel", "python")
 
 
 def merge_reports(paths: list[str], out: str) -> int:
-    """Join the reports of parts of one suite run (--part) into one: the rows in suite order,
-    the best peer and geomeans over all of them, the copy of each part named in the header."""
+    """Join the reports of the N parts of one suite run (--part K/N, every K once) into one: the
+    rows in suite order, the best peer and geomeans over all of them, the copy of each part
+    named in the header."""
     reports = []
     for path in paths:
         try:
-            reports.append(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as e:
-            sys.exit(f"bench: --merge: cannot read {path}: {e}")
-    first = reports[0]
-    for path, r in zip(paths, reports):
-        for key in ("device", "contenders", "quick", "torch", "triton"):
+            report = json.loads(Path(path).read_text())
+            k, n = (part_of(report.get("part")) if isinstance(report, dict) else None) or (0, 0)
+            copy = report["copy"]["gbps"] if k else None
+            rows = report["cases"] if k else None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"bench: --merge: cannot read {path} as a report of a part: {type(e).__name__}: {e}")
+        if not k:
+            sys.exit(f"bench: --merge: {path} is not a report of one part (--part K/N)")
+        reports.append((path, report, k, n, copy, rows))
+    first = reports[0][1]
+    for path, r, *_ in reports:
+        for key in _SAME_RUN:
             if r.get(key) != first.get(key):
                 sys.exit(f"bench: --merge: {path} has {key} {r.get(key)!r}, {paths[0]} has {first.get(key)!r}: "
                          "parts of one run must agree")
+    n = reports[0][3]
+    parts = sorted(k for _, _, k, m, _, _ in reports if m == n)
+    if len(parts) != len(reports) or parts != list(range(1, n + 1)):
+        found = ", ".join(f"{k}/{m}" for _, _, k, m, _, _ in reports)
+        sys.exit(f"bench: --merge: expected the parts 1/{n} to {n}/{n} once each, got {found}")
     order = {c.name: k for k, c in enumerate(suite.build_suite(first["quick"]))}
-    rows = sorted((row for r in reports for row in r["cases"]), key=lambda row: order.get(row["name"], len(order)))
+    rows = sorted((row for *_, part_rows in reports for row in part_rows),
+                  key=lambda row: order.get(row["name"], len(order)))
     names = [row["name"] for row in rows]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         sys.exit(f"bench: --merge: {twice} measured in more than one part")
     contenders = first["contenders"]
@@ -514,12 +538,13 @@ def merge_reports(paths: list[str], out: str) -> int:
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
     table = markdown_table(rows, columns, means)
-    copies = [r["copy"]["gbps"] for r in reports]
-    title = (f"{first['device']}: copy {min(copies):.0f}-{max(copies):.0f} GB/s ({len(reports)} parts); "
+    copies = [copy for *_, copy, _ in reports]
+    title = (f"{first['device']}: copy {min(copies):.0f}-{max(copies):.0f} GB/s ({n} parts); "
              f"torch {first['torch']}, triton {first['triton']}")
-    header = f"{title}; {', '.join(r['date'] for r in reports)}; cells = share of each part's copy bandwidth"
+    dates = [r["date"] for _, r, *_ in reports]
+    header = f"{title}; {', '.join(dates)}; cells = share of each part's copy bandwidth"
     print(header + "\n\n" + table)
-    report = {**first, "date": [r["date"] for r in reports], "copy": [r["copy"] for r in reports],
+    report = {**first, "date": dates, "copy": [r["copy"] for _, r, *_ in reports], "part": f"1-{n}/{n} merged",
               "parts": list(paths), "columns": columns, "geomean": means, "cases": rows}
     for note in write_outputs(Path(out), report, table, header, title):
         log("bench: " + note)

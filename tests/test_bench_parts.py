@@ -30,9 +30,47 @@ def test_parts_cover_the_suite_once_and_merge_into_one_table_in_suite_order(tmp_
     assert [row["name"] for row in report["cases"]] == names  # (the suite's order)
     assert len(report["copy"]) == 2 and "(2 parts)" in merged.stdout
     twice = bench("--merge", files[0], files[0], "--out", str(tmp_path / "twice"))
-    assert twice.returncode != 0 and "more than one part" in twice.stderr
+    assert twice.returncode != 0 and "expected the parts 1/2 to 2/2 once each" in twice.stderr
 
 
 def test_a_part_out_of_range_is_refused():
     done = bench("--quick", "--part", "3/2", "--list")
     assert done.returncode != 0 and "expected K/N" in done.stderr
+
+
+def report(part: str, rows: dict, seed: int = 0) -> dict:
+    """A made-up report of one part: rows {case: {contender: share}}."""
+    contenders = ["eager", "torch.compile", "liger", "fuser"]
+    return {"device": "GPU", "torch": "2", "triton": "3", "liger_kernel": "0", "python": "3", "quick": False,
+            "seed": seed, "date": f"d{part}", "copy": {"gbps": 4000.0 + len(part)}, "part": part,
+            "contenders": contenders,
+            "cases": [{"name": name, "results": {c: {"share": v} for c, v in cells.items()}} for name, cells in rows.items()]}
+
+
+def test_merge_recomputes_the_best_peer_and_refuses_an_incomplete_or_mixed_set(tmp_path, capsys):
+    """In process, on made-up reports with peers: the best peer taken over the joined rows,
+    geomeans over all of them, the rows in suite order; a missing or repeated part, a part of
+    another run (another seed), a report that is no part, each refused with a message."""
+    sys.path.insert(0, str(ROOT))
+    import pytest
+
+    from benchmarks import harness, suite
+
+    names = [c.name for c in suite.build_suite(False)]
+    a = report("1/2", {names[3]: {"eager": 0.1, "torch.compile": 0.5, "liger": 0.6, "fuser": 0.9}})
+    b = report("2/2", {names[0]: {"eager": 0.2, "torch.compile": 0.7, "fuser": 0.8}})
+    paths = []
+    for k, r in enumerate((a, b, report("2/2", {}, seed=1), {"cases": []}, report("1/3", {}))):
+        paths.append(str(tmp_path / f"r{k}.json"))
+        Path(paths[-1]).write_text(json.dumps(r))
+    assert harness.merge_reports(paths[:2], str(tmp_path / "out")) == 0
+    merged = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert [row["name"] for row in merged["cases"]] == [names[0], names[3]]
+    assert [row["results"]["best peer"]["from"] for row in merged["cases"]] == ["torch.compile", "liger"]
+    assert abs(merged["geomean"]["best peer"]["geomean"] - (0.7 * 0.6) ** 0.5) < 1e-9
+    assert merged["part"] == "1-2/2 merged"
+    for bad, message in (([paths[0]], "expected the parts"), ([paths[0], paths[0]], "expected the parts"),
+                         ([paths[0], paths[2]], "seed"), ([paths[0], paths[3]], "not a report of one part"),
+                         ([paths[0], paths[4]], "expected the parts"), ([str(tmp_path / "out" / "x.json")], "cannot read")):
+        with pytest.raises(SystemExit, match=message):
+            harness.merge_reports(bad, str(tmp_path / "bad"))

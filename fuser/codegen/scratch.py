@@ -1,4 +1,5 @@
-"""Memory a prepared launch keeps between its calls: the zeroed semaphores of a split reduction run in one kernel (codegen/split_kernel.py) and the
+"""Memory a prepared launch keeps between its calls: the zeroed semaphores of a split reduction run in one kernel (codegen/split_kernel.py)
+and of the shared-row kernel's pair form (its exchanged words: codegen/shared_row_pair.py), and the
 workspaces of split and inner-outer reductions (in their accumulators' types), one set for each stream and thread
 (`stream_key`, computed once a call by the launch). Kernels of one stream never overlap, so a
 call may reuse what the stream's previous call used; another stream's kernels could run at the

@@ -46,7 +46,8 @@ from .types import STORAGE, compute_type
 
 SPIN = 1 << 22  # polls of a partner's words before taking them as never coming (seconds of L2 round trips)
 _ASSIGNED = re.compile(r"\s*(\w+) = ")
-_UNRENAMED = re.compile(r"\s*(\w+\s*[-+*/%&|^]=|\w+\s*,[\w\s,]*=[^=])")  # augmented or tuple assignments
+_KEYWORDS = re.compile(r"\s*(if|elif|else|for|while|return)\b")
+_TOP_EQ = re.compile(r"(?<![=!])(?<![^<]<)(?<![^>]>)=(?!=)")  # an `=` of no comparison (`<<=` is one)
 _SUM = re.compile(r"tl\.sum\((acc\w+), axis=1, keep_dims=True\)")
 _NAME = re.compile(r"(?<![.\w])([A-Za-z_]\w*)\b")
 
@@ -79,7 +80,7 @@ class PairedRowWriter(SharedRowWriter):
         self._words = ns
         first = pre + [line for j in range(n) for line in
                        [f"async_copy.wait_group({2 * n - 1 - j})"] + self._chunk(0, j, "nb")]
-        if any(_UNRENAMED.match(line) for line in first):
+        if any(_unrenamed(line) for line in first):
             return None  # (an assignment `_renamed` does not follow: no pair form rather than a wrong one)
         renamed, assigned = _renamed(first, {"row": "rown"})
         totals = {acc: f"tl.full([BLOCK0, 1], p{i} + (w{i} - 1).to(tl.float32, bitcast=True), tl.float32, LAYOUT)"
@@ -114,11 +115,14 @@ class PairedRowWriter(SharedRowWriter):
         zero = ["BARRIER()", "if row > pair:"] + [
             f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
         loop += ["rown = row + NP"] + first_pass[:at] + zero + first_pass[at:] + publish("rown", "_n") + ahead
-        loop += ["polls = 0", f"while ({late}) & (polls < {SPIN}):"] + ["    " + w for w in words]
+        # (`spin`: SPIN, or 0 once a partner never came: the program's later rows wait no more)
+        loop += ["polls = 0", f"while ({late}) & (polls < spin):"] + ["    " + w for w in words]
         loop += ["    polls += 1",
-                 f"if polls >= {SPIN}:  # a partner that never came: this launch and every later one NaN",
+                 "gave_up = polls >= spin",
+                 "if gave_up:  # a partner that never came: this launch and every later one NaN",
                  f"    tl.store(SEM_ptr + 2 * R * {ns}, 1)",
-                 f"ok = ((polls < {SPIN}) & (broken == 0)).to(tl.int32)"]
+                 "    spin = 0",
+                 "ok = ((gave_up == 0) & (broken == 0)).to(tl.int32)"]
         loop += [f"w{i} = w{i} * ok  # (a zero word reads as NaN)" for i in range(ns)]
         loop += last
         loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
@@ -160,7 +164,7 @@ class PairedRowWriter(SharedRowWriter):
         cfg = self.config
         lines = ["LAYOUT: tl.constexpr = tl.BlockedLayout([1, SPT], [1, 32], [1, WARPS], [1, 0])"] + head
         lines += ["NP = tl.num_programs(0) // 2", "pair = pid // 2", "half = pid % 2", "col0 = half * (C // 2)",
-                  f"broken = tl.load(SEM_ptr + 2 * R * {self._words})"]
+                  f"broken = tl.load(SEM_ptr + 2 * R * {self._words})", f"spin = {SPIN}"]
         lines += self.first_row_loads + [f"cols = {self.arange('BLOCK1', 1)}"]
         for v in self.staged:
             slots = BUFFERS * cfg.chunks if id(v) in self.row_ids else cfg.chunks
@@ -175,9 +179,10 @@ class PairedRowWriter(SharedRowWriter):
 
     def _pair_epilogue(self, ns: int) -> list[str]:
         # the partner's words of this program's last row, zeroed once every thread has read them
+        # (`pair < R` as the prologue's publish: the launch takes at most R pairs)
         lines = ["async_copy.wait_group(0)",  # (the copies past the last row copy nothing)
-                 "BARRIER()", "last = pair + (R - 1 - pair) // NP * NP"]
-        lines += [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * {ns} + {i}, 0)" for i in range(ns)]
+                 "BARRIER()", "last = pair + (R - 1 - pair) // NP * NP", "if pair < R:"]
+        lines += [f"    tl.store(SEM_ptr + (last * 2 + 1 - half) * {ns} + {i}, 0)" for i in range(ns)]
         for k, e in enumerate(self.column_reductions):
             for j in range(self.config.chunks):
                 index = f"(col0 + {j} * BLOCK1 + cols)"
@@ -187,6 +192,21 @@ class PairedRowWriter(SharedRowWriter):
     def imports(self) -> list[str]:
         # Gluon's CTA barrier was renamed between releases
         return super().imports() + ["BARRIER = getattr(tl, 'barrier', None) or getattr(tl, 'thread_barrier')"]
+
+
+def _unrenamed(line: str) -> bool:
+    """Whether `line` assigns other than `name = ...` (augmented, tuple, subscript or annotated
+    assignments): an `=` at the top level of the statement, outside brackets, that `_ASSIGNED`
+    does not match."""
+    if _KEYWORDS.match(line) or _ASSIGNED.match(line):
+        return False
+    depth = 0
+    for k, ch in enumerate(line):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "=" and depth == 0 and _TOP_EQ.match(line, k):
+            return True
+    return False
 
 
 def _renamed(lines: list[str], fixed: dict[str, str], suffix: str = "_n") -> tuple[list[str], set[str]]:

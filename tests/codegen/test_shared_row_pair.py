@@ -152,8 +152,8 @@ def test_the_sums_are_published_before_the_partners_are_awaited_and_zeroed_once_
     uses = [k for k, line in enumerate(body) if "(w0 - 1).to(tl.float32, bitcast=True)" in line]
     assert len(uses) == 1 and uses[0] > first("w0 = w0 * ok")  > first("while ((w0 == 0) | (w1 == 0))")
     tail = [line.strip() for line in tail.splitlines()]
-    assert tail[:2] == ["BARRIER()", "last = pair + (R - 1 - pair) // NP * NP"]
-    assert tail[2:4] == [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * 2 + {i}, 0)" for i in range(2)]
+    assert tail[:3] == ["BARRIER()", "last = pair + (R - 1 - pair) // NP * NP", "if pair < R:"]
+    assert tail[3:5] == [f"tl.store(SEM_ptr + (last * 2 + 1 - half) * 2 + {i}, 0)" for i in range(2)]
     # the first pass of the next row runs on names of its own, carried to the next iteration
     assert "p0 = p0_n" in body and any(re.fullmatch(r"T\d+_next = T\d+_next_n", line) for line in body)
 
@@ -166,11 +166,12 @@ def _word(line: str, call: str) -> Optional[str]:
 
 @pytest.mark.parametrize("rows, npairs", [(11, 3), (7, 7), (1, 1), (9, 2), (40, 6)])
 def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
-    """The exchange as the source writes it, for one pair's two programs interleaved at random
-    over three launches: the word offsets of each publish, read and zeroing evaluated from the
-    source's expressions, in the source's order of events. Every wait ends on the partner's sum
-    of that row from this launch, each word is published, read and zeroed once, and all are
-    zero (and `broken` never set) after each launch."""
+    """The exchange as the source writes it, for every pair's two programs interleaved at
+    random over three launches (one row; as many rows as pairs, the most the launch takes;
+    several rows a pair): the word offsets of each publish, read and zeroing evaluated from
+    the source's expressions, in the source's order of events. Every wait ends on the
+    partner's sum of that row from this launch, each word is published, read and zeroed once,
+    all are zero after each launch, and none is past the row words (`broken` follows them)."""
     import random
 
     source = pair_source(2)
@@ -191,6 +192,7 @@ def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
             def program(pair, half):
                 env = dict(pair=pair, half=half, NP=npairs, R=rows)
                 for i, at in enumerate(first_publish):
+                    events.append(("published", eval(at, env)))
                     words[eval(at, env)] = (launch, pair, 1 - half, i)  # (who reads it: the partner)
                 yield
                 for row in range(pair, rows, npairs):
@@ -202,6 +204,7 @@ def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
                             words.pop(eval(at, env))
                     if row + npairs < rows:
                         for i, at in enumerate(publish):
+                            events.append(("published", eval(at, env)))
                             assert eval(at, env) not in words, "published over a word not yet zeroed"
                             words[eval(at, env)] = (launch, row + npairs, 1 - half, i)
                     yield
@@ -212,6 +215,7 @@ def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
                     yield
                 env["last"] = eval(last, env)
                 for at in zero_last:
+                    events.append(("zeroed", eval(at, env)))
                     words.pop(eval(at, env))
             live = [program(p, h) for p in range(npairs) for h in (0, 1)]
             while live:
@@ -221,7 +225,7 @@ def test_each_word_is_published_read_and_zeroed_once_a_launch(rows, npairs):
                 except StopIteration:
                     live.remove(g)
             assert not words, (seed, launch, words)
-            assert all(0 <= at < 2 * rows * 2 for _, at in events)  # below `broken`, at 2 * R * 2
+            assert events and all(0 <= at < 2 * rows * 2 for _, at in events)  # below `broken`, at 2 * R * 2
 
 
 @pytest.mark.skipif(not gluon_names(), reason="this Triton has no Gluon")
