@@ -150,23 +150,23 @@ PAIRS = True
 def pair_config(plan: KernelPlan, cols: int, staged: tuple[int, ...], sizes: list[int], row_bytes: int,
                 device: torch.device) -> Optional[SharedRowConfig]:
     """The pair form (each row split over two programs) where one program's column accumulators
-    would not fit: each half whole chunks of SHARED_ROW_PAIR_VECTOR_BYTES a thread, three rows'
-    halves of the row inputs and a half of the column inputs in shared memory, the half's
-    accumulators in registers; None where these do not hold."""
+    would not fit: each half whole chunks of SHARED_ROW_PAIR_VECTOR_BYTES a thread (or half as
+    many, where those do not divide the half: 20480 columns), three rows' halves of the row
+    inputs and a half of the column inputs in shared memory, the half's accumulators in
+    registers; None where these do not hold."""
     if not PAIRS:
         return None
-    per_thread = max(1, SHARED_ROW_PAIR_VECTOR_BYTES // max(sizes))
-    block1 = per_thread * 32 * SHARED_ROW_WARPS
-    if cols % (2 * block1):
-        return None
-    config = SharedRowConfig(per_thread, SHARED_ROW_WARPS, cols // 2 // block1, staged, pair=True)
     half = cols // 2
     shared = (SHARED_ROW_PAIR_BUFFERS * row_bytes + sum(sizes) - row_bytes) * half
-    in_registers = len(plan.parts.split.column_reductions)
-    if (shared > max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
-            or in_registers * config.chunks * per_thread > SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD):
+    if cols % 2 or shared > max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES:
         return None
-    return config
+    in_registers = len(plan.parts.split.column_reductions)
+    for vector_bytes in (SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_PAIR_VECTOR_BYTES // 2):
+        per_thread = max(1, vector_bytes // max(sizes))
+        block1 = per_thread * 32 * SHARED_ROW_WARPS
+        if half % block1 == 0 and in_registers * (half // block1) * per_thread <= SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD:
+            return SharedRowConfig(per_thread, SHARED_ROW_WARPS, half // block1, staged, pair=True)
+    return None
 
 
 def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: torch.device,

@@ -66,7 +66,8 @@ SHARED_ROW_SCHEDULES: tuple[tuple[bool, int], ...] = ((False, 1),)
 # (codegen/shared_row_pair.py): three rows' halves of x and dy in shared memory (224 KiB of the
 # H200's 227 at 32768 bf16 columns), 16 bytes a thread a chunk (a hand-written form of it read
 # 0.72 of copy at 8 bf16 a thread and 16 warps, 0.64-0.65 at 4; docs/performance.md, fifteenth
-# session)
+# session); half as many where a half row is no whole number of 16-byte chunks (20480 and 28672
+# columns), still above db apart's 0.55-0.60 as a probe
 SHARED_ROW_PAIR_VECTOR_BYTES = 16
 SHARED_ROW_PAIR_BUFFERS = 3
 # of a block's shared memory, for the reductions' scratch (the RMSNorm backward's kernel at 32768

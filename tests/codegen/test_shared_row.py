@@ -210,7 +210,7 @@ def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, s
 
 # (1 and 7 rows: fewer than the pairs; 300 and 1000: pairs that take several rows, each
 # exchanging its sums while the next row's first pass runs)
-@pytest.mark.parametrize("rows, cols", [(1, 32768), (7, 32768), (300, 32768), (1000, 24576)])
+@pytest.mark.parametrize("rows, cols", [(1, 32768), (7, 32768), (300, 32768), (1000, 24576), (300, 20480)])
 @pytest.mark.gpu
 @hopper
 def test_layernorm_backward_given_its_statistics_splits_each_row_over_a_pair(rows, cols):
