@@ -42,6 +42,10 @@ The second form (`pair2`, kernel(nch, v2=True)) hides them:
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_layernorm_pair.py
     .venv/bin/python benchmarks/sweep_layernorm_pair.py --compile   # no GPU: compile for sm_90
 
+After the probes of each shape, the generator's own pair form (fuser/codegen/shared_row_pair.py,
+the definition given mean and rstd) runs on the same tensors, checked and timed: the probe is
+the mark it is measured against.
+
 Each form (the two pair forms side by side in each config) is checked against float64
 autograd before it is timed, beside the two-kernel form of `sweep_norm_bwd_wide.py`; traffic
 is x and dy read once and dx written once, as a share of the copy measured in the same run.
@@ -56,8 +60,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, tensors,  # noqa: E402
-                                            run_probe, time_checked, two)
+from benchmarks.sweep_norm_bwd_wide import (errors, k_combine, load_generated, make_fn, reference,  # noqa: E402
+                                            run_probe, tensors, time_checked, two)
 
 BUFFERS = 3  # row halves in shared memory: row k (second pass), k+1 (first pass), k+2 (copying)
 SPIN = 1 << 22  # polls of a partner's flag (pair2: words) before giving up (seconds: each poll is an L2 round trip or two)
@@ -279,6 +283,34 @@ class PairForm:
         k_combine[(triton.cdiv(self.C, 128), 2)](self.ws, t["out"], self.npairs, self.C, BP=16, BC=128, num_warps=4)
 
 
+def time_generated(head: str, t: dict, ref, copy: float) -> None:
+    """The generator's pair form (fuser/codegen/shared_row_pair.py) on the same tensors, as the
+    LayerNorm backward definition given mean and rstd runs it: checked against `ref` (its
+    outputs copied into t's), then timed alone (fd.execute, do_bench's median). Run beside the
+    probes under a profiler (ncu --clock-control none) to compare their kernels' stalls."""
+    from benchmarks.sweep_shared_row import layernorm_bwd_given_stats
+
+    try:
+        fd = layernorm_bwd_given_stats()
+        xf = t["x"].float()
+        var, mean = torch.var_mean(xf, 1, correction=0, keepdim=True)
+        args = [t["x"], t["w"], t["dy"], mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()]
+        dx, dw, db = fd.execute(args)
+        if "two Gluon programs a row" not in fd.last_triton_code():
+            print(f"{head} not run: the launch took another form", flush=True)
+            return
+        t["dx"].copy_(dx)
+        t["out"][0].copy_(dw)
+        t["out"][1].copy_(db)
+        torch.cuda.synchronize()
+        e_dx, e_w = errors(t, ref)
+        ms = triton.testing.do_bench(lambda: fd.execute(args), return_mode="median")
+        verdict = "ok" if e_dx <= 1.0 and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw/db {e_w:.3f}"
+        print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
+    except Exception as e:  # noqa: BLE001 (a form that fails is a row, not a stop)
+        print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
+
+
 CONFIGS = [dict(spt=4, warps=16), dict(spt=8, warps=16), dict(spt=4, warps=8)]
 PAIRS = [(form, cfg) for cfg in CONFIGS for form in ("pair", "pair2")]  # each config's two forms side by side
 
@@ -304,6 +336,7 @@ def main() -> None:
                 return made[-1]
             time_checked(head, make, t, ref, copy, broken=lambda: "a partner's sums never came (spin limit)"
                          if isinstance(made[-1], PairForm) and made[-1].err.item() else None)
+        time_generated(f"layernorm {R}x{C} {'generated':10s} {'(fuser, given mean and rstd)':36s}", t, ref, copy)
         t = ref = None  # (freed before the next shape's)
         torch.cuda.empty_cache()
 
