@@ -74,33 +74,43 @@ class PairedRowWriter(SharedRowWriter):
         if not sums or "tl.reduce(" in "\n".join(mid) or any(
                 not inits.get(acc, "").endswith(", tl.float32, LAYOUT)") for acc in sums):
             return None
-        # (its words a (row, half); one more, `broken`, after those of every row)
-        self.add_param("SEM_ptr", ArgSpec("semaphore", dim=len(sums)))
         n, ns = self.config.chunks, len(sums)
-        self._words = ns
         first = pre + [line for j in range(n) for line in
                        [f"async_copy.wait_group({2 * n - 1 - j})"] + self._chunk(0, j, "nb")]
         if any(_unrenamed(line) for line in first):
             return None  # (an assignment `_renamed` does not follow: no pair form rather than a wrong one)
+        # (its words a (row, half); one more, `broken`, after those of every row)
+        self.add_param("SEM_ptr", ArgSpec("semaphore", dim=ns))
+        self._words = ns
         renamed, assigned = _renamed(first, {"row": "rown"})
         totals = {acc: f"tl.full([BLOCK0, 1], p{i} + (w{i} - 1).to(tl.float32, bitcast=True), tl.float32, LAYOUT)"
                   for i, acc in enumerate(sums)}
         last = [_SUM.sub(lambda m: totals[m.group(1)], line) for line in mid] + self._last_pass() + post
         carried = _carried(first, assigned, last)
-
-        def publish(row: str, suffix: str) -> list[str]:
-            lines = [f"p{i}{suffix} = tl.sum(tl.sum({acc}{suffix}, axis=1), axis=0)" for i, acc in enumerate(sums)]
-            return lines + [f"if {row} < R:"] + [
-                f"    tl.atomic_xchg(SEM_ptr + ({row} * 2 + half) * {ns} + {i}, "
-                f"p{i}{suffix}.to(tl.int32, bitcast=True) + 1, sem='relaxed')" for i in range(ns)]
         words = [f"w{i} = tl.load(SEM_ptr + theirs + {i}, volatile=True)" for i in range(ns)]
-        late = " | ".join(f"(w{i} == 0)" for i in range(ns))
         loop = ["k = (row - pair) // NP",
                 f"this = (k % {BUFFERS}).to(tl.int32)",
                 f"nb = ((k + 1) % {BUFFERS}).to(tl.int32)",
                 f"free = ((k + 2) % {BUFFERS}).to(tl.int32)",
                 f"theirs = (row * 2 + 1 - half) * {ns}"] + words + ["far = row + 2 * NP"]
         loop += self._row_copies("far", "free")
+        loop += self._next_row_first(renamed, sums) + self._wait(words) + last
+        loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
+        return (self._pair_prologue(head) + _renamed(first, {"row": "pair", "nb": "0"}, suffix="")[0]
+                + self._publish("pair", "", sums) + ["for row in range(pair, R, NP):"]
+                + ["    " + line for line in loop] + self._pair_epilogue(ns))
+
+    def _publish(self, row: str, suffix: str, sums: list[str]) -> list[str]:
+        """The program's partial sums of `row` (accumulators `sums`, names suffixed), published."""
+        lines = [f"p{i}{suffix} = tl.sum(tl.sum({acc}{suffix}, axis=1), axis=0)" for i, acc in enumerate(sums)]
+        return lines + [f"if {row} < R:"] + [
+            f"    tl.atomic_xchg(SEM_ptr + ({row} * 2 + half) * {len(sums)} + {i}, "
+            f"p{i}{suffix}.to(tl.int32, bitcast=True) + 1, sem='relaxed')" for i in range(len(sums))]
+
+    def _next_row_first(self, renamed: list[str], sums: list[str]) -> list[str]:
+        """Row k + 1's first pass (`renamed`), with the last row's words zeroed on the way, its
+        sums published, then row k + 2's row values loaded."""
+        ns = len(sums)
         # the row values of row k + 2 (loaded a row ahead) wait until after the first pass: loaded
         # before it, they held registers through it and the kernel took 304 -> 326 us at
         # 4096x32768 on the H200
@@ -114,21 +124,22 @@ class PairedRowWriter(SharedRowWriter):
         at = next(k for k, line in enumerate(first_pass) if line.startswith("async_copy.wait_group(")) + 1
         zero = ["BARRIER()", "if row > pair:"] + [
             f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
-        loop += ["rown = row + NP"] + first_pass[:at] + zero + first_pass[at:] + publish("rown", "_n") + ahead
-        # (`spin`: SPIN, or 0 once a partner never came: the program's later rows wait no more)
-        loop += ["polls = 0", f"while ({late}) & (polls < spin):"] + ["    " + w for w in words]
-        loop += ["    polls += 1",
-                 "gave_up = polls >= spin",
-                 "if gave_up:  # a partner that never came: this launch and every later one NaN",
-                 f"    tl.store(SEM_ptr + 2 * R * {ns}, 1)",
-                 "    spin = 0",
-                 "ok = ((gave_up == 0) & (broken == 0)).to(tl.int32)"]
-        loop += [f"w{i} = w{i} * ok  # (a zero word reads as NaN)" for i in range(ns)]
-        loop += last
-        loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
-        return (self._pair_prologue(head) + _renamed(first, {"row": "pair", "nb": "0"}, suffix="")[0]
-                + publish("pair", "") + ["for row in range(pair, R, NP):"] + ["    " + line for line in loop]
-                + self._pair_epilogue(ns))
+        return ["rown = row + NP"] + first_pass[:at] + zero + first_pass[at:] + self._publish("rown", "_n", sums) + ahead
+
+    def _wait(self, words: list[str]) -> list[str]:
+        """Wait for the partner's words of row k (loaded as `words` at the iteration's top);
+        those that never came read as NaN (`spin`: SPIN, or 0 once a partner never came: the
+        program's later rows wait no more)."""
+        ns = len(words)
+        late = " | ".join(f"(w{i} == 0)" for i in range(ns))
+        lines = ["polls = 0", f"while ({late}) & (polls < spin):"] + ["    " + w for w in words]
+        lines += ["    polls += 1",
+                  "gave_up = polls >= spin",
+                  "if gave_up:  # a partner that never came: this launch and every later one NaN",
+                  f"    tl.store(SEM_ptr + 2 * R * {ns}, 1)",
+                  "    spin = 0",
+                  "ok = ((gave_up == 0) & (broken == 0)).to(tl.int32)"]
+        return lines + [f"w{i} = w{i} * ok  # (a zero word reads as NaN)" for i in range(ns)]
 
     def _chunk(self, k: int, j: int, buffer: str) -> list[str]:
         """Pass k's lines for chunk j of this program's half, its row inputs in `buffer`."""
