@@ -357,15 +357,21 @@ class SharedRowWriter(KernelWriter):
         lines += self._column_copies()
         for j in range(cfg.chunks):  # the first row's (parity 0)
             lines += self._copies(j, "pid", f"({j} * BLOCK1 + cols)", parity="0")
+        return lines + self._accumulators()
+
+    def _accumulators(self) -> list[str]:
+        """Each column reduction's accumulators, one a chunk, at their identity: in registers,
+        or in shared memory for those `config.shared_accumulators` names."""
+        lines, chunks = [], self.config.chunks
         for e in self.column_reductions:
             acc, init = f"acc{e.out.name}", self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype),
                                                        compute_type(e.out.dtype))
             if id(e) in self.in_shared:
                 lines.append(f"{acc}_smem = tl.allocate_shared_memory({compute_type(e.out.dtype)}, "
-                             f"[{cfg.chunks}, 1, BLOCK1], tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
-                lines += [f"{acc}_smem.index({j}).store({init})" for j in range(cfg.chunks)]
+                             f"[{chunks}, 1, BLOCK1], tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
+                lines += [f"{acc}_smem.index({j}).store({init})" for j in range(chunks)]
             else:
-                lines += [f"{acc}_{j} = {init}" for j in range(cfg.chunks)]
+                lines += [f"{acc}_{j} = {init}" for j in range(chunks)]
         return lines
 
     def _column_copies(self, start: str = "") -> list[str]:
@@ -436,13 +442,18 @@ class SharedRowWriter(KernelWriter):
         return out
 
     def _epilogue(self) -> list[str]:
-        lines = ["async_copy.wait_group(0)"]  # (the copies past the last row copy nothing)
+        return ["async_copy.wait_group(0)"] + self._workspace_stores()  # (the copies past the last row copy nothing)
+
+    def _workspace_stores(self, row: str = "pid", start: str = "") -> list[str]:
+        """The accumulators stored as workspace row `row` (the program's), from column `start`
+        (a term of each chunk's index: the program's first column)."""
+        lines = []
         for k, e in enumerate(self.column_reductions):
             for j in range(self.config.chunks):
-                index = f"({j} * BLOCK1 + cols)"
+                index = f"({start}{j} * BLOCK1 + cols)"
                 acc = (f"acc{e.out.name}_smem.index({j}).load(LAYOUT)" if id(e) in self.in_shared
                        else f"acc{e.out.name}_{j}")
-                lines.append(f"tl.store(W{k}_ptr + pid * C + {index}, {acc}, mask={index} < C)")
+                lines.append(f"tl.store(W{k}_ptr + {row} * C + {index}, {acc}, mask={index} < C)")
         return lines
 
     def constexprs(self) -> tuple[str, ...]:

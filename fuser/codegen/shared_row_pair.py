@@ -42,7 +42,7 @@ from typing import Optional
 from ..schedulers.heuristics import SHARED_ROW_PAIR_BUFFERS as BUFFERS  # row k, k + 1, k + 2
 from .kernel import ArgSpec
 from .shared_row import _CHUNK, _PASS, _ROW, SharedRowWriter, gluon_names
-from .types import STORAGE, compute_type
+from .types import STORAGE
 
 SPIN = 1 << 22  # polls of a partner's words before taking them as never coming (seconds of L2 round trips)
 _ASSIGNED = re.compile(r"\s*(\w+) = ")
@@ -182,11 +182,7 @@ class PairedRowWriter(SharedRowWriter):
             lines.append(f"T{v.name}_smem = tl.allocate_shared_memory({STORAGE[v.dtype]}, [{slots}, 1, BLOCK1], "
                          "tl.SwizzledSharedLayout(1, 1, 1, [1, 0]))")
         lines += self._column_copies("col0 + ")
-        lines += self._row_copies("pair", "0") + self._row_copies("(pair + NP)", "1")
-        for e in self.column_reductions:
-            init = self.block("[1, BLOCK1]", self.identity(e.kind, e.out.dtype), compute_type(e.out.dtype))
-            lines += [f"acc{e.out.name}_{j} = {init}" for j in range(cfg.chunks)]
-        return lines
+        return lines + self._row_copies("pair", "0") + self._row_copies("(pair + NP)", "1") + self._accumulators()
 
     def _pair_epilogue(self, ns: int) -> list[str]:
         # the partner's words of this program's last row, zeroed once every thread has read them
@@ -194,11 +190,7 @@ class PairedRowWriter(SharedRowWriter):
         lines = ["async_copy.wait_group(0)",  # (the copies past the last row copy nothing)
                  "BARRIER()", "last = pair + (R - 1 - pair) // NP * NP", "if pair < R:"]
         lines += [f"    tl.store(SEM_ptr + (last * 2 + 1 - half) * {ns} + {i}, 0)" for i in range(ns)]
-        for k, e in enumerate(self.column_reductions):
-            for j in range(self.config.chunks):
-                index = f"(col0 + {j} * BLOCK1 + cols)"
-                lines.append(f"tl.store(W{k}_ptr + pair * C + {index}, acc{e.out.name}_{j}, mask={index} < C)")
-        return lines
+        return lines + self._workspace_stores("pair", "col0 + ")
 
     def imports(self) -> list[str]:
         # Gluon's CTA barrier was renamed between releases
