@@ -502,32 +502,31 @@ def merge_reports(paths: list[str], out: str) -> int:
     """Join the reports of the N parts of one suite run (--part K/N, every K once) into one: the
     rows in suite order, the best peer and geomeans over all of them, the copy of each part
     named in the header."""
-    reports = []
+    reports, parts = [], []  # (each file's report, its (K, N))
     for path in paths:
         try:
             report = json.loads(Path(path).read_text())
-            k, n = (part_of(report.get("part")) if isinstance(report, dict) else None) or (0, 0)
-            copy = report["copy"]["gbps"] if k else None
-            rows = report["cases"] if k else None
+            part = part_of(report.get("part")) if isinstance(report, dict) else None
+            if part is not None:  # (read here: a part without them is refused below)
+                _ = report["copy"]["gbps"], report["cases"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             sys.exit(f"bench: --merge: cannot read {path} as a report of a part: {type(e).__name__}: {e}")
-        if not k:
+        if part is None:
             sys.exit(f"bench: --merge: {path} is not a report of one part (--part K/N)")
-        reports.append((path, report, k, n, copy, rows))
-    first = reports[0][1]
-    for path, r, *_ in reports:
+        reports.append(report)
+        parts.append(part)
+    first = reports[0]
+    for path, r in zip(paths, reports):
         for key in _SAME_RUN:
             if r.get(key) != first.get(key):
                 sys.exit(f"bench: --merge: {path} has {key} {r.get(key)!r}, {paths[0]} has {first.get(key)!r}: "
                          "parts of one run must agree")
-    n = reports[0][3]
-    parts = sorted(k for _, _, k, m, _, _ in reports if m == n)
-    if len(parts) != len(reports) or parts != list(range(1, n + 1)):
-        found = ", ".join(f"{k}/{m}" for _, _, k, m, _, _ in reports)
+    n = parts[0][1]
+    if sorted(parts) != [(k, n) for k in range(1, n + 1)]:
+        found = ", ".join(f"{k}/{m}" for k, m in parts)
         sys.exit(f"bench: --merge: expected the parts 1/{n} to {n}/{n} once each, got {found}")
     order = {c.name: k for k, c in enumerate(suite.build_suite(first["quick"]))}
-    rows = sorted((row for *_, part_rows in reports for row in part_rows),
-                  key=lambda row: order.get(row["name"], len(order)))
+    rows = sorted((row for r in reports for row in r["cases"]), key=lambda row: order.get(row["name"], len(order)))
     names = [row["name"] for row in rows]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -538,13 +537,13 @@ def merge_reports(paths: list[str], out: str) -> int:
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
     table = markdown_table(rows, columns, means)
-    copies = [copy for *_, copy, _ in reports]
+    copies = [r["copy"]["gbps"] for r in reports]
     title = (f"{first['device']}: copy {min(copies):.0f}-{max(copies):.0f} GB/s ({n} parts); "
              f"torch {first['torch']}, triton {first['triton']}")
-    dates = [r["date"] for _, r, *_ in reports]
+    dates = [r["date"] for r in reports]
     header = f"{title}; {', '.join(dates)}; cells = share of each part's copy bandwidth"
     print(header + "\n\n" + table)
-    report = {**first, "date": dates, "copy": [r["copy"] for _, r, *_ in reports], "part": f"1-{n}/{n} merged",
+    report = {**first, "date": dates, "copy": [r["copy"] for r in reports], "part": f"1-{n}/{n} merged",
               "parts": list(paths), "columns": columns, "geomean": means, "cases": rows}
     for note in write_outputs(Path(out), report, table, header, title):
         log("bench: " + note)
