@@ -10,6 +10,7 @@ the sums in shared memory, or stage both with both sums in registers on 32 warps
 
     .venv/bin/python benchmarks/sweep_shared_row.py --compile    # no GPU: sm_90 resource usage
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_shared_row.py [--only=KIND,...]  # H100 / H200
+    python3 benchmarks/sweep_shared_row.py --run-only=KIND    # fuser's own form, 3 calls (for ncu)
 
 Each GPU row is checked against a float64 reference before it is timed (fd.execute, median of
 triton.testing.do_bench), as a share of the copy measured in the same run (x and dy read once,
@@ -259,6 +260,16 @@ def time_form(kind: str, config: Optional[SharedRowConfig], args, copy: float) -
     return f"{ms * 1e3:8.1f} us {share:5.2f}  {verdict}"
 
 
+def run_only(kind: str) -> None:
+    """Three calls of the definition with the form fuser chooses, nothing timed: a target for a
+    profiler (gpu_check's `ncu` stage profiles the third call's shared-row kernel)."""
+    args = make_inputs(kind, ROWS, COLS, "cuda")
+    fd = DEFINITIONS[kind]()
+    for _ in range(3):
+        fd.execute(args)
+    torch.cuda.synchronize()
+
+
 def main(compile_only: bool, kinds: list[str]) -> None:
     if compile_only:
         for kind, label, *form in FORMS:
@@ -291,5 +302,9 @@ def main(compile_only: bool, kinds: list[str]) -> None:
 if __name__ == "__main__":
     if "--compile" not in sys.argv and not torch.cuda.is_available():
         sys.exit("sweep_shared_row.py needs a CUDA GPU (or --compile, which compiles only)")
+    target = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--run-only=")), "")
+    if target:
+        run_only(target)
+        sys.exit(0)
     only = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
     main("--compile" in sys.argv, only.split(",") if only else list(DEFINITIONS))
