@@ -168,6 +168,10 @@ class FuserBackend:
 
         direct: list[GraphProgram] = []
         facts: list = []  # the forward graph's ForwardFacts (training only)
+        # the closures below keep only the count: AOTAutograd keeps the backward compiler until
+        # the backward's first call, and a closure over `example_inputs` would keep the first
+        # call's tensors and their autograd graph (stale gradient accumulators) alive with it
+        n_inputs = len(example_inputs)
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
@@ -177,10 +181,10 @@ class FuserBackend:
                 with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
                     program = GraphProgram(plan_graph(graph), kind, record, names)
                 record.programs.append(program)
-                if kind == "inference" and _wrapper_is_inert(graph, len(example_inputs)):
+                if kind == "inference" and _wrapper_is_inert(graph, n_inputs):
                     direct.append(program)
                 if kind == "forward":
-                    facts.append(forward_facts(graph, len(example_inputs)))
+                    facts.append(forward_facts(graph, n_inputs))
                 return program
             return compile_graph
 

@@ -185,3 +185,32 @@ def test_batchnorm_running_statistics_follow_eager():
         eager(x), jitted(x)
     torch.testing.assert_close(ours.running_mean, eager.running_mean)
     torch.testing.assert_close(ours.running_var, eager.running_var)
+
+
+def test_the_first_calls_inputs_and_their_graph_are_not_kept_alive():
+    # AOTAutograd keeps the backward compiler until the backward's first call; it must not keep
+    # the first call's tensors (and the graph that made them) alive with it
+    import gc
+    import weakref
+
+    fn = fuser.jit(lambda h: torch.nn.functional.gelu(h) * 2)
+    w = torch.randn(16, 16, requires_grad=True)
+    big = torch.randn(32, 16)
+    h = big @ w  # an activation whose graph saves `big`
+    out = fn(h)  # the backward never runs
+    alive_h, alive_big = weakref.ref(h), weakref.ref(big)
+    del h, big, out
+    gc.collect()
+    assert alive_h() is None and alive_big() is None
+
+
+def test_a_parameter_resized_after_a_jitted_call_gets_its_own_gradient():
+    # a kept first-call graph kept the parameter's gradient accumulator, with its old shape
+    fn = fuser.jit(lambda h: h * 2)
+    w = torch.nn.Parameter(torch.randn(6))
+    fn(torch.randn(3, 6) * w).sum().backward()
+    w.grad = None
+    w.data = torch.randn(2, 6)
+    x = torch.randn(3, 2, 6)
+    (x * w).sum().backward()
+    torch.testing.assert_close(w.grad, x.sum(0))
