@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp,
-                  Scalar, TensorView, TernaryOp, UnaryOp, Val, VarMeanOp)
+                  Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val, VarMeanOp)
 from ..schedulers.axes import RESIZE_OPS
 from ..ir.printer import format_expr, format_tv
 from ..schedulers.plan import KernelPlan, Template
@@ -55,6 +55,25 @@ class KernelSource:
     def scalar_params(self) -> list[str]:
         return [p for p, a in zip(self.params, self.args) if a.kind == "scalar"]
 
+
+
+# ops whose result is one of their half or bf16 operands (or its negation): exact, no rounding
+_EXACT_UNARY = {UnaryOpType.neg, UnaryOpType.abs}
+_EXACT_BINARY = {BinaryOpType.maximum, BinaryOpType.minimum}
+
+
+def _rounds_to_half(e: Expr) -> bool:
+    """Whether the fp32 value computed for `e` must be rounded to its half or bf16 output."""
+    out = e.out
+    if not isinstance(out, TensorView) or out.dtype not in (DataType.Half, DataType.BFloat16):
+        return False
+    if isinstance(e, UnaryOp):
+        return e.kind not in _EXACT_UNARY
+    if isinstance(e, BinaryOp):
+        return e.kind not in _EXACT_BINARY
+    if isinstance(e, TernaryOp):
+        return e.kind is not TernaryOpType.where
+    return True
 
 class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
@@ -304,6 +323,16 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     # -- ops --------------------------------------------------------------------------------
 
     def emit_expr(self, scope: Scope, e: Expr) -> None:
+        out = e.out
+        self.emit_computed(scope, e)
+        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, ReductionOp)) and _rounds_to_half(e):
+            # a half or bf16 result is computed in fp32: held rounded, as its storage holds it,
+            # so that reading it back in the kernel (a cast, a comparison, isinf) sees what
+            # eager and the stored output see
+            name = scope.names[self.key(out)]
+            scope.lines.append(f"{name} = {self.narrow(name, out.dtype)}.to(tl.float32)")
+
+    def emit_computed(self, scope: Scope, e: Expr) -> None:
         out = e.out
         if isinstance(e, UnaryOp):
             self.emit_unary(scope, e)
