@@ -150,3 +150,20 @@ def test_tanh_gelu_is_lowered_as_x_sigmoid_and_stays_accurate_in_its_tail():
     exact = xd * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3))
     torch.testing.assert_close(F.gelu(xd, approximate="tanh")[-64:], exact[-64:])
     torch.testing.assert_close(jitted(x).double(), exact, rtol=2e-5, atol=1e-30)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_floating_floor_division_is_atens(dtype):
+    # not floor(x / y): 1 // 0.1 is 9 in eager, floor(1 / 0.1) is 10
+    def f(x, y):
+        return (torch.div(x, 0.1, rounding_mode="floor"), x // -0.3, torch.floor_divide(x, y),
+                torch.div(x, y, rounding_mode="floor"), x // 0.0)
+
+    gen = torch.Generator().manual_seed(11)
+    x = torch.cat([torch.tensor([1.0, 2.0, 0.3, 0.7, 3.0, -1.0, 0.0, -0.0, float("inf"), float("nan")]),
+                   torch.randn(54, generator=gen) * 4]).to(dtype)
+    y = torch.cat([torch.tensor([0.1, -0.1, 0.0, -0.0, 0.5, -2.0, 3.0, -3.0, 1.0, 1.0]),
+                   torch.randn(54, generator=gen)]).to(dtype)
+    for got, want in zip(fuser.jit(f)(x, y), f(x, y), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(torch.signbit(got[got == 0]), torch.signbit(want[want == 0]))

@@ -109,7 +109,35 @@ def _div_mode(b, node, x, y, rounding_mode=None):
         return q
     if not b.meta(node).dtype.is_floating_point:
         raise LoweringError(f"integer division with rounding_mode={rounding_mode!r}")
-    return {"trunc": b.fd.ops.trunc, "floor": b.fd.ops.floor}[rounding_mode](q)
+    if rounding_mode == "trunc":
+        return b.fd.ops.trunc(q)
+    return _floor_divide(b.fd.ops, x, y, q)
+
+
+def _floor_divide(ops, x, y, q):
+    """Floating floor division as ATen computes it (its div_floor_floating), not floor(x / y):
+    from the remainder, (x - fmod(x, y)) / y, one less where the remainder's sign is not the
+    divisor's, then rounded to the nearest integer; a zero keeps the quotient's sign, a zero
+    divisor gives x / y. floor(x / y) differs where x / y rounds up to an integer: 1 // 0.1 is
+    9 in eager (and Python), floor(1 / 0.1) is 10."""
+    mod = ops.fmod(x, y)
+    div = ops.div(ops.sub(x, mod), y)
+    if isinstance(y, (int, float)):
+        y_negative, y_zero = y < 0, y == 0
+    else:
+        if not isinstance(y, TensorView):  # a runtime scalar: as a tensor of the quotient's shape
+            y = ops.where(ops.isnan(mod), y, y)
+        y_negative, y_zero = ops.lt(y, 0.0), ops.eq(y, 0.0)
+    mod_negative = ops.lt(mod, 0.0)
+    other_sign = ops.logical_not(mod_negative) if y_negative is True else (
+        mod_negative if y_negative is False else ops.ne(y_negative, mod_negative))
+    div = ops.where(ops.logical_and(ops.ne(mod, 0.0), other_sign), ops.sub(div, 1.0), div)
+    floored = ops.floor(div)
+    floored = ops.where(ops.gt(ops.sub(div, floored), 0.5), ops.add(floored, 1.0), floored)
+    result = ops.where(ops.ne(div, 0.0), floored, ops.mul(q, 0.0))
+    if y_zero is False:
+        return result
+    return q if y_zero is True else ops.where(y_zero, q, result)
 
 
 @register(aten.pow.Tensor_Scalar)
