@@ -32,6 +32,9 @@ class BindingTable:
             return compile_extent(e)(self.values)
         except KeyError as err:
             raise InternalError(f"{what} {format_extent(e)} uses {err.args[0]}, which no input binds") from None
+        except (ArithmeticError, ValueError) as err:  # a division by zero, a cast of nan to an integer
+            raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
+                                   f"{err}") from None
 
     def extent(self, e: Extent, what: str = "extent") -> int:
         v = self.evaluate(e, what)
@@ -87,6 +90,9 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
         if arg.layout is not torch.strided:
             raise FusionInputError(f"{label}: a tensor of layout {arg.layout}; fuser takes dense (strided) "
                                    f"tensors (call .to_dense() first)")
+        if arg.device.type == "meta":
+            raise FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; "
+                                   f"pass a CPU or CUDA tensor")
         if device is None:
             device, device_label = arg.device, label
         elif arg.device != device:
@@ -153,6 +159,10 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
           isinstance(arg, (int, float, complex)))
     if not ok:
         raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
+    if dt.is_integral and not -2**63 <= arg < 2**63:
+        raise FusionInputError(f"{label}: {arg} is out of the range of a 64-bit integer")
+    if dt.is_floating and isinstance(arg, int):
+        arg = float(arg)  # (a float scalar holds a float, whatever the caller passed)
     name = val.expr.name
     if name in values and values[name] != arg:
         raise ExtentConflictError(
@@ -279,6 +289,10 @@ class InputBinder:
         for k, (i, name, dtype) in enumerate(self.scalars):
             env[f"S{k}"] = _SCALAR_TYPES[dtype.category]
             lines += [f"    v = args[{i}]", f"    if type(v) not in S{k}:", "        return None"]
+            if dtype.is_integral:  # (beyond int64: the full check names it)
+                lines += ["    if not -0x8000000000000000 <= v < 0x8000000000000000:", "        return None"]
+            elif dtype.is_floating:  # a float scalar holds a float (as _bind_scalar converts it)
+                lines += ["    if type(v) is int:", "        v = float(v)"]
             if name in bound:
                 lines += [f"    if {bound[name]} != v:", "        return None"]
             else:
@@ -292,12 +306,15 @@ class InputBinder:
         values = self._fast(args) if self._fast is not None else None
         if values is None:
             return bind_inputs(self.fusion, args)  # the full check: it raises the error naming the input
-        for fn, i, axis, factor in self.checks:
-            if fn(values) != args[i].shape[axis] * factor:
-                return bind_inputs(self.fusion, args)
-        for fa, fb in self.constraints:
-            if fa(values) != fb(values):
-                return bind_inputs(self.fusion, args)
+        try:
+            for fn, i, axis, factor in self.checks:
+                if fn(values) != args[i].shape[axis] * factor:
+                    return bind_inputs(self.fusion, args)
+            for fa, fb in self.constraints:
+                if fa(values) != fb(values):
+                    return bind_inputs(self.fusion, args)
+        except (ArithmeticError, ValueError):  # (a division by zero): the full check names it
+            return bind_inputs(self.fusion, args)
         return BindingTable(values, self.sources)
 
 

@@ -6,6 +6,8 @@ table of symbols, so two fusions can never see each other's bindings.
 from __future__ import annotations
 
 import functools
+import math
+import struct
 from typing import Callable, Mapping, Union
 
 import sympy
@@ -46,6 +48,78 @@ class normIndex(sympy.Function):
             return sympy.Integer(min(max(i + n if i < 0 else i, 0), n))
         if index == extent or index == 0:  # x[:n] and x[0:] of an extent n (never negative)
             return index
+        return None
+
+
+# what a runtime scalar is cast to (scalarCast's second argument)
+CAST_BOOL, CAST_INT, CAST_FLOAT, CAST_HALF, CAST_BFLOAT16, CAST_DOUBLE = range(6)
+_CAST_NAMES = ("bool", "int64_t", "float", "half", "bfloat16", "double")
+
+
+def convert_scalar(code: int, v):
+    """A Python number converted as a cast to that type converts it: bool, an integer
+    truncated toward zero, a float rounded to the nearest fp32, half or bf16 value (to nearest,
+    ties to even; beyond the largest finite value, inf)."""
+    if code == CAST_BOOL:
+        return bool(v)
+    if code == CAST_INT:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"cannot cast {v} to an integer")
+        return int(v)
+    v = float(v)
+    if code == CAST_DOUBLE or not math.isfinite(v):
+        return v
+    fmt = "e" if code == CAST_HALF else "f"
+    try:
+        (r,) = struct.unpack(fmt, struct.pack(fmt, v))
+    except OverflowError:
+        return math.copysign(math.inf, v)
+    if code == CAST_BFLOAT16:  # from the fp32 value, as torch converts
+        (bits,) = struct.unpack("<I", struct.pack("<f", r))
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        (r,) = struct.unpack("<f", struct.pack("<I", bits))
+    return r
+
+
+class scalarCast(sympy.Function):
+    """A runtime scalar cast to another dtype (args: the value, one of the CAST_ codes): its
+    value is converted when the scalar is bound, as eager converts it, never simplified."""
+
+    @classmethod
+    def eval(cls, x, code):
+        if x.is_Number and x.is_finite:
+            v = convert_scalar(int(code), int(x) if x.is_Integer else float(x))
+            return sympy.Integer(int(v)) if isinstance(v, (bool, int)) else sympy.Float(v)
+        return None
+
+
+# floatOp's first argument: the operation
+FLOAT_ADD, FLOAT_SUB, FLOAT_MUL, FLOAT_MAX, FLOAT_MIN = range(5)
+_FLOAT_SIGNS = (" + ", " - ", " * ")
+
+
+def float_op(code: int, a, b) -> float:
+    """IEEE double arithmetic, as eager computes on Python floats (nan propagates through max
+    and min, as torch.maximum's)."""
+    a, b = float(a), float(b)
+    if code == FLOAT_ADD:
+        return a + b
+    if code == FLOAT_SUB:
+        return a - b
+    if code == FLOAT_MUL:
+        return a * b
+    if a != a or b != b:
+        return math.nan
+    return max(a, b) if code == FLOAT_MAX else min(a, b)
+
+
+class floatOp(sympy.Function):
+    """Arithmetic on floating runtime scalars (args: the FLOAT_ code, the operands), computed
+    in IEEE doubles when the scalars are bound and never simplified: sympy's exact algebra
+    would turn s - s into 0 for s = nan, or drop a + 0.0 that turns -0.0 into 0.0."""
+
+    @classmethod
+    def eval(cls, code, a, b):
         return None
 
 
@@ -97,6 +171,12 @@ def _fmt_inner(e: Extent) -> str:
         return f"ceilDiv({_fmt(e.args[0])}, {_fmt(e.args[1])})"
     if isinstance(e, normIndex):
         return f"normIndex({_fmt(e.args[0])}, {_fmt(e.args[1])})"
+    if isinstance(e, scalarCast):
+        return f"({_CAST_NAMES[int(e.args[1])]})({_fmt(e.args[0])})"
+    if isinstance(e, floatOp):
+        code, a, b = int(e.args[0]), _fmt(e.args[1]), _fmt(e.args[2])
+        return f"{a}{_FLOAT_SIGNS[code]}{b}" if code < len(_FLOAT_SIGNS) else \
+            f"{'fmax' if code == FLOAT_MAX else 'fmin'}({a}, {b})"
     if isinstance(e, sympy.Add):
         # positive symbolic terms first, then constants, then subtracted terms: ( i0 + 1 - i2 )
         terms = sorted(e.args, key=lambda t: (t.could_extract_minus_sign(), t.is_Number,
@@ -145,12 +225,18 @@ def _py(e: Extent) -> str:
         return f"({int(e.p)} / {int(e.q)})"
     if isinstance(e, sympy.Float):
         return repr(float(e))
+    if e is sympy.nan or e is sympy.oo or e is sympy.S.NegativeInfinity:
+        return f"float({str(float(e))!r})"
     if isinstance(e, sympy.Symbol):
         return f"env[{e.name!r}]"
     if isinstance(e, ceilDiv):
         return f"(-(-{_py(e.args[0])} // {_py(e.args[1])}))"
     if isinstance(e, normIndex):
         return f"_norm_index({_py(e.args[0])}, {_py(e.args[1])})"
+    if isinstance(e, scalarCast):
+        return f"_convert({int(e.args[1])}, {_py(e.args[0])})"
+    if isinstance(e, floatOp):
+        return f"_float_op({int(e.args[0])}, {_py(e.args[1])}, {_py(e.args[2])})"
     if isinstance(e, sympy.Add):
         return "(" + " + ".join(_py(a) for a in e.args) + ")"
     if isinstance(e, sympy.Mul):
@@ -189,7 +275,8 @@ def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
         value = int(e)
         return lambda env: value
     src = f"lambda env: {_py(e)}"
-    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index})  # noqa: S307 - source built above
+    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_convert": convert_scalar,
+                     "_float_op": float_op})  # noqa: S307 - source built above
 
 
 def free_symbol_names(e: Extent) -> set[str]:

@@ -310,7 +310,8 @@ class LocalSizes:
                 if type(total) is not int or total < 0:
                     raise KeyError
                 sizes[k] = max(0, min(sizes[k], total - stream_index * sizes[k]))
-        except KeyError:  # the slow path reports the unbound symbol, a fractional or negative extent
+        except (KeyError, ArithmeticError, ValueError):
+            # the slow path reports the unbound symbol, a fractional or negative extent, a division by zero
             return local_sizes(tv, table, with_streams, stream_index)
         return tuple(sizes)
 

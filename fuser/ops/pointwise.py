@@ -7,6 +7,8 @@ import sympy
 from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, promote)
+from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
+                           FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast)
 from ..ir.types import default_dtype_of_category
 from .common import Operand, as_val, broadcast_ids, broadcast_to_rank, fusion_of, new_tensor
 
@@ -110,6 +112,14 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
         raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
     dtype = promote(a.dtype, b.dtype)
     fusion = a.fusion
+    if dtype.is_boolean or dtype.is_complex:
+        raise UnsupportedError(f"{kind.value} of two {dtype.name} scalars is not supported; use a tensor")
+    if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
+        code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,
+                B.minimum: FLOAT_MIN}[kind]
+        if a.value is not None and b.value is not None:
+            return fusion.new_scalar(dtype, value=float_op(code, a.value, b.value))
+        return fusion.new_scalar(dtype, expr=floatOp(code, a.expr, b.expr))
     return fusion.new_scalar(dtype, expr=ops[kind](a.expr, b.expr))
 
 
@@ -142,19 +152,30 @@ def cast(x: Operand, dtype: DataType):
     fusion = fusion_of("cast", x)
     x = as_val(fusion, x, "cast")
     if isinstance(x, Scalar):
-        return fusion.new_scalar(dtype, expr=x.expr) if x.value is None else \
-            fusion.new_scalar(dtype, value=python_value(x.value, dtype))
+        if x.value is not None:
+            return fusion.new_scalar(dtype, value=python_value(x.value, dtype))
+        if dtype is x.dtype or dtype.is_complex:
+            return fusion.new_scalar(dtype, expr=x.expr)
+        return fusion.new_scalar(dtype, expr=scalarCast(x.expr, _cast_code(dtype)))
     out = _elementwise_output("cast", [x], dtype)
     fusion.add_expr(CastOp(inputs=(x,), outputs=(out,), dtype=dtype))
     return out
 
 
 def python_value(value, dtype: DataType):
-    """A Python number converted as a cast to `dtype` converts it (bool, int, float, complex)."""
+    """A Python number converted as a cast to `dtype` converts it (bool, int, float rounded to
+    the dtype's precision, complex)."""
+    if dtype.is_complex:
+        return complex(value)
+    if isinstance(value, complex) and not dtype.is_boolean:
+        value = value.real  # (eager keeps the real part, with a warning)
+    return convert_scalar(_cast_code(dtype), value)
+
+
+def _cast_code(dtype: DataType) -> int:
     if dtype.is_boolean:
-        return bool(value)
+        return CAST_BOOL
     if dtype.is_integral:
-        return int(value)
-    if dtype.is_floating:
-        return float(value)
-    return complex(value)
+        return CAST_INT
+    return {DataType.Float: CAST_FLOAT, DataType.Half: CAST_HALF,
+            DataType.BFloat16: CAST_BFLOAT16}.get(dtype, CAST_DOUBLE)

@@ -67,7 +67,7 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
             launcher = runtime.launchers.get(id(seg))
             outs = None
             if launcher is not None:
-                scalars = {k: f(values) for k, f in runtime.kernel_scalars[id(seg)]}
+                scalars = runtime.scalars_of(seg, table)
                 outs = launcher.compile_ahead([layout_of(v) for v in seg.inputs], scalars, values,
                                               runtime.device, jobs)
             if outs is None:  # through ATen: its meta kernels give the outputs' layouts

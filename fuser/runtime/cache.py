@@ -15,12 +15,13 @@ import torch
 from ..codegen import KernelLauncher, target_for
 from ..codegen.launch import scalar_key
 from ..dump import dump_flags
+from ..errors import FusionInputError
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import BindingTable, InputBinder, tensor_device
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
-from ..ir.symbolic import compile_extent
+from ..ir.symbolic import compile_extent, format_extent
 from ..multidevice.sharding import LocalSizes, local_extents
 from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
@@ -76,7 +77,7 @@ class FusionRuntime:
                 self.launchers[id(seg)] = KernelLauncher(seg.params, f"fuser_{_slug(seg)}_T{first_out}")
                 found = {id(v): v for e in seg.exprs for v in e.inputs
                          if isinstance(v, Scalar) and not v.is_constant}
-                self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr)) for k, v in found.items()]
+                self.kernel_scalars[id(seg)] = [(k, compile_extent(v.expr), v.expr) for k, v in found.items()]
         self.single = self._single_kernel()
         self.sizes = LocalSizes()  # what the ATen segments' outputs are checked against
         self._checked_sizes: set[tuple] = set()  # sets of sizes (values of _size_symbols) checked
@@ -115,6 +116,20 @@ class FusionRuntime:
                 return None
         return seg, [position[id(v)] for v in seg.inputs], outputs
 
+    def scalars_of(self, seg: Segment, table: BindingTable) -> dict[int, Any]:
+        """The values of the non-constant scalars a kernel segment takes, by scalar id."""
+        found = self.kernel_scalars[id(seg)]
+        try:
+            values = {k: f(table.values) for k, f, _ in found}
+        except (ArithmeticError, ValueError):  # (a nan cast to an integer): the error names it
+            values = {k: table.evaluate(e, "scalar") for k, _, e in found}
+        for k, _, e in found:
+            v = values[k]
+            if type(v) is int and not -2**63 <= v < 2**63:  # (exact integer algebra): as eager refuses it
+                raise FusionInputError(f"scalar {format_extent(e)} = {v} is out of the range of a 64-bit "
+                                       f"integer (with {table.describe(e)})")
+        return values
+
     def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
         """The fusion's outputs for bound `args`; `keep`: a dict that gets what a ready call
         is made from: the launch of a single-kernel fusion ("launch"), or the run's environment
@@ -123,7 +138,7 @@ class FusionRuntime:
         if self.single is not None:
             seg, take, give = self.single
             launcher = self.launchers[id(seg)]
-            scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
+            scalars = self.scalars_of(seg, table)
             launched = [] if keep is not None else None
             outs = launcher.run([args[k] for k in take], scalars, values, self.device, launched)
             if launched:
@@ -158,7 +173,7 @@ class FusionRuntime:
             if launcher is None:
                 run_exprs(seg.exprs, env, check)
                 continue
-            scalars = {k: f(values) for k, f in self.kernel_scalars[id(seg)]}
+            scalars = self.scalars_of(seg, table)
             inputs = [env[v] for v in seg.inputs]
             if pending:  # this runtime's first kernel launch: compile every launch's kernels first
                 pending = False
@@ -430,6 +445,10 @@ class FusionExecutorCache:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
                     device = tensor_device(args) or torch.device("cpu")
+                    if device.type == "meta":
+                        raise FusionInputError(
+                            f"input {next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))}: a meta "
+                            f"tensor, which holds no values to compute with; pass a CPU or CUDA tensor")
                     kind = HostRuntime if self._host else FusionRuntime
                     runtime = kind(self.prepared, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime

@@ -241,3 +241,26 @@ def test_scalar_input_unified_with_a_derived_extent():
     assert_eager(fd.execute([t, 12])[0], torch.arange(12.0) + t.reshape(-1))
     with pytest.raises(fuser.ExtentConflictError):
         fd.execute([t, 11])
+
+
+def test_a_meta_tensor_input_is_an_input_error():
+    from fuser import DataType, FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(x, [1]))
+    with pytest.raises(fuser.FusionInputError, match="meta tensor"):
+        fd.execute([torch.empty(2, 3, device="meta")])
+
+
+def test_an_integer_scalar_beyond_int64_is_an_input_error():
+    from fuser import DataType, FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int)
+        s = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(x, s))
+    x = torch.tensor([1, 2])
+    assert torch.equal(fd.execute([x, 2**62])[0], x + 2**62)
+    with pytest.raises(fuser.FusionInputError, match="out of the range of a 64-bit integer"):
+        fd.execute([x, 2**70])
