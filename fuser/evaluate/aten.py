@@ -86,7 +86,7 @@ _UNARY = {
 def _unary(e: UnaryOp, args, ctx):
     (x,) = args
     out = _dt(e.out)
-    if out.is_floating_point and not x.is_floating_point():
+    if out.is_floating_point and not (x.is_floating_point() or x.is_complex()):
         x = x.to(out)  # int-to-float ops (exp of an int tensor) compute in the result type
     return [_to(_UNARY[e.kind](x), out)]
 

@@ -210,6 +210,8 @@ class FusionDefinition:
             raise FusionDefinitionError("execute: the definition has no outputs")
         if self._cache is None:
             self._cache = FusionExecutorCache(self.fusion)
+            # its runtimes are compiled from the fusion as it is now
+            self.fusion.final = "it was executed"
         return self._cache.execute(list(inputs) if isinstance(inputs, tuple) else inputs)
 
     @property

@@ -36,6 +36,14 @@ class Fusion:
         self.schedule_log: list[tuple[int, TensorView, str, tuple]] = []
         # symbols of scalar inputs: bound to the value the caller passes, never rewritten
         self._input_symbols: set[sympy.Symbol] = set()
+        # why the inputs, outputs and exprs can no longer change (a FusionDefinition that ran:
+        # its compiled runtimes would go stale), or None
+        self.final: Optional[str] = None
+
+    def _check_open(self, what: str) -> None:
+        if self.final is not None:
+            raise FusionDefinitionError(f"{what}: the fusion is final ({self.final}); define a new "
+                                        f"FusionDefinition for another computation")
 
     # -- names and construction ------------------------------------------------------------
 
@@ -92,11 +100,13 @@ class Fusion:
         self.schedule_log.append((self.next_event(), *entry))
 
     def add_input(self, val: Val) -> None:
+        self._check_open("add_input")
         self._inputs.append(val)
 
     def add_output(self, tv: TensorView) -> None:
         if not isinstance(tv, TensorView):
             raise FusionDefinitionError(f"add_output expects a TensorView, got {tv!r}")
+        self._check_open("add_output")
         self._outputs.append(tv)
 
     def replace_output(self, old: TensorView, new: TensorView) -> None:
@@ -104,6 +114,8 @@ class Fusion:
         self._outputs = [new if o is old else o for o in self._outputs]
 
     def add_expr(self, expr: Expr) -> Expr:
+        kind = getattr(expr, "kind", None)
+        self._check_open(getattr(kind, "value", None) or type(expr).__name__)
         self.exprs.append(expr)
         return expr
 
@@ -166,7 +178,9 @@ class Fusion:
         memo: dict[int, Any] = {}
         for v in self._all_sympy():
             memo[id(v)] = v
-        return copy.deepcopy(self, memo)
+        clone = copy.deepcopy(self, memo)
+        clone.final = None  # a copy is a new fusion: passes rewrite it
+        return clone
 
     def _all_sympy(self) -> Iterable[sympy.Basic]:
         for d in self._ids:

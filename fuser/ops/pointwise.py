@@ -69,6 +69,8 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
         dtype = DataType.Bool
     elif kind in _FLOAT_RESULT and dtype.category < 2:
         dtype = DataType.Float
+    elif kind is U.abs and dtype.is_complex:  # the magnitude: real, as in eager
+        dtype = DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
     elif kind is U.bitwise_not and not (dtype.is_integral or dtype.is_boolean):
         raise FusionDefinitionError(f"bitwise_not: needs an integer or bool tensor, got {x.dtype}")
     elif kind in (U.relu, U.neg) and dtype.is_boolean:

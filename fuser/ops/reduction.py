@@ -37,8 +37,12 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
     if dtype is not None:
         tv = cast(tv, dtype)
     out_dtype = tv.dtype
+    wanted = None  # an integer or bool dtype asked for a sum or product, reached by a cast
     if kind in (ReductionOpType.sum, ReductionOpType.prod) and out_dtype.category < 2:
-        out_dtype = DataType.Int  # PyTorch sums integers and bools in int64
+        # PyTorch sums integers and bools in int64 unless asked for another type, which the
+        # int64 result wraps into as eager's does
+        wanted = dtype if dtype is not None and dtype is not DataType.Int else None
+        out_dtype = DataType.Int
         if tv.dtype is not DataType.Int:
             tv = cast(tv, DataType.Int)
     if kind in (ReductionOpType.max, ReductionOpType.min) and tv.ndim:
@@ -49,6 +53,8 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
     f = tv.fusion
     out = new_tensor(f, _reduced_ids(tv, axes), out_dtype)
     f.add_expr(ReductionOp(inputs=(tv,), outputs=(out,), kind=kind, axes=axes))
+    if wanted is not None:
+        out = cast(out, wanted)
     return _keepdim(out, axes, tv.ndim) if keepdim else out
 
 

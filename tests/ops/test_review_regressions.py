@@ -94,3 +94,42 @@ def test_repr_keeps_scheduling_calls_where_they_were_made():
     with FusionDefinition() as again:
         ns["nvfuser_fusion"](again)
     assert again.fusion.structural_hash() == fd.fusion.structural_hash()
+
+
+def test_sum_and_prod_keep_an_integer_or_bool_dtype_asked_for():
+    # computed in int64, then wrapped into the asked type as eager's result is
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Int32)
+        fd.add_output(fd.ops.sum(x, [1], dtype=DataType.Int32))
+        fd.add_output(fd.ops.prod(x, [1], False, DataType.Int32))
+        fd.add_output(fd.ops.sum(x, [0], dtype=DataType.Bool))
+        fd.add_output(fd.ops.sum(x, [1]))
+    x = torch.tensor([[2**30, 2**30, 5], [1, 2, 3], [0, 0, -7]], dtype=torch.int32)
+    want = [x.sum(1, dtype=torch.int32), x.prod(1, dtype=torch.int32), x.sum(0, dtype=torch.bool), x.sum(1)]
+    for got, expected in zip(fd.execute([x]), want, strict=True):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def test_abs_of_a_complex_tensor_is_its_real_magnitude():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.ComplexFloat)
+        fd.add_output(fd.ops.abs(x))
+    x = torch.tensor([3 + 4j, -1j, -2.5 + 0j], dtype=torch.complex64)
+    (got,) = fd.execute([x])
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, x.abs())
+
+
+def test_a_definition_that_ran_cannot_change():
+    # its runtimes were compiled from it: a later output or op would reach some layouts only
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, 2.0))
+    x = torch.randn(5)
+    fd.execute([x])
+    with pytest.raises(fuser.FusionDefinitionError, match="the fusion is final"):
+        fd.add_output(fd.ops.add(fd.fusion.inputs()[0], 1.0))
+    with pytest.raises(fuser.FusionDefinitionError, match="the fusion is final"):
+        fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+    (out,) = fd.execute([x])  # still the definition it was
+    torch.testing.assert_close(out, x * 2.0)
