@@ -101,7 +101,7 @@ def _pow(a, b):
     b_odd = b_int & (tl.abs(b % 2.0) == 1.0)
     neg = a < 0
     res = tl.where(neg & b_odd, -mag, mag)
-    res = tl.where(neg & (~b_int), float('nan'), res)
+    res = tl.where(neg & (~b_int) & (a != float('-inf')), float('nan'), res)  # (-inf) ** 2.5 is inf
     return tl.where(b == 0, 1.0, res)
 
 

@@ -133,3 +133,14 @@ def test_a_definition_that_ran_cannot_change():
         fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
     (out,) = fd.execute([x])  # still the definition it was
     torch.testing.assert_close(out, x * 2.0)
+
+
+def test_pow_of_negative_infinity_by_a_non_integer_follows_c():
+    # C's pow, which eager calls: (-inf) ** 2.5 is inf, (-inf) ** -2.5 is 0 (not nan)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.pow(x, 2.5))
+        fd.add_output(fd.ops.pow(x, -2.5))
+    x = torch.tensor([-float("inf"), float("inf"), 4.0, -4.0, -0.0])
+    for got, want in zip(fd.execute([x]), (x.pow(2.5), x.pow(-2.5)), strict=True):
+        torch.testing.assert_close(got, want, equal_nan=True)
