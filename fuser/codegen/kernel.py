@@ -69,10 +69,12 @@ def _rounds_to_half(e: Expr) -> bool:
         return False
     if isinstance(e, UnaryOp):
         return e.kind not in _EXACT_UNARY
-    if isinstance(e, BinaryOp):
-        return e.kind not in _EXACT_BINARY
-    if isinstance(e, TernaryOp):
-        return e.kind is not TernaryOpType.where
+    # a select among values (max, min, where) is exact when each is a tensor of the output's
+    # dtype; a scalar operand may not be representable (clamp to 0.1 in bf16)
+    values = (e.inputs if isinstance(e, BinaryOp) and e.kind in _EXACT_BINARY else
+              e.inputs[1:] if isinstance(e, TernaryOp) and e.kind is TernaryOpType.where else None)
+    if values is not None:
+        return not all(isinstance(v, TensorView) and v.dtype is out.dtype for v in values)
     return True
 
 class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
@@ -323,14 +325,17 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     # -- ops --------------------------------------------------------------------------------
 
     def emit_expr(self, scope: Scope, e: Expr) -> None:
-        out = e.out
         self.emit_computed(scope, e)
-        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp, ReductionOp)) and _rounds_to_half(e):
-            # a half or bf16 result is computed in fp32: held rounded, as its storage holds it,
-            # so that reading it back in the kernel (a cast, a comparison, isinf) sees what
-            # eager and the stored output see
-            name = scope.names[self.key(out)]
-            scope.lines.append(f"{name} = {self.narrow(name, out.dtype)}.to(tl.float32)")
+        if isinstance(e, (UnaryOp, BinaryOp, TernaryOp)):  # (reductions round where they bind)
+            self.round_to_storage(scope, e)
+
+    def round_to_storage(self, scope: Scope, e: Expr) -> None:
+        """A half or bf16 result is computed in fp32: held rounded, as its storage holds it, so
+        that reading it back in the kernel (a cast, a comparison, isinf) sees what eager and
+        the stored output see."""
+        if _rounds_to_half(e):
+            name = scope.names[self.key(e.out)]
+            scope.lines.append(f"{name} = {self.narrow(name, e.out.dtype)}.to(tl.float32)")
 
     def emit_computed(self, scope: Scope, e: Expr) -> None:
         out = e.out

@@ -70,6 +70,7 @@ class ReductionEmitter:
         else:
             code = f"tl.reduce({masked}, {rd}, {self.combine(e.kind)}, keep_dims=True)"
         self.bind(scope, e.out, code)
+        self.round_to_storage(scope, e)
 
     def emit_inline_var_mean(self, scope: Scope, e: VarMeanOp, m: str) -> None:
         """Mean and variance of a tile's lanes. The sums of x and x^2 reduce together (one
@@ -308,8 +309,10 @@ class ReductionEmitter:
                 self.store_partial(ws["acc"], final)
             elif factors is not None:
                 self.bind(ps, e.out, " * ".join([f"({final})"] + [self.operand(ps, v, dt) for v in factors[1]]))
+                self.round_to_storage(ps, e)
             else:
                 self.bind(ps, e.out, final)
+                self.round_to_storage(ps, e)
         return finish
 
     def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:

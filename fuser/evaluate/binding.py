@@ -29,12 +29,16 @@ class BindingTable:
 
     def evaluate(self, e: Extent, what: str = "extent") -> Any:
         try:
-            return compile_extent(e)(self.values)
+            v = compile_extent(e)(self.values)
         except KeyError as err:
             raise InternalError(f"{what} {format_extent(e)} uses {err.args[0]}, which no input binds") from None
         except (ArithmeticError, ValueError) as err:  # a division by zero, a cast of nan to an integer
             raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
                                    f"{err}") from None
+        if type(v) is int and not -2**63 <= v < 2**63:  # (exact integer algebra): as eager refuses it
+            raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer "
+                                   f"(with {self.describe(e)})")
+        return v
 
     def extent(self, e: Extent, what: str = "extent") -> int:
         v = self.evaluate(e, what)
@@ -90,15 +94,15 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
         if arg.layout is not torch.strided:
             raise FusionInputError(f"{label}: a tensor of layout {arg.layout}; fuser takes dense (strided) "
                                    f"tensors (call .to_dense() first)")
-        if arg.device.type == "meta":
-            raise FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; "
-                                   f"pass a CPU or CUDA tensor")
         if device is None:
             device, device_label = arg.device, label
         elif arg.device != device:
             raise FusionInputError(
                 f"{label}: on device {arg.device}, expected {device} like {device_label}; "
                 f"all tensor inputs must be on one device")
+        if arg.device.type == "meta":
+            raise FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; "
+                                   f"pass a CPU or CUDA tensor")
         _check_tensor(val, arg, label)
         extents = [d.extent for d in val.domain.no_reductions()]
         factors = sharding_factors(val)
@@ -162,7 +166,10 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
     if dt.is_integral and not -2**63 <= arg < 2**63:
         raise FusionInputError(f"{label}: {arg} is out of the range of a 64-bit integer")
     if dt.is_floating and isinstance(arg, int):
-        arg = float(arg)  # (a float scalar holds a float, whatever the caller passed)
+        try:
+            arg = float(arg)  # (a float scalar holds a float, whatever the caller passed)
+        except OverflowError:
+            raise FusionInputError(f"{label}: {arg} is out of the range of a {dt.name} scalar") from None
     name = val.expr.name
     if name in values and values[name] != arg:
         raise ExtentConflictError(
@@ -292,7 +299,9 @@ class InputBinder:
             if dtype.is_integral:  # (beyond int64: the full check names it)
                 lines += ["    if not -0x8000000000000000 <= v < 0x8000000000000000:", "        return None"]
             elif dtype.is_floating:  # a float scalar holds a float (as _bind_scalar converts it)
-                lines += ["    if type(v) is int:", "        v = float(v)"]
+                lines += ["    if type(v) is int:",
+                          "        if not -0x8000000000000000 <= v < 0x8000000000000000:", "            return None",
+                          "        v = float(v)"]
             if name in bound:
                 lines += [f"    if {bound[name]} != v:", "        return None"]
             else:

@@ -133,6 +133,7 @@ class FusionDefinition:
 
     def define_tensor(self, shape: Sequence[int], contiguity=None, dtype: DataType = DataType.Float,
                       is_cpu: bool = False, stride_order: Optional[Sequence[int]] = None) -> TensorView:
+        self.fusion.check_open("define_tensor")
         shape = list(shape)
         if not isinstance(dtype, DataType):
             raise FusionDefinitionError(f"define_tensor: dtype must be a DataType, got {dtype!r}")
@@ -171,6 +172,7 @@ class FusionDefinition:
     def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
         from ..ops.common import python_scalar_dtype
 
+        self.fusion.check_open("define_scalar")
         if dtype is None:
             dtype = DataType.Double if value is None else python_scalar_dtype(value)
         if not isinstance(dtype, DataType):

@@ -40,7 +40,7 @@ class Fusion:
         # its compiled runtimes would go stale), or None
         self.final: Optional[str] = None
 
-    def _check_open(self, what: str) -> None:
+    def check_open(self, what: str) -> None:
         if self.final is not None:
             raise FusionDefinitionError(f"{what}: the fusion is final ({self.final}); define a new "
                                         f"FusionDefinition for another computation")
@@ -100,13 +100,13 @@ class Fusion:
         self.schedule_log.append((self.next_event(), *entry))
 
     def add_input(self, val: Val) -> None:
-        self._check_open("add_input")
+        self.check_open("add_input")
         self._inputs.append(val)
 
     def add_output(self, tv: TensorView) -> None:
         if not isinstance(tv, TensorView):
             raise FusionDefinitionError(f"add_output expects a TensorView, got {tv!r}")
-        self._check_open("add_output")
+        self.check_open("add_output")
         self._outputs.append(tv)
 
     def replace_output(self, old: TensorView, new: TensorView) -> None:
@@ -115,7 +115,7 @@ class Fusion:
 
     def add_expr(self, expr: Expr) -> Expr:
         kind = getattr(expr, "kind", None)
-        self._check_open(getattr(kind, "value", None) or type(expr).__name__)
+        self.check_open(getattr(kind, "value", None) or type(expr).__name__)
         self.exprs.append(expr)
         return expr
 
@@ -142,6 +142,7 @@ class Fusion:
         two derived expressions become a constraint checked when inputs are bound."""
         if a == b:
             return a
+        self.check_open(why)
         if is_static(a) and is_static(b):
             raise FusionDefinitionError(f"{why}: extents {a} and {b} must be equal")
         free = lambda e: is_symbol(e) and e not in self._input_symbols  # noqa: E731

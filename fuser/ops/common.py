@@ -19,7 +19,9 @@ def fusion_of(op: str, *operands: Operand) -> Fusion:
         raise FusionDefinitionError(f"{op}: operands come from different fusion definitions")
     if not fusions:
         raise FusionDefinitionError(f"{op}: needs at least one tensor or defined scalar operand")
-    return next(iter(fusions.values()))
+    fusion = next(iter(fusions.values()))
+    fusion.check_open(op)  # before the op unifies any extent
+    return fusion
 
 
 def check_tensor(op: str, v: Any, what: str = "input") -> TensorView:

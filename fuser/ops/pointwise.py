@@ -114,14 +114,14 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
         raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
     dtype = promote(a.dtype, b.dtype)
     fusion = a.fusion
-    if dtype.is_boolean or dtype.is_complex:
-        raise UnsupportedError(f"{kind.value} of two {dtype.name} scalars is not supported; use a tensor")
     if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
         code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,
                 B.minimum: FLOAT_MIN}[kind]
         if a.value is not None and b.value is not None:
             return fusion.new_scalar(dtype, value=float_op(code, a.value, b.value))
         return fusion.new_scalar(dtype, expr=floatOp(code, a.expr, b.expr))
+    if dtype.is_complex and a.value is not None and b.value is not None and kind in (B.add, B.sub, B.mul):
+        return fusion.new_scalar(dtype, value=ops[kind](complex(a.value), complex(b.value)))  # (Python's)
     return fusion.new_scalar(dtype, expr=ops[kind](a.expr, b.expr))
 
 

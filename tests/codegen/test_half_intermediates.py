@@ -45,3 +45,39 @@ def test_a_chain_rounds_at_each_step_as_eager_does(dtype, torch_dtype):
     (out,) = fd.execute([x, y])
     want = (torch.exp(x + y) * y).float().sum(1)
     torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,torch_dtype", DTYPES)
+def test_a_select_with_a_scalar_is_rounded(dtype, torch_dtype):
+    # max, min and where are exact among tensors of the output dtype, not with a scalar 0.1
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=dtype)
+        fd.add_output(fd.ops.cast(fd.ops.maximum(x, 0.1), DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.where(fd.ops.gt(x, 0.0), x, 0.1), DataType.Float))
+        fd.add_output(fd.ops.cast(fd.ops.clamp(x, 0.1, 0.3), DataType.Float))
+    x = torch.randn(40, generator=torch.Generator().manual_seed(2)).to(torch_dtype)
+    want = [torch.clamp(x, min=0.1).float(), torch.where(x > 0, x, torch.tensor(0.1, dtype=torch_dtype)).float(),
+            torch.clamp(x, 0.1, 0.3).float()]
+    for got, expected in zip(fd.execute([x]), want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("dtype,torch_dtype", DTYPES)
+def test_a_half_row_sum_read_back_is_rounded(dtype, torch_dtype, looped, monkeypatch):
+    if looped:  # rows beyond 4 columns take the looped inner reduction
+        from fuser.schedulers import heuristics
+        monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 4)
+        monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 4)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dtype)
+        s = fd.ops.sum(x, [1], True)
+        fd.add_output(fd.ops.cast(s, DataType.Float))
+        fd.add_output(fd.ops.div(x, s))
+    x = (torch.rand(4, 16, generator=torch.Generator().manual_seed(0)) + 0.3).to(torch_dtype)
+    x[0] = 4000.0 if torch_dtype is torch.float16 else 1.0e37  # its sum overflows half
+    s_float, q = fd.execute([x])
+    want = x.sum(1, keepdim=True)
+    assert torch.equal(s_float, want.float())
+    assert torch.equal(q, x / want)
+    assert ("for " in fd.last_triton_code()) == looped

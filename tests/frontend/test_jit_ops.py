@@ -157,7 +157,7 @@ def test_floating_floor_division_is_atens(dtype):
     # not floor(x / y): 1 // 0.1 is 9 in eager, floor(1 / 0.1) is 10
     def f(x, y):
         return (torch.div(x, 0.1, rounding_mode="floor"), x // -0.3, torch.floor_divide(x, y),
-                torch.div(x, y, rounding_mode="floor"), x // 0.0)
+                torch.div(x, y, rounding_mode="floor"), x // 0.0, 0.7 // y)
 
     gen = torch.Generator().manual_seed(11)
     x = torch.cat([torch.tensor([1.0, 2.0, 0.3, 0.7, 3.0, -1.0, 0.0, -0.0, float("inf"), float("nan")]),

@@ -144,3 +144,20 @@ def test_pow_of_negative_infinity_by_a_non_integer_follows_c():
     x = torch.tensor([-float("inf"), float("inf"), 4.0, -4.0, -0.0])
     for got, want in zip(fd.execute([x]), (x.pow(2.5), x.pow(-2.5)), strict=True):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_an_op_refused_on_a_final_definition_changes_nothing():
+    # refused before it unifies the operands' extents (which would bind y's size to x's)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        y = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(x, 2.0))
+        fd.add_output(fd.ops.mul(y, 3.0))
+    fd.execute([torch.randn(5), torch.randn(7)])
+    with pytest.raises(fuser.FusionDefinitionError, match="the fusion is final"):
+        fd.ops.add(x, y)
+    a, b = torch.randn(1), torch.arange(7.0)
+    got_a, got_b = fd.execute([a, b])
+    torch.testing.assert_close(got_b, b * 3.0)
+    torch.testing.assert_close(got_a, a * 2.0)
+    assert [t.shape for t in fd.execute([torch.randn(0), torch.randn(3)])] == [(0,), (3,)]

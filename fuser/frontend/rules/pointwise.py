@@ -111,7 +111,10 @@ def _div_mode(b, node, x, y, rounding_mode=None):
         raise LoweringError(f"integer division with rounding_mode={rounding_mode!r}")
     if rounding_mode == "trunc":
         return b.fd.ops.trunc(q)
-    return _floor_divide(b.fd.ops, x, y, q)
+    # a Python-number dividend beside a half or bf16 tensor is converted to its dtype first, as
+    # ATen's iterator converts it; a number divisor stays in fp32 (ATen reads it as a scalar)
+    x = _number_as(x, y)
+    return _floor_divide(b.fd.ops, x, y, b.fd.ops.div(x, y))
 
 
 def _floor_divide(ops, x, y, q):
