@@ -35,7 +35,7 @@ class BindingTable:
         except (ArithmeticError, ValueError) as err:  # a division by zero, a cast of nan to an integer
             raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
                                    f"{err}") from None
-        if type(v) is int and not -2**63 <= v < 2**63:  # (exact integer algebra): as eager refuses it
+        if type(v) is int and not fits_int64(v):  # (exact integer algebra): as eager refuses it
             raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer "
                                    f"(with {self.describe(e)})")
         return v
@@ -58,6 +58,14 @@ class BindingTable:
 
     def __repr__(self) -> str:
         return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
+
+
+def fits_int64(v: int) -> bool:
+    return -2**63 <= v < 2**63
+
+
+def meta_input_error(label: str) -> FusionInputError:
+    return FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; pass a CPU or CUDA tensor")
 
 
 def input_label(index: int, val) -> str:
@@ -101,8 +109,7 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
                 f"{label}: on device {arg.device}, expected {device} like {device_label}; "
                 f"all tensor inputs must be on one device")
         if arg.device.type == "meta":
-            raise FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; "
-                                   f"pass a CPU or CUDA tensor")
+            raise meta_input_error(label)
         _check_tensor(val, arg, label)
         extents = [d.extent for d in val.domain.no_reductions()]
         factors = sharding_factors(val)
@@ -163,7 +170,7 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
           isinstance(arg, (int, float, complex)))
     if not ok:
         raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
-    if dt.is_integral and not -2**63 <= arg < 2**63:
+    if dt.is_integral and not fits_int64(arg):
         raise FusionInputError(f"{label}: {arg} is out of the range of a 64-bit integer")
     if dt.is_floating and isinstance(arg, int):
         try:

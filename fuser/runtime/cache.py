@@ -15,13 +15,13 @@ import torch
 from ..codegen import KernelLauncher, target_for
 from ..codegen.launch import scalar_key
 from ..dump import dump_flags
-from ..errors import FusionInputError
 from ..codegen.kernel import can_emit
-from ..evaluate.binding import BindingTable, InputBinder, tensor_device
+from ..evaluate.binding import (BindingTable, InputBinder, fits_int64, input_label, meta_input_error,
+                                 tensor_device)
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
-from ..ir.symbolic import compile_extent, format_extent
+from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import LocalSizes, local_extents
 from ..passes import run_passes
 from ..passes.move_reshapes import move_reshapes
@@ -121,14 +121,12 @@ class FusionRuntime:
         found = self.kernel_scalars[id(seg)]
         try:
             values = {k: f(table.values) for k, f, _ in found}
-        except (ArithmeticError, ValueError):  # (a nan cast to an integer): the error names it
-            values = {k: table.evaluate(e, "scalar") for k, _, e in found}
-        for k, _, e in found:
-            v = values[k]
-            if type(v) is int and not -2**63 <= v < 2**63:  # (exact integer algebra): as eager refuses it
-                raise FusionInputError(f"scalar {format_extent(e)} = {v} is out of the range of a 64-bit "
-                                       f"integer (with {table.describe(e)})")
-        return values
+            if all(type(v) is not int or fits_int64(v) for v in values.values()):
+                return values
+        except (ArithmeticError, ValueError):
+            pass
+        # (a nan cast to an integer, a result beyond int64): the table's evaluation names it
+        return {k: table.evaluate(e, "scalar") for k, _, e in found}
 
     def run(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
         """The fusion's outputs for bound `args`; `keep`: a dict that gets what a ready call
@@ -445,10 +443,9 @@ class FusionExecutorCache:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
                     device = tensor_device(args) or torch.device("cpu")
-                    if device.type == "meta":
-                        raise FusionInputError(
-                            f"input {next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))}: a meta "
-                            f"tensor, which holds no values to compute with; pass a CPU or CUDA tensor")
+                    if device.type == "meta":  # (the fast binder takes any device)
+                        k = next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))
+                        raise meta_input_error(input_label(k, self.prepared.inputs()[k]))
                     kind = HostRuntime if self._host else FusionRuntime
                     runtime = kind(self.prepared, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime

@@ -125,15 +125,15 @@ def _floor_divide(ops, x, y, q):
     9 in eager (and Python), floor(1 / 0.1) is 10."""
     mod = ops.fmod(x, y)
     div = ops.div(ops.sub(x, mod), y)
+    mod_negative = ops.lt(mod, 0.0)
     if isinstance(y, (int, float)):
-        y_negative, y_zero = y < 0, y == 0
+        other_sign = ops.logical_not(mod_negative) if y < 0 else mod_negative
+        y_zero = y == 0
     else:
         if not isinstance(y, TensorView):  # a runtime scalar: as a tensor of the quotient's shape
             y = ops.where(ops.isnan(mod), y, y)
-        y_negative, y_zero = ops.lt(y, 0.0), ops.eq(y, 0.0)
-    mod_negative = ops.lt(mod, 0.0)
-    other_sign = ops.logical_not(mod_negative) if y_negative is True else (
-        mod_negative if y_negative is False else ops.ne(y_negative, mod_negative))
+        other_sign = ops.ne(ops.lt(y, 0.0), mod_negative)
+        y_zero = ops.eq(y, 0.0)
     div = ops.where(ops.logical_and(ops.ne(mod, 0.0), other_sign), ops.sub(div, 1.0), div)
     floored = ops.floor(div)
     floored = ops.where(ops.gt(ops.sub(div, floored), 0.5), ops.add(floored, 1.0), floored)
