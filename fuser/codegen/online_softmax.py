@@ -21,6 +21,7 @@ from typing import Optional
 
 from ..ir import Expr
 from ..schedulers.plan import SoftmaxPair
+from .math import EXP_FLUSH
 
 
 def online_pair(writer, e: Expr) -> Optional[SoftmaxPair]:
@@ -36,6 +37,10 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     step stores them as its chunk's partials instead)."""
     m, s = pair.max, pair.sum
     ps, rd, split = writer.program_scope, writer.red, writer.split
+    # the flushing exp is exact here whatever the outputs: each lane's sum holds exp(0) = 1 for
+    # its maximum, and the row's sum that of the row's, so a flushed term (below 2^-126) is far
+    # below the sum's last bit
+    exp = EXP_FLUSH[writer.target]
     shape, mask = writer.reduce_shape(m), writer.reduce_mask(m)
     big, small = f"acc{m.out.name}", f"acc{s.out.name}"
     ps.lines += [f"{big} = " + writer.block(shape, "float('-inf')", "tl.float32"),
@@ -53,8 +58,8 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     body.lines += [
         f"{big}_new = _max_nan({big}, tl.where({mask}, {x}, float('-inf')))",
         # a lane whose maximum rose rescales its sum (-inf to -inf: nothing seen yet, kept)
-        f"{small} = tl.where({big} == {big}_new, {small}, {small} * tl.exp({big} - {big}_new))",
-        f"{small} = {small} + tl.where(({mask}) & ({x} != float('-inf')), {weight} * tl.exp({x} - {big}_new), 0.0)",
+        f"{small} = tl.where({big} == {big}_new, {small}, {small} * {exp}({big} - {big}_new))",
+        f"{small} = {small} + tl.where(({mask}) & ({x} != float('-inf')), {weight} * {exp}({x} - {big}_new), 0.0)",
         f"{big} = {big}_new",
     ]
     for o in outputs:  # (a split's partial step has no later pass to store them)
@@ -62,7 +67,7 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     writer.close_loop(body)
     top = writer.tname(m.out)
     ps.lines.append(f"{top} = tl.reduce({big}, {rd}, _max_nan, keep_dims=True)")
-    ps.lines.append(f"{small}_row = tl.sum(tl.where({big} == float('-inf'), 0.0, {small} * tl.exp({big} - {top})), "
+    ps.lines.append(f"{small}_row = tl.sum(tl.where({big} == float('-inf'), 0.0, {small} * {exp}({big} - {top})), "
                     f"axis={rd}, keep_dims=True)")
     if split == "partial":
         writer.store_partial(ws[m], top)

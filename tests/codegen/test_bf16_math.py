@@ -93,3 +93,59 @@ def test_gelu_backward_with_tanh_near_one_is_eager_up_to_a_rounding():
     ulp = torch.exp2(torch.floor(torch.log2(rounded.abs().clamp_min(1e-30))) - 7)
     slack = 1e-6 * (1 + x.double().abs() ** 3) * dy.double().abs()
     assert bool(((dx.double() - want).abs() <= ulp + slack).all())
+
+
+def _exp_definition(out_dtype: DataType, op: str = "exp") -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.cast(getattr(fd.ops, op)(x), out_dtype))
+    return fd
+
+
+def test_exp_flushes_subnormal_results_only_in_bf16_kernels():
+    """A kernel whose outputs are all bf16 computes exp with the smallest normal float as its
+    floor (results below 2^-126 are 0, as CUDA's fast math gives them); an fp32 output keeps
+    subnormal results. Elsewhere the result is eager's, up to one bf16 rounding step."""
+    g = torch.Generator().manual_seed(5)
+    tail = torch.tensor([-88.0, -88.5, -95.0, -103.0, -120.0, float("-inf"), float("inf"), float("nan")])
+    x = torch.cat([torch.randn(200, generator=g) * 6, tail])
+    subnormal = (torch.exp(x) < 2.0 ** -126) & (torch.exp(x) > 0)
+    assert int(subnormal.sum()) >= 3  # -88.5, -95 and -103 (2^-126 is about exp(-87.3))
+
+    bf16 = _exp_definition(DataType.BFloat16)
+    (out,) = bf16.execute([x])
+    assert "_exp_flush" in bf16.last_triton_code()
+    assert bool((out[subnormal] == 0).all())
+    eager = torch.exp(x).to(torch.bfloat16)
+    torch.testing.assert_close(out[~subnormal], eager[~subnormal], rtol=1e-2, atol=0, equal_nan=True)
+
+    fp32 = _exp_definition(DataType.Float)
+    (out32,) = fp32.execute([x])
+    assert "_exp_flush" not in fp32.last_triton_code()
+    torch.testing.assert_close(out32, torch.exp(x), rtol=1e-6, atol=0, equal_nan=True)
+    assert bool((out32[subnormal] > 0).all())
+
+
+@pytest.mark.parametrize("op, eager", [("sigmoid", torch.sigmoid), ("silu", torch.nn.functional.silu)])
+def test_sigmoid_and_silu_in_bf16_kernels_use_the_flushing_exp(op, eager):
+    """exp(-x) underflows for x > 87 either way: sigmoid is 1 there and silu x."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.cat([torch.randn(300, generator=g) * 8, torch.tensor([90.0, 100.0, -90.0, -100.0, 0.0])])
+    fd = _exp_definition(DataType.BFloat16, op)
+    (out,) = fd.execute([x])
+    assert "_exp_flush" in fd.last_triton_code()
+    torch.testing.assert_close(out, eager(x).to(torch.bfloat16), rtol=1e-2, atol=1e-30)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_exp_flush_on_the_gpu_matches_the_interpreter():
+    """The inline ex2.approx.ftz.f32 of the CUDA lowering: the same flush, the same values."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.cat([torch.randn(4000, generator=g) * 30, torch.tensor([-88.5, -95.0, -120.0, 0.0])])
+    fd = _exp_definition(DataType.BFloat16)
+    (out,) = fd.execute([x.cuda()])
+    assert "ex2.approx.ftz.f32" in fd.last_triton_code()
+    expected = torch.exp(x).to(torch.bfloat16)
+    expected[torch.exp(x) < 2.0 ** -126] = 0
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-2, atol=0)
