@@ -77,6 +77,8 @@ class KernelLauncher:
         self.made_inside = [plan.axes.of(e.out) for e in plan.exprs if isinstance(e, IotaOp)]
         self.axis_extents = [compile_extent(a.extent) for a in plan.axes.axes]
         self.out_extents = [[compile_extent(e) for e in local_extents(o)] for o in plan.outputs]
+        # each output's allocation order (None: row-major)
+        self.out_orders = [o.domain.allocation_order() for o in plan.outputs]
         # symbols the loop space and the outputs depend on: with the inputs' shapes they key a
         # ready launch (an iota's or full's extent can come from a scalar input alone)
         exprs = [a.extent for a in plan.axes.axes] + [e for o in plan.outputs for e in local_extents(o)]
@@ -94,12 +96,13 @@ class KernelLauncher:
 
     def allocate_outputs(self, values, device) -> list[torch.Tensor]:
         outputs = []
-        for o, fs in zip(self.plan.outputs, self.out_extents):
+        for o, fs, order in zip(self.plan.outputs, self.out_extents, self.out_orders):
             shape = [int(f(values)) for f in fs]
             if any(s < 0 for s in shape):
                 raise FusionInputError(f"T{o.name} would have the negative shape {shape} in this "
                                        f"execution (its extents: {[str(e) for e in local_extents(o)]})")
-            outputs.append(torch.empty(shape, dtype=o.dtype.to_torch(), device=device))
+            outputs.append(torch.empty_strided(shape, dense_strides(shape, order), dtype=o.dtype.to_torch(),
+                                               device=device))
         return outputs
 
     def strides(self, tensors: Sequence[torch.Tensor], n_axes: int) -> list[list[int]]:
@@ -229,8 +232,11 @@ class KernelLauncher:
             return None  # empty loop space: the caller evaluates through ATen
         strides = self.strides(tensors, len(extents))
         plan = self.plan
+        # (a pointwise kernel walks its axes in the memory order of its first output spanning
+        # them all: an output laid out as its inputs are is one run, a plain stream)
+        order_by = next((k for k, t in enumerate(self.tensors) if k >= len(inputs) and plan.axes.spans_all(t)), None)
         layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise,
-                             plan.axes.resized)
+                             plan.axes.resized, order_by)
         runs = layout.super_axes
         run_extents = [math.prod(extents[a] for a in run) for run in runs]
         rows = math.prod(run_extents[:len(layout.dim0)])
@@ -381,6 +387,7 @@ class KernelLauncher:
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]
+            out_strides = [t.stride() for t in outputs]
             # (each kept in its reduction's accumulator type: an fp32 workspace rounded int64
             # and double sums)
             # a workspace row: the columns (a split inner reduction's: the rows it keeps)
@@ -388,7 +395,7 @@ class KernelLauncher:
             work_specs = [((chunks, kept), workspace_dtype(a.expr).to_torch()) for a in ks.args
                           if a.kind == "workspace"]
             return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
-                           Semaphores(semaphores) if semaphores else None)
+                           Semaphores(semaphores) if semaphores else None, out_strides)
 
         if shared is not None:
             return self._shared_row_form(shared, build, variants, step_params, stages, layout, target, inputs,
@@ -570,12 +577,15 @@ def _processors(device: torch.device) -> int:
 INTERPRETER_PROCESSORS = 0
 
 
-def _contiguous_strides(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+def dense_strides(shape, order=None) -> tuple:
+    """Strides of a dense tensor of `shape` laid out in `order` (logical axes outer to inner;
+    None: row-major)."""
+    order = range(len(shape)) if order is None else order
+    strides, step = [0] * len(shape), 1
+    for k in reversed(list(order)):
+        strides[k] = step
+        step *= max(shape[k], 1)
+    return tuple(strides)
 
 
 class _Launch:
@@ -584,10 +594,14 @@ class _Launch:
 
     __slots__ = ("steps", "out_specs", "out_layouts", "workspaces", "source", "compiles", "cold", "semaphores")
 
-    def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None):
+    def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None,
+                 out_strides=None):
         self.steps, self.out_specs, self.source = steps, out_specs, source
-        # (shape, contiguous strides, dtype) of each output, as the allocators take them
-        self.out_layouts = [(tuple(int(n) for n in shape), _contiguous_strides(shape), dtype) for shape, dtype in out_specs]
+        # (shape, strides, dtype) of each output, as the allocators take them: the strides the
+        # launch was prepared for (its stride arguments are fixed)
+        out_strides = out_strides or [dense_strides(shape) for shape, _ in out_specs]
+        self.out_layouts = [(tuple(int(n) for n in shape), tuple(st), dtype)
+                            for (shape, dtype), st in zip(out_specs, out_strides)]
         self.workspaces = Workspaces(work_specs) if work_specs else None
         self.semaphores = semaphores
         self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles

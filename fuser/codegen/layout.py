@@ -6,6 +6,7 @@ cache key; it depends on strides only through which merges hold."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,19 @@ def run_stride(run: tuple[int, ...], strides: list[int], extents: list[int]) -> 
 
 
 def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], extents: list[int],
-                pointwise: bool, alone=frozenset()) -> Layout:
+                pointwise: bool, alone=frozenset(), order_by: Optional[int] = None) -> Layout:
     """`strides[t][a]`: stride of tensor t along loop axis a (0 where it does not span a).
-    Axes in `alone` (those a slice, pad or cat shifts) are never merged with a neighbour."""
+    Axes in `alone` (those a slice, pad or cat shifts) are never merged with a neighbour.
+    `order_by`: a pointwise kernel iterates its axes in the memory order of tensor
+    `strides[order_by]` (outermost first; axes it does not step along, outermost), so a
+    tensor written in a permuted layout is written in runs, not across them."""
     if pointwise:
-        runs = _fold(dim0 + dim1, strides, extents, alone)
+        axes = dim0 + dim1
+        if order_by is not None and not alone:
+            s = strides[order_by]
+            steps = [s[a] for a in axes if s[a] != 0 and extents[a] != 1]
+            if steps != sorted(steps, reverse=True):  # a permuted layout (row-major: as it is)
+                axes = sorted(axes, key=lambda a: (s[a] != 0 and extents[a] != 1, -s[a]))
+        runs = _fold(axes, strides, extents, alone)
         return Layout(tuple(runs[:-1]), tuple(runs[-1:]))
     return Layout(tuple(_fold(dim0, strides, extents, alone)), tuple(_fold(dim1, strides, extents, alone)))

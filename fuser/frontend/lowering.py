@@ -313,6 +313,10 @@ class RegionBuilder:
             if id(value) not in index_of:
                 index_of[id(value)] = len(self.fd.fusion.outputs())
                 self.fd.add_output(value)
+                order = traced_order(meta_val(node))
+                if order is not None and value.domain.allocation is None:
+                    dims = value.domain.no_reductions()
+                    value.set_allocation_domain([dims[k] for k in order], True)
             region.outputs[node] = index_of[id(value)]
         _drop_dead_exprs(self.fd.fusion)
         return region
@@ -320,6 +324,32 @@ class RegionBuilder:
 
 _WHERE = {torch.ops.aten.where.self, torch.ops.aten.where.ScalarSelf,
           torch.ops.aten.where.ScalarOther, torch.ops.aten.where.Scalar}
+
+
+def traced_order(fake) -> "list[int] | None":
+    """The memory order (logical axes, outer to inner) of a traced dense tensor whose layout
+    is not row-major, from its strides' hints (Dynamo guards the inputs' stride order, so the
+    order holds for every call of the graph); None for row-major, or a layout no dense
+    allocation gives (an expand's 0 strides, a slice's gaps)."""
+    if not isinstance(fake, torch.Tensor) or fake.dim() < 2:
+        return None
+    hint = lambda s: s.node.hint if isinstance(s, torch.SymInt) else int(s)  # noqa: E731
+    try:
+        sizes, strides = [hint(s) for s in fake.shape], [hint(s) for s in fake.stride()]
+    except Exception:  # noqa: BLE001 - an unbacked size: keep row-major
+        return None
+    if None in sizes or None in strides:
+        return None
+    # equal strides: a size-1 axis inside (as eager's channels-last puts C = 1)
+    order = sorted(range(len(sizes)), key=lambda k: (-strides[k], sizes[k] == 1, k))
+    if order == list(range(len(sizes))):
+        return None
+    expected = 1
+    for k in reversed(order):
+        if sizes[k] != 1 and strides[k] != expected:
+            return None
+        expected *= max(sizes[k], 1)
+    return order
 
 
 def _drop_dead_exprs(fusion) -> None:

@@ -194,6 +194,19 @@ class TensorDomain:
         self.allocation = list(ids)
         self.contiguity = normalize_contiguity(contiguity, self.allocation)
 
+    def allocation_order(self) -> Optional[list[int]]:
+        """The allocation domain as a permutation of the logical (non-reduction) axes, outer
+        to inner; None where it is the logical order or not a permutation of it (a split,
+        device or stream axis: the sharding math allocates those)."""
+        if self.allocation is None:
+            return None
+        logical = self.no_reductions()
+        pos = {id(d): k for k, d in enumerate(logical)}
+        order = [pos.get(id(a), -1) for a in self.allocation if not a.is_reduction]
+        if -1 in order or sorted(order) != list(range(len(logical))) or order == sorted(order):
+            return None
+        return order
+
     def all_ids(self) -> list[IterDomain]:
         seen: dict[int, IterDomain] = {}
         for d in (self.root or []) + self.logical + self.loop + (self.allocation or []):
