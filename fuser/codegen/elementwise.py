@@ -7,8 +7,9 @@ import math
 import struct
 
 from ..errors import InternalError
-from ..ir import (BinaryOp, BinaryOpType, DataType, IotaOp, Scalar, TernaryOp, TernaryOpType, UnaryOp,
-                  TensorView, UnaryOpType, Val)
+from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, DataType, ExpandOp, IotaOp, ReductionOp,
+                  ReductionOpType, Scalar, SqueezeOp, TernaryOp, TernaryOpType, UnaryOp, TensorView,
+                  UnaryOpType, Val)
 from ..ops.pointwise import result_type
 from ..schedulers.inner_outer import FP32_COMPUTED
 from .math import binary_lowering, has_absolute_lowering, unary_lowering
@@ -126,7 +127,8 @@ class ElementwiseEmitter:
         x = self.operand(scope, e.inp, out_dt if out_dt.category >= 2 else in_dt)
         fp32 = self.bf16_outputs and e.out.dtype in FP32_COMPUTED
         absolute = fp32 and has_absolute_lowering(e.kind, self.target) and self.absolute_accuracy_suffices(e.out)
-        fmt = unary_lowering(e.kind, self.target, fp32, absolute)
+        flush = fp32 and e.kind is UnaryOpType.exp and self.flush_suffices(e.out)
+        fmt = unary_lowering(e.kind, self.target, fp32, absolute, flush)
         if fmt is None:
             raise InternalError(f"{e.kind.value} has no lowering on {self.target}")
         self.bind(scope, e.out, fmt.format(x=x))
@@ -155,6 +157,55 @@ class ElementwiseEmitter:
             if not (squared and id(e.out) not in outputs and all(added_to_constant(f) for f in uses(e.out))):
                 return False
         return True
+
+    def flush_suffices(self, v: TensorView) -> bool:
+        """Whether `v` (an exp) may be computed with results below 2^-126 flushed to zero: each
+        value it reaches in this kernel is made by adding, subtracting, multiplying, taking a
+        maximum or minimum, casting, selecting or summing (or by a division with it on top), so a
+        flushed term changes a result by about 2^-126 times its other factors, as a subnormal
+        result would show in bf16. A division by it, a log, a root or a comparison could magnify
+        it (log(sum(exp(x))) over a row of -95s: -inf for -88), and so could a product with
+        another exp's value (exp(a) * exp(b), a below -87.3: exp(a + b) may be large)."""
+        exps = self._exp_origins()
+        spread = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.maximum, BinaryOpType.minimum}
+        pending, seen = [v], {id(v)}
+        while pending:
+            u = pending.pop()
+            for e in self.plan.exprs:
+                if not any(w is u for w in e.inputs):
+                    continue
+                if isinstance(e, BinaryOp):
+                    other = e.inputs[1] if e.inputs[0] is u else e.inputs[0]
+                    scales = e.kind is BinaryOpType.mul or (e.kind is BinaryOpType.div and e.inputs[1] is not u)
+                    ok = e.kind in spread or (scales and exps.get(id(other), frozenset()) <= {id(v)})
+                elif isinstance(e, UnaryOp):
+                    ok = e.kind in (UnaryOpType.neg, UnaryOpType.abs)
+                elif isinstance(e, TernaryOp):
+                    ok = e.kind is TernaryOpType.where and e.inputs[0] is not u
+                elif isinstance(e, CastOp):
+                    ok = not e.dtype.is_boolean and e.dtype.category >= 2
+                elif isinstance(e, ReductionOp):
+                    ok = e.kind in (ReductionOpType.sum, ReductionOpType.max, ReductionOpType.min)
+                else:
+                    ok = isinstance(e, (BroadcastOp, ExpandOp, SqueezeOp))
+                if not ok:
+                    return False
+                for o in e.outputs:
+                    if id(o) not in seen:
+                        seen.add(id(o))
+                        pending.append(o)
+        return True
+
+    def _exp_origins(self) -> dict:
+        """For each value of the kernel, the exps (ids of their outputs) it is computed from."""
+        found: dict = {}
+        for e in self.plan.exprs:  # (in order: an expr's inputs come first)
+            made = frozenset().union(*(found.get(id(w), frozenset()) for w in e.inputs))
+            if isinstance(e, UnaryOp) and e.kind is UnaryOpType.exp:
+                made = made | {id(e.out)}
+            for o in e.outputs:
+                found[id(o)] = made
+        return found
 
     def emit_binary(self, scope: Scope, e: BinaryOp) -> None:
         a, b = e.inputs

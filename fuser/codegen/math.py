@@ -126,7 +126,7 @@ def _exp_flush(x):
 
 @triton.jit
 def _exp_flush_emulated(x):
-    # _exp_flush for the interpreter (no inline assembly there), so CPU tests see the flush
+    # the interpreter's flushing exp (no inline assembly there), so CPU tests see the flush
     r = tl.exp(x)
     if x.dtype == tl.float32:
         r = tl.where(r < 1.1754943508222875e-38, 0.0, r)
@@ -200,9 +200,10 @@ def _sum_pair(a0, b0, a1, b1):
 # (up to 5e-4) ruins 1 + tanh(x) in GELU's negative tail, so `_tanh` is exp-based instead.
 #
 # exp in them flushes results below 2^-126 (the smallest normal float) to zero, as CUDA's fast
-# math does: a bf16 output could hold such a value only as a subnormal. On an H200 the softmax
-# backward at 4096x32768 that recomputes exp(x - max) went from 0.88 of copy to 0.98 (223.5 to
-# 199.9 us: the generated kernel and the same with this exp, timed in one lease, 2026-12-02).
+# math does, where no use can magnify the difference (it is then about what a bf16 subnormal
+# would show). On an H200 the softmax backward at 4096x32768 that recomputes exp(x - max) went
+# from 0.88 of copy to 0.98 (223.5 to 199.9 us: the generated kernel and the same with this
+# exp, timed in one lease, 2026-12-02; suite run 24's row: 0.90 -> 0.97).
 EXP_FLUSH = {CUDA: "_exp_flush", INTERPRETER: "_exp_flush_emulated"}
 
 
@@ -211,10 +212,14 @@ def _flushing_exp_ops(exp: str) -> dict:
             U.silu: f"({{x}} / (1.0 + {exp}(-{{x}})))"}
 
 
+# sigmoid and silu add exp(-x) to 1, which a flushed term cannot change: always safe. A bare
+# exp flushes only where the kernel's uses of it cannot magnify a flushed term (see
+# ElementwiseEmitter.flush_suffices): log(sum(exp(x))) over a row of -95s would be -inf.
 _BF16_UNARY = {
     CUDA: {U.tanh: "_tanh({x})", **_flushing_exp_ops(EXP_FLUSH[CUDA])},
     INTERPRETER: _flushing_exp_ops(EXP_FLUSH[INTERPRETER]),
 }
+_NO_FLUSH = {target: {U.exp: "tl.exp({x})"} for target in (CUDA, INTERPRETER)}
 # A tanh whose result is only added to a constant of size about 1 (directly, or squared first:
 # see ElementwiseEmitter.absolute_accuracy_suffices) needs no relative accuracy near 0: GELU's
 # forward and backward. Without `_tanh`'s series and selects there, the bf16 GELU backward,
@@ -249,12 +254,15 @@ def helpers_for(code: str) -> str:
 
 
 def unary_lowering(kind: UnaryOpType, target: str, bf16_outputs: bool = False,
-                   absolute: bool = False) -> Optional[str]:
+                   absolute: bool = False, flush: bool = False) -> Optional[str]:
     """The lowering of a unary op in fp32 (or fp64) compute; `bf16_outputs`: every output of
     the kernel is bf16, which allows the approximations of `_BF16_UNARY`; `absolute`: also,
-    the result is only added to constants of size about 1 (`_ABSOLUTE_UNARY`)."""
+    the result is only added to constants of size about 1 (`_ABSOLUTE_UNARY`); `flush`: also,
+    a result flushed to zero below 2^-126 cannot be magnified by its uses."""
     if bf16_outputs and absolute and kind in _ABSOLUTE_UNARY[target]:
         return _ABSOLUTE_UNARY[target][kind]
+    if bf16_outputs and not flush and kind in _NO_FLUSH[target]:
+        return _NO_FLUSH[target][kind]
     if bf16_outputs and kind in _BF16_UNARY[target]:
         return _BF16_UNARY[target][kind]
     return _UNARY[target].get(kind)
