@@ -160,12 +160,13 @@ class ElementwiseEmitter:
 
     def flush_suffices(self, v: TensorView) -> bool:
         """Whether `v` (an exp) may be computed with results below 2^-126 flushed to zero: each
-        value it reaches in this kernel is made by adding, subtracting, multiplying, taking a
-        maximum or minimum, casting, selecting or summing (or by a division with it on top), so a
-        flushed term changes a result by about 2^-126 times its other factors, as a subnormal
-        result would show in bf16. A division by it, a log, a root or a comparison could magnify
-        it (log(sum(exp(x))) over a row of -95s: -inf for -88), and so could a product with
-        another exp's value (exp(a) * exp(b), a below -87.3: exp(a + b) may be large)."""
+        value it reaches in this kernel is made by adding, subtracting, multiplying (by no
+        value grown from an exp, exp2 or pow), taking a maximum or minimum, casting, selecting
+        or summing, so a flushed term changes a result by about 2^-126 times its other factors,
+        as a subnormal result would show in bf16. A division could magnify it, whether by a sum
+        of such terms in this kernel or by one a statistics kernel stored (exp(x) / exp(x).sum()
+        over a row of -95s: 0 for 6e-6), and so could a log, a root, a comparison or a product
+        with exp(b) (exp(a) * exp(b), a below -87.3: exp(a + b) may be large)."""
         exps = self._exp_origins()
         spread = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.maximum, BinaryOpType.minimum}
         pending, seen = [v], {id(v)}
@@ -176,8 +177,8 @@ class ElementwiseEmitter:
                     continue
                 if isinstance(e, BinaryOp):
                     other = e.inputs[1] if e.inputs[0] is u else e.inputs[0]
-                    scales = e.kind is BinaryOpType.mul or (e.kind is BinaryOpType.div and e.inputs[1] is not u)
-                    ok = e.kind in spread or (scales and exps.get(id(other), frozenset()) <= {id(v)})
+                    ok = e.kind in spread or (e.kind is BinaryOpType.mul
+                                              and exps.get(id(other), frozenset()) <= {id(v)})
                 elif isinstance(e, UnaryOp):
                     ok = e.kind in (UnaryOpType.neg, UnaryOpType.abs)
                 elif isinstance(e, TernaryOp):
@@ -197,11 +198,13 @@ class ElementwiseEmitter:
         return True
 
     def _exp_origins(self) -> dict:
-        """For each value of the kernel, the exps (ids of their outputs) it is computed from."""
+        """For each value of the kernel, the exps, exp2s and pows (ids of their outputs) it is
+        computed from."""
         found: dict = {}
+        growing = (UnaryOpType.exp, UnaryOpType.exp2, UnaryOpType.expm1)
         for e in self.plan.exprs:  # (in order: an expr's inputs come first)
             made = frozenset().union(*(found.get(id(w), frozenset()) for w in e.inputs))
-            if isinstance(e, UnaryOp) and e.kind is UnaryOpType.exp:
+            if (isinstance(e, UnaryOp) and e.kind in growing) or (isinstance(e, BinaryOp) and e.kind is BinaryOpType.pow):
                 made = made | {id(e.out)}
             for o in e.outputs:
                 found[id(o)] = made

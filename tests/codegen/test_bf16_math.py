@@ -168,24 +168,45 @@ def test_exp_keeps_subnormals_where_its_uses_could_magnify_them(fn):
     torch.testing.assert_close(got, want, rtol=2e-2, atol=0)
 
 
-def test_softmax_backward_recomputing_exp_flushes():
-    """fuser.jit's bf16 softmax backward recomputes exp(x - max) and only scales and sums it:
-    it takes the flushing exp (the suite's row at 4096x32768 went 0.90 -> 0.97), its values
-    eager's; the forward divides by a sum of its exps and keeps tl.exp."""
+def test_exp_over_a_sum_stored_by_another_kernel_keeps_subnormals(monkeypatch):
+    """Rows long enough for the statistics form (a kernel stores the row sums, another divides
+    by them, as on a 132-processor GPU): exp over a stored sum of tiny exps must not flush
+    (it gave 0 for eager's 6e-6). Division by anything keeps tl.exp."""
+    import fuser
+    from fuser.codegen import launch
+
+    monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 132)
+    x = torch.full((2, 70000), -95.0) + torch.rand(2, 70000, generator=torch.Generator().manual_seed(9))
+
+    def f(x):
+        return (torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)).to(torch.bfloat16)
+
+    got, want = fuser.jit(f)(x), f(x)
+    assert float(want.float().min()) > 0
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=0)
+
+
+def test_flush_follows_the_uses_in_the_suite_backward_rows():
+    """The bf16 cross entropy backward scales exp(x - lse): flushed. The softmax backward
+    divides exp(x - max) by the saved sum: tl.exp (a division could magnify a flushed term)."""
     import fuser
 
     g = torch.Generator().manual_seed(4)
     x = (torch.randn(8, 300, generator=g) * 30).to(torch.bfloat16).requires_grad_()
-    dy = torch.randn(8, 300, generator=g).to(torch.bfloat16)
+    target = torch.randint(0, 300, (8,), generator=g)
 
-    def f(x):
+    def softmax(x):
         return torch.softmax(x.float(), dim=-1).to(torch.bfloat16)
 
-    text = str(fuser.explain(f, x))
-    forward, backward = text.split("backward: ATen graph", 1)
-    assert "_exp_flush_emulated(" in backward and "_exp_flush_emulated(" not in forward
-    out = fuser.jit(f)(x)
-    (gx,) = torch.autograd.grad(out, x, dy)
-    xe = x.detach().clone().requires_grad_()
-    (ge,) = torch.autograd.grad(f(xe), xe, dy)
-    torch.testing.assert_close(gx, ge, rtol=2e-2, atol=1e-2)
+    def cross_entropy(x):
+        return torch.nn.functional.cross_entropy(x.float(), target).to(torch.bfloat16)
+
+    for fn, flushed in ((softmax, False), (cross_entropy, True)):
+        _, backward = str(fuser.explain(fn, x)).split("backward: ATen graph", 1)
+        assert ("_exp_flush_emulated(" in backward) is flushed, fn.__name__
+        out = fuser.jit(fn)(x)
+        dy = torch.randn(out.shape, generator=g).to(torch.bfloat16)
+        (gx,) = torch.autograd.grad(out, x, dy)
+        xe = x.detach().clone().requires_grad_()
+        (ge,) = torch.autograd.grad(fn(xe), xe, dy)
+        torch.testing.assert_close(gx, ge, rtol=2e-2, atol=1e-2)
