@@ -23,16 +23,39 @@ def as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def assert_close_to_eager(actual, expected, reference=None):
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t` covers its storage span without gaps or overlaps (any axis order)."""
+    step = 1
+    for size, stride in sorted(((n, s) for n, s in zip(t.shape, t.stride()) if n > 1), key=lambda p: p[1]):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
+def assert_same_layout(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """fuser's result is laid out as eager's (strides of the axes longer than 1), where eager's
+    is dense: outputs take eager's strides (docs/jit.md)."""
+    if _dense(expected) and actual.numel() > 1:
+        want = [(s, n) for s, n in zip(expected.stride(), expected.shape) if n > 1]
+        got = [(s, n) for s, n in zip(actual.stride(), actual.shape) if n > 1]
+        assert got == want, f"strides {actual.stride()}, eager's {expected.stride()} (shape {tuple(actual.shape)})"
+
+
+def assert_close_to_eager(actual, expected, reference=None, layout: bool = False):
     """`actual` (fuser) matches `expected` (eager, same dtype). For half types with a
     `reference` (the same computation in fp32), fuser's error against it must also be no
-    worse than about twice eager's: rounding differences compound through matmuls."""
+    worse than about twice eager's: rounding differences compound through matmuls. `layout`:
+    also eager's strides (forward outputs; a backward's gradients follow AOTAutograd's trace,
+    which takes the incoming gradients as contiguous)."""
     for a, e, r in zip(as_tuple(actual), as_tuple(expected),
                        as_tuple(reference) if reference is not None else [None] * len(as_tuple(actual))):
         if e is None:
             assert a is None
             continue
         assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, a.shape, e.dtype, e.shape)
+        if layout:
+            assert_same_layout(a, e)
         if r is not None and e.dtype in (torch.bfloat16, torch.float16):
             err = (a.double() - r.double()).abs().max().item()
             eager_err = (e.double() - r.double()).abs().max().item()
@@ -57,7 +80,7 @@ def check_forward_backward(fn: Callable, jitted: Callable, args: Sequence, refer
         hi_args = [a.detach().to(reference_dtype).requires_grad_(a.requires_grad)
                    if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
         high = fn(*hi_args)
-    assert_close_to_eager(out, ref, high)
+    assert_close_to_eager(out, ref, high, layout=True)
     wrt = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     if not wrt:
         return
