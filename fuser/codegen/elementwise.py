@@ -138,9 +138,6 @@ class ElementwiseEmitter:
         constant of magnitude 1/2 or more, directly or after squaring it (v * v, used so), and
         it is no output: an absolute error of about 1e-7 in `v` is then all that shows in a
         bf16 result, however small `v` is."""
-        def uses(u: Val) -> list:
-            return [e for e in self.plan.exprs if any(w is u for w in e.inputs)]
-
         def added_to_constant(e) -> bool:
             if not isinstance(e, BinaryOp) or e.kind not in (BinaryOpType.add, BinaryOpType.sub):
                 return False
@@ -150,11 +147,11 @@ class ElementwiseEmitter:
         outputs = {id(o) for o in self.plan.outputs}
         if id(v) in outputs:
             return False
-        for e in uses(v):
+        for e in self._users(v):
             if added_to_constant(e):
                 continue
             squared = isinstance(e, BinaryOp) and e.kind is BinaryOpType.mul and all(w is v for w in e.inputs)
-            if not (squared and id(e.out) not in outputs and all(added_to_constant(f) for f in uses(e.out))):
+            if not (squared and id(e.out) not in outputs and all(added_to_constant(f) for f in self._users(e.out))):
                 return False
         return True
 
@@ -172,9 +169,7 @@ class ElementwiseEmitter:
         pending, seen = [v], {id(v)}
         while pending:
             u = pending.pop()
-            for e in self.plan.exprs:
-                if not any(w is u for w in e.inputs):
-                    continue
+            for e in self._users(u):
                 if isinstance(e, BinaryOp):
                     other = e.inputs[1] if e.inputs[0] is u else e.inputs[0]
                     ok = e.kind in spread or (e.kind is BinaryOpType.mul
@@ -196,6 +191,10 @@ class ElementwiseEmitter:
                         seen.add(id(o))
                         pending.append(o)
         return True
+
+    def _users(self, v: Val) -> list:
+        """The exprs of this kernel that read `v`."""
+        return [e for e in self.plan.exprs if any(w is v for w in e.inputs)]
 
     def _exp_origins(self) -> dict:
         """For each value of the kernel, the exps, exp2s and pows (ids of their outputs) it is

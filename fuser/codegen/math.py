@@ -201,25 +201,25 @@ def _sum_pair(a0, b0, a1, b1):
 #
 # exp in them flushes results below 2^-126 (the smallest normal float) to zero, as CUDA's fast
 # math does, where no use can magnify the difference (it is then about what a bf16 subnormal
-# would show). On an H200 the softmax backward at 4096x32768 that recomputes exp(x - max) went
-# from 0.88 of copy to 0.98 (223.5 to 199.9 us: the generated kernel and the same with this
-# exp, timed in one lease, 2026-12-02; suite run 24's row: 0.90 -> 0.97).
+# would show): one MUFU.EX2 where tl.exp adds a compare and two multiplies. On an H200 a
+# softmax backward kernel recomputing exp(x - max) went from 0.88 of copy to 0.98 with it
+# (223.5 to 199.9 us, 2026-12-02), but that one divides by the saved sum, so it keeps tl.exp;
+# the cross entropy backward, which only scales exp(x - lse), went 0.98 -> 1.03 (suite run 24).
 EXP_FLUSH = {CUDA: "_exp_flush", INTERPRETER: "_exp_flush_emulated"}
 
 
-def _flushing_exp_ops(exp: str) -> dict:
-    return {U.exp: exp + "({x})", U.sigmoid: f"(1.0 / (1.0 + {exp}(-{{x}})))",
-            U.silu: f"({{x}} / (1.0 + {exp}(-{{x}})))"}
+def _sigmoid_silu(exp: str) -> dict:
+    # they add exp(-x) to 1, which a flushed term cannot change: always flushed
+    return {U.sigmoid: f"(1.0 / (1.0 + {exp}(-{{x}})))", U.silu: f"({{x}} / (1.0 + {exp}(-{{x}})))"}
 
 
-# sigmoid and silu add exp(-x) to 1, which a flushed term cannot change: always safe. A bare
-# exp flushes only where the kernel's uses of it cannot magnify a flushed term (see
-# ElementwiseEmitter.flush_suffices): log(sum(exp(x))) over a row of -95s would be -inf.
 _BF16_UNARY = {
-    CUDA: {U.tanh: "_tanh({x})", **_flushing_exp_ops(EXP_FLUSH[CUDA])},
-    INTERPRETER: _flushing_exp_ops(EXP_FLUSH[INTERPRETER]),
+    CUDA: {U.tanh: "_tanh({x})", **_sigmoid_silu(EXP_FLUSH[CUDA])},
+    INTERPRETER: _sigmoid_silu(EXP_FLUSH[INTERPRETER]),
 }
-_NO_FLUSH = {target: {U.exp: "tl.exp({x})"} for target in (CUDA, INTERPRETER)}
+# a bare exp: only where the kernel's uses cannot magnify a flushed term (`flush` below,
+# ElementwiseEmitter.flush_suffices; log(sum(exp(x))) over a row of -95s would be -inf)
+_FLUSH_UNARY = {target: {U.exp: exp + "({x})"} for target, exp in EXP_FLUSH.items()}
 # A tanh whose result is only added to a constant of size about 1 (directly, or squared first:
 # see ElementwiseEmitter.absolute_accuracy_suffices) needs no relative accuracy near 0: GELU's
 # forward and backward. Without `_tanh`'s series and selects there, the bf16 GELU backward,
@@ -261,8 +261,8 @@ def unary_lowering(kind: UnaryOpType, target: str, bf16_outputs: bool = False,
     a result flushed to zero below 2^-126 cannot be magnified by its uses."""
     if bf16_outputs and absolute and kind in _ABSOLUTE_UNARY[target]:
         return _ABSOLUTE_UNARY[target][kind]
-    if bf16_outputs and not flush and kind in _NO_FLUSH[target]:
-        return _NO_FLUSH[target][kind]
+    if bf16_outputs and flush and kind in _FLUSH_UNARY[target]:
+        return _FLUSH_UNARY[target][kind]
     if bf16_outputs and kind in _BF16_UNARY[target]:
         return _BF16_UNARY[target][kind]
     return _UNARY[target].get(kind)
