@@ -114,8 +114,10 @@ def _start_backend(device) -> tuple[float, float]:
     return middle - start, time.perf_counter() - middle
 
 
-def _listen_to_triton(compiles: list) -> None:
-    """Record each `triton.compile` (time, cache hit) where Triton has a compilation listener."""
+def _listen_to_triton(compiles: list, stages: dict) -> None:
+    """Record each `triton.compile` (time, cache hit) where Triton has a compilation listener,
+    and the time of each of its stages summed over the compiles (`stages`, seconds by name:
+    "ast" for the front end, then ttir, ttgir, llir, ptx, cubin, "store")."""
     try:
         from triton import knobs
 
@@ -124,12 +126,41 @@ def _listen_to_triton(compiles: list) -> None:
                 t = kw["times"]
                 us = t.ir_initialization + sum(d for _, d in t.lowering_stages) + t.store_results
                 compiles.append((us / 1e6, bool(kw.get("cache_hit"))))
+                for name, d in [("ast", t.ir_initialization), *t.lowering_stages, ("store", t.store_results)]:
+                    stages[name] = stages.get(name, 0.0) + d / 1e6
             except Exception:
                 pass
 
         knobs.compilation.listener = listener
     except Exception:  # a Triton without the hook: the column stays empty
         pass
+
+
+def _time_launcher_builds(builds: list) -> None:
+    """Record each C module Triton builds for a launch (its launchers, one a kernel signature;
+    fuser's one launcher), compiled or read from Triton's cache, as (seconds, built): the C
+    compiler runs outside `triton.compile`."""
+    try:
+        from triton.backends.nvidia import driver as nvidia_driver
+        from triton.runtime import build
+    except Exception:
+        return
+    original = build.compile_module_from_src
+
+    def timed(src, name, *args, **kwargs):
+        before = len(list(_cache_files()))
+        start = time.perf_counter()
+        module = original(src, name, *args, **kwargs)
+        builds.append((time.perf_counter() - start, len(list(_cache_files())) > before))
+        return module
+
+    nvidia_driver.compile_module_from_src = timed  # Triton's launchers, one a signature
+    build.compile_module_from_src = timed          # fuser's one launcher (codegen/launcher.py)
+
+
+def _cache_files():
+    root = os.environ.get("TRITON_CACHE_DIR")
+    return os.scandir(root) if root and os.path.isdir(root) else iter(())
 
 
 def _start_dynamo(device) -> float:
@@ -167,8 +198,11 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
     args = case.make_inputs(device)
     driver_s, key_s = _start_backend(device)
     compiles: list = []
+    stages: dict = {}
+    launchers: list = []
     if device.type == "cuda":
-        _listen_to_triton(compiles)
+        _listen_to_triton(compiles, stages)
+        _time_launcher_builds(launchers)
     timing.enable()
     _timed_method(FusionExecutorCache, "execute", "runtime")
     _timed_method(backend.FuserBackend, "__call__", "aot autograd")
@@ -205,6 +239,10 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
         phases = timing.totals()
         kernels = len(list(kcompile.cache_dir().glob("*.py")))  # this row's cache directory
         triton_compiles = list(compiles)
+        triton_stages, launcher_builds = dict(stages), list(launchers)
+        from fuser.codegen import compile_pool, launcher
+        workers = {k: (dict(v) if isinstance(v, dict) else v) for k, v in compile_pool.STATS.items()}
+        launcher_status = launcher.status()
         begin = time.perf_counter()
         runner()
         sync()
@@ -215,7 +253,11 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
               "first_call": first, "second_call": second,
               "phases": phases, "kernels": kernels,
               "triton": sum(t for t, _ in triton_compiles) if triton_compiles else None,
-              "triton_hits": sum(hit for _, hit in triton_compiles)}
+              "triton_hits": sum(hit for _, hit in triton_compiles),
+              "triton_stages": triton_stages,
+              "launchers": {"count": len(launcher_builds), "built": sum(b for _, b in launcher_builds),
+                            "seconds": sum(t for t, _ in launcher_builds)},
+              "workers": workers, "generic_launcher": launcher_status}
     if profiler:
         import io
         import pstats
@@ -292,6 +334,33 @@ def table(rows: list[tuple[str, dict, dict]]) -> str:
     return "\n".join(lines)
 
 
+def stage_table(rows: list[tuple[str, dict, dict]]) -> str:
+    """Where the cold runs' Triton time went: each compile stage summed over the compiles (and
+    over the threads that compile side by side), and the launcher modules built by the C
+    compiler (count built of count asked, seconds)."""
+    names: list[str] = []
+    for _, cold, _ in rows:
+        names += [n for n in cold.get("triton_stages", {}) if n not in names]
+    head = ["row (cold)", *names, "launchers built / asked", "launcher s", "worker compiles (missed, failed)",
+            "worker s"]
+    lines = ["Triton's compile by stage in this process, summed over compiles (ms); the compile workers' "
+             "(codegen/compile_pool.py) apart\n", "| " + " | ".join(head) + " |",
+             "|" + " --- |" * len(head)]
+    statuses = sorted({cold.get("generic_launcher", "-") for _, cold, _ in rows if "error" not in cold})
+    lines.insert(1, f"(fuser's generic launcher, codegen/launcher.py: {', '.join(statuses)})\n")
+    for row, cold, _ in rows:
+        if "error" in cold:
+            continue
+        st, ln = cold.get("triton_stages", {}), cold.get("launchers", {})
+        cells = [row] + [fmt(st.get(n, 0.0) * 1e3, 1) for n in names]
+        cells += [f"{ln.get('built', 0)} / {ln.get('count', 0)}", fmt(ln.get("seconds", 0.0) * 1e3, 1)]
+        wk = cold.get("workers", {})
+        cells += [f"{wk.get('compiled', 0)} ({wk.get('missed', 0)}, {wk.get('failed', 0)})",
+                  fmt(wk.get("seconds", 0.0) * 1e3, 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def header(results: list[tuple[str, dict, dict]]) -> str:
     def per_process(key: str, column: int) -> str:
         return fmt(median([r[column][key] * 1e3 for r in results if "error" not in r[column]]))
@@ -357,6 +426,7 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
     print(f"# Compile time, {device}, shape {shape[0]}x{shape[1]} (ms)\n\n{header(results)}\n")
     print(table(results))
+    print("\n" + stage_table(results))
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="fuser-compile-time-") as cache:
             for run in ("cold", "warm"):  # the warm one reads what the cold one compiled

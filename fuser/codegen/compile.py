@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import InternalError
 from ..timing import phase
+from . import compile_pool, launcher
 from .canonical import canonical_form
 
 _lock = threading.Lock()
@@ -104,7 +105,10 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
         raw = getattr(module, name, None)
         if raw is None:
             raise InternalError(f"generated module {path} has no kernel {name}")
-        fn = _wrap(raw, target, scalar_params, getattr(module, "KERNEL_LANGUAGE", "triton"))
+        language = getattr(module, "KERNEL_LANGUAGE", "triton")
+        fn = _wrap(raw, target, scalar_params, language)
+        if target != "interpreter":  # what a compile worker needs to load it (compile_pool.py)
+            fn.fuser_origin = (str(path), module_name, name, language, list(scalar_params))
         _memory[key] = fn
         return fn
 
@@ -117,11 +121,23 @@ def _wrap(raw: Callable, target: str, scalar_params: Sequence[str], language: st
     if target == "interpreter":
         return _Interpreted(raw)
     _keep_triton_key()
+    launcher.install()
+    compile_pool.start()
     if language == "gluon":
         from triton.experimental import gluon
 
-        return gluon.jit(raw, do_not_specialize=list(scalar_params))
-    return triton.jit(raw, do_not_specialize=list(scalar_params))
+        kernel = gluon.jit(raw, do_not_specialize=list(scalar_params))
+    else:
+        kernel = triton.jit(raw, do_not_specialize=list(scalar_params))
+    launcher.mark(kernel)
+    return kernel
+
+
+def triton_key_now() -> str:
+    """Triton's installation digest as this process has it (kept, see below)."""
+    from triton.runtime import cache
+
+    return cache.triton_key()
 
 
 # -- Triton's installation digest, kept across processes ---------------------------------------

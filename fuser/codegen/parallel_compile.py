@@ -20,6 +20,8 @@ import os
 import threading
 from typing import Callable, Optional, Sequence
 
+from . import compile_pool
+
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _lock = threading.Lock()
 
@@ -52,8 +54,13 @@ def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
             job()
         return
     _start_triton_driver()  # here: its lazy start is not meant to run in two threads at once
-    for future in [_executor().submit(job) for job in jobs]:
+    for future in [_executor().submit(_side_by_side, job) for job in jobs]:
         future.result()
+
+
+def _side_by_side(job: Callable[[], None]) -> None:
+    with compile_pool.side_by_side():  # its Triton compile may go to a worker process
+        job()
 
 
 def _start_triton_driver() -> None:

@@ -8,6 +8,8 @@ from typing import Optional
 
 import torch
 
+from . import compile_pool
+
 
 class _Step:
     """One kernel launch through Triton's JIT entry point."""
@@ -69,7 +71,11 @@ def _raw_launch(run) -> Optional[tuple]:
     launch on a slow host. None for other Tritons and launchers (their own call is used)."""
     import triton
 
-    if not triton.__version__.startswith("3.6.") or type(run).__name__ != "CudaLauncher":
+    if not triton.__version__.startswith("3.6."):
+        return None
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    if not isinstance(run, CudaLauncher):  # Triton's, or fuser's generic one (codegen/launcher.py)
         return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
@@ -104,7 +110,10 @@ class _DirectStep(_Step):
         try:
             device = next((a.device for a in args if isinstance(a, (torch.Tensor, StandIn))), None)
             with torch.cuda.device(device) if device is not None and device.type == "cuda" else NO_CONTEXT:
-                self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)._init_handles()
+                sent = compile_pool.compile_first(self.fn, args, self.kwargs, (self.grid,))  # in a worker, if any
+                compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
+                compile_pool.record_hit(sent, compiled)
+                compiled._init_handles()
         except Exception:  # noqa: BLE001 - the launch compiles again and raises it there
             pass
 

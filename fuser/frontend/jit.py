@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..codegen import compile_pool
 from ..errors import FuserError, FusionInputError, InternalError
 from .backend import GraphRecord, backend_for
 from .direct import MISS, DirectCall
@@ -132,6 +133,8 @@ class JitFunction:
             raise FusionInputError(f"{_name(self._fn)}: {problem}")
         if self._failed:
             return self._fn(*args, **kwargs)
+        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the

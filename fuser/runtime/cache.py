@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..codegen import KernelLauncher, target_for
+from ..codegen import KernelLauncher, compile_pool, target_for
 from ..codegen.launch import scalar_key
 from ..dump import dump_flags
 from ..codegen.kernel import can_emit
@@ -446,6 +446,8 @@ class FusionExecutorCache:
                     if device.type == "meta":  # (the fast binder takes any device)
                         k = next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))
                         raise meta_input_error(input_label(k, self.prepared.inputs()[k]))
+                    if device.type == "cuda":
+                        compile_pool.start()  # the compile workers start while this runtime is planned
                     kind = HostRuntime if self._host else FusionRuntime
                     runtime = kind(self.prepared, device, self.kernels_enabled(device))
                     self._runtimes[key] = runtime

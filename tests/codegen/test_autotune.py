@@ -186,17 +186,22 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
     """The direct launch calls Triton 3.6's C launch function itself where the launcher's Python
     call would only allocate scratch memory (none needed) and pass its flags."""
     import triton
+    from triton.backends.nvidia.driver import CudaLauncher as TritonLauncher
 
     from fuser.codegen import steps
 
-    class CudaLauncher:  # the shape of Triton 3.6's launcher
+    class CudaLauncher(TritonLauncher):  # Triton's, or fuser's generic one (codegen/launcher.py)
         def __init__(self, scratch):
             self.launch, self.launch_cooperative_grid, self.launch_pdl = print, False, True
             self.global_scratch_size, self.profile_scratch_size = scratch, 0
 
+    class Other:  # another launcher class: its own call
+        launch, launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = print, 0, 0, 0, 0
+
     monkeypatch.setattr(triton, "__version__", "3.6.0")
     assert steps._raw_launch(CudaLauncher(0)) == (print, False, True)
     assert steps._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
+    assert steps._raw_launch(Other()) is None
     monkeypatch.setattr(triton, "__version__", "3.7.0")
     assert steps._raw_launch(CudaLauncher(0)) is None
 

@@ -1,0 +1,288 @@
+"""Compiling kernels side by side in worker processes.
+
+Kernels compiled side by side in threads (parallel_compile.py) overlap only in part: Triton's
+front end, which walks the kernel's Python source (0.1-0.8 s a kernel on the H200 machine), and
+much of the rest hold the GIL. On two cores, four compiles in four threads took 0.46 s against
+0.55 s one after the other. A worker (compile_worker.py) is a Python process that imports
+Triton only; it compiles a kernel into Triton's disk cache, and the thread that asked then
+compiles it as before and finds it there (a cache hit: the binary is read and loaded).
+
+What is sent is what Triton would compile: its JIT cache hook (`knobs.runtime.jit_cache_hook`),
+called by `JITFunction.run(..., warmup=True)` before it compiles, hands over the launch's
+specialization, and answering True makes Triton skip the compile. Nothing a worker makes is
+trusted beyond Triton's own cache key: a worker that fails, dies, times out or compiled under
+another key (the environment changed) leaves the compile to the asking process, as before.
+
+Workers start when fuser loads its first GPU kernel (`start`), so that the first launch's
+compiles find them ready, and are used only for compiles run side by side (`compile_together`
+with two or more jobs). `FUSER_COMPILE_WORKERS`: their number (default: as many as compile
+threads, parallel_compile.py); 0 keeps every compile in the process. Only Triton 3.6, whose
+hook and specialization format this follows.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import queue
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from .compile_worker import ENV_PREFIXES
+
+WORKER = Path(__file__).with_name("compile_worker.py")
+REPLY_TIMEOUT_S = 300.0  # a compile that takes longer is left to the process
+READY_TIMEOUT_S = 60.0
+
+_lock = threading.Lock()
+_pool: Optional["Pool"] = None
+_local = threading.local()
+_hook_installed = False
+_previous_hook = None
+# what the workers did: kernels compiled, failures, kernels the process then did not find,
+# compile seconds and each compile stage's seconds, summed
+STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {}}
+
+
+def worker_count() -> int:
+    from .parallel_compile import _workers
+
+    asked = os.environ.get("FUSER_COMPILE_WORKERS", "")
+    if asked.isdigit():
+        return int(asked)
+    return _workers()
+
+
+def available() -> bool:
+    if worker_count() == 0 or os.environ.get("FUSER_PARALLEL_COMPILE", "1") == "0":
+        return False
+    try:
+        import triton
+    except ImportError:
+        return False
+    return triton.__version__.startswith("3.6.")
+
+
+class _Worker:
+    def __init__(self, env: dict):
+        code = ("import sys, runpy\n"
+                "if sys.path and sys.path[0] in ('', '.'): sys.path.pop(0)\n"
+                f"runpy.run_path({str(WORKER)!r}, run_name='__main__')\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        self.ready: Optional[bool] = None
+
+    def _read(self, timeout: float):
+        """One reply frame, or None (closed, timed out)."""
+        fd = self.proc.stdout.fileno()
+        chunks, need, header = [], 4, None
+        deadline = time.monotonic() + timeout
+        while need:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, need)
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            need -= len(chunk)
+            if not need and header is None:
+                (need,) = struct.unpack("<I", b"".join(chunks))
+                header, chunks = need, []
+        return pickle.loads(b"".join(chunks))
+
+    def wait_ready(self) -> bool:
+        if self.ready is None:
+            reply = self._read(READY_TIMEOUT_S)
+            self.ready = bool(reply and reply.get("ready"))
+        return self.ready
+
+    def request(self, payload: dict) -> Optional[dict]:
+        if not self.wait_ready():
+            return None
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(struct.pack("<I", len(data)) + data)
+            self.proc.stdin.flush()
+        except OSError:
+            self.ready = False
+            return None
+        reply = self._read(REPLY_TIMEOUT_S)
+        if reply is None:  # died or hung: not used again
+            self.ready = False
+            self.close()
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=2)
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+class Pool:
+    def __init__(self, size: int):
+        import triton
+
+        self.pid = os.getpid()
+        env = dict(os.environ)
+        # the worker finds this Triton first, whatever the process's path was made of
+        home = str(Path(triton.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.workers = [_Worker(env) for _ in range(size)]
+        self.idle: queue.Queue = queue.Queue()
+        for w in self.workers:
+            self.idle.put(w)
+
+    def acquire(self) -> Optional[_Worker]:
+        """An idle worker (waiting for one), or None once none is usable."""
+        while True:
+            try:
+                return self.idle.get(timeout=0.2)
+            except queue.Empty:
+                if not self.usable():
+                    return None
+
+    def release(self, w: _Worker) -> None:
+        if w.ready is not False:  # a dead worker is not handed out again
+            self.idle.put(w)
+
+    def usable(self) -> bool:
+        return any(w.ready is not False for w in self.workers)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+
+def start() -> None:
+    """Start the workers (once per process, in the background: nothing waits for them here)."""
+    _get_pool()
+
+
+def _get_pool() -> Optional[Pool]:
+    global _pool
+    if _pool is not None and _pool.pid == os.getpid():
+        return _pool if _pool.usable() else None
+    if not available():
+        return None
+    with _lock:
+        if _pool is None or _pool.pid != os.getpid():
+            try:
+                _pool = Pool(worker_count())
+            except Exception:  # noqa: BLE001 - no workers: compiles stay in the process
+                return None
+            atexit.register(_pool.close)
+    return _pool if _pool.usable() else None
+
+
+@contextlib.contextmanager
+def side_by_side():
+    """Within: compiles (`compile_first`) may go to a worker."""
+    _local.side_by_side = True
+    try:
+        yield
+    finally:
+        _local.side_by_side = False
+
+
+def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
+    """Have a worker compile what `fn.run(*args, grid=grid, warmup=True, **kwargs)` will (the
+    caller then runs it and finds the kernel in Triton's cache; `record_hit` says whether it
+    did). The compiled kernel's cache hash, or None: nothing was sent (outside `side_by_side`,
+    a kernel not loaded by fuser, no usable pool, the kernel compiled already) or the worker
+    failed. Never raises."""
+    origin = getattr(fn, "fuser_origin", None)
+    if origin is None or not getattr(_local, "side_by_side", False):
+        return None
+    pool = _get_pool()
+    if pool is None:
+        return None
+    try:
+        request = _request(fn, args, kwargs, grid, origin)
+    except Exception:  # noqa: BLE001 - Triton compiles it in this process
+        return None
+    if request is None:
+        return None
+    w = pool.acquire()
+    if w is None:
+        return None
+    try:
+        reply = w.request(request)
+    finally:
+        pool.release(w)
+    with _lock:
+        if reply is None or "error" in reply:
+            STATS["failed"] += 1
+            return None
+        STATS["compiled"] += 1
+        STATS["seconds"] += reply["seconds"]
+        for name, value in (reply.get("times") or {}).items():
+            if name != "hit":
+                STATS["stages"][name] = STATS["stages"].get(name, 0.0) + value / 1e6
+    return reply["hash"]
+
+
+def record_hit(sent: Optional[str], compiled) -> None:
+    """Count a kernel a worker compiled that the process then compiled under another key."""
+    if sent is not None and getattr(compiled, "hash", sent) != sent:
+        with _lock:
+            STATS["missed"] += 1
+
+
+def _request(fn, args, kwargs, grid, origin) -> Optional[dict]:
+    """The worker's request for this launch: Triton's specialization, caught by its JIT cache
+    hook instead of compiling. None where Triton has the kernel in memory already."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    _install_hook()
+    _local.capturing, _local.captured = fn, None
+    try:
+        fn.run(*args, grid=grid, warmup=True, **kwargs)
+    finally:
+        _local.capturing = None
+    captured = _local.captured
+    if captured is None:
+        return None
+    target = driver.active.get_current_target()
+    path, module, name, language, scalars = origin
+    from .compile import triton_key_now
+    return {"path": path, "module": module, "name": name, "language": language, "do_not_specialize": scalars,
+            "specialization": captured, "target": (target.backend, target.arch, target.warp_size),
+            "cache_dir": knobs.cache.dir, "triton_key": triton_key_now(),
+            "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}}
+
+
+def _install_hook() -> None:
+    """Triton's JIT cache hook, once: it hands this thread's launch to `_request` and skips
+    the compile; every other call goes to the hook installed before, if any."""
+    global _hook_installed, _previous_hook
+    if _hook_installed:
+        return
+    from triton import knobs
+
+    with _lock:
+        if _hook_installed:
+            return
+        _previous_hook = knobs.runtime.jit_cache_hook
+
+        def hook(**kw):
+            target = getattr(_local, "capturing", None)
+            info = kw.get("fn")
+            if target is not None and getattr(info, "jit_function", None) is target:
+                _local.captured = kw["compile"]["specialization_data"]
+                return True
+            return _previous_hook(**kw) if _previous_hook is not None else None
+
+        knobs.runtime.jit_cache_hook = hook
+        _hook_installed = True

@@ -1,0 +1,165 @@
+"""Compile workers (codegen/compile_pool.py, compile_worker.py).
+
+The worker tests need Triton 3.6 (the specialization format the worker reads) but no GPU: a
+worker compiles for sm_90 with Triton's own ptxas, and this process then compiles the same
+launch and must find it in the cache. The GPU test runs a launch of two kernels compiled side
+by side through the workers from empty caches.
+"""
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+from fuser.codegen import compile_pool
+
+triton = pytest.importorskip("triton")
+needs_triton_36 = pytest.mark.skipif(not triton.__version__.startswith("3.6."),
+                                     reason="the worker reads Triton 3.6's specialization format")
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+def scaled_rows(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n
+    x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
+    y = x * scale / tl.sum(tl.abs(x), 0)
+    tl.store(y_ptr + row * n + cols, y.to(tl.bfloat16), mask=m)
+'''
+
+
+def _launch_spec(tmp_path, block: int = 1024):
+    """A kernel module on disk, its JIT function, and the specialization Triton 3.6 would
+    hand its JIT cache hook for one launch (pointers aligned, n and scale not specialized)."""
+    import importlib.util
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import compiler
+    from triton.runtime.jit import serialize_specialization_data
+
+    path = tmp_path / "scaled_rows_k.py"
+    path.write_text(KERNEL)
+    name = f"fuser_kernels.scaled_rows_{tmp_path.name}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    fn = triton.jit(module.scaled_rows, do_not_specialize=["n", "scale"])
+    target = GPUTarget("cuda", 90, 32)
+    options = compiler.make_backend(target).parse_options({"num_warps": 4})
+    signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "n": "i32", "scale": "fp32", "BLOCK": "constexpr"}
+    constexprs = {(4,): block}
+    attrs = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]}
+    data = serialize_specialization_data("scaled_rows", signature, constexprs, attrs, options, "key")
+    request = {"path": str(path), "module": name, "name": "scaled_rows", "language": "triton",
+               "do_not_specialize": ["n", "scale"], "specialization": data, "target": ("cuda", 90, 32),
+               "cache_dir": str(tmp_path / "triton"), "triton_key": __import__("triton.runtime.cache").runtime.cache.triton_key(),
+               "env": {k: v for k, v in os.environ.items() if k.startswith(compile_pool.ENV_PREFIXES)}}
+    return fn, (signature, constexprs, attrs, options, target), request
+
+
+def _worker():
+    env = dict(os.environ)
+    home = os.path.dirname(os.path.dirname(triton.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([home, env.get("PYTHONPATH", "")])
+    return compile_pool._Worker(env)
+
+
+@needs_triton_36
+def test_what_a_worker_compiles_the_process_finds_in_the_cache(tmp_path, monkeypatch):
+    from triton import knobs
+    from triton.compiler import compiler
+
+    fn, (signature, constexprs, attrs, options, target), request = _launch_spec(tmp_path)
+    worker = _worker()
+    try:
+        reply = worker.request(request)
+        assert reply is not None and "error" not in reply, reply
+        assert reply["times"]["hit"] is False and reply["times"]["ast"] > 0
+        # the same launch again: the worker finds its own kernel
+        assert worker.request(request)["times"]["hit"] is True
+    finally:
+        worker.close()
+    hits = []
+    monkeypatch.setattr(knobs.cache, "dir", request["cache_dir"])
+    monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: hits.append(kw["cache_hit"]))
+    kernel = compiler.compile(compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
+                              options=options.__dict__)
+    assert hits == [True] and kernel.hash == reply["hash"]
+
+
+@needs_triton_36
+def test_a_failing_request_is_answered_and_the_worker_goes_on(tmp_path):
+    _, _, request = _launch_spec(tmp_path)
+    worker = _worker()
+    try:
+        missing = dict(request, path=str(tmp_path / "nowhere.py"))
+        reply = worker.request(missing)
+        assert "FileNotFoundError" in reply["error"] or "No such file" in reply["error"]
+        bad = dict(request, name="no_such_kernel")
+        assert "AttributeError" in worker.request(bad)["error"]
+        assert "error" not in worker.request(request)
+    finally:
+        worker.close()
+
+
+def test_a_dead_or_unstartable_worker_is_given_up():
+    env = dict(os.environ, PYTHONPATH="")
+    broken = compile_pool._Worker(dict(env, PYTHONNOUSERSITE="1", PYTHONHOME="/nonexistent"))
+    assert broken.wait_ready() is False
+    assert broken.request({"anything": 1}) is None
+    pool = compile_pool.Pool.__new__(compile_pool.Pool)
+    pool.workers, pool.idle = [broken], __import__("queue").Queue()
+    start = time.perf_counter()
+    assert pool.acquire() is None and time.perf_counter() - start < 5  # no wait for a worker forever
+
+    if not triton.__version__.startswith("3.6."):
+        return
+    worker = _worker()
+    assert worker.wait_ready()
+    worker.proc.kill()
+    worker.proc.wait()
+    assert worker.request({"path": "x"}) is None and worker.ready is False
+
+
+def test_nothing_is_sent_outside_a_side_by_side_compile_or_for_other_kernels():
+    class Kernel:
+        fuser_origin = ("p", "m", "k", "triton", [])
+
+        def run(self, *args, **kwargs):
+            raise AssertionError("not asked")
+
+    assert compile_pool.compile_first(Kernel(), [], {}, (1,)) is None  # not side by side
+    with compile_pool.side_by_side():
+        assert compile_pool.compile_first(object(), [], {}, (1,)) is None  # not fuser's
+    compile_pool.record_hit(None, object())
+    assert compile_pool.STATS["missed"] >= 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_triton_36
+def test_a_launch_of_two_kernels_compiles_in_workers_from_empty_caches(tmp_path, monkeypatch):
+    from triton import knobs
+
+    from fuser import DataType, FusionDefinition
+
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path / "fuser"))
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
+    before = dict(compile_pool.STATS)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.mul(xf, 2.5), [0]))
+        fd.add_output(fd.ops.min(xf, [0]))
+    x = torch.randn(8192, 2900, device="cuda", dtype=torch.bfloat16)
+    total, low = fd.execute([x])
+    assert "_partial" in fd.last_triton_code() and "_combine" in fd.last_triton_code()
+    torch.testing.assert_close(total, (x.float() * 2.5).sum(0), rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(low, x.float().amin(0))
+    assert compile_pool.STATS["compiled"] >= before["compiled"] + 2
+    assert compile_pool.STATS["missed"] == before["missed"]
