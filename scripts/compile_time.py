@@ -342,7 +342,7 @@ def stage_table(rows: list[tuple[str, dict, dict]]) -> str:
     for _, cold, _ in rows:
         names += [n for n in cold.get("triton_stages", {}) if n not in names]
     head = ["row (cold)", *names, "launchers built / asked", "launcher s", "worker compiles (missed, failed)",
-            "worker s"]
+            "worker ms", "worker start ms", "kept while starting"]
     lines = ["Triton's compile by stage in this process, summed over compiles (ms); the compile workers' "
              "(codegen/compile_pool.py) apart\n", "| " + " | ".join(head) + " |",
              "|" + " --- |" * len(head)]
@@ -356,7 +356,8 @@ def stage_table(rows: list[tuple[str, dict, dict]]) -> str:
         cells += [f"{ln.get('built', 0)} / {ln.get('count', 0)}", fmt(ln.get("seconds", 0.0) * 1e3, 1)]
         wk = cold.get("workers", {})
         cells += [f"{wk.get('compiled', 0)} ({wk.get('missed', 0)}, {wk.get('failed', 0)})",
-                  fmt(wk.get("seconds", 0.0) * 1e3, 1)]
+                  fmt(wk.get("seconds", 0.0) * 1e3, 1),
+                  fmt(wk.get("start_s", 0.0) * 1e3), str(wk.get("in_process", 0))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -13,9 +13,11 @@ specialization, and answering True makes Triton skip the compile. Nothing a work
 trusted beyond Triton's own cache key: a worker that fails, dies, times out or compiled under
 another key (the environment changed) leaves the compile to the asking process, as before.
 
-Workers start when fuser loads its first GPU kernel (`start`), so that the first launch's
-compiles find them ready, and are used only for compiles run side by side (`compile_together`
-with two or more jobs). `FUSER_COMPILE_WORKERS`: their number (default: as many as compile
+Workers start (`start`) when a runtime is first planned for a GPU, a jitted function is first
+traced on GPU tensors (Dynamo's tracing then hides their start), or fuser loads its first GPU
+kernel. They take compiles run side by side (`compile_together` with two or more jobs) once one
+of them is ready; until then those stay in the process. A kernel already in Triton's disk cache
+is read here, not sent. `FUSER_COMPILE_WORKERS`: their number (default: as many as compile
 threads, parallel_compile.py); 0 keeps every compile in the process. Only Triton 3.6, whose
 hook and specialization format this follows.
 """
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .compile_worker import ENV_PREFIXES
+from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 REPLY_TIMEOUT_S = 300.0  # a compile that takes longer is left to the process
@@ -47,8 +49,9 @@ _local = threading.local()
 _hook_installed = False
 _previous_hook = None
 # what the workers did: kernels compiled, failures, kernels the process then did not find,
-# compile seconds and each compile stage's seconds, summed
-STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {}}
+# compile seconds and each compile stage's seconds, summed;
+STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {},
+         "start_s": 0.0, "in_process": 0}  # the slowest worker's start; compiles kept while none was ready
 
 
 def worker_count() -> int:
@@ -78,6 +81,7 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self.ready: Optional[bool] = None
+        self.spawned = time.perf_counter()
 
     def _read(self, timeout: float):
         """One reply frame, or None (closed, timed out)."""
@@ -102,6 +106,8 @@ class _Worker:
         if self.ready is None:
             reply = self._read(READY_TIMEOUT_S)
             self.ready = bool(reply and reply.get("ready"))
+            with _lock:
+                STATS["start_s"] = max(STATS["start_s"], time.perf_counter() - self.spawned)
         return self.ready
 
     def request(self, payload: dict) -> Optional[dict]:
@@ -130,6 +136,11 @@ class _Worker:
 
 
 class Pool:
+    """Workers started by a background thread, each handed out once it has said it is ready.
+    Until the first one is, compiles stay in the asking process: a worker takes a few hundred
+    milliseconds to start (Python and Triton's imports), about one compile's time, so the first
+    launch of a process gains nothing by waiting for it."""
+
     def __init__(self, size: int):
         import triton
 
@@ -138,14 +149,39 @@ class Pool:
         # the worker finds this Triton first, whatever the process's path was made of
         home = str(Path(triton.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.workers = [_Worker(env) for _ in range(size)]
+        self.size = size
+        self.workers: list[_Worker] = []
         self.idle: queue.Queue = queue.Queue()
-        for w in self.workers:
-            self.idle.put(w)
+        self.any_ready = threading.Event()
+        self.started = False  # every worker ready or given up
+        threading.Thread(target=self._start, args=(env,), name="fuser-compile-workers", daemon=True).start()
+
+    def _start(self, env: dict) -> None:
+        for _ in range(self.size):
+            try:
+                self.workers.append(_Worker(env))
+            except Exception:  # noqa: BLE001 - fewer workers (none: compiles stay in the process)
+                break
+        waiting = list(self.workers)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            readable = select.select([w.proc.stdout.fileno() for w in waiting], [], [], 0.5)[0]
+            for w in [w for w in waiting if w.proc.stdout.fileno() in readable]:
+                waiting.remove(w)
+                if w.wait_ready():  # (its ready frame is there to read)
+                    self.idle.put(w)
+                    self.any_ready.set()
+        for w in waiting:  # never said it was ready
+            w.ready = False
+            w.close()
+        self.started = True
 
     def acquire(self) -> Optional[_Worker]:
-        """An idle worker (waiting for one), or None once none is usable."""
+        """An idle ready worker, waiting while the ready ones are busy; None while none has
+        started (the caller compiles it itself) or once none is usable."""
         while True:
+            if not self.any_ready.is_set():
+                return None
             try:
                 return self.idle.get(timeout=0.2)
             except queue.Empty:
@@ -157,7 +193,7 @@ class Pool:
             self.idle.put(w)
 
     def usable(self) -> bool:
-        return any(w.ready is not False for w in self.workers)
+        return not self.started or any(w.ready is not False for w in self.workers)
 
     def close(self) -> None:
         for w in self.workers:
@@ -215,6 +251,8 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
         return None
     w = pool.acquire()
     if w is None:
+        with _lock:
+            STATS["in_process"] += 1
         return None
     try:
         reply = w.request(request)
@@ -256,6 +294,9 @@ def _request(fn, args, kwargs, grid, origin) -> Optional[dict]:
         return None
     target = driver.active.get_current_target()
     path, module, name, language, scalars = origin
+    src, options = launch_source(fn, language, captured, target)
+    if in_disk_cache(src, options, target):  # (a warm process: reading it is quicker here)
+        return None
     from .compile import triton_key_now
     return {"path": path, "module": module, "name": name, "language": language, "do_not_specialize": scalars,
             "specialization": captured, "target": (target.backend, target.arch, target.warp_size),

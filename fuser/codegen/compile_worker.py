@@ -87,34 +87,55 @@ class Worker:
         return found
 
     def compile(self, request: dict) -> dict:
-        import triton.language as tl
-        from triton.runtime.jit import convert_to_tuple_if_list
-
         self._environment(request["env"])
         self._triton_key(request["triton_key"])
         self.knobs.cache.dir = request["cache_dir"]
         fn = self._kernel(request)
-        # as Triton's JITFunction.preload reads this JSON
-        data = json.loads(request["specialization"])
-        constexprs = {
-            tuple(k): tl.dtype(v) if tl.dtype.is_dtype(v) else
-            tl.constexpr(v["constexpr"]) if isinstance(v, dict) and "constexpr" in v else v
-            for k, v in zip(data["constant_keys"], data["constant_vals"])}
-        attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"]))
-        signature = {k: convert_to_tuple_if_list(v) for k, v in data["signature"].items()}
-        options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
         target = self.GPUTarget(*request["target"])
-        backend = self.compiler.make_backend(target)
-        options = backend.parse_options(options)
-        if request["language"] == "gluon":  # (Triton sets a JIT function's source class at its first launch)
-            from triton.experimental.gluon._runtime import GluonASTSource as source_class
-        else:
-            source_class = self.compiler.ASTSource
-        src = source_class(fn, signature, constexprs, attrs)
+        src, options = launch_source(fn, request["language"], request["specialization"], target)
         start = time.perf_counter()
         self.times = None
         kernel = self.compiler.compile(src, target=target, options=options.__dict__)
         return {"hash": kernel.hash, "seconds": time.perf_counter() - start, "times": self.times}
+
+
+def launch_source(fn, language: str, specialization: str, target):
+    """(Triton source, parsed options) of one launch of `fn`, from the JSON Triton hands its JIT
+    cache hook, read as Triton's `JITFunction.preload` reads it."""
+    import triton.language as tl
+    from triton.compiler import compiler
+    from triton.runtime.jit import convert_to_tuple_if_list
+
+    data = json.loads(specialization)
+    constexprs = {
+        tuple(k): tl.dtype(v) if tl.dtype.is_dtype(v) else
+        tl.constexpr(v["constexpr"]) if isinstance(v, dict) and "constexpr" in v else v
+        for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    attrs = dict(zip(map(tuple, data["attrs_keys"]), data["attrs_vals"]))
+    signature = {k: convert_to_tuple_if_list(v) for k, v in data["signature"].items()}
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items()}
+    options = compiler.make_backend(target).parse_options(options)
+    if language == "gluon":  # (Triton sets a JIT function's source class at its first launch)
+        from triton.experimental.gluon._runtime import GluonASTSource as source_class
+    else:
+        source_class = compiler.ASTSource
+    return source_class(fn, signature, constexprs, attrs), options
+
+
+def in_disk_cache(src, options, target) -> bool:
+    """Whether Triton's disk cache holds this compile (the key and lookup of `triton.compile`)."""
+    import hashlib
+
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler import compiler
+    from triton.runtime.cache import get_cache_key, get_cache_manager
+
+    backend = compiler.make_backend(target)
+    options = backend.parse_options(dict(options.__dict__, **src.parse_options()))
+    key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
+    manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
+    name = f"{src.name[:150]}.json"
+    return (manager.get_group(name) or {}).get(name) is not None
 
 
 def main() -> None:

@@ -74,7 +74,13 @@ def test_what_a_worker_compiles_the_process_finds_in_the_cache(tmp_path, monkeyp
     from triton import knobs
     from triton.compiler import compiler
 
+    from fuser.codegen.compile_worker import in_disk_cache, launch_source
+
     fn, (signature, constexprs, attrs, options, target), request = _launch_spec(tmp_path)
+    monkeypatch.setattr(knobs.cache, "dir", request["cache_dir"])
+    src, parsed = launch_source(fn, "triton", request["specialization"], target)
+    assert src.hash() == compiler.ASTSource(fn, signature, constexprs, attrs).hash()
+    assert not in_disk_cache(src, parsed, target)
     worker = _worker()
     try:
         reply = worker.request(request)
@@ -84,8 +90,8 @@ def test_what_a_worker_compiles_the_process_finds_in_the_cache(tmp_path, monkeyp
         assert worker.request(request)["times"]["hit"] is True
     finally:
         worker.close()
+    assert in_disk_cache(src, parsed, target)  # what the pool checks before asking a worker
     hits = []
-    monkeypatch.setattr(knobs.cache, "dir", request["cache_dir"])
     monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: hits.append(kw["cache_hit"]))
     kernel = compiler.compile(compiler.ASTSource(fn, signature, constexprs, attrs), target=target,
                               options=options.__dict__)
@@ -107,15 +113,19 @@ def test_a_failing_request_is_answered_and_the_worker_goes_on(tmp_path):
         worker.close()
 
 
-def test_a_dead_or_unstartable_worker_is_given_up():
-    env = dict(os.environ, PYTHONPATH="")
-    broken = compile_pool._Worker(dict(env, PYTHONNOUSERSITE="1", PYTHONHOME="/nonexistent"))
+def test_a_dead_or_unstartable_worker_is_given_up(monkeypatch):
+    broken = compile_pool._Worker(dict(os.environ, PYTHONHOME="/nonexistent"))
     assert broken.wait_ready() is False
     assert broken.request({"anything": 1}) is None
-    pool = compile_pool.Pool.__new__(compile_pool.Pool)
-    pool.workers, pool.idle = [broken], __import__("queue").Queue()
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # a pool of workers that cannot start
+    pool = compile_pool.Pool(2)
     start = time.perf_counter()
-    assert pool.acquire() is None and time.perf_counter() - start < 5  # no wait for a worker forever
+    while not pool.started:
+        assert pool.acquire() is None  # none ready: the caller compiles, never waits
+        assert time.perf_counter() - start < 30
+        time.sleep(0.01)
+    assert not pool.usable() and pool.acquire() is None
+    monkeypatch.delenv("PYTHONHOME")
 
     if not triton.__version__.startswith("3.6."):
         return
@@ -146,20 +156,17 @@ def test_nothing_is_sent_outside_a_side_by_side_compile_or_for_other_kernels():
 def test_a_launch_of_two_kernels_compiles_in_workers_from_empty_caches(tmp_path, monkeypatch):
     from triton import knobs
 
-    from fuser import DataType, FusionDefinition
+    from tests.runtime.test_compile_ahead import three_kernels_around_a_matmul
 
     monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path / "fuser"))
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
     before = dict(compile_pool.STATS)
-    with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.BFloat16)
-        xf = fd.ops.cast(x, DataType.Float)
-        fd.add_output(fd.ops.sum(fd.ops.mul(xf, 2.5), [0]))
-        fd.add_output(fd.ops.min(xf, [0]))
-    x = torch.randn(8192, 2900, device="cuda", dtype=torch.bfloat16)
-    total, low = fd.execute([x])
-    assert "_partial" in fd.last_triton_code() and "_combine" in fd.last_triton_code()
-    torch.testing.assert_close(total, (x.float() * 2.5).sum(0), rtol=1e-4, atol=1e-2)
-    torch.testing.assert_close(low, x.float().amin(0))
-    assert compile_pool.STATS["compiled"] >= before["compiled"] + 2
+    fd = three_kernels_around_a_matmul()  # its runtime compiles its kernels ahead, side by side
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    rows, cols = fd.execute([x, w])
+    m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
+    torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-3, atol=1e-1)
+    torch.testing.assert_close(cols, m.sum(0), rtol=1e-3, atol=1e-1)
+    assert compile_pool.STATS["compiled"] >= before["compiled"] + 2, compile_pool.STATS
     assert compile_pool.STATS["missed"] == before["missed"]
