@@ -278,7 +278,9 @@ def test_on_the_gpu_the_first_call_compiles_nothing_after_the_pass(tmp_path, mon
     w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
     rows, cols = fd.execute([x, w])
     assert len(passes) == 1 and passes[0][0] >= 2
-    assert passes[0][1] == passes[0][0], "the pass compiled a kernel twice, or one it did not plan"
+    # at most one compile a job: a kernel another test of the session compiled (a canonical
+    # form shared by kernels alike) is found in Triton's memory and compiles nowhere
+    assert passes[0][1] <= passes[0][0], "the pass compiled a kernel twice, or one it did not plan"
     assert len(misses) == passes[0][1], "kernels compiled after the pass ahead"
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-3, atol=1e-1)
