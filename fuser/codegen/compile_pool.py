@@ -198,13 +198,16 @@ class Pool:
         return not self.started or any(w.ready is not False for w in self.workers)
 
     def close(self) -> None:
+        if os.getpid() != self.pid:  # a forked child's copy: the workers are its parent's
+            return
         for w in self.workers:
             w.close()
 
 
 def start() -> None:
     """Start the workers (once per process, in the background: nothing waits for them here)."""
-    _get_pool()
+    if os.environ.get("FUSER_COMPILE_WORKERS", "0") not in ("", "0"):
+        _get_pool()
 
 
 def _get_pool() -> Optional[Pool]:
@@ -226,11 +229,12 @@ def _get_pool() -> Optional[Pool]:
 @contextlib.contextmanager
 def side_by_side():
     """Within: compiles (`compile_first`) may go to a worker."""
+    before = getattr(_local, "side_by_side", False)
     _local.side_by_side = True
     try:
         yield
     finally:
-        _local.side_by_side = False
+        _local.side_by_side = before
 
 
 def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:

@@ -18,6 +18,7 @@
    launcher.py checks). */
 #include "cuda.h"
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #define PY_SSIZE_T_CLEAN
@@ -58,7 +59,10 @@ static int pointer_of(PyObject *obj, int index, uint64_t *out) {
     return PyErr_Occurred() ? 1 : 0;
   }
   PyObject *value = PyObject_CallMethodNoArgs(obj, data_ptr_name);
-  if (!value) return 1;
+  if (!value) { /* a TypeError, as Triton's: the direct launches then take the JIT path */
+    PyErr_Format(PyExc_TypeError, "argument %d: a pointer must be an int, None or have data_ptr()", index);
+    return 1;
+  }
   if (!PyLong_Check(value)) {
     Py_DECREF(value);
     PyErr_Format(PyExc_TypeError, "argument %d: data_ptr() did not return an int", index);
@@ -142,12 +146,19 @@ static int call_hook(PyObject *hook, PyObject *metadata) {
   return 0;
 }
 
-static int int_item(PyObject *tuple, Py_ssize_t k, int *out) {
-  long value = PyLong_AsLong(PyTuple_GET_ITEM(tuple, k));
+/* a C int, or OverflowError (never truncated: a grid cut down would launch too few programs) */
+static int int_of(PyObject *obj, int *out) {
+  long long value = PyLong_AsLongLong(obj);
   if (value == -1 && PyErr_Occurred()) return 1;
+  if (value < INT_MIN || value > INT_MAX) {
+    PyErr_Format(PyExc_OverflowError, "launch: %lld does not fit a C int", value);
+    return 1;
+  }
   *out = (int)value;
   return 0;
 }
+
+static int int_item(PyObject *tuple, Py_ssize_t k, int *out) { return int_of(PyTuple_GET_ITEM(tuple, k), out); }
 
 /* self: the signature's codes (bytes) */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -159,11 +170,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   }
   if (ensure_context()) return NULL;
   int grid[3], warps, ctas, shared;
-  for (int k = 0; k < 3; k++) {
-    long value = PyLong_AsLong(args[k]);
-    if (value == -1 && PyErr_Occurred()) return NULL;
-    grid[k] = (int)value;
-  }
+  for (int k = 0; k < 3; k++)
+    if (int_of(args[k], &grid[k])) return NULL;
   uint64_t stream = PyLong_AsUnsignedLongLong(args[3]);
   uint64_t function = PyLong_AsUnsignedLongLong(args[4]);
   if (PyErr_Occurred()) return NULL;
@@ -193,7 +201,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     used++;
   }
 
-  if ((long long)grid[0] * grid[1] * grid[2] > 0) {
+  if (grid[0] > 0 && grid[1] > 0 && grid[2] > 0) {
     CUlaunchAttribute attributes[4];
     memset(attributes, 0, sizeof attributes);
     unsigned attribute_count = 0;

@@ -75,7 +75,9 @@ def _raw_launch(run) -> Optional[tuple]:
         return None
     from triton.backends.nvidia.driver import CudaLauncher
 
-    if not isinstance(run, CudaLauncher):  # Triton's, or fuser's generic one (codegen/launcher.py)
+    # Triton's own, or fuser's generic one (codegen/launcher.py): not another subclass, whose
+    # call may do more than pass its flags
+    if type(run) is not CudaLauncher and type(run).__name__ != "GenericLauncher":
         return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None

@@ -78,6 +78,7 @@ def main(stub_path: str, module_path: str) -> None:
     error_of("host_pointer", lambda: launch(*fixed, Tensorish(0x10001), *kernel_args[1:]))
     error_of("not_a_pointer", lambda: launch(*fixed, 1.5, *kernel_args[1:]))
     error_of("bad_code", lambda: module.make_launch(b"px"))
+    error_of("grid_range", lambda: launch(2 ** 32 + 5, *fixed[1:], *kernel_args))
     error_of("metadata", lambda: launch(*fixed[:9], (4, 1), *fixed[10:], *kernel_args))
     stub.stub_fail_next_launch(700)
     error_of("launch_fails", lambda: launch(*fixed, *kernel_args))

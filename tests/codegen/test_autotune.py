@@ -190,18 +190,23 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
 
     from fuser.codegen import steps
 
-    class CudaLauncher(TritonLauncher):  # Triton's, or fuser's generic one (codegen/launcher.py)
+    class GenericLauncher(TritonLauncher):  # fuser's (codegen/launcher.py); Triton's own passes too
         def __init__(self, scratch):
             self.launch, self.launch_cooperative_grid, self.launch_pdl = print, False, True
             self.global_scratch_size, self.profile_scratch_size = scratch, 0
 
+    CudaLauncher = GenericLauncher
+
     class Other:  # another launcher class: its own call
         launch, launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = print, 0, 0, 0, 0
+
+    class Subclass(TritonLauncher):  # another library's launcher: its call may do more
+        __init__ = GenericLauncher.__init__
 
     monkeypatch.setattr(triton, "__version__", "3.6.0")
     assert steps._raw_launch(CudaLauncher(0)) == (print, False, True)
     assert steps._raw_launch(CudaLauncher(64)) is None  # scratch memory: the launcher's own call
-    assert steps._raw_launch(Other()) is None
+    assert steps._raw_launch(Other()) is None and steps._raw_launch(Subclass(0)) is None
     monkeypatch.setattr(triton, "__version__", "3.7.0")
     assert steps._raw_launch(CudaLauncher(0)) is None
 

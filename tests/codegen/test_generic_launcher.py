@@ -150,7 +150,8 @@ def test_bad_arguments_raise_before_launching(stub_results):
     assert errors["count"][0] == "TypeError" and "arguments" in errors["count"][1]
     assert errors["i32_range"][0] == "OverflowError" and "argument 2" in errors["i32_range"][1]
     assert errors["host_pointer"][0] == "ValueError" and "argument 0" in errors["host_pointer"][1]
-    assert errors["not_a_pointer"][0] == "AttributeError"
+    assert errors["not_a_pointer"][0] == "TypeError"  # as Triton's: direct launches fall back on it
+    assert errors["grid_range"][0] == "OverflowError"  # never a grid cut down to 5 programs
     assert errors["bad_code"][0] == "ValueError" and "x" in errors["bad_code"][1]
     assert errors["metadata"][0] == "TypeError"
     assert errors["launch_fails"] == ["RuntimeError", "Triton Error [CUDA]: stub error"]
