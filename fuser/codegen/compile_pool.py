@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source
+from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, write_frame
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 REPLY_TIMEOUT_S = 300.0  # a compile that takes longer is left to the process
@@ -115,10 +115,8 @@ class _Worker:
     def request(self, payload: dict) -> Optional[dict]:
         if not self.wait_ready():
             return None
-        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.proc.stdin.write(struct.pack("<I", len(data)) + data)
-            self.proc.stdin.flush()
+            write_frame(self.proc.stdin, payload)
         except OSError:
             self.ready = False
             return None
@@ -206,7 +204,7 @@ class Pool:
 
 def start() -> None:
     """Start the workers (once per process, in the background: nothing waits for them here)."""
-    if os.environ.get("FUSER_COMPILE_WORKERS", "0") not in ("", "0"):
+    if worker_count() > 0:
         _get_pool()
 
 

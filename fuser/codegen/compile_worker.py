@@ -29,7 +29,7 @@ def _read_frame(stream):
     return pickle.loads(stream.read(size))
 
 
-def _write_frame(stream, obj) -> None:
+def write_frame(stream, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("<I", len(data)) + data)
     stream.flush()
@@ -145,9 +145,9 @@ def main() -> None:
     try:
         worker = Worker()
     except BaseException as error:  # noqa: BLE001 - the pool falls back to compiling in its process
-        _write_frame(replies, {"ready": False, "error": f"{type(error).__name__}: {error}"})
+        write_frame(replies, {"ready": False, "error": f"{type(error).__name__}: {error}"})
         return
-    _write_frame(replies, {"ready": True, "pid": os.getpid()})
+    write_frame(replies, {"ready": True, "pid": os.getpid()})
     while True:
         request = _read_frame(requests)
         if request is None:
@@ -156,7 +156,7 @@ def main() -> None:
             reply = worker.compile(request)
         except BaseException as error:  # noqa: BLE001 - the asking process compiles it and reports
             reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-        _write_frame(replies, reply)
+        write_frame(replies, reply)
 
 
 if __name__ == "__main__":

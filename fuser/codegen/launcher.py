@@ -154,6 +154,8 @@ def _generic_class(triton_launcher):
         """Triton's CUDA launcher with launcher.c's launch function: its call (scratch
         allocation, then `launch`) is inherited, its C function is not compiled."""
 
+        fuser_generic = True  # (steps._raw_launch calls its `launch` directly)
+
         def __init__(self, launch, metadata):  # noqa: super().__init__ would build the C launcher
             self.launch = launch
             self.num_ctas = getattr(metadata, "num_ctas", 1)

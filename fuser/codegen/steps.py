@@ -77,7 +77,7 @@ def _raw_launch(run) -> Optional[tuple]:
 
     # Triton's own, or fuser's generic one (codegen/launcher.py): not another subclass, whose
     # call may do more than pass its flags
-    if type(run) is not CudaLauncher and type(run).__name__ != "GenericLauncher":
+    if type(run) is not CudaLauncher and not getattr(type(run), "fuser_generic", False):
         return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None

@@ -133,7 +133,7 @@ class JitFunction:
             raise FusionInputError(f"{_name(self._fn)}: {problem}")
         if self._failed:
             return self._fn(*args, **kwargs)
-        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
         try:

@@ -191,6 +191,8 @@ def test_raw_launch_only_for_triton_36_launchers_without_scratch(monkeypatch):
     from fuser.codegen import steps
 
     class GenericLauncher(TritonLauncher):  # fuser's (codegen/launcher.py); Triton's own passes too
+        fuser_generic = True
+
         def __init__(self, scratch):
             self.launch, self.launch_cooperative_grid, self.launch_pdl = print, False, True
             self.global_scratch_size, self.profile_scratch_size = scratch, 0
