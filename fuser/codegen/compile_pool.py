@@ -1,40 +1,38 @@
-"""Compiling kernels side by side in worker processes.
+"""Compiling kernels side by side in processes of their own.
 
 Kernels compiled side by side in threads (parallel_compile.py) overlap only in part: Triton's
 front end, which walks the kernel's Python source (0.1-0.8 s a kernel on the H200 machine), and
 much of the rest hold the GIL. On two cores, four compiles in four threads took 0.46 s against
-0.55 s one after the other. A worker (compile_worker.py) is a Python process that imports
-Triton only; it compiles a kernel into Triton's disk cache, and the thread that asked then
-compiles it as before and finds it there (a cache hit: the binary is read and loaded).
+0.55 s one after the other. The compile worker (compile_worker.py) is one Python process that
+imports Triton only and forks a child for each compile: the child compiles the kernel into
+Triton's disk cache, and the thread that asked then compiles it as before and finds it there (a
+cache hit: the binary is read and loaded). One process starts (Python, Triton's imports and a
+warm-up compile, once), and each compile costs a fork: compiles run side by side up to
+FUSER_COMPILE_WORKERS at once.
 
 What is sent is what Triton would compile: its JIT cache hook (`knobs.runtime.jit_cache_hook`),
 called by `JITFunction.run(..., warmup=True)` before it compiles, hands over the launch's
-specialization, and answering True makes Triton skip the compile. Nothing a worker makes is
-trusted beyond Triton's own cache key: a worker that fails, dies, times out or compiled under
-another key (the environment changed) leaves the compile to the asking process, as before.
+specialization, and answering True makes Triton skip the compile. Nothing a child makes is
+trusted beyond Triton's own cache key: a child that fails, dies or times out, a worker that
+does not start, or a kernel compiled under another key (the environment changed) leaves the
+compile to the asking process, as before.
 
-Workers start (`start`) when a runtime is first planned for a GPU, a jitted function is first
-traced on GPU tensors (Dynamo's tracing then hides their start), or fuser loads its first GPU
-kernel. They take compiles run side by side (`compile_together` with two or more jobs) once one
-of them is ready; until then those stay in the process. A kernel already in Triton's disk cache
-is read here, not sent. Only Triton 3.6, whose hook and specialization format this follows.
-
-Off unless `FUSER_COMPILE_WORKERS` names their number. On the H200 machine (2026-12-02,
-`scripts/compile_time.py`, cold first calls, eight workers against none) they took the jit
-LayerNorm backward at 4096x32768 from 4078 to 2686 ms, whose forward times eight forms after
-Dynamo has traced; but starting eight Pythons that import Triton slowed the process's own work
-while they started: Dynamo's trace 803 -> 1193 ms, the definitions' cold first calls 293-411 ->
-423-480 ms at 16384x4096, warm first calls +30-50 ms.
+The worker starts (`start`) when a runtime is first planned for a GPU, a jitted function is
+first traced on GPU tensors (Dynamo's tracing then hides its start), or fuser loads its first
+GPU kernel. It takes compiles run side by side (`compile_together` with two or more jobs). Until
+it is ready, a batch of WAIT_FOR_WORKER_JOBS or more compiles waits for it (at most until
+START_WAIT_S after it was started): compiled in threads, such a batch takes longer than the
+worker's start. Smaller batches compile in the process meanwhile. A kernel already in Triton's
+disk cache is read here, not sent. Only Triton 3.6, whose hook and specialization format this
+follows.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
-import pickle
-import queue
 import select
-import struct
 import subprocess
 import sys
 import threading
@@ -42,11 +40,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, write_frame
+from .compile_worker import ENV_PREFIXES, _read_frame, in_disk_cache, launch_source, write_frame
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 REPLY_TIMEOUT_S = 300.0  # a compile that takes longer is left to the process
 READY_TIMEOUT_S = 60.0
+WAIT_FOR_WORKER_JOBS, START_WAIT_S = 3, 2.0
 
 _lock = threading.Lock()
 _pool: Optional["Pool"] = None
@@ -56,11 +55,11 @@ _previous_hook = None
 # what the workers did: kernels compiled, failures, kernels the process then did not find,
 # compile seconds and each compile stage's seconds, summed;
 STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {},
-         "start_s": 0.0, "in_process": 0}  # the slowest worker's start; compiles kept while none was ready
+         "start_s": 0.0, "in_process": 0}  # the worker's start; compiles kept while it was not ready
 
 
 def worker_count() -> int:
-    """FUSER_COMPILE_WORKERS, default 0: off (see the module's note on the H200 machine)."""
+    """FUSER_COMPILE_WORKERS: how many compiles the worker runs at once (0: no worker)."""
     asked = os.environ.get("FUSER_COMPILE_WORKERS", "")
     return int(asked) if asked.isdigit() else 0
 
@@ -75,135 +74,109 @@ def available() -> bool:
     return triton.__version__.startswith("3.6.")
 
 
-class _Worker:
-    def __init__(self, env: dict):
+class Pool:
+    """The worker process and the replies of its children, read by a background thread; up
+    to `size` requests at once. Requests wait (boundedly) while it starts; once it has failed
+    they are refused, and the asking process compiles."""
+
+    def __init__(self, size: int, env: Optional[dict] = None):
+        self.pid = os.getpid()
+        if env is None:
+            import triton
+
+            env = dict(os.environ)
+            # the worker finds this Triton first, whatever the process's path was made of
+            home = str(Path(triton.__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         code = ("import sys, runpy\n"
                 "if sys.path and sys.path[0] in ('', '.'): sys.path.pop(0)\n"
                 f"runpy.run_path({str(WORKER)!r}, run_name='__main__')\n")
+        self.spawned = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, close_fds=True)
-        self.ready: Optional[bool] = None
-        self.spawned = time.perf_counter()
+        self.ready = threading.Event()  # set once the worker said it is ready, or failed
+        self.alive = True
+        self.slots = threading.BoundedSemaphore(max(1, size))
+        self._pending: dict[int, list] = {}  # request id -> [event, reply]
+        self._ids = itertools.count()
+        self._write = threading.Lock()
+        threading.Thread(target=self._read_replies, name="fuser-compile-replies", daemon=True).start()
 
-    def _read(self, timeout: float):
-        """One reply frame, or None (closed, timed out)."""
+    def _read_replies(self) -> None:
         fd = self.proc.stdout.fileno()
-        chunks, need, header = [], 4, None
-        deadline = time.monotonic() + timeout
-        while need:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, need)
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            need -= len(chunk)
-            if not need and header is None:
-                (need,) = struct.unpack("<I", b"".join(chunks))
-                header, chunks = need, []
-        return pickle.loads(b"".join(chunks))
-
-    def wait_ready(self) -> bool:
-        if self.ready is None:
-            reply = self._read(READY_TIMEOUT_S)
-            self.ready = bool(reply and reply.get("ready"))
+        try:
+            first = _read_frame(fd) if select.select([fd], [], [], READY_TIMEOUT_S)[0] else None
+        except Exception:  # noqa: BLE001 - unreadable: no worker
+            first = None
+        if not (first and first.get("ready")):
+            self._fail()
+            return
+        with _lock:
+            STATS["start_s"] = time.perf_counter() - self.spawned
+        self.ready.set()
+        while True:
+            try:
+                reply = _read_frame(fd)
+            except Exception:  # noqa: BLE001 - a broken stream ends the worker's use
+                reply = None
+            if reply is None:
+                self._fail()
+                return
             with _lock:
-                STATS["start_s"] = max(STATS["start_s"], time.perf_counter() - self.spawned)
-        return self.ready
+                box = self._pending.pop(reply.get("id"), None)
+            if box is not None:
+                box[1] = reply
+                box[0].set()
+
+    def _fail(self) -> None:
+        """Not used again: waiting requests get no reply (their compile stays in the process)."""
+        self.alive = False
+        self.ready.set()
+        with _lock:
+            boxes, self._pending = list(self._pending.values()), {}
+        for box in boxes:
+            box[0].set()
+        self.close()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self.ready.wait(max(0.0, timeout)) and self.alive
 
     def request(self, payload: dict) -> Optional[dict]:
-        if not self.wait_ready():
-            return None
-        try:
-            write_frame(self.proc.stdin, payload)
-        except OSError:
-            self.ready = False
-            return None
-        reply = self._read(REPLY_TIMEOUT_S)
-        if reply is None:  # died or hung: not used again
-            self.ready = False
-            self.close()
-        return reply
+        """The reply of a child compiling `payload`, or None (no worker, or no reply in time)."""
+        with self.slots:
+            if not self.alive:
+                return None
+            box = [threading.Event(), None]
+            with _lock:
+                request_id = next(self._ids)
+                self._pending[request_id] = box
+            try:
+                with self._write:
+                    write_frame(self.proc.stdin, dict(payload, id=request_id))
+            except (OSError, ValueError):
+                self._fail()
+                return None
+            if not box[0].wait(REPLY_TIMEOUT_S):
+                with _lock:
+                    self._pending.pop(request_id, None)
+            return box[1]
+
+    def usable(self) -> bool:
+        return self.alive
 
     def close(self) -> None:
+        if os.getpid() != self.pid:  # a forked child's copy: the worker is its parent's
+            return
         with contextlib.suppress(Exception):
-            self.proc.stdin.close()
+            self.proc.stdin.close()  # the worker ends its children and exits
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=2)
         if self.proc.poll() is None:
             self.proc.kill()
 
 
-class Pool:
-    """Workers started by a background thread, each handed out once it has said it is ready.
-    Until the first one is, compiles stay in the asking process: a worker takes a few hundred
-    milliseconds to start (Python and Triton's imports), about one compile's time, so the first
-    launch of a process gains nothing by waiting for it."""
-
-    def __init__(self, size: int):
-        import triton
-
-        self.pid = os.getpid()
-        env = dict(os.environ)
-        # the worker finds this Triton first, whatever the process's path was made of
-        home = str(Path(triton.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.size = size
-        self.workers: list[_Worker] = []
-        self.idle: queue.Queue = queue.Queue()
-        self.any_ready = threading.Event()
-        self.started = False  # every worker ready or given up
-        threading.Thread(target=self._start, args=(env,), name="fuser-compile-workers", daemon=True).start()
-
-    def _start(self, env: dict) -> None:
-        for _ in range(self.size):
-            try:
-                self.workers.append(_Worker(env))
-            except Exception:  # noqa: BLE001 - fewer workers (none: compiles stay in the process)
-                break
-        waiting = list(self.workers)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while waiting and time.monotonic() < deadline:
-            readable = select.select([w.proc.stdout.fileno() for w in waiting], [], [], 0.5)[0]
-            for w in [w for w in waiting if w.proc.stdout.fileno() in readable]:
-                waiting.remove(w)
-                if w.wait_ready():  # (its ready frame is there to read)
-                    self.idle.put(w)
-                    self.any_ready.set()
-        for w in waiting:  # never said it was ready
-            w.ready = False
-            w.close()
-        self.started = True
-
-    def acquire(self) -> Optional[_Worker]:
-        """An idle ready worker, waiting while the ready ones are busy; None while none has
-        started (the caller compiles it itself) or once none is usable."""
-        while True:
-            if not self.any_ready.is_set():
-                return None
-            try:
-                return self.idle.get(timeout=0.2)
-            except queue.Empty:
-                if not self.usable():
-                    return None
-
-    def release(self, w: _Worker) -> None:
-        if w.ready is not False:  # a dead worker is not handed out again
-            self.idle.put(w)
-
-    def usable(self) -> bool:
-        return not self.started or any(w.ready is not False for w in self.workers)
-
-    def close(self) -> None:
-        if os.getpid() != self.pid:  # a forked child's copy: the workers are its parent's
-            return
-        for w in self.workers:
-            w.close()
-
-
 def start() -> None:
-    """Start the workers (once per process, in the background: nothing waits for them here)."""
+    """Start the worker (once per process, in the background: nothing waits for it here)."""
     if worker_count() > 0:
         _get_pool()
 
@@ -218,17 +191,18 @@ def _get_pool() -> Optional[Pool]:
         if _pool is None or _pool.pid != os.getpid():
             try:
                 _pool = Pool(worker_count())
-            except Exception:  # noqa: BLE001 - no workers: compiles stay in the process
+            except Exception:  # noqa: BLE001 - no worker: compiles stay in the process
                 return None
             atexit.register(_pool.close)
     return _pool if _pool.usable() else None
 
 
 @contextlib.contextmanager
-def side_by_side():
-    """Within: compiles (`compile_first`) may go to a worker."""
-    before = getattr(_local, "side_by_side", False)
-    _local.side_by_side = True
+def side_by_side(jobs: int = 2):
+    """Within: compiles (`compile_first`) may go to the worker; `jobs`: the compiles run side
+    by side with this one (a batch of WAIT_FOR_WORKER_JOBS or more waits for the worker's start)."""
+    before = getattr(_local, "side_by_side", 0)
+    _local.side_by_side = jobs
     try:
         yield
     finally:
@@ -239,8 +213,8 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
     """Have a worker compile what `fn.run(*args, grid=grid, warmup=True, **kwargs)` will (the
     caller then runs it and finds the kernel in Triton's cache; `record_hit` says whether it
     did). The compiled kernel's cache hash, or None: nothing was sent (outside `side_by_side`,
-    a kernel not loaded by fuser, no usable pool, the kernel compiled already) or the worker
-    failed. Never raises."""
+    a kernel not loaded by fuser, no usable worker or none ready, the kernel compiled already)
+    or the compile failed there. Never raises."""
     origin = getattr(fn, "fuser_origin", None)
     if origin is None or not getattr(_local, "side_by_side", False):
         return None
@@ -253,15 +227,13 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
         return None
     if request is None:
         return None
-    w = pool.acquire()
-    if w is None:
+    # a large batch waits for a starting worker; a small one compiles here meanwhile
+    wait = pool.spawned + START_WAIT_S - time.perf_counter() if _local.side_by_side >= WAIT_FOR_WORKER_JOBS else 0.0
+    if not pool.wait_ready(wait):
         with _lock:
             STATS["in_process"] += 1
         return None
-    try:
-        reply = w.request(request)
-    finally:
-        pool.release(w)
+    reply = pool.request(request)
     with _lock:
         if reply is None or "error" in reply:
             STATS["failed"] += 1

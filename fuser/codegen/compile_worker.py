@@ -1,37 +1,75 @@
-"""A compile worker: a Python process that compiles fuser's kernels into Triton's disk cache.
+"""The compile worker: a Python process that compiles fuser's kernels into Triton's disk cache.
 
 Run as a script by compile_pool.py, never imported by the fuser package: it imports Triton only
-(no torch, no fuser), so it starts in a fraction of a second. It reads requests from stdin and
-answers each on stdout, as frames of a 4-byte length and a pickle (anything else printed goes
-to stderr). A request names a generated kernel module (its file, module name and function),
-how fuser wraps it (Triton's or Gluon's JIT, the parameters never specialized), Triton's
-specialization of one launch (the JSON that Triton hands its JIT cache hook), the target,
-Triton's cache directory and installation key, and the compiler's environment variables; the
-worker compiles exactly what `JITFunction.run(..., warmup=True)` would and answers with the
-kernel's cache hash and the time of each compile stage. Stdin closed: the worker exits.
+(no torch, no fuser). It starts once per process and forks a child for each compile, so that
+compiles run side by side, each in a process of its own, without each paying for Python,
+Triton's imports and the first compile's one-time work (0.3-0.9 s): the worker does those once,
+with a warm-up compile of a small kernel into a scratch cache, before it says it is ready.
+It stays single-threaded (Triton compiles on the calling thread), so forking it is safe.
+
+Requests come on stdin and replies go out on stdout, as frames of a 4-byte length and a pickle
+(anything else printed goes to stderr). A request carries an id and names a generated kernel
+module (its file, module name and function), how fuser wraps it (Triton's or Gluon's JIT, the
+parameters never specialized), Triton's specialization of one launch (the JSON that Triton
+hands its JIT cache hook), the target, Triton's cache directory and installation key, and the
+compiler's environment variables. The child compiles exactly what
+`JITFunction.run(..., warmup=True)` would and answers with the request's id, the kernel's cache
+hash and the time of each compile stage, in one write of at most PIPE_BUF bytes (so the
+replies of children writing at once do not interleave); the worker answers for a child that
+died without answering. Stdin closed: the worker ends its children and exits.
 """
 import importlib.util
 import json
 import os
 import pickle
+import select
+import signal
 import struct
 import sys
+import tempfile
 import time
 
 ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "PTXAS_")
 
 
-def _read_frame(stream):
-    header = stream.read(4)
+PIPE_BUF = 4096  # bytes a pipe writes at once, unsplit (POSIX's minimum; Linux's value)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = os.read(fd, size)
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int):
+    header = _read_exactly(fd, 4)
     if len(header) < 4:
         return None
     (size,) = struct.unpack("<I", header)
-    return pickle.loads(stream.read(size))
+    body = _read_exactly(fd, size)
+    return pickle.loads(body) if len(body) == size else None
+
+
+def _frame(obj) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return struct.pack("<I", len(data)) + data
+
+
+def _answer(fd: int, reply: dict) -> None:
+    """One reply in one write (replies of children writing at once must not interleave)."""
+    frame = _frame(reply)
+    if len(frame) > PIPE_BUF:
+        frame = _frame({"id": reply.get("id"), "error": "the reply did not fit one pipe write"})
+    os.write(fd, frame)
 
 
 def write_frame(stream, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack("<I", len(data)) + data)
+    stream.write(_frame(obj))
     stream.flush()
 
 
@@ -138,25 +176,104 @@ def in_disk_cache(src, options, target) -> bool:
     return (manager.get_group(name) or {}).get(name) is not None
 
 
-def main() -> None:
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print must not corrupt the frames
-    requests = sys.stdin.buffer
+def _warm_up(worker: "Worker") -> None:
+    """Pay the first compile's one-time work (imports, LLVM's and ptxas's setup) here, once,
+    with a small kernel compiled into a scratch cache, so that no child pays it."""
+    import shutil
+
+    from triton.compiler import compiler
+    import triton.language as tl
+
+    try:  # the modules a Gluon kernel's compile imports
+        importlib.import_module("triton.experimental.gluon._runtime")
+    except ImportError:
+        pass
+
+    def warm_up_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+        tl.store(x_ptr + offsets, tl.exp(x) / tl.sum(x, 0), mask=offsets < n)
+
+    scratch = tempfile.mkdtemp(prefix="fuser-compile-worker-")
+    previous = worker.knobs.cache.dir
     try:
-        worker = Worker()
-    except BaseException as error:  # noqa: BLE001 - the pool falls back to compiling in its process
-        write_frame(replies, {"ready": False, "error": f"{type(error).__name__}: {error}"})
-        return
-    write_frame(replies, {"ready": True, "pid": os.getpid()})
-    while True:
-        request = _read_frame(requests)
-        if request is None:
-            return
+        worker.knobs.cache.dir = scratch
+        worker._triton_key("warm-up")  # (the asking process's key comes with each request)
+        src = compiler.ASTSource(worker.triton.jit(warm_up_kernel), {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                                 {(2,): 128}, {})
+        compiler.compile(src, target=worker.GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    finally:
+        worker.knobs.cache.dir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _compile_in_child(worker: "Worker", request: dict, replies: int) -> None:
+    """In a forked child: compile, answer, exit (never returns)."""
+    code = 0
+    try:
         try:
             reply = worker.compile(request)
         except BaseException as error:  # noqa: BLE001 - the asking process compiles it and reports
             reply = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-        write_frame(replies, reply)
+        reply["id"] = request.get("id")
+        _answer(replies, reply)
+    except BaseException:  # noqa: BLE001 - the worker reports the child's death instead
+        code = 1
+    os._exit(code)
+
+
+def _reap(children: dict, replies: int) -> None:
+    """Collect ended children; answer for each that ended without answering."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        request_id = children.pop(pid, None)
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.waitstatus_to_exitcode(status)}")
+            _answer(replies, {"id": request_id, "error": f"the compile process ended ({how})"})
+
+
+def serve(worker: "Worker", requests: int, replies: int) -> None:
+    """Fork a child a request until stdin closes; then end the children still compiling."""
+    children: dict[int, object] = {}
+    try:
+        while True:
+            readable = select.select([requests], [], [], 0.05)[0]
+            _reap(children, replies)
+            if not readable:
+                continue
+            request = _read_frame(requests)
+            if request is None:
+                return
+            pid = os.fork()
+            if pid == 0:
+                _compile_in_child(worker, request, replies)
+            children[pid] = request.get("id")
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
+def main() -> None:
+    replies = os.dup(1)
+    os.dup2(2, 1)  # a stray print must not corrupt the frames
+    try:
+        worker = Worker()
+        _warm_up(worker)
+    except BaseException as error:  # noqa: BLE001 - the pool falls back to compiling in its process
+        _answer(replies, {"ready": False, "error": f"{type(error).__name__}: {str(error)[:300]}"})
+        return
+    _answer(replies, {"ready": True, "pid": os.getpid()})
+    serve(worker, sys.stdin.fileno(), replies)
 
 
 if __name__ == "__main__":

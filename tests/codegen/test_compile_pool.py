@@ -1,9 +1,9 @@
-"""Compile workers (codegen/compile_pool.py, compile_worker.py).
+"""The compile worker (codegen/compile_pool.py, compile_worker.py).
 
-The worker tests need Triton 3.6 (the specialization format the worker reads) but no GPU: a
-worker compiles for sm_90 with Triton's own ptxas, and this process then compiles the same
-launch and must find it in the cache. The GPU test runs a launch of two kernels compiled side
-by side through the workers from empty caches.
+The worker tests need Triton 3.6 (the specialization format the worker reads) but no GPU: the
+worker's children compile for sm_90 with Triton's own ptxas, and this process then compiles the
+same launch and must find it in the cache. The GPU test runs a launch of two kernels compiled
+side by side through the worker from empty caches.
 """
 import os
 import sys
@@ -62,11 +62,10 @@ def _launch_spec(tmp_path, block: int = 1024):
     return fn, (signature, constexprs, attrs, options, target), request
 
 
-def _worker():
-    env = dict(os.environ)
-    home = os.path.dirname(os.path.dirname(triton.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([home, env.get("PYTHONPATH", "")])
-    return compile_pool._Worker(env)
+def _worker(size: int = 2):
+    pool = compile_pool.Pool(size)
+    assert pool.wait_ready(60), "the compile worker did not start"
+    return pool
 
 
 @needs_triton_36
@@ -86,7 +85,7 @@ def test_what_a_worker_compiles_the_process_finds_in_the_cache(tmp_path, monkeyp
         reply = worker.request(request)
         assert reply is not None and "error" not in reply, reply
         assert reply["times"]["hit"] is False and reply["times"]["ast"] > 0
-        # the same launch again: the worker finds its own kernel
+        # the same launch again: another child finds the first one's kernel
         assert worker.request(request)["times"]["hit"] is True
     finally:
         worker.close()
@@ -113,27 +112,65 @@ def test_a_failing_request_is_answered_and_the_worker_goes_on(tmp_path):
         worker.close()
 
 
-def test_a_dead_or_unstartable_worker_is_given_up(monkeypatch):
-    broken = compile_pool._Worker(dict(os.environ, PYTHONHOME="/nonexistent"))
-    assert broken.wait_ready() is False
-    assert broken.request({"anything": 1}) is None
-    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # a pool of workers that cannot start
-    pool = compile_pool.Pool(2)
+def test_a_worker_that_cannot_start_is_given_up(monkeypatch):
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")
     start = time.perf_counter()
-    while not pool.started:
-        assert pool.acquire() is None  # none ready: the caller compiles, never waits
-        assert time.perf_counter() - start < 30
-        time.sleep(0.01)
-    assert not pool.usable() and pool.acquire() is None
-    monkeypatch.delenv("PYTHONHOME")
+    pool = compile_pool.Pool(2, env=dict(os.environ))
+    assert pool.wait_ready(30) is False and not pool.usable()
+    assert time.perf_counter() - start < 30
+    assert pool.request({"anything": 1}) is None  # refused at once: the caller compiles
 
-    if not triton.__version__.startswith("3.6."):
-        return
-    worker = _worker()
-    assert worker.wait_ready()
-    worker.proc.kill()
-    worker.proc.wait()
-    assert worker.request({"path": "x"}) is None and worker.ready is False
+
+@needs_triton_36
+def test_compiles_run_side_by_side_in_children_and_a_dead_child_is_answered_for(tmp_path):
+    """Four different launches sent at once come back from four children (the worker's own
+    pid is not among them), compiled side by side; a child killed mid-compile is answered
+    for, and the worker goes on; a killed worker refuses requests at once."""
+    import threading
+
+    requests = [_launch_spec(tmp_path / f"k{b}", block=b)[2] for b in (128, 256, 512, 1024)
+                if (tmp_path / f"k{b}").mkdir() is None]
+    pool = _worker(size=4)
+    try:
+        replies = [None] * 4
+
+        def ask(k):
+            replies[k] = pool.request(requests[k])
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert all(r is not None and "error" not in r for r in replies), replies
+        assert len({r["hash"] for r in replies}) == 4
+        assert all(r["times"]["hit"] is False for r in replies)
+
+        # a child that dies: SIGKILL it while it compiles (its module sleeps at import)
+        mark = tmp_path / "slow.pid"
+        slow = tmp_path / "slow_k.py"
+        slow.write_text(f"import os, time\nopen({str(mark)!r}, 'w').write(str(os.getpid()))\ntime.sleep(30)\n" + KERNEL)
+        dying = dict(requests[0], path=str(slow), module="fuser_kernels.slow_k")
+        killer = threading.Thread(target=lambda: (_wait_for(mark), os.kill(int(mark.read_text()), 9)))
+        killer.start()
+        reply = pool.request(dying)
+        killer.join(60)
+        assert reply is not None and "the compile process ended (signal 9)" in reply["error"], reply
+        assert "error" not in pool.request(requests[1])  # the worker goes on
+    finally:
+        pool.proc.kill()
+        pool.proc.wait()
+    start = time.perf_counter()
+    while pool.usable() and time.perf_counter() - start < 10:
+        time.sleep(0.01)
+    assert not pool.usable() and pool.request(requests[2]) is None
+
+
+def _wait_for(path, timeout: float = 60.0) -> None:
+    start = time.perf_counter()
+    while not (path.exists() and path.read_text()):
+        assert time.perf_counter() - start < timeout
+        time.sleep(0.01)
 
 
 def test_nothing_is_sent_outside_a_side_by_side_compile_or_for_other_kernels():
@@ -163,7 +200,7 @@ def test_a_launch_of_two_kernels_compiles_in_workers_from_empty_caches(tmp_path,
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
     compile_pool.start()
     pool = compile_pool._get_pool()
-    assert pool is not None and pool.any_ready.wait(60)  # ready before the launch: it uses them
+    assert pool is not None and pool.wait_ready(60)  # ready before the launch: it uses it
     before = dict(compile_pool.STATS)
     # kernels around a matmul: the runtime compiles them ahead, side by side (kernels of their
     # own: a kernel another test compiled is in Triton's memory and compiles nowhere)
