@@ -54,12 +54,12 @@ def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
             job()
         return
     _start_triton_driver()  # here: its lazy start is not meant to run in two threads at once
-    for future in [_executor().submit(_side_by_side, job, len(jobs)) for job in jobs]:
+    for future in [_executor().submit(_side_by_side, job) for job in jobs]:
         future.result()
 
 
-def _side_by_side(job: Callable[[], None], jobs: int) -> None:
-    with compile_pool.side_by_side(jobs):  # its Triton compile may go to the worker
+def _side_by_side(job: Callable[[], None]) -> None:
+    with compile_pool.side_by_side():  # its Triton compile may go to the worker
         job()
 
 

@@ -219,3 +219,13 @@ def test_a_launch_of_two_kernels_compiles_in_workers_from_empty_caches(tmp_path,
     torch.testing.assert_close(cols, (m * 0.25).sum(0), rtol=1e-3, atol=1e-1)
     assert compile_pool.STATS["compiled"] >= before["compiled"] + 2, compile_pool.STATS
     assert compile_pool.STATS["missed"] == before["missed"]
+
+
+def test_the_worker_compiles_eight_at_once_by_default_and_none_on_small_machines(monkeypatch):
+    monkeypatch.delenv("FUSER_COMPILE_WORKERS", raising=False)
+    for cpus, expected in ((16, 8), (6, 6), (4, 4), (2, 0), (None, 0)):
+        monkeypatch.setattr(os, "cpu_count", lambda cpus=cpus: cpus)
+        assert compile_pool.worker_count() == expected
+    monkeypatch.setenv("FUSER_COMPILE_WORKERS", "0")
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert compile_pool.worker_count() == 0 and not compile_pool.available()
