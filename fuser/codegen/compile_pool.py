@@ -63,12 +63,13 @@ STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {},
 
 def worker_count() -> int:
     """FUSER_COMPILE_WORKERS: how many compiles the worker runs at once (0: no worker); by
-    default the processor count, at most 8 (none below 4 processors, where they would only
-    share the process's cores)."""
+    default this process's share of the processors (torchrun's LOCAL_WORLD_SIZE processes
+    share them), at most 8, and none below 4 (they would only share the process's cores)."""
     asked = os.environ.get("FUSER_COMPILE_WORKERS", "")
     if asked.isdigit():
         return int(asked)
-    cpus = os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    cpus = (os.cpu_count() or 1) // (int(local) if local.isdigit() and int(local) > 0 else 1)
     return min(8, cpus) if cpus >= 4 else 0
 
 

@@ -221,10 +221,15 @@ def test_a_launch_of_two_kernels_compiles_in_workers_from_empty_caches(tmp_path,
     assert compile_pool.STATS["missed"] == before["missed"]
 
 
-def test_the_worker_compiles_eight_at_once_by_default_and_none_on_small_machines(monkeypatch):
+def test_the_worker_compiles_up_to_eight_at_once_by_default_and_none_on_small_machines(monkeypatch):
     monkeypatch.delenv("FUSER_COMPILE_WORKERS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     for cpus, expected in ((16, 8), (6, 6), (4, 4), (2, 0), (None, 0)):
         monkeypatch.setattr(os, "cpu_count", lambda cpus=cpus: cpus)
+        assert compile_pool.worker_count() == expected
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    for local, expected in (("8", 8), ("16", 4), ("32", 0), ("", 8), ("x", 8)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)  # torchrun's processes share the machine
         assert compile_pool.worker_count() == expected
     monkeypatch.setenv("FUSER_COMPILE_WORKERS", "0")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
