@@ -20,15 +20,19 @@ compile to the asking process, as before.
 The worker starts (`start`) when a runtime is first planned for a GPU, a jitted function is
 first traced on GPU tensors (Dynamo's tracing then hides its start), or fuser loads its first
 GPU kernel. It takes compiles run side by side (`compile_together` with two or more jobs) once
-it is ready; until then they stay in the process (waiting for it lost: on the H200 machine it
-started in 0.45-0.6 s, and a definition's first batch of forms, waiting for it, took 1.6 s at
+it is ready (or while all its slots are taken); until then they stay in the process (waiting
+for it lost: on the H200 machine it started in 0.37-0.58 s, and a definition's first batch of forms, waiting for it, took 1.6 s at
 4096x32768 against 1.1 s in threads). A kernel already in Triton's disk cache is read here, not
 sent. Only Triton 3.6, whose hook and specialization format this follows.
 
 On by default with a GPU (FUSER_COMPILE_WORKERS=0: off). Cold first calls on the H200 machine
-(2026-12-02, `scripts/compile_time.py`, 8 at once against none): the jit LayerNorm backward at
-4096x32768 3.7 -> 2.5 s and the jit RMSNorm forward at 16384x4096 1.2 -> 0.95 s, where Dynamo's
-trace hides the worker's start.
+(2026-12-02, `scripts/compile_time.py`, 8 at once against none, one host): the jit LayerNorm
+backward at 4096x32768 3.6 -> 2.3 s, where Dynamo's trace hides the worker's start; the jit
+RMSNorm forward at 16384x4096 did not move (1.06 and 1.09 s).
+
+The worker runs in a session of its own and ignores SIGINT (a Ctrl-C or a notebook's interrupt
+is for the user's process); a child past its request's deadline is killed and answered for; a
+process forked from this one drops its copy of the worker and starts its own if it compiles.
 """
 from __future__ import annotations
 
@@ -58,7 +62,21 @@ _previous_hook = None
 # what the workers did: kernels compiled, failures, kernels the process then did not find,
 # compile seconds and each compile stage's seconds, summed;
 STATS = {"compiled": 0, "failed": 0, "missed": 0, "seconds": 0.0, "stages": {},
-         "start_s": 0.0, "in_process": 0}  # the worker's start; compiles kept while it was not ready
+         "start_s": 0.0, "in_process": 0}  # the worker's start; compiles kept while it was not ready or busy
+
+
+def _after_fork_in_child() -> None:
+    """A child forked from this process starts a worker of its own if it compiles: it closes
+    its copy of the parent's worker's stdin (else the parent's exit would not end that
+    worker) and takes a fresh lock (the parent's reader thread may hold this one)."""
+    global _lock
+    _lock = threading.Lock()
+    if _pool is not None:
+        _pool.forget_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_count() -> int:
@@ -69,8 +87,16 @@ def worker_count() -> int:
     if asked.isdigit():
         return int(asked)
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    cpus = (os.cpu_count() or 1) // (int(local) if local.isdigit() and int(local) > 0 else 1)
+    cpus = _processors() // (int(local) if local.isdigit() and int(local) > 0 else 1)
     return min(8, cpus) if cpus >= 4 else 0
+
+
+def _processors() -> int:
+    """The processors this process may run on (a container's or a job's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def available() -> bool:
@@ -85,8 +111,10 @@ def available() -> bool:
 
 class Pool:
     """The worker process and the replies of its children, read by a background thread; up
-    to `size` requests at once. Requests made before it is ready, or after it failed, are
-    refused, and the asking process compiles."""
+    to `size` requests at once (more are answered BUSY). After it failed, requests get None;
+    `compile_first` sends none before it is ready. Either way the asking process compiles."""
+
+    BUSY = {"busy": True}  # request's answer while every slot is taken
 
     def __init__(self, size: int, env: Optional[dict] = None):
         self.pid = os.getpid()
@@ -101,8 +129,10 @@ class Pool:
                 "if sys.path and sys.path[0] in ('', '.'): sys.path.pop(0)\n"
                 f"runpy.run_path({str(WORKER)!r}, run_name='__main__')\n")
         self.spawned = time.perf_counter()
+        # a session of its own: a Ctrl-C (or Jupyter's interrupt of the process group) stops
+        # the user's work, not the worker
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, close_fds=True)
+                                     stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
         self.ready = threading.Event()  # set once the worker said it is ready, or failed
         self.alive = True
         self.slots = threading.BoundedSemaphore(max(1, size))
@@ -112,30 +142,31 @@ class Pool:
         threading.Thread(target=self._read_replies, name="fuser-compile-replies", daemon=True).start()
 
     def _read_replies(self) -> None:
+        """The first frame says the worker is ready; then each reply goes to its request. Any
+        unreadable frame (or the thread's end) ends the worker's use."""
         fd = self.proc.stdout.fileno()
         try:
-            first = _read_frame(fd) if select.select([fd], [], [], READY_TIMEOUT_S)[0] else None
-        except Exception:  # noqa: BLE001 - unreadable: no worker
-            first = None
-        if not (first and first.get("ready")):
-            self._fail()
-            return
-        with _lock:
-            STATS["start_s"] = time.perf_counter() - self.spawned
-        self.ready.set()
-        while True:
-            try:
-                reply = _read_frame(fd)
-            except Exception:  # noqa: BLE001 - a broken stream ends the worker's use
-                reply = None
-            if reply is None:
-                self._fail()
+            poller = select.poll()  # (select.select refuses descriptors from 1024 on)
+            poller.register(fd, select.POLLIN)
+            first = _read_frame(fd) if poller.poll(READY_TIMEOUT_S * 1000) else None
+            if not (isinstance(first, dict) and first.get("ready")):
                 return
             with _lock:
-                box = self._pending.pop(reply.get("id"), None)
-            if box is not None:
-                box[1] = reply
-                box[0].set()
+                STATS["start_s"] = time.perf_counter() - self.spawned
+            self.ready.set()
+            while True:
+                reply = _read_frame(fd)
+                if not isinstance(reply, dict):
+                    return
+                with _lock:
+                    box = self._pending.pop(reply.get("id"), None)
+                if box is not None:
+                    box[1] = reply
+                    box[0].set()
+        except Exception:  # noqa: BLE001 - a broken stream: no worker from now on
+            pass
+        finally:
+            self._fail()
 
     def _fail(self) -> None:
         """Not used again: waiting requests get no reply (their compile stays in the process)."""
@@ -151,8 +182,12 @@ class Pool:
         return self.ready.wait(max(0.0, timeout)) and self.alive
 
     def request(self, payload: dict) -> Optional[dict]:
-        """The reply of a child compiling `payload`, or None (no worker, or no reply in time)."""
-        with self.slots:
+        """The reply of a child compiling `payload`; BUSY while every slot is taken (the caller
+        compiles rather than waits); None: no worker, or no reply in time (the worker kills a child past
+        its deadline and answers for it; the wait here allows a few seconds more)."""
+        if not self.slots.acquire(blocking=False):
+            return Pool.BUSY
+        try:
             if not self.alive:
                 return None
             box = [threading.Event(), None]
@@ -161,14 +196,16 @@ class Pool:
                 self._pending[request_id] = box
             try:
                 with self._write:
-                    write_frame(self.proc.stdin, dict(payload, id=request_id))
+                    write_frame(self.proc.stdin, dict(payload, id=request_id, deadline_s=REPLY_TIMEOUT_S))
             except (OSError, ValueError):
                 self._fail()
                 return None
-            if not box[0].wait(REPLY_TIMEOUT_S):
+            if not box[0].wait(REPLY_TIMEOUT_S + 10):
                 with _lock:
                     self._pending.pop(request_id, None)
             return box[1]
+        finally:
+            self.slots.release()
 
     def usable(self) -> bool:
         return self.alive
@@ -181,7 +218,16 @@ class Pool:
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=2)
         if self.proc.poll() is None:
-            self.proc.kill()
+            with contextlib.suppress(Exception):
+                self.proc.kill()
+                self.proc.wait(timeout=2)
+
+    def forget_in_child(self) -> None:
+        """In a child forked from this process: close the copy of the worker's stdin (the
+        worker sees its end when the parent closes it) and never use this pool."""
+        self.alive = False
+        with contextlib.suppress(Exception):
+            os.close(self.proc.stdin.fileno())
 
 
 def start() -> None:
@@ -229,18 +275,21 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
     pool = _get_pool()
     if pool is None:
         return None
+    if not pool.wait_ready(0.0):  # (not ready yet: compiled here, see the module's note)
+        with _lock:
+            STATS["in_process"] += 1
+        return None
     try:
         request = _request(fn, args, kwargs, grid, origin)
     except Exception:  # noqa: BLE001 - Triton compiles it in this process
         return None
     if request is None:
         return None
-    if not pool.wait_ready(0.0):  # (not ready yet: compiled here, see the module's note)
-        with _lock:
-            STATS["in_process"] += 1
-        return None
     reply = pool.request(request)
     with _lock:
+        if reply is Pool.BUSY:
+            STATS["in_process"] += 1
+            return None
         if reply is None or "error" in reply:
             STATS["failed"] += 1
             return None

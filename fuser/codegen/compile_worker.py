@@ -32,7 +32,8 @@ import time
 ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "PTXAS_")
 
 
-PIPE_BUF = 4096  # bytes a pipe writes at once, unsplit (POSIX's minimum; Linux's value)
+MAX_FRAME = 64 << 20
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # bytes a pipe writes at once, unsplit (POSIX: at least 512)
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -51,6 +52,8 @@ def _read_frame(fd: int):
     if len(header) < 4:
         return None
     (size,) = struct.unpack("<I", header)
+    if size > MAX_FRAME:  # (not a frame: something else wrote on the stream)
+        return None
     body = _read_exactly(fd, size)
     return pickle.loads(body) if len(body) == size else None
 
@@ -222,6 +225,21 @@ def _compile_in_child(worker: "Worker", request: dict, replies: int) -> None:
     os._exit(code)
 
 
+def _kill_late(children: dict, replies: int) -> None:
+    """Kill the children past their request's deadline and answer for them (the asking
+    process then compiles the kernel itself)."""
+    now = time.monotonic()
+    for pid, (request_id, deadline) in list(children.items()):
+        if now > deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            del children[pid]
+            _answer(replies, {"id": request_id, "error": "the compile took longer than its deadline"})
+
+
 def _reap(children: dict, replies: int) -> None:
     """Collect ended children; answer for each that ended without answering."""
     while children:
@@ -231,7 +249,7 @@ def _reap(children: dict, replies: int) -> None:
             return
         if pid == 0:
             return
-        request_id = children.pop(pid, None)
+        request_id, _ = children.pop(pid, (None, None))
         if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
             how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                    else f"exit status {os.waitstatus_to_exitcode(status)}")
@@ -240,20 +258,25 @@ def _reap(children: dict, replies: int) -> None:
 
 def serve(worker: "Worker", requests: int, replies: int) -> None:
     """Fork a child a request until stdin closes; then end the children still compiling."""
-    children: dict[int, object] = {}
+    children: dict[int, tuple] = {}  # pid -> (request id, deadline)
     try:
         while True:
             readable = select.select([requests], [], [], 0.05)[0]
             _reap(children, replies)
+            _kill_late(children, replies)
             if not readable:
                 continue
             request = _read_frame(requests)
             if request is None:
                 return
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as error:  # (no memory or processes left: this one compiles there)
+                _answer(replies, {"id": request.get("id"), "error": f"fork failed: {error}"})
+                continue
             if pid == 0:
                 _compile_in_child(worker, request, replies)
-            children[pid] = request.get("id")
+            children[pid] = (request.get("id"), time.monotonic() + float(request.get("deadline_s", 300.0)))
     finally:
         for pid in children:
             try:
@@ -264,11 +287,15 @@ def serve(worker: "Worker", requests: int, replies: int) -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is for the user's process; stdin's end stops this one
     replies = os.dup(1)
     os.dup2(2, 1)  # a stray print must not corrupt the frames
     try:
         worker = Worker()
         _warm_up(worker)
+        threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+        if threads != 1:  # (another Triton that starts threads: forking it would not be safe)
+            raise RuntimeError(f"the worker runs {threads} threads after its warm-up; it forks only with one")
     except BaseException as error:  # noqa: BLE001 - the pool falls back to compiling in its process
         _answer(replies, {"ready": False, "error": f"{type(error).__name__}: {str(error)[:300]}"})
         return

@@ -122,14 +122,18 @@ def test_a_worker_that_cannot_start_is_given_up(monkeypatch):
 
 
 @needs_triton_36
-def test_compiles_run_side_by_side_in_children_and_a_dead_child_is_answered_for(tmp_path):
-    """Four different launches sent at once come back from four children (the worker's own
-    pid is not among them), compiled side by side; a child killed mid-compile is answered
-    for, and the worker goes on; a killed worker refuses requests at once."""
+def test_compiles_run_side_by_side_in_children_and_a_dead_child_is_answered_for(tmp_path, monkeypatch):
+    """Four different launches sent at once each come back with their own kernel; a child
+    killed mid-compile is answered for, and the worker goes on; a killed worker refuses
+    requests at once."""
     import threading
 
-    requests = [_launch_spec(tmp_path / f"k{b}", block=b)[2] for b in (128, 256, 512, 1024)
-                if (tmp_path / f"k{b}").mkdir() is None]
+    from triton.compiler import compiler
+
+    monkeypatch.setattr(compile_pool, "REPLY_TIMEOUT_S", 30.0)  # a lost reply fails, not hangs
+    specs = [_launch_spec(tmp_path / f"k{b}", block=b) for b in (128, 256, 512, 1024)
+             if (tmp_path / f"k{b}").mkdir() is None]
+    requests = [spec[2] for spec in specs]
     pool = _worker(size=4)
     try:
         replies = [None] * 4
@@ -143,7 +147,10 @@ def test_compiles_run_side_by_side_in_children_and_a_dead_child_is_answered_for(
         for t in threads:
             t.join(120)
         assert all(r is not None and "error" not in r for r in replies), replies
-        assert len({r["hash"] for r in replies}) == 4
+        for (fn, (signature, constexprs, attrs, options, target), request), reply in zip(specs, replies):
+            src = compiler.ASTSource(fn, signature, constexprs, attrs)
+            monkeypatch.setattr(__import__("triton").knobs.cache, "dir", request["cache_dir"])
+            assert compiler.compile(src, target=target, options=options.__dict__).hash == reply["hash"]
         assert all(r["times"]["hit"] is False for r in replies)
 
         # a child that dies: SIGKILL it while it compiles (its module sleeps at import)
@@ -183,8 +190,9 @@ def test_nothing_is_sent_outside_a_side_by_side_compile_or_for_other_kernels():
     assert compile_pool.compile_first(Kernel(), [], {}, (1,)) is None  # not side by side
     with compile_pool.side_by_side():
         assert compile_pool.compile_first(object(), [], {}, (1,)) is None  # not fuser's
-    compile_pool.record_hit(None, object())
-    assert compile_pool.STATS["missed"] >= 0
+    before = compile_pool.STATS["missed"]
+    compile_pool.record_hit(None, object())  # nothing sent: no miss to count
+    assert compile_pool.STATS["missed"] == before
 
 
 @pytest.mark.gpu
@@ -225,12 +233,78 @@ def test_the_worker_compiles_up_to_eight_at_once_by_default_and_none_on_small_ma
     monkeypatch.delenv("FUSER_COMPILE_WORKERS", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     for cpus, expected in ((16, 8), (6, 6), (4, 4), (2, 0), (None, 0)):
-        monkeypatch.setattr(os, "cpu_count", lambda cpus=cpus: cpus)
+        monkeypatch.setattr(compile_pool, "_processors", lambda cpus=cpus: cpus or 1)
         assert compile_pool.worker_count() == expected
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(compile_pool, "_processors", lambda: 64)
     for local, expected in (("8", 8), ("16", 4), ("32", 0), ("", 8), ("x", 8)):
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local)  # torchrun's processes share the machine
         assert compile_pool.worker_count() == expected
     monkeypatch.setenv("FUSER_COMPILE_WORKERS", "0")
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(compile_pool, "_processors", lambda: 16)
     assert compile_pool.worker_count() == 0 and not compile_pool.available()
+
+
+@needs_triton_36
+def test_a_child_past_its_deadline_is_killed_and_a_full_worker_is_busy(tmp_path, monkeypatch):
+    """A compile that outlives its deadline is killed by the worker and answered for (the
+    asking process compiles it); while every slot is taken, a request is answered BUSY at
+    once rather than waiting."""
+    import threading
+
+    _, _, request = _launch_spec(tmp_path)
+    slow = tmp_path / "slow_deadline_k.py"
+    slow.write_text("import time\ntime.sleep(60)\n" + KERNEL)
+    monkeypatch.setattr(compile_pool, "REPLY_TIMEOUT_S", 1.0)
+    pool = _worker(size=1)
+    try:
+        replies = []
+        held = threading.Thread(target=lambda: replies.append(
+            pool.request(dict(request, path=str(slow), module="fuser_kernels.slow_deadline_k"))))
+        start = time.perf_counter()
+        held.start()
+        time.sleep(0.3)
+        assert pool.request(request) is compile_pool.Pool.BUSY
+        held.join(30)
+        assert "longer than its deadline" in replies[0]["error"], replies
+        assert time.perf_counter() - start < 10
+        assert "error" not in pool.request(request)  # the slot is free again
+    finally:
+        pool.close()
+
+
+def test_a_reply_too_long_for_one_pipe_write_is_replaced_by_an_error():
+    from fuser.codegen.compile_worker import PIPE_BUF, _answer, _read_frame
+
+    read, write = os.pipe()
+    try:
+        _answer(write, {"id": 7, "error": "x" * (2 * PIPE_BUF)})
+        assert _read_frame(read) == {"id": 7, "error": "the reply did not fit one pipe write"}
+        os.write(write, (1 << 30).to_bytes(4, "little"))  # a header no frame has
+        assert _read_frame(read) is None
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+@needs_triton_36
+def test_an_interrupt_of_the_user_s_process_group_spares_the_worker_and_a_forked_child_drops_it(tmp_path):
+    import signal
+
+    _, _, request = _launch_spec(tmp_path)
+    pool = _worker()
+    try:
+        assert os.getpgid(pool.proc.pid) != os.getpgid(0)  # a session of its own
+        os.kill(pool.proc.pid, signal.SIGINT)  # as a Ctrl-C sent to a process group would
+        time.sleep(0.3)
+        assert pool.usable() and "error" not in pool.request(request)
+        previous, compile_pool._pool = compile_pool._pool, pool
+        try:
+            child = os.fork()
+            if child == 0:  # the child must not use (or keep open) its parent's worker
+                os._exit(0 if not pool.usable() else 1)
+            _, status = os.waitpid(child, 0)
+        finally:
+            compile_pool._pool = previous
+        assert os.waitstatus_to_exitcode(status) == 0 and pool.usable()
+    finally:
+        pool.close()
