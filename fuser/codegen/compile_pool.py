@@ -20,10 +20,10 @@ compile to the asking process, as before.
 The worker starts (`start`) when a runtime is first planned for a GPU, a jitted function is
 first traced on GPU tensors (Dynamo's tracing then hides its start), or fuser loads its first
 GPU kernel. It takes compiles run side by side (`compile_together` with two or more jobs) once
-it is ready (or while all its slots are taken); until then they stay in the process (waiting
-for it lost: on the H200 machine it started in 0.37-0.58 s, and a definition's first batch of forms, waiting for it, took 1.6 s at
-4096x32768 against 1.1 s in threads). A kernel already in Triton's disk cache is read here, not
-sent. Only Triton 3.6, whose hook and specialization format this follows.
+it is ready and while it has a free slot; otherwise they stay in the process (waiting for it
+lost: on the H200 machine it started in 0.37-0.58 s, and a definition's first batch of forms,
+waiting for it, took 1.6 s at 4096x32768 against 1.1 s in threads). A kernel already in
+Triton's disk cache is read here, not sent. Only Triton 3.6, whose hook and specialization format this follows.
 
 On by default with a GPU (FUSER_COMPILE_WORKERS=0: off). Cold first calls on the H200 machine
 (2026-12-02, `scripts/compile_time.py`, 8 at once against none, one host): the jit LayerNorm
@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .compile_worker import ENV_PREFIXES, _read_frame, in_disk_cache, launch_source, write_frame
+from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, read_frame, write_frame
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 REPLY_TIMEOUT_S = 300.0  # a compile that takes longer is left to the process
@@ -148,14 +148,14 @@ class Pool:
         try:
             poller = select.poll()  # (select.select refuses descriptors from 1024 on)
             poller.register(fd, select.POLLIN)
-            first = _read_frame(fd) if poller.poll(READY_TIMEOUT_S * 1000) else None
+            first = read_frame(fd) if poller.poll(READY_TIMEOUT_S * 1000) else None
             if not (isinstance(first, dict) and first.get("ready")):
                 return
             with _lock:
                 STATS["start_s"] = time.perf_counter() - self.spawned
             self.ready.set()
             while True:
-                reply = _read_frame(fd)
+                reply = read_frame(fd)
                 if not isinstance(reply, dict):
                     return
                 with _lock:
@@ -183,8 +183,8 @@ class Pool:
 
     def request(self, payload: dict) -> Optional[dict]:
         """The reply of a child compiling `payload`; BUSY while every slot is taken (the caller
-        compiles rather than waits); None: no worker, or no reply in time (the worker kills a child past
-        its deadline and answers for it; the wait here allows a few seconds more)."""
+        compiles rather than waits); None: no worker, or no reply in time (the worker kills a
+        child past its deadline and answers for it; the wait here allows a few seconds more)."""
         if not self.slots.acquire(blocking=False):
             return Pool.BUSY
         try:

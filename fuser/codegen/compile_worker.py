@@ -30,9 +30,7 @@ import tempfile
 import time
 
 ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "PTXAS_")
-
-
-MAX_FRAME = 64 << 20
+MAX_FRAME = 64 << 20  # bytes: a longer length is not a frame (something else wrote on the stream)
 PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # bytes a pipe writes at once, unsplit (POSIX: at least 512)
 
 
@@ -47,12 +45,14 @@ def _read_exactly(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_frame(fd: int):
+def read_frame(fd: int):
+    """One frame from a pipe read unbuffered (select and poll must see every unread byte), or
+    None: the pipe closed or what came is no frame."""
     header = _read_exactly(fd, 4)
     if len(header) < 4:
         return None
     (size,) = struct.unpack("<I", header)
-    if size > MAX_FRAME:  # (not a frame: something else wrote on the stream)
+    if size > MAX_FRAME:
         return None
     body = _read_exactly(fd, size)
     return pickle.loads(body) if len(body) == size else None
@@ -202,8 +202,8 @@ def _warm_up(worker: "Worker") -> None:
     try:
         worker.knobs.cache.dir = scratch
         worker._triton_key("warm-up")  # (the asking process's key comes with each request)
-        src = compiler.ASTSource(worker.triton.jit(warm_up_kernel), {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
-                                 {(2,): 128}, {})
+        signature = {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+        src = compiler.ASTSource(worker.triton.jit(warm_up_kernel), signature, {(2,): 128}, {})
         compiler.compile(src, target=worker.GPUTarget("cuda", 90, 32), options={"num_warps": 4})
     finally:
         worker.knobs.cache.dir = previous
@@ -266,7 +266,7 @@ def serve(worker: "Worker", requests: int, replies: int) -> None:
             _kill_late(children, replies)
             if not readable:
                 continue
-            request = _read_frame(requests)
+            request = read_frame(requests)
             if request is None:
                 return
             try:

@@ -273,14 +273,14 @@ def test_a_child_past_its_deadline_is_killed_and_a_full_worker_is_busy(tmp_path,
 
 
 def test_a_reply_too_long_for_one_pipe_write_is_replaced_by_an_error():
-    from fuser.codegen.compile_worker import PIPE_BUF, _answer, _read_frame
+    from fuser.codegen.compile_worker import PIPE_BUF, _answer, read_frame
 
     read, write = os.pipe()
     try:
         _answer(write, {"id": 7, "error": "x" * (2 * PIPE_BUF)})
-        assert _read_frame(read) == {"id": 7, "error": "the reply did not fit one pipe write"}
+        assert read_frame(read) == {"id": 7, "error": "the reply did not fit one pipe write"}
         os.write(write, (1 << 30).to_bytes(4, "little"))  # a header no frame has
-        assert _read_frame(read) is None
+        assert read_frame(read) is None
     finally:
         os.close(read)
         os.close(write)
