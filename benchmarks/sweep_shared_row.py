@@ -37,6 +37,7 @@ from fuser.ir import TensorView  # noqa: E402
 
 F32, BF16 = DataType.Float, DataType.BFloat16
 ROWS, COLS = 4096, 32768
+EXTRA_OPTIONS: dict = {}  # more Triton options for compile_for_sm90 (a probe's)
 
 
 def rmsnorm_bwd_given_rstd() -> FusionDefinition:
@@ -170,6 +171,7 @@ def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Opt
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from fuser.codegen.compile import load_canonical
+    from fuser.codegen.steps import compile_options
 
     _, fn = load_canonical(ks.name, ks.source, "cuda", ks.scalar_params)
     constexprs = dict(BLOCK0=1, BLOCK1=config.block1, INT64=int(int64), SPT=config.per_thread, WARPS=config.warps,
@@ -193,7 +195,8 @@ def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Opt
     # (in the order of the parameters: Triton reads the signature by position)
     signature = {name: signature.get(name, "constexpr") for name in fn.arg_names}
     source = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": config.warps, **compile_options(), **EXTRA_OPTIONS})
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])

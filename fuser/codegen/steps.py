@@ -23,6 +23,18 @@ class _Step:
 
 
 NO_CONTEXT = contextlib.nullcontext()
+# the keyword arguments of a launch that are Triton's compile or launch options, not kernel parameters
+LAUNCH_OPTIONS = ("num_warps", "launch_cooperative_grid", "sanitize_overflow")
+
+
+def compile_options() -> dict:
+    """Triton compile options for fuser's kernels. By default Triton builds an overflow check
+    around every 32-bit integer add, sub and mul, then drops it unless compiling with debug on
+    (TRITON_DEBUG=1): a quarter of the front end's time for the wide shared-row kernel
+    (docs/performance.md, twenty-first session). Kept where debug is on."""
+    from triton import knobs
+
+    return {} if knobs.runtime.debug else {"sanitize_overflow": False}
 META = torch.device("meta")  # where a compile-ahead pass makes its tensors
 
 
@@ -101,7 +113,7 @@ class _DirectStep(_Step):
         # Triton specializes each pointer on that, so a later call must keep them aligned
         self.aligned_at: list[int] = []
         # in parameter order (the launch options are not parameters)
-        self.constexprs = [v for k, v in kwargs.items() if k not in ("num_warps", "launch_cooperative_grid")]
+        self.constexprs = [v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS]
         self.usable = True
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
         self.raw = None  # Triton's C launch function with its flags, where it can be called directly
