@@ -161,11 +161,13 @@ def config_for(kind: str, staged: tuple, in_shared: tuple, per_thread: int, warp
 NO_CUOBJDUMP = "(this Triton ships no cuobjdump)"
 
 
-def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Optional[list] = None) -> tuple[int, str]:
+def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Optional[list] = None,
+                    compiled_kernels: Optional[list] = None) -> tuple[int, str]:
     """(shared memory bytes, cuobjdump's resource line) of a generated shared-row kernel compiled
     for sm_90 as the launch specializes it (16-byte aligned pointers and strides, unit column
     strides; 64-bit offsets with `int64`), without a GPU; `sass`: a list to append the
-    kernel's disassembly to (where this Triton ships cuobjdump)."""
+    kernel's disassembly to (where this Triton ships cuobjdump); `compiled_kernels`: a list to
+    append Triton's compiled kernel to."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -197,6 +199,8 @@ def compile_for_sm90(ks, config: SharedRowConfig, int64: bool = False, sass: Opt
     source = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": config.warps, **compile_options(), **EXTRA_OPTIONS})
+    if compiled_kernels is not None:
+        compiled_kernels.append(compiled)
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])

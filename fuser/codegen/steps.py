@@ -4,6 +4,7 @@ the GPU's repeat calls), skipping Triton's per-call argument binding and cache l
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Optional
 
 import torch
@@ -23,18 +24,33 @@ class _Step:
 
 
 NO_CONTEXT = contextlib.nullcontext()
-# the keyword arguments of a launch that are Triton's compile or launch options, not kernel parameters
+# the keyword arguments of a launch that are Triton's compile or launch options, not kernel
+# parameters (every key compile_options gives is one: tests/codegen/test_compile_options.py)
 LAUNCH_OPTIONS = ("num_warps", "launch_cooperative_grid", "sanitize_overflow")
 
 
 def compile_options() -> dict:
-    """Triton compile options for fuser's kernels. By default Triton builds an overflow check
-    around every 32-bit integer add, sub and mul, then drops it unless compiling with debug on
-    (TRITON_DEBUG=1): a quarter of the front end's time for the wide shared-row kernel
-    (docs/performance.md, twenty-first session). Kept where debug is on."""
+    """Triton compile options for fuser's kernels, read as each launch is prepared. By default
+    Triton builds an overflow check around every integer add, sub and mul narrower than 64 bits,
+    then drops it unless compiling with debug on (TRITON_DEBUG=1): a quarter of the front end's
+    time for the wide shared-row kernel (docs/performance.md, twenty-first session). Kept where
+    debug is on, or where this Triton has no such option."""
     from triton import knobs
 
-    return {} if knobs.runtime.debug else {"sanitize_overflow": False}
+    if knobs.runtime.debug or not _has_sanitize_option():
+        return {}
+    return {"sanitize_overflow": False}
+
+
+@functools.cache
+def _has_sanitize_option() -> bool:
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "sanitize_overflow" in getattr(CUDAOptions, "__dataclass_fields__", {})
+
+
 META = torch.device("meta")  # where a compile-ahead pass makes its tensors
 
 
