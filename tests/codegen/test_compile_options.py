@@ -83,4 +83,5 @@ def test_kernels_compile_without_the_checks_unless_debugging(debug, monkeypatch)
     steps = _compiled_steps(fd)
     assert steps and all(step.compiled.metadata.sanitize_overflow is debug for step in steps)
     assert all(step.compiled.metadata.debug is debug for step in steps)
-    assert all(step.usable and step.raw is not None for step in steps)
+    if not debug:  # the second call went through the C launcher, which took the constexprs it was given
+        assert all(step.usable and step.raw is not None for step in steps)
