@@ -38,7 +38,7 @@ from .compile import load_canonical
 from .inline import inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
-from .steps import META, _DirectStep, _Step, compile_options, current_device
+from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
@@ -384,8 +384,6 @@ class KernelLauncher:
                     block, extent = (p.block0, rows) if plan.red_dim == 0 else (p.block1, cols)
                     kwargs["LOOP_EXTENT"] = -(-extent // block) * block
                 kwargs["num_warps"] = p.num_warps
-                if target == "cuda":
-                    kwargs.update(compile_options())
                 step = _DirectStep(fn, p.grid, kwargs) if target == "cuda" else _Step(fn, p.grid, kwargs)
                 steps.append((step, args, slots))
             out_specs = [(tuple(t.shape), t.dtype) for t in outputs]

@@ -30,7 +30,7 @@ LAUNCH_OPTIONS = ("num_warps", "launch_cooperative_grid", "sanitize_overflow")
 
 
 def compile_options() -> dict:
-    """Triton compile options for fuser's kernels, read as each launch is prepared. By default
+    """Triton compile options for fuser's compiled kernels, read as each step is made. By default
     Triton builds an overflow check around every integer add, sub and mul narrower than 64 bits,
     then drops it unless compiling with debug on (TRITON_DEBUG=1): a quarter of the front end's
     time for the wide shared-row kernel (docs/performance.md, twenty-first session). Kept where
@@ -122,6 +122,7 @@ class _DirectStep(_Step):
     a Triton whose launcher has another signature, takes the JIT path."""
 
     def __init__(self, fn, grid: int, kwargs: dict):
+        kwargs = {**kwargs, **compile_options()}  # (compiled kernels only: the interpreter takes none)
         super().__init__(fn, grid, kwargs)
         self.fn, self.grid = fn, grid
         self.compiled = None
