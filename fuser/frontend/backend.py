@@ -152,6 +152,27 @@ def _output_names(graph: torch.fx.GraphModule) -> list:
             for a in (out if isinstance(out, (list, tuple)) else [out])]
 
 
+def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: Any) -> Any:
+    """AOTAutograd on a graph Dynamo captured, as torch's `aot_autograd` backend wrapper runs it
+    but without importing Inductor's `debug` module on the way (for its AOT logging switch: 0.05 s
+    on the development CPU, more on the GPU hosts, in every process's first jit call). As there,
+    Dynamo must not trace the backward's compile, the backward it makes, or the compiled callable."""
+    from torch._dynamo import disable
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        # nested inputs (compiled autograd's): torch's wrapper flattens them first
+        from torch._dynamo.backends.common import aot_autograd
+        return aot_autograd(**aot_options)(gm, example_inputs)
+    compile_backward = aot_options["bw_compiler"]
+
+    def bw_compiler(*args: Any, **kwargs: Any) -> Any:
+        return disable(disable(compile_backward)(*args, **kwargs))
+
+    aot_options["bw_compiler"] = bw_compiler
+    return disable(aot_module_simplified(gm, example_inputs, **aot_options))
+
+
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
@@ -160,7 +181,6 @@ class FuserBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **compile_kwargs: Any) -> Any:
         """`compile_kwargs`: torch.compile's `mode` and `options`, which fuser does not use."""
-        from torch._dynamo.backends.common import aot_autograd
         from torch._functorch import config as aot_config
 
         _restart_with_floats_specialized(gm, example_inputs)
@@ -188,12 +208,11 @@ class FuserBackend:
                 return program
             return compile_graph
 
-        aot = aot_autograd(
-            fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-            inference_compiler=compiler("inference"), decompositions=decompositions(),
-            partition_fn=_partition_joint, keep_inference_input_mutations=True)
         with aot_config.patch(cse=False), GC_PAUSE:
-            compiled = aot(gm, example_inputs)
+            compiled = _aot_compile(
+                gm, example_inputs, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                inference_compiler=compiler("inference"), decompositions=decompositions(),
+                partition_fn=_partition_joint, keep_inference_input_mutations=True)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
