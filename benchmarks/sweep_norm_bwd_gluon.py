@@ -16,6 +16,11 @@ dx written once, as a share of the copy measured in the same run.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_norm_bwd_gluon.py
     .venv/bin/python benchmarks/sweep_norm_bwd_gluon.py --compile   # no GPU: compile for sm_90
+    ... --modes   # the kernel stripped to its copies, or without dw's terms, or w: where time goes
+
+`--modes` on the H200 (2026-12-03): the whole kernel 254.5 / 243.0 us (8 a thread on 16 warps /
+4 on 32), its copies, waits and dx stores alone 217.2 / 219.9 us (0.89 / 0.88 of copy), without
+dw's terms 227.6 / 243.4, without w 228.7 / 238.7.
 
 Measured (H200, Triton 3.6, 2026-12-02): 0.76-0.80 of copy at 4096x32768 against 0.54 for
 `regacc_ws` and 0.44 for two kernels (docs/performance.md, thirteenth session). fuser generates
@@ -39,10 +44,12 @@ _KERNELS: dict = {}
 SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
 
 
-def kernel(nch: int):
-    """The kernel for rows of `nch` chunks (CH = SPT * 32 * WARPS columns each; C = nch * CH)."""
-    if nch in _KERNELS:
-        return _KERNELS[nch]
+def kernel(nch: int, mode: str = "full"):
+    """The kernel for rows of `nch` chunks (CH = SPT * 32 * WARPS columns each; C = nch * CH).
+    `mode` strips it for a measurement (wrong results): "copy" keeps the copies, the waits and
+    the stores of dx (x + dy) and drops the rest; "no_dw" drops dw's terms; "no_w" reads no w."""
+    if (nch, mode) in _KERNELS:
+        return _KERNELS[nch, mode]
 
     def copies(j: int, row: str, indent: str) -> list:
         """Start copying chunk j of `row` (none past the last row) as one copy group; `(offs >=
@@ -75,33 +82,38 @@ def kernel(nch: int):
           "        a2 = gl.zeros([CH], gl.float32, layout)",
           "        a4 = gl.zeros([CH], gl.float32, layout)"]
     def loads(j: int) -> list:
-        """Chunk j of x, dy and w from shared memory, in fp32."""
-        return [f"        {name} = {smem}.index({j}).load(layout).to(gl.float32)"
-                for name, smem in (("x", "xs"), ("dy", "dys"), ("w", "wsm"))]
+        """Chunk j of x, dy and w from shared memory, in fp32 (w = 1 in the modes that read none)."""
+        read = ("x", "xs"), ("dy", "dys"), ("w", "wsm")
+        return [f"        {name} = {smem}.index({j}).load(layout).to(gl.float32)" for name, smem in read
+                if name != "w" or mode in ("full", "no_dw")] + (["        w = 1.0"] if mode in ("copy", "no_w") else [])
 
     for j in range(nch):
-        b += [f"        cp.wait_group({nch - 1 - j})  # chunk {j} of this row has landed"] + loads(j)
-        b += ["        a2 += x * x", "        a4 += dy * w * x"]
+        b += [f"        cp.wait_group({nch - 1 - j})  # chunk {j} of this row has landed"]
+        if mode != "copy":
+            b += loads(j) + ["        a2 += x * x", "        a4 += dy * w * x"]
     b += ["        rstd = gl.rsqrt(gl.sum(a2, 0) / C + eps)",
           "        cgx = rstd * (gl.sum(a4, 0) / C)",
           "        nxt = row + P"]
     for j in range(nch):
         b += loads(j)
-        b += ["        xhat = x * rstd",
-              f"        gl.store(dx_ptr + row * C + {j} * CH + offs, (rstd * (dy * w - xhat * cgx)).to(gl.bfloat16))",
-              f"        dw{j} += dy * xhat"]
+        if mode == "copy":
+            b += [f"        gl.store(dx_ptr + row * C + {j} * CH + offs, (x + dy).to(gl.bfloat16))"]
+        else:
+            b += ["        xhat = x * rstd",
+                  f"        gl.store(dx_ptr + row * C + {j} * CH + offs, (rstd * (dy * w - xhat * cgx)).to(gl.bfloat16))"]
+            b += [f"        dw{j} += dy * xhat"] if mode != "no_dw" else []
         b += copies(j, "nxt", "        ")
     b += ["    cp.wait_group(0)"]
     b += [f"    gl.store(ws_ptr + pid * C + {j} * CH + offs, dw{j})" for j in range(nch)]
-    _KERNELS[nch] = load_generated(f"gluon_rms_{nch}", b).k_rms_bwd
-    return _KERNELS[nch]
+    _KERNELS[nch, mode] = load_generated(f"gluon_rms_{nch}_{mode}", b).k_rms_bwd
+    return _KERNELS[nch, mode]
 
 
 def shared_bytes(C: int) -> int:
     return 3 * 2 * C
 
 
-def compile_only(C: int, spt: int, warps: int) -> None:
+def compile_only(C: int, spt: int, warps: int, mode: str = "full") -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -112,20 +124,20 @@ def compile_only(C: int, spt: int, warps: int) -> None:
            "WARPS": "constexpr"}
     # as Triton's launcher specializes them: 16-byte aligned pointers, C a multiple of 16
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
-    source = GluonASTSource(kernel(C // ch), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps}, attrs=attrs)
+    source = GluonASTSource(kernel(C // ch, mode), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps}, attrs=attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
-    print(f"C={C} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
+    print(f"C={C} SPT={spt} warps={warps} {mode}: shared {compiled.metadata.shared} B; "
           + " ".join(line.strip() for line in usage.splitlines() if "REG" in line))
 
 
-def gluon_fn(cfg: dict, t: dict, nsm: int):
+def gluon_fn(cfg: dict, t: dict, nsm: int, mode: str = "full"):
     (R, C), ch = t["x"].shape, cfg["spt"] * 32 * cfg["warps"]
-    k = kernel(C // ch)
+    k = kernel(C // ch, mode)
     P = min(nsm, R)
     ws = torch.full((1, P, C), float("nan"), device=t["x"].device)
 
@@ -145,6 +157,14 @@ def main() -> None:
     copy = copy_gbps()
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    if "--modes" in sys.argv:  # the kernel stripped (wrong results: "BAD" rows), where time goes
+        t = tensors(4096, 32768, False, "cuda", nsm)
+        ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
+        for cfg in CONFIGS[:2]:
+            for mode in ("full", "copy", "no_dw", "no_w"):
+                time_checked(f"rmsnorm 4096x32768 gluon {mode:6s} {str(cfg):28s}",
+                             lambda: gluon_fn(cfg, t, nsm, mode), t, ref, copy, dx_tol=2)
+        return
     for R, C in ((4096, 32768), (8192, 16384)):
         t = tensors(R, C, False, "cuda", nsm)
         ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
