@@ -117,6 +117,10 @@ SECOND = {"layernorm_db_apart": (column_sum_of_dy, lambda args: [args[2]])}
 FORMS = [
     ("rmsnorm", "x, w, dy staged, 4 chunks ahead", ("x", "w", "dy"), (), 4, 16, 4),
     ("rmsnorm", "x, w, dy staged, none ahead (run 21's form)", ("x", "w", "dy"), (), 4, 16, 0),
+    ("rmsnorm", "x, w, dy staged, 32 warps, 4 a thread", ("x", "w", "dy"), (), 4, 32),
+    ("rmsnorm", "x, w, dy staged, 32 warps, 2 a thread", ("x", "w", "dy"), (), 2, 32),
+    ("rmsnorm", "x, w, dy staged, 32 warps, 4 a thread, 2 ahead", ("x", "w", "dy"), (), 4, 32, 2),
+    ("rmsnorm", "x, w, dy staged, 32 warps, 8 a thread", ("x", "w", "dy"), (), 8, 32),
     ("rmsnorm", "x, w, dy staged, none ahead, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 2),
     ("rmsnorm", "x, w, dy staged, 4 chunks ahead, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 4, 2),
     ("rmsnorm", "x, w, dy staged, none ahead, 4 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 4),
@@ -132,6 +136,8 @@ FORMS = [
     ("layernorm_db_apart", "the same, 2 chunks a barrier", ("x", "w", "dy"), (), 4, 16, 0, 2),
     ("layernorm", "each row over a pair of programs, 8 a thread (fuser's)", ("x", "w", "dy"), (), 8, 16, 0, 1, True),
     ("layernorm", "each row over a pair of programs, 4 a thread", ("x", "w", "dy"), (), 4, 16, 0, 1, True),
+    ("layernorm", "each row over a pair of programs, 32 warps, 4 a thread", ("x", "w", "dy"), (), 4, 32, 0, 1, True),
+    ("layernorm", "each row over a pair of programs, 32 warps, 2 a thread", ("x", "w", "dy"), (), 2, 32, 0, 1, True),
     ("rmsnorm", "each row over a pair of programs, 8 a thread", ("x", "w", "dy"), (), 8, 16, 0, 1, True),
     ("rmsnorm", "each row over a pair of programs, 4 a thread", ("x", "w", "dy"), (), 4, 16, 0, 1, True),
 ]
