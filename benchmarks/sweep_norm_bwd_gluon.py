@@ -28,9 +28,7 @@ this kernel from the plan since (fuser/codegen/shared_row.py). Triton 3.9 rename
 (`async_copy_global_to_shared` -> `async_load`); the kernel takes whichever exists.
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 import triton
@@ -38,7 +36,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, regacc,  # noqa: E402
-                                            run_probe, tensors, time_checked, two)
+                                            run_probe, sm90_usage, tensors, time_checked, two)
 
 _KERNELS: dict = {}
 SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
@@ -115,7 +113,6 @@ def shared_bytes(C: int) -> int:
 
 def compile_only(C: int, spt: int, warps: int, mode: str = "full") -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     ch = spt * 32 * warps
@@ -125,14 +122,7 @@ def compile_only(C: int, spt: int, warps: int, mode: str = "full") -> None:
     # as Triton's launcher specializes them: 16-byte aligned pointers, C a multiple of 16
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
     source = GluonASTSource(kernel(C // ch, mode), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps}, attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
-    with open(cubin, "wb") as f:
-        f.write(compiled.asm["cubin"])
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
-    print(f"C={C} SPT={spt} warps={warps} {mode}: shared {compiled.metadata.shared} B; "
-          + " ".join(line.strip() for line in usage.splitlines() if "REG" in line))
+    print(f"C={C} SPT={spt} warps={warps} {mode}: " + sm90_usage(source, warps), flush=True)
 
 
 def gluon_fn(cfg: dict, t: dict, nsm: int, mode: str = "full"):

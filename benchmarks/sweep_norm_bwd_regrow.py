@@ -21,9 +21,7 @@ and were no faster: 270.9-337.9 us.)
     PYTHONPATH=/tmp/t36/site .venv/bin/python benchmarks/sweep_norm_bwd_regrow.py --compile  # sm_90 compile
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 import triton
@@ -31,7 +29,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, reference, run_probe,  # noqa: E402
-                                            tensors, time_checked)
+                                            sm90_usage, tensors, time_checked)
 
 _KERNELS: dict = {}
 
@@ -95,7 +93,6 @@ def kernel(nch: int, pf: int = 0):
 
 def compile_only(C: int, spt: int, warps: int, pf: int) -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     ch = spt * 32 * warps
@@ -105,14 +102,7 @@ def compile_only(C: int, spt: int, warps: int, pf: int) -> None:
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
     source = GluonASTSource(kernel(C // ch, pf), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps},
                             attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
-    with open(cubin, "wb") as f:
-        f.write(compiled.asm["cubin"])
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
-    print(f"C={C} SPT={spt} warps={warps} pf={pf}: shared {compiled.metadata.shared} B; "
-          + " ".join(line.strip() for line in usage.splitlines() if "REG" in line), flush=True)
+    print(f"C={C} SPT={spt} warps={warps} pf={pf}: " + sm90_usage(source, warps), flush=True)
 
 
 def regrow_fn(cfg: dict, t: dict, nsm: int):

@@ -14,9 +14,7 @@ twenty-second sessions) is held by the threads' copies and their barriers.
     PYTHONPATH=/tmp/t36/site .venv/bin/python benchmarks/sweep_norm_bwd_tma.py --compile  # sm_90 compile
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 import triton
@@ -24,7 +22,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, reference, run_probe,  # noqa: E402
-                                            tensors, time_checked)
+                                            sm90_usage, tensors, time_checked)
 
 BOX_COLS = 256  # a TMA box's inner extent (at most 256 elements)
 _KERNELS: dict = {}
@@ -112,7 +110,6 @@ def descriptors(x, dy, w, cr: int):
 
 def compile_only(C: int, cr: int, warps: int) -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
@@ -125,14 +122,7 @@ def compile_only(C: int, cr: int, warps: int) -> None:
     nch = C // (cr * BOX_COLS)
     source = GluonASTSource(kernel(nch), sig, constexprs={"NR": C // BOX_COLS, "CR": cr, "WARPS": warps},
                             attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
-    with open(cubin, "wb") as f:
-        f.write(compiled.asm["cubin"])
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
-    print(f"C={C} CR={cr} warps={warps}: shared {compiled.metadata.shared} B; "
-          + " ".join(line.strip() for line in usage.splitlines() if "REG" in line), flush=True)
+    print(f"C={C} CR={cr} warps={warps}: " + sm90_usage(source, warps), flush=True)
 
 
 def tma_fn(cfg: dict, t: dict, nsm: int):

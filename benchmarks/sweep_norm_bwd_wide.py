@@ -479,6 +479,23 @@ def time_checked(head: str, make, t: dict, ref, copy: float, dx_tol: float = 1.0
         print(f"{head} error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}", flush=True)
 
 
+def sm90_usage(source, warps: int) -> str:
+    """Compile a Gluon (or Triton) source for sm_90 without a GPU: its shared memory in bytes and
+    cuobjdump's resource line (registers, stack of spills)."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
+    with open(cubin, "wb") as f:
+        f.write(compiled.asm["cubin"])
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout
+    return f"shared {compiled.metadata.shared} B; " + " ".join(l.strip() for l in usage.splitlines() if "REG" in l)
+
+
 def run_probe(name: str, main, compile_only) -> None:
     """A Gluon probe's entry: `compile_only()` with --compile (no GPU needed), else `main()`."""
     if "--compile" in sys.argv:
