@@ -28,8 +28,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, reference, run_probe,  # noqa: E402
-                                            sm90_usage, tensors, time_checked)
+from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, probe_shapes, run_probe,  # noqa: E402
+                                            sm90_usage, time_checked)
 
 _KERNELS: dict = {}
 
@@ -125,22 +125,13 @@ CONFIGS = [dict(spt=8, warps=16, pf=0), dict(spt=4, warps=32, pf=0), dict(spt=8,
 
 def main() -> None:
     from benchmarks.sweep_norm_bwd_gluon import CONFIGS as SHARED_ROW_CONFIGS, gluon_fn
-    from benchmarks.sweep_pointwise import copy_gbps
 
-    copy = copy_gbps()
-    nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
-    for R, C in ((4096, 32768), (8192, 16384)):
-        t = tensors(R, C, False, "cuda", nsm)
-        ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
+    for R, C, t, ref, copy, nsm in probe_shapes():
         time_checked(f"rmsnorm {R}x{C} shared_row {SHARED_ROW_CONFIGS[0]}",
                      lambda: gluon_fn(SHARED_ROW_CONFIGS[0], t, nsm), t, ref, copy, dx_tol=2)
         for cfg in CONFIGS:
-            if C % (cfg["spt"] * 32 * cfg["warps"]):
-                continue
-            time_checked(f"rmsnorm {R}x{C} regrow {cfg}", lambda: regrow_fn(cfg, t, nsm), t, ref, copy, dx_tol=2)
-        t = ref = None
-        torch.cuda.empty_cache()
+            if C % (cfg["spt"] * 32 * cfg["warps"]) == 0:
+                time_checked(f"rmsnorm {R}x{C} regrow {cfg}", lambda: regrow_fn(cfg, t, nsm), t, ref, copy, dx_tol=2)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, reference, run_probe,  # noqa: E402
-                                            sm90_usage, tensors, time_checked)
+from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, probe_shapes, run_probe,  # noqa: E402
+                                            sm90_usage, time_checked)
 
 BOX_COLS = 256  # a TMA box's inner extent (at most 256 elements)
 _KERNELS: dict = {}
@@ -145,20 +145,12 @@ CONFIGS = [dict(cr=8, warps=16), dict(cr=16, warps=32), dict(cr=4, warps=8)]
 
 def main() -> None:
     from benchmarks.sweep_norm_bwd_gluon import CONFIGS as CP_CONFIGS, gluon_fn
-    from benchmarks.sweep_pointwise import copy_gbps
 
-    copy = copy_gbps()
-    nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
-    for R, C in ((4096, 32768), (8192, 16384)):
-        t = tensors(R, C, False, "cuda", nsm)
-        ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
+    for R, C, t, ref, copy, nsm in probe_shapes():
         time_checked(f"rmsnorm {R}x{C} cp.async {CP_CONFIGS[3]}", lambda: gluon_fn(CP_CONFIGS[3], t, nsm),
                      t, ref, copy, dx_tol=2)
         for cfg in CONFIGS:
             time_checked(f"rmsnorm {R}x{C} tma {cfg}", lambda: tma_fn(cfg, t, nsm), t, ref, copy, dx_tol=2)
-        t = ref = None
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

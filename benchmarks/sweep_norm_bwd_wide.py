@@ -496,6 +496,20 @@ def sm90_usage(source, warps: int) -> str:
     return f"shared {compiled.metadata.shared} B; " + " ".join(l.strip() for l in usage.splitlines() if "REG" in l)
 
 
+def probe_shapes(shapes=((4096, 32768), (8192, 16384))):
+    """A Gluon probe's GPU rows: prints the copy's rate, then yields (R, C, tensors, float64
+    reference, copy GB/s, processors) for each RMSNorm shape, freeing each before the next."""
+    copy = copy_gbps()
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
+    for R, C in shapes:
+        t = tensors(R, C, False, "cuda", nsm)
+        ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
+        yield R, C, t, ref, copy, nsm
+        t = ref = None
+        torch.cuda.empty_cache()
+
+
 def run_probe(name: str, main, compile_only) -> None:
     """A Gluon probe's entry: `compile_only()` with --compile (no GPU needed), else `main()`."""
     if "--compile" in sys.argv:
