@@ -498,7 +498,8 @@ def sm90_usage(source, warps: int) -> str:
 
 def probe_shapes(shapes=((4096, 32768), (8192, 16384))):
     """A Gluon probe's GPU rows: prints the copy's rate, then yields (R, C, tensors, float64
-    reference, copy GB/s, processors) for each RMSNorm shape, freeing each before the next."""
+    reference, copy GB/s, processors) for each RMSNorm shape (the caller's loop variables keep
+    the last shape's tensors until the next are made: two shapes at most at once)."""
     copy = copy_gbps()
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}")
@@ -506,7 +507,7 @@ def probe_shapes(shapes=((4096, 32768), (8192, 16384))):
         t = tensors(R, C, False, "cuda", nsm)
         ref = tuple(r.float() for r in reference(t["x"], t["dy"], t["w"], t["b"], False, t["eps"]))
         yield R, C, t, ref, copy, nsm
-        t = ref = None
+        del t, ref
         torch.cuda.empty_cache()
 
 

@@ -72,6 +72,33 @@ def test_compile_time_columns_add_up():
     header = [c.strip() for c in table.splitlines()[0].split("|")[1:-1]]
     cells = dict(zip(header, (c.strip() for c in table.splitlines()[2].split("|")[1:-1])))
     assert cells["autotune"] == "200.0"  # (timing the launch forms: a column of its own)
+    assert cells["each fusion's first execute"] == "-"  # (none recorded)
+    two = script.summarize(dict(result, fusion_firsts_ms=[411.2, 1160.4]))
+    cells = dict(zip(header, (c.strip() for c in script.table([("jit:softmax_bwd", two, two)]).splitlines()[2]
+                              .split("|")[1:-1])))
+    assert cells["each fusion's first execute"] == "411 / 1160 !"  # (cold: over 1 s marked)
+
+
+def test_compile_time_times_each_fusions_first_execute():
+    """A backward row's forward and backward fusions each show their first execute, and only
+    their first."""
+    import torch
+
+    from benchmarks import fuser_defs
+    from fuser.runtime import FusionExecutorCache
+
+    script, firsts = _script(), []
+    original = FusionExecutorCache.execute
+    try:
+        script._time_first_executes(firsts)
+        forward, backward = fuser_defs.rmsnorm_fwd(), fuser_defs.rmsnorm_bwd()
+        x, w, dy = (torch.randn(*s, dtype=torch.bfloat16) for s in ((8, 64), (64,), (8, 64)))
+        for _ in range(2):
+            forward.execute([x, w])
+            backward.execute([x, w, dy])
+    finally:
+        FusionExecutorCache.execute = original
+    assert len(firsts) == 2 and all(ms > 0 for ms in firsts), firsts
 
 
 def test_compile_model_reports_phases_and_kernels_per_model():

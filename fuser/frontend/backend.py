@@ -14,6 +14,7 @@ shares Dynamo's cache for a function instead of recompiling it per decorator.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,11 +162,12 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     from torch._dynamo import disable
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
-        # nested inputs (compiled autograd's): torch's wrapper flattens them first
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs) or os.environ.get("TORCH_COMPILE_DEBUG") == "1":
+        # nested inputs (compiled autograd's), which torch's wrapper flattens first, or
+        # TORCH_COMPILE_DEBUG, under which it writes AOTAutograd's debug log
         from torch._dynamo.backends.common import aot_autograd
         return aot_autograd(**aot_options)(gm, example_inputs)
-    compile_backward = aot_options["bw_compiler"]
+    compile_backward = aot_options.get("bw_compiler") or aot_options["fw_compiler"]
 
     def bw_compiler(*args: Any, **kwargs: Any) -> Any:
         return disable(disable(compile_backward)(*args, **kwargs))

