@@ -40,6 +40,13 @@ from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, 
 
 _KERNELS: dict = {}
 SHARED_LIMIT = 227 * 1024  # an H100 / H200 block's shared memory
+# the RMSNorm backward probes' kernel up to its shared memory: parameters, program id, layouts
+KERNEL_HEAD = ["@gluon.jit",
+               "def k_rms_bwd(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps,",
+               "              CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr):",
+               "    pid = gl.program_id(0)",
+               "    layout: gl.constexpr = gl.BlockedLayout([SPT], [32], [WARPS], [0])",
+               "    smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])"]
 
 
 def kernel(nch: int, mode: str = "full"):
@@ -60,13 +67,7 @@ def kernel(nch: int, mode: str = "full"):
     b = ["from triton.experimental import gluon",
          "from triton.experimental.gluon import language as gl",
          "from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp",
-         "COPY = getattr(cp, 'async_load', None) or cp.async_copy_global_to_shared", "",
-         "@gluon.jit",
-         "def k_rms_bwd(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps,",
-         "              CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr):",
-         "    pid = gl.program_id(0)",
-         "    layout: gl.constexpr = gl.BlockedLayout([SPT], [32], [WARPS], [0])",
-         "    smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])",
+         "COPY = getattr(cp, 'async_load', None) or cp.async_copy_global_to_shared", ""] + KERNEL_HEAD + [
          f"    xs = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
          f"    dys = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
          f"    wsm = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",

@@ -28,6 +28,7 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from benchmarks.sweep_norm_bwd_gluon import KERNEL_HEAD  # noqa: E402
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, probe_shapes, run_probe,  # noqa: E402
                                             sm90_usage, time_checked)
 
@@ -51,13 +52,7 @@ def kernel(nch: int, pf: int = 0):
                 f"{indent}{prefix}dy{j} = gl.load(dy_ptr + ({row}) * C + {j} * CH + offs, mask={mask}, other=0.0)"]
 
     b = ["from triton.experimental import gluon",
-         "from triton.experimental.gluon import language as gl", "",
-         "@gluon.jit",
-         "def k_rms_bwd(x_ptr, dy_ptr, w_ptr, dx_ptr, ws_ptr, R, C, P, eps,",
-         "              CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr):",
-         "    pid = gl.program_id(0)",
-         "    layout: gl.constexpr = gl.BlockedLayout([SPT], [32], [WARPS], [0])",
-         "    smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])",
+         "from triton.experimental.gluon import language as gl", ""] + KERNEL_HEAD + [
          f"    wsm = gl.allocate_shared_memory(gl.bfloat16, [{nch}, CH], smem_layout)",
          f"    dws = gl.allocate_shared_memory(gl.float32, [{nch}, CH], smem_layout)",
          "    offs = gl.arange(0, CH, layout=layout)"]

@@ -198,18 +198,13 @@ def _start_dynamo(device) -> float:
 
     import fuser
 
+    from unittest import mock
+
     start = time.perf_counter()
-    row_cache = os.environ.get("FUSER_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="fuser-warm-dynamo-") as elsewhere:
-        os.environ["FUSER_CACHE_DIR"] = elsewhere  # (its kernel is not the row's)
-        try:
-            other = fuser.jit(lambda a, b: torch.relu(a * b).sum(-1))
-            other(torch.randn(4, 8, device=device), torch.randn(4, 8, device=device))
-        finally:
-            if row_cache is None:
-                del os.environ["FUSER_CACHE_DIR"]
-            else:
-                os.environ["FUSER_CACHE_DIR"] = row_cache
+    with tempfile.TemporaryDirectory(prefix="fuser-warm-dynamo-") as elsewhere, \
+            mock.patch.dict(os.environ, {"FUSER_CACHE_DIR": elsewhere}):  # (its kernel is not the row's)
+        other = fuser.jit(lambda a, b: torch.relu(a * b).sum(-1))
+        other(torch.randn(4, 8, device=device), torch.randn(4, 8, device=device))
     return time.perf_counter() - start
 
 
