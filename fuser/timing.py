@@ -7,18 +7,21 @@ time and nothing is counted twice. Wrap a whole call in an outer phase ("other")
 no inner phase covers.
 
 Only for the compile path (definition, passes, segmentation, code generation, kernel loading,
-first launch), never for the per-call hot path. The totals are process-wide; time one thread.
+first launch), never for the per-call hot path. The totals are process-wide, each thread's
+phases nested apart: the time of a thread that compiles ahead (frontend/ahead.py) is added to
+the same phases as the calling thread's, though it ran beside it.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 
 _enabled = os.environ.get("FUSER_PHASE_TIMES", "") not in ("", "0")
 _totals: dict[str, float] = {}
 _counts: dict[str, int] = {}
-_stack: list["_Phase"] = []
+_local = threading.local()  # .stack: the thread's open phases, innermost last
 _OFF = contextlib.nullcontext()
 
 
@@ -31,20 +34,29 @@ class _Phase:
 
     def __enter__(self) -> "_Phase":
         now = time.perf_counter()
-        if _stack:
-            outer = _stack[-1]
+        stack = _thread_stack()
+        if stack:
+            outer = stack[-1]
             _totals[outer.name] = _totals.get(outer.name, 0.0) + now - outer.start
         self.start = now
-        _stack.append(self)
+        stack.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         now = time.perf_counter()
-        _stack.pop()
+        stack = _thread_stack()
+        stack.pop()
         _totals[self.name] = _totals.get(self.name, 0.0) + now - self.start
         _counts[self.name] = _counts.get(self.name, 0) + 1
-        if _stack:
-            _stack[-1].start = now
+        if stack:
+            stack[-1].start = now
+
+
+def _thread_stack() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
 
 
 def phase(name: str):

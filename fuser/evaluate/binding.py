@@ -80,7 +80,8 @@ def tensor_device(args: Sequence[Any]):
     return None
 
 
-def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
+def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> BindingTable:
+    """`metas`: meta tensors stand for the tensors (a compile ahead of a call)."""
     import torch
 
     inputs = fusion.inputs()
@@ -108,7 +109,7 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any]) -> BindingTable:
             raise FusionInputError(
                 f"{label}: on device {arg.device}, expected {device} like {device_label}; "
                 f"all tensor inputs must be on one device")
-        if arg.device.type == "meta":
+        if arg.device.type == "meta" and not metas:
             raise meta_input_error(label)
         _check_tensor(val, arg, label)
         extents = [d.extent for d in val.domain.no_reductions()]
@@ -318,19 +319,20 @@ class InputBinder:
         exec(compile("\n".join(lines), f"<fuser bind of {len(self.tensors)} tensors>", "exec"), env)
         return env["fast"]
 
-    def bind(self, args: Sequence[Any]) -> BindingTable:
+    def bind(self, args: Sequence[Any], metas: bool = False) -> BindingTable:
+        """`metas`: meta tensors stand for the tensors (a compile ahead of a call)."""
         values = self._fast(args) if self._fast is not None else None
-        if values is None:
-            return bind_inputs(self.fusion, args)  # the full check: it raises the error naming the input
+        if values is None:  # the full check: it raises the error naming the input
+            return bind_inputs(self.fusion, args, metas)
         try:
             for fn, i, axis, factor in self.checks:
                 if fn(values) != args[i].shape[axis] * factor:
-                    return bind_inputs(self.fusion, args)
+                    return bind_inputs(self.fusion, args, metas)
             for fa, fb in self.constraints:
                 if fa(values) != fb(values):
-                    return bind_inputs(self.fusion, args)
+                    return bind_inputs(self.fusion, args, metas)
         except (ArithmeticError, ValueError):  # (a division by zero): the full check names it
-            return bind_inputs(self.fusion, args)
+            return bind_inputs(self.fusion, args, metas)
         return BindingTable(values, self.sources)
 
 

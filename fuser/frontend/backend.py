@@ -17,10 +17,11 @@ import functools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
+from . import ahead
 from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
 from .partition import plan_graph
@@ -103,14 +104,38 @@ def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: l
     raise TensorifyScalarRestartAnalysis
 
 
-def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, *, keep: Optional[dict] = None,
+                     **kwargs: Any) -> Any:
     """The min-cut partitioner after fuser's CSE of the joint graph, standing in for
-    AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py)."""
+    AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py).
+    `keep["backward"]` gets the backward graph (compiled ahead with the forward)."""
     from functorch.compile import min_cut_rematerialization_partition
 
     if eliminate_common_subexpressions(joint.graph):
         joint.recompile()
-    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    if keep is not None:
+        keep["backward"] = backward
+    return forward, backward
+
+
+def _plan_backward_early(backward: torch.fx.GraphModule, record: "GraphRecord") -> Optional[tuple]:
+    """The backward graph's program, planned when the forward is (on a copy: AOTAutograd
+    compiles its own copy later), with the code it was planned from: AOTAutograd's backward
+    compile takes this program if its graph's code is the same. None if planning fails
+    (the backward's own compile meets it)."""
+    import copy
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    try:
+        code = backward.code
+        with unset_fake_temporarily():  # (lifted constants are real tensors)
+            graph = copy.deepcopy(backward)
+        names = _output_names(graph)
+        return code, GraphProgram(plan_graph(graph), "backward", record, names)
+    except Exception:  # noqa: BLE001 - planned again, and reported, at the backward's compile
+        return None
 
 
 def _wrapper_is_inert(graph: torch.fx.GraphModule, n_inputs: int) -> bool:
@@ -176,6 +201,22 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     return disable(aot_module_simplified(gm, example_inputs, **aot_options))
 
 
+def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: Optional[dict],
+                   record: GraphRecord) -> None:
+    """Start compiling the program's kernels in the background (frontend/ahead.py) where its
+    device compiles ahead; for a forward (`kept` holding the partitioner's backward graph), the
+    backward's too, its program planned now and kept in `kept["early"]`."""
+    device = ahead.wanted(graph)
+    if device is None:
+        return
+    programs = [program]
+    if kept is not None and "backward" in kept:
+        kept["early"] = _plan_backward_early(kept.pop("backward"), record)
+        if kept["early"] is not None:
+            programs.append(kept["early"][1])
+    ahead.start(programs, device)
+
+
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
@@ -195,14 +236,20 @@ class FuserBackend:
         # the backward's first call, and a closure over `example_inputs` would keep the first
         # call's tensors and their autograd graph (stale gradient accumulators) alive with it
         n_inputs = len(example_inputs)
+        kept: dict = {}  # the backward graph, from the partitioner; then its early program
 
         def compiler(kind: str):
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
                 # (the names AOTAutograd gave the outputs, which planning may give to copies:
                 # the backward's inputs are named after them)
                 names = _output_names(graph)
+                early = kept.pop("early", None) if kind == "backward" else None
                 with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
-                    program = GraphProgram(plan_graph(graph), kind, record, names)
+                    if early is not None and early[0] == graph.code:
+                        program = early[1]  # (its kernels are being compiled already)
+                    else:
+                        program = GraphProgram(plan_graph(graph), kind, record, names)
+                        _compile_ahead(program, graph, kept if kind == "forward" else None, record)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, n_inputs):
                     direct.append(program)
@@ -215,7 +262,8 @@ class FuserBackend:
             compiled = _aot_compile(
                 gm, example_inputs, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                 inference_compiler=compiler("inference"), decompositions=decompositions(),
-                partition_fn=_partition_joint, keep_inference_input_mutations=True)
+                partition_fn=functools.partial(_partition_joint, keep=kept),
+                keep_inference_input_mutations=True)
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))

@@ -10,6 +10,7 @@ Every call is recorded, so `repr(fd)` prints Python that rebuilds the definition
 from __future__ import annotations
 
 import math
+import threading
 from functools import partial
 from typing import Any, Optional, Sequence
 
@@ -18,6 +19,8 @@ from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..runtime import FusionExecutorCache
+
+_CACHE_LOCK = threading.Lock()
 
 
 class _Recorder:
@@ -208,13 +211,28 @@ class FusionDefinition:
     # -- execution --------------------------------------------------------------------------
 
     def execute(self, inputs: Sequence[Any], device: Any = None, **_unused) -> list:
+        cache = self._cache or self._make_cache("execute")
+        return cache.execute(list(inputs) if isinstance(inputs, tuple) else inputs)
+
+    def compile_ahead(self, inputs: Sequence[Any], device: Any = "cuda") -> int:
+        """Compile the kernels that `execute` on inputs of these layouts would compile, before
+        the data exists: `inputs` meta tensors (shapes, strides, dtypes) and the scalars,
+        `device` where the real inputs will be. Safe to call from another thread while this
+        definition executes: an execute of that layout waits for the compile rather than
+        repeat it. Returns the number of kernel compiles started (0 on Triton's interpreter,
+        which compiles nothing ahead)."""
+        cache = self._cache or self._make_cache("compile_ahead")
+        return cache.compile_ahead(list(inputs), device)
+
+    def _make_cache(self, verb: str) -> FusionExecutorCache:
         if not self.fusion.outputs():
-            raise FusionDefinitionError("execute: the definition has no outputs")
-        if self._cache is None:
-            self._cache = FusionExecutorCache(self.fusion)
-            # its runtimes are compiled from the fusion as it is now
-            self.fusion.final = "it was executed"
-        return self._cache.execute(list(inputs) if isinstance(inputs, tuple) else inputs)
+            raise FusionDefinitionError(f"{verb}: the definition has no outputs")
+        with _CACHE_LOCK:  # (compile_ahead may run in another thread than execute)
+            if self._cache is None:
+                self._cache = FusionExecutorCache(self.fusion)
+                # its runtimes are compiled from the fusion as it is now
+                self.fusion.final = "it was executed" if verb == "execute" else "its kernels were compiled"
+        return self._cache
 
     @property
     def cache(self) -> Optional[FusionExecutorCache]:

@@ -38,15 +38,16 @@ def wanted(target: str, launches: int) -> bool:
 
 def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table: BindingTable) -> int:
     """Compile the kernels of the runtime's segments `start` on, side by side (`env` holds the
-    values computed before `start`). The segments run here on meta tensors: kernel segments
+    values computed before `start`: real tensors, or meta tensors before any call, see
+    `FusionExecutorCache.compile_ahead`). The segments run here on meta tensors: kernel segments
     through `KernelLauncher.compile_ahead` (the launch prepared, nothing launched), the others
     through ATen's meta kernels, for their outputs' layouts; nothing runs on the device. A
     segment whose outputs cannot be known without running it (a data-dependent shape) ends the
     pass, and the kernels found so far still compile. A layout guessed wrong here (an ATen op
     whose meta kernel gives other strides than its device kernel) costs a compile at the launch,
     not a wrong kernel: launches look their kernels up by their real arguments. Runs once per
-    runtime, at its first call (later calls with new sizes compile at their launches). Returns
-    the number of compile jobs."""
+    runtime, at its first call or before it (later calls with new sizes compile at their
+    launches). Returns the number of compile jobs."""
     values = table.values
     metas = Environment(EvalContext(table, META, sizes=runtime.sizes, stands_for=runtime.device))
     jobs = CompileJobs()
@@ -58,7 +59,7 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
         if v in metas:
             return metas[v]
         value = env[v]
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and value.device != META:
             value = _meta_like(value)
         metas[v] = value
         return value

@@ -31,13 +31,14 @@ from . import ahead
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
 
-def signature(args: Sequence[Any]) -> tuple:
+def signature(args: Sequence[Any], device: Optional[torch.device] = None) -> tuple:
+    """`device`: the device the tensors stand for (meta tensors of a compile-ahead call)."""
     key = []
     for a in args:
         if isinstance(a, torch.Tensor):
             strides = a.stride()
             order = tuple(sorted(range(a.dim()), key=lambda k: (-strides[k], k)))
-            key.append((a.dtype, a.dim(), order, tuple(s == 1 for s in a.shape), a.device))
+            key.append((a.dtype, a.dim(), order, tuple(s == 1 for s in a.shape), device or a.device))
         else:
             key.append(type(a))
     return tuple(key)
@@ -88,6 +89,9 @@ class FusionRuntime:
         # compile ahead (see compile_ahead): where kernels compile, and more than one launch does
         self.compile_ahead_pending = use_kernels and ahead.wanted(self.target, len(self.launchers))
         self._ahead_lock = threading.Lock()
+        # set while another thread compiles this runtime's kernels before its first call
+        # (FusionExecutorCache.compile_ahead): that call waits rather than compile them twice
+        self.warming: Optional[threading.Event] = None
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
@@ -132,6 +136,9 @@ class FusionRuntime:
         """The fusion's outputs for bound `args`; `keep`: a dict that gets what a ready call
         is made from: the launch of a single-kernel fusion ("launch"), or the run's environment
         of values ("env"), its sizes ("sizes") and each kernel segment's launch ("launches")."""
+        warming = self.warming
+        if warming is not None:
+            warming.wait()
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
@@ -212,6 +219,17 @@ class FusionRuntime:
         """Compile the kernels of segments `start` on before the first of them launches
         (runtime/ahead.py); the number of compile jobs."""
         return ahead.compile_ahead(self, start, env, table)
+
+    def compile_ahead_of_call(self, args: Sequence[Any], table: BindingTable) -> int:
+        """Compile every kernel of this runtime for a call with arguments of `args`' layouts
+        (meta tensors) and `table`'s sizes, before any call; the first call then compiles
+        none ahead. The number of compile jobs."""
+        with self._ahead_lock:
+            env = Environment(EvalContext(table, self.device, sizes=self.sizes))
+            for val, arg in zip(self.fusion.inputs(), args):
+                env[val] = arg
+            self.compile_ahead_pending = False
+            return ahead.compile_ahead(self, 0, env, table)
 
     def ready_call(self, kept: dict) -> "Optional[ReadyCall | ReadyProgram]":
         """After `run(args, table, kept)`: the call that repeats it for arguments of exactly
@@ -376,7 +394,7 @@ class FusionExecutorCache:
         self._binder = InputBinder(self.prepared)
         self._ready_key = compile_ready_key(self._binder)
         self._ready_check = compile_ready_check(self._binder)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (compile_ahead holds it around _runtime_for)
         self.last_runtime: FusionRuntime | HostRuntime | None = None
 
     @property
@@ -435,14 +453,40 @@ class FusionExecutorCache:
             self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
 
-    def _runtime_for(self, args: Sequence[Any]):
-        key = signature(args)
+    def compile_ahead(self, args: Sequence[Any], device: Any) -> int:
+        """Compile the kernels that a call with arguments of these layouts would compile,
+        before that call: `args` the call's scalars and, for its tensors, meta tensors of their
+        shapes, strides and dtypes (a storage offset stands for an address that many elements
+        past an aligned one); `device` the device its tensors will be on. The call finds its
+        runtime planned and its kernels compiled, and waits for a compile still under way in
+        another thread. A layout guessed wrong costs that call its own compile, never a wrong
+        kernel. Returns the number of compile jobs: 0 where kernels do not compile ahead
+        (Triton's interpreter, a fusion over several devices) or this layout's runtime was
+        made already."""
+        device = torch.device(device)
+        if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
+            return 0
+        table = self._binder.bind(args, metas=True)
+        with self._lock:
+            if signature(args, device) in self._runtimes:
+                return 0
+            runtime = self._runtime_for(args, device, warming=True)
+        try:
+            return runtime.compile_ahead_of_call(args, table)
+        finally:
+            runtime.warming.set()
+            runtime.warming = None
+
+    def _runtime_for(self, args: Sequence[Any], device: Optional[torch.device] = None, warming: bool = False):
+        """`device`: the device `args` (meta tensors) stand for; `warming`: a new runtime is
+        made with its `warming` event (compile_ahead's)."""
+        key = signature(args, device)
         runtime = self._runtimes.get(key)
         if runtime is None:
             with self._lock:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
-                    device = tensor_device(args) or torch.device("cpu")
+                    device = device or tensor_device(args) or torch.device("cpu")
                     if device.type == "meta":  # (the fast binder takes any device)
                         k = next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))
                         raise meta_input_error(input_label(k, self.prepared.inputs()[k]))
@@ -450,5 +494,7 @@ class FusionExecutorCache:
                         compile_pool.start()  # the compile workers start while this runtime is planned
                     kind = HostRuntime if self._host else FusionRuntime
                     runtime = kind(self.prepared, device, self.kernels_enabled(device))
+                    if warming:
+                        runtime.warming = threading.Event()
                     self._runtimes[key] = runtime
         return runtime

@@ -1,0 +1,138 @@
+"""A jitted training function's kernels compile before their first call (frontend/ahead.py):
+when AOTAutograd compiles the forward, fuser plans the backward graph too and compiles both
+programs' kernels in threads of their own, from the layouts the graphs traced; AOTAutograd's
+backward compile then takes the program planned early, whose fusions find their kernels
+compiled. The interpreter compiles nothing, so its compile jobs are recorded (the `recorded`
+fixture of tests/runtime/test_compile_ahead.py, which makes the interpreter a target)."""
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuser
+from fuser.frontend import ahead, backend
+
+from ..runtime.test_compile_ahead import recorded  # noqa: F401
+from ..runtime.test_compile_ahead_of_call import _launched_were_compiled
+from .jit_helpers import check_forward_backward
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float()).to(x.dtype)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test compiles `layer_norm` anew (Dynamo keeps one cache per code object)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _inputs():
+    x = torch.randn(12, 96, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(96, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(96, dtype=torch.bfloat16, requires_grad=True)
+    return x, w, b
+
+
+class Spy:
+    """Records the threads `ahead.start` started and the backward programs planned early."""
+
+    def __init__(self, monkeypatch):
+        self.threads, self.early = [], []
+        start, plan = ahead.start, backend._plan_backward_early
+
+        def spy_start(programs, device):
+            self.kinds = [p.kind for p in programs]
+            found = start(programs, device)
+            self.threads += found
+            return found
+
+        def spy_plan(graph, record):
+            found = plan(graph, record)
+            self.early.append(found)
+            return found
+        monkeypatch.setattr(ahead, "start", spy_start)
+        monkeypatch.setattr(backend, "_plan_backward_early", spy_plan)
+
+    def join(self):
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive()
+
+
+def _programs(jitted):
+    return {p.kind: p for r in jitted._stats.records.values() for p in r.programs}
+
+
+def test_the_backward_compiles_with_the_forward_and_takes_the_early_program(recorded, monkeypatch):
+    spy = Spy(monkeypatch)
+    jitted = fuser.jit(layer_norm)
+    x, w, b = _inputs()
+    y = jitted(x, w, b)
+    spy.join()
+    assert spy.kinds == ["forward", "backward"] and len(spy.threads) == 2
+    compiled_ahead = list(recorded)
+    assert compiled_ahead and all(e[0] in ("compile", "launch") for e in compiled_ahead)
+    recorded.clear()
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w, b), dy)
+    programs = _programs(jitted)
+    (early,) = spy.early
+    # AOTAutograd's backward compile (with the forward where sizes are saved for the
+    # backward, else at its first call) took it
+    assert programs["backward"] is early[1]
+    for step in programs["backward"].fusion_steps:
+        assert step.fd.cache.num_runtimes == 1  # the runtime planned ahead
+    ahead_jobs = [e for e in compiled_ahead if e[0] == "compile"]
+    # every kernel the backward asked for (a launch of two asks at its launch) or launched was
+    # compiled ahead, with its arguments
+    _launched_were_compiled(recorded, ahead_jobs)
+    asked = [("launch", fn, args) for kind, fn, args in recorded if kind == "compile"]
+    _launched_were_compiled(asked, ahead_jobs)
+    xe, we, be = (t.detach().requires_grad_() for t in (x, w, b))
+    ye = layer_norm(xe, we, be)
+    want = torch.autograd.grad(ye, (xe, we, be), dy)
+    torch.testing.assert_close(y, ye, rtol=2e-2, atol=2e-2)
+    for got, exp in zip(grads, want):
+        torch.testing.assert_close(got.float(), exp.float(), rtol=3e-2, atol=3e-2)
+
+
+def test_a_backward_graph_changed_after_partitioning_is_planned_again(recorded, monkeypatch):
+    """AOTAutograd may rewrite the backward graph after the partitioner (saved-tensor hooks,
+    effect tokens): a graph whose code differs from the one planned early is planned anew."""
+    plan = backend._plan_backward_early
+    early = []
+
+    def stale(graph, record):
+        found = plan(graph, record)
+        early.append(found)
+        return ("some other code", found[1])
+    monkeypatch.setattr(backend, "_plan_backward_early", stale)
+    jitted = fuser.jit(layer_norm)
+    check_forward_backward(jitted, layer_norm, _inputs())
+    (found,) = early
+    assert _programs(jitted)["backward"] is not found[1]
+
+
+def test_nothing_compiles_ahead_where_it_is_off(recorded, monkeypatch):
+    monkeypatch.setenv("FUSER_COMPILE_AHEAD", "0")
+    started = []
+    monkeypatch.setattr(ahead, "start", lambda *a: started.append(a))
+    monkeypatch.setattr(backend, "_plan_backward_early", lambda *a: started.append(a))
+    jitted = fuser.jit(layer_norm)
+    check_forward_backward(jitted, layer_norm, _inputs())
+    assert not started and not any(t.name.startswith("fuser-compile-ahead") for t in threading.enumerate())
+
+
+def test_inference_graphs_compile_ahead_too(recorded, monkeypatch):
+    spy = Spy(monkeypatch)
+    jitted = fuser.jit(layer_norm)
+    x, w, b = (t.detach() for t in _inputs())
+    y = jitted(x, w, b)
+    spy.join()
+    assert spy.kinds == ["inference"] and spy.early == []
+    torch.testing.assert_close(y, layer_norm(x, w, b), rtol=2e-2, atol=2e-2)
+    assert any(e[0] == "compile" for e in recorded)
