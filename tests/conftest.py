@@ -23,3 +23,11 @@ def _seed_per_test(request):
     seed = zlib.crc32(request.node.nodeid.encode())
     torch.manual_seed(seed)
     yield seed
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Compile jobs and launches recorded on the interpreter (tests/compile_jobs.py)."""
+    from tests.compile_jobs import record
+
+    yield from record(monkeypatch)

@@ -7,8 +7,8 @@ fusion took 0.35 s and its backward's 1.1 s, on top of Dynamo and AOTAutograd's 
 backward graph is known as soon as AOTAutograd has partitioned the joint graph, with the
 sizes, strides and dtypes it traced for every value (its example inputs' sizes, the symbols'
 hints). So when the forward is compiled, fuser plans the backward graph too and starts a
-thread that compiles each program's kernels for those layouts
-(`FusionDefinition.compile_ahead`), while Dynamo finishes and the forward runs. A fusion's
+thread that compiles its kernels for those layouts (`FusionDefinition.compile_ahead`), while
+Dynamo finishes and the forward compiles and runs. A fusion's
 first execute waits for its compile if it is still under way; a layout guessed wrong (a value
 the traced strides do not describe) costs that execute its own compile, never a wrong kernel.
 

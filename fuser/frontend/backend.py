@@ -201,20 +201,20 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     return disable(aot_module_simplified(gm, example_inputs, **aot_options))
 
 
-def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: Optional[dict],
-                   record: GraphRecord) -> None:
-    """Start compiling the program's kernels in the background (frontend/ahead.py) where its
-    device compiles ahead; for a forward (`kept` holding the partitioner's backward graph), the
-    backward's too, its program planned now and kept in `kept["early"]`."""
-    device = ahead.wanted(graph)
+def _compile_backward_ahead(forward: torch.fx.GraphModule, kept: dict, record: GraphRecord) -> None:
+    """When the forward is compiled and its device compiles ahead: plan the partitioner's
+    backward graph (`kept["backward"]`) now, keep its program in `kept["early"]` for the
+    backward's compile, and start compiling its kernels in the background (frontend/ahead.py),
+    where they overlap the forward's first call. (A forward's or an inference graph's own
+    kernels are not: its first call comes as soon as Dynamo returns, with little to overlap and
+    the compiling thread's Python competing with Dynamo's.)"""
+    backward = kept.pop("backward")
+    device = ahead.wanted(forward)
     if device is None:
         return
-    programs = [program]
-    if kept is not None and "backward" in kept:
-        kept["early"] = _plan_backward_early(kept.pop("backward"), record)
-        if kept["early"] is not None:
-            programs.append(kept["early"][1])
-    ahead.start(programs, device)
+    kept["early"] = _plan_backward_early(backward, record)
+    if kept["early"] is not None:
+        ahead.start([kept["early"][1]], device)
 
 
 class FuserBackend:
@@ -249,7 +249,8 @@ class FuserBackend:
                         program = early[1]  # (its kernels are being compiled already)
                     else:
                         program = GraphProgram(plan_graph(graph), kind, record, names)
-                        _compile_ahead(program, graph, kept if kind == "forward" else None, record)
+                        if kind == "forward" and "backward" in kept:
+                            _compile_backward_ahead(graph, kept, record)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, n_inputs):
                     direct.append(program)

@@ -3,7 +3,7 @@ when AOTAutograd compiles the forward, fuser plans the backward graph too and co
 programs' kernels in threads of their own, from the layouts the graphs traced; AOTAutograd's
 backward compile then takes the program planned early, whose fusions find their kernels
 compiled. The interpreter compiles nothing, so its compile jobs are recorded (the `recorded`
-fixture of tests/runtime/test_compile_ahead.py, which makes the interpreter a target)."""
+fixture, tests/compile_jobs.py, which makes the interpreter a target)."""
 import threading
 
 import pytest
@@ -13,8 +13,7 @@ import torch.nn.functional as F
 import fuser
 from fuser.frontend import ahead, backend
 
-from ..runtime.test_compile_ahead import recorded  # noqa: F401
-from ..runtime.test_compile_ahead_of_call import _launched_were_compiled
+from ..compile_jobs import launched_were_compiled
 from .jit_helpers import check_forward_backward
 
 
@@ -73,7 +72,7 @@ def test_the_backward_compiles_with_the_forward_and_takes_the_early_program(reco
     x, w, b = _inputs()
     y = jitted(x, w, b)
     spy.join()
-    assert spy.kinds == ["forward", "backward"] and len(spy.threads) == 2
+    assert spy.kinds == ["backward"] and len(spy.threads) == 1
     compiled_ahead = list(recorded)
     assert compiled_ahead and all(e[0] in ("compile", "launch") for e in compiled_ahead)
     recorded.clear()
@@ -89,9 +88,9 @@ def test_the_backward_compiles_with_the_forward_and_takes_the_early_program(reco
     ahead_jobs = [e for e in compiled_ahead if e[0] == "compile"]
     # every kernel the backward asked for (a launch of two asks at its launch) or launched was
     # compiled ahead, with its arguments
-    _launched_were_compiled(recorded, ahead_jobs)
+    launched_were_compiled(recorded, ahead_jobs)
     asked = [("launch", fn, args) for kind, fn, args in recorded if kind == "compile"]
-    _launched_were_compiled(asked, ahead_jobs)
+    launched_were_compiled(asked, ahead_jobs)
     xe, we, be = (t.detach().requires_grad_() for t in (x, w, b))
     ye = layer_norm(xe, we, be)
     want = torch.autograd.grad(ye, (xe, we, be), dy)
@@ -127,12 +126,10 @@ def test_nothing_compiles_ahead_where_it_is_off(recorded, monkeypatch):
     assert not started and not any(t.name.startswith("fuser-compile-ahead") for t in threading.enumerate())
 
 
-def test_inference_graphs_compile_ahead_too(recorded, monkeypatch):
+def test_inference_graphs_compile_at_their_first_call(recorded, monkeypatch):
     spy = Spy(monkeypatch)
     jitted = fuser.jit(layer_norm)
     x, w, b = (t.detach() for t in _inputs())
     y = jitted(x, w, b)
-    spy.join()
-    assert spy.kinds == ["inference"] and spy.early == []
+    assert spy.threads == [] and spy.early == []
     torch.testing.assert_close(y, layer_norm(x, w, b), rtol=2e-2, atol=2e-2)
-    assert any(e[0] == "compile" for e in recorded)

@@ -11,39 +11,9 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch, steps
 from fuser.codegen.ahead import CompileJobs
-from fuser.runtime import ahead, cache
+from fuser.runtime import cache
 
-events: list = []
-
-
-class RecordingStep(steps._DirectStep):
-    """A _DirectStep on the interpreter: `precompile` records its arguments, a launch runs
-    through Triton's interpreter and records its real ones."""
-
-    def precompile(self, args):
-        events.append(("compile", self.fn, args))
-
-    def __call__(self, args):
-        events.append(("launch", self.fn, args))
-        self.launch(*args, **self.kwargs)
-
-
-@pytest.fixture
-def recorded(monkeypatch):
-    events.clear()
-    monkeypatch.setattr(ahead, "COMPILE_AHEAD_TARGETS", ("interpreter",))
-    monkeypatch.setattr(launch, "_Step", RecordingStep)
-    monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "1")
-    yield events
-    events.clear()
-
-
-def _same_argument(planned, real) -> bool:
-    if isinstance(real, torch.Tensor):
-        return (isinstance(planned, steps.StandIn) and planned.dtype == real.dtype
-                and planned.data_ptr() % 16 == real.data_ptr() % 16)
-    return type(planned) is type(real) and planned == real
-
+from ..compile_jobs import same_argument
 
 def three_kernels_around_a_matmul():
     with FusionDefinition() as fd:
@@ -74,7 +44,7 @@ def test_every_kernel_is_compiled_ahead_with_its_launch_arguments(recorded):
     assert compiles and all(e[0] == "compile" for e in compiles)
     for _, fn, args in launches:  # each kernel that ran was compiled ahead with its arguments
         planned = [a for kind, f, a in compiles if f is fn]
-        assert any(len(p) == len(args) and all(map(_same_argument, p, args)) for p in planned), fn
+        assert any(len(p) == len(args) and all(map(same_argument, p, args)) for p in planned), fn
 
     # a repeat call compiles nothing ahead again
     recorded.clear()
@@ -129,7 +99,7 @@ def _all_launches_compiled_ahead(recorded) -> int:
     assert compiles and all(e[0] == "compile" for e in compiles)
     for _, fn, args in (e for e in recorded if e[0] == "launch"):
         planned = [a for kind, f, a in compiles if f is fn]
-        assert any(len(p) == len(args) and all(map(_same_argument, p, args)) for p in planned), fn
+        assert any(len(p) == len(args) and all(map(same_argument, p, args)) for p in planned), fn
     return len(compiles)
 
 
@@ -331,7 +301,7 @@ def test_random_fusions_compile_ahead_what_they_launch(recorded):
                 continue
             checked += 1
             for _, fn, args in (recorded[k] for k in launched):
-                assert any(f is fn and len(p) == len(args) and all(map(_same_argument, p, args))
+                assert any(f is fn and len(p) == len(args) and all(map(same_argument, p, args))
                            for _, f, p in ahead), f"seed {seed}: a launch not compiled ahead"
     assert checked >= 30
 
@@ -359,4 +329,4 @@ def test_a_statistics_form_compiles_both_of_its_kernels_ahead(recorded, monkeypa
     assert len({id(fn) for _, fn, _ in launches}) >= 3  # statistics, rows, the row reduction
     for _, fn, args in launches:
         planned = [a for kind, f, a in compiles if f is fn]
-        assert any(len(p) == len(args) and all(map(_same_argument, p, args)) for p in planned), fn
+        assert any(len(p) == len(args) and all(map(same_argument, p, args)) for p in planned), fn

@@ -3,7 +3,7 @@ layouts (`FusionDefinition.compile_ahead`, used by fuser.jit to compile a backwa
 while the forward runs): the execute that follows finds its runtime planned and its kernels
 compiled with its own launch arguments, compiles none again, and waits for a compile that is
 still under way in another thread. The interpreter compiles nothing, so the compile jobs are
-recorded (the `recorded` fixture of test_compile_ahead.py)."""
+recorded (the `recorded` fixture, tests/compile_jobs.py)."""
 import threading
 
 import pytest
@@ -13,7 +13,8 @@ from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
 from fuser.errors import FusionInputError
 
-from .test_compile_ahead import RecordingStep, _same_argument, recorded, three_kernels_around_a_matmul  # noqa: F401
+from ..compile_jobs import RecordingStep, launched_were_compiled
+from .test_compile_ahead import three_kernels_around_a_matmul
 
 CPU = torch.device("cpu")
 
@@ -24,15 +25,6 @@ def _meta(t: torch.Tensor) -> torch.Tensor:
     offset = (t.data_ptr() % 16) // t.element_size()
     span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
     return torch.empty(offset + span, dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), offset)
-
-
-def _launched_were_compiled(recorded, compiles) -> int:
-    launches = [e for e in recorded if e[0] == "launch"]
-    assert launches
-    for _, fn, args in launches:
-        planned = [a for kind, f, a in compiles if f is fn]
-        assert any(len(p) == len(args) and all(map(_same_argument, p, args)) for p in planned), fn
-    return len(launches)
 
 
 def test_the_call_after_finds_every_kernel_compiled_with_its_arguments(recorded):
@@ -50,7 +42,7 @@ def test_the_call_after_finds_every_kernel_compiled_with_its_arguments(recorded)
     torch.testing.assert_close(cols, m.sum(0), rtol=1e-4, atol=1e-3)
     assert fd.cache.num_runtimes == 1  # the runtime planned ahead
     assert recorded[0][0] == "launch"  # no pass ahead at the call (a launch of two kernels
-    _launched_were_compiled(recorded, compiles)  # asks for both at its launch, compiled then)
+    launched_were_compiled(recorded, compiles)  # asks for both at its launch, compiled then)
     assert fd.compile_ahead([_meta(x), _meta(w)], CPU) == 0  # planned already
 
 
@@ -64,7 +56,7 @@ def test_a_single_kernel_fusion_is_compiled_ahead_too(recorded):
     recorded.clear()
     torch.testing.assert_close(fd.execute([x])[0], torch.relu(x).sum(1))
     assert [e[0] for e in recorded] == ["launch"]
-    _launched_were_compiled(recorded, compiles)
+    launched_were_compiled(recorded, compiles)
 
 
 def test_a_layout_guessed_wrong_costs_a_compile_not_a_wrong_result(recorded):

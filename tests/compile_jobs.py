@@ -1,0 +1,51 @@
+"""Compile jobs recorded on Triton's interpreter, which compiles nothing: a step that remembers
+what it was asked to compile and what it launched (the `recorded` fixture, tests/conftest.py),
+for the tests of compiling ahead (tests/runtime/test_compile_ahead*.py,
+tests/frontend/test_jit_compile_ahead.py)."""
+import torch
+
+from fuser.codegen import launch, steps
+from fuser.runtime import ahead
+
+events: list = []
+
+
+class RecordingStep(steps._DirectStep):
+    """A _DirectStep on the interpreter: `precompile` records its arguments, a launch runs
+    through Triton's interpreter and records its real ones."""
+
+    def precompile(self, args):
+        events.append(("compile", self.fn, args))
+
+    def __call__(self, args):
+        events.append(("launch", self.fn, args))
+        self.launch(*args, **self.kwargs)
+
+
+def record(monkeypatch):
+    """The `recorded` fixture's body: the interpreter made a compile-ahead target, its steps
+    recording; yields the list of events ("compile" or "launch", kernel, arguments)."""
+    events.clear()
+    monkeypatch.setattr(ahead, "COMPILE_AHEAD_TARGETS", ("interpreter",))
+    monkeypatch.setattr(launch, "_Step", RecordingStep)
+    monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "1")
+    yield events
+    events.clear()
+
+
+def same_argument(planned, real) -> bool:
+    if isinstance(real, torch.Tensor):
+        return (isinstance(planned, steps.StandIn) and planned.dtype == real.dtype
+                and planned.data_ptr() % 16 == real.data_ptr() % 16)
+    return type(planned) is type(real) and planned == real
+
+
+def launched_were_compiled(recorded: list, compiles: list) -> int:
+    """Checks that each launch in `recorded` was among `compiles` with the same arguments;
+    returns the number of launches."""
+    launches = [e for e in recorded if e[0] == "launch"]
+    assert launches
+    for _, fn, args in launches:
+        planned = [a for kind, f, a in compiles if f is fn]
+        assert any(len(p) == len(args) and all(map(same_argument, p, args)) for p in planned), fn
+    return len(launches)
