@@ -1,4 +1,4 @@
-"""Compiling a jitted graph's kernels before its first call, in a thread of their own.
+"""Compiling a jitted graph's kernels before its first call, in threads of their own.
 
 A graph's fusions compile their kernels at their first execute (several kernels of one fusion
 side by side, `runtime/ahead.py`). For a training graph that puts the backward's compiles after
@@ -6,11 +6,13 @@ the forward's first call, one after the other: at 4096x32768 the jitted RMSNorm'
 fusion took 0.35 s and its backward's 1.1 s, on top of Dynamo and AOTAutograd's 0.5 s. Yet the
 backward graph is known as soon as AOTAutograd has partitioned the joint graph, with the
 sizes, strides and dtypes it traced for every value (its example inputs' sizes, the symbols'
-hints). So when the forward is compiled, fuser plans the backward graph too and starts a
-thread that compiles its kernels for those layouts (`FusionDefinition.compile_ahead`), while
-Dynamo finishes and the forward compiles and runs. A fusion's
-first execute waits for its compile if it is still under way; a layout guessed wrong (a value
-the traced strides do not describe) costs that execute its own compile, never a wrong kernel.
+hints). So when the forward is compiled, fuser plans the backward graph too and starts
+threads that compile its kernels for those layouts (`FusionDefinition.compile_ahead`), while
+Dynamo finishes and the forward compiles and runs. A forward (or inference graph) of several
+fusions has its fusions compiled the same way, side by side, rather than each at its first
+execute, one after the other. A fusion's first execute waits for its compile if it is still
+under way; a layout guessed wrong (a value the traced strides do not describe) costs that
+execute its own compile, never a wrong kernel.
 
 Only where kernels compile before they run (`runtime.ahead.COMPILE_AHEAD_TARGETS`: the GPU, not
 Triton's interpreter), and not under `FUSER_COMPILE_AHEAD=0`.
@@ -92,27 +94,36 @@ def _meta(layout: Any) -> Any:
     return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
 
 
+# fusion steps compiled at once: each compiles its kernels side by side already (through the
+# compile workers), so a few steps at a time keep the workers busy
+STEPS_AT_ONCE = 4
+
+
 def start(programs: list[GraphProgram], device: torch.device) -> list[threading.Thread]:
-    """Start compiling the kernels of each program's fusion steps (in order) in a daemon thread
-    a program; the threads (none for a program with no step whose input layouts are known).
-    The layouts are read here, from the traced values: the threads touch no fake tensor."""
+    """Start compiling the kernels of the programs' fusion steps, up to STEPS_AT_ONCE at once,
+    in daemon threads (a process may exit with a compile under way), taking the steps in order;
+    the threads (none where no step's input layouts are known). The layouts are read here,
+    from the traced values: the threads touch no fake tensor."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    threads = []
-    for program in programs:
-        work = [(step, layouts) for step in program.fusion_steps
-                if (layouts := _input_layouts(step)) is not None]
-        if work:
-            threads.append(threading.Thread(target=_compile, args=(work, device),
-                                            name=f"fuser-compile-ahead-{program.kind}", daemon=True))
-            threads[-1].start()
+    work = [(step, layouts) for program in programs for step in program.fusion_steps
+            if (layouts := _input_layouts(step)) is not None]
+    work.reverse()  # (popped from the end)
+    threads = [threading.Thread(target=_compile, args=(work, device), name="fuser-compile-ahead", daemon=True)
+               for _ in range(min(len(work), STEPS_AT_ONCE))]
+    for thread in threads:
+        thread.start()
     return threads
 
 
 def _compile(work: list, device: torch.device) -> None:
     if device.type == "cuda":  # (Triton compiles for the thread's current device)
         torch.cuda.set_device(device)
-    for step, layouts in work:
+    while True:
+        try:
+            step, layouts = work.pop()  # (atomic: threads share the list)
+        except IndexError:
+            return
         try:
             step.fd.compile_ahead([_meta(x) for x in layouts], device)
         except Exception:  # noqa: BLE001 - the step's first execute meets (and reports) it

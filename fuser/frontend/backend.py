@@ -201,20 +201,26 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     return disable(aot_module_simplified(gm, example_inputs, **aot_options))
 
 
-def _compile_backward_ahead(forward: torch.fx.GraphModule, kept: dict, record: GraphRecord) -> None:
-    """When the forward is compiled and its device compiles ahead: plan the partitioner's
-    backward graph (`kept["backward"]`) now, keep its program in `kept["early"]` for the
-    backward's compile, and start compiling its kernels in the background (frontend/ahead.py),
-    where they overlap the forward's first call. (A forward's or an inference graph's own
-    kernels are not: its first call comes as soon as Dynamo returns, with little to overlap and
-    the compiling thread's Python competing with Dynamo's.)"""
-    backward = kept.pop("backward")
-    device = ahead.wanted(forward)
+def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dict, record: GraphRecord) -> None:
+    """Where the graph's device compiles ahead, start compiling kernels in the background
+    (frontend/ahead.py): for a forward, the backward's, its graph (`kept["backward"]`, from
+    the partitioner) planned now and its program kept in `kept["early"]` for the backward's
+    compile; they compile while the forward's first call runs. A forward's or inference
+    graph's own kernels only where it has several fusions, which then compile side by side
+    rather than each at its first execute: the first call of a one-fusion graph comes as soon
+    as Dynamo returns, with little to overlap, and the compiling thread's Python would compete
+    with Dynamo's."""
+    backward = kept.pop("backward", None)
+    device = ahead.wanted(graph)
     if device is None:
         return
-    kept["early"] = _plan_backward_early(backward, record)
-    if kept["early"] is not None:
-        ahead.start([kept["early"][1]], device)
+    programs = [program] if len(program.fusion_steps) > 1 else []
+    if backward is not None:
+        kept["early"] = _plan_backward_early(backward, record)
+        if kept["early"] is not None:
+            programs.append(kept["early"][1])
+    if programs:
+        ahead.start(programs, device)
 
 
 class FuserBackend:
@@ -249,8 +255,8 @@ class FuserBackend:
                         program = early[1]  # (its kernels are being compiled already)
                     else:
                         program = GraphProgram(plan_graph(graph), kind, record, names)
-                        if kind == "forward" and "backward" in kept:
-                            _compile_backward_ahead(graph, kept, record)
+                        if kind != "backward":
+                            _compile_ahead(program, graph, kept, record)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, n_inputs):
                     direct.append(program)

@@ -37,7 +37,10 @@ def _inputs():
 
 
 class Spy:
-    """Records the threads `ahead.start` started and the backward programs planned early."""
+    """Records the threads `ahead.start` started and the backward programs planned early.
+    `ahead.start` returns once its threads are done, so that what each test checks does not
+    hang on which thread gets to a runtime first (an execute during the compile waits for it:
+    tests/runtime/test_compile_ahead_of_call.py)."""
 
     def __init__(self, monkeypatch):
         self.threads, self.early = [], []
@@ -47,6 +50,7 @@ class Spy:
             self.kinds = [p.kind for p in programs]
             found = start(programs, device)
             self.threads += found
+            self.join()
             return found
 
         def spy_plan(graph, record):
@@ -72,7 +76,7 @@ def test_the_backward_compiles_with_the_forward_and_takes_the_early_program(reco
     x, w, b = _inputs()
     y = jitted(x, w, b)
     spy.join()
-    assert spy.kinds == ["backward"] and len(spy.threads) == 1
+    assert spy.kinds == ["backward"]  # (a forward of one fusion compiles at its first call)
     compiled_ahead = list(recorded)
     assert compiled_ahead and all(e[0] in ("compile", "launch") for e in compiled_ahead)
     recorded.clear()
@@ -126,10 +130,39 @@ def test_nothing_compiles_ahead_where_it_is_off(recorded, monkeypatch):
     assert not started and not any(t.name.startswith("fuser-compile-ahead") for t in threading.enumerate())
 
 
-def test_inference_graphs_compile_at_their_first_call(recorded, monkeypatch):
+def test_a_one_fusion_inference_graph_compiles_at_its_first_call(recorded, monkeypatch):
     spy = Spy(monkeypatch)
     jitted = fuser.jit(layer_norm)
     x, w, b = (t.detach() for t in _inputs())
     y = jitted(x, w, b)
     assert spy.threads == [] and spy.early == []
     torch.testing.assert_close(y, layer_norm(x, w, b), rtol=2e-2, atol=2e-2)
+
+
+def two_fusions(x, w):
+    h = torch.cumsum(torch.relu(x * 2.0), -1)  # an eager op between two fusions
+    return (h * w).sum(-1) + h.amax(-1)
+
+
+def test_a_forward_of_several_fusions_compiles_them_side_by_side(recorded, monkeypatch):
+    spy = Spy(monkeypatch)
+    jitted = fuser.jit(two_fusions)
+    x = torch.randn(16, 40, requires_grad=True)
+    w = torch.randn(40, requires_grad=True)
+    y = jitted(x, w)
+    spy.join()
+    assert spy.kinds == ["forward", "backward"]
+    forward = _programs(jitted)["forward"]
+    assert len(forward.fusion_steps) == 2
+    for step in forward.fusion_steps:  # each fusion's runtime was made ahead, and used
+        assert step.fd.cache.num_runtimes == 1
+    ahead_jobs = [e for e in recorded if e[0] == "compile"]
+    assert len({id(fn) for _, fn, _ in ahead_jobs}) >= 3  # two forward kernels, the backward's
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w), dy)
+    launched_were_compiled(recorded, ahead_jobs)
+    xe, we = x.detach().requires_grad_(), w.detach().requires_grad_()
+    ye = two_fusions(xe, we)
+    torch.testing.assert_close(y, ye, rtol=1e-4, atol=1e-4)
+    for got, want in zip(grads, torch.autograd.grad(ye, (xe, we), dy)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
