@@ -220,7 +220,10 @@ def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dic
         if kept["early"] is not None:
             programs.append(kept["early"][1])
     if programs:
-        ahead.start(programs, device)
+        try:
+            ahead.start(programs, device)
+        except RuntimeError:  # no thread could start: each fusion compiles at its first execute
+            pass
 
 
 class FuserBackend:
