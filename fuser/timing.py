@@ -8,8 +8,8 @@ no inner phase covers.
 
 Only for the compile path (definition, passes, segmentation, code generation, kernel loading,
 first launch), never for the per-call hot path. The totals are process-wide, each thread's
-phases nested apart: the time of a thread that compiles ahead (frontend/ahead.py) is added to
-the same phases as the calling thread's, though it ran beside it.
+phases nested apart; threads that compile in the background (frontend/ahead.py) time nothing
+(`quiet`), so that the phases of a call add up to no more than its time.
 """
 from __future__ import annotations
 
@@ -61,7 +61,12 @@ def _thread_stack() -> list:
 
 def phase(name: str):
     """`with phase("codegen"): ...` adds the block's own time to the phase `name`."""
-    return _Phase(name) if _enabled else _OFF
+    return _Phase(name) if _enabled and not getattr(_local, "quiet", False) else _OFF
+
+
+def quiet() -> None:
+    """This thread's phases are not timed from now on (a background thread's)."""
+    _local.quiet = True
 
 
 def enable(on: bool = True) -> None:

@@ -2,6 +2,8 @@
 runtime's launches will need, with stand-ins for their tensors (`steps.StandIn`)."""
 from __future__ import annotations
 
+import os
+import threading
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
@@ -35,7 +37,48 @@ class CompileJobs:
                    tuple((a.dtype, a.data_ptr() % 16) if isinstance(a, StandIn) else (type(a), a) for a in args))
             if key not in self.seen:
                 self.seen.add(key)
-                self.jobs.append(lambda step=step, args=args: step.precompile(args))
+                self.jobs.append(lambda step=step, args=args, key=key: _once_at_a_time(key, step, args))
+
+
+# compiles under way in this process, by CompileJobs' key (the kernel's JITFunction, options and
+# argument specialization): passes of several fusions run side by side (frontend/ahead.py) and
+# fusions alike (a model's layers) share their kernels, which Triton would compile once per ask
+_in_flight: dict[tuple, threading.Event] = {}
+_flight_lock = threading.Lock()
+WAIT_S = 600.0  # a compile elsewhere that takes longer: this one goes ahead
+
+
+def _once_at_a_time(key: tuple, step, args: list) -> None:
+    """`step.precompile(args)`, after a compile of the same kernel under way in another thread
+    (which this one then finds in Triton's cache)."""
+    with _flight_lock:
+        running = _in_flight.get(key)
+        mine = running is None
+        if mine:
+            running = _in_flight[key] = threading.Event()
+    if not mine:
+        running.wait(WAIT_S)
+        step.precompile(args)
+        return
+    try:
+        step.precompile(args)
+    finally:
+        with _flight_lock:
+            _in_flight.pop(key, None)
+        running.set()
+
+
+def _after_fork_in_child() -> None:
+    """The threads compiling in the parent are not in the child: nothing is under way there."""
+    global _flight_lock
+    _flight_lock = threading.Lock()
+    for event in _in_flight.values():
+        event.set()
+    _in_flight.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stand_ins(launch, inputs: Sequence, device) -> list:

@@ -181,11 +181,12 @@ class Pool:
     def wait_ready(self, timeout: float) -> bool:
         return self.ready.wait(max(0.0, timeout)) and self.alive
 
-    def request(self, payload: dict) -> Optional[dict]:
-        """The reply of a child compiling `payload`; BUSY while every slot is taken (the caller
-        compiles rather than waits); None: no worker, or no reply in time (the worker kills a
-        child past its deadline and answers for it; the wait here allows a few seconds more)."""
-        if not self.slots.acquire(blocking=False):
+    def request(self, payload: dict, slot_wait_s: float = 0.0) -> Optional[dict]:
+        """The reply of a child compiling `payload`; BUSY while every slot is taken (after
+        `slot_wait_s`: the caller compiles rather than waits longer); None: no worker, or no
+        reply in time (the worker kills a child past its deadline and answers for it; the wait
+        here allows a few seconds more)."""
+        if not (self.slots.acquire(timeout=slot_wait_s) if slot_wait_s > 0 else self.slots.acquire(blocking=False)):
             return Pool.BUSY
         try:
             if not self.alive:
@@ -253,14 +254,25 @@ def _get_pool() -> Optional[Pool]:
 
 
 @contextlib.contextmanager
-def side_by_side():
-    """Within: compiles (`compile_first`) may go to the worker."""
-    before = getattr(_local, "side_by_side", False)
-    _local.side_by_side = True
+def side_by_side(patient: bool = False):
+    """Within: compiles (`compile_first`) may go to the worker. `patient` (a thread compiling
+    ahead in the background, frontend/ahead.py): wait for the worker's start and for a free slot
+    (up to PATIENT_S) rather than compile here, where the compile's Python would compete with
+    the process's own."""
+    before = getattr(_local, "side_by_side", False), getattr(_local, "patient", False)
+    _local.side_by_side, _local.patient = True, patient
     try:
         yield
     finally:
-        _local.side_by_side = before
+        _local.side_by_side, _local.patient = before
+
+
+PATIENT_S = 10.0
+
+
+def patient() -> bool:
+    """Whether this thread compiles in the background (`side_by_side(patient=True)`)."""
+    return getattr(_local, "patient", False)
 
 
 def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
@@ -275,7 +287,8 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
     pool = _get_pool()
     if pool is None:
         return None
-    if not pool.wait_ready(0.0):  # (not ready yet: compiled here, see the module's note)
+    waits = patient()
+    if not pool.wait_ready(PATIENT_S if waits else 0.0):  # (not ready yet: compiled here, see the module's note)
         with _lock:
             STATS["in_process"] += 1
         return None
@@ -285,7 +298,7 @@ def compile_first(fn, args: list, kwargs: dict, grid) -> Optional[str]:
         return None
     if request is None:
         return None
-    reply = pool.request(request)
+    reply = pool.request(request, PATIENT_S if waits else 0.0)
     with _lock:
         if reply is Pool.BUSY:
             STATS["in_process"] += 1

@@ -26,6 +26,16 @@ _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has the parent's pool object but not its threads: it starts its own."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def enabled() -> bool:
     return os.environ.get("FUSER_PARALLEL_COMPILE", "1") != "0"
 
@@ -53,17 +63,18 @@ def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
         for job in jobs:
             job()
         return
-    _start_triton_driver()  # here: its lazy start is not meant to run in two threads at once
-    for future in [_executor().submit(_side_by_side, job) for job in jobs]:
+    start_triton_driver()  # here: its lazy start is not meant to run in two threads at once
+    patient = compile_pool.patient()  # (the caller compiles in the background: so do the jobs)
+    for future in [_executor().submit(_side_by_side, job, patient) for job in jobs]:
         future.result()
 
 
-def _side_by_side(job: Callable[[], None]) -> None:
-    with compile_pool.side_by_side():  # its Triton compile may go to the worker
+def _side_by_side(job: Callable[[], None], patient: bool) -> None:
+    with compile_pool.side_by_side(patient):  # its Triton compile may go to the worker
         job()
 
 
-def _start_triton_driver() -> None:
+def start_triton_driver() -> None:
     try:
         from triton.runtime import driver
 

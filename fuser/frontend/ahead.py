@@ -1,4 +1,4 @@
-"""Compiling a jitted graph's kernels before its first call, in threads of their own.
+"""Compiling a jitted graph's kernels before their first call, in background threads.
 
 A graph's fusions compile their kernels at their first execute (several kernels of one fusion
 side by side, `runtime/ahead.py`). For a training graph that puts the backward's compiles after
@@ -6,19 +6,28 @@ the forward's first call, one after the other: at 4096x32768 the jitted RMSNorm'
 fusion took 0.35 s and its backward's 1.1 s, on top of Dynamo and AOTAutograd's 0.5 s. Yet the
 backward graph is known as soon as AOTAutograd has partitioned the joint graph, with the
 sizes, strides and dtypes it traced for every value (its example inputs' sizes, the symbols'
-hints). So when the forward is compiled, fuser plans the backward graph too and starts
-threads that compile its kernels for those layouts (`FusionDefinition.compile_ahead`), while
-Dynamo finishes and the forward compiles and runs. A forward (or inference graph) of several
-fusions has its fusions compiled the same way, side by side, rather than each at its first
-execute, one after the other. A fusion's first execute waits for its compile if it is still
-under way; a layout guessed wrong (a value the traced strides do not describe) costs that
-execute its own compile, never a wrong kernel.
+hints). So when the forward is compiled, fuser plans the backward graph too and queues its
+fusions for compiling for those layouts (`FusionDefinition.compile_ahead`), while Dynamo
+finishes and the forward compiles and runs. A forward (or inference graph) of several fusions
+has its fusions queued the same way, so they compile side by side rather than each at its first
+execute, one after the other. A fusion's first execute waits for its compile if it is under
+way; a layout guessed wrong (a value the traced strides do not describe) costs that execute
+its own compile, never a wrong kernel.
+
+The queue is the process's: a few daemon threads (STEPS_AT_ONCE) take its steps in order and
+end when it is empty. Their compiles go to the compile worker (codegen/compile_pool.py), waiting
+for its start or a free slot rather than compiling in this process, where Triton's front end
+would compete with Dynamo's Python for the GIL; their phases are not timed (fuser/timing.py). A
+forked child starts with an empty queue, and no runtime there waits for the parent's threads
+(runtime/cache.py).
 
 Only where kernels compile before they run (`runtime.ahead.COMPILE_AHEAD_TARGETS`: the GPU, not
 Triton's interpreter), and not under `FUSER_COMPILE_AHEAD=0`.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import threading
 from typing import Any, Optional
@@ -26,8 +35,8 @@ from typing import Any, Optional
 import torch
 from torch.fx import Node
 
-from ..codegen import target_for
-from ..codegen.parallel_compile import enabled as parallel_compile_enabled
+from .. import timing
+from ..codegen import compile_pool, parallel_compile, target_for
 from ..runtime import ahead as runtime_ahead
 from .meta import meta_val
 from .program import FusionStep, GraphProgram
@@ -36,7 +45,7 @@ from .program import FusionStep, GraphProgram
 def wanted(graph: torch.fx.GraphModule) -> Optional[torch.device]:
     """The device whose kernels a graph's programs would compile ahead, or None: the device of
     its first tensor input where kernels compile ahead there."""
-    if os.environ.get("FUSER_COMPILE_AHEAD", "1") == "0" or not parallel_compile_enabled():
+    if os.environ.get("FUSER_COMPILE_AHEAD", "1") == "0" or not parallel_compile.enabled():
         return None
     for node in graph.graph.nodes:
         val = meta_val(node) if node.op == "placeholder" else None
@@ -94,37 +103,82 @@ def _meta(layout: Any) -> Any:
     return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
 
 
-# fusion steps compiled at once: each compiles its kernels side by side already (through the
-# compile workers), so a few steps at a time keep the workers busy
+# fusion steps compiled at once, in the whole process: each compiles its kernels side by side
+# already (through the compile workers), so a few at a time keep the workers busy
 STEPS_AT_ONCE = 4
 
 
-def start(programs: list[GraphProgram], device: torch.device) -> list[threading.Thread]:
-    """Start compiling the kernels of the programs' fusion steps, up to STEPS_AT_ONCE at once,
-    in daemon threads (a process may exit with a compile under way), taking the steps in order;
-    the threads (none where no step's input layouts are known). The layouts are read here,
-    from the traced values: the threads touch no fake tensor."""
+class _Queue:
+    """The fusion steps to compile, in the order given, and the daemon threads (at most
+    STEPS_AT_ONCE) that take them; a thread ends when the queue is empty. A process can exit
+    with steps queued; compile jobs already handed to the compile threads
+    (codegen/parallel_compile.py) finish first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.items: collections.deque = collections.deque()
+        self.threads = 0
+
+    def put(self, items: list) -> None:
+        with self.lock:
+            self.items.extend(items)
+            while self.threads < min(STEPS_AT_ONCE, len(self.items)):
+                threading.Thread(target=self._take, name="fuser-compile-ahead", daemon=True).start()
+                self.threads += 1
+
+    def _take(self) -> None:
+        timing.quiet()
+        while True:
+            with self.lock:
+                if not self.items:
+                    self.threads -= 1
+                    self.idle.notify_all()
+                    return
+                step, layouts, device = self.items.popleft()
+            _compile(step, layouts, device)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Until every queued step is compiled (or `timeout`); whether they were."""
+        with self.lock:
+            return self.idle.wait_for(lambda: not self.items and not self.threads, timeout)
+
+
+_queue = _Queue()
+
+
+def _after_fork_in_child() -> None:
+    global _queue
+    _queue = _Queue()  # (the parent's threads are not in the child)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def start(programs: list[GraphProgram], device: torch.device) -> int:
+    """Queue the programs' fusion steps, in order, for compiling in the background; the number
+    queued (steps whose input layouts are not known compile at their first execute). The
+    layouts are read here, from the traced values: the threads touch no fake tensor."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    work = [(step, layouts) for program in programs for step in program.fusion_steps
+    work = [(step, layouts, device) for program in programs for step in program.fusion_steps
             if (layouts := _input_layouts(step)) is not None]
-    work.reverse()  # (popped from the end)
-    threads = [threading.Thread(target=_compile, args=(work, device), name="fuser-compile-ahead", daemon=True)
-               for _ in range(min(len(work), STEPS_AT_ONCE))]
-    for thread in threads:
-        thread.start()
-    return threads
+    if work:
+        parallel_compile.start_triton_driver()  # here: its lazy start is not for two threads at once
+        _queue.put(work)
+    return len(work)
 
 
-def _compile(work: list, device: torch.device) -> None:
-    if device.type == "cuda":  # (Triton compiles for the thread's current device)
-        torch.cuda.set_device(device)
-    while True:
-        try:
-            step, layouts = work.pop()  # (atomic: threads share the list)
-        except IndexError:
-            return
-        try:
+def wait(timeout: Optional[float] = None) -> bool:
+    """Until the steps queued so far are compiled (or `timeout`); whether they were."""
+    return _queue.wait(timeout)
+
+
+def _compile(step: FusionStep, layouts: list, device: torch.device) -> None:
+    try:
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
+                compile_pool.side_by_side(patient=True):
             step.fd.compile_ahead([_meta(x) for x in layouts], device)
-        except Exception:  # noqa: BLE001 - the step's first execute meets (and reports) it
-            pass
+    except Exception:  # noqa: BLE001 - the step's first execute meets (and reports) it
+        pass

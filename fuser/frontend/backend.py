@@ -220,10 +220,7 @@ def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dic
         if kept["early"] is not None:
             programs.append(kept["early"][1])
     if programs:
-        try:
-            ahead.start(programs, device)
-        except RuntimeError:  # no thread could start: each fusion compiles at its first execute
-            pass
+        ahead.start(programs, device)
 
 
 class FuserBackend:
@@ -259,7 +256,10 @@ class FuserBackend:
                     else:
                         program = GraphProgram(plan_graph(graph), kind, record, names)
                         if kind != "backward":
-                            _compile_ahead(program, graph, kept, record)
+                            try:
+                                _compile_ahead(program, graph, kept, record)
+                            except Exception:  # noqa: BLE001 - best effort: compiled at first execute
+                                kept.pop("early", None)
                 record.programs.append(program)
                 if kind == "inference" and _wrapper_is_inert(graph, n_inputs):
                     direct.append(program)

@@ -14,13 +14,11 @@ import threading
 from functools import partial
 from typing import Any, Optional, Sequence
 
-from ..errors import FusionDefinitionError
+from ..errors import FusionDefinitionError, FusionInputError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..runtime import FusionExecutorCache
-
-_CACHE_LOCK = threading.Lock()
 
 
 class _Recorder:
@@ -124,6 +122,7 @@ class FusionDefinition:
         self.ops = _Ops(self)
         self._recorder = _Recorder(self)
         self._cache: Optional[FusionExecutorCache] = None
+        self._cache_lock = threading.Lock()
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -216,20 +215,25 @@ class FusionDefinition:
 
     def compile_ahead(self, inputs: Sequence[Any], device: Any = "cuda") -> int:
         """Compile the kernels that `execute` on inputs of these layouts would compile, before
-        the data exists: `inputs` meta tensors (shapes, strides, dtypes) and the scalars,
-        `device` where the real inputs will be. Safe to call from another thread while this
-        definition executes: an execute of that layout waits for the compile rather than
-        repeat it. Returns the number of kernel compiles started (0 on Triton's interpreter,
-        which compiles nothing ahead)."""
+        the data exists: `inputs` meta tensors (shapes, strides, dtypes; a storage offset for an
+        input that starts that many elements past an aligned address) and the scalars,
+        `device` where the real inputs will be (`"cuda"`: the current GPU). Returns once the
+        kernels are compiled; may run in another thread than `execute`, which then waits for
+        the compile of its layout rather than repeat it. Returns the number of compile jobs (0
+        where nothing compiles ahead: Triton's interpreter, definitions over several devices
+        or without tensor inputs, a layout compiled already)."""
+        if not isinstance(inputs, (list, tuple)):
+            raise FusionInputError(f"compile_ahead expects a list of inputs, got {type(inputs).__name__}")
         cache = self._cache or self._make_cache("compile_ahead")
         return cache.compile_ahead(list(inputs), device)
 
     def _make_cache(self, verb: str) -> FusionExecutorCache:
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
-        with _CACHE_LOCK:  # (compile_ahead may run in another thread than execute)
+        cache = FusionExecutorCache(self.fusion)
+        with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
             if self._cache is None:
-                self._cache = FusionExecutorCache(self.fusion)
+                self._cache = cache
                 # its runtimes are compiled from the fusion as it is now
                 self.fusion.final = "it was executed" if verb == "execute" else "its kernels were compiled"
         return self._cache

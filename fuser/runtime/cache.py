@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -362,6 +363,31 @@ def compile_ready_check(binder: InputBinder) -> Callable[[Sequence[Any]], Option
     return fits_for
 
 
+# runtimes whose kernels another thread is compiling before their first call (compile_ahead)
+_WARMING: "weakref.WeakSet[FusionRuntime]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while a thread compiled ahead has that runtime but not the thread: its
+    first call must not wait for it, nor for the locks the thread held."""
+    for runtime in list(_WARMING):
+        runtime._ahead_lock = threading.Lock()
+        runtime.compile_ahead_pending = ahead.wanted(runtime.target, len(runtime.launchers))
+        if runtime.warming is not None:
+            runtime.warming.set()
+            runtime.warming = None
+    _WARMING.clear()
+    for cache in list(_PLANNING):
+        cache._lock = threading.RLock()
+    _PLANNING.clear()
+
+
+# caches whose lock compile_ahead holds while it plans a runtime
+_PLANNING: "weakref.WeakSet[FusionExecutorCache]" = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _resolve_lazy_views(args: Sequence[Any]) -> Sequence[Any]:
     """Tensors whose negation or conjugation is a lazy bit (`torch._neg_view`, `x.conj()` of
     a complex x) hold the other value in memory, which a kernel would read; they are
@@ -464,18 +490,28 @@ class FusionExecutorCache:
         (Triton's interpreter, a fusion over several devices) or this layout's runtime was
         made already."""
         device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
+            device = torch.device("cuda", torch.cuda.current_device())
         if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
             return 0
         table = self._binder.bind(args, metas=True)
-        with self._lock:
-            if signature(args, device) in self._runtimes:
-                return 0
-            runtime = self._runtime_for(args, device, warming=True)
+        if not any(isinstance(a, torch.Tensor) for a in args):
+            return 0  # (its runtime's device would be `device`'s for an execute on the CPU too)
+        _PLANNING.add(self)
+        try:
+            with self._lock:
+                if signature(args, device) in self._runtimes:
+                    return 0
+                runtime = self._runtime_for(args, device, warming=True)
+                _WARMING.add(runtime)
+        finally:
+            _PLANNING.discard(self)
         try:
             return runtime.compile_ahead_of_call(args, table)
         finally:
             runtime.warming.set()
             runtime.warming = None
+            _WARMING.discard(runtime)
 
     def _runtime_for(self, args: Sequence[Any], device: Optional[torch.device] = None, warming: bool = False):
         """`device`: the device `args` (meta tensors) stand for; `warming`: a new runtime is

@@ -1,8 +1,8 @@
-"""A jitted training function's kernels compile before their first call (frontend/ahead.py):
-when AOTAutograd compiles the forward, fuser plans the backward graph too and compiles both
-programs' kernels in threads of their own, from the layouts the graphs traced; AOTAutograd's
-backward compile then takes the program planned early, whose fusions find their kernels
-compiled. The interpreter compiles nothing, so its compile jobs are recorded (the `recorded`
+"""A jitted training function's backward kernels compile before its first backward call
+(frontend/ahead.py): when AOTAutograd compiles the forward, fuser plans the backward graph too
+and compiles its kernels in background threads, from the layouts the graph traced;
+AOTAutograd's backward compile then takes the program planned early, whose fusions find their
+kernels compiled. A forward of several fusions compiles them the same way. The interpreter compiles nothing, so its compile jobs are recorded (the `recorded`
 fixture, tests/compile_jobs.py, which makes the interpreter a target)."""
 import threading
 
@@ -23,9 +23,11 @@ def layer_norm(x, w, b):
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
-    """Each test compiles `layer_norm` anew (Dynamo keeps one cache per code object)."""
+    """Each test compiles `layer_norm` anew (Dynamo keeps one cache per code object), and
+    leaves no compile of its own under way for the next."""
     torch._dynamo.reset()
     yield
+    assert ahead.wait(60)
     torch._dynamo.reset()
 
 
@@ -37,21 +39,20 @@ def _inputs():
 
 
 class Spy:
-    """Records the threads `ahead.start` started and the backward programs planned early.
-    `ahead.start` returns once its threads are done, so that what each test checks does not
-    hang on which thread gets to a runtime first (an execute during the compile waits for it:
-    tests/runtime/test_compile_ahead_of_call.py)."""
+    """Records what `ahead.start` was given and the backward programs planned early.
+    `ahead.start` returns once what it queued is compiled, so that what each test checks does
+    not hang on which thread gets to a runtime first (an execute during the compile waits for
+    it: tests/runtime/test_compile_ahead_of_call.py)."""
 
     def __init__(self, monkeypatch):
-        self.threads, self.early = [], []
+        self.kinds, self.queued, self.early = [], 0, []
         start, plan = ahead.start, backend._plan_backward_early
 
         def spy_start(programs, device):
-            self.kinds = [p.kind for p in programs]
-            found = start(programs, device)
-            self.threads += found
-            self.join()
-            return found
+            self.kinds += [p.kind for p in programs]
+            self.queued += start(programs, device)
+            assert ahead.wait(60)
+            return self.queued
 
         def spy_plan(graph, record):
             found = plan(graph, record)
@@ -59,11 +60,6 @@ class Spy:
             return found
         monkeypatch.setattr(ahead, "start", spy_start)
         monkeypatch.setattr(backend, "_plan_backward_early", spy_plan)
-
-    def join(self):
-        for t in self.threads:
-            t.join(60)
-            assert not t.is_alive()
 
 
 def _programs(jitted):
@@ -75,8 +71,7 @@ def test_the_backward_compiles_with_the_forward_and_takes_the_early_program(reco
     jitted = fuser.jit(layer_norm)
     x, w, b = _inputs()
     y = jitted(x, w, b)
-    spy.join()
-    assert spy.kinds == ["backward"]  # (a forward of one fusion compiles at its first call)
+    assert spy.kinds == ["backward"] and spy.queued == 1  # (a forward of one fusion compiles at its first call)
     compiled_ahead = list(recorded)
     assert compiled_ahead and all(e[0] in ("compile", "launch") for e in compiled_ahead)
     recorded.clear()
@@ -127,7 +122,7 @@ def test_nothing_compiles_ahead_where_it_is_off(recorded, monkeypatch):
     monkeypatch.setattr(backend, "_plan_backward_early", lambda *a: started.append(a))
     jitted = fuser.jit(layer_norm)
     check_forward_backward(jitted, layer_norm, _inputs())
-    assert not started and not any(t.name.startswith("fuser-compile-ahead") for t in threading.enumerate())
+    assert not started and not any(t.name == "fuser-compile-ahead" for t in threading.enumerate())
 
 
 def test_a_one_fusion_inference_graph_compiles_at_its_first_call(recorded, monkeypatch):
@@ -135,7 +130,7 @@ def test_a_one_fusion_inference_graph_compiles_at_its_first_call(recorded, monke
     jitted = fuser.jit(layer_norm)
     x, w, b = (t.detach() for t in _inputs())
     y = jitted(x, w, b)
-    assert spy.threads == [] and spy.early == []
+    assert spy.kinds == [] and spy.early == []
     torch.testing.assert_close(y, layer_norm(x, w, b), rtol=2e-2, atol=2e-2)
 
 
@@ -150,8 +145,7 @@ def test_a_forward_of_several_fusions_compiles_them_side_by_side(recorded, monke
     x = torch.randn(16, 40, requires_grad=True)
     w = torch.randn(40, requires_grad=True)
     y = jitted(x, w)
-    spy.join()
-    assert spy.kinds == ["forward", "backward"]
+    assert spy.kinds == ["forward", "backward"] and spy.queued >= 3
     forward = _programs(jitted)["forward"]
     assert len(forward.fusion_steps) == 2
     for step in forward.fusion_steps:  # each fusion's runtime was made ahead, and used

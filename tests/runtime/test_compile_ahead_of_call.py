@@ -4,6 +4,8 @@ while the forward runs): the execute that follows finds its runtime planned and 
 compiled with its own launch arguments, compiles none again, and waits for a compile that is
 still under way in another thread. The interpreter compiles nothing, so the compile jobs are
 recorded (the `recorded` fixture, tests/compile_jobs.py)."""
+import os
+import signal
 import threading
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
 from fuser.errors import FusionInputError
+from fuser.runtime import cache
 
 from ..compile_jobs import RecordingStep, launched_were_compiled
 from .test_compile_ahead import three_kernels_around_a_matmul
@@ -88,13 +91,15 @@ def test_an_execute_during_the_compile_waits_for_it(recorded, monkeypatch):
     w = torch.randn(32, 8, dtype=torch.bfloat16)
     ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU))
     ahead.start()
-    assert inside.wait(30)  # the compile is under way
     results = []
     caller = threading.Thread(target=lambda: results.append(fd.execute([x, w])))
-    caller.start()
-    caller.join(0.5)
-    assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
-    gate.set()
+    try:
+        assert inside.wait(30)  # the compile is under way
+        caller.start()
+        caller.join(0.5)
+        assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
+    finally:
+        gate.set()
     ahead.join(30)
     caller.join(30)
     (rows, cols), = results
@@ -123,3 +128,122 @@ def test_compile_ahead_checks_its_inputs_as_execute_does(recorded):
     with pytest.raises(FusionInputError, match=r"input 1 \(T1\)"):
         fd.compile_ahead([torch.empty(4, 8, dtype=torch.bfloat16, device="meta"), torch.empty(8, device="meta")], CPU)
     assert fd.cache.num_runtimes == 0
+
+
+def test_a_failed_compile_ahead_leaves_the_call_to_compile(recorded, monkeypatch):
+    fd = three_kernels_around_a_matmul()
+    x = torch.randn(16, 32, dtype=torch.bfloat16)
+    w = torch.randn(32, 8, dtype=torch.bfloat16)
+    monkeypatch.setattr(cache.FusionRuntime, "compile_ahead_of_call",
+                        lambda *a: (_ for _ in ()).throw(RuntimeError("the pass broke")))
+    with pytest.raises(RuntimeError, match="the pass broke"):
+        fd.compile_ahead([_meta(x), _meta(w)], CPU)
+    rows, _ = fd.execute([x, w])  # does not wait for the failed compile
+    m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
+    torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
+    assert fd.cache.num_runtimes == 1 and fd.cache.runtimes()[0].warming is None
+
+
+def test_a_definition_of_scalars_alone_compiles_nothing_ahead(recorded):
+    """Its runtime's key holds no device: one made ahead for the GPU would serve a CPU call."""
+    with FusionDefinition() as fd:
+        a = fd.define_scalar(dtype=DataType.Float)
+        fd.add_output(fd.ops.full([4], fd.ops.mul(a, 2.0), DataType.Float))
+    assert fd.compile_ahead([1.5], CPU) == 0 and fd.cache.num_runtimes == 0
+    (out,) = fd.execute([1.5])
+    assert out.device.type == "cpu"
+    torch.testing.assert_close(out, torch.full((4,), 3.0))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_during_a_compile_ahead_does_not_wait_for_it(recorded, monkeypatch):
+    """The child has the runtime being compiled but not the thread compiling it."""
+    gate, inside, parent = threading.Event(), threading.Event(), os.getpid()
+
+    class SlowStep(RecordingStep):
+        def precompile(self, args):
+            if os.getpid() == parent:  # (the child's own compiles go straight through)
+                inside.set()
+                gate.wait(30)
+            super().precompile(args)
+    monkeypatch.setattr(launch, "_Step", SlowStep)
+    fd = three_kernels_around_a_matmul()
+    x = torch.randn(16, 32, dtype=torch.bfloat16)
+    w = torch.randn(32, 8, dtype=torch.bfloat16)
+    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU), daemon=True)
+    ahead.start()
+    try:
+        assert inside.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: its execute must return (an alarm ends it otherwise)
+            code = 1
+            try:
+                signal.alarm(60)
+                rows, _ = fd.execute([x, w])
+                m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
+                code = 0 if torch.allclose(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gate.set()
+    ahead.join(30)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_fusions_alike_compiled_ahead_at_once_compile_each_kernel_one_at_a_time(recorded, monkeypatch):
+    """Two definitions alike (a model's layers) share their kernels: compiled ahead in two
+    threads at once, a kernel is not compiled by both at the same time (the second waits,
+    then finds it compiled)."""
+    import time
+
+    lock, active, most = threading.Lock(), {}, {}
+    together = threading.Barrier(2)  # the two threads' first compiles meet (or time out)
+
+    class CountingStep(RecordingStep):
+        def precompile(self, args):
+            key = (id(self.fn), tuple(repr(a) if not hasattr(a, "dtype") else a.dtype for a in args))
+            with lock:
+                active[key] = active.get(key, 0) + 1
+                most[key] = max(most.get(key, 0), active[key])
+            try:
+                together.wait(1.0)
+            except threading.BrokenBarrierError:
+                pass
+            time.sleep(0.05)
+            with lock:
+                active[key] -= 1
+            super().precompile(args)
+    monkeypatch.setattr(launch, "_Step", CountingStep)
+    from fuser.codegen import parallel_compile
+
+    monkeypatch.setenv("FUSER_COMPILE_THREADS", "8")  # every job of both passes at once
+    monkeypatch.setattr(parallel_compile, "_pool", None)
+    x = torch.randn(16, 32, dtype=torch.bfloat16)
+    w = torch.randn(32, 8, dtype=torch.bfloat16)
+    fds = [three_kernels_around_a_matmul() for _ in range(2)]
+    threads = [threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU)) for fd in fds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert most and max(most.values()) == 1, most
+    assert len({id(fn) for _, fn, _ in recorded}) == len(most)  # (shared kernels: each asked twice)
+    for fd in fds:
+        rows, _ = fd.execute([x, w])
+        m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
+        torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_a_background_compile_is_patient_in_its_jobs_too(monkeypatch):
+    """Jobs that compile_together hands to its threads wait for the compile worker as their
+    caller does (frontend/ahead.py compiles with `side_by_side(patient=True)`)."""
+    from fuser.codegen import compile_pool, parallel_compile
+
+    monkeypatch.setenv("FUSER_PARALLEL_COMPILE", "1")
+    seen = []
+    job = lambda: seen.append(compile_pool.patient())  # noqa: E731
+    with compile_pool.side_by_side(patient=True):
+        parallel_compile.compile_together([job, job])
+    parallel_compile.compile_together([job, job])
+    assert seen == [True, True, False, False]
