@@ -247,3 +247,36 @@ def test_a_background_compile_is_patient_in_its_jobs_too(monkeypatch):
         parallel_compile.compile_together([job, job])
     parallel_compile.compile_together([job, job])
     assert seen == [True, True, False, False]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_the_gpu_the_call_after_finds_its_runtime_and_kernels(monkeypatch, tmp_path):
+    """"cuda" (the default) stands for the current GPU, as a real tensor's device reads: the
+    execute that follows finds the runtime made ahead and compiles no kernel."""
+    from triton.runtime.jit import JITFunction
+
+    if not hasattr(JITFunction, "_do_compile"):
+        pytest.skip("this Triton compiles elsewhere")
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))  # no remembered autotune choice
+    misses = []
+    real_compile = JITFunction._do_compile
+
+    def counting(self, *args, **kwargs):
+        compiled = real_compile(self, *args, **kwargs)
+        if compiled is not None:  # (None: a compile worker was asked to compile it)
+            misses.append(self)
+        return compiled
+    monkeypatch.setattr(JITFunction, "_do_compile", counting)
+    fd = three_kernels_around_a_matmul()
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
+    assert fd.compile_ahead([_meta(x), _meta(w)]) >= 2
+    compiled_ahead = len(misses)
+    rows, cols = fd.execute([x, w])
+    assert len(misses) == compiled_ahead, "kernels compiled at the call"
+    (runtime,) = fd.cache.runtimes()
+    assert runtime.device == torch.device("cuda", torch.cuda.current_device())
+    m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
+    torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-3, atol=1e-1)
+    torch.testing.assert_close(cols, m.sum(0), rtol=1e-3, atol=1e-1)
