@@ -84,11 +84,12 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
     """`metas`: meta tensors stand for the tensors (a compile ahead of a call)."""
     import torch
 
+    verb = "compile_ahead" if metas else "execute"
     inputs = fusion.inputs()
     if not isinstance(args, (list, tuple)):
-        raise FusionInputError(f"execute expects a list of inputs, got {type(args).__name__}")
+        raise FusionInputError(f"{verb} expects a list of inputs, got {type(args).__name__}")
     if len(args) != len(inputs):
-        raise FusionInputError(f"the fusion has {len(inputs)} inputs but execute got {len(args)}")
+        raise FusionInputError(f"the fusion has {len(inputs)} inputs but {verb} got {len(args)}")
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     checks: list[tuple[Extent, int, str]] = []

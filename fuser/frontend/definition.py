@@ -235,7 +235,7 @@ class FusionDefinition:
             if self._cache is None:
                 self._cache = cache
                 # its runtimes are compiled from the fusion as it is now
-                self.fusion.final = "it was executed" if verb == "execute" else "its kernels were compiled"
+                self.fusion.final = "it was executed" if verb == "execute" else "compile_ahead was called"
         return self._cache
 
     @property

@@ -492,9 +492,9 @@ class FusionExecutorCache:
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
             device = torch.device("cuda", torch.cuda.current_device())
+        table = self._binder.bind(args, metas=True)  # (bad inputs are reported wherever they go)
         if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
             return 0
-        table = self._binder.bind(args, metas=True)
         if not any(isinstance(a, torch.Tensor) for a in args):
             return 0  # (its runtime's device would be `device`'s for an execute on the CPU too)
         _PLANNING.add(self)

@@ -116,6 +116,8 @@ def test_compile_ahead_compiles_nothing_on_the_interpreter():
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
     assert fd.compile_ahead([_meta(x), _meta(w)], CPU) == 0 and fd.cache.num_runtimes == 0
+    with pytest.raises(FusionInputError, match="2 inputs but compile_ahead got 1"):
+        fd.compile_ahead([_meta(x)], CPU)  # checked there too
     rows, _ = fd.execute([x, w])
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
