@@ -160,3 +160,43 @@ def test_a_forward_of_several_fusions_compiles_them_side_by_side(recorded, monke
     torch.testing.assert_close(y, ye, rtol=1e-4, atol=1e-4)
     for got, want in zip(grads, torch.autograd.grad(ye, (xe, we), dy)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_backward_called_while_its_kernels_compile_waits_for_them(recorded, monkeypatch):
+    """The first backward call finds its fusion's runtime being compiled in the background: it
+    waits for that compile, then runs that runtime."""
+    from fuser.codegen import launch
+
+    from ..compile_jobs import RecordingStep
+
+    gate, inside = threading.Event(), threading.Event()
+
+    class SlowStep(RecordingStep):
+        def precompile(self, args):
+            inside.set()
+            gate.wait(30)
+            super().precompile(args)
+    monkeypatch.setattr(launch, "_Step", SlowStep)
+    jitted = fuser.jit(layer_norm)
+    x, w, b = _inputs()
+    results, caller = [], None
+    try:
+        y = jitted(x, w, b)  # (its one fusion compiles at its launch: no pass, no precompile)
+        assert inside.wait(30)  # the backward's compile is under way
+        dy = torch.randn_like(y)
+        caller = threading.Thread(target=lambda: results.append(torch.autograd.grad(y, (x, w, b), dy)))
+        caller.start()
+        caller.join(0.5)
+        assert caller.is_alive()  # waiting for the compile
+        backward = _programs(jitted)["backward"]
+        assert all(step.fd.cache.num_runtimes == 1 for step in backward.fusion_steps)
+    finally:
+        gate.set()
+        if caller is not None:
+            caller.join(30)
+    (grads,) = results
+    xe, we, be = (t.detach().requires_grad_() for t in (x, w, b))
+    want = torch.autograd.grad(layer_norm(xe, we, be), (xe, we, be), dy)
+    for got, exp in zip(grads, want):
+        torch.testing.assert_close(got.float(), exp.float(), rtol=3e-2, atol=3e-2)
+    assert all(step.fd.cache.num_runtimes == 1 for step in backward.fusion_steps)  # (none of its own)

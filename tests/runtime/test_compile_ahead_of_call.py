@@ -282,3 +282,35 @@ def test_on_the_gpu_the_call_after_finds_its_runtime_and_kernels(monkeypatch, tm
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-3, atol=1e-1)
     torch.testing.assert_close(cols, m.sum(0), rtol=1e-3, atol=1e-1)
+
+
+def test_a_single_kernel_execute_during_the_compile_waits_for_it(recorded, monkeypatch):
+    """A fusion of one launch has no pass of its own to wait in: its execute waits on the
+    runtime's event."""
+    gate, inside = threading.Event(), threading.Event()
+
+    class SlowStep(RecordingStep):
+        def precompile(self, args):
+            inside.set()
+            gate.wait(30)
+            super().precompile(args)
+    monkeypatch.setattr(launch, "_Step", SlowStep)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sum(fd.ops.relu(x), [1]))
+    x = torch.randn(6, 10)
+    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x)], CPU))
+    ahead.start()
+    results = []
+    caller = threading.Thread(target=lambda: results.append(fd.execute([x])))
+    try:
+        assert inside.wait(30)
+        caller.start()
+        caller.join(0.5)
+        assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
+    finally:
+        gate.set()
+    ahead.join(30)
+    caller.join(30)
+    torch.testing.assert_close(results[0][0], torch.relu(x).sum(1))
+    assert [e[0] for e in recorded] == ["compile", "launch"]
