@@ -2,6 +2,9 @@
 what it was asked to compile and what it launched (the `recorded` fixture, tests/conftest.py),
 for the tests of compiling ahead (tests/runtime/test_compile_ahead*.py,
 tests/frontend/test_jit_compile_ahead.py)."""
+import os
+import threading
+
 import torch
 
 from fuser.codegen import launch, steps
@@ -20,6 +23,29 @@ class RecordingStep(steps._DirectStep):
     def __call__(self, args):
         events.append(("launch", self.fn, args))
         self.launch(*args, **self.kwargs)
+
+
+class Gate:
+    """Holds the compiles of the recording step (`hold(monkeypatch)`) until opened: `inside` is
+    set once one is held. `only_pid`: hold only in that process (a forked child compiles)."""
+
+    def __init__(self, only_pid=None):
+        self.opened, self.inside, self.only_pid = threading.Event(), threading.Event(), only_pid
+
+    def hold(self, monkeypatch) -> "Gate":
+        gate = self
+
+        class HeldStep(RecordingStep):
+            def precompile(self, args):
+                if gate.only_pid is None or os.getpid() == gate.only_pid:
+                    gate.inside.set()
+                    gate.opened.wait(30)
+                super().precompile(args)
+        monkeypatch.setattr(launch, "_Step", HeldStep)
+        return self
+
+    def open(self) -> None:
+        self.opened.set()
 
 
 def record(monkeypatch):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import fuser
 from fuser.frontend import ahead, backend
 
-from ..compile_jobs import launched_were_compiled
+from ..compile_jobs import Gate, launched_were_compiled
 from .jit_helpers import check_forward_backward
 
 
@@ -165,24 +165,13 @@ def test_a_forward_of_several_fusions_compiles_them_side_by_side(recorded, monke
 def test_a_backward_called_while_its_kernels_compile_waits_for_them(recorded, monkeypatch):
     """The first backward call finds its fusion's runtime being compiled in the background: it
     waits for that compile, then runs that runtime."""
-    from fuser.codegen import launch
-
-    from ..compile_jobs import RecordingStep
-
-    gate, inside = threading.Event(), threading.Event()
-
-    class SlowStep(RecordingStep):
-        def precompile(self, args):
-            inside.set()
-            gate.wait(30)
-            super().precompile(args)
-    monkeypatch.setattr(launch, "_Step", SlowStep)
+    gate = Gate().hold(monkeypatch)
     jitted = fuser.jit(layer_norm)
     x, w, b = _inputs()
     results, caller = [], None
     try:
         y = jitted(x, w, b)  # (its one fusion compiles at its launch: no pass, no precompile)
-        assert inside.wait(30)  # the backward's compile is under way
+        assert gate.inside.wait(30)  # the backward's compile is under way
         dy = torch.randn_like(y)
         caller = threading.Thread(target=lambda: results.append(torch.autograd.grad(y, (x, w, b), dy)))
         caller.start()
@@ -191,7 +180,7 @@ def test_a_backward_called_while_its_kernels_compile_waits_for_them(recorded, mo
         backward = _programs(jitted)["backward"]
         assert all(step.fd.cache.num_runtimes == 1 for step in backward.fusion_steps)
     finally:
-        gate.set()
+        gate.open()
         if caller is not None:
             caller.join(30)
     (grads,) = results

@@ -16,7 +16,7 @@ from fuser.codegen import launch
 from fuser.errors import FusionInputError
 from fuser.runtime import cache
 
-from ..compile_jobs import RecordingStep, launched_were_compiled
+from ..compile_jobs import Gate, RecordingStep, launched_were_compiled
 from .test_compile_ahead import three_kernels_around_a_matmul
 
 CPU = torch.device("cpu")
@@ -28,6 +28,28 @@ def _meta(t: torch.Tensor) -> torch.Tensor:
     offset = (t.data_ptr() % 16) // t.element_size()
     span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
     return torch.empty(offset + span, dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), offset)
+
+
+def _execute_during_compile_ahead(fd, inputs: list, recorded: list, monkeypatch) -> list:
+    """`fd.execute(inputs)` started in a thread while another compiles ahead for their layouts,
+    its compiles held: checks that the execute waits (launches nothing) until they are done;
+    its outputs."""
+    gate = Gate().hold(monkeypatch)
+    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(t) for t in inputs], CPU))
+    ahead.start()
+    results = []
+    caller = threading.Thread(target=lambda: results.append(fd.execute(inputs)))
+    try:
+        assert gate.inside.wait(30)  # the compile is under way
+        caller.start()
+        caller.join(0.5)
+        assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
+    finally:
+        gate.open()
+    ahead.join(30)
+    caller.join(30)
+    (outs,) = results
+    return outs
 
 
 def test_the_call_after_finds_every_kernel_compiled_with_its_arguments(recorded):
@@ -78,31 +100,10 @@ def test_a_layout_guessed_wrong_costs_a_compile_not_a_wrong_result(recorded):
 def test_an_execute_during_the_compile_waits_for_it(recorded, monkeypatch):
     """The execute of the layout being compiled in another thread waits for that compile,
     then launches what it compiled: each kernel compiled once."""
-    gate, inside = threading.Event(), threading.Event()
-
-    class SlowStep(RecordingStep):
-        def precompile(self, args):
-            inside.set()
-            assert gate.wait(30)
-            super().precompile(args)
-    monkeypatch.setattr(launch, "_Step", SlowStep)
     fd = three_kernels_around_a_matmul()
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
-    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU))
-    ahead.start()
-    results = []
-    caller = threading.Thread(target=lambda: results.append(fd.execute([x, w])))
-    try:
-        assert inside.wait(30)  # the compile is under way
-        caller.start()
-        caller.join(0.5)
-        assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
-    finally:
-        gate.set()
-    ahead.join(30)
-    caller.join(30)
-    (rows, cols), = results
+    rows, cols = _execute_during_compile_ahead(fd, [x, w], recorded, monkeypatch)
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
     compiles = [e for e in recorded if e[0] == "compile"]
@@ -160,22 +161,14 @@ def test_a_definition_of_scalars_alone_compiles_nothing_ahead(recorded):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_child_forked_during_a_compile_ahead_does_not_wait_for_it(recorded, monkeypatch):
     """The child has the runtime being compiled but not the thread compiling it."""
-    gate, inside, parent = threading.Event(), threading.Event(), os.getpid()
-
-    class SlowStep(RecordingStep):
-        def precompile(self, args):
-            if os.getpid() == parent:  # (the child's own compiles go straight through)
-                inside.set()
-                gate.wait(30)
-            super().precompile(args)
-    monkeypatch.setattr(launch, "_Step", SlowStep)
+    gate = Gate(only_pid=os.getpid()).hold(monkeypatch)  # (the child compiles straight through)
     fd = three_kernels_around_a_matmul()
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
     ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU), daemon=True)
     ahead.start()
     try:
-        assert inside.wait(30)
+        assert gate.inside.wait(30)
         pid = os.fork()
         if pid == 0:  # the child: its execute must return (an alarm ends it otherwise)
             code = 1
@@ -188,7 +181,7 @@ def test_a_child_forked_during_a_compile_ahead_does_not_wait_for_it(recorded, mo
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
     finally:
-        gate.set()
+        gate.open()
     ahead.join(30)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
@@ -287,30 +280,10 @@ def test_on_the_gpu_the_call_after_finds_its_runtime_and_kernels(monkeypatch, tm
 def test_a_single_kernel_execute_during_the_compile_waits_for_it(recorded, monkeypatch):
     """A fusion of one launch has no pass of its own to wait in: its execute waits on the
     runtime's event."""
-    gate, inside = threading.Event(), threading.Event()
-
-    class SlowStep(RecordingStep):
-        def precompile(self, args):
-            inside.set()
-            gate.wait(30)
-            super().precompile(args)
-    monkeypatch.setattr(launch, "_Step", SlowStep)
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(fd.ops.relu(x), [1]))
     x = torch.randn(6, 10)
-    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x)], CPU))
-    ahead.start()
-    results = []
-    caller = threading.Thread(target=lambda: results.append(fd.execute([x])))
-    try:
-        assert inside.wait(30)
-        caller.start()
-        caller.join(0.5)
-        assert caller.is_alive() and not any(e[0] == "launch" for e in recorded)  # waiting
-    finally:
-        gate.set()
-    ahead.join(30)
-    caller.join(30)
-    torch.testing.assert_close(results[0][0], torch.relu(x).sum(1))
+    (out,) = _execute_during_compile_ahead(fd, [x], recorded, monkeypatch)
+    torch.testing.assert_close(out, torch.relu(x).sum(1))
     assert [e[0] for e in recorded] == ["compile", "launch"]
