@@ -186,7 +186,7 @@ class Pool:
         `slot_wait_s`: the caller compiles rather than waits longer); None: no worker, or no
         reply in time (the worker kills a child past its deadline and answers for it; the wait
         here allows a few seconds more)."""
-        if not (self.slots.acquire(timeout=slot_wait_s) if slot_wait_s > 0 else self.slots.acquire(blocking=False)):
+        if not self.slots.acquire(timeout=max(0.0, slot_wait_s)):  # (0: does not wait)
             return Pool.BUSY
         try:
             if not self.alive:

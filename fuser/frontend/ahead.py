@@ -96,11 +96,7 @@ def _input_layouts(step: FusionStep) -> Optional[list]:
 
 
 def _meta(layout: Any) -> Any:
-    if not isinstance(layout, tuple):
-        return layout
-    sizes, strides, offset, dtype = layout
-    span = 1 + sum((n - 1) * s for n, s in zip(sizes, strides)) if all(sizes) else 0
-    return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+    return runtime_ahead.meta_tensor(*layout) if isinstance(layout, tuple) else layout
 
 
 # fusion steps compiled at once, in the whole process: each compiles its kernels side by side

@@ -14,7 +14,7 @@ import threading
 from functools import partial
 from typing import Any, Optional, Sequence
 
-from ..errors import FusionDefinitionError, FusionInputError
+from ..errors import FusionDefinitionError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
@@ -222,10 +222,8 @@ class FusionDefinition:
         the compile of its layout rather than repeat it. Returns the number of compile jobs (0
         where nothing compiles ahead: Triton's interpreter, definitions over several devices
         or without tensor inputs, a layout compiled already)."""
-        if not isinstance(inputs, (list, tuple)):
-            raise FusionInputError(f"compile_ahead expects a list of inputs, got {type(inputs).__name__}")
         cache = self._cache or self._make_cache("compile_ahead")
-        return cache.compile_ahead(list(inputs), device)
+        return cache.compile_ahead(list(inputs) if isinstance(inputs, tuple) else inputs, device)
 
     def _make_cache(self, verb: str) -> FusionExecutorCache:
         if not self.fusion.outputs():

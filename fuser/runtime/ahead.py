@@ -60,7 +60,7 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
             return metas[v]
         value = env[v]
         if isinstance(value, torch.Tensor) and value.device != META:
-            value = _meta_like(value)
+            value = meta_like(value)
         metas[v] = value
         return value
     try:
@@ -88,9 +88,14 @@ def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table:
     return len(jobs.jobs)
 
 
-def _meta_like(t: torch.Tensor) -> torch.Tensor:
+def meta_tensor(shape, strides, offset: int, dtype: torch.dtype) -> torch.Tensor:
+    """A meta tensor of this shape, strides and dtype, `offset` elements into its storage (an
+    address that many elements past an aligned one, as the kernels' stand-ins read it)."""
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+    return torch.empty(offset + span, dtype=dtype, device=META).as_strided(shape, strides, offset)
+
+
+def meta_like(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor of t's shape, strides and dtype whose storage offset keeps t's 16-byte
     alignment, so that views made of it on meta tell their kernels' stand-ins the truth."""
-    offset = (t.data_ptr() % 16) // t.element_size()
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
-    return torch.empty(offset + span, dtype=t.dtype, device=META).as_strided(t.shape, t.stride(), offset)
+    return meta_tensor(t.shape, t.stride(), (t.data_ptr() % 16) // t.element_size(), t.dtype)

@@ -363,8 +363,10 @@ def compile_ready_check(binder: InputBinder) -> Callable[[Sequence[Any]], Option
     return fits_for
 
 
-# runtimes whose kernels another thread is compiling before their first call (compile_ahead)
+# runtimes whose kernels another thread is compiling before their first call, and caches whose
+# lock compile_ahead holds while it plans one (see compile_ahead)
 _WARMING: "weakref.WeakSet[FusionRuntime]" = weakref.WeakSet()
+_PLANNING: "weakref.WeakSet[FusionExecutorCache]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -382,8 +384,6 @@ def _after_fork_in_child() -> None:
     _PLANNING.clear()
 
 
-# caches whose lock compile_ahead holds while it plans a runtime
-_PLANNING: "weakref.WeakSet[FusionExecutorCache]" = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 

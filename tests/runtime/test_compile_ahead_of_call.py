@@ -15,6 +15,7 @@ from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
 from fuser.errors import FusionInputError
 from fuser.runtime import cache
+from fuser.runtime.ahead import meta_like
 
 from ..compile_jobs import Gate, RecordingStep, launched_were_compiled
 from .test_compile_ahead import three_kernels_around_a_matmul
@@ -22,20 +23,12 @@ from .test_compile_ahead import three_kernels_around_a_matmul
 CPU = torch.device("cpu")
 
 
-def _meta(t: torch.Tensor) -> torch.Tensor:
-    """A meta tensor of t's layout, its storage offset counting elements past an aligned
-    address (as frontend/ahead.py makes them from traced values)."""
-    offset = (t.data_ptr() % 16) // t.element_size()
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return torch.empty(offset + span, dtype=t.dtype, device="meta").as_strided(t.shape, t.stride(), offset)
-
-
 def _execute_during_compile_ahead(fd, inputs: list, recorded: list, monkeypatch) -> list:
     """`fd.execute(inputs)` started in a thread while another compiles ahead for their layouts,
     its compiles held: checks that the execute waits (launches nothing) until they are done;
     its outputs."""
     gate = Gate().hold(monkeypatch)
-    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(t) for t in inputs], CPU))
+    ahead = threading.Thread(target=fd.compile_ahead, args=([meta_like(t) for t in inputs], CPU))
     ahead.start()
     results = []
     caller = threading.Thread(target=lambda: results.append(fd.execute(inputs)))
@@ -56,7 +49,7 @@ def test_the_call_after_finds_every_kernel_compiled_with_its_arguments(recorded)
     fd = three_kernels_around_a_matmul()
     x = torch.randn(24 * 40 + 3, dtype=torch.bfloat16)[3:].view(24, 40)  # unaligned: its meta says so
     w = torch.randn(40, 48, dtype=torch.bfloat16)
-    jobs = fd.compile_ahead([_meta(x), _meta(w)], CPU)
+    jobs = fd.compile_ahead([meta_like(x), meta_like(w)], CPU)
     assert jobs >= 2 and len(recorded) == jobs and all(e[0] == "compile" for e in recorded)
     assert fd.cache.num_runtimes == 1 and not fd.cache.runtimes()[0].compile_ahead_pending
     compiles = list(recorded)
@@ -68,7 +61,7 @@ def test_the_call_after_finds_every_kernel_compiled_with_its_arguments(recorded)
     assert fd.cache.num_runtimes == 1  # the runtime planned ahead
     assert recorded[0][0] == "launch"  # no pass ahead at the call (a launch of two kernels
     launched_were_compiled(recorded, compiles)  # asks for both at its launch, compiled then)
-    assert fd.compile_ahead([_meta(x), _meta(w)], CPU) == 0  # planned already
+    assert fd.compile_ahead([meta_like(x), meta_like(w)], CPU) == 0  # planned already
 
 
 def test_a_single_kernel_fusion_is_compiled_ahead_too(recorded):
@@ -76,7 +69,7 @@ def test_a_single_kernel_fusion_is_compiled_ahead_too(recorded):
         x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
         fd.add_output(fd.ops.sum(fd.ops.relu(x), [1]))
     x = torch.randn(6, 10)
-    assert fd.compile_ahead([_meta(x)], CPU) == 1
+    assert fd.compile_ahead([meta_like(x)], CPU) == 1
     compiles = list(recorded)
     recorded.clear()
     torch.testing.assert_close(fd.execute([x])[0], torch.relu(x).sum(1))
@@ -90,7 +83,7 @@ def test_a_layout_guessed_wrong_costs_a_compile_not_a_wrong_result(recorded):
         fd.add_output(fd.ops.sum(fd.ops.mul(fd.ops.cast(x, DataType.Float), 2.0), [1]))
         fd.add_output(fd.ops.sum(fd.ops.cast(x, DataType.Float), [0]))
     x = torch.randn(16, 32, dtype=torch.bfloat16)
-    assert fd.compile_ahead([_meta(x.t().contiguous().t())], CPU) > 0  # guessed column-major
+    assert fd.compile_ahead([meta_like(x.t().contiguous().t())], CPU) > 0  # guessed column-major
     rows, cols = fd.execute([x])
     torch.testing.assert_close(rows, x.float().sum(1) * 2.0, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(cols, x.float().sum(0), rtol=1e-4, atol=1e-3)
@@ -116,9 +109,9 @@ def test_compile_ahead_compiles_nothing_on_the_interpreter():
     fd = three_kernels_around_a_matmul()  # (no `recorded`: the interpreter is not a target)
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
-    assert fd.compile_ahead([_meta(x), _meta(w)], CPU) == 0 and fd.cache.num_runtimes == 0
+    assert fd.compile_ahead([meta_like(x), meta_like(w)], CPU) == 0 and fd.cache.num_runtimes == 0
     with pytest.raises(FusionInputError, match="2 inputs but compile_ahead got 1"):
-        fd.compile_ahead([_meta(x)], CPU)  # checked there too
+        fd.compile_ahead([meta_like(x)], CPU)  # checked there too
     rows, _ = fd.execute([x, w])
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
@@ -140,7 +133,7 @@ def test_a_failed_compile_ahead_leaves_the_call_to_compile(recorded, monkeypatch
     monkeypatch.setattr(cache.FusionRuntime, "compile_ahead_of_call",
                         lambda *a: (_ for _ in ()).throw(RuntimeError("the pass broke")))
     with pytest.raises(RuntimeError, match="the pass broke"):
-        fd.compile_ahead([_meta(x), _meta(w)], CPU)
+        fd.compile_ahead([meta_like(x), meta_like(w)], CPU)
     rows, _ = fd.execute([x, w])  # does not wait for the failed compile
     m = (torch.relu(x.float() * 2.0).bfloat16() @ w).float()
     torch.testing.assert_close(rows, (m * m).sum(1), rtol=1e-4, atol=1e-3)
@@ -165,7 +158,7 @@ def test_a_child_forked_during_a_compile_ahead_does_not_wait_for_it(recorded, mo
     fd = three_kernels_around_a_matmul()
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
-    ahead = threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU), daemon=True)
+    ahead = threading.Thread(target=fd.compile_ahead, args=([meta_like(x), meta_like(w)], CPU), daemon=True)
     ahead.start()
     try:
         assert gate.inside.wait(30)
@@ -217,7 +210,7 @@ def test_fusions_alike_compiled_ahead_at_once_compile_each_kernel_one_at_a_time(
     x = torch.randn(16, 32, dtype=torch.bfloat16)
     w = torch.randn(32, 8, dtype=torch.bfloat16)
     fds = [three_kernels_around_a_matmul() for _ in range(2)]
-    threads = [threading.Thread(target=fd.compile_ahead, args=([_meta(x), _meta(w)], CPU)) for fd in fds]
+    threads = [threading.Thread(target=fd.compile_ahead, args=([meta_like(x), meta_like(w)], CPU)) for fd in fds]
     for t in threads:
         t.start()
     for t in threads:
@@ -266,7 +259,7 @@ def test_on_the_gpu_the_call_after_finds_its_runtime_and_kernels(monkeypatch, tm
     fd = three_kernels_around_a_matmul()
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, 2048, device="cuda", dtype=torch.bfloat16)
-    assert fd.compile_ahead([_meta(x), _meta(w)]) >= 2
+    assert fd.compile_ahead([meta_like(x), meta_like(w)]) >= 2
     compiled_ahead = len(misses)
     rows, cols = fd.execute([x, w])
     assert len(misses) == compiled_ahead, "kernels compiled at the call"
