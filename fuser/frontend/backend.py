@@ -26,6 +26,7 @@ from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
+from .softmax_lse import backward_softmax_from_lse
 from .training import TrainingCall, forward_facts, plain_aot_metadata
 
 
@@ -107,11 +108,15 @@ def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: l
 def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, *, keep: Optional[dict] = None,
                      **kwargs: Any) -> Any:
     """The min-cut partitioner after fuser's CSE of the joint graph, standing in for
-    AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py).
+    AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py), and
+    after softmax's backward is pointed at its log-sum-exp (softmax_lse.py).
     `keep["backward"]` gets the backward graph (compiled ahead with the forward)."""
     from functorch.compile import min_cut_rematerialization_partition
 
-    if eliminate_common_subexpressions(joint.graph):
+    changed = eliminate_common_subexpressions(joint.graph)
+    if "num_fwd_outputs" in kwargs:
+        changed = backward_softmax_from_lse(joint.graph, kwargs["num_fwd_outputs"]) > 0 or changed
+    if changed:
         joint.recompile()
     forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     if keep is not None:

@@ -108,3 +108,23 @@ def test_a_looped_logsumexp_reads_its_rows_once_with_eagers_infinities(looped):
     (report,) = fuser.explain(_logsumexp, x).fusions
     code = "\n".join(report.triton)
     assert passes(code) == 1 and "_new = _max_nan(" in code, code
+
+
+def test_a_looped_softmax_forward_also_gives_the_log_sum_exp_its_backward_reads(looped):
+    """fuser.jit's softmax forward keeps max + log(sum) for the backward (frontend/softmax_lse.py):
+    the looped kernel's online pass gives it, still reading each row twice."""
+    def f(x):
+        return torch.softmax(x.float(), -1).to(x.dtype)
+
+    x = (torch.randn(7, 300) * 6).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(7, 300).to(torch.bfloat16)
+    ours = fuser.jit(f)(x)
+    (g_ours,) = torch.autograd.grad(ours, x, dy)
+    xe = x.detach().clone().requires_grad_()
+    theirs = f(xe)
+    (g_theirs,) = torch.autograd.grad(theirs, xe, dy)
+    torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=2e-2, atol=1e-2)
+    forward, backward = str(fuser.explain(f, x)).split("backward: ATen graph", 1)
+    assert "log(" in forward and passes(forward) == 2, forward
+    assert "_exp_flush_emulated(" in backward

@@ -210,3 +210,17 @@ def test_forward_and_backward_of_few_long_rows(small_splits, any_program_order, 
     assert "split in one kernel" in plans["forward"]
     # (logsumexp's gradient, dy * exp(x - lse), reduces nothing)
     assert ("split in one kernel" in plans["backward"]) == (fn is not _logsumexp)
+
+
+def test_softmax_of_few_long_rows_gives_its_backward_the_log_sum_exp(small_splits, any_program_order):
+    """Training through fuser.jit: the split statistics also give max + log(sum), which the
+    backward reads (frontend/softmax_lse.py)."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 1000, generator=g) * 4).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(3, 1000, generator=g).to(torch.bfloat16)
+    got = fuser.jit(softmax)(x)
+    (g_got,) = torch.autograd.grad(got, x, dy)
+    xe = x.detach().double().requires_grad_()
+    (g_want,) = torch.autograd.grad(softmax(xe), xe, dy.double())
+    torch.testing.assert_close(g_got.double(), g_want, rtol=2e-2, atol=2e-3)
+    _assert_split(_kernels(softmax, x))

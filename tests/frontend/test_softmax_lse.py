@@ -1,0 +1,140 @@
+"""Softmax's backward reads exp(x - lse) (frontend/softmax_lse.py): the forward saves one value
+a row, the backward divides by nothing and its bf16 kernel may flush exp's subnormal results;
+the gradients stay eager's, masked rows and the softmaxes the pass leaves alone included."""
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import fuser
+from fuser.frontend.backend import backend_for
+from fuser.frontend.softmax_lse import backward_softmax_from_lse, softmax_parts
+
+from .jit_helpers import check_forward_backward
+
+
+def _programs():
+    record = backend_for().records[-1]
+    return {p.kind: p for p in record.programs}
+
+
+def _saved(forward) -> list:
+    out = next(n for n in forward.plan.graph.graph.nodes if n.op == "output")
+    return [a.meta.get("val") for a in out.args[0] if hasattr(a, "meta")]
+
+
+def _targets(program) -> list:
+    return [n.target for n in program.plan.graph.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("dim, shape", [(-1, (12, 40)), (0, (33, 7)), (1, (3, 17, 5))])
+def test_the_backward_recomputes_exp_of_x_less_the_log_sum_exp(dim, shape):
+    def fn(x):
+        return torch.softmax(x.float(), dim=dim).to(x.dtype)
+
+    x = torch.randn(shape, dtype=torch.bfloat16, requires_grad=True)
+    check_forward_backward(fn, fuser.jit(fn), (x,), reference_dtype=torch.float64)
+    programs = _programs()
+    stats = [v for v in _saved(programs["forward"])[1:]
+             if isinstance(v, torch.Tensor) and v.shape[dim % len(shape)] == 1]
+    assert [v.dtype for v in stats] == [torch.float32], "one fp32 value a row: the log-sum-exp"
+    backward = _targets(programs["backward"])
+    assert torch.ops.aten.exp.default in backward and torch.ops.aten.div.Tensor not in backward
+
+
+def test_masked_and_tiny_probabilities_get_eager_gradients():
+    """Rows with -inf entries (a causal mask), probabilities below 2^-126 (flushed to 0 in
+    the bf16 kernel, far below a bf16 gradient's last bit) and a row of -inf (NaN, as eager)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(6, 64, generator=g) * 4
+    x[:, 32:] = x[:, 32:] - 120.0  # exp(x - lse) below 2^-126
+    x[torch.arange(64)[None, :] > torch.arange(6)[:, None] * 10 + 3] = float("-inf")
+    x[5] = float("-inf")
+    x = x.to(torch.bfloat16).requires_grad_()
+
+    def fn(x):
+        return torch.softmax(x.float(), dim=-1).to(torch.bfloat16)
+
+    dy = torch.randn(6, 64, generator=g).to(torch.bfloat16)
+    got_y = fuser.jit(fn)(x)
+    (got,) = torch.autograd.grad(got_y, x, dy)
+    xe = x.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(fn(xe), xe, dy)
+    assert bool(want[5].isnan().all()) and bool(got[5].isnan().all())
+    torch.testing.assert_close(got[:5], want[:5], rtol=2e-2, atol=1e-2)
+    assert "_exp_flush_emulated(" in str(fuser.explain(fn, x)).split("backward: ATen graph", 1)[1]
+
+
+def test_probabilities_used_by_the_forward_and_the_backward():
+    """The forward returns p and a weighted sum of it; only the backward's reads move."""
+    def fn(x, v):
+        p = torch.softmax(x.float(), dim=-1)
+        return p.to(x.dtype), (p * v).sum(-1)
+
+    x = torch.randn(9, 50, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(9, 50, requires_grad=True)
+    check_forward_backward(fn, fuser.jit(fn), (x, v), reference_dtype=torch.float64)
+    assert torch.ops.aten.div.Tensor not in _targets(_programs()["backward"])
+
+
+def test_double_precision_softmax_is_left_as_it_was():
+    def fn(x):
+        return torch.softmax(x, dim=-1)
+
+    x = torch.randn(5, 30, dtype=torch.float64, requires_grad=True)
+    check_forward_backward(fn, fuser.jit(fn), (x,))
+    assert torch.ops.aten.log.default not in _targets(_programs()["forward"])
+
+
+def _joint_like(fn, *args):
+    """An ATen graph of `fn` over fake-valued nodes, as the joint graph's nodes carry."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fakes = [mode.from_tensor(a) for a in args]
+        gm = make_fx(fn, tracing_mode="fake")(*fakes)
+    return gm
+
+
+def test_only_the_decomposed_softmax_pattern_matches():
+    aten = torch.ops.aten
+
+    def softmax(x):
+        top = aten.amax.default(x, [-1], True)
+        e = aten.exp.default(aten.sub.Tensor(x, top))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), e
+
+    def other_dims(x):  # the max over another axis than the sum: not a softmax
+        top = aten.amax.default(x, [0], True)
+        e = aten.exp.default(aten.sub.Tensor(x, top))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), e
+
+    x = torch.randn(4, 8)
+    for fn, matches in ((softmax, True), (other_dims, False)):
+        gm = _joint_like(fn, x)
+        divs = [n for n in gm.graph.nodes if n.target is aten.div.Tensor]
+        assert (softmax_parts(divs[0]) is not None) is matches, fn.__name__
+
+
+def test_the_rewrite_moves_only_reads_no_forward_output_needs():
+    """In a graph whose first output is the forward's, a second output reading p (as a
+    backward would) is pointed at exp(x - lse); the first keeps p."""
+    aten = torch.ops.aten
+
+    def fn(x):
+        top = aten.amax.default(x, [-1], True)
+        e = aten.exp.default(aten.sub.Tensor(x, top))
+        p = aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True))
+        return aten.mul.Tensor(p, 2.0), aten.mul.Tensor(p, 3.0)
+
+    x = torch.randn(4, 8)
+    gm = _joint_like(fn, x)
+    assert backward_softmax_from_lse(gm.graph, num_fwd_outputs=1) == 1
+    gm.graph.lint()
+    gm.recompile()
+    first, second = gm(x)
+    p = torch.softmax(x, -1)
+    torch.testing.assert_close(first, p * 2)
+    torch.testing.assert_close(second, p * 3)
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert out[0].args[0].target is aten.div.Tensor and out[1].args[0].target is aten.exp.default
+    assert backward_softmax_from_lse(gm.graph, num_fwd_outputs=2) == 0  # every read is forward's
