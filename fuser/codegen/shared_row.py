@@ -35,9 +35,9 @@ from typing import Optional, Sequence
 import torch
 
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
-from ..schedulers.heuristics import (SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD, SHARED_ROW_PAIR_BUFFERS,
-                                     SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_RESERVED_BYTES,
-                                     SHARED_ROW_VECTOR_BYTES, SHARED_ROW_WARPS)
+from ..schedulers.heuristics import (SHARED_ROW_PAIR_BUFFERS, SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_PAIR_WARPS,
+                                     SHARED_ROW_MAX_CHUNKS, SHARED_ROW_RESERVED_BYTES, SHARED_ROW_VECTOR_BYTES,
+                                     SHARED_ROW_WARPS, shared_row_accumulators)
 from ..schedulers.plan import KernelPlan
 from .kernel import KernelSource, KernelWriter
 from .layout import Layout, run_stride
@@ -129,14 +129,17 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
     if not sizes:
         return None
     per_thread = max(1, SHARED_ROW_VECTOR_BYTES // max(sizes))
-    chunks = -(-cols // (per_thread * 32 * SHARED_ROW_WARPS))
-    config = SharedRowConfig(per_thread, SHARED_ROW_WARPS, chunks, tuple(staged))
     # (copied a row at a time: those spanning the row axes, as the writer's staged_rows)
     spans = plan.parts.persistent.axes.spans
     row_bytes = sum(sizes[i] for i, k in enumerate(staged) if any(a in spans(views[k]) for a in row_axes))
-    if not fits(config, plan, sum(sizes), device, row_bytes):
+    fitting = [config for config in (SharedRowConfig(per_thread, warps, -(-cols // (per_thread * 32 * warps)),
+                                                     tuple(staged)) for warps in SHARED_ROW_WARPS)
+               if fits(config, plan, sum(sizes), device, row_bytes)]
+    if not fitting:
         return pair_config(plan, cols, tuple(staged), sizes, row_bytes, device)
-    ahead = chunks
+    # (the warps whose passes unroll few enough chunks: see heuristics.SHARED_ROW_WARPS)
+    config = next((c for c in fitting if c.chunks <= SHARED_ROW_MAX_CHUNKS), fitting[0])
+    ahead = config.chunks
     while ahead and not fits(replace(config, ahead=ahead), plan, sum(sizes), device, row_bytes):
         ahead -= 1
     return replace(config, ahead=ahead)
@@ -163,9 +166,10 @@ def pair_config(plan: KernelPlan, cols: int, staged: tuple[int, ...], sizes: lis
     in_registers = len(plan.parts.split.column_reductions)
     for vector_bytes in (SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_PAIR_VECTOR_BYTES // 2):
         per_thread = max(1, vector_bytes // max(sizes))
-        block1 = per_thread * 32 * SHARED_ROW_WARPS
-        if half % block1 == 0 and in_registers * (half // block1) * per_thread <= SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD:
-            return SharedRowConfig(per_thread, SHARED_ROW_WARPS, half // block1, staged, pair=True)
+        block1 = per_thread * 32 * SHARED_ROW_PAIR_WARPS
+        if half % block1 == 0 and in_registers * (half // block1) * per_thread <= shared_row_accumulators(
+                SHARED_ROW_PAIR_WARPS):
+            return SharedRowConfig(per_thread, SHARED_ROW_PAIR_WARPS, half // block1, staged, pair=True)
     return None
 
 
@@ -173,14 +177,14 @@ def fits(config: SharedRowConfig, plan: KernelPlan, staged_bytes: int, device: t
          row_bytes: int = 0) -> bool:
     """Whether the kernel of `config` fits a block: the staged inputs (`staged_bytes` a column,
     `row_bytes` of them the row inputs', whose first chunks may be held twice) and the accumulators
-    kept there within its shared memory, the others within SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD
-    registers a thread (fp32 accumulators)."""
+    kept there within its shared memory, the others within the registers a thread of its warps may
+    give them (heuristics.shared_row_accumulators; fp32 accumulators)."""
     columns = config.chunks * config.block1
     in_shared = len(config.shared_accumulators)
     in_registers = len(plan.parts.split.column_reductions) - in_shared
     shared = (staged_bytes + 4 * in_shared) * columns + row_bytes * config.ahead * config.block1
     return (shared <= max_shared_memory(device) - SHARED_ROW_RESERVED_BYTES
-            and in_registers * config.chunks * config.per_thread <= SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD)
+            and in_registers * config.chunks * config.per_thread <= shared_row_accumulators(config.warps))
 
 
 def max_shared_memory(device: torch.device) -> int:

@@ -45,13 +45,32 @@ SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 
 # Rows beyond INNER_OUTER_MAX_PERSISTENT whose staged inputs fit shared memory run as one Gluon
 # kernel holding the row there (codegen/shared_row.py) on Hopper GPUs. On the H200
 # (benchmarks/sweep_norm_bwd_gluon.py, 2026-12-02) the bf16 RMSNorm backward at 4096x32768 read
-# 0.76-0.80 of copy on 8-16 warps and 4-8 elements a thread, against 0.54 for the best one-kernel
+# 0.76-0.80 of copy on 8-32 warps and 4-8 elements a thread, against 0.54 for the best one-kernel
 # `tl` form and 0.44 for two kernels. Each column reduction holds CHUNKS * per-thread fp32 values
-# a thread in registers: a LayerNorm backward's two (dw, db) at 32768 columns would need 128 of
-# 128 registers at 16 warps, so it keeps the two-kernel form.
-SHARED_ROW_WARPS = 16
+# a thread in registers, at most SHARED_ROW_ACCUMULATOR_SHARE of the registers a thread may have
+# at that many warps (65536 a processor). Each pass over the row is unrolled over its chunks, so
+# the chunk count sets the Gluon compile: the kernel takes the first of SHARED_ROW_WARPS whose
+# accumulators fit and whose passes unroll at most SHARED_ROW_MAX_CHUNKS chunks, else the first
+# whose accumulators fit. On the H200 (twenty-fourth session, bf16, 4096 rows) the RMSNorm
+# backward at 32768 columns ran as fast on 32 warps as on 16 (jit 239.2-243.8 us against
+# 237.9-243.6, definition 242.8-247.8 against 244.2-250.8) with 8 chunks instead of 16, its
+# definition's backward fusion's cold first execute 699 ms against 1484; at 20480 columns 32
+# warps were 2% slower (166.8-167.6 us against 163.9-164.0), and the LayerNorm backward's kept
+# kernel at 18432 columns (three passes, 4.5 chunks of 4096) 333 us against 251. A LayerNorm
+# backward's two sums (dw, db) at 32768 columns fit neither (128 registers at 16 warps) and take
+# the pair form below.
+SHARED_ROW_WARPS = (16, 32)
+SHARED_ROW_MAX_CHUNKS = 12
 SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won by a hair over 8)
-SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
+SHARED_ROW_ACCUMULATOR_SHARE = 0.5
+REGISTERS_PER_PROCESSOR = 65536
+
+
+def shared_row_accumulators(warps: int) -> int:
+    """The most fp32 column accumulators a thread of a shared-row kernel of `warps` may hold."""
+    return int(REGISTERS_PER_PROCESSOR // (32 * warps) * SHARED_ROW_ACCUMULATOR_SHARE)
+
+
 # copy schedules of the shared-row kernel that the launch times against its plain one (no chunk
 # held twice, one chunk a barrier), as pairs (hold the first chunks twice, as many as shared
 # memory allows; chunks that one first-pass wait or last-pass round of copies covers). Each wait
@@ -62,13 +81,14 @@ SHARED_ROW_MAX_ACCUMULATORS_PER_THREAD = 64
 # cost the first call a Gluon compile of seconds: only it is kept (docs/performance.md)
 SHARED_ROW_SCHEDULES: tuple[tuple[bool, int], ...] = ((False, 1),)
 # Where one program's column accumulators would not fit (the LayerNorm backward's dw and db),
-# each row is split over a pair of programs exchanging their partial row sums
+# each row is split over a pair of programs of SHARED_ROW_PAIR_WARPS exchanging their partial row sums
 # (codegen/shared_row_pair.py): three rows' halves of x and dy in shared memory (224 KiB of the
 # H200's 227 at 32768 bf16 columns), 16 bytes a thread a chunk (a hand-written form of it read
 # 0.72 of copy at 8 bf16 a thread and 16 warps, 0.64-0.65 at 4; docs/performance.md, fifteenth
 # session); half as many where a half row is no whole number of 16-byte chunks (20480 and 28672
 # columns), still above db apart's 0.55-0.60 as a probe
 SHARED_ROW_PAIR_VECTOR_BYTES = 16
+SHARED_ROW_PAIR_WARPS = 16  # (on 32 warps it read 347.7-354.9 us against 276.4, twenty-second session)
 SHARED_ROW_PAIR_BUFFERS = 3
 # of a block's shared memory, for the reductions' scratch (the RMSNorm backward's kernel at 32768
 # columns takes 64 bytes, compiled for sm_90)

@@ -10,7 +10,7 @@ import torch
 
 from fuser.codegen.layout import Layout
 from fuser.codegen.shared_row import SharedRowConfig, generate_shared_row, gluon_names
-from fuser.schedulers.heuristics import SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_WARPS
+from fuser.schedulers.heuristics import SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_PAIR_WARPS
 
 from benchmarks.sweep_shared_row import NO_CUOBJDUMP, compile_for_sm90
 from tests.codegen.test_shared_row import along_the_row, layernorm_plan, on_a_hopper, rmsnorm_plan
@@ -49,7 +49,7 @@ def test_the_gate_splits_rows_over_pairs_where_one_program_cannot_hold_dw_and_db
     if chunks is None:
         assert config is None
         return
-    assert config.pair and (config.chunks, config.per_thread, config.warps) == (chunks, per_thread, SHARED_ROW_WARPS)
+    assert config.pair and (config.chunks, config.per_thread, config.warps) == (chunks, per_thread, SHARED_ROW_PAIR_WARPS)
     assert config.ahead == 0
 
 
