@@ -137,12 +137,24 @@ def shared_row_config(plan: KernelPlan, layout: Layout, cols: int, tensors: Sequ
                if fits(config, plan, sum(sizes), device, row_bytes)]
     if not fitting:
         return pair_config(plan, cols, tuple(staged), sizes, row_bytes, device)
-    # (the warps whose passes unroll few enough chunks: see heuristics.SHARED_ROW_WARPS)
+    # (the warps whose passes unroll few enough chunks: see heuristics.SHARED_ROW_WARPS), but
+    # for a kernel with a pass between the first and the last, which ran slower on more warps
     config = next((c for c in fitting if c.chunks <= SHARED_ROW_MAX_CHUNKS), fitting[0])
+    if config is not fitting[0] and row_passes(plan, layout, config) > 2:
+        config = fitting[0]
     ahead = config.chunks
     while ahead and not fits(replace(config, ahead=ahead), plan, sum(sizes), device, row_bytes):
         ahead -= 1
     return replace(config, ahead=ahead)
+
+
+def row_passes(plan: KernelPlan, layout: Layout, config: SharedRowConfig) -> int:
+    """The passes over each row the kernel of `config` makes (its row's lines written, not the
+    kernel): two, or three where a row sum waits on another (a recomputed LayerNorm's mean and
+    rstd)."""
+    writer = SharedRowWriter(plan, layout, "passes", config)
+    writer.row_program()
+    return len(writer.passes)
 
 
 # whether the gate may split rows over pairs of programs (tests turn it off to reach the forms

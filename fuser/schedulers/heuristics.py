@@ -49,14 +49,17 @@ SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 
 # `tl` form and 0.44 for two kernels. Each column reduction holds CHUNKS * per-thread fp32 values
 # a thread in registers, at most SHARED_ROW_ACCUMULATOR_SHARE of the registers a thread may have
 # at that many warps (65536 a processor). Each pass over the row is unrolled over its chunks, so
-# the chunk count sets the Gluon compile: the kernel takes the first of SHARED_ROW_WARPS whose
-# accumulators fit and whose passes unroll at most SHARED_ROW_MAX_CHUNKS chunks, else the first
-# whose accumulators fit. On the H200 (twenty-fourth session, bf16, 4096 rows) the RMSNorm
-# backward at 32768 columns ran as fast on 32 warps as on 16 (jit 239.2-243.8 us against
-# 237.9-243.6, definition 242.8-247.8 against 244.2-250.8) with 8 chunks instead of 16, its
-# definition's backward fusion's cold first execute 699 ms against 1484; at 20480 columns 32
-# warps were 2% slower (166.8-167.6 us against 163.9-164.0), and the LayerNorm backward's kept
-# kernel at 18432 columns (three passes, 4.5 chunks of 4096) 333 us against 251. A LayerNorm
+# the chunk count sets the Gluon compile: a kernel of two passes over the row takes the first of
+# SHARED_ROW_WARPS whose accumulators fit and whose passes unroll at most SHARED_ROW_MAX_CHUNKS
+# chunks, else (and a kernel of three passes always) the first whose accumulators fit. On the
+# H200 (twenty-fourth session, bf16, 4096 rows) the RMSNorm backward at 32768 columns (two
+# passes) ran as fast on 32 warps as on 16 (jit 239.2-243.8 us against 237.9-243.6, definition
+# 242.8-247.8 against 244.2-250.8) with 8 chunks instead of 16, its definition's backward
+# fusion's cold first execute 699 ms against 1484; at 20480 columns 32 warps were 2% slower
+# (166.8-167.6 us against 163.9-164.0). The LayerNorm backward definition's kept kernel (three
+# passes: mean and rstd recomputed) took 396.0-397.7 us on 32 warps against 386.1-388.9 at 32768
+# columns (its fusion's cold first execute 1669 ms against 2270), 333 against 251 at 18432
+# (4.5 chunks of 4096). A LayerNorm
 # backward's two sums (dw, db) at 32768 columns fit neither (128 registers at 16 warps) and take
 # the pair form below.
 SHARED_ROW_WARPS = (16, 32)
