@@ -26,7 +26,7 @@ from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
-from .softmax_lse import backward_softmax_from_lse
+from .softmax_backward import backward_softmax_without_division
 from .training import TrainingCall, forward_facts, plain_aot_metadata
 
 
@@ -45,8 +45,8 @@ def decompositions() -> dict:
     flash-attention forward.
 
     Softmax and log-softmax are decomposed (max, exp, sum) so that the partitioner can save the
-    input and the per-row max and sum for the backward, which recomputes the probabilities in
-    its one kernel, instead of saving the fp32 probabilities (4 bytes an element written by the
+    input and the per-row max and sum (or its log: softmax_backward.py) for the backward, which
+    recomputes the probabilities in its one kernel, instead of saving the fp32 probabilities (4 bytes an element written by the
     forward and read by the backward). silu has a lowering of its own (layer norm and gelu stay
     whole in the core set already). The CPU flash-attention forward's decomposition returns a
     second output its (undecomposed) backward does not expect, so gradients came out wrong; it
@@ -109,13 +109,13 @@ def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, *, keep: Op
                      **kwargs: Any) -> Any:
     """The min-cut partitioner after fuser's CSE of the joint graph, standing in for
     AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py), and
-    after softmax's backward is pointed at its log-sum-exp (softmax_lse.py).
+    after softmax's backward is pointed at its log-sum-exp (softmax_backward.py).
     `keep["backward"]` gets the backward graph (compiled ahead with the forward)."""
     from functorch.compile import min_cut_rematerialization_partition
 
     changed = eliminate_common_subexpressions(joint.graph)
     if "num_fwd_outputs" in kwargs:
-        changed = backward_softmax_from_lse(joint.graph, kwargs["num_fwd_outputs"]) > 0 or changed
+        changed = backward_softmax_without_division(joint.graph, kwargs["num_fwd_outputs"]) > 0 or changed
     if changed:
         joint.recompile()
     forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)

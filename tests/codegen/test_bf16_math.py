@@ -188,7 +188,8 @@ def test_exp_over_a_sum_stored_by_another_kernel_keeps_subnormals(monkeypatch):
 
 def test_flush_follows_the_uses_in_the_suite_backward_rows():
     """The bf16 cross entropy backward scales exp(x - lse): flushed. So does the softmax
-    backward, pointed at exp(x - lse) before partitioning (frontend/softmax_lse.py); it divided
+    backward, pointed at exp((x - max) - log(sum)) before partitioning
+    (frontend/softmax_backward.py); it divided
     exp(x - max) by the saved sum before, and kept tl.exp (a division could magnify a flushed
     term)."""
     import fuser

@@ -111,8 +111,8 @@ def test_a_looped_logsumexp_reads_its_rows_once_with_eagers_infinities(looped):
 
 
 def test_a_looped_softmax_forward_also_gives_the_log_sum_exp_its_backward_reads(looped):
-    """fuser.jit's softmax forward keeps max + log(sum) for the backward (frontend/softmax_lse.py):
-    the looped kernel's online pass gives it, still reading each row twice."""
+    """fuser.jit's softmax backward reads exp((x - max) - log(sum)) (frontend/softmax_backward.py):
+    the forward's looped kernel, its online pass giving max and sum, still reads each row twice."""
     def f(x):
         return torch.softmax(x.float(), -1).to(x.dtype)
 
@@ -126,5 +126,5 @@ def test_a_looped_softmax_forward_also_gives_the_log_sum_exp_its_backward_reads(
     torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(g_ours, g_theirs, rtol=2e-2, atol=1e-2)
     forward, backward = str(fuser.explain(f, x)).split("backward: ATen graph", 1)
-    assert "log(" in forward and passes(forward) == 2, forward
+    assert passes(forward) == 2, forward
     assert "_exp_flush_emulated(" in backward

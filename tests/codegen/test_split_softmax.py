@@ -212,9 +212,9 @@ def test_forward_and_backward_of_few_long_rows(small_splits, any_program_order, 
     assert ("split in one kernel" in plans["backward"]) == (fn is not _logsumexp)
 
 
-def test_softmax_of_few_long_rows_gives_its_backward_the_log_sum_exp(small_splits, any_program_order):
-    """Training through fuser.jit: the split statistics also give max + log(sum), which the
-    backward reads (frontend/softmax_lse.py)."""
+def test_softmax_of_few_long_rows_gives_its_backward_its_statistics(small_splits, any_program_order):
+    """Training through fuser.jit: the split statistics give the max and the sum whose log the
+    backward reads (frontend/softmax_backward.py)."""
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(3, 1000, generator=g) * 4).to(torch.bfloat16).requires_grad_()
     dy = torch.randn(3, 1000, generator=g).to(torch.bfloat16)

@@ -1,6 +1,7 @@
 """What `fuser.jit` saves for the backward: softmax and log-softmax are decomposed, so the
-backward recomputes the probabilities from the (half-precision) input and a per-row value (the
-log-sum-exp, frontend/softmax_lse.py) instead of reading fp32 probabilities the forward wrote."""
+backward recomputes the probabilities from the (half-precision) input and two per-row values
+(the max and the log of the sum, frontend/softmax_backward.py) instead of reading fp32
+probabilities the forward wrote."""
 import torch
 import torch.nn.functional as F
 
@@ -31,11 +32,11 @@ def test_softmax_backward_recomputes_from_the_input():
     x = torch.randn(12, 40, dtype=torch.bfloat16, requires_grad=True)
     check_forward_backward(softmax, jitted, (x,))
     saved, record = _saved_by_forward(jitted)
-    # the output itself, then what the backward reads: the bf16 input and one [rows, 1] value
+    # the output itself, then what the backward reads: the bf16 input and two [rows, 1] values
     full = [v for v in saved[1:] if v.dim() == 2 and v.shape[1] != 1]
     assert [v.dtype for v in full] == [torch.bfloat16], saved
     per_row = [v for v in saved[1:] if v.dim() == 2 and v.shape[1] == 1]
-    assert [v.dtype for v in per_row] == [torch.float32], saved
+    assert [v.dtype for v in per_row] == [torch.float32] * 2, saved
     backward = next(p for p in record.programs if p.kind == "backward")
     assert backward.counts()["kernels"] == 1
 

@@ -1,13 +1,13 @@
-"""Softmax's backward reads exp(x - lse) (frontend/softmax_lse.py): the forward saves one value
-a row, the backward divides by nothing and its bf16 kernel may flush exp's subnormal results;
-the gradients stay eager's, masked rows and the softmaxes the pass leaves alone included."""
+"""Softmax's backward reads exp((x - max) - log(sum)) (frontend/softmax_backward.py): it divides by
+nothing and its bf16 kernel may flush exp's subnormal results; the gradients stay eager's, rows
+masked with -inf or a large finite value and the softmaxes the pass leaves alone included."""
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import fuser
 from fuser.frontend.backend import backend_for
-from fuser.frontend.softmax_lse import backward_softmax_from_lse, softmax_parts
+from fuser.frontend.softmax_backward import backward_softmax_without_division, softmax_parts
 
 from .jit_helpers import check_forward_backward
 
@@ -27,7 +27,7 @@ def _targets(program) -> list:
 
 
 @pytest.mark.parametrize("dim, shape", [(-1, (12, 40)), (0, (33, 7)), (1, (3, 17, 5))])
-def test_the_backward_recomputes_exp_of_x_less_the_log_sum_exp(dim, shape):
+def test_the_backward_recomputes_the_probabilities_without_a_division(dim, shape):
     def fn(x):
         return torch.softmax(x.float(), dim=dim).to(x.dtype)
 
@@ -36,9 +36,50 @@ def test_the_backward_recomputes_exp_of_x_less_the_log_sum_exp(dim, shape):
     programs = _programs()
     stats = [v for v in _saved(programs["forward"])[1:]
              if isinstance(v, torch.Tensor) and v.shape[dim % len(shape)] == 1]
-    assert [v.dtype for v in stats] == [torch.float32], "one fp32 value a row: the log-sum-exp"
+    assert [v.dtype for v in stats] == [torch.float32] * 2, "the max and the sum (or its log), fp32"
     backward = _targets(programs["backward"])
     assert torch.ops.aten.exp.default in backward and torch.ops.aten.div.Tensor not in backward
+
+
+@pytest.mark.parametrize("mask", [-1e9, torch.finfo(torch.float32).min, float("-inf")])
+def test_a_row_masked_whole_with_a_large_value_gets_eager_gradients(mask):
+    """An additive padding mask (-1e9, or the dtype's lowest value) over a whole row: its
+    probabilities are 1/N. Recomputed as exp(x - (max + log(sum))), log(sum) would be lost to
+    the rounding of the large max and each read 1; -inf makes that row NaN, as in eager."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 8, generator=g, requires_grad=True)
+    bias = torch.zeros(4, 8)
+    bias[2] = mask
+
+    def fn(x, bias):
+        return torch.softmax(x + bias, -1) * 1.0
+
+    dy = torch.randn(4, 8, generator=g)
+    (got,) = torch.autograd.grad(fuser.jit(fn)(x, bias), x, dy)
+    xe = x.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(fn(xe, bias), xe, dy)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def test_logits_far_from_zero_get_eager_gradients():
+    """fp32 logits around 1e4: exp(x - (max + log(sum))) erred by about 2e-4 there."""
+    def fn(x):
+        return torch.softmax(x, -1) * 1.0
+
+    x = (torch.randn(6, 50) * 3 + 1e4).requires_grad_()
+    check_forward_backward(fn, fuser.jit(fn), (x,))
+
+
+def test_a_softmax_returned_whole_stays_eagers_in_the_forward():
+    """The forward returns p itself: it keeps exp(x - max) / sum; only the backward's reads move."""
+    def fn(x):
+        return torch.softmax(x, -1)
+
+    x = (torch.randn(5, 30) * 3 + 1e4).requires_grad_()
+    check_forward_backward(fn, fuser.jit(fn), (x,))
+    programs = _programs()
+    assert torch.ops.aten.div.Tensor in _targets(programs["forward"])
+    assert torch.ops.aten.div.Tensor not in _targets(programs["backward"])
 
 
 def test_masked_and_tiny_probabilities_get_eager_gradients():
@@ -116,25 +157,27 @@ def test_only_the_decomposed_softmax_pattern_matches():
 
 
 def test_the_rewrite_moves_only_reads_no_forward_output_needs():
-    """In a graph whose first output is the forward's, a second output reading p (as a
-    backward would) is pointed at exp(x - lse); the first keeps p."""
+    """In a graph whose first outputs are the forward's, outputs reading p (as a backward
+    would) are pointed at exp((x - max) - log(sum)), one for softmaxes alike; a forward output
+    that is p, or is computed from it, keeps p."""
     aten = torch.ops.aten
 
     def fn(x):
         top = aten.amax.default(x, [-1], True)
         e = aten.exp.default(aten.sub.Tensor(x, top))
-        p = aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True))
-        return aten.mul.Tensor(p, 2.0), aten.mul.Tensor(p, 3.0)
+        total = aten.sum.dim_IntList(e, [-1], True)
+        p, again = aten.div.Tensor(e, total), aten.div.Tensor(e, total)  # (a softmax twice, as CSE may leave it)
+        return p, aten.mul.Tensor(p, 2.0), aten.mul.Tensor(p, 3.0), aten.mul.Tensor(again, 4.0)
 
-    x = torch.randn(4, 8)
+    x = torch.randn(4, 8) * 3 + 1e4
     gm = _joint_like(fn, x)
-    assert backward_softmax_from_lse(gm.graph, num_fwd_outputs=1) == 1
+    assert backward_softmax_without_division(gm.graph, num_fwd_outputs=2) == 2
     gm.graph.lint()
     gm.recompile()
-    first, second = gm(x)
     p = torch.softmax(x, -1)
-    torch.testing.assert_close(first, p * 2)
-    torch.testing.assert_close(second, p * 3)
+    for got, scale in zip(gm(x), (1, 2, 3, 4)):
+        torch.testing.assert_close(got, p * scale)
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    assert out[0].args[0].target is aten.div.Tensor and out[1].args[0].target is aten.exp.default
-    assert backward_softmax_from_lse(gm.graph, num_fwd_outputs=2) == 0  # every read is forward's
+    assert out[0].target is aten.div.Tensor and out[1].args[0].target is aten.div.Tensor
+    assert out[2].args[0].target is aten.exp.default and out[3].args[0] is out[2].args[0]
+    assert backward_softmax_without_division(gm.graph, num_fwd_outputs=4) == 0  # every read is forward's

@@ -1,4 +1,4 @@
-"""Softmax's backward from the log-sum-exp: exp(x - lse) where it read exp(x - max) / sum.
+"""Softmax's backward without a division: exp((x - max) - log(sum)) where it read exp(x - max) / sum.
 
 The decomposed softmax (backend.decompositions) computes p = exp(x - max) / sum, and its
 backward reads p. The partitioner recomputes p in the backward from x and the saved max and sum
@@ -7,11 +7,13 @@ magnify an exp result flushed below 2^-126 (codegen/elementwise.py `flush_suffic
 backward's exp keeps subnormal results, a compare and two predicated multiplies an element (0.84
 to 0.88 of copy against 0.98 with the flush, bf16 at 4096x32768 on the H200, eighteenth session).
 
-Before partitioning, the joint graph's backward reads of p are pointed at exp(x - lse), with
-lse = max + log(sum) computed beside p in the forward: the partitioner then saves one value a
-row instead of two, the backward divides by nothing, and the forward's p is unchanged. The two
-forms differ by the rounding of x - lse (about |x - lse| * 2^-24 relative), far below the fp32
-probabilities' use in a 16-bit gradient; a row of -inf or NaN gives NaN either way.
+Before partitioning, the joint graph's backward reads of p are pointed at exp(d - log(sum)),
+with d = x - max the forward's own difference: the backward divides by nothing, and the
+forward's p (and any output that is p) is unchanged. The two forms differ by the rounding of
+d - log(sum), about |d - log(sum)| * 2^-24 relative, where the probability is far below the
+fp32 one's use in a gradient. (exp(x - lse) with lse = max + log(sum) would save one value a row
+instead of two, but loses log(sum) to the rounding of a large max: a row masked with -1e9 would
+read probabilities of 1 instead of 1/N.) A row of -inf or NaN gives NaN either way.
 """
 from __future__ import annotations
 
@@ -83,32 +85,35 @@ def _append(graph: Graph, after: Node, op, args: tuple, val: torch.Tensor) -> No
     return node
 
 
-def backward_softmax_from_lse(graph: Graph, num_fwd_outputs: int) -> int:
-    """Point the backward's reads of each fp32 softmax at exp(x - lse) (see the module's doc), in
-    place; returns the softmaxes rewritten. A read is the backward's when no forward output is
-    computed from it."""
+def backward_softmax_without_division(graph: Graph, num_fwd_outputs: int) -> int:
+    """Point the backward's reads of each fp32 softmax at exp((x - max) - log(sum)) (see the
+    module's doc), in place; returns the softmaxes rewritten. A read is the backward's when no
+    forward output is computed from it and it is not the graph's output itself (a forward that
+    returns p keeps p)."""
     needed = _forward_needs(graph, num_fwd_outputs)
+    made: dict[Node, Node] = {}  # sum -> its exp(d - log(sum)): softmaxes alike share one
     rewritten = 0
     for div in list(graph.nodes):
         parts = softmax_parts(div)
         if parts is None:
             continue
-        backward_users = [u for u in div.users if u not in needed]
+        backward_users = [u for u in div.users if u not in needed and u.op != "output"]
         if not backward_users:
             continue
-        x, top, total = parts
-        mode = getattr(meta_val(div), "fake_mode", None)
-        if mode is None:  # (no fake values to compute the new nodes' from)
-            continue
-        with mode:
-            values = [aten.log.default(meta_val(total))]
-            values.append(aten.add.Tensor(meta_val(top), values[0]))
-            values.append(aten.sub.Tensor(meta_val(x), values[1]))
-            values.append(aten.exp.default(values[2]))
-        log = _append(graph, total, aten.log.default, (total,), values[0])
-        lse = _append(graph, log, aten.add.Tensor, (top, log), values[1])
-        shifted = _append(graph, lse, aten.sub.Tensor, (x, lse), values[2])
-        probs = _append(graph, shifted, aten.exp.default, (shifted,), values[3])
+        _, _, total = parts
+        probs = made.get(total)
+        if probs is None:
+            mode = getattr(meta_val(div), "fake_mode", None)
+            if mode is None:  # (no fake values to compute the new nodes' from)
+                continue
+            shifted = div.args[0].args[0]  # x - max, the forward's
+            with mode:
+                values = [aten.log.default(meta_val(total))]
+                values.append(aten.sub.Tensor(meta_val(shifted), values[0]))
+                values.append(aten.exp.default(values[1]))
+            log = _append(graph, total, aten.log.default, (total,), values[0])
+            less = _append(graph, log, aten.sub.Tensor, (shifted, log), values[1])
+            probs = made[total] = _append(graph, less, aten.exp.default, (less,), values[2])
         for user in backward_users:
             user.replace_input_with(div, probs)
         if not div.users:
