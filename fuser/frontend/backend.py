@@ -46,11 +46,11 @@ def decompositions() -> dict:
 
     Softmax and log-softmax are decomposed (max, exp, sum) so that the partitioner can save the
     input and the per-row max and sum (or its log: softmax_backward.py) for the backward, which
-    recomputes the probabilities in its one kernel, instead of saving the fp32 probabilities (4 bytes an element written by the
-    forward and read by the backward). silu has a lowering of its own (layer norm and gelu stay
-    whole in the core set already). The CPU flash-attention forward's decomposition returns a
-    second output its (undecomposed) backward does not expect, so gradients came out wrong; it
-    stays one ATen call, like the GPU attention kernels.
+    recomputes the probabilities in its one kernel, instead of saving the fp32 probabilities (4
+    bytes an element written by the forward and read by the backward). silu has a lowering of
+    its own (layer norm and gelu stay whole in the core set already). The CPU flash-attention
+    forward's decomposition returns a second output its (undecomposed) backward does not
+    expect, so gradients came out wrong; it stays one ATen call, like the GPU attention kernels.
 
     The table is the core-ATen list itself, without the entries `core_aten_decompositions()`
     adds for every CompositeImplicitAutograd op (for export, which traces above autograd):
@@ -109,7 +109,7 @@ def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, *, keep: Op
                      **kwargs: Any) -> Any:
     """The min-cut partitioner after fuser's CSE of the joint graph, standing in for
     AOTAutograd's own (turned off while fuser compiles: it imports Inductor, see cse.py), and
-    after softmax's backward is pointed at its log-sum-exp (softmax_backward.py).
+    after the division is taken out of softmax's backward (softmax_backward.py).
     `keep["backward"]` gets the backward graph (compiled ahead with the forward)."""
     from functorch.compile import min_cut_rematerialization_partition
 

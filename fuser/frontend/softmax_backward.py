@@ -1,4 +1,4 @@
-"""Softmax's backward without a division: exp((x - max) - log(sum)) where it read exp(x - max) / sum.
+"""Softmax's backward without a division: exp((x - max) - log(sum)), not exp(x - max) / sum.
 
 The decomposed softmax (backend.decompositions) computes p = exp(x - max) / sum, and its
 backward reads p. The partitioner recomputes p in the backward from x and the saved max and sum

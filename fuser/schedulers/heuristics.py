@@ -59,9 +59,8 @@ SHARED_MEMORY_BUDGET = 200 * 1024  # bytes a multiprocessor (the H100/H200 have 
 # (166.8-167.6 us against 163.9-164.0). The LayerNorm backward definition's kept kernel (three
 # passes: mean and rstd recomputed) took 396.0-397.7 us on 32 warps against 386.1-388.9 at 32768
 # columns (its fusion's cold first execute 1669 ms against 2270), 333 against 251 at 18432
-# (4.5 chunks of 4096). A LayerNorm
-# backward's two sums (dw, db) at 32768 columns fit neither (128 registers at 16 warps) and take
-# the pair form below.
+# (4.5 chunks of 4096). A LayerNorm backward's two sums (dw, db) at 32768 columns fit neither
+# (128 registers at 16 warps) and take the pair form below.
 SHARED_ROW_WARPS = (16, 32)
 SHARED_ROW_MAX_CHUNKS = 12
 SHARED_ROW_VECTOR_BYTES = 8  # a thread's contiguous bytes a chunk (4 bf16 won by a hair over 8)
