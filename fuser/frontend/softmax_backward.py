@@ -14,6 +14,10 @@ d - log(sum), about |d - log(sum)| * 2^-24 relative, where the probability is fa
 fp32 one's use in a gradient. (exp(x - lse) with lse = max + log(sum) would save one value a row
 instead of two, but loses log(sum) to the rounding of a large max: a row masked with -1e9 would
 read probabilities of 1 instead of 1/N.) A row of -inf or NaN gives NaN either way.
+
+A softmax inside an activation-checkpointed region (its nodes carry a checkpoint policy,
+`recompute`) is left alone: its backward recomputes the whole softmax, exp included, and the
+rewrite would add a second exp an element; and a policy that saves p is the user's choice.
 """
 from __future__ import annotations
 
@@ -95,7 +99,7 @@ def backward_softmax_without_division(graph: Graph, num_fwd_outputs: int) -> int
     rewritten = 0
     for div in list(graph.nodes):
         parts = softmax_parts(div)
-        if parts is None:
+        if parts is None or div.meta.get("recompute") is not None:
             continue
         backward_users = [u for u in div.users if u not in needed and u.op != "output"]
         if not backward_users:

@@ -117,6 +117,24 @@ def test_probabilities_used_by_the_forward_and_the_backward():
     assert torch.ops.aten.div.Tensor not in _targets(_programs()["backward"])
 
 
+def test_a_checkpointed_softmax_is_left_as_it_was():
+    """Under activation checkpointing the backward recomputes the whole softmax: rewritten, it
+    would compute exp twice an element."""
+    from torch.utils.checkpoint import checkpoint
+
+    def inner(x, v):
+        return (torch.softmax(x.float(), -1) * v).to(x.dtype)
+
+    def fn(x, v):
+        return checkpoint(inner, x, v, use_reentrant=False)
+
+    x = torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(8, 64, requires_grad=True)
+    check_forward_backward(fn, fuser.jit(fn), (x, v), reference_dtype=torch.float64)
+    backward = _targets(_programs()["backward"])
+    assert backward.count(torch.ops.aten.exp.default) == 1 and torch.ops.aten.log.default not in backward
+
+
 def test_double_precision_softmax_is_left_as_it_was():
     def fn(x):
         return torch.softmax(x, dim=-1)
