@@ -44,6 +44,9 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.permute.default,
           aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.slice.Tensor,
           aten.select.int, aten.alias.default}
 
+# ops whose results are views of their input, taken by getitem
+_SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int}
+
 # why a node runs eagerly: kinds, so statistics can tell fallbacks from Python size arithmetic
 UNSUPPORTED = "unsupported"   # no lowering, or the lowering refused this call
 SIZE = "size"                 # SymInt arithmetic
@@ -158,9 +161,16 @@ def _separate_input_views(gm: GraphModule) -> None:
         if not isinstance(node, Node) or node in copies:
             continue
         chain, src = [], node
-        while isinstance(src, Node) and src.op == "call_function" and src.target in _VIEWS:
-            chain.append(src)
-            src = src.args[0]
+        while isinstance(src, Node) and src.op == "call_function":
+            if src.target in _VIEWS:
+                chain.append(src)
+                src = src.args[0]
+            elif src.target is operator.getitem and isinstance(src.args[0], Node) \
+                    and src.args[0].target in _SPLITS:  # a piece of a split (chunk, with dynamic sizes)
+                chain += [src, src.args[0]]
+                src = src.args[0].args[0]
+            else:
+                break
         if not chain or not isinstance(src, Node) or src.op != "placeholder" \
                 or all(set(n.users) <= {out} | set(chain) for n in chain):
             continue  # not a view of an input, or nothing but the output reads the chain

@@ -165,6 +165,32 @@ def test_an_output_that_is_a_view_of_an_input_and_feeds_a_fusion():
             torch.testing.assert_close(g, w)
 
 
+@pytest.mark.parametrize("backend", ["jit", "compile"])
+@pytest.mark.parametrize("take", [lambda m: m.chunk(2, 0)[-1], lambda m: m.split(1, 0)[1],
+                                  lambda m: m.unbind(0)[2]])
+def test_an_output_that_is_a_piece_of_a_split_input_and_feeds_a_fusion(take, backend):
+    """`t0 = m.chunk(2, 0)[-1]` with dynamic sizes traces to a getitem of `split_with_sizes`,
+    which the search for an output's chain of views from an input did not follow: the fusion
+    returned t0 as a new tensor, and AOTAutograd rebuilt the alias from m at that tensor's
+    storage offset, 0, so the output read m's first rows (fuzz seed 71107, under no_grad)."""
+    def f(m):
+        t0 = take(m)
+        return torch.square(t0), t0
+
+    jitted = torch.compile(f, backend="fuser", dynamic=True) if backend == "compile" else fuser.jit(f)
+    for rows, cols in ((4, 6), (4, 9), (6, 5)):
+        m = torch.randn(rows, cols)
+        with torch.no_grad():
+            got, want = jitted(m), f(m)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        assert got[1].storage_offset() == want[1].storage_offset()
+        m.requires_grad_()
+        got, want = jitted(m), f(m)
+        dys = [torch.randn_like(w) for w in want]
+        torch.testing.assert_close(torch.autograd.grad(got, m, dys), torch.autograd.grad(want, m, dys))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_half_tensor_compared_with_a_python_number(dtype):
     """Eager compares a half or bf16 tensor with a Python number in the tensor's dtype, so
