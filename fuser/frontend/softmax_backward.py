@@ -34,22 +34,16 @@ import torch
 from torch.fx import Graph, Node
 
 from .meta import meta_val
+from .recompute import reduction_signature
 from .rules import Kind, find_rule
 
 aten = torch.ops.aten
 _CONVERT = torch.ops.prims.convert_element_type.default
 
 
-def _dims(node: Node, rank: int) -> Optional[tuple]:
-    """The reduced dims of an amax or sum node (args: input, dims, keepdim), normalized; None
-    unless keepdim is set and the dims are plain ints."""
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    dims = [dims] if isinstance(dims, int) else dims
-    if keepdim is not True or not isinstance(dims, (list, tuple)) or not dims \
-            or not all(isinstance(d, int) for d in dims):
-        return None
-    return tuple(sorted({d % rank for d in dims}))
+def _keeps_dims(node: Node) -> bool:
+    """Whether an amax or sum node (args: input, dims, keepdim) keeps its reduced dims."""
+    return (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)) is True
 
 
 def softmax_parts(div: Node) -> Optional[tuple[Node, Node, Node]]:
@@ -74,8 +68,9 @@ def softmax_parts(div: Node) -> Optional[tuple[Node, Node, Node]]:
     fake = meta_val(div)
     if not isinstance(fake, torch.Tensor) or fake.dtype != torch.float32:
         return None
-    rank = fake.dim()
-    if rank == 0 or _dims(top, rank) is None or _dims(top, rank) != _dims(total, rank):
+    # (the same reduced dims of inputs of one shape: recompute.py's signature)
+    if fake.dim() == 0 or not (_keeps_dims(top) and _keeps_dims(total)) \
+            or reduction_signature(top) != reduction_signature(total):
         return None
     return x, top, total
 
