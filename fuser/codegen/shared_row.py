@@ -26,6 +26,7 @@ naming Gluon's language in the module.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -39,9 +40,10 @@ from ..schedulers.heuristics import (SHARED_ROW_PAIR_BUFFERS, SHARED_ROW_PAIR_VE
                                      SHARED_ROW_MAX_CHUNKS, SHARED_ROW_RESERVED_BYTES, SHARED_ROW_VECTOR_BYTES,
                                      SHARED_ROW_WARPS, shared_row_accumulators)
 from ..schedulers.plan import KernelPlan
-from .kernel import KernelSource, KernelWriter
+from .kernel import _EVICT, KernelSource, KernelWriter
 from .layout import Layout, run_stride
 from .math import helpers_for
+from .outline import Outlined, free_reads, names_read, outline
 from .scope import Scope
 from .types import STORAGE, compute_type
 
@@ -236,6 +238,7 @@ class SharedRowWriter(KernelWriter):
         self.row_ids = {id(v) for v in self.staged_rows}
         self.passes: list[list[str]] = []
         self.first_row_loads: list[str] = []  # loads of the row values for the program's first row, before the loop
+        self.outlined: dict[tuple[int, bool], Outlined] = {}  # the unrolled passes' functions of a chunk
 
     # -- the layout every block takes -------------------------------------------------------
 
@@ -421,6 +424,12 @@ class SharedRowWriter(KernelWriter):
         # the copy groups not yet waited for, in commit order: at a row's start, its chunks
         # (copies complete in order, so chunk j is in once no more than the groups after it are out)
         groups = [("row", j) for j in range(cfg.chunks)]
+        self._resolve_eviction_hints()
+        # what the code after a pass may read of what it assigns: the row's lines, every pass's
+        # parameters and the last pass's copies (a chunk's columns and their mask)
+        read_after = names_read(["pass" if _PASS.fullmatch(t) else t for t in lines]) | {"c", "c_mask"}
+        for k in range(len(self.passes)):
+            read_after |= free_reads(self._pass_of_chunk(k, "chunk", twice=False))
         for line in lines:
             m = _PASS.fullmatch(line)
             if m is None:
@@ -441,13 +450,14 @@ class SharedRowWriter(KernelWriter):
                             f"{indent}    {t}" for t in self._pass_of_chunk(k, "chunk", twice)]
                 continue
             for j in range(cfg.chunks):
-                chunk = self._pass_of_chunk(k, j)
+                # (the pass's lines, written once as a function of the chunk: see codegen/outline.py)
+                accs_j = {acc: f"{acc}_{j}" for acc in accs} if k == last else {}
+                chunk = [self._outlined(k, j < cfg.ahead, read_after).call(
+                    {"chunk": f"tl.to_tensor({j})", **accs_j}, accs_j)]
                 if k == 0 and j % cfg.batch == 0:  # this chunk and the rest of its batch
                     in_by = ("row", min(j + cfg.batch, cfg.chunks) - 1)
                     chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(in_by)})")
                 if k == last:
-                    for acc in accs:
-                        chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
                     if (j + 1) % cfg.batch == 0 or j == cfg.chunks - 1:
                         # the next row's chunks of this batch, into the slots this row's leave
                         for i in range(max(j // cfg.batch * cfg.batch, cfg.ahead), j + 1):
@@ -456,6 +466,32 @@ class SharedRowWriter(KernelWriter):
                             groups.append(("next", i))
                 out += [indent + t for t in chunk]
         return out
+
+    def _outlined(self, k: int, twice: bool, read_after: set[str]) -> Outlined:
+        """Pass k's function of a chunk (of those held twice, or of the others)."""
+        key = (k, twice)
+        if key not in self.outlined:
+            name = f"{self.name}_pass{k}" + ("_twice" if twice else "")
+            self.outlined[key] = outline(name, self._pass_of_chunk(k, "chunk", twice), read_after,
+                                         self._module_names(), "@gluon.jit")
+        return self.outlined[key]
+
+    def _module_names(self) -> set[str]:
+        """The names the kernel's module defines before its functions (its imports)."""
+        tree = ast.parse("\n".join(self.imports()))
+        return {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+    def _resolve_eviction_hints(self) -> None:
+        """Each plain load's eviction hint, pass by pass (KernelWriter's are counted over the
+        kernel's text, where the outlined passes are not): keep the lines for a later pass
+        that reads them, drop them first in the last that does."""
+        for name in dict.fromkeys(m for lines in self.passes for t in lines for m in re.findall(r"@evict:(\w+)@", t)):
+            marker = _EVICT.format(name)
+            last = max(k for k, lines in enumerate(self.passes) if any(marker in t for t in lines))
+            for k, lines in enumerate(self.passes):
+                hint = "evict_first" if k == last else "evict_last"
+                self.passes[k] = [t.replace(marker, f', eviction_policy="{hint}"') for t in lines]
 
     def _epilogue(self) -> list[str]:
         return ["async_copy.wait_group(0)"] + self._workspace_stores()  # (the copies past the last row copy nothing)
@@ -485,8 +521,10 @@ class SharedRowWriter(KernelWriter):
 
     def assemble(self) -> str:
         fn = self.function(self.name)
-        helpers = helpers_for(fn).replace("@triton.jit", "@gluon.jit")
-        return "\n".join(self.header() + [""] + self.imports() + ["", helpers, "", "", fn])
+        outlined = [f.source for f in self.outlined.values()]
+        helpers = helpers_for("\n".join([fn] + outlined)).replace("@triton.jit", "@gluon.jit")
+        return "\n".join(self.header() + [""] + self.imports() + ["", helpers, ""] +
+                         [line for f in outlined for line in ("", f, "")] + ["", fn])
 
 
 def generate_shared_row(plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig) -> Optional[KernelSource]:

@@ -372,12 +372,49 @@ def _unroll_chunk_loops(lines: list[str]) -> list[str]:
     return out
 
 
+_OUTLINED = re.compile(r"@gluon\.jit\ndef (\w+_pass\w*)\((.*?)\):\n((?:    .*\n)+)")
+_CALL = re.compile(r"(\s*)(?:([\w, ]+) = )?(\w+_pass\w*)\((.*)\)$")
+
+
+def _split_args(text: str) -> list[str]:
+    """A call's arguments, split at its top-level commas."""
+    args, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            args.append(text[start:k].strip())
+            start = k + 1
+    return args + [text[start:].strip()]
+
+
+def inline_outlined(source: str) -> str:
+    """`source` with each call of an outlined pass (codegen/outline.py) replaced by the pass's
+    lines, its parameters replaced by the call's arguments (a chunk's `tl.to_tensor(j)` by j),
+    as Triton's inliner and constant propagation make of it; the functions themselves dropped."""
+    functions = {m.group(1): (m.group(2).split(", "), m.group(3).splitlines()) for m in _OUTLINED.finditer(source)}
+    out = []
+    for line in _OUTLINED.sub("", source).splitlines():
+        m = _CALL.fullmatch(line)
+        if m is None or m.group(3) not in functions:
+            out.append(line)
+            continue
+        params, body = functions[m.group(3)]
+        args = [re.sub(r"^tl\.to_tensor\((\d+)\)$", r"\1", a) for a in _split_args(m.group(4))]
+        names = dict(zip(params, args))
+        for t in body:
+            if t.strip().startswith("return "):
+                continue
+            out.append(m.group(1) + re.sub(r"\b\w+\b", lambda n: names.get(n.group(0), n.group(0)), t[4:]))
+    return "\n".join(out) + "\n"
+
+
 def simulate_copies(source: str, iterations: int = 3) -> int:
     """Run the copies, waits and loads of a shared-row kernel's source over `iterations` rows of
     one program (pid 0, one program), as the hardware may: a copy lands in its slot at any time
     until a wait_group leaves its group out of the last N. Every load must find the chunk of
     the row it reads there, landed; returns the number of loads checked."""
-    head, body = source.split("    for row in range(pid, R, tl.num_programs(0)):\n")
+    head, body = inline_outlined(source).split("    for row in range(pid, R, tl.num_programs(0)):\n")
     body = "\n".join(_unroll_chunk_loops(body.splitlines()))
     slots: dict = {}  # (buffer, slot) -> [row, chunk, landed]
     copied: set = set()  # (buffer, row, chunk): each copied once
@@ -446,7 +483,9 @@ def test_a_middle_pass_loops_and_finds_its_chunks(chunks, ahead, batch):
     cfg = SharedRowConfig(4, 16, chunks, along_the_row(plan), ahead=ahead, batch=batch)
     ks = generate_shared_row(plan, Layout(((0,),), ((1,),)), "k", cfg)
     assert ks.source.count("for chunk in range(") == (1 if ahead in (0, chunks) else 2)
-    assert ks.source.count("c_start = 0 * BLOCK1") == 2  # the first and last passes, unrolled
+    # the first and last passes, unrolled: a call a chunk of each pass's function of a chunk
+    assert ks.source.count("(tl.to_tensor(0)") == 0 and ks.source.count("tl.to_tensor(0)") == 2
+    assert inline_outlined(ks.source).count("c_start = 0 * BLOCK1") == 2
     assert simulate_copies(ks.source) >= 3 * chunks * 3  # x and dy, each pass of each row
 
 
@@ -539,7 +578,7 @@ def test_the_kernel_compiles_for_hopper_within_shared_memory_and_registers(given
     assert ks is not None
     shared, usage = compile_for_sm90(ks, cfg)
     assert shared <= 227 * 1024
-    assert ks.source.count("c_start = 0 * BLOCK1") == 2  # passes over the row: its sums, then dx
+    assert inline_outlined(ks.source).count("c_start = 0 * BLOCK1") == 2  # passes over the row: its sums, then dx
     if usage == NO_CUOBJDUMP:
         pytest.skip(usage)
     assert int(re.search(r"STACK:(\d+)", usage).group(1)) <= most_spilled, usage
