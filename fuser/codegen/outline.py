@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -48,9 +49,12 @@ def outline(name: str, lines: list[str], read_after: Iterable[str], module_names
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     outside = set(module_names) | _BUILTINS | called  # (a kernel's values are never called: helpers)
     free, assigned = _free_reads(tree.body, set())
-    params = tuple(sorted(free - outside))
+    # in order of first use: kernels alike but for their tensors' names get the same text
+    # (codegen/canonical.py renumbers the names in order of first use)
+    order = list(dict.fromkeys(re.findall(r"\b[A-Za-z_]\w*\b", "\n".join(lines))))
+    params = tuple(n for n in order if n in free - outside)
     wanted = set(read_after) | set(params)
-    returns = tuple(sorted(n for n in assigned if n in wanted))
+    returns = tuple(n for n in order if n in assigned and n in wanted)
     text = [decorator, f"def {name}({', '.join(params)}):"] + ["    " + line for line in lines]
     if returns:
         text.append(f"    return {', '.join(returns)}")

@@ -427,7 +427,7 @@ class SharedRowWriter(KernelWriter):
         self._resolve_eviction_hints()
         # what the code after a pass may read of what it assigns: the row's lines, every pass's
         # parameters and the last pass's copies (a chunk's columns and their mask)
-        read_after = names_read(["pass" if _PASS.fullmatch(t) else t for t in lines]) | {"c", "c_mask"}
+        read_after = names_read([m.group(1) + "pass" if (m := _PASS.fullmatch(t)) else t for t in lines]) | {"c", "c_mask"}
         for k in range(len(self.passes)):
             read_after |= free_reads(self._pass_of_chunk(k, "chunk", twice=False))
         for line in lines:

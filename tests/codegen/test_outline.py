@@ -17,15 +17,15 @@ def test_parameters_are_the_names_read_before_assigned_and_returns_those_read_af
              "acc = acc + tl.where(m, _helper(t), 0.0)",
              "s += t"]
     f = outline("k_pass0", lines, read_after={"m", "unrelated"}, module_names={"tl"}, decorator="@gluon.jit")
-    # read first: the chunk, the constexprs, the row's values and the accumulators; `_helper` is
-    # called (a module function), `tl` the module's
-    assert f.params == ("BLOCK1", "C", "EVEN1", "LAYOUT", "T0_smem", "acc", "chunk", "cols", "s")
+    # read first, in order of first use: the chunk, the constexprs, the row's values and the
+    # accumulators; `_helper` is called (a module function), `tl` the module's
+    assert f.params == ("chunk", "BLOCK1", "cols", "EVEN1", "LAYOUT", "C", "T0_smem", "acc", "s")
     # the accumulators (read before assigned) and the mask the code after reads; not `c`, `t`
-    assert f.returns == ("acc", "m", "s")
+    assert f.returns == ("m", "acc", "s")
     assert f.call({"chunk": "tl.to_tensor(3)", "acc": "acc_3"}, {"acc": "acc_3"}) == (
-        "acc_3, m, s = k_pass0(BLOCK1, C, EVEN1, LAYOUT, T0_smem, acc_3, tl.to_tensor(3), cols, s)")
-    assert f.source.startswith("@gluon.jit\ndef k_pass0(BLOCK1, C, EVEN1, LAYOUT, T0_smem, acc, chunk, cols, s):\n")
-    assert f.source.endswith("\n    return acc, m, s")
+        "m, acc_3, s = k_pass0(tl.to_tensor(3), BLOCK1, cols, EVEN1, LAYOUT, C, T0_smem, acc_3, s)")
+    assert f.source.startswith("@gluon.jit\ndef k_pass0(chunk, BLOCK1, cols, EVEN1, LAYOUT, C, T0_smem, acc, s):\n")
+    assert f.source.endswith("\n    return m, acc, s")
     compile(f.source, "outlined", "exec")
 
 
@@ -38,6 +38,19 @@ def test_a_name_assigned_on_one_branch_only_is_read_from_the_caller():
 def test_a_function_that_returns_nothing_is_called_alone():
     f = outline("k_pass1", ["tl.store(T1_ptr + c, x)"], read_after=set(), module_names={"tl"}, decorator="@gluon.jit")
     assert f.returns == () and f.call() == "k_pass1(T1_ptr, c, x)"
+
+
+def test_kernels_alike_but_for_their_tensors_names_outline_alike():
+    """Parameters in order of first use, not of name: canonical.py renumbers tensor names in
+    order of first use, so two layers' kernels share one compile."""
+    from fuser.codegen.canonical import canonical_form
+
+    def source(a: int, b: int) -> str:
+        f = outline("fuser_k_pass0", [f"x = T{a}_smem.index(chunk).load(LAYOUT) + T{b}_smem.index(chunk).load(LAYOUT)", f"acc{a} = acc{a} + x"],
+                    read_after=set(), module_names=set(), decorator="@gluon.jit")
+        return f.source + "\n\n\ndef fuser_k(" + ", ".join(f.params) + "):\n    " + f.call() + "\n"
+    digest = lambda text: str(hash(text))  # noqa: E731
+    assert canonical_form("fuser_k", source(9, 10), [], digest) == canonical_form("fuser_k", source(109, 110), [], digest)
 
 
 def test_names_read_parses_a_block_with_compound_statements():
