@@ -188,6 +188,15 @@ def _cache_files():
     return os.scandir(root) if root and os.path.isdir(root) else iter(())
 
 
+def _import_dynamo() -> float:
+    """Seconds to import Dynamo and AOTAutograd, which a process's first fuser.jit call imports
+    (0.7 s on the development CPU: more than a small function's tracing and compile)."""
+    start = time.perf_counter()
+    import torch._dynamo  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
+    return time.perf_counter() - start
+
+
 def _start_dynamo(device) -> float:
     """Dynamo's and AOTAutograd's start in a process (their imports, first tracing, caches),
     paid here through fuser.jit on another function (torch's `aot_eager` backend would also import
@@ -239,6 +248,10 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
     _timed_method(FusionExecutorCache, "execute", "runtime")
     _timed_method(backend.FuserBackend, "__call__", "aot autograd")
     _timed_method(backend, "plan_graph", "definition")
+    # a jit row's process imports Dynamo and AOTAutograd before its first call, as any first
+    # fuser.jit call does; timed here because the row's context (harness.compile_config, which
+    # imports Inductor's config and so Dynamo) would otherwise import them untimed
+    dynamo_import_s = _import_dynamo() if kind == "jit" else 0.0
     dynamo_s = _start_dynamo(device) if warm_dynamo and kind == "jit" else 0.0
     fusion_firsts: list = []
     _time_first_executes(fusion_firsts)  # (after the warm-up's, which is not this row's)
@@ -284,7 +297,8 @@ def run_child(row: str, device_name: str, shape: tuple[int, int], profile: bool,
         second = time.perf_counter() - begin
     result = {"row": row, "import_torch": after_torch - start, "import_fuser": after_fuser - after_torch,
               "import_triton": after_triton - after_fuser,
-              "triton_driver": driver_s, "triton_key": key_s, "dynamo_start": dynamo_s,
+              "triton_driver": driver_s, "triton_key": key_s, "dynamo_import": dynamo_import_s,
+              "dynamo_start": dynamo_s,
               "first_call": first, "second_call": second, "fusion_firsts_ms": firsts,
               "phases": phases, "kernels": kernels,
               "triton": sum(t for t, _ in triton_compiles) if triton_compiles else None,
@@ -400,11 +414,15 @@ def stage_table(rows: list[tuple[str, dict, dict]]) -> str:
 
 def header(results: list[tuple[str, dict, dict]]) -> str:
     def per_process(key: str, column: int) -> str:
-        return fmt(median([r[column][key] * 1e3 for r in results if "error" not in r[column]]))
+        rows = [r for r in results if "error" not in r[column]]
+        if key.startswith("dynamo"):  # (jit rows' alone)
+            rows = [r for r in rows if r[0].startswith("jit:")]
+        return fmt(median([r[column][key] * 1e3 for r in rows]))
 
     items = [("import torch", "import_torch"), ("import fuser after torch", "import_fuser"),
              ("import triton after fuser", "import_triton"), ("Triton driver and Gluon", "triton_driver"),
-             ("Triton key", "triton_key"), ("Dynamo and AOTAutograd start (--warm-dynamo)", "dynamo_start")]
+             ("Triton key", "triton_key"), ("import Dynamo and AOTAutograd (jit rows)", "dynamo_import"),
+             ("Dynamo and AOTAutograd start (--warm-dynamo)", "dynamo_start")]
     costs = ", ".join(f"{label} {per_process(key, 1)} / {per_process(key, 2)}" for label, key in items)
     return (f"Per process, median of the cold / warm runs: {costs} (the Triton ones before the first "
             f"call). '!' marks a miss of the targets: cold first call <= {COLD_TARGET_MS:.0f} ms, warm "
