@@ -237,6 +237,7 @@ def _split_helpers(source: str) -> dict[str, str]:
 
 
 _HELPER_BLOCKS = _split_helpers(HELPERS)
+HELPER_NAMES = frozenset(_HELPER_BLOCKS)  # the helper functions a kernel's module may define
 
 
 def helpers_for(code: str) -> str:

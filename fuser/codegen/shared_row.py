@@ -40,10 +40,10 @@ from ..schedulers.heuristics import (SHARED_ROW_PAIR_BUFFERS, SHARED_ROW_PAIR_VE
                                      SHARED_ROW_MAX_CHUNKS, SHARED_ROW_RESERVED_BYTES, SHARED_ROW_VECTOR_BYTES,
                                      SHARED_ROW_WARPS, shared_row_accumulators)
 from ..schedulers.plan import KernelPlan
-from .kernel import _EVICT, KernelSource, KernelWriter
+from .kernel import KernelSource, KernelWriter
 from .layout import Layout, run_stride
-from .math import helpers_for
-from .outline import Outlined, free_reads, names_read, outline
+from .math import HELPER_NAMES, helpers_for
+from .outline import NotOutlined, Outlined, free_reads, names_read, outline
 from .scope import Scope
 from .types import STORAGE, compute_type
 
@@ -163,6 +163,10 @@ def row_passes(plan: KernelPlan, layout: Layout, config: SharedRowConfig) -> int
 # those rows took before)
 PAIRS = True
 
+# whether the unrolled passes are written once as functions of the chunk (codegen/outline.py);
+# tests turn it off to compare the kernel with the passes written out
+OUTLINE_PASSES = True
+
 
 def pair_config(plan: KernelPlan, cols: int, staged: tuple[int, ...], sizes: list[int], row_bytes: int,
                 device: torch.device) -> Optional[SharedRowConfig]:
@@ -238,7 +242,8 @@ class SharedRowWriter(KernelWriter):
         self.row_ids = {id(v) for v in self.staged_rows}
         self.passes: list[list[str]] = []
         self.first_row_loads: list[str] = []  # loads of the row values for the program's first row, before the loop
-        self.outlined: dict[tuple[int, bool], Outlined] = {}  # the unrolled passes' functions of a chunk
+        # the unrolled passes' functions of a chunk, by (pass, held twice); None: written out
+        self.outlined: dict[tuple[int, bool], Optional[Outlined]] = {}
 
     # -- the layout every block takes -------------------------------------------------------
 
@@ -266,7 +271,13 @@ class SharedRowWriter(KernelWriter):
             # (a value along the row axis alone goes to the program scope; the check is defensive)
             if scope is self.program_scope and self.dims_of(tv) == {0} and not self.view:
                 return self._emit_row_value(scope, tv)
-            return super().emit_load(scope, tv)
+            start = len(scope.lines)
+            super().emit_load(scope, tv)
+            # an input the gate leaves unstaged has column stride 0 at this call: every chunk of
+            # every pass reads its line again, so each load asks L2 to keep it
+            scope.lines[start:] = [re.sub(r"@evict:\w+@", ', eviction_policy="evict_last"', t)
+                                   for t in scope.lines[start:]]
+            return
         name = self.tname(tv)
         slot = f"@row:{tv.name}@" if id(tv) in self.row_ids else f"T{tv.name}_smem.index({_CHUNK})"
         scope.lines.append(f"{name} = {slot}.load(LAYOUT).to({compute_type(tv.dtype)})")
@@ -424,12 +435,7 @@ class SharedRowWriter(KernelWriter):
         # the copy groups not yet waited for, in commit order: at a row's start, its chunks
         # (copies complete in order, so chunk j is in once no more than the groups after it are out)
         groups = [("row", j) for j in range(cfg.chunks)]
-        self._resolve_eviction_hints()
-        # what the code after a pass may read of what it assigns: the row's lines, every pass's
-        # parameters and the last pass's copies (a chunk's columns and their mask)
-        read_after = names_read([m.group(1) + "pass" if (m := _PASS.fullmatch(t)) else t for t in lines]) | {"c", "c_mask"}
-        for k in range(len(self.passes)):
-            read_after |= free_reads(self._pass_of_chunk(k, "chunk", twice=False))
+        read_after = self._read_after_passes(lines)
         for line in lines:
             m = _PASS.fullmatch(line)
             if m is None:
@@ -450,10 +456,8 @@ class SharedRowWriter(KernelWriter):
                             f"{indent}    {t}" for t in self._pass_of_chunk(k, "chunk", twice)]
                 continue
             for j in range(cfg.chunks):
-                # (the pass's lines, written once as a function of the chunk: see codegen/outline.py)
                 accs_j = {acc: f"{acc}_{j}" for acc in accs} if k == last else {}
-                chunk = [self._outlined(k, j < cfg.ahead, read_after).call(
-                    {"chunk": f"tl.to_tensor({j})", **accs_j}, accs_j)]
+                chunk = self._chunk_lines(k, j, accs_j, read_after | ({"c", "c_mask"} if k == last else set()))
                 if k == 0 and j % cfg.batch == 0:  # this chunk and the rest of its batch
                     in_by = ("row", min(j + cfg.batch, cfg.chunks) - 1)
                     chunk.insert(0, f"async_copy.wait_group({len(groups) - 1 - groups.index(in_by)})")
@@ -467,31 +471,44 @@ class SharedRowWriter(KernelWriter):
                 out += [indent + t for t in chunk]
         return out
 
-    def _outlined(self, k: int, twice: bool, read_after: set[str]) -> Outlined:
-        """Pass k's function of a chunk (of those held twice, or of the others)."""
+    def _read_after_passes(self, lines: list[str]) -> set[str]:
+        """What the code after an unrolled pass may read of what the pass assigns: the names the
+        row's `lines` read and those every pass reads before assigning them."""
+        # (a pass's marker is no Python: an empty statement in its place)
+        row = [m.group(1) + "pass" if (m := _PASS.fullmatch(t)) else t for t in lines]
+        names = names_read(row)
+        for k in range(len(self.passes)):
+            names |= free_reads(self._pass_of_chunk(k, "chunk", twice=False))
+        return names
+
+    def _chunk_lines(self, k: int, j: int, accs_j: dict[str, str], read_after: set[str]) -> list[str]:
+        """Pass k's lines for chunk j, its accumulators renamed by `accs_j`: a call of the pass's
+        function of a chunk (codegen/outline.py), or, where the pass cannot be outlined (or
+        OUTLINE_PASSES is off), the pass written out."""
+        twice = j < self.config.ahead
         key = (k, twice)
-        if key not in self.outlined:
+        if OUTLINE_PASSES and key not in self.outlined:
             name = f"{self.name}_pass{k}" + ("_twice" if twice else "")
-            self.outlined[key] = outline(name, self._pass_of_chunk(k, "chunk", twice), read_after,
-                                         self._module_names(), "@gluon.jit")
-        return self.outlined[key]
+            try:
+                self.outlined[key] = outline(name, self._pass_of_chunk(k, "chunk", twice), read_after,
+                                             self._module_names(), "@gluon.jit")
+            except NotOutlined:
+                self.outlined[key] = None
+        function = self.outlined.get(key)
+        if function is not None:
+            return [function.call({"chunk": f"tl.to_tensor({j})", **accs_j}, accs_j)]
+        lines = self._pass_of_chunk(k, j)
+        for acc, renamed in accs_j.items():
+            lines = [re.sub(rf"\b{acc}\b", renamed, t) for t in lines]
+        return lines
 
     def _module_names(self) -> set[str]:
-        """The names the kernel's module defines before its functions (its imports)."""
+        """The names the kernel's module defines: its imports' and the math helpers'."""
         tree = ast.parse("\n".join(self.imports()))
-        return {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-    def _resolve_eviction_hints(self) -> None:
-        """Each plain load's eviction hint, pass by pass (KernelWriter's are counted over the
-        kernel's text, where the outlined passes are not): keep the lines for a later pass
-        that reads them, drop them first in the last that does."""
-        for name in dict.fromkeys(m for lines in self.passes for t in lines for m in re.findall(r"@evict:(\w+)@", t)):
-            marker = _EVICT.format(name)
-            last = max(k for k, lines in enumerate(self.passes) if any(marker in t for t in lines))
-            for k, lines in enumerate(self.passes):
-                hint = "evict_first" if k == last else "evict_last"
-                self.passes[k] = [t.replace(marker, f', eviction_policy="{hint}"') for t in lines]
+        imported = {(a.asname or a.name).split(".")[0]
+                    for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return imported | assigned | HELPER_NAMES
 
     def _epilogue(self) -> list[str]:
         return ["async_copy.wait_group(0)"] + self._workspace_stores()  # (the copies past the last row copy nothing)
@@ -521,7 +538,7 @@ class SharedRowWriter(KernelWriter):
 
     def assemble(self) -> str:
         fn = self.function(self.name)
-        outlined = [f.source for f in self.outlined.values()]
+        outlined = [f.source for f in self.outlined.values() if f is not None]
         helpers = helpers_for("\n".join([fn] + outlined)).replace("@triton.jit", "@gluon.jit")
         return "\n".join(self.header() + [""] + self.imports() + ["", helpers, ""] +
                          [line for f in outlined for line in ("", f, "")] + ["", fn])
