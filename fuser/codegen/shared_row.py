@@ -8,6 +8,8 @@ Each pass over the row (one per set of row reductions ready together, then the p
 the row outputs and adds the column terms) reads the chunks from shared memory: the first pass,
 unrolled, waits for each chunk's copy as it reaches it; the last, unrolled, starts the copy of
 the next row's chunk j into slot j as soon as it is done with it; a pass between them loops.
+An unrolled pass is written once, as a function of the chunk called once a chunk
+(codegen/outline.py), so that Triton's front end reads it once.
 The first AHEAD chunks may have two slots, taken by the rows' parity: the first pass then starts
 copying the next row's into the other slots, so that a row starts with them in; and a wait or a
 round of copies may cover BATCH chunks (each puts a barrier of all warps). On the H200 neither
