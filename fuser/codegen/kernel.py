@@ -302,14 +302,18 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         m = self.mask(tv)
         mask = f", mask={m}, other=0" if m else ""
-        evict = _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
+        name = self.tname(tv)
+        scope.lines.append(f"{name} = tl.load({ptr}{mask}{self.load_hint(tv)}).to({compute_type(tv.dtype)})")
+        scope.names[self.key(tv)] = name
+
+    def load_hint(self, tv: TensorView) -> str:
+        """The eviction hint of a load of `tv` (an argument of tl.load, or a marker that
+        `_eviction_hints` resolves once the kernel is whole)."""
         if not self.persistent and self.red == 1 and 0 not in self.dims_of(tv) and 0 in self.super_dim:
             # a value per column (a norm's weight): every program reads it in every pass; keep
             # it in L2 (not where there are no rows: a reduction over a whole tensor reads it once)
-            evict = ', eviction_policy="evict_last"'
-        name = self.tname(tv)
-        scope.lines.append(f"{name} = tl.load({ptr}{mask}{evict}).to({compute_type(tv.dtype)})")
-        scope.names[self.key(tv)] = name
+            return ', eviction_policy="evict_last"'
+        return _EVICT.format(tv.name) if self.looped and self.tile_level(tv) else ""
 
     @staticmethod
     def unhinted(lines: list[str]) -> list[str]:

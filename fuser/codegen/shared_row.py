@@ -273,17 +273,16 @@ class SharedRowWriter(KernelWriter):
             # (a value along the row axis alone goes to the program scope; the check is defensive)
             if scope is self.program_scope and self.dims_of(tv) == {0} and not self.view:
                 return self._emit_row_value(scope, tv)
-            start = len(scope.lines)
-            super().emit_load(scope, tv)
-            # an input the gate leaves unstaged has column stride 0 at this call: every chunk of
-            # every pass reads its line again, so each load asks L2 to keep it
-            scope.lines[start:] = [re.sub(r"@evict:\w+@", ', eviction_policy="evict_last"', t)
-                                   for t in scope.lines[start:]]
-            return
+            return super().emit_load(scope, tv)
         name = self.tname(tv)
         slot = f"@row:{tv.name}@" if id(tv) in self.row_ids else f"T{tv.name}_smem.index({_CHUNK})"
         scope.lines.append(f"{name} = {slot}.load(LAYOUT).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
+
+    def load_hint(self, tv: TensorView) -> str:
+        # an input the gate leaves unstaged has column stride 0 at this call: every chunk of
+        # every pass reads its line again, so each hinted load asks L2 to keep it
+        return ', eviction_policy="evict_last"' if super().load_hint(tv) else ""
 
     def _emit_row_value(self, scope: Scope, tv: TensorView) -> None:
         """A value a row (a saved mean or rstd), loaded a row ahead: loaded at the row's start,
