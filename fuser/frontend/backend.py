@@ -321,19 +321,62 @@ def register() -> None:
         register_backend(backend_for(), name="fuser")
 
 
+_REGISTRY = "torch._dynamo.backends.registry"
+
+
 def register_unless_installed() -> None:
     """At `import fuser`: an installed fuser is found by Dynamo through its
     `torch_dynamo_backends` entry point (pyproject.toml) when a `torch.compile` first names it,
-    so importing fuser need not import Dynamo (most of a second). Running from a checkout (no
-    entry point), or with Dynamo imported already, register now."""
+    so importing fuser need not import Dynamo (0.7 s on the development CPU, 2.2 s on the H200
+    host). Running from a checkout (no entry point), the backend registers once Dynamo's backend
+    registry is imported (`_RegisterOnImport`); with Dynamo imported already, now."""
     import sys
     from importlib import metadata
 
-    if "torch._dynamo" not in sys.modules:
-        try:
-            found = metadata.distribution("fuser").entry_points
-        except metadata.PackageNotFoundError:
-            found = []
-        if any(ep.group == "torch_dynamo_backends" and ep.name == "fuser" for ep in found):
-            return
-    register()
+    if _REGISTRY in sys.modules or "torch._dynamo" in sys.modules:
+        register()
+        return
+    try:
+        found = metadata.distribution("fuser").entry_points
+    except metadata.PackageNotFoundError:
+        found = []
+    if not any(ep.group == "torch_dynamo_backends" and ep.name == "fuser" for ep in found):
+        sys.meta_path.insert(0, _RegisterOnImport())
+
+
+class _RegisterOnImport:
+    """A module finder for Dynamo's backend registry alone: it finds the module through the
+    finders after it and wraps the loader, so that fuser's backend registers once the module has
+    run. It leaves `sys.meta_path` at its first use."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        import sys
+
+        if fullname != _REGISTRY:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _RegisteringLoader(spec.loader)
+                return spec
+        return None
+
+
+class _RegisteringLoader:
+    """A module's loader, and fuser's backend registered once the module has run."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        register()  # (it imports from the module, which is in sys.modules while it runs)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the module's loader's
+        return getattr(self.loader, name)

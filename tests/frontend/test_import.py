@@ -1,5 +1,6 @@
 """`import fuser` stays light: an installed fuser registers its torch.compile backend through an
-entry point, so Dynamo is imported only when something compiles."""
+entry point, and one run from a checkout once Dynamo's backend registry is imported, so Dynamo is
+imported only when something compiles."""
 import subprocess
 import sys
 from importlib import metadata
@@ -22,6 +23,42 @@ def test_import_does_not_import_dynamo_and_the_backend_is_found_by_name():
             "f = torch.compile(lambda x: torch.sigmoid(x) * 2, backend='fuser', dynamic=True)\n"
             "x = torch.randn(4, 6)\n"
             "torch.testing.assert_close(f(x), torch.sigmoid(x) * 2)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+# run first in a subprocess: fuser as from a checkout, with no entry point to be found
+AS_FROM_A_CHECKOUT = ("from importlib import metadata\n"
+                      "real = metadata.distribution\n"
+                      "def distribution(name):\n"
+                      "    if name == 'fuser':\n"
+                      "        raise metadata.PackageNotFoundError(name)\n"
+                      "    return real(name)\n"
+                      "metadata.distribution = distribution\n")
+
+
+def test_from_a_checkout_the_backend_registers_when_dynamo_is_imported():
+    code = AS_FROM_A_CHECKOUT + (
+        "import sys, torch, fuser\n"
+        "assert 'torch._dynamo' not in sys.modules, 'import fuser imported Dynamo'\n"
+        "f = torch.compile(lambda x: torch.sigmoid(x) * 2, backend='fuser', dynamic=True)\n"
+        "x = torch.randn(4, 6)\n"
+        "torch.testing.assert_close(f(x), torch.sigmoid(x) * 2)\n"
+        "from torch._dynamo.backends.registry import _COMPILER_FNS\n"
+        "assert 'fuser' in _COMPILER_FNS\n"
+        "import inspect\n"  # (the registry's loader still answers for its source)
+        "assert 'def register_backend' in inspect.getsource(sys.modules['torch._dynamo.backends.registry'])\n"
+        "assert not any(type(f).__name__ == '_RegisterOnImport' for f in sys.meta_path)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_from_a_checkout_with_dynamo_imported_already_the_backend_registers_at_import():
+    code = AS_FROM_A_CHECKOUT + (
+        "import sys, torch, torch._dynamo\n"
+        "from torch._dynamo.backends.registry import _COMPILER_FNS\n"
+        "assert 'fuser' not in _COMPILER_FNS\n"
+        "import fuser\n"
+        "assert 'fuser' in _COMPILER_FNS\n"
+        "assert not any(type(f).__name__ == '_RegisterOnImport' for f in sys.meta_path)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
