@@ -41,6 +41,7 @@ from typing import Optional
 
 from ..schedulers.heuristics import SHARED_ROW_PAIR_BUFFERS as BUFFERS  # row k, k + 1, k + 2
 from .kernel import ArgSpec
+from .outline import NotOutlined, free_reads
 from .shared_row import _CHUNK, _PASS, _ROW, SharedRowWriter, gluon_names
 from .types import STORAGE
 
@@ -86,7 +87,10 @@ class PairedRowWriter(SharedRowWriter):
         totals = {acc: f"tl.full([BLOCK0, 1], p{i} + (w{i} - 1).to(tl.float32, bitcast=True), tl.float32, LAYOUT)"
                   for i, acc in enumerate(sums)}
         last = [_SUM.sub(lambda m: totals[m.group(1)], line) for line in mid] + self._last_pass() + post
-        carried = _carried(first, assigned, last)
+        try:
+            carried = _carried(first, assigned, last)
+        except NotOutlined:
+            return None  # (lines the analysis does not follow, a loop: no pair form rather than a wrong one)
         words = [f"w{i} = tl.load(SEM_ptr + theirs + {i}, volatile=True)" for i in range(ns)]
         loop = ["k = (row - pair) // NP",
                 f"this = (k % {BUFFERS}).to(tl.int32)",
@@ -238,14 +242,4 @@ def _carried(first: list[str], assigned: set[str], rest: list[str]) -> list[str]
     """The names `first` assigns that the rest of an iteration reads before assigning them, or
     that `first` itself reads before assigning (a row value loaded a row ahead): those carried
     from a row's first pass to its last pass, and to the next row's first."""
-    def read_before_assigned(lines: list[str]) -> set[str]:
-        seen, read = set(), set()
-        for line in lines:
-            target = _ASSIGNED.match(line)
-            rest_of_line = line[target.end(1):] if target else line
-            read |= {n for n in _NAME.findall(rest_of_line) if n not in seen}
-            if target:
-                seen.add(target.group(1))
-        return read
-    wanted = read_before_assigned(rest) | read_before_assigned(first)
-    return sorted(n for n in assigned if n in wanted)
+    return sorted(assigned & (free_reads(rest) | free_reads(first)))
