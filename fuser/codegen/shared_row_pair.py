@@ -89,7 +89,7 @@ class PairedRowWriter(SharedRowWriter):
         last = [_SUM.sub(lambda m: totals[m.group(1)], line) for line in mid] + self._last_pass() + post
         try:
             carried = _carried(first, assigned, last)
-        except NotOutlined:
+        except (NotOutlined, SyntaxError):
             return None  # (lines the analysis does not follow, a loop: no pair form rather than a wrong one)
         words = [f"w{i} = tl.load(SEM_ptr + theirs + {i}, volatile=True)" for i in range(ns)]
         loop = ["k = (row - pair) // NP",

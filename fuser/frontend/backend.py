@@ -354,8 +354,9 @@ class _RegisterOnImport:
 
         if fullname != _REGISTRY:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
+        # a new list rather than a removal: another thread's import may be walking the old one
+        # (a removal would shift it past the finder after this one)
+        sys.meta_path = [finder for finder in sys.meta_path if finder is not self]
         for finder in sys.meta_path:
             spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
             if spec is not None:
@@ -376,7 +377,17 @@ class _RegisteringLoader:
 
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
-        register()  # (it imports from the module, which is in sys.modules while it runs)
+        # (register() imports from the module, which is in sys.modules while it runs). This runs
+        # inside `import torch._dynamo`: an error here would fail every backend, so it warns
+        try:
+            register()
+        except Exception as error:  # noqa: BLE001
+            import warnings
+
+            warnings.warn(f"fuser: torch.compile's backend 'fuser' was not registered: "
+                          f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the module's loader's
+        if name == "loader" or name.startswith("__"):  # (a copy or unpickling has no `loader` yet)
+            raise AttributeError(name)
         return getattr(self.loader, name)

@@ -51,6 +51,40 @@ def test_from_a_checkout_the_backend_registers_when_dynamo_is_imported():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
+def test_from_a_checkout_the_finder_leaves_a_new_list_and_a_copyable_loader():
+    """The finder leaves `sys.meta_path` by rebinding it (another thread's import may be walking
+    the old list: a removal would make it skip the next finder), and the wrapped loader copies
+    and pickles (found by review: both recursed)."""
+    code = AS_FROM_A_CHECKOUT + (
+        "import copy, pickle, sys, torch, fuser\n"
+        "old = sys.meta_path\n"
+        "n = len(old)\n"
+        "import torch._dynamo\n"
+        "assert len(old) == n and sys.meta_path is not old, 'the list walked by other imports changed'\n"
+        "assert not any(type(f).__name__ == '_RegisterOnImport' for f in sys.meta_path)\n"
+        "loader = sys.modules['torch._dynamo.backends.registry'].__loader__\n"
+        "assert type(loader).__name__ == '_RegisteringLoader'\n"
+        "copy.copy(loader); pickle.loads(pickle.dumps(loader))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_from_a_checkout_a_failing_registration_warns_and_other_backends_work():
+    """The registration runs inside `import torch._dynamo`: an error there must not fail every
+    backend (found by review)."""
+    code = AS_FROM_A_CHECKOUT + (
+        "import sys, warnings, torch, fuser\n"
+        "import fuser.frontend.backend as b\n"
+        "def broken(**options):\n"
+        "    raise RuntimeError('a broken backend')\n"
+        "b.backend_for = broken\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    f = torch.compile(lambda x: x * 2, backend='eager')\n"
+        "    torch.testing.assert_close(f(torch.ones(3)), torch.full((3,), 2.0))\n"
+        "assert any('not registered' in str(w.message) for w in seen), [str(w.message) for w in seen]\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 def test_from_a_checkout_with_dynamo_imported_already_the_backend_registers_at_import():
     code = AS_FROM_A_CHECKOUT + (
         "import sys, torch, torch._dynamo\n"
