@@ -498,10 +498,7 @@ class SharedRowWriter(KernelWriter):
         function = self.outlined.get(key)
         if function is not None:
             return [function.call({"chunk": f"tl.to_tensor({j})", **accs_j}, accs_j)]
-        lines = self._pass_of_chunk(k, j)
-        for acc, renamed in accs_j.items():
-            lines = [re.sub(rf"\b{acc}\b", renamed, t) for t in lines]
-        return lines
+        return renamed(self._pass_of_chunk(k, j), accs_j)
 
     def _module_names(self) -> set[str]:
         """The names the kernel's module defines: its imports' and the math helpers'."""
@@ -543,6 +540,13 @@ class SharedRowWriter(KernelWriter):
         helpers = helpers_for("\n".join([fn] + outlined)).replace("@triton.jit", "@gluon.jit")
         return "\n".join(self.header() + [""] + self.imports() + ["", helpers, ""] +
                          [line for f in outlined for line in ("", f, "")] + ["", fn])
+
+
+def renamed(lines: list[str], names: dict[str, str]) -> list[str]:
+    """`lines` with each whole-word name of `names` replaced (a pass's accumulators by a chunk's)."""
+    for name, to in names.items():
+        lines = [re.sub(rf"\b{name}\b", to, t) for t in lines]
+    return lines
 
 
 def generate_shared_row(plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig) -> Optional[KernelSource]:

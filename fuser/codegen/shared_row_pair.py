@@ -42,7 +42,7 @@ from typing import Optional
 from ..schedulers.heuristics import SHARED_ROW_PAIR_BUFFERS as BUFFERS  # row k, k + 1, k + 2
 from .kernel import ArgSpec
 from .outline import NotOutlined, free_reads
-from .shared_row import _CHUNK, _PASS, _ROW, SharedRowWriter, gluon_names
+from .shared_row import _CHUNK, _PASS, _ROW, SharedRowWriter, gluon_names, renamed
 from .types import STORAGE
 
 SPIN = 1 << 22  # polls of a partner's words before taking them as never coming (seconds of L2 round trips)
@@ -154,11 +154,8 @@ class PairedRowWriter(SharedRowWriter):
     def _last_pass(self) -> list[str]:
         accs = [f"acc{e.out.name}" for e in self.column_reductions]
         lines = []
-        for j in range(self.config.chunks):
-            chunk = self._chunk(1, j, "this")
-            for acc in accs:  # an accumulator a chunk
-                chunk = [re.sub(rf"\b{acc}\b", f"{acc}_{j}", t) for t in chunk]
-            lines += chunk
+        for j in range(self.config.chunks):  # (an accumulator a chunk)
+            lines += renamed(self._chunk(1, j, "this"), {acc: f"{acc}_{j}" for acc in accs})
         return lines
 
     def _row_copies(self, row: str, buffer: str) -> list[str]:

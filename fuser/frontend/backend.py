@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -330,7 +331,6 @@ def register_unless_installed() -> None:
     so importing fuser need not import Dynamo (0.7 s on the development CPU, 2.2 s on the H200
     host). Running from a checkout (no entry point), the backend registers once Dynamo's backend
     registry is imported (`_RegisterOnImport`); with Dynamo imported already, now."""
-    import sys
     from importlib import metadata
 
     if _REGISTRY in sys.modules or "torch._dynamo" in sys.modules:
@@ -350,8 +350,6 @@ class _RegisterOnImport:
     run. It leaves `sys.meta_path` at its first use."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        import sys
-
         if fullname != _REGISTRY:
             return None
         # a new list rather than a removal: another thread's import may be walking the old one
