@@ -421,7 +421,7 @@ class KernelLauncher:
             # (not a storing kernel: on the unsplit forms' 8 and 16 warps its 8-row tile would
             # leave each thread 1-2 elements)
             forms = [("default", None)] + [
-                (f"unsplit, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
+                (f"unsplit, {p.block0} x {p.block1}, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
                 for p in outer_forms(params, _processors(device))]
         if len(forms) > 1:
             return _fastest_form(launch, forms, rows, cols, inputs, device, ahead_jobs)

@@ -216,18 +216,23 @@ def inner_split(rows: int, cols: int, processors: int) -> tuple[LaunchParams, in
 
 
 # An outer reduction with a program a column block for every multiprocessor or more is also
-# timed unsplit on OUTER_TUNED_WARPS (the split form's chunks of rows add programs and a combine
-# it may not need): Inductor with coordinate descent took the LayerNorm backward's column sums
-# at 4096x32768 in 139 us with one program of 16 warps a 128-column block over all rows, against
-# 155 us for our split kernel of 4 warps (H200, 2026-12-01).
-OUTER_TUNED_WARPS = (8, 16)
+# timed unsplit, in the tiles of OUTER_TUNED_TILES (the split form's chunks of rows add programs
+# and a combine it may not need). Inductor with coordinate descent took the LayerNorm backward's
+# column sums at 4096x32768 in 139 us with one program of 16 warps a 128-column block over all
+# rows, against 155 us for our split kernel of 4 warps (H200, 2026-12-01); its column sum there
+# loops over the rows in tiles of 128 rows by 64 columns on 8 warps, which read 0.870-0.877 of
+# copy in fuser's generator against 0.862-0.868 for 32 x 128 on 16 warps and 0.764 for 32 x 128
+# on 8 (H200, 2026-12-03; 8 warps had won no kernel in run 25).
+OUTER_TUNED_TILES = ((32, 128, 16), (128, 64, 8))  # (rows, columns, warps)
 
 
 def outer_forms(params: LaunchParams, processors: int) -> list[LaunchParams]:
     """Unsplit forms to time beside the split form of an outer reduction (none: not tuned)."""
     if processors == 0 or params.grid < processors or not autotuning():
         return []
-    return [replace(params, num_warps=w) for w in OUTER_TUNED_WARPS]
+    cols = params.grid * params.block1  # (at most a block more than the columns: the same blocks)
+    return [replace(params, block0=b0, block1=b1, num_warps=w, grid=-(-cols // b1))
+            for b0, b1, w in OUTER_TUNED_TILES if b1 <= params.block1]
 
 
 # An outer reduction that also stores an output of its rows in its pass (an activation's

@@ -263,8 +263,8 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, device, t
 @pytest.mark.parametrize("winner", [0, 1, 2])
 def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, device, tmp_path, monkeypatch):
     """A column reduction with at least a column block a multiprocessor (two, made up for the
-    interpreter) times its split form against unsplit ones on OUTER_TUNED_WARPS; the chosen
-    form runs and matches eager."""
+    interpreter) times its split form against unsplit ones in the tiles of OUTER_TUNED_TILES
+    (one of 128 rows, more than the 96 here); the chosen form runs and matches eager."""
     from benchmarks import fuser_defs
     from fuser.codegen import launch
     from fuser.schedulers import heuristics
@@ -276,7 +276,9 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     cols = 128 * (processors + 2)  # a 128-column block a processor and two more
     params = heuristics.choose(heuristics.Template.outer_reduction, 96, cols)
     assert heuristics.split_count(params, 96, processors) > 1  # the default splits
-    assert [p.num_warps for p in heuristics.outer_forms(params, processors)] == list(heuristics.OUTER_TUNED_WARPS)
+    tiles = [(p.block0, p.block1, p.num_warps) for p in heuristics.outer_forms(params, processors)]
+    assert tiles == list(heuristics.OUTER_TUNED_TILES)
+    assert [p.grid for p in heuristics.outer_forms(params, processors)] == [cols // b1 for _, b1, _ in tiles]
     assert heuristics.outer_forms(params, params.grid + 1) == []  # fewer column blocks than processors
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(winner, 3))
     launched = []
@@ -289,7 +291,9 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     torch.testing.assert_close(y, x.float().sum(0), rtol=1e-4, atol=1e-3)
     chosen = launched[-1]
     assert (chosen.semaphores is not None) == (winner == 0)  # the split kernel counts its programs
-    assert chosen.steps[0][0].kwargs["num_warps"] == ((params.num_warps,) + heuristics.OUTER_TUNED_WARPS)[winner]
+    kwargs = chosen.steps[0][0].kwargs
+    want = [(params.block0, params.block1, params.num_warps)] + tiles
+    assert (kwargs["BLOCK0"], kwargs["BLOCK1"], kwargs["num_warps"]) == want[winner]
     x2 = torch.randn(96, cols, dtype=torch.bfloat16, device=device)
     (y2,) = fd.execute([x2])
     assert launched[-1] is chosen
