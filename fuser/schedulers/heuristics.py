@@ -160,9 +160,10 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # chunks, so rows of varying length compile a few kernels, not one a length; row counts stay
 # symbolic).
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
-# (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won
-# none of the ten kernels timed at 4096x32768 in suite run 25 (H200, 2026-12-03), the 8192-column
-# form five: each form timed costs its compile on a bucket's first call.
+# (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one
+# of the 40 kernels timed at 4096x32768 in suite run 25 and at 2048x32768, 8192x16384 and
+# 8192x32768 after it, by 0.3% (H200, 2026-12-03; the 8192-column form won 13): each form timed
+# costs its compile on a bucket's first call.
 LOOPED_TUNED_FORMS = ((8192, 32),)
 
 
@@ -380,13 +381,12 @@ def inner_outer_combine(cols: int, programs: int, processors: int = 0) -> Launch
 # 32 (Inductor's choice there). Rows of RELOAD_MIN_COLS or more time it beside the persistent
 # forms, on the warps that give a thread about 16 and 32 elements of the row, and from 16384
 # columns also 128 (8 warps at 32768, which tied 32 on the hand-written kernel and leaves the
-# cross-warp steps of a reduction fewer warps to combine). From RELOAD_WIDE_ROW_MIN_COLS only the
-# 128: at 32768 columns 16 and 32 both give 32 warps, which won none of the ten kernels timed
-# at 4096x32768 in suite run 25 (H200, 2026-12-03; within 2% of the winner in five).
+# cross-warp steps of a reduction fewer warps to combine). The 32 warps at 32768 columns won none
+# of the ten kernels timed at 4096x32768 in suite run 25, but five of ten at 8192x32768 (one by
+# 5% over the next form) and one at 2048x32768 (H200, 2026-12-03): they stay.
 RELOAD_MIN_COLS = 4096
 RELOAD_ELEMENTS_PER_THREAD = (16, 32)
 RELOAD_LONG_ROW_ELEMENTS_PER_THREAD = 128
-RELOAD_WIDE_ROW_MIN_COLS = 32768
 
 
 def reload_warps(params: LaunchParams, cols: int) -> list[int]:
@@ -395,10 +395,7 @@ def reload_warps(params: LaunchParams, cols: int) -> list[int]:
     if (not params.persistent or params.block0 != 1 or RELOAD_MIN_COLS is None or cols < RELOAD_MIN_COLS
             or not autotuning()):
         return []
-    if RELOAD_WIDE_ROW_MIN_COLS is not None and cols >= RELOAD_WIDE_ROW_MIN_COLS:
-        per_thread = (RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,)
-    else:
-        per_thread = RELOAD_ELEMENTS_PER_THREAD + ((RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,) if cols >= 16384 else ())
+    per_thread = RELOAD_ELEMENTS_PER_THREAD + ((RELOAD_LONG_ROW_ELEMENTS_PER_THREAD,) if cols >= 16384 else ())
     return sorted({max(4, min(32, params.block1 // (32 * n))) for n in per_thread})
 
 
@@ -408,8 +405,9 @@ def reload_warps(params: LaunchParams, cols: int) -> list[int]:
 # 4096x32768 read 0.96 of copy so, against 0.77-0.80 with one row a program (whose load,
 # cross-warp reduction and store leave the memory idle between rows while one program fills a
 # multiprocessor) and 0.76 with the two rows held in registers instead of re-read. Since the
-# looped forms with a constant row length are timed too, it won none of the ten kernels timed at
-# 4096x32768 in suite run 25 (H200, 2026-12-03), so it is timed no more.
+# looped forms with a constant row length are timed too, it won none of the 40 kernels timed at
+# 4096x32768 in suite run 25 and at 2048x32768, 8192x16384 and 8192x32768 after it (H200,
+# 2026-12-03), so it is timed no more.
 RELOAD_TWO_ROWS_MIN_COLS = None
 RELOAD_TWO_ROWS_ELEMENTS_PER_THREAD = 64
 

@@ -100,16 +100,15 @@ def test_even_blocks_drop_their_masks(one_pass_wins, monkeypatch):
 def test_candidates(monkeypatch):
     choose = heuristics.choose
     t = heuristics.Template.inner_reduction
-    # from 32768 columns one warp count, 128 elements a thread; two rows a program never by default
-    assert heuristics.reload_forms(choose(t, 4096, 32768), 4096, 32768) == [(1, 8)]
+    # two rows a program: not by default
+    assert heuristics.reload_forms(choose(t, 4096, 32768), 4096, 32768) == [(1, 8), (1, 32)]
     assert heuristics.reload_forms(choose(t, 8192, 16384), 8192, 16384) == [(1, 4), (1, 16), (1, 32)]
-    assert heuristics.reload_forms(choose(t, 1, 32768), 1, 32768) == [(1, 8)]
+    assert heuristics.reload_forms(choose(t, 1, 32768), 1, 32768) == [(1, 8), (1, 32)]
     assert heuristics.reload_forms(choose(t, 16384, 8192), 16384, 8192) == [(1, 8), (1, 16)]
     assert heuristics.reload_warps(choose(t, 16384, 8192), 8192) == [8, 16]
     assert heuristics.reload_warps(choose(t, 16384, 4096), 4096) == [4, 8]
-    assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [8]
+    assert heuristics.reload_warps(choose(t, 4096, 32768), 32768) == [8, 32]
     monkeypatch.setattr(heuristics, "RELOAD_TWO_ROWS_MIN_COLS", 16384)
-    monkeypatch.setattr(heuristics, "RELOAD_WIDE_ROW_MIN_COLS", None)
     assert heuristics.reload_forms(choose(t, 4096, 32768), 4096, 32768) == [(1, 8), (1, 32), (2, 32)]
     assert heuristics.reload_forms(choose(t, 8192, 16384), 8192, 16384) == [(1, 4), (1, 16), (1, 32), (2, 16)]
     assert heuristics.reload_warps(choose(t, 16384, 2048), 2048) == []  # several rows a program
