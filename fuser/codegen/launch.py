@@ -418,11 +418,11 @@ class KernelLauncher:
                       for p in looped_forms(params, rows, cols)]
         elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \
                 and variants in (["split"], ["looped"]) and not storing:
-            # (not a storing kernel: on the unsplit forms' 8 and 16 warps its 8-row tile would
-            # leave each thread 1-2 elements)
+            # (not a storing kernel: its tile is kept small for the output it computes in its
+            # pass, outer_storing; the unsplit tiles were measured on plain column sums)
             forms = [("default", None)] + [
                 (f"unsplit, {p.block0} x {p.block1}, {p.num_warps} warps", lambda p=p: build(["looped"], {"looped": p}, 1))
-                for p in outer_forms(params, _processors(device))]
+                for p in outer_forms(params, _processors(device), cols)]
         if len(forms) > 1:
             return _fastest_form(launch, forms, rows, cols, inputs, device, ahead_jobs)
         if ahead_jobs is not None:

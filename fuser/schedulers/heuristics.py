@@ -155,7 +155,7 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # masks ours took 260 us, and with the row length a constant as well (the loop's trip count
 # known to Triton) 250 us in 4096-column chunks and 234 us in 8192-column chunks on 32 warps
 # (the generated kernel run by hand with its row length made a constexpr). So rows of
-# AUTOTUNE_MIN_COLS or more time those two looped forms, their trip count a constexpr of the
+# AUTOTUNE_MIN_COLS or more time looped forms (LOOPED_TUNED_FORMS), their trip count a constexpr of the
 # kernel (the row length rounded up to whole chunks, the tail masked: one compile per number of
 # chunks, so rows of varying length compile a few kernels, not one a length; row counts stay
 # symbolic).
@@ -230,11 +230,11 @@ def inner_split(rows: int, cols: int, processors: int) -> tuple[LaunchParams, in
 OUTER_TUNED_TILES = ((32, 128, 16), (128, 64, 8))  # (rows, columns, warps)
 
 
-def outer_forms(params: LaunchParams, processors: int) -> list[LaunchParams]:
-    """Unsplit forms to time beside the split form of an outer reduction (none: not tuned)."""
+def outer_forms(params: LaunchParams, processors: int, cols: int) -> list[LaunchParams]:
+    """Unsplit forms to time beside the split form of an outer reduction over `cols` columns
+    (none: not tuned); each has a program a column block of its tile."""
     if processors == 0 or params.grid < processors or not autotuning():
         return []
-    cols = params.grid * params.block1  # (at most a block more than the columns: the same blocks)
     return [replace(params, block0=b0, block1=b1, num_warps=w, grid=-(-cols // b1))
             for b0, b1, w in OUTER_TUNED_TILES if b1 <= params.block1]
 

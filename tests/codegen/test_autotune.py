@@ -260,11 +260,14 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, device, t
     assert list(json.loads((tmp_path / "autotune.json").read_text()).values()) == [pick]
 
 
+@pytest.mark.parametrize("extra", [0, 64])
 @pytest.mark.parametrize("winner", [0, 1, 2])
-def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, device, tmp_path, monkeypatch):
+def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner, extra, device, tmp_path, monkeypatch):
     """A column reduction with at least a column block a multiprocessor (two, made up for the
     interpreter) times its split form against unsplit ones in the tiles of OUTER_TUNED_TILES
-    (one of 128 rows, more than the 96 here); the chosen form runs and matches eager."""
+    (one of 128 rows, more than the 96 here); the chosen form runs and matches eager. With 64
+    columns past whole 128-column blocks, the 64-column tile has no masks and no program past
+    the columns (the interpreter's bounds checks would fail a load there)."""
     from benchmarks import fuser_defs
     from fuser.codegen import launch
     from fuser.schedulers import heuristics
@@ -273,13 +276,14 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter", "cuda"))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     processors = launch._processors(device)
-    cols = 128 * (processors + 2)  # a 128-column block a processor and two more
+    cols = 128 * (processors + 2) + extra  # a 128-column block a processor and two more
     params = heuristics.choose(heuristics.Template.outer_reduction, 96, cols)
     assert heuristics.split_count(params, 96, processors) > 1  # the default splits
-    tiles = [(p.block0, p.block1, p.num_warps) for p in heuristics.outer_forms(params, processors)]
+    forms = heuristics.outer_forms(params, processors, cols)
+    tiles = [(p.block0, p.block1, p.num_warps) for p in forms]
     assert tiles == list(heuristics.OUTER_TUNED_TILES)
-    assert [p.grid for p in heuristics.outer_forms(params, processors)] == [cols // b1 for _, b1, _ in tiles]
-    assert heuristics.outer_forms(params, params.grid + 1) == []  # fewer column blocks than processors
+    assert [p.grid for p in forms] == [-(-cols // b1) for _, b1, _ in tiles]
+    assert heuristics.outer_forms(params, params.grid + 1, cols) == []  # fewer column blocks than processors
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(winner, 3))
     launched = []
     real_call = launch._Launch.__call__
