@@ -155,10 +155,10 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # masks ours took 260 us, and with the row length a constant as well (the loop's trip count
 # known to Triton) 250 us in 4096-column chunks and 234 us in 8192-column chunks on 32 warps
 # (the generated kernel run by hand with its row length made a constexpr). So rows of
-# AUTOTUNE_MIN_COLS or more time looped forms (LOOPED_TUNED_FORMS), their trip count a constexpr of the
-# kernel (the row length rounded up to whole chunks, the tail masked: one compile per number of
-# chunks, so rows of varying length compile a few kernels, not one a length; row counts stay
-# symbolic).
+# AUTOTUNE_MIN_COLS or more time looped forms (LOOPED_TUNED_FORMS), their trip count a
+# constexpr of the kernel (the row length rounded up to whole chunks, the tail masked: one
+# compile per number of chunks, so rows of varying length compile a few kernels, not one a
+# length; row counts stay symbolic).
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one
 # of the 40 kernels timed at 4096x32768 in suite run 25 and at 2048x32768, 8192x16384 and
