@@ -83,7 +83,7 @@ class PairedRowWriter(SharedRowWriter):
         # (its words a (row, half); one more, `broken`, after those of every row)
         self.add_param("SEM_ptr", ArgSpec("semaphore", dim=ns))
         self._words = ns
-        renamed, assigned = _renamed(first, {"row": "rown"})
+        next_first, assigned = _renamed(first, {"row": "rown"})
         totals = {acc: f"tl.full([BLOCK0, 1], p{i} + (w{i} - 1).to(tl.float32, bitcast=True), tl.float32, LAYOUT)"
                   for i, acc in enumerate(sums)}
         last = [_SUM.sub(lambda m: totals[m.group(1)], line) for line in mid] + self._last_pass() + post
@@ -98,7 +98,7 @@ class PairedRowWriter(SharedRowWriter):
                 f"free = ((k + 2) % {BUFFERS}).to(tl.int32)",
                 f"theirs = (row * 2 + 1 - half) * {ns}"] + words + ["far = row + 2 * NP"]
         loop += self._row_copies("far", "free")
-        loop += self._next_row_first(renamed, sums) + self._wait(words) + last
+        loop += self._next_row_first(next_first, sums) + self._wait(words) + last
         loop += [f"{name} = {name}_n" for name in carried] + [f"p{i} = p{i}_n" for i in range(ns)]
         return (self._pair_prologue(head) + _renamed(first, {"row": "pair", "nb": "0"}, suffix="")[0]
                 + self._publish("pair", "", sums) + ["for row in range(pair, R, NP):"]
@@ -111,20 +111,20 @@ class PairedRowWriter(SharedRowWriter):
             f"    tl.atomic_xchg(SEM_ptr + ({row} * 2 + half) * {len(sums)} + {i}, "
             f"p{i}{suffix}.to(tl.int32, bitcast=True) + 1, sem='relaxed')" for i in range(len(sums))]
 
-    def _next_row_first(self, renamed: list[str], sums: list[str]) -> list[str]:
-        """Row k + 1's first pass (`renamed`), with the last row's words zeroed on the way, its
+    def _next_row_first(self, next_first: list[str], sums: list[str]) -> list[str]:
+        """Row k + 1's first pass (`next_first`: its names suffixed), with the last row's words zeroed on the way, its
         sums published, then row k + 2's row values loaded."""
         ns = len(sums)
         # the row values of row k + 2 (loaded a row ahead) wait until after the first pass: loaded
         # before it, they held registers through it and the kernel took 304 -> 326 us at
         # 4096x32768 on the H200
-        ahead = [line for line in renamed if re.match(r"\s*\w+_next_n = tl\.load\(", line)]
+        ahead = [line for line in next_first if re.match(r"\s*\w+_next_n = tl\.load\(", line)]
         # the words of the last row, read an iteration ago, zeroed for the next launch after the
         # first wait of the first pass: the barrier there, which the loads of chunks other
         # threads copied need anyway (Gluon would put it before them), is written out, so that
         # every thread has read the words before any zeroes them. There, not after the pass,
         # few registers are live (after it, Triton 3.9 spilled 32 bytes at 32768 columns)
-        first_pass = [line for line in renamed if line not in ahead]
+        first_pass = [line for line in next_first if line not in ahead]
         at = next(k for k, line in enumerate(first_pass) if line.startswith("async_copy.wait_group(")) + 1
         zero = ["BARRIER()", "if row > pair:"] + [
             f"    tl.store(SEM_ptr + theirs - 2 * NP * {ns} + {i}, 0)" for i in range(ns)]
