@@ -11,19 +11,23 @@ it always did. `FUSER_PARALLEL_COMPILE=0` turns this off; `FUSER_COMPILE_THREADS
 number of threads (default: the processor count, at most 8).
 
 A runtime's first call compiles the kernels of all its launches the same way, before the first
-of them runs (`FusionRuntime.compile_ahead`).
+of them runs (`FusionRuntime.compile_ahead`). Within one launch of two parts (inner_outer.TwoKernels)
+the second part's preparation may compile and time its forms (codegen/autotune.py) before the first
+part's kernel has compiled: `joined_by` lets that kernel join the forms' batch.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from . import compile_pool
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _lock = threading.Lock()
+_joining = threading.local()  # .make: the jobs maker of the innermost `joined_by` block, until used
 
 
 def _after_fork_in_child() -> None:
@@ -56,9 +60,28 @@ def _workers() -> int:
     return max(2, min(8, os.cpu_count() or 2))
 
 
+@contextlib.contextmanager
+def joined_by(make_jobs: Optional[Callable[[], Sequence[Callable[[], None]]]]) -> Iterator[None]:
+    """Within the block, the first `compile_together` on this thread also runs the jobs that
+    `make_jobs()` returns, made only then. A kernel that would compile alone at its first launch
+    (a two-part launch's first part) so compiles beside the forms an autotuner compiles before
+    timing them. Jobs no batch took are not made (their kernels compile as they would have)."""
+    outer = getattr(_joining, "make", None)
+    _joining.make = make_jobs
+    try:
+        yield
+    finally:
+        _joining.make = outer
+
+
 def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
-    """Run the compile jobs (each catches its own errors) side by side; return when all are
-    done. Fewer than two jobs run here, in order."""
+    """Run the compile jobs (each catches its own errors) side by side, with those of an
+    enclosing `joined_by` block not yet run; return when all are done. Fewer than two jobs run
+    here, in order."""
+    make = getattr(_joining, "make", None)
+    if make is not None:
+        _joining.make = None
+        jobs = [*jobs, *make()]
     if len(jobs) < 2 or not enabled():
         for job in jobs:
             job()

@@ -68,6 +68,29 @@ def test_the_two_kernel_form_compiles_its_row_and_column_kernels_together():
     assert not rows.cold and not columns.cold  # their own launches compile nothing again
 
 
+def test_jobs_joined_by_a_block_compile_with_its_first_batch_and_are_made_only_then():
+    """A two-part launch's first kernel joins the batch of forms the second part compiles before
+    timing them (TwoKernels.prepare), rather than compiling alone at its first launch."""
+    kernels = [_StandInKernel(0.3) for _ in range(3)]
+    made = []
+
+    def first_part_jobs():
+        made.append(True)
+        return stand_in_launch(kernels[2]).compile_jobs([torch.zeros(1)])
+    with parallel_compile.joined_by(first_part_jobs):
+        start = time.perf_counter()
+        parallel_compile.compile_together(stand_in_launch(kernels[0], kernels[1]).compile_jobs([torch.zeros(1)]))
+        elapsed = time.perf_counter() - start
+        parallel_compile.compile_together([])  # a later batch in the block: nothing joins it
+    assert made == [True] and all(len(k.compiled_in) == 1 for k in kernels)
+    assert elapsed < 0.6 + 0.3 * (parallel_compile._executor()._max_workers < 3)  # not 0.9
+    with parallel_compile.joined_by(lambda: made.append(False) or []):
+        pass  # no batch ran: the jobs are not made (the kernel compiles at its launch)
+    with parallel_compile.joined_by(None):
+        parallel_compile.compile_together([])
+    assert made == [True]
+
+
 def test_a_failing_compile_is_left_to_the_launch_and_one_kernel_is_not_sent_to_threads(monkeypatch):
     good, bad = _StandInKernel(0.01), _StandInKernel(0.01, fails=True)
     parallel_compile.compile_together(stand_in_launch(good, bad).compile_jobs([torch.zeros(1)]))  # no exception

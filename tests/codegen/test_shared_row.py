@@ -215,6 +215,40 @@ def test_layernorm_backward_over_long_rows_in_either_form_it_times(rows, cols, s
         close(a, e.to(torch.bfloat16), torch.bfloat16)
 
 
+@pytest.mark.gpu
+@hopper
+def test_the_kept_kernel_compiles_beside_the_column_forms_db_times(tmp_path, monkeypatch):
+    """db apart: preparing db's launch compiles its column forms side by side and times them;
+    the shared-row kernel of dx and dw compiles in that batch (parallel_compile.joined_by), not
+    alone at its first launch after the timing."""
+    from fuser.codegen import autotune, parallel_compile, steps
+
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    batches, compiled = [], []
+    together, precompile = parallel_compile.compile_together, steps._DirectStep.precompile
+
+    def counted(jobs):
+        batches.append(len(jobs))
+        together(jobs)
+
+    def noted(self, args):
+        compiled.append((len(batches), self.fn.__name__))
+        precompile(self, args)
+    monkeypatch.setattr(parallel_compile, "compile_together", counted)
+    monkeypatch.setattr(steps._DirectStep, "precompile", noted)
+    x, w, dy = inputs(300, 32768)
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=False)
+    outputs = fd.execute([x, w, dy])
+    assert "row in shared memory" in fd.last_triton_code() and "_apart_" in fd.last_triton_code()
+    first_batch = {name for batch, name in compiled if batch == 1}
+    assert batches and batches[0] >= 3, batches  # db's forms (timed) and the kept kernel
+    assert any("_kept_" in name for name in first_batch) and any("_apart_" in name for name in first_batch), compiled
+    for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
+        close(a, e.to(torch.bfloat16), torch.bfloat16)
+
+
 # (1 and 7 rows: fewer than the pairs; 300 and 1000: pairs that take several rows, each
 # exchanging its sums while the next row's first pass runs)
 @pytest.mark.parametrize("rows, cols", [(1, 32768), (7, 32768), (300, 32768), (1000, 24576), (300, 20480)])
