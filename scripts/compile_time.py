@@ -15,8 +15,8 @@ load (disk cache, module import, triton.jit), compile ahead (Triton compiling th
 fusion's launches side by side before the first of them, on the GPU), first launch (Triton's
 compile of what was not compiled ahead on the GPU; on the CPU the interpreter runs the
 kernel), autotune (on the GPU, where a bucket's launch forms are timed the first time it is
-seen: compiling every form side by side, then timing them; nothing where the disk remembers
-the choice), runtime (fuser's remaining work: binding, runtime setup, launch preparation, ATen
+seen: compiling every form side by side, with the first part's kernels of a two-part launch
+whose second part is timed, then timing them; nothing where the disk remembers the choice), runtime (fuser's remaining work: binding, runtime setup, launch preparation, ATen
 segments) and Dynamo+AOT (jit rows: AOTAutograd, and Dynamo's tracing
 with whatever else is outside fuser). Imports (torch, fuser, and Triton where fuser does not
 import it), Triton's driver module (with the Gluon package its first specialization imports)

@@ -147,17 +147,26 @@ class TwoKernels:
                 return None
             # for their sizes and strides
             made["first"] = self.first.allocate_outputs(values, META if ahead_jobs is not None else device)
+        joined = []  # whether the first part's kernels compiled in the second part's batch
         join = None
         if first_launch is not None and ahead_jobs is None:
             # should the second part time its forms, the first's kernels compile beside them
             # (not after, alone, at the first launch): the LayerNorm backward's shared-row kernel
             # beside db's column forms
             first_inputs = [inputs[k] for k in self.first_take]
-            join = lambda: first_launch.jobs_for(first_inputs, device)  # noqa: E731
+
+            def first_jobs() -> list:
+                jobs = first_launch.jobs_for(first_inputs, device)
+                joined.append(True)
+                return jobs
+            join = first_jobs
         with parallel_compile.joined_by(join):
             second_launch = self.second.prepare([made[s][k] for s, k in self.second_take], scalars, values, device,
                                                 ahead_jobs=ahead_jobs)
-        return _TwoLaunches(first_launch, second_launch, self.first_take, self.second_take, self.give)
+        both = _TwoLaunches(first_launch, second_launch, self.first_take, self.second_take, self.give)
+        if joined:  # (that batch compiled the second part's forms, each then launched to be timed)
+            both.cold = False
+        return both
 
 
 class _TwoLaunches:

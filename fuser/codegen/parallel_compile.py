@@ -65,7 +65,11 @@ def joined_by(make_jobs: Optional[Callable[[], Sequence[Callable[[], None]]]]) -
     """Within the block, the first `compile_together` on this thread also runs the jobs that
     `make_jobs()` returns, made only then. A kernel that would compile alone at its first launch
     (a two-part launch's first part) so compiles beside the forms an autotuner compiles before
-    timing them. Jobs no batch took are not made (their kernels compile as they would have)."""
+    timing them. Jobs no batch took are not made (their kernels compile as they would have).
+    None: no jobs of its own (an enclosing block's still join)."""
+    if make_jobs is None:
+        yield
+        return
     outer = getattr(_joining, "make", None)
     _joining.make = make_jobs
     try:
@@ -81,7 +85,10 @@ def compile_together(jobs: Sequence[Callable[[], None]]) -> None:
     make = getattr(_joining, "make", None)
     if make is not None:
         _joining.make = None
-        jobs = [*jobs, *make()]
+        try:
+            jobs = [*jobs, *make()]
+        except Exception:  # noqa: BLE001 - (allocating their tensors) left to the launch, which meets it
+            pass
     if len(jobs) < 2 or not enabled():
         for job in jobs:
             job()

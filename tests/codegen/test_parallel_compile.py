@@ -77,6 +77,8 @@ def test_jobs_joined_by_a_block_compile_with_its_first_batch_and_are_made_only_t
     def first_part_jobs():
         made.append(True)
         return stand_in_launch(kernels[2]).compile_jobs([torch.zeros(1)])
+    parallel_compile.start_triton_driver()  # (once a process: not in the time below)
+    parallel_compile._executor()
     with parallel_compile.joined_by(first_part_jobs):
         start = time.perf_counter()
         parallel_compile.compile_together(stand_in_launch(kernels[0], kernels[1]).compile_jobs([torch.zeros(1)]))
@@ -86,9 +88,85 @@ def test_jobs_joined_by_a_block_compile_with_its_first_batch_and_are_made_only_t
     assert elapsed < 0.6 + 0.3 * (parallel_compile._executor()._max_workers < 3)  # not 0.9
     with parallel_compile.joined_by(lambda: made.append(False) or []):
         pass  # no batch ran: the jobs are not made (the kernel compiles at its launch)
-    with parallel_compile.joined_by(None):
-        parallel_compile.compile_together([])
-    assert made == [True]
+    with parallel_compile.joined_by(lambda: made.append("outer") or []):
+        with parallel_compile.joined_by(None):  # no jobs of its own: the outer block's still join
+            parallel_compile.compile_together([])
+    assert made == [True, "outer"]
+
+
+class _Unallocatable(launch._Launch):
+    """A launch whose outputs cannot be allocated (out of memory)."""
+
+    __slots__ = ()
+
+    def tensors_for(self, inputs, device, dests=None):
+        raise MemoryError("stand-in")
+
+
+class _FirstPart:
+    """A two-part launch's first part (TwoKernels.first), prepared without compiling."""
+
+    def __init__(self, kernels, fails=False):
+        self.kernels, self.fails = kernels, fails
+
+    def prepare(self, inputs, scalars, values, device, ahead_jobs=None, in_one_pass=False):
+        made = stand_in_launch(*self.kernels, outputs=[((4,), torch.float32)])
+        if self.fails:
+            made.__class__ = _Unallocatable
+        return made
+
+    def allocate_outputs(self, values, device):
+        return [torch.empty(4)]
+
+
+class _SecondPart:
+    """The second part, which compiles its forms in one batch to time them (launch._fastest_form)
+    unless its choice is remembered (`timed` False) or it is prepared ahead."""
+
+    def __init__(self, kernel, timed):
+        self.kernel, self.timed = kernel, timed
+
+    def prepare(self, inputs, scalars, values, device, ahead_jobs=None):
+        made = stand_in_launch(self.kernel, outputs=[((4,), torch.float32)])
+        if self.timed and ahead_jobs is None:
+            parallel_compile.compile_together(made.jobs_for(inputs, device))
+        return made
+
+
+def two_parts(first, second):
+    from fuser.codegen.inner_outer import TwoKernels
+
+    made = object.__new__(TwoKernels)
+    made.first, made.second = first, second
+    made.first_take, made.second_take, made.give = [0], [("first", 0)], [("second", 0)]
+    return made
+
+
+@pytest.mark.parametrize("case", ["timed", "remembered", "ahead", "first part fails"])
+def test_a_two_part_launch_compiles_its_first_part_in_the_batch_its_second_part_times(case, monkeypatch):
+    """TwoKernels.prepare: where the second part compiles its forms to time them, the first part's
+    kernels compile in that batch, and the first call compiles nothing again; where it compiles
+    none (its choice remembered), the first call compiles both parts together, as before; a
+    compile-ahead pass joins nothing (it collects every job itself)."""
+    batches = []
+    together = parallel_compile.compile_together
+
+    def counted(jobs):
+        batches.append(len(jobs))
+        together(jobs)
+    monkeypatch.setattr(parallel_compile, "compile_together", counted)
+    first = [_StandInKernel(0.0), _StandInKernel(0.0)]
+    second = _StandInKernel(0.0)
+    two = two_parts(_FirstPart(first, fails=case == "first part fails"), _SecondPart(second, case != "remembered"))
+    prepared = two.prepare([torch.zeros(4)], {}, {}, torch.device("cpu"),
+                           ahead_jobs=object() if case == "ahead" else None)
+    compiled = [len(k.compiled_in) for k in first + [second]]
+    if case == "timed":
+        assert batches == [1] and compiled == [1, 1, 1] and not prepared.cold
+    elif case == "first part fails":  # left to the first part's own launch, which meets the error
+        assert batches == [1] and compiled == [0, 0, 1] and prepared.cold
+    else:
+        assert batches == [] and compiled == [0, 0, 0] and prepared.cold
 
 
 def test_a_failing_compile_is_left_to_the_launch_and_one_kernel_is_not_sent_to_threads(monkeypatch):
