@@ -69,8 +69,30 @@ def test_merge_recomputes_the_best_peer_and_refuses_an_incomplete_or_mixed_set(t
     assert [row["results"]["best peer"]["from"] for row in merged["cases"]] == ["torch.compile", "liger"]
     assert abs(merged["geomean"]["best peer"]["geomean"] - (0.7 * 0.6) ** 0.5) < 1e-9
     assert merged["part"] == "1-2/2 merged"
+    assert f"fuser: 1 of 2 rows at 0.85 of copy or more (below: {names[0]} 0.80); 2 of 2 at the best peer" \
+        in capsys.readouterr().out
     for bad, message in (([paths[0]], "expected the parts"), ([paths[0], paths[0]], "expected the parts"),
                          ([paths[0], paths[2]], "seed"), ([paths[0], paths[3]], "not a report of one part"),
                          ([paths[0], paths[4]], "expected the parts"), ([str(tmp_path / "out" / "x.json")], "cannot read")):
         with pytest.raises(SystemExit, match=message):
             harness.merge_reports(bad, str(tmp_path / "bad"))
+
+
+def test_the_table_ends_with_the_rows_that_miss_the_targets():
+    """Under the table, a line per fuser column: its rows at 0.85 of copy or more and at the best
+    peer or above (2% allowed), naming each row that misses (BENCHMARKS.md's targets)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import harness
+
+    shares = {"a[1x1]": {"torch.compile": 0.70, "fuser": 0.80, "fuser-fd": 0.90},   # below 0.85
+              "b[1x1]": {"torch.compile": 0.90, "fuser": 0.885},                    # within 2% of its peer
+              "c[1x1]": {"torch.compile": 0.95, "fuser": 0.90},                     # behind its peer
+              "d[1x1]": {"torch.compile": 0.50}}                                     # fuser not timed
+    rows = [{"name": n, "results": {c: {"share": v} for c, v in cells.items()}} for n, cells in shares.items()]
+    columns = ["torch.compile", "fuser", "fuser-fd"]
+    harness.add_best_peer(rows, columns)
+    fuser, fd = harness.targets_summary(rows, columns + ["best peer"]).splitlines()
+    assert fuser == ("fuser: 2 of 3 rows at 0.85 of copy or more (below: a[1x1] 0.80); 2 of 3 at the best peer or "
+                     "above, 2% allowed (below: c[1x1] 0.900 < 0.950 (torch.compile))")
+    assert fd == "fuser-fd: 1 of 1 rows at 0.85 of copy or more; 1 of 1 at the best peer or above, 2% allowed"
+    assert harness.targets_summary(rows, ["torch.compile"]) == ""
