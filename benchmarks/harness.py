@@ -422,6 +422,12 @@ def write_chart(path: Path, rows: list[dict], columns: list[str], title: str) ->
     return None
 
 
+def table_with_targets(rows: list[dict], columns: list[str], means: dict) -> str:
+    """The markdown table, then its fuser columns against the targets (targets_summary)."""
+    verdict = targets_summary(rows, columns)
+    return markdown_table(rows, columns, means) + ("\n\n" + verdict if verdict else "")
+
+
 def targets_summary(rows: list[dict], columns: list[str]) -> str:
     """A line per fuser column against issue 6's targets: its rows at TARGET_SHARE of copy or
     more, and at the best peer or above (PEER_NOISE allowed), each naming the rows that miss."""
@@ -434,8 +440,7 @@ def targets_summary(rows: list[dict], columns: list[str]) -> str:
         low = [f"{name} {v:.2f}" for name, v in share.items() if v < TARGET_SHARE]
         line = (f"{col}: {len(timed) - len(low)} of {len(timed)} rows at {TARGET_SHARE} of copy or more"
                 + (f" (below: {', '.join(low)})" if low else ""))
-        peers = [(r, r["results"].get("best peer")) for r in timed]
-        compared = [(r, p) for r, p in peers if p and "share" in p]
+        compared = [(r, p) for r in timed if "share" in (p := r["results"].get("best peer") or {})]
         if compared:
             behind = [f"{r['name']} {share[r['name']]:.3f} < {p['share']:.3f} ({p['from']})" for r, p in compared
                       if share[r["name"]] < (1 - PEER_NOISE) * p["share"]]
@@ -560,10 +565,7 @@ def merge_reports(paths: list[str], out: str) -> int:
         row["results"].pop("best peer", None)
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
-    table = markdown_table(rows, columns, means)
-    verdict = targets_summary(rows, columns)
-    if verdict:
-        table += "\n\n" + verdict
+    table = table_with_targets(rows, columns, means)
     copies = [r["copy"]["gbps"] for r in reports]
     title = (f"{first['device']}: copy {min(copies):.0f}-{max(copies):.0f} GB/s ({n} parts); "
              f"torch {first['torch']}, triton {first['triton']}")
@@ -637,10 +639,7 @@ def main(argv: list[str] | None = None) -> int:
 
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
-    table = markdown_table(rows, columns, means)
-    verdict = targets_summary(rows, columns)
-    if verdict:
-        table += "\n\n" + verdict
+    table = table_with_targets(rows, columns, means)
     title = (f"{env['device']}: copy {copy['gbps']:.0f} GB/s; torch {env['torch']}, "
              f"triton {env['triton']}")
     header = f"{title}; {env['date']}; cells = share of copy bandwidth"
