@@ -1,5 +1,6 @@
 """fuser: a tensor-fusion compiler for PyTorch that generates Triton kernels."""
 from . import multidevice
+from .codegen.tuning import finish_tuning
 from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionInputError,
                      InternalError, UnsupportedError)
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
@@ -12,7 +13,7 @@ _register_backend()  # torch.compile(fn, backend="fuser")
 
 __all__ = [
     "FusionDefinition", "jit", "explain", "CacheInfo", "ExplainReport", "DataType", "ParallelType",
-    "Fusion", "multidevice",
+    "Fusion", "multidevice", "finish_tuning",
     "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
     "UnsupportedError", "InternalError",
 ]

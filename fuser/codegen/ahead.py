@@ -26,7 +26,7 @@ class CompileJobs:
     def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
         if not launch.steps:
             return  # two launches (inner_outer._TwoLaunches): each added its jobs when prepared
-        tensors = _stand_ins(launch, inputs, device)
+        tensors = stand_ins(launch, inputs, device)
         for step, template, slots in launch.steps:
             if not isinstance(step, _DirectStep) or step.compiled is not None:
                 continue
@@ -81,7 +81,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _stand_ins(launch, inputs: Sequence, device) -> list:
+def stand_ins(launch, inputs: Sequence, device) -> list:
     """What a launch's compile jobs need of its tensors, without them, in `_Launch.tensors_for`'s
     order: `inputs` real or meta tensors; outputs, workspaces and semaphores are fresh
     allocations, so aligned."""

@@ -321,19 +321,44 @@ def record_hit(sent: Optional[str], compiled) -> None:
             STATS["missed"] += 1
 
 
-def _request(fn, args, kwargs, grid, origin) -> Optional[dict]:
-    """The worker's request for this launch: Triton's specialization, caught by its JIT cache
-    hook instead of compiling. None where Triton has the kernel in memory already."""
-    from triton import knobs
-    from triton.runtime import driver
-
+def _specialization(fn, args, kwargs, grid):
+    """Triton's specialization of this launch, caught by its JIT cache hook instead of
+    compiling; None where Triton has the kernel in memory already."""
     _install_hook()
     _local.capturing, _local.captured = fn, None
     try:
         fn.run(*args, grid=grid, warmup=True, **kwargs)
     finally:
         _local.capturing = None
-    captured = _local.captured
+    return _local.captured
+
+
+def compiled_already(fn, args: list, kwargs: dict, grid) -> bool:
+    """Whether Triton has this launch's kernel (a kernel fuser loaded) in memory or in its disk
+    cache: a compile of it would be quick. False where that cannot be told. Never raises."""
+    origin = getattr(fn, "fuser_origin", None)
+    if origin is None:
+        return False
+    try:
+        from triton.runtime import driver
+
+        captured = _specialization(fn, args, kwargs, grid)
+        if captured is None:
+            return True
+        target = driver.active.get_current_target()
+        src, options = launch_source(fn, origin[3], captured, target)
+        return in_disk_cache(src, options, target)
+    except Exception:  # noqa: BLE001 - another Triton: taken as not compiled
+        return False
+
+
+def _request(fn, args, kwargs, grid, origin) -> Optional[dict]:
+    """The worker's request for this launch: Triton's specialization, caught by its JIT cache
+    hook instead of compiling. None where Triton has the kernel in memory already."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    captured = _specialization(fn, args, kwargs, grid)
     if captured is None:
         return None
     target = driver.active.get_current_target()

@@ -172,14 +172,26 @@ class TwoKernels:
 class _TwoLaunches:
     """Prepared launches of a two-kernel form, called like one prepared launch."""
 
-    __slots__ = ("first_launch", "second_launch", "first_take", "second_take", "give", "source", "compiles", "cold")
+    __slots__ = ("first_launch", "second_launch", "first_take", "second_take", "give", "compiles", "cold",
+                 "_source", "_source_of")
 
     def __init__(self, first_launch, second_launch, first_take, second_take, give):
         self.first_launch, self.second_launch = first_launch, second_launch
         self.first_take, self.second_take, self.give = first_take, second_take, give
-        self.source = "\n\n".join(launch.source for launch in (first_launch, second_launch) if launch is not None)
         self.compiles = sum(launch.compiles for launch in (first_launch, second_launch) if launch is not None)
         self.cold = self.compiles > 1
+        self._source, self._source_of = "", (None, None)
+
+    @property
+    def source(self) -> str:
+        """Both launches' code, as they run now (a part may change what it runs: a stand-in
+        while its kernel compiles, a form chosen after timing); the same object while they do not."""
+        first = self.first_launch.source if self.first_launch is not None else None
+        second = self.second_launch.source
+        if first is not self._source_of[0] or second is not self._source_of[1]:
+            self._source_of = (first, second)
+            self._source = "\n\n".join(text for text in (first, second) if text is not None)
+        return self._source
 
     def __call__(self, inputs, device, dests=None):  # (whole tensors only: `dests` is None)
         if self.cold:
@@ -204,15 +216,19 @@ class _TwoLaunches:
     steps = ()
 
     def jobs_for(self, inputs, device) -> list:
-        """The compile jobs of both kernels: the second kernel's arguments are made here from
-        the first kernel's output specs (its outputs do not exist before it runs). A first
-        launch of two kernels itself (ApartParts' kept plan in the CPU tests) gives its jobs;
-        a second kernel reading its outputs then compiles at its first call."""
+        """The compile jobs of both kernels (which then need no compile together at the first
+        call): the second kernel's arguments are made here from the first kernel's output specs
+        (its outputs do not exist before it runs). Where the second reads none of them, the
+        first launch gives its own jobs (ApartParts' kept plan: a shared-row launch, or, in the
+        CPU tests, two kernels); where it does and the first is two kernels itself, the second
+        compiles at its first call."""
+        self.cold = False
         made, jobs = {"in": inputs, "first": []}, []
         first_inputs = [inputs[k] for k in self.first_take]
-        if isinstance(self.first_launch, _TwoLaunches):
+        reads_first = any(source == "first" for source, _ in self.second_take)
+        if self.first_launch is not None and (not reads_first or isinstance(self.first_launch, _TwoLaunches)):
             jobs += self.first_launch.jobs_for(first_inputs, device)
-            if any(source == "first" for source, _ in self.second_take):
+            if reads_first:
                 return jobs
         elif self.first_launch is not None:
             tensors, made["first"] = self.first_launch.tensors_for(first_inputs, device)

@@ -17,7 +17,7 @@ import math
 import re
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -32,20 +32,18 @@ from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARE
                                      row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
-from . import autotune, inline, parallel_compile
+from . import autotune, compile_pool, inline, parallel_compile, tuning
 from .canonical import named
 from .compile import load_canonical
 from .inline import inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
+from .ahead import CompileJobs, stand_ins
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
 from .layout import Layout, make_layout, run_stride
-
-if TYPE_CHECKING:
-    from .ahead import CompileJobs
 
 _INT32_LIMIT = 2**31
 _MISSING = object()
@@ -454,6 +452,9 @@ class KernelLauncher:
         if len(schedules) == 1:
             if ahead_jobs is not None:
                 ahead_jobs.add(default, inputs, device)
+            elif (dests is None and tuning.in_background(target) and tuning.timing_forms()
+                  and not compile_pool.patient() and not misaligned(inputs, shared.staged)):
+                default.compile_in_background(inputs, device)
             return default
         return _fastest_form(default, [
             (f"{c.ahead} chunks held twice, {c.batch} a barrier", None if k == 0 else lambda c=c: with_fallback(c))
@@ -517,9 +518,11 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
                   ahead_jobs: "Optional[CompileJobs]" = None) -> "_Launch":
     """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
-    compiling every form side by side. A form is built only if it is timed or chosen.
-    `ahead_jobs` (see `prepare`): add the compile jobs of the forms to time, or of the
-    remembered one, and return the default untimed."""
+    compiling every form side by side, or (on the GPU, codegen/tuning.py) the default now, the
+    others compiling in the background and timed at a later call. A form is built only if it
+    is timed or chosen. `ahead_jobs` (see `prepare`): add the compile jobs of the remembered
+    form, or of the default where the others compile later, or of every form to time, and
+    return the default untimed."""
     labels = ",".join(label for label, _ in forms)
     # the kernels' canonical names (a digest of their canonical code): kernels alike but for
     # their tensors' names (a model's layers) share one measurement
@@ -531,13 +534,23 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
         if made[k] is None:
             made[k] = forms[k][1]()
         return made[k]
+    chosen = autotune.CHOICES.get(key)
+    remembered = chosen is not None and 0 <= chosen < len(forms)
+    # (a thread compiling ahead in the background compiles every form: they are timed sooner)
+    later = not remembered and tuning.in_background(target_for(device)) and not compile_pool.patient()
+    if not remembered and not tuning.timing_forms():  # (a stand-in's launch: the default)
+        if ahead_jobs is not None:
+            ahead_jobs.add(default, inputs, device)
+        return default
     if ahead_jobs is not None:
-        chosen = autotune.CHOICES.get(key)
-        for k in range(len(forms)) if chosen is None or not 0 <= chosen < len(forms) else [chosen]:
+        for k in [chosen] if remembered else [0] if later else range(len(forms)):
             ahead_jobs.add(form(k), inputs, device)
         return default
+    if later:  # the default runs while the others compile
+        return tuning.TuningLaunch([form(k) for k in range(len(forms))], key, [label for label, _ in forms],
+                                   inputs, device)
     with phase("autotune"):
-        if autotune.CHOICES.get(key) is None:  # to be timed: compile them all at once first
+        if not remembered:  # to be timed: compile them all at once first
             jobs = []
             for k in range(len(forms)):
                 jobs += form(k).jobs_for(inputs, device)
@@ -677,25 +690,60 @@ class _SharedRowLaunch:
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
     two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed. So do
     all calls once the driver refused a `cooperative` launch (the pair form's: under MPS or a
-    green context fewer processors may be free than the device has)."""
+    green context fewer processors may be free than the device has), and, on the GPU, the calls
+    made while its kernel compiles in the background (`compile_in_background`): the shared-row
+    kernel takes 0.5-1 s to compile, the two-kernel form less."""
 
-    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "source", "compiles", "cooperative", "refused")
+    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "compiles", "cooperative", "refused",
+                 "compiling")
 
     def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...], cooperative: bool = False):
         self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
         self.fallback = None
-        self.source, self.compiles = launch.source, launch.compiles
+        self.compiles = launch.compiles
         self.cooperative, self.refused = cooperative, False
+        self.compiling: Optional[threading.Event] = None  # set once the kernels compiled in the background
 
     @property
     def cold(self) -> bool:
         return self.launch.cold
 
-    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if self.refused or misaligned(inputs, self.staged):
-            if self.fallback is None:
+    @property
+    def source(self) -> str:
+        """The code calls run: the two-kernel form's while it stands in (or the driver refused
+        the launch), else the shared-row kernel's (a misaligned call's two kernels are not shown)."""
+        if self.fallback is not None and (self.refused or self._standing_in()):
+            return self.fallback.source
+        return self.launch.source
+
+    def compile_in_background(self, inputs: Sequence[torch.Tensor], device) -> None:
+        """Unless Triton has the shared-row kernel in memory or on disk: compile this launch's
+        kernels in the background (codegen/tuning.py), the two-kernel form running meanwhile."""
+        tensors = stand_ins(self.launch, inputs, device)
+        step, template, slots = self.launch.steps[0]
+        args = list(template)
+        for pos, k in slots:
+            args[pos] = tensors[k]
+        if compile_pool.compiled_already(step.fn, args, step.kwargs, (step.grid,)):
+            return
+        jobs = CompileJobs()
+        jobs.add(self.launch, inputs, device)
+        self.compiling = tuning.compile_in_background(jobs.jobs, device)
+
+    def _standing_in(self) -> bool:
+        if self.compiling is not None and self.compiling.is_set():
+            self.compiling = None
+        return self.compiling is not None
+
+    def _fallback(self, inputs) -> Any:
+        if self.fallback is None:
+            with tuning.untimed():  # (a stand-in for a few calls: its default forms)
                 self.fallback = self.prepare_fallback(inputs)
-            return self.fallback(inputs, device, dests)
+        return self.fallback
+
+    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
+        if self.refused or self._standing_in() or misaligned(inputs, self.staged):
+            return self._fallback(inputs)(inputs, device, dests)
         if not self.cooperative:
             return self.launch(inputs, device, dests)
         try:  # (a refused launch enqueued nothing: its kernel is the launch's first)
@@ -729,6 +777,10 @@ class _SharedRowLaunch:
         return self.launch.semaphores
 
     def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
+        """The compile jobs of what its first call will run: the two-kernel form's while the
+        shared-row kernel compiles in the background."""
+        if self._standing_in():
+            return self._fallback(inputs).jobs_for(inputs, device)
         return self.launch.jobs_for(inputs, device)
 
     def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:

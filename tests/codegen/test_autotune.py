@@ -235,6 +235,7 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, device, t
     monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
     monkeypatch.setattr(heuristics, "LOOPED_TUNED_FORMS", ((64, 4),))
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter", "cuda"))
+    monkeypatch.setenv("FUSER_BACKGROUND_COMPILE", "0")  # (on the GPU: timed at the first call)
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     params = heuristics.choose(heuristics.Template.inner_reduction, 6, cols)
     assert [(p.block1, p.num_warps) for p in heuristics.looped_forms(params, 6, cols)] == [(64, 4)]
@@ -274,6 +275,7 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
 
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 2)
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter", "cuda"))
+    monkeypatch.setenv("FUSER_BACKGROUND_COMPILE", "0")  # (on the GPU: timed at the first call)
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     processors = launch._processors(device)
     cols = 128 * (processors + 2) + extra  # a 128-column block a processor and two more

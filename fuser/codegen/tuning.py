@@ -1,0 +1,202 @@
+"""Launch forms timed once their compiles are done: the first call runs the default form while
+the others compile in the background.
+
+A bucket seen for the first time (autotune.py) compiled all its launch forms side by side and
+timed them before its first launch: at 4096x32768 six forms, most of a forward definition's
+0.8-1.0 s first call. On the GPU the first call now runs the default form (the heuristics'
+pick), which alone compiles then; the other forms compile in background threads (through the
+compile worker, compile_pool.py, waiting for a free slot rather than competing with the caller
+for the GIL), and the first call after they are done times every form on its own inputs and
+keeps the fastest, remembered on disk as before. Until then calls run the default form, whose
+results may differ from the chosen form's in rounding (another order of summing) but not in
+what they compute.
+
+`finish_tuning()` waits for the background compiles; a benchmark calls it, then the function
+once more (the call that times), before timing. A call made while a CUDA graph is captured
+never times: the form running then stays until a call outside capture.
+`FUSER_BACKGROUND_COMPILE=0`: the first call compiles and times every form, as before.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .. import timing
+from . import autotune, compile_pool, parallel_compile
+from .ahead import CompileJobs
+
+# targets whose launch forms compile in the background (tests add the interpreter)
+BACKGROUND_TARGETS = ("cuda",)
+
+_batches = threading.Condition()
+_running = [0]  # background batches not finished
+_local = threading.local()  # .untimed: launches prepared now take their default forms
+
+
+def in_background(target: str) -> bool:
+    """Whether a launch's forms on `target` compile in the background (FUSER_BACKGROUND_COMPILE=0:
+    at its first call, before it is timed)."""
+    return (target in BACKGROUND_TARGETS and parallel_compile.enabled()
+            and os.environ.get("FUSER_BACKGROUND_COMPILE", "1") != "0")
+
+
+@contextlib.contextmanager
+def untimed():
+    """Within (on this thread): launches are prepared in their default form where no choice is
+    remembered, nothing timed or compiled for later (a stand-in's, which runs a few calls)."""
+    before = getattr(_local, "untimed", False)
+    _local.untimed = True
+    try:
+        yield
+    finally:
+        _local.untimed = before
+
+
+def timing_forms() -> bool:
+    """False within `untimed`."""
+    return not getattr(_local, "untimed", False)
+
+
+def finish_tuning(timeout: Optional[float] = None) -> bool:
+    """Wait until the launch forms compiling in the background are compiled (or `timeout`
+    seconds); whether they are. Each launch then times its forms at its next call."""
+    with _batches:
+        return _batches.wait_for(lambda: _running[0] == 0, timeout)
+
+
+def _after_fork_in_child() -> None:
+    global _batches
+    _batches = threading.Condition()  # (the parent's threads are not in the child)
+    _running[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def compile_in_background(jobs: Sequence[Callable[[], None]], device: torch.device) -> threading.Event:
+    """Run the compile jobs (each catches its own errors) side by side in daemon threads; the
+    event is set when all are done."""
+    done = threading.Event()
+    if not jobs:
+        done.set()
+        return done
+    parallel_compile.start_triton_driver()  # here: its lazy start is not meant for two threads at once
+    with _batches:
+        _running[0] += 1
+    left = [len(jobs)]
+    lock = threading.Lock()
+
+    def run(job: Callable[[], None]) -> None:
+        timing.quiet()
+        try:
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
+                    compile_pool.side_by_side(patient=True):
+                job()
+        except Exception:  # noqa: BLE001 - the launch that needs the kernel compiles it and reports
+            pass
+        finally:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                done.set()
+                with _batches:
+                    _running[0] -= 1
+                    _batches.notify_all()
+
+    for job in jobs:
+        threading.Thread(target=run, args=(job,), name="fuser-tuning", daemon=True).start()
+    return done
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+class TuningLaunch:
+    """A bucket's launch forms (the default first), timed against each other at the first call
+    after the others compiled in the background; the default runs until then. Called, and read
+    by a two-kernel launch (inner_outer._TwoLaunches), as the form it runs."""
+
+    __slots__ = ("forms", "key", "labels", "compiled", "chosen", "lock", "first")
+
+    def __init__(self, forms: list, key: str, labels: list[str], inputs: Sequence[torch.Tensor],
+                 device: torch.device):
+        self.forms, self.key, self.labels = forms, key, labels
+        self.chosen = None
+        self.first = True  # (the first call runs the default, however soon the others compile)
+        self.lock = threading.Lock()
+        jobs = CompileJobs()  # (stand-ins for the tensors: nothing is allocated or kept)
+        for form in forms[1:]:
+            jobs.add(form, inputs, device)
+        self.compiled = compile_in_background(jobs.jobs, device)
+
+    @property
+    def running(self):
+        """The form calls run now: the default until the forms are timed, then the fastest."""
+        return self.chosen if self.chosen is not None else self.forms[0]
+
+    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
+        if self.chosen is None:
+            if self.first:
+                self.first = False
+            elif self.compiled.is_set() and not _capturing(device):
+                self._choose(inputs, device)
+        return self.running(inputs, device, dests)
+
+    def _choose(self, inputs: Sequence[torch.Tensor], device) -> None:
+        with self.lock:
+            if self.chosen is not None:
+                return
+            forms = self.forms
+            with timing.phase("autotune"):
+                best = autotune.fastest(self.key, [lambda f=f: f(inputs, device) for f in forms], device,
+                                        labels=self.labels)
+            self.chosen = forms[best]
+            self.forms = [self.chosen]  # (the others' kernels and workspaces go)
+
+    def direct_lines(self, *args, **kwargs) -> None:
+        """No inline form: each call checks whether the forms can be timed."""
+        return None
+
+    @property
+    def source(self) -> str:
+        return self.running.source
+
+    @property
+    def compiles(self) -> int:
+        return self.running.compiles
+
+    @property
+    def cold(self) -> bool:
+        return self.running.cold
+
+    @property
+    def steps(self) -> list:
+        return self.running.steps
+
+    @property
+    def out_specs(self) -> list:
+        return self.running.out_specs
+
+    @property
+    def workspaces(self):
+        return self.running.workspaces
+
+    @property
+    def semaphores(self):
+        return self.running.semaphores
+
+    def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
+        return self.running.jobs_for(inputs, device)
+
+    def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
+        return self.running.tensors_for(inputs, device, dests)
+
+    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
+        return self.running.compile_jobs(tensors)

@@ -1,0 +1,244 @@
+"""Launch forms tuned after the first call (codegen/tuning.py): the first call runs the default
+form while the others compile in the background; the first call after those compiles are done
+times every form and runs the fastest from then on. On the interpreter, made a background
+target here, the compiles are recorded and held (tests/compile_jobs.py) rather than run."""
+import json
+import threading
+
+import pytest
+import torch
+
+from fuser.codegen import autotune, compile_pool, launch, tuning
+from fuser.codegen.ahead import CompileJobs
+from fuser.runtime import cache
+
+from tests.compile_jobs import Gate
+
+
+@pytest.fixture
+def tuned(recorded, tmp_path, monkeypatch):
+    """LayerNorm's forward over 100 columns tuned on the interpreter in the background (two
+    forms: 8 warps, the default, and 4), a timer that prefers 4 warps; yields the list of
+    (warps of each launch) and the choices' file."""
+    from fuser.schedulers import heuristics
+
+    monkeypatch.setattr(heuristics, "AUTOTUNE_WARPS_MIN_COLS", 64)
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(tuning, "BACKGROUND_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    times = iter([2.0, 1.0])
+    monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(times))[1])
+    warps = []
+    real_call = launch._Launch.__call__
+    monkeypatch.setattr(launch._Launch, "__call__",
+                        lambda self, *a, **k: warps.append(self.steps[0][0].kwargs["num_warps"]) or real_call(self, *a, **k))
+    yield warps, tmp_path / "autotune.json"
+
+
+def _layernorm():
+    from benchmarks import fuser_defs
+
+    fd = fuser_defs.layernorm_fwd.__wrapped__()
+    x = torch.randn(24, 100, dtype=torch.bfloat16)
+    w, b = torch.randn(100, dtype=torch.bfloat16), torch.randn(100, dtype=torch.bfloat16)
+    want = torch.nn.functional.layer_norm(x.float(), (100,), w.float(), b.float())
+    return fd, [x, w, b], want
+
+
+def test_the_default_runs_until_the_other_forms_compiled_then_the_fastest(tuned, recorded, monkeypatch):
+    warps, choices = tuned
+    gate = Gate().hold(monkeypatch)
+    fd, args, want = _layernorm()
+    try:
+        (y,) = fd.execute(args)  # the default, compiled at its launch; 4 warps compiling
+        assert gate.inside.wait(30) and warps == [8] and not choices.exists()
+        (y2,) = fd.execute(args)
+        assert warps == [8, 8]  # not compiled yet: not timed
+    finally:
+        gate.open()
+    assert tuning.finish_tuning(30)
+    compiled = [e for e in recorded if e[0] == "compile"]
+    assert len(compiled) == 1 and compiled[0][1] is not None  # the other form's kernel alone
+    (y3,) = fd.execute(args)  # times both (the default first), then runs the faster
+    assert warps[2:] == [8, 4, 4] and list(json.loads(choices.read_text()).values()) == [1]
+    fd.execute(args)
+    assert warps[-1] == 4 and len(warps) == 6  # timed once
+    for out in (y, y2, y3):
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=5e-2)
+
+
+def test_a_remembered_choice_runs_at_once_and_compiles_nothing_in_the_background(tuned, recorded):
+    warps, choices = tuned
+    fd, args, want = _layernorm()
+    fd.execute(args)
+    assert tuning.finish_tuning(30)
+    fd.execute(args)
+    assert warps == [8, 8, 4, 4]  # tuned at the second call
+    recorded.clear()
+    autotune.CHOICES.memory = None  # a new process reads the file
+    fd2, args2, want2 = _layernorm()
+    (y,) = fd2.execute(args2)
+    assert warps[-1] == 4 and not [e for e in recorded if e[0] == "compile"]
+    torch.testing.assert_close(y.float(), want2, rtol=2e-2, atol=5e-2)
+
+
+def test_compiling_ahead_takes_the_default_alone_unless_in_the_background(tuned, recorded):
+    """A runtime's compile-ahead pass on the caller's thread compiles the default form (the
+    others compile after the first call); a background thread's (a jitted backward's) compiles
+    every form, to be timed sooner."""
+    fd, args, _ = _layernorm()
+    executor = cache.FusionExecutorCache(fd.fusion)
+    table = executor._binder.bind(args)
+    (launcher,) = executor._runtime_for(args).launchers.values()
+    jobs = CompileJobs()
+    launcher.prepare(args, {}, table.values, args[0].device, ahead_jobs=jobs)
+    assert len(jobs.jobs) == 1
+    jobs = CompileJobs()
+    with compile_pool.side_by_side(patient=True):
+        launcher.prepare(args, {}, table.values, args[0].device, ahead_jobs=jobs)
+    assert len(jobs.jobs) == 2
+
+
+def test_tuning_in_background_is_off_under_its_variable(tuned, monkeypatch):
+    warps, choices = tuned
+    monkeypatch.setenv("FUSER_BACKGROUND_COMPILE", "0")
+    fd, args, want = _layernorm()
+    (y,) = fd.execute(args)
+    assert warps == [8, 4, 4]  # timed at the first call
+    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=5e-2)
+
+
+def test_finish_tuning_waits_for_every_batch_and_times_out(monkeypatch):
+    gate_open = threading.Event()
+    done = tuning.compile_in_background([lambda: gate_open.wait(30), lambda: None], torch.device("cpu"))
+    assert not tuning.finish_tuning(0.05) and not done.is_set()
+    gate_open.set()
+    assert tuning.finish_tuning(30) and done.is_set()
+    assert tuning.compile_in_background([], torch.device("cpu")).is_set()
+
+
+def test_a_failing_job_still_ends_its_batch():
+    def fails():
+        raise RuntimeError("a compile error, left to the launch")
+    assert tuning.compile_in_background([fails], torch.device("cpu")).wait(30)
+    assert tuning.finish_tuning(30)
+
+
+def test_a_shared_row_launch_runs_its_two_kernel_form_untimed_until_its_kernel_compiled():
+    """While its kernels compile in the background, a shared-row launch's calls, compile jobs
+    and code shown are its two-kernel form's, prepared once with nothing timed; then its own."""
+    cpu, calls, untimed = torch.device("cpu"), [], []
+
+    class Form:
+        def __init__(self, name):
+            self.source, self.compiles, self.cold = name, 2, False
+
+        def __call__(self, inputs, device, dests=None):
+            calls.append(self.source)
+            return []
+
+        def jobs_for(self, inputs, device):
+            return [self.source]
+
+    def prepare(inputs):
+        untimed.append(not tuning.timing_forms())
+        return Form("two kernels")
+    shared = launch._SharedRowLaunch(Form("shared row"), prepare, staged=())
+    shared.compiling = compiled = threading.Event()
+    x = [torch.randn(4, 8)]
+    assert shared.jobs_for(x, cpu) == ["two kernels"]
+    shared(x, cpu)
+    assert calls == ["two kernels"] and shared.source == "two kernels"
+    compiled.set()
+    assert shared.jobs_for(x, cpu) == ["shared row"]
+    shared(x, cpu)
+    assert calls == ["two kernels", "shared row"] and shared.source == "shared row" and untimed == [True]
+    assert tuning.timing_forms()
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def fresh_choices(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)
+    monkeypatch.delenv("FUSER_BACKGROUND_COMPILE", raising=False)
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    return tmp_path / "autotune.json"
+
+
+@pytest.mark.gpu
+@gpu
+def test_on_the_gpu_a_softmax_over_long_rows_is_timed_after_its_first_call(fresh_choices):
+    """Softmax over 32768 columns has several launch forms: the first call times none (the
+    default runs), the first call after their compiles times them; every call matches eager."""
+    from benchmarks import fuser_defs
+
+    fd = fuser_defs.softmax_fwd.__wrapped__()
+    x = torch.randn(64, 32768, device="cuda", dtype=torch.bfloat16)
+    want = torch.softmax(x.float(), -1)
+    (y,) = fd.execute([x])
+    assert not fresh_choices.exists()
+    assert tuning.finish_tuning(300)
+    (y2,) = fd.execute([x])
+    assert len(json.loads(fresh_choices.read_text())) == 1
+    (y3,) = fd.execute([x])
+    for out in (y, y2, y3):
+        torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=1e-5)
+
+
+@pytest.mark.gpu
+@gpu
+def test_on_the_gpu_a_call_under_graph_capture_does_not_time(fresh_choices):
+    """The forms compiled, a call captured into a CUDA graph runs the default form (timing would
+    synchronize inside the capture); the graph replays it, and the next call outside times."""
+    from benchmarks import fuser_defs
+
+    fd = fuser_defs.softmax_fwd.__wrapped__()
+    x = torch.randn(64, 32768, device="cuda", dtype=torch.bfloat16)
+    fd.execute([x])  # (the default form compiles and runs: the capture launches it alone)
+    assert tuning.finish_tuning(300)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (y,) = fd.execute([x])
+    assert not fresh_choices.exists()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=1e-5)
+    (y2,) = fd.execute([x])
+    assert len(json.loads(fresh_choices.read_text())) == 1
+    torch.testing.assert_close(y2.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=1e-5)
+
+
+@pytest.mark.gpu
+@gpu
+def test_on_the_gpu_the_layernorm_backward_runs_two_kernels_while_its_shared_row_kernel_compiles(
+        fresh_choices, monkeypatch):
+    """The LayerNorm definition's backward over 32768 columns (dx and dw in the shared-row
+    kernel, db's column sum apart): its first call runs the two-kernel form in the shared-row
+    kernel's stead (that kernel compiling in the background; taken as not compiled yet here,
+    whatever earlier tests compiled) and db's default form; the call after the compiles runs
+    the shared-row kernel and times db's forms. Both right against float64."""
+    from tests.codegen.test_inner_outer import close, layernorm_bwd_fd
+    from tests.codegen.test_shared_row import inputs, layernorm_reference
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    real = compile_pool.compiled_already
+    asked = []
+    monkeypatch.setattr(compile_pool, "compiled_already", lambda *a: asked.append(a) or False)
+    x, w, dy = inputs(300, 32768)
+    fd = layernorm_bwd_fd(torch.bfloat16, stats_as_inputs=False)
+    first = fd.execute([x, w, dy])
+    code = fd.last_triton_code()
+    assert asked and "_kept_rows_" in code and "_kept_columns_" in code and "row in shared memory" not in code
+    assert not fresh_choices.exists()
+    assert tuning.finish_tuning(300)
+    assert real(*asked[0])  # compiled now, in memory
+    second = fd.execute([x, w, dy])
+    code = fd.last_triton_code()
+    assert "row in shared memory" in code and "_apart_" in code and fresh_choices.exists()
+    for outputs in (first, second):
+        for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
+            close(a, e.to(torch.bfloat16), torch.bfloat16)
