@@ -195,14 +195,16 @@ class KernelLauncher:
             self.launches[key] = launch
         if used is not None:
             used.append(launch)
-        if first and launch is not None:  # the first launch compiles the kernel (Triton's JIT)
-            self.last_source = launch.source
-            with phase("first launch"):
-                return launch(inputs, device, dests)
         if launch is None:
             return None
-        self.last_source = launch.source
-        return launch(inputs, device, dests)
+        self.last_source = launch.source  # (what failed, should the launch raise)
+        if first:  # the first launch compiles the kernel (Triton's JIT)
+            with phase("first launch"):
+                outs = launch(inputs, device, dests)
+        else:
+            outs = launch(inputs, device, dests)
+        self.last_source = launch.source  # (a launch may change what it runs: a stand-in, a form timed)
+        return outs
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
                 dests=None, ahead_jobs: "Optional[CompileJobs]" = None, in_one_pass: bool = False) -> "Optional[_Launch]":

@@ -1,26 +1,31 @@
-"""Launch forms timed once their compiles are done: the first call runs the default form while
-the others compile in the background.
+"""Kernels that compile slowly compile in the background on the GPU while a quicker form runs.
 
-A bucket seen for the first time (autotune.py) compiled all its launch forms side by side and
-timed them before its first launch: at 4096x32768 six forms, most of a forward definition's
-0.8-1.0 s first call. On the GPU the first call now runs the default form (the heuristics'
-pick), which alone compiles then; the other forms compile in background threads (through the
-compile worker, compile_pool.py, waiting for a free slot rather than competing with the caller
-for the GIL), and the first call after they are done times every form on its own inputs and
-keeps the fastest, remembered on disk as before. Until then calls run the default form, whose
-results may differ from the chosen form's in rounding (another order of summing) but not in
-what they compute.
+Launch forms. A bucket seen for the first time (autotune.py) compiled all its launch forms side
+by side and timed them before its first launch: at 4096x32768 six forms, most of a forward
+definition's 0.8-1.0 s first call. Now the first call runs the default form (the heuristics'
+pick), which alone compiles then (`TuningLaunch`). From the second call the other forms compile
+in background threads (through the compile worker, compile_pool.py, waiting for a free slot
+rather than competing with the caller for the GIL), and the first call after they are done
+times every form on its own inputs and keeps the fastest, remembered on disk as before. Until
+then calls run the default form, whose results may differ from the chosen form's in rounding
+(another order of summing) but not in what they compute.
 
-`finish_tuning()` waits for the background compiles; a benchmark calls it, then the function
-once more (the call that times), before timing. A call made while a CUDA graph is captured
-never times: the form running then stays until a call outside capture.
-`FUSER_BACKGROUND_COMPILE=0`: the first call compiles and times every form, as before.
+Shared-row kernels. A shared-row launch (launch.py `_SharedRowLaunch`) whose kernel is neither
+in memory nor in Triton's disk cache compiles it in the background from its first call (0.5-1 s)
+and runs its two-kernel form meanwhile, in its default forms (`untimed`).
+
+`finish_tuning()` starts what waits for a second call and waits for every background compile; a
+benchmark calls it, then the function once more (the call that times), before timing. A call
+made while a CUDA graph is captured never times: the form running then stays until a call
+outside capture. `FUSER_BACKGROUND_COMPILE=0`: the first call compiles (and times) everything it
+runs, as before.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+import weakref
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -62,8 +67,13 @@ def timing_forms() -> bool:
 
 
 def finish_tuning(timeout: Optional[float] = None) -> bool:
-    """Wait until the launch forms compiling in the background are compiled (or `timeout`
-    seconds); whether they are. Each launch then times its forms at its next call."""
+    """Compile now the launch forms left to compile from a launch's second call, and wait until
+    every kernel compiling in the background is compiled (or `timeout` seconds); whether they
+    are. Each launch then times its forms at its next call."""
+    with _batches:
+        waiting = list(_deferred)
+    for launch in waiting:
+        launch.start()
     with _batches:
         return _batches.wait_for(lambda: _running[0] == 0, timeout)
 
@@ -118,23 +128,42 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+# launches whose forms compile from their second call (or `finish_tuning`), not yet started
+_deferred: "weakref.WeakSet[TuningLaunch]" = weakref.WeakSet()
+
+
 class TuningLaunch:
     """A bucket's launch forms (the default first), timed against each other at the first call
-    after the others compiled in the background; the default runs until then. Called, and read
-    by a two-kernel launch (inner_outer._TwoLaunches), as the form it runs."""
+    after the others compiled in the background; the default runs until then. Those compiles
+    start at the second call (or at `finish_tuning`), not the first: a first call is often
+    followed by other first calls (a training step's backward, whose kernels compile ahead in
+    the background) whose kernels are needed sooner. Called, and read by a two-kernel launch
+    (inner_outer._TwoLaunches), as the form it runs."""
 
-    __slots__ = ("forms", "key", "labels", "compiled", "chosen", "lock", "first")
+    __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "calls", "__weakref__")
 
     def __init__(self, forms: list, key: str, labels: list[str], inputs: Sequence[torch.Tensor],
                  device: torch.device):
-        self.forms, self.key, self.labels = forms, key, labels
+        self.forms, self.key, self.labels, self.device = forms, key, labels, device
         self.chosen = None
-        self.first = True  # (the first call runs the default, however soon the others compile)
+        self.calls = 0
         self.lock = threading.Lock()
         jobs = CompileJobs()  # (stand-ins for the tensors: nothing is allocated or kept)
         for form in forms[1:]:
             jobs.add(form, inputs, device)
-        self.compiled = compile_in_background(jobs.jobs, device)
+        self.jobs: Optional[list] = jobs.jobs
+        self.compiled: Optional[threading.Event] = None
+        with _batches:
+            _deferred.add(self)
+
+    def start(self) -> None:
+        """Start compiling the other forms, once."""
+        with self.lock:
+            jobs, self.jobs = self.jobs, None
+            if jobs is not None:
+                self.compiled = compile_in_background(jobs, self.device)
+                with _batches:
+                    _deferred.discard(self)
 
     @property
     def running(self):
@@ -143,8 +172,10 @@ class TuningLaunch:
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if self.chosen is None:
-            if self.first:
-                self.first = False
+            self.calls += 1
+            if self.compiled is None:
+                if self.calls > 1:
+                    self.start()
             elif self.compiled.is_set() and not _capturing(device):
                 self._choose(inputs, device)
         return self.running(inputs, device, dests)
