@@ -207,6 +207,11 @@ class _TwoLaunches:
         """No inline form (see `_Launch.direct_lines`): each of the two launches is called."""
         return None
 
+    @property
+    def settled(self) -> bool:
+        """Whether both launches run what they will keep running (codegen/tuning.py)."""
+        return all(getattr(launch, "settled", True) for launch in (self.first_launch, self.second_launch))
+
     def _compile_together(self, inputs, device) -> None:
         """Compile both kernels side by side before the first launch."""
         parallel_compile.compile_together(self.jobs_for(inputs, device))

@@ -732,6 +732,11 @@ class _SharedRowLaunch:
         jobs.add(self.launch, inputs, device)
         self.compiling = tuning.compile_in_background(jobs.jobs, device)
 
+    @property
+    def settled(self) -> bool:
+        """Whether calls run the shared-row kernel (not its stand-in while it compiles)."""
+        return not self._standing_in()
+
     def _standing_in(self) -> bool:
         if self.compiling is not None and self.compiling.is_set():
             self.compiling = None

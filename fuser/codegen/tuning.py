@@ -191,9 +191,14 @@ class TuningLaunch:
             self.chosen = forms[best]
             self.forms = [self.chosen]  # (the others' kernels and workspaces go)
 
-    def direct_lines(self, *args, **kwargs) -> None:
-        """No inline form: each call checks whether the forms can be timed."""
-        return None
+    @property
+    def settled(self) -> bool:
+        """Whether the form calls run is the one kept (timed and chosen)."""
+        return self.chosen is not None
+
+    def direct_lines(self, *args, **kwargs) -> Optional[list[str]]:
+        """The chosen form's inline lines (a ready call made once settled); none before."""
+        return None if self.chosen is None else self.chosen.direct_lines(*args, **kwargs)
 
     @property
     def source(self) -> str:

@@ -277,6 +277,16 @@ def call_key(args: Sequence[Any]) -> tuple:
                  for a in args)
 
 
+def _settled(kept: dict) -> bool:
+    """Whether the launches a run made (`FusionRuntime.run`'s `keep`) run what they will keep
+    running: not a default form whose others compile in the background, not a stand-in
+    (codegen/tuning.py)."""
+    launches = list(kept.get("launches", {}).values())
+    if "launch" in kept:
+        launches.append(kept["launch"])
+    return all(getattr(launch, "settled", True) for launch in launches)
+
+
 def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional[tuple]]:
     """`call_key` of a plain call as one straight-line function of the arguments, for finding
     a ready call before binding: the key fixes everything binding checks (shapes, strides,
@@ -472,6 +482,8 @@ class FusionExecutorCache:
         else:
             keep = {} if ready_key is not None else None
             outs = runtime.run(args, table, keep)
+            if keep is not None and not _settled(keep):
+                return outs  # (its ready call, inline launches and all, is made once they settle)
             ready = keep is not None and (runtime.ready_call(keep) or BoundCall(runtime, self._binder))
         if ready_key is not None:
             if len(self._ready) > 256:

@@ -58,6 +58,7 @@ def test_the_default_runs_until_the_other_forms_compiled_then_the_fastest(tuned,
         assert gate.inside.wait(30) and warps == [8, 8]
         fd.execute(args)
         assert warps == [8, 8, 8]  # not compiled yet: not timed
+        assert not fd.cache.ready_calls()  # (none made for a launch not settled)
     finally:
         gate.open()
     assert tuning.finish_tuning(30)
@@ -65,6 +66,7 @@ def test_the_default_runs_until_the_other_forms_compiled_then_the_fastest(tuned,
     assert len(compiled) == 1  # the other form's kernel alone
     (y3,) = fd.execute(args)  # times both (the default first), then runs the faster
     assert warps[3:] == [8, 4, 4] and list(json.loads(choices.read_text()).values()) == [1]
+    assert len(fd.cache.ready_calls()) == 1
     fd.execute(args)
     assert warps[-1] == 4 and len(warps) == 7  # timed once
     for out in (y, y2, y3):
@@ -200,6 +202,8 @@ def test_on_the_gpu_a_softmax_over_long_rows_is_timed_after_its_first_call(fresh
     (y2,) = fd.execute([x])
     assert len(json.loads(fresh_choices.read_text())) == 1
     (y3,) = fd.execute([x])
+    (ready,) = fd.cache.ready_calls()  # made once tuned, with the chosen form's inline launch
+    assert getattr(ready.run, "__name__", "") == "run"
     for out in (y, y2, y3):
         torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=1e-5)
 
