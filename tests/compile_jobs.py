@@ -17,7 +17,7 @@ class RecordingStep(steps._DirectStep):
     """A _DirectStep on the interpreter: `precompile` records its arguments, a launch runs
     through Triton's interpreter and records its real ones."""
 
-    def precompile(self, args):
+    def precompile(self, args, load=True):
         events.append(("compile", self.fn, args))
 
     def __call__(self, args):
@@ -36,11 +36,11 @@ class Gate:
         gate = self
 
         class HeldStep(RecordingStep):
-            def precompile(self, args):
+            def precompile(self, args, load=True):
                 if gate.only_pid is None or os.getpid() == gate.only_pid:
                     gate.inside.set()
                     gate.opened.wait(30)
-                super().precompile(args)
+                super().precompile(args, load)
         monkeypatch.setattr(launch, "_Step", HeldStep)
         return self
 

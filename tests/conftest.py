@@ -23,11 +23,11 @@ def _seed_per_test(request):
     seed = zlib.crc32(request.node.nodeid.encode())
     torch.manual_seed(seed)
     yield seed
-    # launch forms a test left compiling in the background (codegen/tuning.py) finish within
-    # it: a later test counting compiles must not see them
+    # kernels a test left compiling in the background (codegen/tuning.py) finish within it: a
+    # later test counting compiles must not see them
     from fuser.codegen import tuning
 
-    tuning.finish_tuning(120)
+    assert tuning.wait_for_compiles(300), "background compiles still running after 300 s"
 
 
 @pytest.fixture

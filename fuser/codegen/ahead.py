@@ -19,9 +19,10 @@ class CompileJobs:
     kernel specialization once: a model's layers share their kernels (canonical forms), and
     Triton would compile a kernel asked for twice at once twice."""
 
-    def __init__(self) -> None:
+    def __init__(self, load: bool = True) -> None:
         self.jobs: list[Callable[[], None]] = []
         self.seen: set[tuple] = set()
+        self.load = load  # (False: compiled into Triton's caches, loaded at the first launch)
 
     def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
         if not launch.steps:
@@ -37,7 +38,7 @@ class CompileJobs:
                    tuple((a.dtype, a.data_ptr() % 16) if isinstance(a, StandIn) else (type(a), a) for a in args))
             if key not in self.seen:
                 self.seen.add(key)
-                self.jobs.append(lambda step=step, args=args, key=key: _once_at_a_time(key, step, args))
+                self.jobs.append(lambda step=step, args=args, key=key: _once_at_a_time(key, step, args, self.load))
 
 
 # compiles under way in this process, by CompileJobs' key (the kernel's JITFunction, options and
@@ -48,9 +49,9 @@ _flight_lock = threading.Lock()
 WAIT_S = 600.0  # a compile elsewhere that takes longer: this one goes ahead
 
 
-def _once_at_a_time(key: tuple, step, args: list) -> None:
-    """`step.precompile(args)`, after a compile of the same kernel under way in another thread
-    (which this one then finds in Triton's cache)."""
+def _once_at_a_time(key: tuple, step, args: list, load: bool = True) -> None:
+    """`step.precompile(args, load)`, after a compile of the same kernel under way in another
+    thread (which this one then finds in Triton's cache)."""
     with _flight_lock:
         running = _in_flight.get(key)
         mine = running is None
@@ -58,10 +59,10 @@ def _once_at_a_time(key: tuple, step, args: list) -> None:
             running = _in_flight[key] = threading.Event()
     if not mine:
         running.wait(WAIT_S)
-        step.precompile(args)
+        step.precompile(args, load)
         return
     try:
-        step.precompile(args)
+        step.precompile(args, load)
     finally:
         with _flight_lock:
             _in_flight.pop(key, None)

@@ -6,8 +6,10 @@ pipelined loads (codegen/inner_outer.py RowLoopWriter). On the H200 the row loop
 forward at 32768 columns (0.88 of copy against 0.73) and lost layernorm and rmsnorm there, and
 which one wins follows from the kernel, not from the sizes alone.
 
-The first launch of a bucket times each candidate on the call's own inputs (each candidate
-allocates its own outputs, so nothing the caller sees is written twice) and keeps the fastest;
+The first launch of a bucket (on the GPU, the first call after the candidates compiled in the
+background: codegen/tuning.py) times each candidate on the call's own inputs (each candidate
+allocates its own outputs, so nothing the caller sees is written twice; one that fails is passed
+over, the default's failure is raised) and keeps the fastest;
 the choice is stored per (kernel digest, bucket, GPU) in memory and in FUSER_CACHE_DIR, so a
 later process does not time again. A bucket is the power of two of the row length and of the
 row count: sizes that share one compiled kernel.
@@ -106,19 +108,32 @@ def _events_ms(launch: Callable[[], object], count: int) -> float:
     return start.elapsed_time(end)
 
 
+def _timed(timer: Callable, candidate: Callable[[], object], device: torch.device, default: bool) -> float:
+    """The candidate's time; a candidate other than the default (the first) that fails to
+    compile or launch is passed over (infinitely slow): the default's failure is raised."""
+    try:
+        return timer(candidate, device)
+    except Exception:
+        if default:
+            raise
+        return float("inf")
+
+
 def fastest(key: str, candidates: Sequence[Callable[[], object]], device: torch.device,
            timer: Optional[Callable] = None, labels: Optional[Sequence[str]] = None) -> int:
     """The index of the fastest candidate for `key`: remembered, or timed now (by `timer`,
-    default `cuda_time_ms`). `FUSER_DUMP=autotune` prints each timing and the choice."""
+    default `cuda_time_ms`; a candidate other than the first that raises is passed over).
+    `FUSER_DUMP=autotune` prints each timing and the choice."""
     found = CHOICES.get(key)
     if found is not None and 0 <= found < len(candidates):
         return found
     timer = timer or cuda_time_ms
-    times = [timer(c, device) for c in candidates]
+    times = [_timed(timer, c, device, k == 0) for k, c in enumerate(candidates)]
     best = min(range(len(candidates)), key=lambda k: times[k])
     if "autotune" in dump_flags():
         names = labels or [str(k) for k in range(len(candidates))]
         print(f"fuser autotune {key}:", ", ".join(
-            f"{names[k]} {times[k] * 1e3:.1f} us{' (chosen)' if k == best else ''}" for k in range(len(times))))
+            f"{names[k]} {times[k] * 1e3:.1f} us{' (chosen)' if k == best else ''}" if times[k] != float("inf")
+            else f"{names[k]} failed" for k in range(len(times))))
     CHOICES.put(key, best)
     return best

@@ -452,11 +452,16 @@ class KernelLauncher:
             schedules += [c for c in listed if c != plain
                           and self.kernel(layout, "shared_row", target, config=c) is not None]
         if len(schedules) == 1:
-            if ahead_jobs is not None:
-                ahead_jobs.add(default, inputs, device)
-            elif (dests is None and tuning.in_background(target) and tuning.timing_forms()
-                  and not compile_pool.patient() and not misaligned(inputs, shared.staged)):
+            # (a compile ahead on a background thread compiles the kernel itself: it is needed later)
+            stand_in = (dests is None and tuning.in_background(target) and tuning.timing_forms()
+                        and not compile_pool.patient() and not misaligned(inputs, shared.staged))
+            if ahead_jobs is None and stand_in:
                 default.compile_in_background(inputs, device)
+            elif ahead_jobs is not None and stand_in and not default.ready(inputs, device):
+                with tuning.untimed():  # the stand-in's kernels (the real call compiles this one behind)
+                    two.prepare(inputs, scalars, values, device, ahead_jobs)
+            elif ahead_jobs is not None:
+                ahead_jobs.add(default, inputs, device)
             return default
         return _fastest_form(default, [
             (f"{c.ahead} chunks held twice, {c.batch} a barrier", None if k == 0 else lambda c=c: with_fallback(c))
@@ -521,10 +526,10 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
     """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
     compiling every form side by side, or (on the GPU, codegen/tuning.py) the default now, the
-    others compiling in the background and timed at a later call. A form is built only if it
-    is timed or chosen. `ahead_jobs` (see `prepare`): add the compile jobs of the remembered
-    form, or of the default where the others compile later, or of every form to time, and
-    return the default untimed."""
+    others compiling in the background and timed at a later call (every form built now). A
+    remembered choice builds only that form. `ahead_jobs` (see `prepare`): add the compile jobs
+    of the remembered form, or of the default where the others compile later, or of every form
+    to time, and return the default untimed."""
     labels = ",".join(label for label, _ in forms)
     # the kernels' canonical names (a digest of their canonical code): kernels alike but for
     # their tensors' names (a model's layers) share one measurement
@@ -692,19 +697,21 @@ class _SharedRowLaunch:
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
     two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed. So do
     all calls once the driver refused a `cooperative` launch (the pair form's: under MPS or a
-    green context fewer processors may be free than the device has), and, on the GPU, the calls
-    made while its kernel compiles in the background (`compile_in_background`): the shared-row
-    kernel takes 0.5-1 s to compile, the two-kernel form less."""
+    green context fewer processors may be free than the device has). On the GPU, while its
+    kernel compiles in the background (`compile_in_background`: the shared-row kernel takes
+    0.5-1 s to compile, the two-kernel form less), calls run a stand-in: the two-kernel form
+    in its default forms, nothing timed (codegen/tuning.py)."""
 
-    __slots__ = ("launch", "prepare_fallback", "fallback", "staged", "compiles", "cooperative", "refused",
-                 "compiling")
+    __slots__ = ("launch", "prepare_fallback", "fallback", "stand_in", "staged", "compiles", "cooperative",
+                 "refused", "compiling")
 
     def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...], cooperative: bool = False):
         self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
-        self.fallback = None
+        self.fallback = self.stand_in = None
         self.compiles = launch.compiles
         self.cooperative, self.refused = cooperative, False
-        self.compiling: Optional[threading.Event] = None  # set once the kernels compiled in the background
+        # set once the kernels compiled in the background; None once a call has left the stand-in
+        self.compiling: Optional[threading.Event] = None
 
     @property
     def cold(self) -> bool:
@@ -712,45 +719,61 @@ class _SharedRowLaunch:
 
     @property
     def source(self) -> str:
-        """The code calls run: the two-kernel form's while it stands in (or the driver refused
-        the launch), else the shared-row kernel's (a misaligned call's two kernels are not shown)."""
-        if self.fallback is not None and (self.refused or self._standing_in()):
+        """The code calls run: the stand-in's while it runs, the two-kernel form's once the
+        driver refused the launch, else the shared-row kernel's (a misaligned call's two kernels
+        are not shown)."""
+        if self.compiling is not None and self.stand_in is not None:
+            return self.stand_in.source
+        if self.refused and self.fallback is not None:
             return self.fallback.source
         return self.launch.source
 
-    def compile_in_background(self, inputs: Sequence[torch.Tensor], device) -> None:
-        """Unless Triton has the shared-row kernel in memory or on disk: compile this launch's
-        kernels in the background (codegen/tuning.py), the two-kernel form running meanwhile."""
+    def ready(self, inputs: Sequence[torch.Tensor], device) -> bool:
+        """Whether Triton has the shared-row kernel in memory or in its disk cache."""
         tensors = stand_ins(self.launch, inputs, device)
         step, template, slots = self.launch.steps[0]
         args = list(template)
         for pos, k in slots:
             args[pos] = tensors[k]
-        if compile_pool.compiled_already(step.fn, args, step.kwargs, (step.grid,)):
+        return compile_pool.compiled_already(step.fn, args, step.kwargs, (step.grid,))
+
+    def compile_in_background(self, inputs: Sequence[torch.Tensor], device) -> None:
+        """Unless Triton has the shared-row kernel in memory or on disk: compile this launch's
+        kernels in the background, the stand-in running meanwhile."""
+        if self.ready(inputs, device):
             return
-        jobs = CompileJobs()
+        jobs = CompileJobs(load=False)  # (loaded at its first launch, on the caller's thread)
         jobs.add(self.launch, inputs, device)
         self.compiling = tuning.compile_in_background(jobs.jobs, device)
 
     @property
     def settled(self) -> bool:
-        """Whether calls run the shared-row kernel (not its stand-in while it compiles)."""
-        return not self._standing_in()
+        """Whether calls run the shared-row kernel (not the stand-in while it compiles)."""
+        return self.compiling is None
 
-    def _standing_in(self) -> bool:
-        if self.compiling is not None and self.compiling.is_set():
-            self.compiling = None
+    def _standing_in(self, device) -> bool:
+        """Whether this call runs the stand-in: until a call after the compile, and not one made
+        while its stream captures a CUDA graph (which would load the kernel during the capture)."""
+        if self.compiling is not None and self.compiling.is_set() and not tuning.capturing(device):
+            self.compiling = self.stand_in = None
         return self.compiling is not None
+
+    def _stand_in(self, inputs) -> Any:
+        if self.stand_in is None:
+            with tuning.untimed():  # (a few calls: its default forms)
+                self.stand_in = self.prepare_fallback(inputs)
+        return self.stand_in
 
     def _fallback(self, inputs) -> Any:
         if self.fallback is None:
-            with tuning.untimed():  # (a stand-in for a few calls: its default forms)
-                self.fallback = self.prepare_fallback(inputs)
+            self.fallback = self.prepare_fallback(inputs)
         return self.fallback
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if self.refused or self._standing_in() or misaligned(inputs, self.staged):
+        if self.refused or misaligned(inputs, self.staged):
             return self._fallback(inputs)(inputs, device, dests)
+        if self._standing_in(device):
+            return self._stand_in(inputs)(inputs, device, dests)
         if not self.cooperative:
             return self.launch(inputs, device, dests)
         try:  # (a refused launch enqueued nothing: its kernel is the launch's first)
@@ -784,10 +807,10 @@ class _SharedRowLaunch:
         return self.launch.semaphores
 
     def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
-        """The compile jobs of what its first call will run: the two-kernel form's while the
-        shared-row kernel compiles in the background."""
-        if self._standing_in():
-            return self._fallback(inputs).jobs_for(inputs, device)
+        """The compile jobs of what its next call will run: the stand-in's while the shared-row
+        kernel compiles in the background."""
+        if self.compiling is not None:
+            return self._stand_in(inputs).jobs_for(inputs, device)
         return self.launch.jobs_for(inputs, device)
 
     def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:

@@ -13,7 +13,8 @@ number of threads (default: the processor count, at most 8).
 A runtime's first call compiles the kernels of all its launches the same way, before the first
 of them runs (`FusionRuntime.compile_ahead`). Within one launch of two parts (inner_outer.TwoKernels)
 the second part's preparation may compile and time its forms (codegen/autotune.py) before the first
-part's kernel has compiled: `joined_by` lets that kernel join the forms' batch.
+part's kernel has compiled: `joined_by` lets that kernel join the forms' batch (where the forms
+are timed at the first call: without a GPU's background compiles, codegen/tuning.py).
 """
 from __future__ import annotations
 

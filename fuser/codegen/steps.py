@@ -135,16 +135,19 @@ class _DirectStep(_Step):
         self.hooks = None  # triton.knobs.runtime: its launch hooks are read at each launch
         self.raw = None  # Triton's C launch function with its flags, where it can be called directly
 
-    def precompile(self, args: list) -> None:
+    def precompile(self, args: list, load: bool = True) -> None:
         """Compile the kernel for these arguments without launching it (parallel_compile),
-        on the arguments' device; any error is left to the launch."""
+        on the arguments' device; any error is left to the launch. `load`: also load it onto
+        the GPU (False for a background compile: a module load while another thread captures
+        a CUDA graph would spoil the capture; the first launch loads it)."""
         try:
             device = next((a.device for a in args if isinstance(a, (torch.Tensor, StandIn))), None)
             with torch.cuda.device(device) if device is not None and device.type == "cuda" else NO_CONTEXT:
                 sent = compile_pool.compile_first(self.fn, args, self.kwargs, (self.grid,))  # in a worker, if any
                 compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
                 compile_pool.record_hit(sent, compiled)
-                compiled._init_handles()
+                if load:
+                    compiled._init_handles()
         except Exception:  # noqa: BLE001 - the launch compiles again and raises it there
             pass
 

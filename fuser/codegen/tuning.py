@@ -6,22 +6,30 @@ definition's 0.8-1.0 s first call. Now the first call runs the default form (the
 pick), which alone compiles then (`TuningLaunch`). From the second call the other forms compile
 in background threads (through the compile worker, compile_pool.py, waiting for a free slot
 rather than competing with the caller for the GIL), and the first call after they are done
-times every form on its own inputs and keeps the fastest, remembered on disk as before. Until
-then calls run the default form, whose results may differ from the chosen form's in rounding
-(another order of summing) but not in what they compute.
+times every form on its own inputs and keeps the fastest, remembered on disk as before (a form
+that fails there is passed over; the default's failure is raised). Until then calls run the
+default form, whose results may differ from the chosen form's in rounding (another order of
+summing) but not in what they compute. A launch whose bucket another launch of the same kernels
+has tuned takes that choice at its next call.
 
 Shared-row kernels. A shared-row launch (launch.py `_SharedRowLaunch`) whose kernel is neither
 in memory nor in Triton's disk cache compiles it in the background from its first call (0.5-1 s)
 and runs its two-kernel form meanwhile, in its default forms (`untimed`).
 
+CUDA graphs. Background compiles do not load their kernels onto the GPU (a module load while
+another thread captures a graph would spoil the capture): the first launch does, on the
+caller's thread. A call made while its stream captures a graph never times, starts no
+compile and does not switch from a stand-in: what it captures keeps running what it ran, and a
+form a graph captured is kept alive with its workspaces.
+
 `finish_tuning()` starts what waits for a second call and waits for every background compile; a
-benchmark calls it, then the function once more (the call that times), before timing. A call
-made while a CUDA graph is captured never times: the form running then stays until a call
-outside capture. `FUSER_BACKGROUND_COMPILE=0`: the first call compiles (and times) everything it
-runs, as before.
+benchmark calls it, then the function once more (the call that times), before timing.
+`FUSER_BACKGROUND_COMPILE=0`: the first call compiles (and times) everything it runs, as before.
+A process forked while compiles were under way compiles what it needs at its launches.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -37,14 +45,12 @@ from .ahead import CompileJobs
 # targets whose launch forms compile in the background (tests add the interpreter)
 BACKGROUND_TARGETS = ("cuda",)
 
-_batches = threading.Condition()
-_running = [0]  # background batches not finished
 _local = threading.local()  # .untimed: launches prepared now take their default forms
 
 
 def in_background(target: str) -> bool:
-    """Whether a launch's forms on `target` compile in the background (FUSER_BACKGROUND_COMPILE=0:
-    at its first call, before it is timed)."""
+    """Whether kernels on `target` may compile in the background (FUSER_BACKGROUND_COMPILE=0:
+    each call compiles what it runs)."""
     return (target in BACKGROUND_TARGETS and parallel_compile.enabled()
             and os.environ.get("FUSER_BACKGROUND_COMPILE", "1") != "0")
 
@@ -66,22 +72,103 @@ def timing_forms() -> bool:
     return not getattr(_local, "untimed", False)
 
 
-def finish_tuning(timeout: Optional[float] = None) -> bool:
-    """Compile now the launch forms left to compile from a launch's second call, and wait until
-    every kernel compiling in the background is compiled (or `timeout` seconds); whether they
-    are. Each launch then times its forms at its next call."""
-    with _batches:
-        waiting = list(_deferred)
-    for launch in waiting:
-        launch.start()
-    with _batches:
-        return _batches.wait_for(lambda: _running[0] == 0, timeout)
+def capturing(device: torch.device) -> bool:
+    """Whether this thread's current stream on `device` is capturing a CUDA graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+class _Background:
+    """The background compile jobs of the process, in order, taken by at most `threads()` daemon
+    threads (a thread ends when none is left); each batch's event is set when its jobs are
+    done. A process may exit with jobs left (the next process compiles what it needs)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.jobs: collections.deque = collections.deque()  # (job, device, its batch)
+        self.threads = 0
+        self.batches = 0  # not done
+        self.events: "weakref.WeakSet[threading.Event]" = weakref.WeakSet()  # of the batches not done
+
+    @staticmethod
+    def threads_wanted() -> int:
+        return max(2, compile_pool.worker_count())
+
+    def submit(self, jobs: Sequence[Callable[[], None]], device: torch.device) -> threading.Event:
+        done = threading.Event()
+        if not jobs:
+            done.set()
+            return done
+        parallel_compile.start_triton_driver()  # here: its lazy start is not meant for two threads at once
+        batch = [len(jobs), done]
+        with self.lock:
+            self.batches += 1
+            self.events.add(done)
+            self.jobs.extend((job, device, batch) for job in jobs)
+            while self.threads < min(self.threads_wanted(), len(self.jobs)):
+                try:
+                    threading.Thread(target=self._take, name="fuser-background-compile", daemon=True).start()
+                except RuntimeError:  # (no thread to be had: the jobs wait for one that runs)
+                    break
+                self.threads += 1
+            if self.threads == 0:  # none at all: compiled at the launches that need them
+                self.jobs.clear()
+                self._finish(batch, len(jobs))
+        return done
+
+    def _take(self) -> None:
+        timing.quiet()
+        while True:
+            with self.lock:
+                if not self.jobs:
+                    self.threads -= 1
+                    self.idle.notify_all()
+                    return
+                job, device, batch = self.jobs.popleft()
+            try:
+                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
+                        compile_pool.side_by_side(patient=True):
+                    job()
+            except Exception:  # noqa: BLE001 - the launch that needs the kernel compiles it and reports
+                pass
+            with self.lock:
+                self._finish(batch, 1)
+
+    def _finish(self, batch: list, jobs: int) -> None:
+        """(Under the lock.) `jobs` of `batch` are done."""
+        batch[0] -= jobs
+        if batch[0] == 0:
+            batch[1].set()
+            self.events.discard(batch[1])
+            self.batches -= 1
+            self.idle.notify_all()
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        with self.lock:
+            return self.idle.wait_for(lambda: self.batches == 0, timeout)
+
+    def forget_in_child(self) -> None:
+        """A forked child has none of the threads: its launches compile what they need."""
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.jobs.clear()
+        self.threads = self.batches = 0
+        for event in list(self.events):
+            event.set()
+        self.events = weakref.WeakSet()
+
+
+_background = _Background()
+
+# launches whose forms compile from their second call (or `finish_tuning`), not yet started
+_deferred: "weakref.WeakSet[TuningLaunch]" = weakref.WeakSet()
+_deferred_lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
-    global _batches
-    _batches = threading.Condition()  # (the parent's threads are not in the child)
-    _running[0] = 0
+    global _deferred_lock
+    _deferred_lock = threading.Lock()
+    _background.forget_in_child()
 
 
 if hasattr(os, "register_at_fork"):
@@ -89,47 +176,26 @@ if hasattr(os, "register_at_fork"):
 
 
 def compile_in_background(jobs: Sequence[Callable[[], None]], device: torch.device) -> threading.Event:
-    """Run the compile jobs (each catches its own errors) side by side in daemon threads; the
-    event is set when all are done."""
-    done = threading.Event()
-    if not jobs:
-        done.set()
-        return done
-    parallel_compile.start_triton_driver()  # here: its lazy start is not meant for two threads at once
-    with _batches:
-        _running[0] += 1
-    left = [len(jobs)]
-    lock = threading.Lock()
-
-    def run(job: Callable[[], None]) -> None:
-        timing.quiet()
-        try:
-            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
-                    compile_pool.side_by_side(patient=True):
-                job()
-        except Exception:  # noqa: BLE001 - the launch that needs the kernel compiles it and reports
-            pass
-        finally:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                done.set()
-                with _batches:
-                    _running[0] -= 1
-                    _batches.notify_all()
-
-    for job in jobs:
-        threading.Thread(target=run, args=(job,), name="fuser-tuning", daemon=True).start()
-    return done
+    """Run the compile jobs (each catches its own errors) in the background threads; the event
+    is set when all are done."""
+    return _background.submit(jobs, device)
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+def wait_for_compiles(timeout: Optional[float] = None) -> bool:
+    """Wait until every background compile submitted so far is done (or `timeout` seconds);
+    whether they are. Starts nothing."""
+    return _background.wait(timeout)
 
 
-# launches whose forms compile from their second call (or `finish_tuning`), not yet started
-_deferred: "weakref.WeakSet[TuningLaunch]" = weakref.WeakSet()
+def finish_tuning(timeout: Optional[float] = None) -> bool:
+    """Compile now the launch forms left to compile from a launch's second call, and wait until
+    every kernel compiling in the background is compiled (or `timeout` seconds); whether they
+    are. Each launch then times its forms (or leaves its stand-in) at its next call."""
+    with _deferred_lock:
+        waiting = list(_deferred)
+    for launch in waiting:
+        launch.start()
+    return wait_for_compiles(timeout)
 
 
 class TuningLaunch:
@@ -140,20 +206,22 @@ class TuningLaunch:
     the background) whose kernels are needed sooner. Called, and read by a two-kernel launch
     (inner_outer._TwoLaunches), as the form it runs."""
 
-    __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "calls", "__weakref__")
+    __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "calls", "captured",
+                 "__weakref__")
 
     def __init__(self, forms: list, key: str, labels: list[str], inputs: Sequence[torch.Tensor],
                  device: torch.device):
         self.forms, self.key, self.labels, self.device = forms, key, labels, device
         self.chosen = None
         self.calls = 0
+        self.captured = False  # whether a CUDA graph captured a call (its form must stay alive)
         self.lock = threading.Lock()
-        jobs = CompileJobs()  # (stand-ins for the tensors: nothing is allocated or kept)
+        jobs = CompileJobs(load=False)  # (stand-ins for the tensors: nothing is allocated or kept)
         for form in forms[1:]:
             jobs.add(form, inputs, device)
         self.jobs: Optional[list] = jobs.jobs
         self.compiled: Optional[threading.Event] = None
-        with _batches:
+        with _deferred_lock:
             _deferred.add(self)
 
     def start(self) -> None:
@@ -162,7 +230,7 @@ class TuningLaunch:
             jobs, self.jobs = self.jobs, None
             if jobs is not None:
                 self.compiled = compile_in_background(jobs, self.device)
-                with _batches:
+                with _deferred_lock:
                     _deferred.discard(self)
 
     @property
@@ -170,13 +238,23 @@ class TuningLaunch:
         """The form calls run now: the default until the forms are timed, then the fastest."""
         return self.chosen if self.chosen is not None else self.forms[0]
 
+    @property
+    def settled(self) -> bool:
+        """Whether the form calls run is the one kept (timed and chosen)."""
+        return self.chosen is not None
+
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if self.chosen is None:
             self.calls += 1
-            if self.compiled is None:
+            if capturing(device):
+                self.captured = True
+            elif (remembered := autotune.CHOICES.get(self.key)) is not None and 0 <= remembered < len(self.forms):
+                with self.lock:  # (another launch of these kernels timed them)
+                    self._keep(self.forms[remembered])
+            elif self.compiled is None:
                 if self.calls > 1:
                     self.start()
-            elif self.compiled.is_set() and not _capturing(device):
+            elif self.compiled.is_set():
                 self._choose(inputs, device)
         return self.running(inputs, device, dests)
 
@@ -188,13 +266,14 @@ class TuningLaunch:
             with timing.phase("autotune"):
                 best = autotune.fastest(self.key, [lambda f=f: f(inputs, device) for f in forms], device,
                                         labels=self.labels)
-            self.chosen = forms[best]
-            self.forms = [self.chosen]  # (the others' kernels and workspaces go)
+            self._keep(forms[best])
 
-    @property
-    def settled(self) -> bool:
-        """Whether the form calls run is the one kept (timed and chosen)."""
-        return self.chosen is not None
+    def _keep(self, form) -> None:
+        """(Under the lock.) Run `form` from now on."""
+        if self.chosen is None:
+            self.chosen = form
+            if not self.captured:  # (the others' kernels and workspaces go; a graph's stay)
+                self.forms = [form]
 
     def direct_lines(self, *args, **kwargs) -> Optional[list[str]]:
         """The chosen form's inline lines (a ready call made once settled); none before."""

@@ -240,9 +240,9 @@ def test_the_kept_kernel_compiles_beside_the_column_forms_db_times(tmp_path, mon
         batches.append(len(jobs))
         together(jobs)
 
-    def noted(self, args):
+    def noted(self, args, load=True):
         compiled.append((len(batches), self.fn.__name__))
-        precompile(self, args)
+        precompile(self, args, load)
     monkeypatch.setattr(parallel_compile, "compile_together", counted)
     monkeypatch.setattr(steps._DirectStep, "precompile", noted)
     x, w, dy = inputs(300, 32768)

@@ -142,9 +142,11 @@ def test_a_failing_job_still_ends_its_batch():
     assert tuning.finish_tuning(30)
 
 
-def test_a_shared_row_launch_runs_its_two_kernel_form_untimed_until_its_kernel_compiled():
+def test_a_shared_row_launch_runs_its_stand_in_untimed_until_a_call_after_its_kernel_compiled():
     """While its kernels compile in the background, a shared-row launch's calls, compile jobs
-    and code shown are its two-kernel form's, prepared once with nothing timed; then its own."""
+    and code shown are its stand-in's (the two-kernel form, prepared once with nothing timed);
+    the first call after the compile runs its own kernel. A fallback for a refused launch is
+    prepared as any launch is, its forms timed."""
     cpu, calls, untimed = torch.device("cpu"), [], []
 
     class Form:
@@ -164,14 +166,84 @@ def test_a_shared_row_launch_runs_its_two_kernel_form_untimed_until_its_kernel_c
     shared = launch._SharedRowLaunch(Form("shared row"), prepare, staged=())
     shared.compiling = compiled = threading.Event()
     x = [torch.randn(4, 8)]
-    assert shared.jobs_for(x, cpu) == ["two kernels"]
+    assert shared.jobs_for(x, cpu) == ["two kernels"] and not shared.settled
     shared(x, cpu)
     assert calls == ["two kernels"] and shared.source == "two kernels"
     compiled.set()
-    assert shared.jobs_for(x, cpu) == ["shared row"]
+    assert shared.source == "two kernels" and not shared.settled  # (until a call leaves it)
     shared(x, cpu)
-    assert calls == ["two kernels", "shared row"] and shared.source == "shared row" and untimed == [True]
-    assert tuning.timing_forms()
+    assert calls == ["two kernels", "shared row"] and shared.source == "shared row" and shared.settled
+    assert shared.jobs_for(x, cpu) == ["shared row"] and untimed == [True] and tuning.timing_forms()
+    shared.refused = True
+    shared(x, cpu)
+    assert calls[-1] == "two kernels" and untimed == [True, False]
+
+
+def test_a_failing_form_is_passed_over_and_a_failing_default_raises(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+
+    def fails():
+        raise RuntimeError("a form that does not compile")
+    cpu = torch.device("cpu")
+    assert autotune.fastest("k", [lambda: 2.0, fails, lambda: 3.0], cpu, lambda c, d: c()) == 0
+    with pytest.raises(RuntimeError, match="does not compile"):
+        autotune.fastest("k2", [fails, lambda: 1.0], cpu, lambda c, d: c())
+
+
+def test_a_launch_whose_bucket_another_launch_tuned_takes_its_choice(tuned, recorded):
+    """Two definitions of the same kernels: the second's launch, made before the first's was
+    timed, takes the first's choice at its next call without compiling or timing."""
+    warps, choices = tuned
+    fd, args, want = _layernorm()
+    fd2, args2, want2 = _layernorm()
+    fd.execute(args)
+    fd2.execute(args2)
+    assert tuning.finish_tuning(30)
+    fd.execute(args)  # times
+    assert warps == [8, 8, 8, 4, 4]
+    (y,) = fd2.execute(args2)
+    assert warps[-1] == 4 and len(warps) == 6
+    torch.testing.assert_close(y.float(), want2, rtol=2e-2, atol=5e-2)
+
+
+def test_a_background_compile_does_not_load_its_kernels(tuned, monkeypatch):
+    """The forms compiled in the background go into Triton's caches only (no module load, which
+    would spoil another thread's CUDA graph capture); their first launch loads them."""
+    from tests.compile_jobs import RecordingStep
+
+    loads = []
+
+    class Step(RecordingStep):
+        def precompile(self, args, load=True):
+            loads.append(load)
+    monkeypatch.setattr(launch, "_Step", Step)
+    fd, args, _ = _layernorm()
+    fd.execute(args)
+    assert tuning.finish_tuning(30) and loads == [False]
+
+
+def test_a_child_forked_during_a_background_compile_does_not_wait_for_it():
+    """The child has the batch but not the thread compiling it: its event is set there (its
+    launches compile what they need at their calls) and nothing is left to wait for."""
+    import os
+    import signal
+
+    opened = threading.Event()
+    done = tuning.compile_in_background([lambda: opened.wait(30)], torch.device("cpu"))
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(30)
+                code = 0 if done.is_set() and tuning.wait_for_compiles(5) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        opened.set()
+    assert tuning.wait_for_compiles(30) and done.is_set()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -208,27 +280,36 @@ def test_on_the_gpu_a_softmax_over_long_rows_is_timed_after_its_first_call(fresh
         torch.testing.assert_close(out.float(), want, rtol=2e-2, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel, shape", [("softmax", (64, 32768)), ("colsum", (2048, 32768))])
 @pytest.mark.gpu
 @gpu
-def test_on_the_gpu_a_call_under_graph_capture_does_not_time(fresh_choices):
+def test_on_the_gpu_a_call_under_graph_capture_does_not_time(kernel, shape, fresh_choices):
     """The forms compiled, a call captured into a CUDA graph runs the default form (timing would
-    synchronize inside the capture); the graph replays it, and the next call outside times."""
+    synchronize inside the capture); the graph replays it, the next call outside times, and the
+    graph still replays right after it (the captured form, a column sum's split kernel with its
+    counters, is kept alive)."""
     from benchmarks import fuser_defs
 
-    fd = fuser_defs.softmax_fwd.__wrapped__()
-    x = torch.randn(64, 32768, device="cuda", dtype=torch.bfloat16)
+    fd = getattr(fuser_defs, f"{kernel}_fwd").__wrapped__()
+    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    def want():
+        return torch.softmax(x.float(), -1) if kernel == "softmax" else x.float().sum(0)
+    tol = dict(rtol=2e-2, atol=1e-5) if kernel == "softmax" else dict(rtol=1e-4, atol=1e-2)
     fd.execute([x])  # (the default form compiles and runs: the capture launches it alone)
     assert tuning.finish_tuning(300)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         (y,) = fd.execute([x])
     assert not fresh_choices.exists()
-    x.copy_(torch.randn_like(x))
-    graph.replay()
-    torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=1e-5)
-    (y2,) = fd.execute([x])
-    assert len(json.loads(fresh_choices.read_text())) == 1
-    torch.testing.assert_close(y2.float(), torch.softmax(x.float(), -1), rtol=2e-2, atol=1e-5)
+    for timed in (False, True):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.testing.assert_close(y.float(), want(), **tol)
+        if not timed:
+            (y2,) = fd.execute([x])
+            assert len(json.loads(fresh_choices.read_text())) == 1
+            torch.testing.assert_close(y2.float(), want(), **tol)
 
 
 @pytest.mark.gpu

@@ -221,8 +221,8 @@ def test_a_stand_in_specializes_as_its_tensor_does():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_the_gpu_the_first_call_compiles_nothing_after_the_pass(tmp_path, monkeypatch):
-    """Every kernel the first call launches (the autotuner's forms too) was compiled by the
-    pass ahead: Triton's in-memory cache misses no kernel after it."""
+    """Every kernel the first call launches (the autotuner's forms too, where that call times
+    them) was compiled by the pass ahead: Triton's in-memory cache misses no kernel after it."""
     from triton.runtime.jit import JITFunction
 
     if not hasattr(JITFunction, "_do_compile"):

@@ -189,7 +189,7 @@ def test_fusions_alike_compiled_ahead_at_once_compile_each_kernel_one_at_a_time(
     together = threading.Barrier(2)  # the two threads' first compiles meet (or time out)
 
     class CountingStep(RecordingStep):
-        def precompile(self, args):
+        def precompile(self, args, load=True):
             key = (id(self.fn), tuple(repr(a) if not hasattr(a, "dtype") else a.dtype for a in args))
             with lock:
                 active[key] = active.get(key, 0) + 1
@@ -201,7 +201,7 @@ def test_fusions_alike_compiled_ahead_at_once_compile_each_kernel_one_at_a_time(
             time.sleep(0.05)
             with lock:
                 active[key] -= 1
-            super().precompile(args)
+            super().precompile(args, load)
     monkeypatch.setattr(launch, "_Step", CountingStep)
     from fuser.codegen import parallel_compile
 
