@@ -39,6 +39,7 @@ from .inline import inline_lines
 from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .ahead import CompileJobs, stand_ins
+from .wrapper import Wrapper
 from .steps import META, _DirectStep, _Step, current_device
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
@@ -692,7 +693,7 @@ class _Launch:
         return jobs
 
 
-class _SharedRowLaunch:
+class _SharedRowLaunch(Wrapper):
     """The shared-row form's launch (codegen/shared_row.py), whose copies need the staged
     inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
     two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed. So do
@@ -712,10 +713,6 @@ class _SharedRowLaunch:
         self.cooperative, self.refused = cooperative, False
         # set once the kernels compiled in the background; None once a call has left the stand-in
         self.compiling: Optional[threading.Event] = None
-
-    @property
-    def cold(self) -> bool:
-        return self.launch.cold
 
     @property
     def source(self) -> str:
@@ -788,23 +785,11 @@ class _SharedRowLaunch:
         """No inline form: each call checks the alignment."""
         return None
 
-    # what a compile-ahead pass reads (ahead.CompileJobs) and the autotuner compiles: the
-    # shared-row launch's
     @property
-    def steps(self) -> list:
-        return self.launch.steps
-
-    @property
-    def out_specs(self) -> list:
-        return self.launch.out_specs
-
-    @property
-    def workspaces(self):
-        return self.launch.workspaces
-
-    @property
-    def semaphores(self):
-        return self.launch.semaphores
+    def inner(self) -> _Launch:
+        """What a compile-ahead pass reads and the autotuner compiles (wrapper.py): the
+        shared-row launch's."""
+        return self.launch
 
     def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
         """The compile jobs of what its next call will run: the stand-in's while the shared-row
@@ -812,9 +797,3 @@ class _SharedRowLaunch:
         if self.compiling is not None:
             return self._stand_in(inputs).jobs_for(inputs, device)
         return self.launch.jobs_for(inputs, device)
-
-    def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
-        return self.launch.tensors_for(inputs, device, dests)
-
-    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
-        return self.launch.compile_jobs(tensors)

@@ -41,6 +41,7 @@ import torch
 from .. import timing
 from . import autotune, compile_pool, parallel_compile
 from .ahead import CompileJobs
+from .wrapper import Wrapper
 
 # targets whose launch forms compile in the background (tests add the interpreter)
 BACKGROUND_TARGETS = ("cuda",)
@@ -198,7 +199,7 @@ def finish_tuning(timeout: Optional[float] = None) -> bool:
     return wait_for_compiles(timeout)
 
 
-class TuningLaunch:
+class TuningLaunch(Wrapper):
     """A bucket's launch forms (the default first), timed against each other at the first call
     after the others compiled in the background; the default runs until then. Those compiles
     start at the second call (or at `finish_tuning`), not the first: a first call is often
@@ -280,38 +281,13 @@ class TuningLaunch:
         return None if self.chosen is None else self.chosen.direct_lines(*args, **kwargs)
 
     @property
+    def inner(self):
+        return self.running
+
+    @property
     def source(self) -> str:
         return self.running.source
 
     @property
     def compiles(self) -> int:
         return self.running.compiles
-
-    @property
-    def cold(self) -> bool:
-        return self.running.cold
-
-    @property
-    def steps(self) -> list:
-        return self.running.steps
-
-    @property
-    def out_specs(self) -> list:
-        return self.running.out_specs
-
-    @property
-    def workspaces(self):
-        return self.running.workspaces
-
-    @property
-    def semaphores(self):
-        return self.running.semaphores
-
-    def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
-        return self.running.jobs_for(inputs, device)
-
-    def tensors_for(self, inputs, device, dests=None) -> tuple[list, list]:
-        return self.running.tensors_for(inputs, device, dests)
-
-    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
-        return self.running.compile_jobs(tensors)
