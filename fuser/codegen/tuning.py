@@ -3,8 +3,8 @@
 Launch forms. A bucket seen for the first time (autotune.py) compiled all its launch forms side
 by side and timed them before its first launch: at 4096x32768 six forms, most of a forward
 definition's 0.8-1.0 s first call. Now the first call runs the default form (the heuristics'
-pick), which alone compiles then (`TuningLaunch`). From the second call the other forms compile
-in background threads (through the compile worker, compile_pool.py, waiting for a free slot
+pick), which alone compiles then (`TuningLaunch`). From the bucket's second call (of any shape
+in it) the other forms compile in background threads (through the compile worker, compile_pool.py, waiting for a free slot
 rather than competing with the caller for the GIL), and the first call after they are done
 times every form on its own inputs and keeps the fastest, remembered on disk as before (a form
 that fails there is passed over; the default's failure is raised). Until then calls run the
@@ -199,22 +199,42 @@ def finish_tuning(timeout: Optional[float] = None) -> bool:
     return wait_for_compiles(timeout)
 
 
-class TuningLaunch(Wrapper):
-    """A bucket's launch forms (the default first), timed against each other at the first call
-    after the others compiled in the background; the default runs until then. Those compiles
-    start at the second call (or at `finish_tuning`), not the first: a first call is often
-    followed by other first calls (a training step's backward, whose kernels compile ahead in
-    the background) whose kernels are needed sooner. Called, and read by a two-kernel launch
-    (inner_outer._TwoLaunches), as the form it runs."""
+class _Bucket:
+    """What the launches of one autotune key (a kernel's forms over a bucket of sizes, each
+    launch one exact shape) share before a choice: their calls, and the background compile of
+    the launch that started one."""
 
-    __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "calls", "captured",
+    __slots__ = ("calls", "compiled")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.compiled: Optional[threading.Event] = None
+
+
+_buckets: dict[str, _Bucket] = {}
+
+
+class TuningLaunch(Wrapper):
+    """A launch's forms (the default first), timed against each other at the first call after
+    the others compiled in the background; the default runs until then. Those compiles start at
+    the second call of the bucket (any launch of its key: shapes that vary from call to call
+    share one), or at `finish_tuning`, not the first: a first call is often followed by other
+    first calls (a training step's backward, whose kernels compile ahead in the background)
+    whose kernels are needed sooner. Once one launch's compile is done, the bucket's other
+    launches compile their own forms at their next call (mostly found in Triton's memory) and
+    time them then. Called, and read by a two-kernel launch (inner_outer._TwoLaunches), as the
+    form it runs."""
+
+    __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "bucket", "captured",
                  "__weakref__")
 
     def __init__(self, forms: list, key: str, labels: list[str], inputs: Sequence[torch.Tensor],
                  device: torch.device):
         self.forms, self.key, self.labels, self.device = forms, key, labels, device
         self.chosen = None
-        self.calls = 0
+        if len(_buckets) > 1024:  # many keys: start over rather than grow
+            _buckets.clear()
+        self.bucket = _buckets.setdefault(key, _Bucket())
         self.captured = False  # whether a CUDA graph captured a call (its form must stay alive)
         self.lock = threading.Lock()
         jobs = CompileJobs(load=False)  # (stand-ins for the tensors: nothing is allocated or kept)
@@ -225,14 +245,21 @@ class TuningLaunch(Wrapper):
         with _deferred_lock:
             _deferred.add(self)
 
-    def start(self) -> None:
-        """Start compiling the other forms, once."""
+    def start(self, here: bool = False) -> None:
+        """Start compiling the other forms, once (`here`: on this thread, done on return)."""
         with self.lock:
             jobs, self.jobs = self.jobs, None
             if jobs is not None:
-                self.compiled = compile_in_background(jobs, self.device)
                 with _deferred_lock:
                     _deferred.discard(self)
+                if here:
+                    parallel_compile.compile_together(jobs)
+                    self.compiled = threading.Event()
+                    self.compiled.set()
+                else:
+                    self.compiled = compile_in_background(jobs, self.device)
+                if self.bucket.compiled is None:
+                    self.bucket.compiled = self.compiled
 
     @property
     def running(self):
@@ -246,14 +273,18 @@ class TuningLaunch(Wrapper):
 
     def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
         if self.chosen is None:
-            self.calls += 1
+            bucket = self.bucket
+            bucket.calls += 1
             if capturing(device):
                 self.captured = True
             elif (remembered := autotune.CHOICES.get(self.key)) is not None and 0 <= remembered < len(self.forms):
                 with self.lock:  # (another launch of these kernels timed them)
                     self._keep(self.forms[remembered])
             elif self.compiled is None:
-                if self.calls > 1:
+                if bucket.compiled is not None and bucket.compiled.is_set():
+                    self.start(here=True)  # (another shape of the bucket compiled its forms)
+                    self._choose(inputs, device)
+                elif bucket.calls > 1:
                     self.start()
             elif self.compiled.is_set():
                 self._choose(inputs, device)

@@ -26,6 +26,7 @@ def tuned(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(tuning, "BACKGROUND_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    monkeypatch.setattr(tuning, "_buckets", {})  # (no other test's calls of these kernels)
     times = iter([2.0, 1.0])
     monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(times))[1])
     warps = []
@@ -206,6 +207,30 @@ def test_a_launch_whose_bucket_another_launch_tuned_takes_its_choice(tuned, reco
     torch.testing.assert_close(y.float(), want2, rtol=2e-2, atol=5e-2)
 
 
+def test_shapes_that_vary_every_call_still_tune_their_bucket(tuned, recorded):
+    """Each shape of a bucket called once: the bucket's second call (another shape) starts its
+    forms compiling; once done, the next shape compiles its own (here, at the call) and times
+    them; later shapes take the choice."""
+    from benchmarks import fuser_defs
+
+    warps, choices = tuned
+    fd = fuser_defs.layernorm_fwd.__wrapped__()
+    w, b = torch.randn(100, dtype=torch.bfloat16), torch.randn(100, dtype=torch.bfloat16)
+    outs = []
+    for rows in (20, 24):
+        x = torch.randn(rows, 100, dtype=torch.bfloat16)
+        outs.append((fd.execute([x, w, b])[0], x))
+    assert warps == [8, 8] and len([e for e in recorded if e[0] == "compile"]) == 1  # (the second shape's)
+    assert tuning.finish_tuning(30)
+    for rows in (28, 30):
+        x = torch.randn(rows, 100, dtype=torch.bfloat16)
+        outs.append((fd.execute([x, w, b])[0], x))
+    assert warps[2:] == [8, 4, 4, 4] and list(json.loads(choices.read_text()).values()) == [1]
+    for y, x in outs:
+        want = torch.nn.functional.layer_norm(x.float(), (100,), w.float(), b.float())
+        torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=5e-2)
+
+
 def test_a_background_compile_does_not_load_its_kernels(tuned, monkeypatch):
     """The forms compiled in the background go into Triton's caches only (no module load, which
     would spoil another thread's CUDA graph capture); their first launch loads them."""
@@ -255,6 +280,7 @@ def fresh_choices(tmp_path, monkeypatch):
     monkeypatch.delenv("FUSER_AUTOTUNE", raising=False)
     monkeypatch.delenv("FUSER_BACKGROUND_COMPILE", raising=False)
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    monkeypatch.setattr(tuning, "_buckets", {})
     return tmp_path / "autotune.json"
 
 
