@@ -4,13 +4,13 @@ Launch forms. A bucket seen for the first time (autotune.py) compiled all its la
 by side and timed them before its first launch: at 4096x32768 six forms, most of a forward
 definition's 0.8-1.0 s first call. Now the first call runs the default form (the heuristics'
 pick), which alone compiles then (`TuningLaunch`). From the bucket's second call (of any shape
-in it) the other forms compile in background threads (through the compile worker, compile_pool.py, waiting for a free slot
-rather than competing with the caller for the GIL), and the first call after they are done
-times every form on its own inputs and keeps the fastest, remembered on disk as before (a form
-that fails there is passed over; the default's failure is raised). Until then calls run the
-default form, whose results may differ from the chosen form's in rounding (another order of
-summing) but not in what they compute. A launch whose bucket another launch of the same kernels
-has tuned takes that choice at its next call.
+in it) the other forms compile in background threads (through the compile worker,
+compile_pool.py, waiting for a free slot rather than competing with the caller for the GIL),
+and the first call after they are done times every form on its own inputs and keeps the
+fastest, remembered on disk as before (a form that fails there is passed over; the default's
+failure is raised). Until then calls run the default form, whose results may differ from the
+chosen form's in rounding (another order of summing) but not in what they compute. A launch
+whose bucket another launch of the same kernels has tuned takes that choice at its next call.
 
 Shared-row kernels. A shared-row launch (launch.py `_SharedRowLaunch`) whose kernel is neither
 in memory nor in Triton's disk cache compiles it in the background from its first call (0.5-1 s)
