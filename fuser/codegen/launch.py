@@ -704,7 +704,7 @@ class _SharedRowLaunch(Wrapper):
     in its default forms, nothing timed (codegen/tuning.py)."""
 
     __slots__ = ("launch", "prepare_fallback", "fallback", "stand_in", "staged", "compiles", "cooperative",
-                 "refused", "compiling")
+                 "refused", "compiling", "captured")
 
     def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...], cooperative: bool = False):
         self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
@@ -713,6 +713,7 @@ class _SharedRowLaunch(Wrapper):
         self.cooperative, self.refused = cooperative, False
         # set once the kernels compiled in the background; None once a call has left the stand-in
         self.compiling: Optional[threading.Event] = None
+        self.captured = False  # whether a CUDA graph captured the stand-in (its workspaces must stay)
 
     @property
     def source(self) -> str:
@@ -751,8 +752,14 @@ class _SharedRowLaunch(Wrapper):
     def _standing_in(self, device) -> bool:
         """Whether this call runs the stand-in: until a call after the compile, and not one made
         while its stream captures a CUDA graph (which would load the kernel during the capture)."""
-        if self.compiling is not None and self.compiling.is_set() and not tuning.capturing(device):
-            self.compiling = self.stand_in = None
+        if self.compiling is None:
+            return False
+        if tuning.capturing(device):
+            self.captured = True
+        elif self.compiling.is_set():
+            self.compiling = None
+            if not self.captured:  # (a graph's stand-in stays, with its workspaces)
+                self.stand_in = None
         return self.compiling is not None
 
     def _stand_in(self, inputs) -> Any:

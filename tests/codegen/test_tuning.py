@@ -143,6 +143,34 @@ def test_a_failing_job_still_ends_its_batch():
     assert tuning.finish_tuning(30)
 
 
+class _Form:
+    """A launch that records its calls under its name (its code)."""
+
+    def __init__(self, name, calls):
+        self.source, self.compiles, self.cold, self.calls = name, 2, False, calls
+
+    def __call__(self, inputs, device, dests=None):
+        self.calls.append(self.source)
+        return []
+
+    def jobs_for(self, inputs, device):
+        return [self.source]
+
+
+def test_a_stand_in_a_graph_captured_keeps_running_under_capture_and_stays_alive(monkeypatch):
+    """A call under capture stays on the stand-in though the kernel compiled (its first launch
+    would load it during the capture); the call after leaves it but keeps it (the graph's)."""
+    cpu, calls = torch.device("cpu"), []
+    shared = launch._SharedRowLaunch(_Form("shared row", calls), lambda ins: _Form("two kernels", calls), staged=())
+    shared.compiling = compiled = threading.Event()
+    compiled.set()
+    monkeypatch.setattr(tuning, "capturing", lambda device: True)
+    shared([torch.randn(4, 8)], cpu)
+    monkeypatch.setattr(tuning, "capturing", lambda device: False)
+    shared([torch.randn(4, 8)], cpu)
+    assert calls == ["two kernels", "shared row"] and shared.settled and shared.stand_in is not None
+
+
 def test_a_shared_row_launch_runs_its_stand_in_untimed_until_a_call_after_its_kernel_compiled():
     """While its kernels compile in the background, a shared-row launch's calls, compile jobs
     and code shown are its stand-in's (the two-kernel form, prepared once with nothing timed);
@@ -150,21 +178,10 @@ def test_a_shared_row_launch_runs_its_stand_in_untimed_until_a_call_after_its_ke
     prepared as any launch is, its forms timed."""
     cpu, calls, untimed = torch.device("cpu"), [], []
 
-    class Form:
-        def __init__(self, name):
-            self.source, self.compiles, self.cold = name, 2, False
-
-        def __call__(self, inputs, device, dests=None):
-            calls.append(self.source)
-            return []
-
-        def jobs_for(self, inputs, device):
-            return [self.source]
-
     def prepare(inputs):
         untimed.append(not tuning.timing_forms())
-        return Form("two kernels")
-    shared = launch._SharedRowLaunch(Form("shared row"), prepare, staged=())
+        return _Form("two kernels", calls)
+    shared = launch._SharedRowLaunch(_Form("shared row", calls), prepare, staged=())
     shared.compiling = compiled = threading.Event()
     x = [torch.randn(4, 8)]
     assert shared.jobs_for(x, cpu) == ["two kernels"] and not shared.settled
