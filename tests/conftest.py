@@ -28,6 +28,7 @@ def _seed_per_test(request):
     from fuser.codegen import tuning
 
     assert tuning.wait_for_compiles(300), "background compiles still running after 300 s"
+    tuning.forget_buckets()  # (a later test's first calls of the same kernels start afresh)
 
 
 @pytest.fixture

@@ -701,7 +701,8 @@ class _SharedRowLaunch(Wrapper):
     green context fewer processors may be free than the device has). On the GPU, while its
     kernel compiles in the background (`compile_in_background`: the shared-row kernel takes
     0.5-1 s to compile, the two-kernel form less), calls run a stand-in: the two-kernel form
-    in its default forms, nothing timed (codegen/tuning.py)."""
+    in its default forms, nothing timed (codegen/tuning.py); one a CUDA graph captured is kept
+    after the switch."""
 
     __slots__ = ("launch", "prepare_fallback", "fallback", "stand_in", "staged", "compiles", "cooperative",
                  "refused", "compiling", "captured")
@@ -750,17 +751,21 @@ class _SharedRowLaunch(Wrapper):
         return self.compiling is None
 
     def _standing_in(self, device) -> bool:
-        """Whether this call runs the stand-in: until a call after the compile, and not one made
-        while its stream captures a CUDA graph (which would load the kernel during the capture)."""
-        if self.compiling is None:
+        """Whether this call runs the stand-in: every call until the first one after the
+        compile that is not made while its stream captures a CUDA graph (a capture keeps the
+        stand-in: the kernel's first launch would load it during the capture)."""
+        compiling = self.compiling
+        if compiling is None:
             return False
         if tuning.capturing(device):
             self.captured = True
-        elif self.compiling.is_set():
-            self.compiling = None
-            if not self.captured:  # (a graph's stand-in stays, with its workspaces)
-                self.stand_in = None
-        return self.compiling is not None
+            return True
+        if not compiling.is_set():
+            return True
+        self.compiling = None
+        if not self.captured:  # (a graph's stand-in stays, with its workspaces)
+            self.stand_in = None
+        return False
 
     def _stand_in(self, inputs) -> Any:
         if self.stand_in is None:

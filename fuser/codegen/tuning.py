@@ -161,7 +161,7 @@ class _Background:
 
 _background = _Background()
 
-# launches whose forms compile from their second call (or `finish_tuning`), not yet started
+# launches whose forms compile from their bucket's second call (or `finish_tuning`), not yet started
 _deferred: "weakref.WeakSet[TuningLaunch]" = weakref.WeakSet()
 _deferred_lock = threading.Lock()
 
@@ -189,13 +189,15 @@ def wait_for_compiles(timeout: Optional[float] = None) -> bool:
 
 
 def finish_tuning(timeout: Optional[float] = None) -> bool:
-    """Compile now the launch forms left to compile from a launch's second call, and wait until
-    every kernel compiling in the background is compiled (or `timeout` seconds); whether they
-    are. Each launch then times its forms (or leaves its stand-in) at its next call."""
+    """Compile now the launch forms left to compile from their bucket's second call (one launch
+    a bucket), and wait until every kernel compiling in the background is compiled (or
+    `timeout` seconds); whether they are. Each launch then times its forms (or leaves its
+    stand-in) at its next call."""
     with _deferred_lock:
         waiting = list(_deferred)
     for launch in waiting:
-        launch.start()
+        if launch.bucket.compiled is None:  # (one a bucket: the others compile at their next call)
+            launch.start()
     return wait_for_compiles(timeout)
 
 
@@ -214,16 +216,24 @@ class _Bucket:
 _buckets: dict[str, _Bucket] = {}
 
 
+def forget_buckets() -> None:
+    """Forget the calls of the buckets not yet tuned, and the launches waiting for a second call
+    (tests: each starts afresh)."""
+    _buckets.clear()
+    with _deferred_lock:
+        _deferred.clear()
+
+
 class TuningLaunch(Wrapper):
     """A launch's forms (the default first), timed against each other at the first call after
     the others compiled in the background; the default runs until then. Those compiles start at
     the second call of the bucket (any launch of its key: shapes that vary from call to call
     share one), or at `finish_tuning`, not the first: a first call is often followed by other
     first calls (a training step's backward, whose kernels compile ahead in the background)
-    whose kernels are needed sooner. Once one launch's compile is done, the bucket's other
-    launches compile their own forms at their next call (mostly found in Triton's memory) and
-    time them then. Called, and read by a two-kernel launch (inner_outer._TwoLaunches), as the
-    form it runs."""
+    whose kernels are needed sooner. One launch of a bucket compiles in the background at a
+    time; once it is done, another launch of the bucket compiles its own forms at its next call,
+    on the caller's thread (mostly found in Triton's memory), and times them then. Called, and
+    read by a two-kernel launch (inner_outer._TwoLaunches), as the form it runs."""
 
     __slots__ = ("forms", "key", "labels", "device", "jobs", "compiled", "chosen", "lock", "bucket", "captured",
                  "__weakref__")
@@ -245,21 +255,29 @@ class TuningLaunch(Wrapper):
         with _deferred_lock:
             _deferred.add(self)
 
-    def start(self, here: bool = False) -> None:
-        """Start compiling the other forms, once (`here`: on this thread, done on return)."""
+    def start(self, here: Optional[Sequence[torch.Tensor]] = None) -> None:
+        """Start compiling the other forms, once. `here`: the call's inputs, to compile them on
+        this thread, with the default form's kernels, done on return (unless another thread
+        started them first)."""
         with self.lock:
             jobs, self.jobs = self.jobs, None
-            if jobs is not None:
-                with _deferred_lock:
-                    _deferred.discard(self)
-                if here:
-                    parallel_compile.compile_together(jobs)
-                    self.compiled = threading.Event()
-                    self.compiled.set()
-                else:
-                    self.compiled = compile_in_background(jobs, self.device)
-                if self.bucket.compiled is None:
-                    self.bucket.compiled = self.compiled
+            if jobs is None:
+                return
+            with _deferred_lock:
+                _deferred.discard(self)
+            if here is None:
+                self.compiled = compile_in_background(jobs, self.device)
+            else:
+                self.compiled = threading.Event()
+            if self.bucket.compiled is None:
+                self.bucket.compiled = self.compiled
+        if here is not None:  # (outside the lock: a compile takes seconds)
+            default = CompileJobs()
+            default.add(self.forms[0], here, self.device)
+            try:
+                parallel_compile.compile_together([*default.jobs, *jobs])
+            finally:
+                self.compiled.set()
 
     @property
     def running(self):
@@ -282,9 +300,10 @@ class TuningLaunch(Wrapper):
                     self._keep(self.forms[remembered])
             elif self.compiled is None:
                 if bucket.compiled is not None and bucket.compiled.is_set():
-                    self.start(here=True)  # (another shape of the bucket compiled its forms)
-                    self._choose(inputs, device)
-                elif bucket.calls > 1:
+                    self.start(here=inputs)  # (another shape of the bucket compiled its forms)
+                    if self.compiled.is_set():
+                        self._choose(inputs, device)
+                elif bucket.calls > 1 and bucket.compiled is None:
                     self.start()
             elif self.compiled.is_set():
                 self._choose(inputs, device)
@@ -306,6 +325,8 @@ class TuningLaunch(Wrapper):
             self.chosen = form
             if not self.captured:  # (the others' kernels and workspaces go; a graph's stay)
                 self.forms = [form]
+            if _buckets.get(self.key) is self.bucket:  # (its launches to come take the choice)
+                del _buckets[self.key]
 
     def direct_lines(self, *args, **kwargs) -> Optional[list[str]]:
         """The chosen form's inline lines (a ready call made once settled); none before."""

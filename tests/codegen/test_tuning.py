@@ -224,25 +224,34 @@ def test_a_launch_whose_bucket_another_launch_tuned_takes_its_choice(tuned, reco
     torch.testing.assert_close(y.float(), want2, rtol=2e-2, atol=5e-2)
 
 
-def test_shapes_that_vary_every_call_still_tune_their_bucket(tuned, recorded):
+def test_shapes_that_vary_every_call_still_tune_their_bucket(tuned, recorded, monkeypatch):
     """Each shape of a bucket called once: the bucket's second call (another shape) starts its
-    forms compiling; once done, the next shape compiles its own (here, at the call) and times
-    them; later shapes take the choice."""
+    forms compiling, and no later shape starts another while that runs; once done, the next
+    shape compiles its own forms (here, at the call, with its default) and times them; later
+    shapes take the choice."""
     from benchmarks import fuser_defs
 
     warps, choices = tuned
+    gate = Gate().hold(monkeypatch)
     fd = fuser_defs.layernorm_fwd.__wrapped__()
     w, b = torch.randn(100, dtype=torch.bfloat16), torch.randn(100, dtype=torch.bfloat16)
     outs = []
-    for rows in (20, 24):
+
+    def call(rows):
         x = torch.randn(rows, 100, dtype=torch.bfloat16)
         outs.append((fd.execute([x, w, b])[0], x))
-    assert warps == [8, 8] and len([e for e in recorded if e[0] == "compile"]) == 1  # (the second shape's)
+    try:
+        for rows in (20, 24, 26):
+            call(rows)
+        assert gate.inside.wait(30) and warps == [8, 8, 8]
+    finally:
+        gate.open()
     assert tuning.finish_tuning(30)
+    assert len([e for e in recorded if e[0] == "compile"]) == 1  # (the second shape's form alone)
     for rows in (28, 30):
-        x = torch.randn(rows, 100, dtype=torch.bfloat16)
-        outs.append((fd.execute([x, w, b])[0], x))
-    assert warps[2:] == [8, 4, 4, 4] and list(json.loads(choices.read_text()).values()) == [1]
+        call(rows)
+    assert len([e for e in recorded if e[0] == "compile"]) == 3  # (and the fourth shape's two)
+    assert warps[3:] == [8, 4, 4, 4] and list(json.loads(choices.read_text()).values()) == [1]
     for y, x in outs:
         want = torch.nn.functional.layer_norm(x.float(), (100,), w.float(), b.float())
         torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=5e-2)
