@@ -280,7 +280,7 @@ class TuningLaunch(Wrapper):
                 self.compiled.set()
 
     @property
-    def running(self):
+    def inner(self):
         """The form calls run now: the default until the forms are timed, then the fastest."""
         return self.chosen if self.chosen is not None else self.forms[0]
 
@@ -307,7 +307,7 @@ class TuningLaunch(Wrapper):
                     self.start()
             elif self.compiled.is_set():
                 self._choose(inputs, device)
-        return self.running(inputs, device, dests)
+        return self.inner(inputs, device, dests)
 
     def _choose(self, inputs: Sequence[torch.Tensor], device) -> None:
         with self.lock:
@@ -333,13 +333,9 @@ class TuningLaunch(Wrapper):
         return None if self.chosen is None else self.chosen.direct_lines(*args, **kwargs)
 
     @property
-    def inner(self):
-        return self.running
-
-    @property
     def source(self) -> str:
-        return self.running.source
+        return self.inner.source
 
     @property
     def compiles(self) -> int:
-        return self.running.compiles
+        return self.inner.compiles
