@@ -29,7 +29,6 @@ A process forked while compiles were under way compiles what it needs at its lau
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import threading
@@ -41,6 +40,7 @@ import torch
 from .. import timing
 from . import autotune, compile_pool, parallel_compile
 from .ahead import CompileJobs
+from .background import DaemonQueue
 from .wrapper import Wrapper
 
 # targets whose launch forms compile in the background (tests add the interpreter)
@@ -78,22 +78,17 @@ def capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-class _Background:
-    """The background compile jobs of the process, in order, taken by at most `threads()` daemon
-    threads (a thread ends when none is left); each batch's event is set when its jobs are
-    done. A process may exit with jobs left (the next process compiles what it needs)."""
+class _Batches:
+    """The background compile jobs of the process (a DaemonQueue of at most
+    max(2, compile_pool.worker_count()) threads), submitted in batches, each batch's event set
+    when its jobs are done (or dropped: no thread could start, and the launches that need the
+    kernels compile them)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.idle = threading.Condition(self.lock)
-        self.jobs: collections.deque = collections.deque()  # (job, device, its batch)
-        self.threads = 0
-        self.batches = 0  # not done
+        self.queue = DaemonQueue("fuser-background-compile", self._run,
+                                 lambda: max(2, compile_pool.worker_count()), self._dropped)
+        self.lock = threading.Lock()  # (of the batches' counts)
         self.events: "weakref.WeakSet[threading.Event]" = weakref.WeakSet()  # of the batches not done
-
-    @staticmethod
-    def threads_wanted() -> int:
-        return max(2, compile_pool.worker_count())
 
     def submit(self, jobs: Sequence[Callable[[], None]], device: torch.device) -> threading.Event:
         done = threading.Event()
@@ -103,63 +98,40 @@ class _Background:
         parallel_compile.start_triton_driver()  # here: its lazy start is not meant for two threads at once
         batch = [len(jobs), done]
         with self.lock:
-            self.batches += 1
             self.events.add(done)
-            self.jobs.extend((job, device, batch) for job in jobs)
-            while self.threads < min(self.threads_wanted(), len(self.jobs)):
-                try:
-                    threading.Thread(target=self._take, name="fuser-background-compile", daemon=True).start()
-                except RuntimeError:  # (no thread to be had: the jobs wait for one that runs)
-                    break
-                self.threads += 1
-            if self.threads == 0:  # none at all: compiled at the launches that need them
-                self.jobs.clear()
-                self._finish(batch, len(jobs))
+        self.queue.put([(job, device, batch) for job in jobs])
         return done
 
-    def _take(self) -> None:
-        timing.quiet()
-        while True:
-            with self.lock:
-                if not self.jobs:
-                    self.threads -= 1
-                    self.idle.notify_all()
-                    return
-                job, device, batch = self.jobs.popleft()
-            try:
-                with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
-                        compile_pool.side_by_side(patient=True):
-                    job()
-            except Exception:  # noqa: BLE001 - the launch that needs the kernel compiles it and reports
-                pass
-            with self.lock:
-                self._finish(batch, 1)
+    def _run(self, item: tuple) -> None:
+        job, device, batch = item
+        try:
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext(), \
+                    compile_pool.side_by_side(patient=True):
+                job()  # (its errors are the launch's that needs the kernel: it compiles it again)
+        finally:
+            self._finish(batch, 1)
+
+    def _dropped(self, items: list) -> None:
+        for _, _, batch in items:
+            self._finish(batch, 1)
 
     def _finish(self, batch: list, jobs: int) -> None:
-        """(Under the lock.) `jobs` of `batch` are done."""
-        batch[0] -= jobs
-        if batch[0] == 0:
-            batch[1].set()
-            self.events.discard(batch[1])
-            self.batches -= 1
-            self.idle.notify_all()
-
-    def wait(self, timeout: Optional[float]) -> bool:
         with self.lock:
-            return self.idle.wait_for(lambda: self.batches == 0, timeout)
+            batch[0] -= jobs
+            if batch[0] == 0:
+                batch[1].set()
+                self.events.discard(batch[1])
 
     def forget_in_child(self) -> None:
         """A forked child has none of the threads: its launches compile what they need."""
+        self.queue.forget_in_child()
         self.lock = threading.Lock()
-        self.idle = threading.Condition(self.lock)
-        self.jobs.clear()
-        self.threads = self.batches = 0
         for event in list(self.events):
             event.set()
         self.events = weakref.WeakSet()
 
 
-_background = _Background()
+_background = _Batches()
 
 # launches whose forms compile from their bucket's second call (or `finish_tuning`), not yet started
 _deferred: "weakref.WeakSet[TuningLaunch]" = weakref.WeakSet()
@@ -185,7 +157,7 @@ def compile_in_background(jobs: Sequence[Callable[[], None]], device: torch.devi
 def wait_for_compiles(timeout: Optional[float] = None) -> bool:
     """Wait until every background compile submitted so far is done (or `timeout` seconds);
     whether they are. Starts nothing."""
-    return _background.wait(timeout)
+    return _background.queue.wait(timeout)
 
 
 def finish_tuning(timeout: Optional[float] = None) -> bool:

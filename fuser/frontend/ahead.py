@@ -26,17 +26,15 @@ Triton's interpreter), and not under `FUSER_COMPILE_AHEAD=0`.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
-import threading
 from typing import Any, Optional
 
 import torch
 from torch.fx import Node
 
-from .. import timing
 from ..codegen import compile_pool, parallel_compile, target_for
+from ..codegen.background import DaemonQueue
 from ..runtime import ahead as runtime_ahead
 from .meta import meta_val
 from .program import FusionStep, GraphProgram
@@ -104,52 +102,12 @@ def _meta(layout: Any) -> Any:
 STEPS_AT_ONCE = 4
 
 
-class _Queue:
-    """The fusion steps to compile, in the order given, and the daemon threads (at most
-    STEPS_AT_ONCE) that take them; a thread ends when the queue is empty. A process can exit
-    with steps queued; compile jobs already handed to the compile threads
-    (codegen/parallel_compile.py) finish first."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.idle = threading.Condition(self.lock)
-        self.items: collections.deque = collections.deque()
-        self.threads = 0
-
-    def put(self, items: list) -> None:
-        with self.lock:
-            self.items.extend(items)
-            while self.threads < min(STEPS_AT_ONCE, len(self.items)):
-                threading.Thread(target=self._take, name="fuser-compile-ahead", daemon=True).start()
-                self.threads += 1
-
-    def _take(self) -> None:
-        timing.quiet()
-        while True:
-            with self.lock:
-                if not self.items:
-                    self.threads -= 1
-                    self.idle.notify_all()
-                    return
-                step, layouts, device = self.items.popleft()
-            _compile(step, layouts, device)
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        """Until every queued step is compiled (or `timeout`); whether they were."""
-        with self.lock:
-            return self.idle.wait_for(lambda: not self.items and not self.threads, timeout)
-
-
-_queue = _Queue()
-
-
-def _after_fork_in_child() -> None:
-    global _queue
-    _queue = _Queue()  # (the parent's threads are not in the child)
-
+# the fusion steps to compile, in the order given (a process can exit with steps queued;
+# compile jobs already handed to the compile threads, codegen/parallel_compile.py, finish first)
+_queue = DaemonQueue("fuser-compile-ahead", lambda item: _compile(*item), lambda: STEPS_AT_ONCE)
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_queue.forget_in_child)  # (the parent's threads are not in the child)
 
 
 def start(programs: list[GraphProgram], device: torch.device) -> int:

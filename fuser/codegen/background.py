@@ -1,0 +1,65 @@
+"""A queue of work that daemon threads take in order: the process's background compiles (launch
+forms and stand-ins, codegen/tuning.py; a jitted graph's fusions compiled ahead,
+frontend/ahead.py). Each user keeps its own queue and its own thread limit."""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable, Optional
+
+from .. import timing
+
+
+class DaemonQueue:
+    """Items run by `run(item)`, in the order put, on at most `limit()` daemon threads named
+    `name`; a thread ends when the queue is empty, so an idle process keeps none. A process may
+    exit with items left. An exception from `run` is dropped (each item reports its own
+    failure where it matters). Where no thread can be started at all, the items put are handed
+    to `dropped` (their work is done where it is needed instead)."""
+
+    def __init__(self, name: str, run: Callable[[Any], None], limit: Callable[[], int],
+                 dropped: Optional[Callable[[list], None]] = None):
+        self.name, self.run, self.limit, self.dropped = name, run, limit, dropped
+        self.forget_in_child()
+
+    def forget_in_child(self) -> None:
+        """Start empty (also a forked child: the parent's threads are not there)."""
+        self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
+        self.items: collections.deque = collections.deque()
+        self.threads = 0
+
+    def put(self, items: list) -> None:
+        dropped = []
+        with self.lock:
+            self.items.extend(items)
+            while self.threads < min(self.limit(), len(self.items)):
+                try:
+                    threading.Thread(target=self._take, name=self.name, daemon=True).start()
+                except RuntimeError:  # (no thread to be had now: those running take the items)
+                    break
+                self.threads += 1
+            if self.threads == 0:
+                dropped = list(self.items)
+                self.items.clear()
+        if dropped and self.dropped is not None:
+            self.dropped(dropped)
+
+    def _take(self) -> None:
+        timing.quiet()  # (the phases of the caller's thread are not these threads')
+        while True:
+            with self.lock:
+                if not self.items:
+                    self.threads -= 1
+                    self.idle.notify_all()
+                    return
+                item = self.items.popleft()
+            try:
+                self.run(item)
+            except Exception:  # noqa: BLE001 - the thread must go on counting; see the class's doc
+                pass
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Until every item put so far has run (or `timeout` seconds); whether they have."""
+        with self.lock:
+            return self.idle.wait_for(lambda: not self.items and not self.threads, timeout)
