@@ -1,0 +1,54 @@
+"""The benchmark harness's checks of a contender's outputs (benchmarks/harness.py), on the CPU."""
+import torch
+import torch.nn.functional as F
+
+from benchmarks import harness, suite
+
+
+def _writes_dx_into_logits(logits, target):
+    """Cross entropy whose forward computes the gradient and writes it into the logits, as
+    Liger's kernel does; its backward hands that gradient on."""
+
+    class Fused(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, t):
+            xf = x.detach().float()
+            loss = F.cross_entropy(xf, t)
+            dx = (torch.softmax(xf, -1) - F.one_hot(t, xf.shape[-1])) / xf.shape[0]
+            x.data.copy_(dx.to(x.dtype))  # (in place: a second call reads a gradient as logits)
+            ctx.save_for_backward(x)
+            return loss
+
+        @staticmethod
+        def backward(ctx, dy):
+            (dx,) = ctx.saved_tensors
+            return dx * dy, None
+
+    return Fused.apply(logits, target)
+
+
+def test_a_contender_that_writes_into_its_inputs_is_checked_on_fresh_ones_once_settled():
+    case = suite.make_case("cross_entropy_bwd", 16, 96)
+    device = torch.device("cpu")
+    reference = harness.eager_reference(case, device, 0)
+    impl = harness.Impl(_writes_dx_into_logits, forward_in_timing=True)
+    result = harness.run_contender(case, impl, reference, device, copy_gbps=10.0, seed=0)
+    assert result["ms"] > 0 and "tuned_s" in result
+
+
+def test_a_contender_whose_settled_call_differs_is_a_mismatch():
+    case = suite.make_case("rmsnorm_fwd", 16, 96)
+    device = torch.device("cpu")
+    reference = harness.eager_reference(case, device, 0)
+    calls = [0]
+
+    def right_once(*args):
+        calls[0] += 1
+        out = case.fn(*args)
+        return out if calls[0] == 1 else out * 1.5
+    try:
+        harness.run_contender(case, harness.Impl(right_once), reference, device, copy_gbps=10.0, seed=0)
+    except harness.Mismatch as e:
+        assert "output 0" in str(e)
+    else:
+        raise AssertionError("the settled call's wrong output passed")
