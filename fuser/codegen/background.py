@@ -56,7 +56,7 @@ class DaemonQueue:
                 item = self.items.popleft()
             try:
                 self.run(item)
-            except Exception:  # noqa: BLE001 - the thread must go on counting; see the class's doc
+            except BaseException:  # noqa: BLE001 - the thread must go on counting (SystemExit too)
                 pass
 
     def wait(self, timeout: Optional[float] = None) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import weakref
 from typing import Callable, Optional, Sequence
 
@@ -122,6 +123,17 @@ class _Batches:
                 batch[1].set()
                 self.events.discard(batch[1])
 
+    def wait(self, timeout: Optional[float]) -> bool:
+        """Until the queue is empty and every batch submitted so far is done (one being
+        submitted or dropped on another thread: its event is waited for too)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.queue.wait(timeout):
+            return False
+        with self.lock:
+            events = list(self.events)
+        return all(event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                   for event in events)
+
     def forget_in_child(self) -> None:
         """A forked child has none of the threads: its launches compile what they need."""
         self.queue.forget_in_child()
@@ -157,7 +169,7 @@ def compile_in_background(jobs: Sequence[Callable[[], None]], device: torch.devi
 def wait_for_compiles(timeout: Optional[float] = None) -> bool:
     """Wait until every background compile submitted so far is done (or `timeout` seconds);
     whether they are. Starts nothing."""
-    return _background.queue.wait(timeout)
+    return _background.wait(timeout)
 
 
 def finish_tuning(timeout: Optional[float] = None) -> bool:

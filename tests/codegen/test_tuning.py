@@ -143,6 +143,44 @@ def test_a_failing_job_still_ends_its_batch():
     assert tuning.finish_tuning(30)
 
 
+
+def test_a_batch_no_thread_can_take_is_done_and_not_waited_for(monkeypatch):
+    """Where no thread can be started, the batch's jobs are dropped (the launches that need the
+    kernels compile them) and its event is set: `finish_tuning` has nothing to wait for."""
+    from fuser.codegen import background
+
+    class NoThread:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            raise RuntimeError("can't start new thread")
+
+    ran = []
+    monkeypatch.setattr(background.threading, "Thread", NoThread)
+    done = tuning.compile_in_background([lambda: ran.append(1)], torch.device("cpu"))
+    assert done.is_set() and not ran and tuning.finish_tuning(0)
+
+
+def test_finish_tuning_waits_for_a_batch_being_submitted(monkeypatch):
+    """A batch whose jobs are not yet queued (another thread is submitting it) is waited for."""
+    held, release = threading.Event(), threading.Event()
+    real_put = tuning._background.queue.put
+
+    def slow_put(items):
+        held.set()
+        release.wait(30)
+        real_put(items)
+    monkeypatch.setattr(tuning._background.queue, "put", slow_put)
+    submitter = threading.Thread(target=tuning.compile_in_background, args=([lambda: None], torch.device("cpu")))
+    submitter.start()
+    try:
+        assert held.wait(30) and not tuning.finish_tuning(0.05)
+    finally:
+        release.set()
+        submitter.join(30)
+    assert tuning.finish_tuning(30)
+
 class _Form:
     """A launch that records its calls under its name (its code)."""
 

@@ -189,3 +189,34 @@ def test_a_backward_called_while_its_kernels_compile_waits_for_them(recorded, mo
     for got, exp in zip(grads, want):
         torch.testing.assert_close(got.float(), exp.float(), rtol=3e-2, atol=3e-2)
     assert all(step.fd.cache.num_runtimes == 1 for step in backward.fusion_steps)  # (none of its own)
+
+
+def test_a_forked_child_starts_with_an_empty_compile_ahead_queue():
+    """The module's queue forgets the parent's steps and threads in a forked child (its
+    registered fork handler): the child waits for nothing of the parent's."""
+    import os
+    import signal
+
+    class HeldStep:  # (what `ahead._compile` reads of a fusion step)
+        class fd:
+            @staticmethod
+            def compile_ahead(metas, device):
+                opened.wait(30)
+
+    opened = threading.Event()
+    ahead._queue.put([(HeldStep, [], torch.device("cpu"))])
+    try:
+        assert not ahead.wait(0.05)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(30)
+                code = 0 if ahead.wait(0) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        opened.set()
+    assert ahead.wait(30)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
