@@ -75,3 +75,30 @@ def launched_were_compiled(recorded: list, compiles: list) -> int:
         planned = [a for kind, f, a in compiles if f is fn]
         assert any(len(p) == len(args) and all(map(same_argument, p, args)) for p in planned), fn
     return len(launches)
+
+
+def no_threads(monkeypatch) -> None:
+    """No thread can be started for the background queues (codegen/background.py), as in a
+    process that has none to spare."""
+    from fuser.codegen.background import DaemonQueue
+
+    def refuse(queue):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(DaemonQueue, "_start_thread", refuse)
+
+
+def passes_in_forked_child(check, alarm_s: int = 60) -> bool:
+    """Whether `check()` returns true in a child forked now (an alarm ends a child that hangs;
+    the child exits without running the parent's exit handlers)."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(alarm_s)
+            code = 0 if check() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

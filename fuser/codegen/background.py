@@ -35,7 +35,7 @@ class DaemonQueue:
             self.items.extend(items)
             while self.threads < min(self.limit(), len(self.items)):
                 try:
-                    threading.Thread(target=self._take, name=self.name, daemon=True).start()
+                    self._start_thread()
                 except RuntimeError:  # (no thread to be had now: those running take the items)
                     break
                 self.threads += 1
@@ -44,6 +44,9 @@ class DaemonQueue:
                 self.items.clear()
         if dropped and self.dropped is not None:
             self.dropped(dropped)
+
+    def _start_thread(self) -> None:
+        threading.Thread(target=self._take, name=self.name, daemon=True).start()
 
     def _take(self) -> None:
         timing.quiet()  # (the phases of the caller's thread are not these threads')

@@ -1,8 +1,9 @@
 """codegen/background.py: the daemon-thread queue of the background compiles."""
 import threading
 
-from fuser.codegen import background
 from fuser.codegen.background import DaemonQueue
+
+from tests.compile_jobs import no_threads, passes_in_forked_child
 
 
 def test_items_run_in_order_on_at_most_the_limit_of_threads_which_end_when_it_is_empty():
@@ -43,41 +44,25 @@ def test_a_failing_item_leaves_the_others_running_and_the_queue_waitable():
 
 
 def test_items_no_thread_can_take_go_to_dropped(monkeypatch):
-    class NoThread:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def start(self):
-            raise RuntimeError("can't start new thread")
-
     dropped = []
     queue = DaemonQueue("test-queue", lambda item: None, lambda: 2, dropped.extend)
-    monkeypatch.setattr(background.threading, "Thread", NoThread)
+    no_threads(monkeypatch)
     queue.put([1, 2])
     assert dropped == [1, 2] and queue.wait(0) and not queue.items
 
 
 def test_a_forked_child_forgets_the_parents_items_and_threads_and_runs_its_own():
-    import os
-    import signal
-
     gate, ran = threading.Event(), []
     queue = DaemonQueue("test-queue", lambda item: gate.wait(30) if item == "held" else ran.append(item), lambda: 1)
     queue.put(["held", "parent's"])
+
+    def in_child():
+        queue.forget_in_child()  # (what the module queues do at a fork)
+        empty = queue.wait(0)
+        queue.put(["child's"])
+        return empty and queue.wait(20) and ran == ["child's"]
     try:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.alarm(30)
-                queue.forget_in_child()  # (what the module queues do at a fork)
-                empty = queue.wait(0)
-                queue.put(["child's"])
-                code = 0 if empty and queue.wait(20) and ran == ["child's"] else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        child_passed = passes_in_forked_child(in_child)
     finally:
         gate.set()
-    assert queue.wait(30) and ran == ["parent's"]
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert queue.wait(30) and ran == ["parent's"] and child_passed

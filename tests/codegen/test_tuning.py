@@ -12,7 +12,7 @@ from fuser.codegen import autotune, compile_pool, launch, tuning
 from fuser.codegen.ahead import CompileJobs
 from fuser.runtime import cache
 
-from tests.compile_jobs import Gate
+from tests.compile_jobs import Gate, no_threads, passes_in_forked_child
 
 
 @pytest.fixture
@@ -147,17 +147,8 @@ def test_a_failing_job_still_ends_its_batch():
 def test_a_batch_no_thread_can_take_is_done_and_not_waited_for(monkeypatch):
     """Where no thread can be started, the batch's jobs are dropped (the launches that need the
     kernels compile them) and its event is set: `finish_tuning` has nothing to wait for."""
-    from fuser.codegen import background
-
-    class NoThread:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def start(self):
-            raise RuntimeError("can't start new thread")
-
     ran = []
-    monkeypatch.setattr(background.threading, "Thread", NoThread)
+    no_threads(monkeypatch)
     done = tuning.compile_in_background([lambda: ran.append(1)], torch.device("cpu"))
     assert done.is_set() and not ran and tuning.finish_tuning(0)
 
@@ -314,25 +305,13 @@ def test_a_background_compile_does_not_load_its_kernels(tuned, monkeypatch):
 def test_a_child_forked_during_a_background_compile_does_not_wait_for_it():
     """The child has the batch but not the thread compiling it: its event is set there (its
     launches compile what they need at their calls) and nothing is left to wait for."""
-    import os
-    import signal
-
     opened = threading.Event()
     done = tuning.compile_in_background([lambda: opened.wait(30)], torch.device("cpu"))
     try:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.alarm(30)
-                code = 0 if done.is_set() and tuning.wait_for_compiles(5) else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        child_passed = passes_in_forked_child(lambda: done.is_set() and tuning.wait_for_compiles(5), 30)
     finally:
         opened.set()
-    assert tuning.wait_for_compiles(30) and done.is_set()
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert tuning.wait_for_compiles(30) and done.is_set() and child_passed
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import fuser
 from fuser.frontend import ahead, backend
 
-from ..compile_jobs import Gate, launched_were_compiled
+from ..compile_jobs import Gate, launched_were_compiled, passes_in_forked_child
 from .jit_helpers import check_forward_backward
 
 
@@ -194,9 +194,6 @@ def test_a_backward_called_while_its_kernels_compile_waits_for_them(recorded, mo
 def test_a_forked_child_starts_with_an_empty_compile_ahead_queue():
     """The module's queue forgets the parent's steps and threads in a forked child (its
     registered fork handler): the child waits for nothing of the parent's."""
-    import os
-    import signal
-
     class HeldStep:  # (what `ahead._compile` reads of a fusion step)
         class fd:
             @staticmethod
@@ -207,16 +204,7 @@ def test_a_forked_child_starts_with_an_empty_compile_ahead_queue():
     ahead._queue.put([(HeldStep, [], torch.device("cpu"))])
     try:
         assert not ahead.wait(0.05)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.alarm(30)
-                code = 0 if ahead.wait(0) else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        child_passed = passes_in_forked_child(lambda: ahead.wait(0), 30)
     finally:
         opened.set()
-    assert ahead.wait(30)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert ahead.wait(30) and child_passed
