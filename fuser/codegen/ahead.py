@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
-from .steps import StandIn, _DirectStep
+from .steps import StandIn, _DirectStep, step_args
 
 if TYPE_CHECKING:  # (launch imports this module)
     from .launch import _Launch
@@ -31,9 +31,7 @@ class CompileJobs:
         for step, template, slots in launch.steps:
             if not isinstance(step, _DirectStep) or step.compiled is not None:
                 continue
-            args = list(template)
-            for pos, k in slots:
-                args[pos] = tensors[k]
+            args = step_args(template, slots, tensors)
             key = (id(step.fn), tuple(step.kwargs.items()),
                    tuple((a.dtype, a.data_ptr() % 16) if isinstance(a, StandIn) else (type(a), a) for a in args))
             if key not in self.seen:

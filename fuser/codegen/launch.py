@@ -40,7 +40,7 @@ from .scratch import Semaphores, Workspaces, stream_key
 from .split_kernel import generate_split
 from .ahead import CompileJobs, stand_ins
 from .wrapper import Wrapper
-from .steps import META, _DirectStep, _Step, current_device
+from .steps import META, _DirectStep, _Step, current_device, step_args
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
@@ -198,14 +198,13 @@ class KernelLauncher:
             used.append(launch)
         if launch is None:
             return None
-        self.last_source = launch.source  # (what failed, should the launch raise)
-        if first:  # the first launch compiles the kernel (Triton's JIT)
-            with phase("first launch"):
-                outs = launch(inputs, device, dests)
-        else:
-            outs = launch(inputs, device, dests)
-        self.last_source = launch.source  # (a launch may change what it runs: a stand-in, a form timed)
-        return outs
+        try:
+            if first:  # the first launch compiles the kernel (Triton's JIT)
+                with phase("first launch"):
+                    return launch(inputs, device, dests)
+            return launch(inputs, device, dests)
+        finally:  # (read after the call: a launch may change what it runs, a stand-in, a form timed)
+            self.last_source = launch.source
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
                 dests=None, ahead_jobs: "Optional[CompileJobs]" = None, in_one_pass: bool = False) -> "Optional[_Launch]":
@@ -686,9 +685,7 @@ class _Launch:
         jobs = []
         for step, template, slots in self.steps:
             if isinstance(step, _DirectStep) and step.compiled is None:
-                args = list(template)
-                for pos, k in slots:
-                    args[pos] = tensors[k]
+                args = step_args(template, slots, tensors)
                 jobs.append(lambda step=step, args=args: step.precompile(args))
         return jobs
 
@@ -731,10 +728,7 @@ class _SharedRowLaunch(Wrapper):
         """Whether Triton has the shared-row kernel in memory or in its disk cache."""
         tensors = stand_ins(self.launch, inputs, device)
         step, template, slots = self.launch.steps[0]
-        args = list(template)
-        for pos, k in slots:
-            args[pos] = tensors[k]
-        return compile_pool.compiled_already(step.fn, args, step.kwargs, (step.grid,))
+        return compile_pool.compiled_already(step.fn, step_args(template, slots, tensors), step.kwargs, (step.grid,))
 
     def compile_in_background(self, inputs: Sequence[torch.Tensor], device) -> None:
         """Unless Triton has the shared-row kernel in memory or on disk: compile this launch's

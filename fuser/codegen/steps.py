@@ -12,6 +12,15 @@ import torch
 from . import compile_pool
 
 
+def step_args(template: list, slots, tensors: list) -> list:
+    """A step's arguments: its `template` with tensor `k` at position `pos` for each (pos, k) of
+    `slots` (a launch's steps are (step, template, slots))."""
+    args = list(template)
+    for pos, k in slots:
+        args[pos] = tensors[k]
+    return args
+
+
 class _Step:
     """One kernel launch through Triton's JIT entry point."""
 
