@@ -34,6 +34,7 @@ import gc
 import json
 import math
 import platform
+import re
 import statistics
 import sys
 import time
@@ -497,7 +498,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "bandwidth, for eager, torch.compile, Liger and fuser side by side.")
     p.add_argument("--cases", default="",
                    help="only cases whose name contains this substring (comma = or), "
-                        "e.g. 'rmsnorm' or 'bwd[16384x8192],cross'")
+                        "e.g. 'rmsnorm' or 'bwd[16384x8192],cross'; a whole name of a kernel at "
+                        "a shape the suite lacks adds that row, e.g. 'softmax_fwd[4096x50257]'")
     p.add_argument("--contenders", default="",
                    help="comma-separated subset of: " + ", ".join(CONTENDERS)
                         + " (default: all that apply)")
@@ -518,10 +520,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+_CASE_NAME = re.compile(r"(\w+)\[(\d+)x(\d+)\]")
+
+
 def select_cases(quick: bool, pattern: str, part: str = "") -> list[suite.Case]:
+    """The suite's cases whose names contain a comma-separated part of `pattern` (all for
+    none), then a case for each part that names a kernel at a shape the suite lacks
+    (`kernel[MxN]`, off-suite shapes: a model's hidden sizes and vocabularies)."""
     cases = suite.build_suite(quick)
     subs = [s for s in pattern.split(",") if s]
     cases = [c for c in cases if not subs or any(s in c.name for s in subs)]
+    for sub in subs:
+        named = _CASE_NAME.fullmatch(sub)
+        if named and sub not in {c.name for c in cases}:
+            kernel, m, n = named.group(1), int(named.group(2)), int(named.group(3))
+            if kernel not in suite.ROW_KERNELS + ("cross_entropy_bwd",):
+                sys.exit(f"bench: --cases {sub!r}: no kernel {kernel!r}; expected one of "
+                         f"{', '.join(suite.ROW_KERNELS + ('cross_entropy_bwd',))}")
+            cases.append(suite.make_case(kernel, m, n))
     if part:
         k, n = parse_part(part)
         # (contiguous, as many cases each: a part takes whole shapes, each with every kind)

@@ -1,4 +1,5 @@
 """The benchmark harness's checks of a contender's outputs (benchmarks/harness.py), on the CPU."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -52,3 +53,19 @@ def test_a_contender_whose_settled_call_differs_is_a_mismatch():
         assert "output 0" in str(e)
     else:
         raise AssertionError("the settled call's wrong output passed")
+
+
+def test_a_named_kernel_at_a_shape_the_suite_lacks_becomes_a_case():
+    cases = harness.select_cases(True, "softmax_fwd[64x1001],rmsnorm,cross_entropy_bwd[16x50257]")
+    names = [c.name for c in cases]
+    assert "softmax_fwd[64x1001]" in names and "cross_entropy_bwd[16x50257]" in names
+    assert any(n.startswith("rmsnorm_fwd[") for n in names)  # (the substring still selects)
+    odd = next(c for c in cases if c.name == "softmax_fwd[64x1001]")
+    assert odd.shape == (64, 1001) and odd.bytes_moved == 2 * 64 * 1001 * 2
+    again = harness.select_cases(True, "gelu_bwd[256x512],gelu_bwd[256x512]")
+    assert [c.name for c in again] == ["gelu_bwd[256x512]"]  # (a suite case is not added twice)
+
+
+def test_a_named_case_of_an_unknown_kernel_is_refused():
+    with pytest.raises(SystemExit, match="no kernel 'matmul'"):
+        harness.select_cases(True, "matmul[64x64]")
