@@ -1,13 +1,27 @@
 """A queue of work that daemon threads take in order: the process's background compiles (launch
 forms and stand-ins, codegen/tuning.py; a jitted graph's fusions compiled ahead,
-frontend/ahead.py). Each user keeps its own queue and its own thread limit."""
+frontend/ahead.py). Each user keeps its own queue and its own thread limit. Also the flags a
+thread sets for the work it does within a block (`set_on_thread`)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .. import timing
+
+
+@contextlib.contextmanager
+def set_on_thread(local: threading.local, name: str, value: Any) -> Iterator[None]:
+    """Within the block, `local.<name>` is `value` on this thread; after it, what it was before
+    (None where it was not set)."""
+    before = getattr(local, name, None)
+    setattr(local, name, value)
+    try:
+        yield
+    finally:
+        setattr(local, name, before)
 
 
 class DaemonQueue:

@@ -25,6 +25,7 @@ import threading
 from typing import Callable, Iterator, Optional, Sequence
 
 from . import compile_pool
+from .background import set_on_thread
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 _lock = threading.Lock()
@@ -71,12 +72,8 @@ def joined_by(make_jobs: Optional[Callable[[], Sequence[Callable[[], None]]]]) -
     if make_jobs is None:
         yield
         return
-    outer = getattr(_joining, "make", None)
-    _joining.make = make_jobs
-    try:
+    with set_on_thread(_joining, "make", make_jobs):
         yield
-    finally:
-        _joining.make = outer
 
 
 def compile_together(jobs: Sequence[Callable[[], None]]) -> None:

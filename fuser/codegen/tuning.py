@@ -41,7 +41,7 @@ import torch
 from .. import timing
 from . import autotune, compile_pool, parallel_compile
 from .ahead import CompileJobs
-from .background import DaemonQueue
+from .background import DaemonQueue, set_on_thread
 from .wrapper import Wrapper
 
 # targets whose launch forms compile in the background (tests add the interpreter)
@@ -57,16 +57,10 @@ def in_background(target: str) -> bool:
             and os.environ.get("FUSER_BACKGROUND_COMPILE", "1") != "0")
 
 
-@contextlib.contextmanager
 def untimed():
     """Within (on this thread): launches are prepared in their default form where no choice is
     remembered, nothing timed or compiled for later (a stand-in's, which runs a few calls)."""
-    before = getattr(_local, "untimed", False)
-    _local.untimed = True
-    try:
-        yield
-    finally:
-        _local.untimed = before
+    return set_on_thread(_local, "untimed", True)
 
 
 def timing_forms() -> bool:
