@@ -55,12 +55,18 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
                        f"{weight} = " + writer.partial_load(s, ws[s], mask, "0.0")]
     else:
         x, weight = writer.operand(body, m.inp, m.out.dtype), "1.0"
+    # One exp a term: with d = x - max, a lane whose maximum rises to x rescales its sum by
+    # exp(-d) and adds the weight, another adds weight * exp(d); both are exp(-|d|), the same
+    # values as the two exps of the textbook update (max_old - max_new = -d exactly). A term of
+    # -inf (or masked) leaves the lane as it is (-inf - -inf would be NaN).
+    seen = f"{big}_x"
     body.lines += [
-        f"{big}_new = _max_nan({big}, tl.where({mask}, {x}, float('-inf')))",
-        # a lane whose maximum rose rescales its sum (-inf to -inf: nothing seen yet, kept)
-        f"{small} = tl.where({big} == {big}_new, {small}, {small} * {exp}({big} - {big}_new))",
-        f"{small} = {small} + tl.where(({mask}) & ({x} != float('-inf')), {weight} * {exp}({x} - {big}_new), 0.0)",
-        f"{big} = {big}_new",
+        f"{seen} = tl.where({mask}, {x}, float('-inf'))",
+        f"{big}_d = {seen} - {big}",
+        f"{big}_e = {exp}(-tl.abs({big}_d))",
+        f"{small} = tl.where({seen} == float('-inf'), {small}, tl.where({big}_d > 0, {small} * {big}_e + {weight}, "
+        f"{small} + {weight} * {big}_e))",
+        f"{big} = _max_nan({big}, {seen})",
     ]
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
