@@ -80,7 +80,7 @@ def _rounds_to_half(e: Expr) -> bool:
 class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None, one_pass: bool = False, combine_in_line: bool = False,
-                 static_loop: bool = False):
+                 static_loop: bool = False, aligned_rows: bool = False):
         self.plan, self.layout, self.target, self.name = plan, layout, target, name
         # a looped kernel whose loop runs to LOOP_EXTENT, a constexpr the launch sets to the
         # reduced extent rounded up to whole chunks: Triton then knows the trip count (one
@@ -104,6 +104,15 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             for part in (("mean", "m2", "n") if isinstance(e, VarMeanOp) else ("acc",))] if split else []
         self.persistent = persistent or plan.template is Template.pointwise
         self.looped = not self.persistent
+        # a looped kernel over rows whose starts or ends are not 16-byte aligned (a vocabulary of
+        # 50257): its chunks start at aligned addresses instead, so that the chunks inside the
+        # row load and store whole vectors in a loop without masks, and only the first and last
+        # chunk of a row go lane by lane, in a loop of their own (Triton proves alignment from
+        # integer arguments only when they are multiples of 16). The launch takes it where every
+        # tensor along the row has the same strides, the columns contiguous, one program a row
+        # (layout.row_alignment).
+        self.aligned_rows = (aligned_rows and self.looped and split is None and not one_pass and not static_loop
+                             and plan.template is Template.inner_reduction and plan.red_dim == 1)
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
         # tile dim 0 runs over workspace rows in its combine step); a looped kernel's chunks
         # need no masks where the chunk divides the reduced extent
@@ -296,7 +305,14 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         """Whether `e` is a reduction computed by its own loop over the reduced dim."""
         return self.looped and isinstance(e, (ReductionOp, VarMeanOp))
 
+    def row_aligned(self, tv: TensorView) -> bool:
+        """Whether `tv` is read or written at the aligned chunk offsets (it spans rows and columns)."""
+        return self.aligned_rows and self.dims_of(tv) == {0, 1}
+
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
+        if self.row_aligned(tv):
+            self.emit_aligned_load(scope, tv)
+            return
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a one-element tensor still loads as a [1, 1] block, like every other value
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
@@ -319,7 +335,59 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
     def unhinted(lines: list[str]) -> list[str]:
         """`lines` with their loads counted as no pass for the eviction hints (a branch rarely
         taken: the passes every call makes decide which of them keeps its lines in L2)."""
-        return [re.sub(_EVICT.format(r"\w+"), "", line) for line in lines]
+        return [re.sub(_ANY_EVICT, "", line) for line in lines]
+
+    # -- aligned rows (self.aligned_rows) -------------------------------------------------------
+
+    def begin_aligned_rows(self, ps: Scope) -> None:
+        """This program's row start in elements (every tensor along the row has its strides), the
+        aligned address at or before it (`c_base`, a multiple of ALIGN elements: 16 bytes of the
+        narrowest dtype), the columns between them (`c_head`), and, counted from `c_base`, the
+        chunks wholly inside the row, [c_lo, c_hi), and whether a head chunk (at 0) and a tail
+        chunk (at c_hi) are left over."""
+        anchor = next(v for v in list(self.plan.inputs) + list(self.plan.outputs) if self.row_aligned(v))
+        (row_axis,) = [j for j in self.super_axes_of(anchor) if self.super_dim[j] == 0]
+        ps.lines += ["tl.static_assert(BLOCK0 == 1)",  # (the row is the program's)
+                     f"c_row = pid * T{anchor.name}_stride{row_axis}",
+                     "c_base = (c_row // ALIGN) * ALIGN",
+                     "c_head = c_row - c_base",
+                     "c_lo = (c_head > 0).to(tl.int32) * BLOCK1",
+                     "c_hi = ((C + c_head) // BLOCK1) * BLOCK1",
+                     "c_head_live = (c_lo > 0) | (c_hi == 0)",
+                     "c_tail_live = (c_hi > 0) & (c_hi < C + c_head)"]
+
+    def aligned_loops(self, body: list[str]) -> list[str]:
+        """A pass over an aligned row: a loop over the inner chunks, whose loads and stores take
+        no mask (whole 16-byte vectors), then one over the head and tail chunks, masked (a slot
+        with no chunk left masks everything). `body`'s loads and stores carry their masks as
+        markers (`_MASKED`) that each loop resolves; the second loop's eviction markers follow
+        the first's (`@evict+:`)."""
+        lanes = self.arange("BLOCK1", 1)
+        (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
+
+        def chunk(start: str, mask: str) -> list[str]:
+            return [f"c = {start} - c_head + {lanes}", f"c_mask = {mask}",
+                    f"c_aligned = c_base + {start} + {lanes}", f"idx{axis} = c"]
+        inner = chunk("c_start", self.block("[1, BLOCK1]", "1", "tl.int1"))
+        inner += [_MASKED.sub("", line) for line in body]
+        edges = ["c_edge_start = c_edge * c_hi",
+                 "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
+        edges += chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
+        edges += [_MASKED.sub(lambda m: f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else ""),
+                              line).replace("@evict:", "@evict+:") for line in body]
+        return (["for c_start in range(c_lo, c_hi, BLOCK1):"] + ["    " + line for line in inner]
+                + ["for c_edge in range(0, 2):"] + ["    " + line for line in edges])
+
+    def emit_aligned_load(self, scope: Scope, tv: TensorView) -> None:
+        name = self.tname(tv)
+        scope.lines.append(f"{name} = tl.load(T{tv.name}_ptr + c_aligned@lmask:{self.mask(tv)}@{self.load_hint(tv)})"
+                           f".to({compute_type(tv.dtype)})")
+        scope.names[self.key(tv)] = name
+
+    def emit_aligned_store(self, scope: Scope, tv: TensorView, code: str) -> None:
+        value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
+        scope.lines.append(f"tl.store(T{tv.name}_ptr + c_aligned, {value}@smask:{self.mask(tv)}@)")
+        self.stored.add(id(tv))
 
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
         name = self.tname(tv)
@@ -367,6 +435,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     def emit_store(self, scope: Scope, tv: TensorView) -> None:
         code = self.value(scope, tv)
+        if self.row_aligned(tv):
+            self.emit_aligned_store(scope, tv, code)
+            return
         offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a tensor spanning no loop axis (one element) still stores through a [1, 1] block
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
@@ -420,6 +491,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             keep = 1 - self.red
             ps.lines.append(f"pid{keep} = pid")
             self.emit_dim_index(ps, keep, f"pid * BLOCK{keep}")
+            if self.aligned_rows:
+                self.begin_aligned_rows(ps)
             if self.persistent:
                 self.emit_dim_index(ps, self.red, "0")
         outputs = [o for o in self.plan.outputs if isinstance(o, TensorView)]
@@ -445,7 +518,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     def constexprs(self) -> tuple[str, ...]:
         return (("BLOCK0", "BLOCK1", "INT64") + (("EVEN0", "EVEN1") if self.even_masks else ())
-                + (("LOOP_EXTENT",) if self.static_loop else ()))
+                + (("LOOP_EXTENT",) if self.static_loop else ()) + (("ALIGN",) if self.aligned_rows else ()))
 
     def variant_name(self) -> str:
         if self.split:
@@ -492,16 +565,27 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 # reads its input, gains by it (a hand-written split column sum at 16384x4096 on the H200 read
 # 0.82 of copy with the hint, 0.74 at best without). The loads carry this marker until the
 # kernel is whole.
+# A marker with a plus (`@evict+:T0@`) is a second load of the same pass (an aligned row's edge
+# chunks) and takes the hint of the marker before it.
 _EVICT = "@evict:{}@"
+# an aligned row's load (l) or store (s) and its mask: unmasked in the inner chunks' loop
+_MASKED = re.compile(r"@([ls])mask:([^@]*)@")
+_ANY_EVICT = r"@evict\+?:\w+@"
 
 
 def _eviction_hints(body: str) -> str:
-    for name in dict.fromkeys(re.findall(r"@evict:(\w+)@", body)):
-        marker = _EVICT.format(name)
-        passes = body.count(marker)
-        body = body.replace(marker, ', eviction_policy="evict_last"', passes - 1)
-        body = body.replace(marker, ', eviction_policy="evict_first"')
-    return body
+    passes = {}
+    for name in re.findall(r"@evict:(\w+)@", body):
+        passes[name] = passes.get(name, 0) + 1
+    seen: dict[str, int] = {}
+
+    def hint(m: re.Match) -> str:
+        name = m.group(2)
+        if not m.group(1):
+            seen[name] = seen.get(name, 0) + 1
+        last = seen.get(name, 0) >= passes.get(name, 0)
+        return ', eviction_policy="evict_first"' if last else ', eviction_policy="evict_last"'
+    return re.sub(r"@evict(\+?):(\w+)@", hint, body)
 
 
 def workspace_dtype(e: Expr) -> DataType:
@@ -513,8 +597,10 @@ def workspace_dtype(e: Expr) -> DataType:
 
 
 def generate(plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
-             split: Optional[str] = None, one_pass: bool = False, static_loop: bool = False) -> KernelSource:
-    return KernelWriter(plan, layout, persistent, target, name, split, one_pass, static_loop=static_loop).write()
+             split: Optional[str] = None, one_pass: bool = False, static_loop: bool = False,
+             aligned_rows: bool = False) -> KernelSource:
+    return KernelWriter(plan, layout, persistent, target, name, split, one_pass, static_loop=static_loop,
+                        aligned_rows=aligned_rows).write()
 
 
 def can_emit(e: Expr, target: str) -> bool:

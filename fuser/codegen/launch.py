@@ -28,7 +28,7 @@ from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_SCHEDULES,
                                      SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, autotune_row_loop, autotuning, choose,
                                      inner_outer_combine, inner_outer_programs, inner_outer_stages, inner_split,
-                                     looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
+                                     long_row_forms, looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
                                      row_loop_programs, row_loop_stages, split_count, tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
@@ -44,7 +44,7 @@ from .steps import META, _DirectStep, _Step, current_device, step_args
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
-from .layout import Layout, make_layout, run_stride
+from .layout import Layout, make_layout, row_alignment, run_stride
 
 _INT32_LIMIT = 2**31
 _MISSING = object()
@@ -151,7 +151,8 @@ class KernelLauncher:
                         else:
                             ks = generate(self.plan, layout, variant == "persistent", target,
                                           f"{self.name}_{variant}", split, one_pass=variant == "reload",
-                                          static_loop=variant == "looped_static")
+                                          static_loop=variant == "looped_static",
+                                          aligned_rows=variant == "looped_aligned")
                     cname, fn = load_canonical(ks.name, ks.source, target, ks.scalar_params)
                     # the source users read names the kernel as profilers show it
                     ks = replace(ks, name=cname, source=named(ks.source, ks.name, cname))
@@ -298,6 +299,12 @@ class KernelLauncher:
         variants = ((["split"] if SPLIT_IN_ONE_KERNEL else ["partial", "combine"]) if chunks > 1 else
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
+        align = 0  # elements: a looped row reduction's chunks start at aligned addresses (layout.row_alignment)
+        if (variants == ["looped"] and plan.template is Template.inner_reduction and plan.red_dim == 1
+                and params.block0 == 1 and not plan.axes.resized):
+            align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors], cols)
+            if align:
+                variants = ["looped_aligned"]
         step_params = {}  # launch parameters of steps that do not share the plan's
         stages = 1
         tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams
@@ -377,6 +384,8 @@ class KernelLauncher:
                         kwargs["launch_cooperative_grid"] = True
                 if "EVEN0" in ks.constexprs:  # tile dims the blocks divide need no masks
                     kwargs.update(EVEN0=rows % p.block0 == 0, EVEN1=cols % p.block1 == 0)
+                if "ALIGN" in ks.constexprs:
+                    kwargs["ALIGN"] = align
                 if "LOOP_EXTENT" in ks.constexprs:
                     # the looped kernel's trip count, fixed: the reduced extent rounded up to
                     # whole chunks (the masks cover the tail), so rows of varying length
@@ -416,6 +425,11 @@ class KernelLauncher:
             forms += [(f"looped, {p.block1} columns a chunk, {p.num_warps} warps, constant row length",
                        lambda p=p: build(["looped_static"], {"looped_static": p}, 1))
                       for p in looped_forms(params, rows, cols)]
+        elif variants in (["looped"], ["looped_aligned"]) and plan.template is Template.inner_reduction \
+                and dests is None and target in TUNED_TARGETS:
+            forms = [("default", None)] + [
+                (f"{p.block1} columns a chunk, {p.num_warps} warps", lambda p=p: build(variants, {variants[0]: p}, 1))
+                for p in long_row_forms(params)]
         elif plan.template is Template.outer_reduction and dests is None and target in TUNED_TARGETS \
                 and variants in (["split"], ["looped"]) and not storing:
             # (not a storing kernel: its tile is kept small for the output it computes in its

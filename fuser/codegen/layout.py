@@ -70,3 +70,29 @@ def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], exte
         runs = _fold(axes, strides, extents, alone)
         return Layout(tuple(runs[:-1]), tuple(runs[-1:]))
     return Layout(tuple(_fold(dim0, strides, extents, alone)), tuple(_fold(dim1, strides, extents, alone)))
+
+
+def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], element_sizes: list[int],
+                  cols: int) -> int:
+    """ALIGN, in elements, for a looped row reduction whose chunks start at aligned addresses
+    (codegen/kernel.py, `aligned_rows`); 0 where that form does not apply or gains nothing.
+    It applies where the rows and the columns are one super-axis each and every tensor along
+    the columns has the same row stride and contiguous columns (`strides[t]`: tensor t's
+    strides, `element_sizes[t]` its element size). It gains where Triton cannot see that a
+    row's start and end fall on 16-byte vectors: a row stride or a row length not a multiple
+    of 16 (Triton specializes integer arguments on 16 only)."""
+    if len(layout.dim0) != 1 or len(layout.dim1) != 1:
+        return 0
+    rows_run, cols_run = layout.dim0[0], layout.dim1[0]
+    along = [(run_stride(rows_run, s, extents), size) for s, size in zip(strides, element_sizes)
+             if run_stride(cols_run, s, extents) != 0]
+    if not along or any(run_stride(cols_run, s, extents) not in (0, 1) for s in strides[:len(element_sizes)]):
+        return 0
+    row_strides = {stride for stride, _ in along}
+    if len(row_strides) != 1:
+        return 0
+    align = 16 // min(size for _, size in along)
+    row_stride = row_strides.pop()
+    if align < 2 or (row_stride % 16 == 0 and cols % 16 == 0):
+        return 0
+    return align

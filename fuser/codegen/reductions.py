@@ -127,7 +127,10 @@ class ReductionEmitter:
     def loop_scope(self) -> Scope:
         scope = Scope(parent=self.program_scope)
         start = f"{INDEX[self.red]}_start"
-        self.emit_dim_index(scope, self.red, start)
+        if self.aligned_rows:  # (the loops open with their chunk's indices: aligned_loops)
+            scope.dims = scope.dims + (self.red,)
+        else:
+            self.emit_dim_index(scope, self.red, start)
         return scope
 
     def close_loop(self, scope: Scope) -> None:
@@ -137,6 +140,9 @@ class ReductionEmitter:
         var = f"{v}_start"
         if self.one_pass:  # one chunk covers the reduced dim: the pass runs once, in line
             self.program_scope.lines += [f"{var} = {lo}"] + scope.lines
+            return
+        if self.aligned_rows:
+            self.program_scope.lines += self.aligned_loops(scope.lines)
             return
         end = "LOOP_EXTENT" if self.static_loop else self.limit(self.red)
         self.program_scope.lines.append(f"for {var} in range({lo}, {end}, {block}):")

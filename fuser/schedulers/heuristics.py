@@ -159,7 +159,13 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # constexpr of the kernel (the row length rounded up to whole chunks, the tail masked: one
 # compile per number of chunks, so rows of varying length compile a few kernels, not one a
 # length; row counts stay symbolic).
+# Rows beyond MAX_PERSISTENT also time 8192-column chunks on 32 warps (LONG_ROW_FORMS): on the
+# H200 (2026-12-04, FusionDefinitions with the defaults forced) a softmax at 4096x65536,
+# 8192x40960 and 2048x151936 read 0.78 / 0.79 / 0.67 of copy that way against 0.68 / 0.75 /
+# 0.64, but the jitted cross entropy's forward and backward at 8192x128256 0.85 against 0.91,
+# and a softmax over rows of 50257 (aligned rows, codegen/kernel.py) 0.39 against 0.50.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
+LONG_ROW_FORMS = ((8192, 32),)
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one
 # of the 40 kernels timed at 4096x32768 in suite run 25 and at 2048x32768, 8192x16384 and
 # 8192x32768 after it, by 0.3% (H200, 2026-12-03; the 8192-column form won 13): each form timed
@@ -169,6 +175,14 @@ LOOPED_TUNED_FORMS = ((8192, 32),)
 
 def looped_inner(rows: int) -> LaunchParams:
     return LaunchParams(1, LOOPED_BLOCK, False, LOOPED_WARPS, rows)
+
+
+def long_row_forms(params: LaunchParams) -> list[LaunchParams]:
+    """Looped forms to time beside the default one for rows beyond MAX_PERSISTENT."""
+    if not autotuning():
+        return []
+    return [replace(params, block1=b, num_warps=w) for b, w in LONG_ROW_FORMS
+            if (b, w) != (params.block1, params.num_warps)]
 
 
 def autotuning() -> bool:

@@ -1,0 +1,110 @@
+"""Looped row reductions over rows whose starts are not 16-byte aligned (a vocabulary of 50257):
+the chunks start at aligned addresses (codegen/kernel.py `aligned_rows`, layout.row_alignment),
+inner chunks load and store unmasked, the first and last of a row masked; results match eager."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuser
+from fuser import DataType, FusionDefinition
+from fuser.codegen.kernel import _eviction_hints
+from fuser.codegen.layout import Layout, row_alignment
+from fuser.schedulers import heuristics
+
+
+@pytest.fixture
+def short_chunks(monkeypatch):
+    # rows longer than 32 loop, 16 columns a chunk: a row of 301 has a head, inner chunks and a tail
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 16)
+
+
+def softmax_fd(dtype):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.from_torch(dtype))
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.max(xf, [-1], True)
+        e = fd.ops.exp(fd.ops.sub(xf, m))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [-1], True)), DataType.from_torch(dtype)))
+        fd.add_output(fd.ops.sum(xf, [-1]))  # a row output beside the tile output
+    return fd
+
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cols,block", [(301, 16), (37, 16), (320 + 8, 16), (37, 64), (60, 64)])
+def test_rows_of_any_length_match_eager(short_chunks, monkeypatch, dtype, cols, block, device):
+    """Rows with inner chunks, rows of a head and a tail chunk only, rows in one chunk."""
+    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", block)
+    fd = softmax_fd(dtype)
+    x = (torch.randn(7, cols, device=device) * 4).to(dtype)  # each row starts at another offset
+    y, s = fd.execute([x])
+    tol = TOL[dtype]
+    torch.testing.assert_close(y, torch.softmax(x.float(), -1).to(dtype), rtol=tol, atol=tol)
+    torch.testing.assert_close(s, x.float().sum(-1), rtol=1e-4, atol=1e-3)
+    code = fd.last_triton_code()
+    assert "looped_aligned" in code, code
+    inner = code.split("for c_start in range(c_lo, c_hi, BLOCK1):")[1:]
+    assert len(inner) >= 2, code  # a pass for the reductions, one for the outputs
+    for loop in inner:
+        loop = loop.split("for c_edge in range(0, 2):")[0]
+        assert "tl.load(" in loop and "mask=" not in loop, loop  # whole vectors, unmasked
+
+
+def test_aligned_rows_and_lengths_keep_the_plain_loop(short_chunks, device):
+    fd = softmax_fd(torch.bfloat16)
+    x = torch.randn(3, 320, device=device).to(torch.bfloat16)  # Triton sees 16-element rows itself
+    y, _ = fd.execute([x])
+    torch.testing.assert_close(y, torch.softmax(x.float(), -1).to(torch.bfloat16), rtol=2e-2, atol=2e-2)
+    assert "looped_aligned" not in fd.last_triton_code()
+
+
+def test_tensors_with_other_row_strides_keep_the_plain_loop(short_chunks, device):
+    """A view whose rows are 320 apart, written to rows 301 apart: no common aligned start."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.div(x, fd.ops.sum(x, [-1], True)))
+    base = torch.rand(5, 320, device=device) + 0.5
+    x = base[:, 3:304]  # (an unaligned data pointer too)
+    (y,) = fd.execute([x])
+    torch.testing.assert_close(y, x / x.sum(-1, keepdim=True), rtol=1e-5, atol=1e-6)
+    assert "looped_aligned" not in fd.last_triton_code()
+
+
+def test_fuser_jit_cross_entropy_forward_and_backward(short_chunks):
+    def loss(logits, target):
+        return F.cross_entropy(logits.float(), target)
+
+    logits = (torch.randn(6, 301) * 3).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 301, (6,))
+    ours = fuser.jit(loss)(logits, target)
+    (g_ours,) = torch.autograd.grad(ours, logits)
+    theirs = loss(logits, target)
+    (g_theirs,) = torch.autograd.grad(theirs, logits)
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=2e-2, atol=1e-4)
+
+
+def test_row_alignment_takes_equal_row_strides_and_contiguous_columns():
+    layout = Layout(((0,),), ((1,),))
+    extents = [4, 301]
+    bf16_in_fp32_out = row_alignment(layout, [[301, 1], [301, 1]], extents, [2, 4], 301)
+    assert bf16_in_fp32_out == 8  # 16 bytes of the narrowest dtype
+    assert row_alignment(layout, [[301, 1], [301, 1]], extents, [4, 4], 301) == 4
+    assert row_alignment(layout, [[301, 1], [1, 0]], extents, [4, 4], 301) == 4  # a value per row
+    assert row_alignment(layout, [[320, 1], [320, 1]], [4, 320], [2, 2], 320) == 0  # aligned already
+    assert row_alignment(layout, [[320, 1], [320, 1]], [4, 301], [2, 2], 301) == 8  # a ragged end
+    assert row_alignment(layout, [[301, 1], [0, 1]], extents, [2, 2], 301) == 0  # a value per column
+    assert row_alignment(layout, [[320, 1], [301, 1]], extents, [2, 2], 301) == 0  # other row strides
+    assert row_alignment(layout, [[1, 4], [1, 4]], extents, [2, 2], 301) == 0  # strided columns
+    assert row_alignment(Layout(((0,), (1,)), ((2,),)), [[3010, 301, 1]], [2, 10, 301], [2], 301) == 0
+
+
+def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
+    body = ("a = tl.load(p@evict:T0@)\nb = tl.load(p@evict+:T0@)\n"
+            "c = tl.load(p@evict:T0@)\nd = tl.load(p@evict+:T0@)\n")
+    lines = _eviction_hints(body).splitlines()
+    assert all('"evict_last"' in line for line in lines[:2]), lines
+    assert all('"evict_first"' in line for line in lines[2:]), lines
