@@ -1,6 +1,8 @@
 """Looped row reductions over rows whose starts are not 16-byte aligned (a vocabulary of 50257):
 the chunks start at aligned addresses (codegen/kernel.py `aligned_rows`, layout.row_alignment),
 inner chunks load and store unmasked, the first and last of a row masked; results match eager."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -108,3 +110,58 @@ def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
     lines = _eviction_hints(body).splitlines()
     assert all('"evict_last"' in line for line in lines[:2]), lines
     assert all('"evict_first"' in line for line in lines[2:]), lines
+
+
+def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path) -> str:
+    """PTX of a generated kernel compiled for an H100/H200 (sm_90), which needs no GPU: what the
+    interpreter cannot show, whether loads and stores are 16-byte vectors."""
+    import importlib.util
+    import inspect
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def fuser_"))
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = triton.jit(getattr(module, name))
+    params = list(inspect.signature(kernel.fn).parameters)
+    signature = {p: "constexpr" if p in constexprs else pointer_types.get(p, "i32") for p in params}
+    attrs = {(k,): [["tt.divisibility", 16]] for k, p in enumerate(params) if p in pointer_types}
+    try:
+        src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    except TypeError as err:  # (another Triton's ASTSource)
+        pytest.skip(f"this Triton's ASTSource takes other arguments: {err}")
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 16}).asm["ptx"]
+    except RuntimeError as err:  # (no ptxas in this Triton)
+        if "ptxas" in str(err):
+            pytest.skip(str(err))
+        raise
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_whole_vectors_load_and_store_16_bytes_on_sm90(monkeypatch, tmp_path, aligned):
+    """A softmax over bf16 rows of 40001 (looped: beyond MAX_PERSISTENT): 16-byte loads and
+    stores (ld.global.v4.b32, st.global.v4.b32) with aligned rows, none without."""
+    from fuser.codegen import launch
+
+    if not aligned:
+        monkeypatch.setattr(launch, "row_alignment", lambda *args: 0)
+    fd = softmax_fd(torch.bfloat16)
+    x = torch.randn(2, 40001).to(torch.bfloat16)
+    y, _ = fd.execute([x])
+    torch.testing.assert_close(y, torch.softmax(x.float(), -1).to(torch.bfloat16), rtol=2e-2, atol=1e-4)
+    code = fd.last_triton_code()
+    assert ("looped_aligned" in code) == aligned
+    constexprs = {"BLOCK0": 1, "BLOCK1": 4096, "INT64": False, "EVEN0": True, "EVEN1": False,
+                  "T0_stride1": 1, "T9_stride1": 1}
+    if aligned:
+        constexprs["ALIGN"] = 8
+    ptx = sm90_ptx(code, constexprs, {"T0_ptr": "*bf16", "T9_ptr": "*bf16", "T10_ptr": "*fp32"}, tmp_path)
+    vectors = len(re.findall(r"ld\.global[\w.:]*\.v4\.b32", ptx)), len(re.findall(r"st\.global[\w.:]*\.v4\.b32", ptx))
+    assert (vectors[0] > 0 and vectors[1] > 0) == aligned, vectors
