@@ -111,8 +111,11 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         # integer arguments only when they are multiples of 16). The launch takes it where every
         # tensor along the row has the same strides, the columns contiguous, one program a row
         # (layout.row_alignment).
-        self.aligned_rows = (aligned_rows and self.looped and split is None and not one_pass and not static_loop
-                             and plan.template is Template.inner_reduction and plan.red_dim == 1)
+        # A pointwise kernel over such rows takes one chunk of a row a program the same way, the
+        # chunks inside the row unmasked, a row's first and last masked (one branch a program).
+        self.aligned_rows = aligned_rows and split is None and not one_pass and not static_loop and (
+            plan.template is Template.pointwise
+            or (self.looped and plan.template is Template.inner_reduction and plan.red_dim == 1))
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
         # tile dim 0 runs over workspace rows in its combine step); a looped kernel's chunks
         # need no masks where the chunk divides the reduced extent
@@ -339,22 +342,23 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     # -- aligned rows (self.aligned_rows) -------------------------------------------------------
 
-    def begin_aligned_rows(self, ps: Scope) -> None:
+    def begin_aligned_rows(self, ps: Scope, loops: bool = True) -> None:
         """This program's row start in elements (every tensor along the row has its strides), the
         aligned address at or before it (`c_base`, a multiple of ALIGN elements: 16 bytes of the
-        narrowest dtype), the columns between them (`c_head`), and, counted from `c_base`, the
-        chunks wholly inside the row, [c_lo, c_hi), and whether a head chunk (at 0) and a tail
-        chunk (at c_hi) are left over."""
+        narrowest dtype), the columns between them (`c_head`), and, for a looped kernel (`loops`),
+        counted from `c_base`, the chunks wholly inside the row, [c_lo, c_hi), and whether a head
+        chunk (at 0) and a tail chunk (at c_hi) are left over."""
         anchor = next(v for v in list(self.plan.inputs) + list(self.plan.outputs) if self.row_aligned(v))
         (row_axis,) = [j for j in self.super_axes_of(anchor) if self.super_dim[j] == 0]
         ps.lines += ["tl.static_assert(BLOCK0 == 1)",  # (the row is the program's)
-                     f"c_row = pid * T{anchor.name}_stride{row_axis}",
+                     f"c_row = pid0 * T{anchor.name}_stride{row_axis}",
                      "c_base = (c_row // ALIGN) * ALIGN",
-                     "c_head = c_row - c_base",
-                     "c_lo = (c_head > 0).to(tl.int32) * BLOCK1",
-                     "c_hi = ((C + c_head) // BLOCK1) * BLOCK1",
-                     "c_head_live = (c_lo > 0) | (c_hi == 0)",
-                     "c_tail_live = (c_hi > 0) & (c_hi < C + c_head)"]
+                     "c_head = c_row - c_base"]
+        if loops:  # (a looped kernel's)
+            ps.lines += ["c_lo = (c_head > 0).to(tl.int32) * BLOCK1",
+                         "c_hi = ((C + c_head) // BLOCK1) * BLOCK1",
+                         "c_head_live = (c_lo > 0) | (c_hi == 0)",
+                         "c_tail_live = (c_hi > 0) & (c_hi < C + c_head)"]
 
     def aligned_loops(self, body: list[str]) -> list[str]:
         """A pass over an aligned row: a loop over the inner chunks, whose loads and stores take
@@ -377,6 +381,31 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                               line).replace("@evict:", "@evict+:") for line in body]
         return (["for c_start in range(c_lo, c_hi, BLOCK1):"] + ["    " + line for line in inner]
                 + ["for c_edge in range(0, 2):"] + ["    " + line for line in edges])
+
+    def write_aligned_pointwise(self, ps: Scope) -> KernelSource:
+        """A pointwise kernel over aligned rows: program pid computes chunk `pid1` of row `pid0`,
+        its columns counted from the row's `c_base` (enough chunks a row for any `c_head`; one
+        past the row masks everything). A chunk wholly inside the row loads and stores
+        unmasked, others lane by lane: one branch, the same for the whole program."""
+        ps.lines.append("blocks1 = tl.cdiv(C + ALIGN - 1, BLOCK1)")
+        ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
+        self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
+        self.begin_aligned_rows(ps, loops=False)
+        lanes = self.arange("BLOCK1", 1)
+        (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
+        ps.lines += ["c_start = pid1 * BLOCK1", f"c = c_start - c_head + {lanes}",
+                     f"c_aligned = c_base + c_start + {lanes}", f"idx{axis} = c"]
+        body = Scope(parent=ps, dims=(1,))
+        for o in self.plan.outputs:
+            if isinstance(o, TensorView):
+                self.emit_store(body, o)
+        masked = [_MASKED.sub(lambda m: f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else ""), line)
+                  for line in body.lines]
+        ps.lines += ["if (c_start >= c_head) & (c_start + BLOCK1 <= C + c_head):",
+                     "    c_mask = " + self.block("[1, BLOCK1]", "1", "tl.int1")]
+        ps.lines += ["    " + _MASKED.sub("", line) for line in body.lines]
+        ps.lines += ["else:", "    c_mask = (c >= 0) & (c < C)"] + ["    " + line for line in masked]
+        return KernelSource(self.name, self.assemble(), self.args, list(self.params), True, self.constexprs())
 
     def emit_aligned_load(self, scope: Scope, tv: TensorView) -> None:
         name = self.tname(tv)
@@ -471,6 +500,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     def write(self) -> KernelSource:
         ps = self.begin_program()
+        if self.plan.template is Template.pointwise and self.aligned_rows:
+            return self.write_aligned_pointwise(ps)
         if self.plan.template is Template.pointwise:
             ps.lines.append("blocks1 = tl.cdiv(C, BLOCK1)")
             ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]

@@ -26,7 +26,8 @@ from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_SCHEDULES,
-                                     SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, autotune_row_loop, autotuning, choose,
+                                     SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, aligned_tile, autotune_row_loop,
+                                     autotuning, choose,
                                      inner_outer_combine, inner_outer_programs, inner_outer_stages, inner_split,
                                      long_row_forms, looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
                                      row_loop_programs, row_loop_stages, split_count, tuned_warps)
@@ -152,7 +153,7 @@ class KernelLauncher:
                             ks = generate(self.plan, layout, variant == "persistent", target,
                                           f"{self.name}_{variant}", split, one_pass=variant == "reload",
                                           static_loop=variant == "looped_static",
-                                          aligned_rows=variant == "looped_aligned")
+                                          aligned_rows=variant in ("looped_aligned", "tile_aligned"))
                     cname, fn = load_canonical(ks.name, ks.source, target, ks.scalar_params)
                     # the source users read names the kernel as profilers show it
                     ks = replace(ks, name=cname, source=named(ks.source, ks.name, cname))
@@ -305,6 +306,11 @@ class KernelLauncher:
             align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors], cols)
             if align:
                 variants = ["looped_aligned"]
+        elif variants == ["tile"] and not plan.axes.resized:
+            align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors], cols)
+            tile = aligned_tile(rows, cols, align) if align else None
+            if tile is not None:  # one chunk of a row a program (codegen/kernel.py write_aligned_pointwise)
+                variants, params = ["tile_aligned"], tile
         step_params = {}  # launch parameters of steps that do not share the plan's
         stages = 1
         tile_bytes = sum(t.element_size() for t in inputs if t.numel() == rows * cols)  # what a row loop streams

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from .plan import Template
 
@@ -104,6 +105,20 @@ class LaunchParams:
     persistent: bool
     num_warps: int
     grid: int
+
+
+# A pointwise kernel over rows whose starts are not 16-byte aligned takes one chunk of a row a
+# program (codegen/kernel.py write_aligned_pointwise) where its rows have this many columns or
+# more: shorter rows keep several rows a program (a chunk a row would be mostly masked).
+ALIGNED_TILE_MIN_COLS = 8192
+
+
+def aligned_tile(rows: int, cols: int, align: int) -> Optional[LaunchParams]:
+    """One chunk of POINTWISE_TILE columns of one row a program, enough chunks a row for a row
+    that starts up to `align` - 1 columns past an aligned address; None for short rows."""
+    if cols < ALIGNED_TILE_MIN_COLS:
+        return None
+    return LaunchParams(1, POINTWISE_TILE, True, _warps(POINTWISE_TILE), rows * -(-(cols + align - 1) // POINTWISE_TILE))
 
 
 def next_pow2(n: int) -> int:

@@ -112,7 +112,7 @@ def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
     assert all('"evict_first"' in line for line in lines[2:]), lines
 
 
-def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path) -> str:
+def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_warps: int = 16) -> str:
     """PTX of a generated kernel compiled for an H100/H200 (sm_90), which needs no GPU: what the
     interpreter cannot show, whether loads and stores are 16-byte vectors."""
     import importlib.util
@@ -137,7 +137,7 @@ def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path) -> st
     except TypeError as err:  # (another Triton's ASTSource)
         pytest.skip(f"this Triton's ASTSource takes other arguments: {err}")
     try:
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 16}).asm["ptx"]
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
     except RuntimeError as err:  # (no ptxas in this Triton)
         if "ptxas" in str(err):
             pytest.skip(str(err))
@@ -165,3 +165,59 @@ def test_whole_vectors_load_and_store_16_bytes_on_sm90(monkeypatch, tmp_path, al
     ptx = sm90_ptx(code, constexprs, {"T0_ptr": "*bf16", "T9_ptr": "*bf16", "T10_ptr": "*fp32"}, tmp_path)
     vectors = len(re.findall(r"ld\.global[\w.:]*\.v4\.b32", ptx)), len(re.findall(r"st\.global[\w.:]*\.v4\.b32", ptx))
     assert (vectors[0] > 0 and vectors[1] > 0) == aligned, vectors
+
+
+def scaled_exp_fd():
+    """exp(x - lse) over bf16 rows, lse a value per row: a cross entropy's backward's shape."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        lse = fd.define_tensor(shape=[-1, 1], contiguity=True, dtype=DataType.Float)
+        y = fd.ops.exp(fd.ops.sub(fd.ops.cast(x, DataType.Float), lse))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+@pytest.fixture
+def short_aligned_tiles(monkeypatch):
+    monkeypatch.setattr(heuristics, "ALIGNED_TILE_MIN_COLS", 1)  # (rows of a few hundred columns)
+
+
+@pytest.mark.parametrize("cols", [301, 5000, 37, 7, 2048 + 3])
+def test_a_pointwise_kernel_over_unaligned_rows_matches_eager(short_aligned_tiles, cols, device):
+    fd = scaled_exp_fd()
+    x = torch.randn(5, cols, device=device).to(torch.bfloat16)
+    lse = torch.randn(5, 1, device=device)
+    (y,) = fd.execute([x, lse])
+    torch.testing.assert_close(y, torch.exp(x.float() - lse).to(torch.bfloat16), rtol=2e-2, atol=1e-2)
+    assert "tile_aligned" in fd.last_triton_code()
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_a_pointwise_kernel_over_unaligned_rows_stores_16_bytes_on_sm90(short_aligned_tiles, monkeypatch, tmp_path,
+                                                                        aligned):
+    from fuser.codegen import launch
+
+    if not aligned:
+        monkeypatch.setattr(launch, "row_alignment", lambda *args: 0)
+    fd = scaled_exp_fd()
+    x, lse = torch.randn(3, 301).to(torch.bfloat16), torch.randn(3, 1)
+    (y,) = fd.execute([x, lse])
+    torch.testing.assert_close(y, torch.exp(x.float() - lse).to(torch.bfloat16), rtol=2e-2, atol=1e-2)
+    code = fd.last_triton_code()
+    assert ("tile_aligned" in code) == aligned
+    constexprs = {"BLOCK0": 1 if aligned else 2, "BLOCK1": 2048 if aligned else 1024, "INT64": False,
+                  "EVEN0": True, "EVEN1": False, "T0_stride1": 1, "T5_stride1": 1}
+    if aligned:
+        constexprs["ALIGN"] = 8
+    ptx = sm90_ptx(code, constexprs, {"T0_ptr": "*bf16", "T1_ptr": "*fp32", "T5_ptr": "*bf16"}, tmp_path,
+                   num_warps=4)  # (the launch's: 16 elements a thread)
+    vectors = len(re.findall(r"ld\.global[\w.:]*\.v4\.b32", ptx)), len(re.findall(r"st\.global[\w.:]*\.v4\.b32", ptx))
+    assert (vectors[0] > 0 and vectors[1] > 0) == aligned, vectors
+
+
+def test_short_unaligned_rows_keep_several_rows_a_program(device):
+    fd = scaled_exp_fd()
+    x, lse = torch.randn(9, 301, device=device).to(torch.bfloat16), torch.randn(9, 1, device=device)
+    (y,) = fd.execute([x, lse])
+    torch.testing.assert_close(y, torch.exp(x.float() - lse).to(torch.bfloat16), rtol=2e-2, atol=1e-2)
+    assert "tile_aligned" not in fd.last_triton_code()  # (a chunk a row would be mostly masked)
