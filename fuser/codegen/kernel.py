@@ -113,9 +113,11 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         # (layout.row_alignment).
         # A pointwise kernel over such rows takes one chunk of a row a program the same way, the
         # chunks inside the row unmasked, a row's first and last masked (one branch a program).
-        self.aligned_rows = aligned_rows and split is None and not one_pass and not static_loop and (
-            plan.template is Template.pointwise
-            or (self.looped and plan.template is Template.inner_reduction and plan.red_dim == 1))
+        self.aligned_rows = aligned_rows
+        if aligned_rows and not (split is None and not one_pass and not static_loop and (
+                plan.template is Template.pointwise
+                or (self.looped and plan.template is Template.inner_reduction and plan.red_dim == 1))):
+            raise InternalError("aligned rows asked of a kernel that is neither looped over rows nor pointwise")
         # EVEN0 / EVEN1 in kernels whose tile dims are the launch's rows and columns (a split's
         # tile dim 0 runs over workspace rows in its combine step); a looped kernel's chunks
         # need no masks where the chunk divides the reduced extent
@@ -351,6 +353,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         anchor = next(v for v in list(self.plan.inputs) + list(self.plan.outputs) if self.row_aligned(v))
         (row_axis,) = [j for j in self.super_axes_of(anchor) if self.super_dim[j] == 0]
         ps.lines += ["tl.static_assert(BLOCK0 == 1)",  # (the row is the program's)
+                     "tl.static_assert(ALIGN <= BLOCK1)",  # (a head fits in the first chunk)
                      f"c_row = pid0 * T{anchor.name}_stride{row_axis}",
                      "c_base = (c_row // ALIGN) * ALIGN",
                      "c_head = c_row - c_base"]
@@ -360,25 +363,34 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                          "c_head_live = (c_lo > 0) | (c_hi == 0)",
                          "c_tail_live = (c_hi > 0) & (c_hi < C + c_head)"]
 
+    def aligned_chunk(self, start: str, mask: Optional[str] = None) -> list[str]:
+        """The indices of a chunk `start` columns past `c_base`: its columns `c` (counted from
+        the row's start, where c_lo and c_hi count from c_base), their mask (if given), and
+        `c_aligned`, the offset from a tensor's base (a multiple of ALIGN plus the lanes)."""
+        lanes = self.arange("BLOCK1", 1)
+        (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
+        return ([f"c = {start} - c_head + {lanes}"] + ([f"c_mask = {mask}"] if mask else [])
+                + [f"c_aligned = c_base + {start} + {lanes}", f"idx{axis} = c"])
+
+    @staticmethod
+    def with_masks(lines: list[str], masked: bool) -> list[str]:
+        """`lines` with their aligned loads' and stores' mask markers (`_MASKED`) resolved: the
+        masks themselves, or none (a chunk wholly inside the row)."""
+        def resolve(m: re.Match) -> str:
+            return f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else "") if masked else ""
+        return [_MASKED.sub(resolve, line) for line in lines]
+
     def aligned_loops(self, body: list[str]) -> list[str]:
         """A pass over an aligned row: a loop over the inner chunks, whose loads and stores take
         no mask (whole 16-byte vectors), then one over the head and tail chunks, masked (a slot
-        with no chunk left masks everything). `body`'s loads and stores carry their masks as
-        markers (`_MASKED`) that each loop resolves; the second loop's eviction markers follow
-        the first's (`@evict+:`)."""
-        lanes = self.arange("BLOCK1", 1)
-        (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
-
-        def chunk(start: str, mask: str) -> list[str]:
-            return [f"c = {start} - c_head + {lanes}", f"c_mask = {mask}",
-                    f"c_aligned = c_base + {start} + {lanes}", f"idx{axis} = c"]
-        inner = chunk("c_start", self.block("[1, BLOCK1]", "1", "tl.int1"))
-        inner += [_MASKED.sub("", line) for line in body]
+        with no chunk left masks everything); the second loop's eviction markers follow the
+        first's (`@evict+:`)."""
+        inner = self.aligned_chunk("c_start", self.block("[1, BLOCK1]", "1", "tl.int1"))
+        inner += self.with_masks(body, masked=False)
         edges = ["c_edge_start = c_edge * c_hi",
                  "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
-        edges += chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
-        edges += [_MASKED.sub(lambda m: f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else ""),
-                              line).replace("@evict:", "@evict+:") for line in body]
+        edges += self.aligned_chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
+        edges += [line.replace("@evict:", "@evict+:") for line in self.with_masks(body, masked=True)]
         return (["for c_start in range(c_lo, c_hi, BLOCK1):"] + ["    " + line for line in inner]
                 + ["for c_edge in range(0, 2):"] + ["    " + line for line in edges])
 
@@ -391,20 +403,16 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
         self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
         self.begin_aligned_rows(ps, loops=False)
-        lanes = self.arange("BLOCK1", 1)
-        (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
-        ps.lines += ["c_start = pid1 * BLOCK1", f"c = c_start - c_head + {lanes}",
-                     f"c_aligned = c_base + c_start + {lanes}", f"idx{axis} = c"]
+        ps.lines += ["c_start = pid1 * BLOCK1"] + self.aligned_chunk("c_start")
         body = Scope(parent=ps, dims=(1,))
         for o in self.plan.outputs:
             if isinstance(o, TensorView):
                 self.emit_store(body, o)
-        masked = [_MASKED.sub(lambda m: f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else ""), line)
-                  for line in body.lines]
         ps.lines += ["if (c_start >= c_head) & (c_start + BLOCK1 <= C + c_head):",
                      "    c_mask = " + self.block("[1, BLOCK1]", "1", "tl.int1")]
-        ps.lines += ["    " + _MASKED.sub("", line) for line in body.lines]
-        ps.lines += ["else:", "    c_mask = (c >= 0) & (c < C)"] + ["    " + line for line in masked]
+        ps.lines += ["    " + line for line in self.with_masks(body.lines, masked=False)]
+        ps.lines += ["else:", "    c_mask = (c >= 0) & (c < C)"]
+        ps.lines += ["    " + line for line in self.with_masks(body.lines, masked=True)]
         return KernelSource(self.name, self.assemble(), self.args, list(self.params), True, self.constexprs())
 
     def emit_aligned_load(self, scope: Scope, tv: TensorView) -> None:

@@ -25,12 +25,12 @@ from ..errors import FusionInputError
 from ..ir import IotaOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
-from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, SHARED_ROW_SCHEDULES,
+from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, POINTWISE_TILE, SHARED_ROW_SCHEDULES,
                                      SPLIT_PROGRAMS_PER_PROCESSOR, LaunchParams, aligned_tile, autotune_row_loop,
-                                     autotuning, choose,
-                                     inner_outer_combine, inner_outer_programs, inner_outer_stages, inner_split,
-                                     long_row_forms, looped_forms, next_pow2, outer_forms, outer_storing, reload_forms, row_loop,
-                                     row_loop_programs, row_loop_stages, split_count, tuned_warps)
+                                     autotuning, choose, inner_outer_combine, inner_outer_programs, inner_outer_stages,
+                                     inner_split, long_row_forms, looped_forms, next_pow2, outer_forms, outer_storing,
+                                     reload_forms, row_loop, row_loop_programs, row_loop_stages, split_count,
+                                     tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
 from . import autotune, compile_pool, inline, parallel_compile, tuning
@@ -120,6 +120,12 @@ class KernelLauncher:
                     s[a] = 1
             out.append(s)
         return out
+
+    def _spans_both(self, layout: Layout) -> list[bool]:
+        """Per tensor of the kernel: whether it varies along both tile dims of `layout` (an
+        aligned-rows kernel addresses it at the rows' aligned offsets)."""
+        rows, cols = {a for run in layout.dim0 for a in run}, {a for run in layout.dim1 for a in run}
+        return [any(a in rows for a in amap) and any(a in cols for a in amap) for amap in self.axis_maps]
 
     def kernel(self, layout: Layout, variant: str, target: str, stages: int = 1,
                config: Optional[SharedRowConfig] = None):
@@ -300,15 +306,16 @@ class KernelLauncher:
         variants = ((["split"] if SPLIT_IN_ONE_KERNEL else ["partial", "combine"]) if chunks > 1 else
                     ["tile" if plan.template is Template.pointwise else
                      "persistent" if params.persistent else "looped"])
-        align = 0  # elements: a looped row reduction's chunks start at aligned addresses (layout.row_alignment)
-        if (variants == ["looped"] and plan.template is Template.inner_reduction and plan.red_dim == 1
-                and params.block0 == 1 and not plan.axes.resized):
-            align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors], cols)
-            if align:
-                variants = ["looped_aligned"]
-        elif variants == ["tile"] and not plan.axes.resized:
-            align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors], cols)
-            tile = aligned_tile(rows, cols, align) if align else None
+        align = 0  # elements: chunks of a row start at aligned addresses (layout.row_alignment)
+        looped_rows = (variants == ["looped"] and plan.template is Template.inner_reduction and plan.red_dim == 1
+                       and params.block0 == 1)
+        if (looped_rows or variants == ["tile"]) and not plan.axes.resized:
+            align = row_alignment(layout, strides, extents, [t.element_size() for t in tensors],
+                                  self._spans_both(layout), cols, params.block1 if looped_rows else POINTWISE_TILE)
+        if align and looped_rows:
+            variants = ["looped_aligned"]
+        elif align:
+            tile = aligned_tile(rows, cols, align)
             if tile is not None:  # one chunk of a row a program (codegen/kernel.py write_aligned_pointwise)
                 variants, params = ["tile_aligned"], tile
         step_params = {}  # launch parameters of steps that do not share the plan's

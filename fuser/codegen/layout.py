@@ -73,26 +73,31 @@ def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], exte
 
 
 def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], element_sizes: list[int],
-                  cols: int) -> int:
-    """ALIGN, in elements, for a looped row reduction whose chunks start at aligned addresses
-    (codegen/kernel.py, `aligned_rows`); 0 where that form does not apply or gains nothing.
-    It applies where the rows and the columns are one super-axis each and every tensor along
-    the columns has the same row stride and contiguous columns (`strides[t]`: tensor t's
-    strides, `element_sizes[t]` its element size). It gains where Triton cannot see that a
-    row's start and end fall on 16-byte vectors: a row stride or a row length not a multiple
-    of 16 (Triton specializes integer arguments on 16 only)."""
+                  spans_both: list[bool], cols: int, block: int) -> int:
+    """ALIGN, in elements, for a kernel whose chunks of a row start at aligned addresses
+    (codegen/kernel.py `aligned_rows`: a looped row reduction, or a pointwise kernel a chunk of
+    a row a program); 0 where that form does not apply or gains nothing. Tensor t has the
+    strides `strides[t]` and element size `element_sizes[t]`; `spans_both[t]`: it varies along
+    rows and columns in the plan, so the kernel addresses it at the row's aligned offsets.
+
+    It applies where the rows and the columns are one super-axis each, every tensor spanning
+    both has, in this call, contiguous columns and the same row stride (an expanded one, whose
+    column stride is 0, does not), no other tensor varies along the columns (a weight would load
+    lane by lane), and a chunk of `block` columns holds ALIGN. It gains where Triton cannot see
+    that a row's start and end fall on 16-byte vectors: a row stride or a row length not a
+    multiple of 16 (Triton specializes integer arguments on 16 only)."""
     if len(layout.dim0) != 1 or len(layout.dim1) != 1:
         return 0
     rows_run, cols_run = layout.dim0[0], layout.dim1[0]
-    along = [(run_stride(rows_run, s, extents), size) for s, size in zip(strides, element_sizes)
-             if run_stride(cols_run, s, extents) != 0]
-    if not along or any(run_stride(cols_run, s, extents) not in (0, 1) for s in strides[:len(element_sizes)]):
+    addressed = [(run_stride(rows_run, s, extents), run_stride(cols_run, s, extents), size)
+                 for s, size, both in zip(strides, element_sizes, spans_both) if both]
+    others = [s for s, both in zip(strides, spans_both) if not both]
+    if not addressed or any(run_stride(cols_run, s, extents) != 0 for s in others):
         return 0
-    row_strides = {stride for stride, _ in along}
-    if len(row_strides) != 1:
+    if any(col != 1 for _, col, _ in addressed) or len({row for row, _, _ in addressed}) != 1:
         return 0
-    align = 16 // min(size for _, size in along)
-    row_stride = row_strides.pop()
-    if align < 2 or (row_stride % 16 == 0 and cols % 16 == 0):
+    align = 16 // min(size for _, _, size in addressed)
+    row_stride = addressed[0][0]
+    if align < 2 or align > block or (row_stride % 16 == 0 and cols % 16 == 0):
         return 0
     return align

@@ -177,8 +177,8 @@ def choose(template: Template, rows: int, cols: int) -> LaunchParams:
 # Rows beyond MAX_PERSISTENT also time 8192-column chunks on 32 warps (LONG_ROW_FORMS): on the
 # H200 (2026-12-04, the defaults forced) a softmax at 4096x65536, 8192x40960 and 2048x151936
 # read 0.78 / 0.79 / 0.67 of copy that way against 0.68 / 0.75 / 0.64, but the jitted cross
-# entropy's forward at 8192x128256 took 1188 us against 1116, and a softmax over rows of 50257
-# (aligned rows, codegen/kernel.py) read 0.43 against 0.61.
+# entropy's forward at 8192x128256 took 1188 us that way against 1116, and a softmax over rows
+# of 50257 (aligned rows, codegen/kernel.py) read 0.43 that way against 0.61.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 LONG_ROW_FORMS = ((8192, 32),)
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one

@@ -92,16 +92,21 @@ def test_fuser_jit_cross_entropy_forward_and_backward(short_chunks):
 def test_row_alignment_takes_equal_row_strides_and_contiguous_columns():
     layout = Layout(((0,),), ((1,),))
     extents = [4, 301]
-    bf16_in_fp32_out = row_alignment(layout, [[301, 1], [301, 1]], extents, [2, 4], 301)
-    assert bf16_in_fp32_out == 8  # 16 bytes of the narrowest dtype
-    assert row_alignment(layout, [[301, 1], [301, 1]], extents, [4, 4], 301) == 4
-    assert row_alignment(layout, [[301, 1], [1, 0]], extents, [4, 4], 301) == 4  # a value per row
-    assert row_alignment(layout, [[320, 1], [320, 1]], [4, 320], [2, 2], 320) == 0  # aligned already
-    assert row_alignment(layout, [[320, 1], [320, 1]], [4, 301], [2, 2], 301) == 8  # a ragged end
-    assert row_alignment(layout, [[301, 1], [0, 1]], extents, [2, 2], 301) == 0  # a value per column
-    assert row_alignment(layout, [[320, 1], [301, 1]], extents, [2, 2], 301) == 0  # other row strides
-    assert row_alignment(layout, [[1, 4], [1, 4]], extents, [2, 2], 301) == 0  # strided columns
-    assert row_alignment(Layout(((0,), (1,)), ((2,),)), [[3010, 301, 1]], [2, 10, 301], [2], 301) == 0
+
+    def align(strides, sizes, both=None, cols=301, block=4096, ext=extents, lay=layout):
+        return row_alignment(lay, strides, ext, sizes, both or [True] * len(strides), cols, block)
+    assert align([[301, 1], [301, 1]], [2, 4]) == 8  # 16 bytes of the narrowest dtype
+    assert align([[301, 1], [301, 1]], [4, 4]) == 4
+    assert align([[301, 1], [1, 0]], [4, 4], [True, False]) == 4  # a value per row
+    assert align([[320, 1], [320, 1]], [2, 2], cols=320, ext=[4, 320]) == 0  # aligned already
+    assert align([[320, 1], [320, 1]], [2, 2]) == 8  # a ragged end
+    assert align([[301, 1], [0, 1]], [2, 2], [True, False]) == 0  # a value per column
+    assert align([[301, 1], [1, 0]], [2, 2]) == 0  # spans both, passed expanded
+    assert align([[301, 1], [0, 0]], [2, 2]) == 0
+    assert align([[320, 1], [301, 1]], [2, 2]) == 0  # other row strides
+    assert align([[1, 4], [1, 4]], [2, 2]) == 0  # strided columns
+    assert align([[301, 1]], [2], block=4) == 0  # a chunk narrower than a vector
+    assert align([[3010, 301, 1]], [2], ext=[2, 10, 301], lay=Layout(((0,), (1,)), ((2,),))) == 0
 
 
 def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
@@ -221,3 +226,55 @@ def test_short_unaligned_rows_keep_several_rows_a_program(device):
     (y,) = fd.execute([x, lse])
     torch.testing.assert_close(y, torch.exp(x.float() - lse).to(torch.bfloat16), rtol=2e-2, atol=1e-2)
     assert "tile_aligned" not in fd.last_triton_code()  # (a chunk a row would be mostly masked)
+
+
+def product_fds():
+    """sum(x * y) over rows (looped) and x * y - lse (pointwise), y declared [R, C]."""
+    with FusionDefinition() as looped:
+        x = looped.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = looped.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        looped.add_output(looped.ops.sum(looped.ops.mul(x, y), [-1]))
+    with FusionDefinition() as pointwise:
+        x = pointwise.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        y = pointwise.define_tensor(shape=[-1, -1], dtype=DataType.Float)
+        lse = pointwise.define_tensor(shape=[-1, 1], contiguity=True, dtype=DataType.Float)
+        pointwise.add_output(pointwise.ops.sub(pointwise.ops.mul(x, y), lse))
+    return looped, pointwise
+
+
+@pytest.mark.parametrize("make_y", [lambda r, c: torch.randn(r, 1).expand(r, c),   # column stride 0
+                                    lambda r, c: torch.randn(1, 1).expand(r, c),   # both strides 0
+                                    lambda r, c: torch.randn(1, c).expand(r, c),   # a value per column
+                                    lambda r, c: torch.randn(c, r).t()])           # columns strided
+def test_tensors_not_laid_out_as_the_rows_keep_the_plain_kernels(short_chunks, short_aligned_tiles, make_y):
+    """An input declared [R, C] but passed expanded or transposed is not at the rows' aligned
+    offsets: both kernels keep their plain forms and read it through its own strides."""
+    looped, pointwise = product_fds()
+    x, y, lse = torch.randn(5, 301), make_y(5, 301), torch.randn(5, 1)
+    (s,) = looped.execute([x, y])
+    torch.testing.assert_close(s, (x * y).sum(-1), rtol=1e-5, atol=1e-4)
+    assert "looped_aligned" not in looped.last_triton_code()
+    (o,) = pointwise.execute([x, y, lse])
+    torch.testing.assert_close(o, x * y - lse)
+    assert "tile_aligned" not in pointwise.last_triton_code()
+
+
+def test_a_softmax_gradient_of_a_sum_at_a_vocabulary_of_50257():
+    """autograd's gradient of .sum() is a tensor of ones expanded (strides 0, 0): the backward's
+    kernels read it as it is, beside the aligned forward's."""
+    def f(x):
+        return torch.softmax(x.float(), -1)
+
+    x = torch.randn(3, 50257).requires_grad_()
+    (ours,) = torch.autograd.grad(fuser.jit(f)(x).sum(), x)
+    (theirs,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+
+
+def test_chunks_narrower_than_a_vector_keep_the_plain_loop(short_chunks, monkeypatch):
+    monkeypatch.setattr(heuristics, "LOOPED_BLOCK", 4)  # fp16: 8 elements a vector
+    fd = softmax_fd(torch.float16)
+    x = torch.randn(3, 301).to(torch.float16)
+    y, s = fd.execute([x])
+    torch.testing.assert_close(s, x.float().sum(-1), rtol=1e-4, atol=1e-3)
+    assert "looped_aligned" not in fd.last_triton_code()
