@@ -117,7 +117,8 @@ def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
     assert all('"evict_first"' in line for line in lines[2:]), lines
 
 
-def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_warps: int = 16) -> str:
+def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_warps: int = 16,
+             divisible: tuple = ()) -> str:
     """PTX of a generated kernel compiled for an H100/H200 (sm_90), which needs no GPU: what the
     interpreter cannot show, whether loads and stores are 16-byte vectors."""
     import importlib.util
@@ -136,7 +137,7 @@ def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_w
     kernel = triton.jit(getattr(module, name))
     params = list(inspect.signature(kernel.fn).parameters)
     signature = {p: "constexpr" if p in constexprs else pointer_types.get(p, "i32") for p in params}
-    attrs = {(k,): [["tt.divisibility", 16]] for k, p in enumerate(params) if p in pointer_types}
+    attrs = {(k,): [["tt.divisibility", 16]] for k, p in enumerate(params) if p in pointer_types or p in divisible}
     try:
         src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     except TypeError as err:  # (another Triton's ASTSource)
@@ -278,3 +279,20 @@ def test_chunks_narrower_than_a_vector_keep_the_plain_loop(short_chunks, monkeyp
     y, s = fd.execute([x])
     torch.testing.assert_close(s, x.float().sum(-1), rtol=1e-4, atol=1e-3)
     assert "looped_aligned" not in fd.last_triton_code()
+
+
+def test_rows_of_a_multiple_of_16_load_16_bytes_in_the_plain_loop_on_sm90(tmp_path):
+    """The plain looped kernel over rows Triton sees aligned (65536 bf16 columns) keeps its
+    16-byte loads and stores: aligned rows are for the others only."""
+    fd = softmax_fd(torch.bfloat16)
+    x = torch.randn(1, 65536).to(torch.bfloat16)
+    y, _ = fd.execute([x])
+    torch.testing.assert_close(y, torch.softmax(x.float(), -1).to(torch.bfloat16), rtol=2e-2, atol=1e-5)
+    code = fd.last_triton_code()
+    assert "looped_aligned" not in code and "_looped_" in code
+    constexprs = {"BLOCK0": 1, "BLOCK1": 4096, "INT64": False, "EVEN0": True, "EVEN1": True,
+                  "T0_stride1": 1, "T9_stride1": 1}
+    # (integer arguments that are multiples of 16, as Triton's launcher marks them)
+    ptx = sm90_ptx(code, constexprs, {"T0_ptr": "*bf16", "T9_ptr": "*bf16", "T10_ptr": "*fp32"}, tmp_path,
+                   divisible=("T0_stride0", "T9_stride0", "X1"))
+    assert re.search(r"ld\.global[\w.:]*\.v4\.b32", ptx) and re.search(r"st\.global[\w.:]*\.v4\.b32", ptx)
