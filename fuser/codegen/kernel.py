@@ -315,14 +315,12 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         return self.aligned_rows and self.dims_of(tv) == {0, 1}
 
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
-        if self.row_aligned(tv):
-            self.emit_aligned_load(scope, tv)
-            return
-        offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
+        aligned = self.row_aligned(tv)  # (at the chunk's aligned offsets, its mask a marker: _MASKED)
+        offs = ["c_aligned"] if aligned else [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a one-element tensor still loads as a [1, 1] block, like every other value
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         m = self.mask(tv)
-        mask = f", mask={m}, other=0" if m else ""
+        mask = f"@lmask:{m}@" if aligned else f", mask={m}, other=0" if m else ""
         name = self.tname(tv)
         scope.lines.append(f"{name} = tl.load({ptr}{mask}{self.load_hint(tv)}).to({compute_type(tv.dtype)})")
         scope.names[self.key(tv)] = name
@@ -408,23 +406,11 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         for o in self.plan.outputs:
             if isinstance(o, TensorView):
                 self.emit_store(body, o)
-        ps.lines += ["if (c_start >= c_head) & (c_start + BLOCK1 <= C + c_head):",
-                     "    c_mask = " + self.block("[1, BLOCK1]", "1", "tl.int1")]
+        ps.lines.append("if (c_start >= c_head) & (c_start + BLOCK1 <= C + c_head):")
         ps.lines += ["    " + line for line in self.with_masks(body.lines, masked=False)]
         ps.lines += ["else:", "    c_mask = (c >= 0) & (c < C)"]
         ps.lines += ["    " + line for line in self.with_masks(body.lines, masked=True)]
         return KernelSource(self.name, self.assemble(), self.args, list(self.params), True, self.constexprs())
-
-    def emit_aligned_load(self, scope: Scope, tv: TensorView) -> None:
-        name = self.tname(tv)
-        scope.lines.append(f"{name} = tl.load(T{tv.name}_ptr + c_aligned@lmask:{self.mask(tv)}@{self.load_hint(tv)})"
-                           f".to({compute_type(tv.dtype)})")
-        scope.names[self.key(tv)] = name
-
-    def emit_aligned_store(self, scope: Scope, tv: TensorView, code: str) -> None:
-        value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
-        scope.lines.append(f"tl.store(T{tv.name}_ptr + c_aligned, {value}@smask:{self.mask(tv)}@)")
-        self.stored.add(id(tv))
 
     def bind(self, scope: Scope, tv: Val, code: str) -> None:
         name = self.tname(tv)
@@ -472,17 +458,15 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     def emit_store(self, scope: Scope, tv: TensorView) -> None:
         code = self.value(scope, tv)
-        if self.row_aligned(tv):
-            self.emit_aligned_store(scope, tv, code)
-            return
-        offs = [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
+        aligned = self.row_aligned(tv)  # (as in emit_load)
+        offs = ["c_aligned"] if aligned else [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a tensor spanning no loop axis (one element) still stores through a [1, 1] block
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         masks = [m for m in [self.mask(tv)] if m]
         # a tensor that does not vary along a program dim is stored by the first program only
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
         masks += [f"(({self.block('[1, 1]', '0', 'tl.int32')} + pid{d}) == 0)" for d in missing]
-        mask = f", mask={' & '.join(masks)}" if masks else ""
+        mask = f"@smask:{' & '.join(masks)}@" if aligned else f", mask={' & '.join(masks)}" if masks else ""
         value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
         scope.lines.append(f"tl.store({ptr}, {value}{mask})")
         self.stored.add(id(tv))
