@@ -186,3 +186,36 @@ def row_reduction_forwards(rows: int, cols: int) -> list[tuple[Callable, list, t
          F.layer_norm(xf, (cols,), w.float(), b.float(), eps=fuser_defs.LN_EPS)),
         (fuser_defs.rmsnorm_fwd.__wrapped__, [x, w], rms),
     ]
+
+
+def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_warps: int = 16,
+             divisible: tuple = ()) -> str:
+    """PTX of a generated kernel compiled for an H100/H200 (sm_90), which needs no GPU: what the
+    interpreter cannot show, whether loads and stores are 16-byte vectors."""
+    import importlib.util
+    import inspect
+
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def fuser_"))
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernel = triton.jit(getattr(module, name))
+    params = list(inspect.signature(kernel.fn).parameters)
+    signature = {p: "constexpr" if p in constexprs else pointer_types.get(p, "i32") for p in params}
+    attrs = {(k,): [["tt.divisibility", 16]] for k, p in enumerate(params) if p in pointer_types or p in divisible}
+    try:
+        src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    except TypeError as err:  # (another Triton's ASTSource)
+        pytest.skip(f"this Triton's ASTSource takes other arguments: {err}")
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
+    except RuntimeError as err:  # (no ptxas in this Triton)
+        if "ptxas" in str(err):
+            pytest.skip(str(err))
+        raise

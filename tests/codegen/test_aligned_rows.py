@@ -12,6 +12,7 @@ from fuser import DataType, FusionDefinition
 from fuser.codegen.kernel import _eviction_hints
 from fuser.codegen.layout import Layout, row_alignment
 from fuser.schedulers import heuristics
+from tests.helpers import sm90_ptx
 
 
 @pytest.fixture
@@ -115,39 +116,6 @@ def test_a_branch_of_a_pass_takes_its_passes_eviction_hint():
     lines = _eviction_hints(body).splitlines()
     assert all('"evict_last"' in line for line in lines[:2]), lines
     assert all('"evict_first"' in line for line in lines[2:]), lines
-
-
-def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_warps: int = 16,
-             divisible: tuple = ()) -> str:
-    """PTX of a generated kernel compiled for an H100/H200 (sm_90), which needs no GPU: what the
-    interpreter cannot show, whether loads and stores are 16-byte vectors."""
-    import importlib.util
-    import inspect
-
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def fuser_"))
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    kernel = triton.jit(getattr(module, name))
-    params = list(inspect.signature(kernel.fn).parameters)
-    signature = {p: "constexpr" if p in constexprs else pointer_types.get(p, "i32") for p in params}
-    attrs = {(k,): [["tt.divisibility", 16]] for k, p in enumerate(params) if p in pointer_types or p in divisible}
-    try:
-        src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    except TypeError as err:  # (another Triton's ASTSource)
-        pytest.skip(f"this Triton's ASTSource takes other arguments: {err}")
-    try:
-        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps}).asm["ptx"]
-    except RuntimeError as err:  # (no ptxas in this Triton)
-        if "ptxas" in str(err):
-            pytest.skip(str(err))
-        raise
 
 
 @pytest.mark.parametrize("aligned", [True, False])
