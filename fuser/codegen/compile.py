@@ -244,6 +244,49 @@ def _fix_interpreter_index() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _fix_interpreter_bf16() -> None:
+    """Triton's interpreter converts between fp32 and bf16 through a generic float conversion
+    that gets subnormal numbers wrong both ways (5.2e-39 to bf16 read 9.1e-39; a bf16 1e-40
+    widened to 0). The two formats share their exponent, so a bf16 is the top half of an
+    fp32's bits: widen by shifting the bits up, narrow by taking the top half, truncating as
+    the interpreter does (`.to`) or rounding to nearest even (`fp_to_fp` with RTNE)."""
+    import numpy as np
+    import triton.language as tl
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.cast_impl, "fuser_fixed", False):
+        return
+    cast_impl, fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+
+    def converted(src, dst_type, round_to_even: bool):
+        src_type, dst = src.dtype.scalar, dst_type.scalar
+        if src_type == tl.bfloat16 and dst == tl.float32:
+            data = (src.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif src_type == tl.float32 and dst == tl.bfloat16:
+            bits = src.data.view(np.uint32)
+            if round_to_even:
+                nan = (bits & 0x7FFFFFFF) > 0x7F800000
+                bits = np.where(nan, bits | 0x00400000, bits + 0x7FFF + ((bits >> 16) & 1))
+            data = (bits >> 16).astype(np.uint16)
+        else:
+            return None
+        return interpreter.TensorHandle(data, dst)
+
+    def patched_cast(self, src, dst_type):
+        found = converted(src, dst_type, False)
+        return cast_impl(self, src, dst_type) if found is None else found
+
+    def patched_fp_to_fp(self, src, dst_type, rounding_mode):
+        found = converted(src, dst_type, rounding_mode == ir.ROUNDING_MODE.RTNE)
+        return fp_to_fp(self, src, dst_type, rounding_mode) if found is None else found
+
+    patched_cast.fuser_fixed = True
+    builder.cast_impl = patched_cast
+    builder.create_fp_to_fp = patched_fp_to_fp  # (create_fp_ext and the rest call self.cast_impl)
+
+
 def _import_gluon_before_interpreting() -> None:
     """Import Gluon's language (where this Triton has it) before the first interpreted launch.
     Gluon wraps Triton's math builtins when it is imported, and Triton 3.9 imports it during an
@@ -269,6 +312,7 @@ class _Interpreted:
         from triton.runtime.interpreter import InterpretedFunction
 
         _fix_interpreter_index()
+        _fix_interpreter_bf16()
         _import_gluon_before_interpreting()
         self.fn = InterpretedFunction(raw)
 
