@@ -130,18 +130,22 @@ def _warps(elements: int) -> int:
     return max(1, min(32, elements // 512))
 
 
-# A persistent inner reduction over short rows gives a thread SHORT_ROW_ELEMENTS_PER_THREAD
-# elements (a row block of SHORT_ROW_MAX_BLOCK columns or fewer), in a tile of half
-# TILE_ELEMENTS (rows of up to SHORT_ROW_TILE_MAX_BLOCK columns) or TILE_ELEMENTS. On the
-# H200 (2026-12-04, bf16, L2 flushed; softmax / layernorm / rmsnorm forward) the tile of 4096
-# on 8 warps read 0.58 / 0.55 / 0.65 of copy at 16384x768, 0.68 / 0.63 / 0.76 at 32768x768 and
-# 0.78 / 0.73 / 0.82 at 16384x1600; 4096 on 4 warps 0.66 / 0.62 / 0.69, 0.79 / 0.78 / 0.83 and
-# 0.80 / 0.80 / 0.81; 2048 on 2 warps (2 rows of 768) 0.67 / 0.66 / 0.69 and 0.78 / 0.80 /
-# 0.83, and a probe of the layernorm later 0.66 / 0.79 against 0.65 / 0.78 on the 4096 tile;
-# at 1600 and 2048 columns the 2048 tile (1 row, 2 warps) lost the layernorm (0.75 against
-# 0.80 at 1600). Every other tile and warp count tried was within 0.02-0.04 or slower. From
-# 4096 columns the rows' 16 elements a thread stand (0.94-0.95 at 16384x4096).
-SHORT_ROW_MAX_BLOCK = 2048
+# A persistent inner reduction over short rows (a row block of SHORT_ROW_MIN_BLOCK to
+# SHORT_ROW_MAX_BLOCK columns: rows of 513 to 2048) gives a thread SHORT_ROW_ELEMENTS_PER_THREAD
+# elements, in a tile of half TILE_ELEMENTS (blocks up to SHORT_ROW_TILE_MAX_BLOCK) or
+# TILE_ELEMENTS. On the H200 (2026-12-04, bf16, L2 flushed; softmax / layernorm / rmsnorm
+# forward) the tile of 4096 on 8 warps read 0.58 / 0.55 / 0.65 of copy at 16384x768, 0.68 /
+# 0.63 / 0.76 at 32768x768 and 0.78 / 0.73 / 0.82 at 16384x1600; 4096 on 4 warps 0.66 / 0.62 /
+# 0.69, 0.79 / 0.78 / 0.83 and 0.80 / 0.80 / 0.81; 2048 on 2 warps (2 rows of 768) 0.67 / 0.66 /
+# 0.69 and 0.78 / 0.80 / 0.83, and a probe of the layernorm later 0.66 / 0.79 against 0.65 /
+# 0.78 on the 4096 tile; at 1600 and 2048 columns the 2048 tile (1 row, 2 warps) lost the
+# layernorm (0.75 against 0.80 at 1600). Every other tile and warp count tried was within
+# 0.02-0.04 or slower. Shorter rows (untimed) and rows from 4096 columns (0.94-0.95 at
+# 16384x4096) keep 16 elements a thread in a tile of TILE_ELEMENTS. At 768 columns the block of
+# 2 rows takes the inline variance's sums of x and x^2 (codegen/reductions.py
+# VAR_SUMS_MAX_ROWS), which the figures above include; the two-pass form read 1-2% faster there
+# in one probe (docs/performance.md, thirty-third session).
+SHORT_ROW_MIN_BLOCK, SHORT_ROW_MAX_BLOCK = 1024, 2048
 SHORT_ROW_ELEMENTS_PER_THREAD = 32
 SHORT_ROW_TILE_MAX_BLOCK = 1024
 
@@ -149,9 +153,10 @@ SHORT_ROW_TILE_MAX_BLOCK = 1024
 def _persistent_row_block(rows: int, cols: int) -> LaunchParams:
     """One program a block of whole rows (the persistent inner reduction)."""
     b1 = next_pow2(cols)
-    tile = TILE_ELEMENTS // 2 if b1 <= SHORT_ROW_TILE_MAX_BLOCK else TILE_ELEMENTS
+    short = SHORT_ROW_MIN_BLOCK <= b1 <= SHORT_ROW_MAX_BLOCK
+    tile = TILE_ELEMENTS // 2 if short and b1 <= SHORT_ROW_TILE_MAX_BLOCK else TILE_ELEMENTS
     b0 = max(1, min(next_pow2(rows), tile // b1))
-    if b1 <= SHORT_ROW_MAX_BLOCK:
+    if short:
         warps = max(1, min(32, b0 * b1 // (32 * SHORT_ROW_ELEMENTS_PER_THREAD)))
     else:
         warps = _warps(b0 * b1)

@@ -121,9 +121,6 @@ def test_a_row_reduction_runs_the_warp_count_that_timed_fastest(winner, tmp_path
     from fuser.schedulers import heuristics
 
     monkeypatch.setattr(heuristics, "AUTOTUNE_WARPS_MIN_COLS", 64)
-    # (the 4096-element tile on 16 elements a thread that rows of 4096 columns take)
-    monkeypatch.setattr(heuristics, "SHORT_ROW_MAX_BLOCK", 0)
-    monkeypatch.setattr(heuristics, "SHORT_ROW_TILE_MAX_BLOCK", 0)
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     launched = []

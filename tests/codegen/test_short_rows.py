@@ -1,4 +1,4 @@
-"""Persistent inner reductions over short rows (a row block of at most 2048 columns): 32
+"""Persistent inner reductions over short rows (a row block of 1024 or 2048 columns): 32
 elements a thread (heuristics.SHORT_ROW_ELEMENTS_PER_THREAD), 16-byte loads and stores kept."""
 import re
 
@@ -15,7 +15,7 @@ from tests.helpers import sm90_ptx
 
 
 @pytest.mark.parametrize("rows,cols,per_thread", [
-    (16384, 768, 32), (16384, 1600, 32), (32768, 2048, 32), (16384, 64, 32), (1, 768, 32), (3, 100, 16),
+    (16384, 768, 32), (16384, 1600, 32), (32768, 2048, 32), (16384, 64, 16), (16384, 513, 32), (1, 768, 32), (3, 100, 16),
     (16384, 4096, 16), (16384, 8192, 16)])
 def test_elements_a_thread_by_row_length(rows, cols, per_thread):
     p = heuristics.choose(Template.inner_reduction, rows, cols)
@@ -53,7 +53,7 @@ def test_short_rows_keep_16_byte_vectors_on_sm90(tmp_path):
     assert loads > 0 and stores > 0, (loads, stores)
 
 
-@pytest.mark.parametrize("cols,tile", [(768, 2048), (1024, 2048), (64, 2048), (1600, 4096), (2048, 4096), (4096, 4096)])
+@pytest.mark.parametrize("cols,tile", [(768, 2048), (1024, 2048), (64, 4096), (512, 4096), (1600, 4096), (2048, 4096), (4096, 4096)])
 def test_tile_by_row_length(cols, tile):
     p = heuristics.choose(Template.inner_reduction, 16384, cols)
     assert p.block0 * p.block1 == tile and p.grid == 16384 // p.block0, p

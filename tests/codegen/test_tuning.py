@@ -23,9 +23,6 @@ def tuned(recorded, tmp_path, monkeypatch):
     from fuser.schedulers import heuristics
 
     monkeypatch.setattr(heuristics, "AUTOTUNE_WARPS_MIN_COLS", 64)
-    # (the 4096-element tile on 16 elements a thread that rows of 4096 columns take)
-    monkeypatch.setattr(heuristics, "SHORT_ROW_MAX_BLOCK", 0)
-    monkeypatch.setattr(heuristics, "SHORT_ROW_TILE_MAX_BLOCK", 0)
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(tuning, "BACKGROUND_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
