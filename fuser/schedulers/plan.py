@@ -120,6 +120,20 @@ class KernelPlan:
         """The plan's softmax pairs (`softmax_pairs`), each computed in one online pass."""
         return softmax_pairs(self.exprs, self.axes)
 
+    @functools.cached_property
+    def softmax_sums(self) -> frozenset[int]:
+        """ids of the values that are a softmax sum, sum(exp(x - max(x))) of an unguarded pair,
+        or a broadcast of one. Such a sum is at least 1 (the max's own term is exp(0) = 1), at
+        most the row's length, or NaN (a NaN or infinite max), or 0 for an empty row: dividing
+        by it may multiply by its reciprocal, computed once a row (codegen's `emit_binary`),
+        which only a subnormal or huge divisor would make differ beyond rounding."""
+        sums = {id(p.sum.out) for p in self.online_pairs if not p.zero_if_infinite}
+        if not sums:
+            return frozenset()
+        producer = {id(o): e for e in self.exprs for o in e.outputs}
+        return frozenset(id(o) for e in self.exprs for o in e.outputs
+                         if id(viewed_source(producer, o)) in sums) | sums
+
     def fed_by_reduction(self) -> set[int]:
         """ids of the plan's values computed from a reduction's result."""
         fed: set[int] = set()
@@ -143,6 +157,16 @@ class SoftmaxPair(NamedTuple):
     zero_if_infinite: bool
 
 
+def viewed_source(producer: dict, v: Val) -> Val:
+    """The value `v` views through broadcasts, expands and sets (`producer`: each value's
+    expr, by id)."""
+    e = producer.get(id(v))
+    while isinstance(e, (BroadcastOp, ExpandOp, LoadStoreOp)):
+        v = e.inputs[0]
+        e = producer.get(id(v))
+    return v
+
+
 def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
     """The softmax pairs of `exprs` in fp32, both reductions over the same axes of the same
     values, a max in one pair at most: those of softmax, log-softmax, logsumexp and cross
@@ -152,12 +176,8 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
     the max."""
     producer = {id(o): e for e in exprs for o in e.outputs}
 
-    def viewed(v: Val) -> Val:  # the value `v` views through broadcasts, expands and sets
-        e = producer.get(id(v))
-        while isinstance(e, (BroadcastOp, ExpandOp, LoadStoreOp)):
-            v = e.inputs[0]
-            e = producer.get(id(v))
-        return v
+    def viewed(v: Val) -> Val:
+        return viewed_source(producer, v)
 
     def op(v: Val, kind) -> Optional[Expr]:  # the producer of `v` if it is an op of `kind`
         e = producer.get(id(v))
