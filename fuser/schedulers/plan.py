@@ -49,6 +49,9 @@ class KernelPlan:
     # a reduction whose output along the reduced dim reads its results: the form of two kernels
     # it may run as instead (statistics split over the reduced dim, then the outputs)
     statistics: Optional["StatisticsParts"] = None
+    # ids of inputs that are softmax sums of the kernel that computed them (`softmax_sums`: a
+    # two-kernel form's readers, whose sum arrives as an input)
+    input_softmax_sums: frozenset = frozenset()
 
     @property
     def red_dim(self) -> Optional[int]:
@@ -122,12 +125,13 @@ class KernelPlan:
 
     @functools.cached_property
     def softmax_sums(self) -> frozenset[int]:
-        """ids of the values that are a softmax sum, sum(exp(x - max(x))) of an unguarded pair,
-        or a broadcast of one. Such a sum is at least 1 (the max's own term is exp(0) = 1), at
+        """ids of the values that are a softmax sum, sum(exp(x - max(x))) of an unguarded pair
+        (computed here, or by the split kernel of a two-kernel form: `input_softmax_sums`), or a
+        broadcast of one. Such a sum is at least 1 (the max's own term is exp(0) = 1), at
         most the row's length, or NaN (a NaN or infinite max), or 0 for an empty row: dividing
         by it may multiply by its reciprocal, computed once a row (codegen's `emit_binary`),
         which only a subnormal or huge divisor would make differ beyond rounding."""
-        sums = {id(p.sum.out) for p in self.online_pairs if not p.zero_if_infinite}
+        sums = {id(p.sum.out) for p in self.online_pairs if not p.zero_if_infinite} | self.input_softmax_sums
         if not sums:
             return frozenset()
         producer = {id(o): e for e in self.exprs for o in e.outputs}
@@ -343,6 +347,7 @@ def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
     if split is None or split.template is not plan.template or not split.splittable() \
             or readers is None or readers.template is not Template.pointwise:
         return None
+    readers.input_softmax_sums = frozenset(id(v) for v in reader_inputs if id(v) in plan.softmax_sums)
     return StatisticsParts(split, readers)
 
 

@@ -85,3 +85,17 @@ def test_jitted_softmax_takes_the_reciprocal(device):
         return torch.softmax(t.float(), -1).to(t.dtype)
     torch.testing.assert_close(fuser.jit(f)(x), f(x), rtol=2e-2, atol=2e-2)
     assert RECIPROCAL in str(fuser.explain(f, x))
+
+
+def test_few_long_rows_readers_take_the_split_sums_reciprocal(small_splits):
+    """Over a few long rows the statistics split over programs and a pointwise kernel divides
+    by the sum it reads as an input (schedulers/plan.py StatisticsParts): that kernel takes the
+    reciprocal too."""
+    x = (torch.randn(3, 1000) * 4).to(torch.bfloat16)
+
+    def f(t):
+        return torch.softmax(t.float(), -1).to(t.dtype)
+    torch.testing.assert_close(fuser.jit(f)(x), f(x), rtol=2e-2, atol=1e-5)
+    code = "\n".join(t for fusion in fuser.explain(f, x).fusions for t in fusion.triton)
+    readers = code.split("split in one kernel")[-1]
+    assert "pointwise" in readers and RECIPROCAL in readers and not divides(readers), readers
