@@ -19,14 +19,20 @@ Python node that launch nothing. Not a suite row.
 - `--bench-loop`: do_bench's loop by hand for fuser.jit at 16384x4096 (an L2-clearing memset, a
   start event, the call, an end event): the memset's GPU time, the median measured, and the
   GPU's and host's period an iteration. The row reads its kernel time only while the host
-  keeps ahead of the GPU.
+  keeps ahead of the GPU;
+- `--placement`: the floors and every contender's call at both shapes with the calling thread
+  and the engine's device thread pinned to cores (`os.sched_setaffinity`; the engine's thread
+  pins itself from inside a node's backward): as they fall, both on one core, the caller alone
+  pinned, adjacent cores, and the engine on the calling thread. The hand-off's cost is waking
+  another core (thirty-fourth session).
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/backward_host.py [--rows rmsnorm_bwd,gelu_bwd]
-        [--suite-order] [--profile] [--threads] [--single-thread] [--bench-loop]
+        [--suite-order] [--profile] [--threads] [--single-thread] [--bench-loop] [--placement]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import os
@@ -247,6 +253,77 @@ def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
               f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
 
 
+class _PinningNode(torch.autograd.Function):
+    """A node whose backward pins the thread that runs it (a CUDA node: the engine's device
+    thread, which the engine keeps for the process) to `cpus`."""
+
+    cpus: set = set()
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        os.sched_setaffinity(0, _PinningNode.cpus)  # (0: the calling thread alone, on Linux)
+        return dy
+
+
+def pin_engine_thread(cpus: set, device: torch.device) -> None:
+    """Pin the thread autograd's engine runs `device`'s nodes on to `cpus`."""
+    _PinningNode.cpus = set(cpus)
+    x = torch.randn(4, device=device, requires_grad=True)
+    torch.autograd.grad(_PinningNode.apply(x).sum(), x)
+
+
+PLACEMENTS = ("as they fall", "one core", "caller pinned", "adjacent cores", "calling thread")
+
+
+@contextlib.contextmanager
+def placement(name: str, device: torch.device):
+    """The calling thread and the engine's device thread placed as `name` says (PLACEMENTS), on
+    the second and third of the process's cores; both set back to every core after."""
+    everywhere = os.sched_getaffinity(0)
+    cores = sorted(everywhere)
+    one, other = (cores[1], cores[2]) if len(cores) >= 3 else (cores[0], cores[-1])
+    caller, engine = {"one core": ({one}, {one}), "caller pinned": ({one}, everywhere),
+                      "adjacent cores": ({one}, {other})}.get(name, (everywhere, everywhere))
+    os.sched_setaffinity(0, caller)
+    pin_engine_thread(engine, device)
+    try:
+        with torch.autograd.set_multithreading_enabled(name != "calling thread"):
+            yield
+    finally:
+        os.sched_setaffinity(0, everywhere)
+        pin_engine_thread(everywhere, device)
+
+
+def placement_table(rows: list) -> None:
+    """Every contender's backward call at both shapes under each placement, best of two rounds
+    (wall time a call at the small shape, do_bench's median at the suite's)."""
+    import triton.testing
+
+    calls = {f"{name} [{SMALL_SHAPE[0]}x{SMALL_SHAPE[1]}]": fn for name, fn in floors(SMALL_SHAPE).items()}
+    timed_by_bench = {}
+    for kernel in rows:
+        calls |= {f"{kernel}[{SMALL_SHAPE[0]}x{SMALL_SHAPE[1]}] {n}": fn for n, fn in runners(kernel, SMALL_SHAPE).items()}
+        timed_by_bench |= {f"{kernel}[{SUITE_SHAPE[0]}x{SUITE_SHAPE[1]}] {n}": fn
+                           for n, fn in runners(kernel, SUITE_SHAPE).items()}
+    found: dict = {}
+    for _ in range(2):
+        for where in PLACEMENTS:
+            with placement(where, DEVICE):
+                for label, fn in calls.items():
+                    found.setdefault((label, where), []).append(wall_us(fn, 1000))
+                for label, fn in timed_by_bench.items():
+                    us = triton.testing.do_bench(fn, return_mode="median") * 1e3
+                    found.setdefault((label, where), []).append(us)
+    print("| us a call | " + " | ".join(PLACEMENTS) + " |")
+    print("| --- |" + " --- |" * len(PLACEMENTS))
+    for label in [*calls, *timed_by_bench]:
+        print(f"| {label} | " + " | ".join(f"{min(found[(label, w)]):.1f}" for w in PLACEMENTS) + " |", flush=True)
+
+
 def tables(rows: list, how: str) -> None:
     """The launch-bound and suite-shape tables of `rows`; `how` says how the engine runs."""
     import triton.testing
@@ -276,6 +353,8 @@ def main() -> None:
                    help="the tables again with the engine on the calling thread "
                         "(torch.autograd.set_multithreading_enabled(False))")
     p.add_argument("--bench-loop", action="store_true", help="do_bench's loop by hand for fuser.jit at 16384x4096")
+    p.add_argument("--placement", action="store_true",
+                   help="every contender's call with the caller and the engine's thread pinned to cores")
     opts = p.parse_args()
     rows = opts.rows.split(",")
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}")
@@ -299,6 +378,9 @@ def main() -> None:
             print("== do_bench's loop by hand, 16384x4096 (medians)")
             for kernel in rows:
                 bench_loop(kernel, SUITE_SHAPE)
+        if opts.placement:
+            print("== the calling thread and the engine's thread placed on cores")
+            placement_table(rows)
 
 
 if __name__ == "__main__":
