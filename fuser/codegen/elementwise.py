@@ -222,8 +222,8 @@ class ElementwiseEmitter:
             # CUDA comparison kernels alike); arithmetic keeps such a number in fp32 (opmath)
             x, y = (self.rounded(v, code, compute) for v, code in ((a, x), (b, y)))
         if e.kind is BinaryOpType.div and compute in _RECIPROCAL_TYPES and id(b) in self.plan.softmax_sums:
-            # one division a row, a multiply an element: an fp32 division is a subroutine of
-            # some 10 instructions, 2-6% of a short softmax row's time on the H200
+            # one division a row (a chunk, looped), a multiply an element: an fp32 division is
+            # some 10 instructions, up to 6% of a short softmax row's time on the H200
             self.bind(scope, e.out, f"({x} * (1.0 / {y}))")
             return
         fmt = binary_lowering(e.kind, self.target)

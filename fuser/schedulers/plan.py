@@ -51,7 +51,7 @@ class KernelPlan:
     statistics: Optional["StatisticsParts"] = None
     # ids of inputs that are softmax sums of the kernel that computed them (`softmax_sums`: a
     # two-kernel form's readers, whose sum arrives as an input)
-    input_softmax_sums: frozenset = frozenset()
+    input_softmax_sums: frozenset[int] = frozenset()
 
     @property
     def red_dim(self) -> Optional[int]:
@@ -127,7 +127,7 @@ class KernelPlan:
     def softmax_sums(self) -> frozenset[int]:
         """ids of the values that are a softmax sum, sum(exp(x - max(x))) of an unguarded pair
         (computed here, or by the split kernel of a two-kernel form: `input_softmax_sums`), or a
-        broadcast of one. Such a sum is at least 1 (the max's own term is exp(0) = 1), at
+        broadcast, expand or set of one. Such a sum is at least 1 (the max's own term is exp(0) = 1), at
         most the row's length, or NaN (a NaN or infinite max), or 0 for an empty row: dividing
         by it may multiply by its reciprocal, computed once a row (codegen's `emit_binary`),
         which only a subnormal or huge divisor would make differ beyond rounding."""
@@ -347,6 +347,7 @@ def _statistics_parts(plan: KernelPlan, lowerable) -> Optional[StatisticsParts]:
     if split is None or split.template is not plan.template or not split.splittable() \
             or readers is None or readers.template is not Template.pointwise:
         return None
+    # (set before anything reads the readers' softmax_sums, which caches them)
     readers.input_softmax_sums = frozenset(id(v) for v in reader_inputs if id(v) in plan.softmax_sums)
     return StatisticsParts(split, readers)
 
