@@ -23,7 +23,6 @@ _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpTyp
 _COMPARISONS = {BinaryOpType.eq, BinaryOpType.ne, BinaryOpType.lt, BinaryOpType.le, BinaryOpType.gt,
                 BinaryOpType.ge}
 _HALF_WIDTH = (DataType.Half, DataType.BFloat16)  # stored in 16 bits, computed in fp32
-_RECIPROCAL_TYPES = (DataType.Float, *_HALF_WIDTH)  # computed in fp32: a division may take 1 / y
 _FP32_MIN_NORMAL = 2.0 ** -126
 
 
@@ -221,7 +220,7 @@ class ElementwiseEmitter:
             # tensor of a wider type on the other side is converted to it first (ATen's CPU and
             # CUDA comparison kernels alike); arithmetic keeps such a number in fp32 (opmath)
             x, y = (self.rounded(v, code, compute) for v, code in ((a, x), (b, y)))
-        if e.kind is BinaryOpType.div and compute in _RECIPROCAL_TYPES and id(b) in self.plan.softmax_sums:
+        if e.kind is BinaryOpType.div and compute in FP32_COMPUTED and id(b) in self.plan.softmax_sums:
             # one division a row (a chunk, looped), a multiply an element: an fp32 division is
             # some 10 instructions, up to 6% of a short softmax row's time on the H200
             self.bind(scope, e.out, f"({x} * (1.0 / {y}))")

@@ -179,9 +179,7 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
     maxima, their sums rescaled to it), so a split reduction may hold one though the sum reads
     the max."""
     producer = {id(o): e for e in exprs for o in e.outputs}
-
-    def viewed(v: Val) -> Val:
-        return viewed_source(producer, v)
+    viewed = functools.partial(viewed_source, producer)
 
     def op(v: Val, kind) -> Optional[Expr]:  # the producer of `v` if it is an op of `kind`
         e = producer.get(id(v))
