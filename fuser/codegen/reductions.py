@@ -271,25 +271,34 @@ class ReductionEmitter:
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"
-            for part, init in (("mean", "0.0"), ("m2", "0.0"), ("n", "0.0")):
-                ps.lines.append(f"{acc}_{part} = {self.block(shape, init, 'tl.float32')}")
+            for part in ("mean", "m2"):
+                ps.lines.append(f"{acc}_{part} = {self.block(shape, '0.0', 'tl.float32')}")
             if self.split == "combine":
+                ps.lines.append(f"{acc}_n = {self.block(shape, '0.0', 'tl.float32')}")
                 loads = [self.partial_load(e, ws[p], m, "0.0") for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
             else:
+                # A lane takes at most one element a step, and whether it does depends on the
+                # reduced dim's mask alone (a lane masked along the kept dim is never stored), so
+                # the count and its reciprocal are kept along the reduced dim: a division a step
+                # for each of a thread's positions along it, not one an element (an fp32 division
+                # is a sequence of about ten instructions, which bound a column var_mean)
+                counted = "r_mask" if self.red == 0 else "c_mask"
+                count_shape = "[BLOCK0, 1]" if self.red == 0 else "[1, BLOCK1]"
+                ps.lines.append(f"{acc}_n = {self.block(count_shape, '0.0', 'tl.float32')}")
                 x = self.operand(body, e.inp, e.inp.dtype)
                 body.lines += [
-                    f"{acc}_n_new = {acc}_n + tl.where({m}, 1.0, 0.0)",
+                    f"{acc}_n = {acc}_n + tl.where({counted}, 1.0, 0.0)",
+                    f"{acc}_inv = 1.0 / tl.maximum({acc}_n, 1.0)",
                     f"{acc}_delta = {x} - {acc}_mean",
-                    f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n_new, 1.0), {acc}_mean)",
+                    f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta * {acc}_inv, {acc}_mean)",
                     f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",
-                    f"{acc}_n = {acc}_n_new",
                 ]
             # bound now, so that no later reduction of this pass counts as waiting for it
             ps.names[id(mean)] = f"T{mean.name}"
             ps.names[id(var)] = f"T{var.name}"
-            return lambda: self.finish_var_mean(e, acc)
+            return lambda: self.finish_var_mean(e, acc, shape)
         dt = e.out.dtype
         acc = f"acc{e.out.name}"
         ident = self.identity(e.kind, dt)
@@ -321,9 +330,11 @@ class ReductionEmitter:
                 self.round_to_storage(ps, e)
         return finish
 
-    def finish_var_mean(self, e: VarMeanOp, acc: str) -> None:
+    def finish_var_mean(self, e: VarMeanOp, acc: str, shape: str) -> None:
         ps, var, mean = self.program_scope, *e.outputs
-        ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
+        # (the count, kept along the reduced dim, broadcast to the lanes: a tuple reduces alike)
+        count = f"{acc}_n" if self.split == "combine" else f"{acc}_n + {self.block(shape, '0.0', 'tl.float32')}"
+        ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {count}), "
                         f"{self.red}, _welford_combine, keep_dims=True)")
         if self.split == "partial":
             ws = {part: k for k, (w, part) in enumerate(self.workspaces) if w is e}
