@@ -20,6 +20,11 @@ Python node that launch nothing. Not a suite row.
   start event, the call, an end event): the memset's GPU time, the median measured, and the
   GPU's and host's period an iteration. The row reads its kernel time only while the host
   keeps ahead of the GPU;
+- `--busy`: the host's time a call alone, with the GPU held busy by a sleep queued ahead of the
+  calls (nothing waits on it), for the floors and every contender at both shapes, beside the
+  time fuser.jit's autograd node spends in its backward program (on the engine's device thread)
+  and the same program called on the main thread. A suite row reads its kernels' time while a
+  call's host time stays under do_bench's memset plus the kernels (thirty-fifth session);
 - `--placement`: the floors and every contender's call at both shapes with the calling thread
   and the engine's device thread pinned to cores (`os.sched_setaffinity`; the engine's thread
   pins itself from inside a node's backward): as they fall, both on one core, the caller alone
@@ -27,7 +32,7 @@ Python node that launch nothing. Not a suite row.
   another core (thirty-fourth session).
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/backward_host.py [--rows rmsnorm_bwd,gelu_bwd]
-        [--suite-order] [--profile] [--threads] [--single-thread] [--bench-loop] [--placement]
+        [--suite-order] [--profile] [--threads] [--single-thread] [--bench-loop] [--busy] [--placement]
 """
 from __future__ import annotations
 
@@ -81,11 +86,11 @@ def floors(shape: tuple) -> dict:
             "floor: Python node, no launch": lambda: torch.autograd.grad(through_python, x, dy, retain_graph=True)}
 
 
-def runners(kernel: str, shape: tuple) -> dict:
+def runners(kernel: str, shape: tuple, device: torch.device = DEVICE, contenders: tuple = CONTENDERS) -> dict:
     case = suite.make_case(kernel, *shape)
-    args = case.make_inputs(torch.device("cuda"), 0)
+    args = case.make_inputs(device, 0)
     made = {}
-    for name in CONTENDERS:
+    for name in contenders:
         impl = harness.CONTENDERS[name](case)
         if impl is not None:
             made[name] = suite.make_runner(case, impl.fn, args)
@@ -253,6 +258,85 @@ def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
               f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
 
 
+class NodeTimer:
+    """Time spent in fuser.jit's backward program inside its autograd node (`_Fused.run_backward`),
+    a mean over the calls since `reset`; the node's arguments of its first call are kept, so
+    that the same program can be timed outside autograd."""
+
+    def __init__(self):
+        from fuser.frontend import training
+
+        self.training, self.real = training, training._Fused.run_backward
+        self.seconds, self.calls, self.first = 0.0, 0, None
+
+    def __enter__(self):
+        def timed(ctx, grads):
+            start = time.perf_counter()
+            try:
+                return self.real(ctx, grads)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+                self.first = self.first or (ctx, grads)
+        self.training._Fused.run_backward = staticmethod(timed)
+        return self
+
+    def __exit__(self, *exc):
+        self.training._Fused.run_backward = staticmethod(self.real)
+
+    def reset(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+
+    def mean_us(self) -> float:
+        return self.seconds / self.calls * 1e6 if self.calls else float("nan")
+
+    def program(self):
+        """fuser.jit's backward program on the first call's arguments, outside autograd."""
+        ctx, grads = self.first
+        return lambda: self.real(ctx, grads)
+
+
+def busy_us(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer: NodeTimer = None) -> tuple:
+    """(best over rounds of the host's time a call, fuser's node's mean time in that round), the
+    GPU held busy by a sleep queued ahead of the calls so that none waits on it."""
+    best = (float("inf"), float("nan"))
+    for _ in range(rounds):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda._sleep(int(2e9 * (calls * 400e-6 + 0.02)))  # (cycles: longer than the calls)
+        if timer is not None:
+            timer.reset()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - start) / calls * 1e6
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if us < best[0]:
+            best = (us, timer.mean_us() if timer is not None else float("nan"))
+    return best
+
+
+def busy_table(rows: list, device: torch.device = DEVICE, shapes: tuple = (SMALL_SHAPE, SUITE_SHAPE),
+               calls: int = 200, contenders: tuple = CONTENDERS) -> list:
+    """`--busy`'s table: (label, host us a call, fuser's node us, the node's program on the main
+    thread us) for the floors and every contender of `rows` at `shapes`."""
+    found = []
+    with NodeTimer() as timer:
+        for shape in shapes:
+            tag = f"[{shape[0]}x{shape[1]}]"
+            if device.type == "cuda":
+                for name, fn in floors(shape).items():
+                    found.append((f"{name} {tag}", busy_us(fn, device, calls)[0], None, None))
+            for kernel in rows:
+                for name, fn in runners(kernel, shape, device, contenders).items():
+                    timer.first = None
+                    host, node = busy_us(fn, device, calls, timer=timer)
+                    alone = busy_us(timer.program(), device, calls)[0] if name == "fuser" and timer.first else None
+                    found.append((f"{kernel}{tag} {name}", host, node if name == "fuser" else None, alone))
+    return found
+
+
 class _PinningNode(torch.autograd.Function):
     """A node whose backward pins the thread that runs it (a CUDA node: the engine's device
     thread, which the engine keeps for the process) to `cpus`."""
@@ -353,6 +437,8 @@ def main() -> None:
                    help="the tables again with the engine on the calling thread "
                         "(torch.autograd.set_multithreading_enabled(False))")
     p.add_argument("--bench-loop", action="store_true", help="do_bench's loop by hand for fuser.jit at 16384x4096")
+    p.add_argument("--busy", action="store_true",
+                   help="the host's time a call with the GPU held busy, and fuser.jit's node's share of it")
     p.add_argument("--placement", action="store_true",
                    help="every contender's call with the caller and the engine's thread pinned to cores")
     opts = p.parse_args()
@@ -378,6 +464,13 @@ def main() -> None:
             print("== do_bench's loop by hand, 16384x4096 (medians)")
             for kernel in rows:
                 bench_loop(kernel, SUITE_SHAPE)
+        if opts.busy:
+            print("== the host's time a call, the GPU held busy (best of 5 rounds of 200 calls; us)")
+            print("| call | host | fuser.jit's node (engine's thread) | its program on the main thread |")
+            print("| --- | --- | --- | --- |")
+            for label, host, node, alone in busy_table(rows):
+                cells = [f"{v:.1f}" if v is not None else "" for v in (host, node, alone)]
+                print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
         if opts.placement:
             print("== the calling thread and the engine's thread placed on cores")
             placement_table(rows)

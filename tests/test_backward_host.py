@@ -41,3 +41,18 @@ def test_placement_restores_after_an_error(backward_host):
         with backward_host.placement("adjacent cores", torch.device("cpu")):
             raise RuntimeError("inside")
     assert os.sched_getaffinity(0) == everywhere and torch._C._is_multithreading_enabled()
+
+
+def test_busy_table_times_the_call_and_fusers_node(backward_host):
+    """`--busy` on the CPU (no sleep to queue): each row's host time, and for fuser.jit the time
+    its autograd node spends in the backward program, which is part of the call, and that
+    program called again outside autograd."""
+    rows = backward_host.busy_table(["rmsnorm_bwd"], torch.device("cpu"), shapes=((8, 32),), calls=2,
+                                    contenders=("fuser", "fuser-fd"))
+    found = {label: rest for label, *rest in rows}
+    assert set(found) == {"rmsnorm_bwd[8x32] fuser", "rmsnorm_bwd[8x32] fuser-fd"}
+    host, node, alone = found["rmsnorm_bwd[8x32] fuser"]
+    assert 0 < node < host and alone > 0
+    assert found["rmsnorm_bwd[8x32] fuser-fd"][1:] == [None, None]
+    from fuser.frontend import training
+    assert training._Fused.run_backward is backward_host.NodeTimer().real  # put back
