@@ -55,7 +55,7 @@ os.environ.setdefault("FUSER_BACKGROUND_COMPILE", "0")
 import torch
 import torch._functorch.config as functorch_config
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks import harness, suite  # noqa: E402
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 import fuser  # noqa: E402
 from benchmarks.peers import compare, host_us, kernel_us  # noqa: E402

@@ -17,7 +17,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.append(ROOT)  # (after PYTHONPATH: a tree to compare comes first)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 

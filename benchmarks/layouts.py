@@ -17,7 +17,7 @@ os.environ.setdefault("FUSER_BACKGROUND_COMPILE", "0")
 import torch
 import triton.testing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 import fuser  # noqa: E402
 from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402

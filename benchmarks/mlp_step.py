@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import triton
 import triton.testing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 import fuser  # noqa: E402
 

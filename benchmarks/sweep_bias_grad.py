@@ -15,7 +15,7 @@ import sys
 import torch
 import triton.testing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 os.environ["FUSER_AUTOTUNE"] = "0"  # the forced configuration alone
 
 from benchmarks import fuser_defs  # noqa: E402

@@ -14,7 +14,7 @@ import sys
 import torch
 import triton.testing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks import fuser_defs  # noqa: E402
 from benchmarks.sweep_pointwise import copy_gbps  # noqa: E402

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 os.environ["FUSER_AUTOTUNE"] = "0"  # the forced configuration alone
 
 import fuser  # noqa: E402

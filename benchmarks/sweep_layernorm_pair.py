@@ -58,7 +58,7 @@ import tempfile
 import torch
 import triton
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks.sweep_norm_bwd_wide import (errors, k_combine, load_generated, make_fn, reference,  # noqa: E402
                                             run_probe, tensors, time_checked, two)

@@ -33,7 +33,7 @@ import sys
 import torch
 import triton
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks.sweep_norm_bwd_wide import (k_combine, load_generated, make_fn, reference, regacc,  # noqa: E402
                                             run_probe, sm90_usage, tensors, time_checked, two)

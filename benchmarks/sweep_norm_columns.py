@@ -14,7 +14,7 @@ import sys
 import torch
 import triton.testing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 import fuser  # noqa: E402
 from benchmarks import suite  # noqa: E402

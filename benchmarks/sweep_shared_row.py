@@ -27,7 +27,7 @@ from typing import Optional
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from fuser import DataType, FusionDefinition  # noqa: E402
 from fuser.codegen import launch  # noqa: E402

@@ -21,7 +21,7 @@ os.environ.setdefault("FUSER_BACKGROUND_COMPILE", "0")
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 import fuser  # noqa: E402
 from fuser import DataType, FusionDefinition  # noqa: E402
