@@ -21,7 +21,7 @@ Python node that launch nothing. Not a suite row.
   GPU's and host's period an iteration. The row reads its kernel time only while the host
   keeps ahead of the GPU;
 - `--busy`: the host's time a call alone, with the GPU held busy by a sleep queued ahead of the
-  calls (nothing waits on it), for the floors and every contender at both shapes, beside the
+  calls (a round whose sleep runs out first is not counted), for the floors and every contender at both shapes, beside the
   time fuser.jit's autograd node spends in its backward program (on the engine's device thread)
   and the same program called on the main thread. A suite row reads its kernels' time while a
   call's host time stays under do_bench's memset plus the kernels (thirty-fifth session);
@@ -284,8 +284,11 @@ class NodeTimer:
     def __exit__(self, *exc):
         self.training._Fused.run_backward = staticmethod(self.real)
 
-    def reset(self) -> None:
+    def reset(self, first: bool = False) -> None:
+        """Start a new mean (and, with `first`, keep the next call's arguments)."""
         self.seconds, self.calls = 0.0, 0
+        if first:
+            self.first = None
 
     def mean_us(self) -> float:
         return self.seconds / self.calls * 1e6 if self.calls else float("nan")
@@ -296,23 +299,31 @@ class NodeTimer:
         return lambda: self.real(ctx, grads)
 
 
-def busy_us(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer: NodeTimer = None) -> tuple:
-    """(best over rounds of the host's time a call, fuser's node's mean time in that round), the
-    GPU held busy by a sleep queued ahead of the calls so that none waits on it."""
-    best = (float("inf"), float("nan"))
+def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer: NodeTimer = None,
+               seconds_a_call: float = 2.5e-3) -> tuple:
+    """(the host's time a call in us, fuser's node's mean us in that round), the best of `rounds`
+    rounds of `calls` calls, with the GPU held busy by a sleep queued ahead of them so that none
+    waits on it. A round whose sleep ended before its calls did (calls slower than
+    `seconds_a_call`, or a launch queue filled by many kernels a call) timed waiting, not the
+    host: it is not counted, and where none counts the host time is NaN."""
+    best = (float("nan"), float("nan"))
     for _ in range(rounds):
+        slept = None
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-            torch.cuda._sleep(int(2e9 * (calls * 400e-6 + 0.02)))  # (cycles: longer than the calls)
+            torch.cuda._sleep(int(2e9 * calls * seconds_a_call))  # (cycles, at about 2 GHz)
+            slept = torch.cuda.Event()
+            slept.record()
         if timer is not None:
             timer.reset()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         us = (time.perf_counter() - start) / calls * 1e6
+        covered = slept is None or not slept.query()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if us < best[0]:
+        if covered and not us >= best[0]:  # (NaN: none counted yet)
             best = (us, timer.mean_us() if timer is not None else float("nan"))
     return best
 
@@ -327,12 +338,12 @@ def busy_table(rows: list, device: torch.device = DEVICE, shapes: tuple = (SMALL
             tag = f"[{shape[0]}x{shape[1]}]"
             if device.type == "cuda":
                 for name, fn in floors(shape).items():
-                    found.append((f"{name} {tag}", busy_us(fn, device, calls)[0], None, None))
+                    found.append((f"{name} {tag}", busy_times(fn, device, calls)[0], None, None))
             for kernel in rows:
                 for name, fn in runners(kernel, shape, device, contenders).items():
-                    timer.first = None
-                    host, node = busy_us(fn, device, calls, timer=timer)
-                    alone = busy_us(timer.program(), device, calls)[0] if name == "fuser" and timer.first else None
+                    timer.reset(first=True)
+                    host, node = busy_times(fn, device, calls, timer=timer)
+                    alone = busy_times(timer.program(), device, calls)[0] if name == "fuser" and timer.first else None
                     found.append((f"{kernel}{tag} {name}", host, node if name == "fuser" else None, alone))
     return found
 

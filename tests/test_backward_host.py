@@ -46,7 +46,10 @@ def test_placement_restores_after_an_error(backward_host):
 def test_busy_table_times_the_call_and_fusers_node(backward_host):
     """`--busy` on the CPU (no sleep to queue): each row's host time, and for fuser.jit the time
     its autograd node spends in the backward program, which is part of the call, and that
-    program called again outside autograd."""
+    program called again outside autograd; fuser's node is put back after."""
+    from fuser.frontend import training
+
+    original = training._Fused.run_backward
     rows = backward_host.busy_table(["rmsnorm_bwd"], torch.device("cpu"), shapes=((8, 32),), calls=2,
                                     contenders=("fuser", "fuser-fd"))
     found = {label: rest for label, *rest in rows}
@@ -54,5 +57,15 @@ def test_busy_table_times_the_call_and_fusers_node(backward_host):
     host, node, alone = found["rmsnorm_bwd[8x32] fuser"]
     assert 0 < node < host and alone > 0
     assert found["rmsnorm_bwd[8x32] fuser-fd"][1:] == [None, None]
+    assert training._Fused.run_backward is original
+
+
+def test_node_timer_puts_the_node_back_after_an_error(backward_host):
     from fuser.frontend import training
-    assert training._Fused.run_backward is backward_host.NodeTimer().real  # put back
+
+    original = training._Fused.run_backward
+    with pytest.raises(RuntimeError, match="inside"):
+        with backward_host.NodeTimer():
+            assert training._Fused.run_backward is not original
+            raise RuntimeError("inside")
+    assert training._Fused.run_backward is original
