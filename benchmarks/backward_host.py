@@ -21,9 +21,9 @@ Python node that launch nothing. Not a suite row.
   GPU's and host's period an iteration. The row reads its kernel time only while the host
   keeps ahead of the GPU;
 - `--busy`: the host's time a call alone, with the GPU held busy by a sleep queued ahead of the
-  calls (a round whose sleep runs out first is not counted), for the floors and every contender at both shapes, beside the
-  time fuser.jit's autograd node spends in its backward program (on the engine's device thread)
-  and the same program called on the main thread. A suite row reads its kernels' time while a
+  calls (a round whose sleep runs out first is not counted), for the floors and every
+  contender at both shapes, beside the time fuser.jit's autograd node spends in its backward
+  program (on the engine's device thread) and the same program called on the main thread. A suite row reads its kernels' time while a
   call's host time stays under do_bench's memset plus the kernels (thirty-fifth session);
 - `--placement`: the floors and every contender's call at both shapes with the calling thread
   and the engine's device thread pinned to cores (`os.sched_setaffinity`; the engine's thread
