@@ -60,12 +60,18 @@ def assert_close_to_eager(actual, expected, reference=None, layout: bool = False
             err = (a.double() - r.double()).abs().max().item()
             eager_err = (e.double() - r.double()).abs().max().item()
             scale = r.double().abs().max().item() + 1e-6
+            # beside 1% of the largest reference value, torch.testing's default absolute
+            # tolerance for half types: where every value is so small that 1% falls below the
+            # dtype's resolution (a gradient that is fp32 rounding noise of about 1e-7, which the
+            # reference repeats when the program casts to fp32 itself, `x.float()`; fuzz seed
+            # 900304)
+            floor = 1e-5
             if math.isnan(eager_err) and not math.isnan(err):
                 # eager's half intermediates made a NaN the reference has not (F.normalize's eps
                 # of 1e-12 is 0 in fp16, so a zero row is 0 / 0); fuser's fp32 ones did not
-                assert err <= 1e-2 * scale, (err, eager_err, scale)
+                assert err <= 1e-2 * scale + floor, (err, eager_err, scale)
                 continue
-            assert err <= 2.5 * eager_err + 1e-2 * scale, (err, eager_err, scale)
+            assert err <= 2.5 * eager_err + 1e-2 * scale + floor, (err, eager_err, scale)
             continue
         rtol, atol = TOL.get(e.dtype, (0, 0))
         torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
