@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -399,6 +399,11 @@ def _close(actual, expected, reference, low):
             else:
                 rtol, atol = TOL[low]
                 torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+        elif low is torch.bfloat16 and e.dtype == torch.float16 and r is None:
+            # an fp16 result of values that passed through bf16 (a cast in the program) is
+            # known to bf16's resolution: a rounding there may fall either way (seed 900690)
+            rtol, atol = TOL[low]
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
         else:
             assert_close_to_eager(a, e, r)
 
