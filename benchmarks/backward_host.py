@@ -154,34 +154,61 @@ def profile(fn, calls: int = 2000, top: int = 20) -> str:
     return out.getvalue()
 
 
+class NodeTimer:
+    """Time spent in fuser.jit's backward program inside its autograd node (`_Fused.run_backward`),
+    a mean over the calls since `reset`; the node's arguments of its first call are kept, so
+    that the same program can be timed outside autograd."""
+
+    def __init__(self):
+        from fuser.frontend import training
+
+        self.training, self.real = training, training._Fused.run_backward
+        self.seconds, self.calls, self.first = 0.0, 0, None
+
+    def __enter__(self):
+        def timed(ctx, grads):
+            start = time.perf_counter()
+            try:
+                return self.real(ctx, grads)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+                self.first = self.first or (ctx, grads)
+        self.training._Fused.run_backward = staticmethod(timed)
+        return self
+
+    def __exit__(self, *exc):
+        self.training._Fused.run_backward = staticmethod(self.real)
+
+    def reset(self, first: bool = False) -> None:
+        """Start a new mean (and, with `first`, keep the next call's arguments)."""
+        self.seconds, self.calls = 0.0, 0
+        if first:
+            self.first = None
+
+    def mean_us(self) -> float:
+        return self.seconds / self.calls * 1e6 if self.calls else float("nan")
+
+    def program(self):
+        """fuser.jit's backward program on the first call's arguments, outside autograd."""
+        ctx, grads = self.first
+        return lambda: self.real(ctx, grads)
+
+
 def _jit_backward_program(kernel: str, shape: tuple):
     """(the jit row's runner, its case's inputs, the backward program fuser's autograd node
     runs, that program's arguments), captured from the node's first backward."""
-    from fuser.frontend import training
-
-    captured = {}
-    real = training._Fused.run_backward
-
-    def spy(ctx, grads):
-        if not captured:
-            pick = {"tensor": ctx.saved_tensors, "int": ctx.ints, "tangent": grads}
-            captured["program"] = ctx.plan.run_backward
-            captured["args"] = [pick[kind][k] for kind, k in ctx.plan.sources]
-        return real(ctx, grads)
-
     case = suite.make_case(kernel, *shape)
     args = case.make_inputs(DEVICE, 0)
     impl = harness.CONTENDERS["fuser"](case)
-    training._Fused.run_backward = staticmethod(spy)
-    try:
-        with impl.context():
-            run = suite.make_runner(case, impl.fn, args)
-            run()
-    finally:
-        training._Fused.run_backward = staticmethod(real)
-    if not captured:
+    with NodeTimer() as timer, impl.context():
+        run = suite.make_runner(case, impl.fn, args)
+        run()
+    if timer.first is None:
         raise RuntimeError(f"{kernel}: fuser.jit's backward did not run through its own autograd node")
-    return run, [args[i] for i in case.grad_args], captured["program"], captured["args"]
+    ctx, grads = timer.first
+    pick = {"tensor": ctx.saved_tensors, "int": ctx.ints, "tangent": grads}
+    return run, [args[i] for i in case.grad_args], ctx.plan.run_backward, [pick[kind][k] for kind, k in ctx.plan.sources]
 
 
 def thread_table(kernel: str, shape: tuple) -> None:
@@ -256,47 +283,6 @@ def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
         period = statistics.median(events[2][i].elapsed_time(events[2][i + 1]) * 1e3 for i in range(iterations - 1))
         print(f"{kernel:14s} {label:18s} measured {measured:7.1f} us, memset {memset:6.1f} us, "
               f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
-
-
-class NodeTimer:
-    """Time spent in fuser.jit's backward program inside its autograd node (`_Fused.run_backward`),
-    a mean over the calls since `reset`; the node's arguments of its first call are kept, so
-    that the same program can be timed outside autograd."""
-
-    def __init__(self):
-        from fuser.frontend import training
-
-        self.training, self.real = training, training._Fused.run_backward
-        self.seconds, self.calls, self.first = 0.0, 0, None
-
-    def __enter__(self):
-        def timed(ctx, grads):
-            start = time.perf_counter()
-            try:
-                return self.real(ctx, grads)
-            finally:
-                self.seconds += time.perf_counter() - start
-                self.calls += 1
-                self.first = self.first or (ctx, grads)
-        self.training._Fused.run_backward = staticmethod(timed)
-        return self
-
-    def __exit__(self, *exc):
-        self.training._Fused.run_backward = staticmethod(self.real)
-
-    def reset(self, first: bool = False) -> None:
-        """Start a new mean (and, with `first`, keep the next call's arguments)."""
-        self.seconds, self.calls = 0.0, 0
-        if first:
-            self.first = None
-
-    def mean_us(self) -> float:
-        return self.seconds / self.calls * 1e6 if self.calls else float("nan")
-
-    def program(self):
-        """fuser.jit's backward program on the first call's arguments, outside autograd."""
-        ctx, grads = self.first
-        return lambda: self.real(ctx, grads)
 
 
 def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer: NodeTimer = None,

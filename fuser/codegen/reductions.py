@@ -284,7 +284,7 @@ class ReductionEmitter:
                 # the count and its reciprocal are kept along the reduced dim: a division a step
                 # for each of a thread's positions along it, not one an element (a division an
                 # element made a column var_mean's split kernel 1.1-2.1x slower on the H200)
-                counted = "r_mask" if self.red == 0 else "c_mask"
+                counted = f"{INDEX[self.red]}_mask"  # (the reduced dim's index mask, emit_dim_index)
                 count_shape = "[BLOCK0, 1]" if self.red == 0 else "[1, BLOCK1]"
                 ps.lines.append(f"{acc}_n = {self.block(count_shape, '0.0', 'tl.float32')}")
                 x = self.operand(body, e.inp, e.inp.dtype)
