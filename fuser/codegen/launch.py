@@ -45,7 +45,7 @@ from .steps import META, _DirectStep, _Step, current_device, step_args
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
 from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
-from .layout import Layout, make_layout, row_alignment, run_stride
+from .layout import Layout, make_layout, row_alignment, row_broadcast, run_stride
 
 _INT32_LIMIT = 2**31
 _MISSING = object()
@@ -249,7 +249,8 @@ class KernelLauncher:
         run_extents = [math.prod(extents[a] for a in run) for run in runs]
         rows = math.prod(run_extents[:len(layout.dim0)])
         cols = math.prod(run_extents[len(layout.dim0):])
-        params = choose(plan.template, rows, cols)
+        params = choose(plan.template, rows, cols, plan.template is Template.pointwise and row_broadcast(
+            layout, strides[:len(inputs)], extents))
         # (measured where the column sums split: a kernel that cannot keeps the plain tile)
         storing = plan.stores_rows_in_pass() and plan.splittable()
         if storing:

@@ -101,3 +101,12 @@ def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], 
     if align < 2 or align > block or (row_stride % 16 == 0 and cols % 16 == 0):
         return 0
     return align
+
+
+def row_broadcast(layout: Layout, strides: list[list[int]], extents: list[int]) -> bool:
+    """Whether a tensor of `strides` (the inputs') is broadcast along the layout's innermost
+    row super-axis while it varies along the columns: a vector each row reads again."""
+    if not layout.dim0 or all(extents[a] == 1 for a in layout.dim0[-1]):
+        return False  # (no rows to read it again)
+    return any(run_stride(layout.dim0[-1], s, extents) == 0 and run_stride(layout.dim1[0], s, extents) != 0
+               for s in strides)

@@ -15,6 +15,18 @@ TILE_ELEMENTS = 4096
 # pointwise tiles: 2048 elements on 4 warps (16 a thread) beat 4096 on 8 warps on the H200 for
 # GELU forward and backward (0.70-0.74 of copy against 0.63-0.65; benchmarks/sweep_pointwise.py)
 POINTWISE_TILE = 2048
+# A pointwise kernel reading a vector along its columns (a bias, a norm's weight, a column
+# statistic: an input broadcast along the rows) takes tiles of ROW_BROADCAST_TILE rows by
+# columns (4096 elements, 16 a thread), so that a program loads its slice of each vector once
+# for 32 rows instead of 2: the default tile at 16384 columns is 2 rows of 1024, and a batch
+# norm's four fp32 column vectors then cost 8 bytes an element from L2 beside x's 2 from DRAM.
+# On the H200 (2026-12-04, profiler kernel times with L2 cleared, bf16): a hand-written batch
+# norm's rows kernel 0.75-0.83 of copy -> 0.85-0.98 at 16384x1024 to 8192x16384 and 65536x768,
+# GELU with a bf16 bias 0.86-1.01 -> 0.87-1.01 (0.905 -> 0.976 at 65536x768); a row scale
+# (broadcast along the columns) unchanged. 32 x 128 on 4 warps was faster still for the batch
+# norm (0.89-1.02) but lost GELU's bias 2-6%; 16 x 256, 64 x 64 and 64 x 128 on 16 warps lost
+# to it everywhere (docs/performance.md, thirty-sixth session)
+ROW_BROADCAST_TILE = (32, 128)
 # inner-outer: the longest row kept in registers, where x, dy, w and an fp32 accumulator per
 # column reduction live at once (beyond it: a row kernel then a column kernel). Compiled for
 # sm_90 without a GPU (ptxas -v), the bf16 RMSNorm and LayerNorm backward use 96-125 registers a
@@ -163,11 +175,13 @@ def _persistent_row_block(rows: int, cols: int) -> LaunchParams:
     return LaunchParams(b0, b1, True, warps, -(-rows // b0))
 
 
-def choose(template: Template, rows: int, cols: int) -> LaunchParams:
-    """rows: product of tile dim 0 extents; cols: of tile dim 1."""
+def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False) -> LaunchParams:
+    """rows: product of tile dim 0 extents; cols: of tile dim 1. `row_broadcast`: a pointwise
+    kernel reads an input broadcast along its rows (see ROW_BROADCAST_TILE)."""
     if template is Template.pointwise:
-        b1 = min(next_pow2(cols), 1024)
-        b0 = max(1, min(next_pow2(rows), POINTWISE_TILE // b1))
+        tile_rows, tile_cols = ROW_BROADCAST_TILE if row_broadcast else (POINTWISE_TILE // 1024, 1024)
+        b1 = min(next_pow2(cols), tile_cols)
+        b0 = max(1, min(next_pow2(rows), tile_rows * tile_cols // b1))
         grid = -(-rows // b0) * -(-cols // b1)
         return LaunchParams(b0, b1, True, _warps(b0 * b1), grid)
     if template is Template.inner_reduction:
