@@ -70,7 +70,7 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     ]
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
-    writer.close_loop(body)
+    writer.close_loop(body, accumulating=True)
     top = writer.tname(m.out)
     ps.lines.append(f"{top} = tl.reduce({big}, {rd}, _max_nan, keep_dims=True)")
     ps.lines.append(f"{small}_row = tl.sum(tl.where({big} == float('-inf'), 0.0, {small} * {exp}({big} - {top})), "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..ir import BinaryOp, BinaryOpType, DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
+from ..schedulers import heuristics
 from .online_softmax import emit_online_softmax, online_pair
 from .scope import COUNT, INDEX, Scope
 from .types import compute_type
@@ -133,7 +134,10 @@ class ReductionEmitter:
             self.emit_dim_index(scope, self.red, start)
         return scope
 
-    def close_loop(self, scope: Scope) -> None:
+    def close_loop(self, scope: Scope, accumulating: bool = False) -> None:
+        """Close a pass over the reduced dim. `accumulating`: a reduction's pass, whose loop over
+        a row's chunks is unrolled (heuristics.ROW_PASS_UNROLL), so that the loads of several
+        chunks are in flight before the first chunk's update waits on its load."""
         v = INDEX[self.red]
         lo = f"{v}_lo" if self.split == "partial" else "0"
         block = f"BLOCK{self.red}"
@@ -145,7 +149,11 @@ class ReductionEmitter:
             self.program_scope.lines += self.aligned_loops(scope.lines)
             return
         end = "LOOP_EXTENT" if self.static_loop else self.limit(self.red)
-        self.program_scope.lines.append(f"for {var} in range({lo}, {end}, {block}):")
+        if accumulating and self.red == 1 and self.split is None and heuristics.ROW_PASS_UNROLL > 1:
+            loop = f"tl.range({lo}, {end}, {block}, loop_unroll_factor={heuristics.ROW_PASS_UNROLL})"
+        else:
+            loop = f"range({lo}, {end}, {block})"
+        self.program_scope.lines.append(f"for {var} in {loop}:")
         self.program_scope.lines += ["    " + line for line in scope.lines]
 
     def emit_reduction_loop(self, e: Expr) -> None:
@@ -182,7 +190,7 @@ class ReductionEmitter:
         finals = [self._accumulate(f, body, factored[id(f)]) for f in group]
         for o in outputs:
             self.emit_store(body, o)
-        self.close_loop(body)
+        self.close_loop(body, accumulating=True)
         # a factored sum's factors read the others' results: it finishes last
         for f, finish in sorted(zip(group, finals), key=lambda pair: factored[id(pair[0])] is not None):
             finish()

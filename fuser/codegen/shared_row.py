@@ -316,7 +316,7 @@ class SharedRowWriter(KernelWriter):
         return [f"c_start = {j} * BLOCK1"] + [_ROW.sub(lambda m: self._slot(m.group(1), j, twice=twice), t)
                                              .replace(_CHUNK, str(j)) for t in self.passes[k]]
 
-    def close_loop(self, scope: Scope) -> None:
+    def close_loop(self, scope: Scope, accumulating: bool = False) -> None:
         self.program_scope.lines.append(f"@pass:{len(self.passes)}@")
         self.passes.append(scope.lines)
 

@@ -225,6 +225,16 @@ def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False
 # entropy's forward at 8192x128256 took 1188 us that way against 1116, and a softmax over rows
 # of 50257 (aligned rows, codegen/kernel.py) read 0.43 that way against 0.61.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
+# A looped row reduction's passes that accumulate (not the pass that stores the outputs) unroll
+# their loop over a row's chunks by ROW_PASS_UNROLL (Triton's loop_unroll_factor), so that the
+# loads of several chunks are in flight before the first chunk's update waits on its load: one
+# program of 32 warps fills a multiprocessor, and a chunk of 8192 bf16 is 16 bytes a thread. On
+# the H200 (2026-12-04, the generated LayerNorm forward at 4096x32768 in 8192-column chunks on
+# 32 warps, launched by hand) the kernel took 166 us without (0.78 of copy) and 140.7 us with
+# (0.92), as the Welford pass's loop written out; Inductor's kernel of that config, whose loop
+# LLVM unrolled, 137.8 us. Unrolling the output pass too changed nothing (docs/performance.md,
+# thirty-sixth session).
+ROW_PASS_UNROLL = 4
 LONG_ROW_FORMS = ((8192, 32),)
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one
 # of the 40 kernels timed at 4096x32768 in suite run 25 and at 2048x32768, 8192x16384 and

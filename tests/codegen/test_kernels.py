@@ -62,10 +62,9 @@ def test_rmsnorm_looped_kernel(monkeypatch, device):
     (out,) = fd.execute([x, w])
     close(out, rmsnorm_ref(x, w))
     code = fd.last_triton_code()
-    assert "for c_start in range" in code
     # the first pass asks L2 to keep x for the second, which then lets it go first; the weight,
     # which every row reads (in the second pass), stays in L2
-    first, second = code.split("for c_start in range")[1:3]
+    first, second = code.split("for c_start in ")[1:3]
     load = lambda name, text: next(l for l in text.splitlines() if f"tl.load({name}_ptr" in l)  # noqa: E731
     assert 'eviction_policy="evict_last"' in load("T0", first)
     assert 'eviction_policy="evict_first"' in load("T0", second)
