@@ -179,9 +179,12 @@ def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False
     """rows: product of tile dim 0 extents; cols: of tile dim 1. `row_broadcast`: a pointwise
     kernel reads an input broadcast along its rows (see ROW_BROADCAST_TILE)."""
     if template is Template.pointwise:
-        tile_rows, tile_cols = ROW_BROADCAST_TILE if row_broadcast else (POINTWISE_TILE // 1024, 1024)
-        b1 = min(next_pow2(cols), tile_cols)
-        b0 = max(1, min(next_pow2(rows), tile_rows * tile_cols // b1))
+        if row_broadcast and rows >= ROW_BROADCAST_TILE[0]:  # (fewer rows: a narrower tile, no more reuse)
+            b1 = min(next_pow2(cols), ROW_BROADCAST_TILE[1])
+            b0 = max(1, min(next_pow2(rows), ROW_BROADCAST_TILE[0] * ROW_BROADCAST_TILE[1] // b1))
+        else:
+            b1 = min(next_pow2(cols), 1024)
+            b0 = max(1, min(next_pow2(rows), POINTWISE_TILE // b1))
         grid = -(-rows // b0) * -(-cols // b1)
         return LaunchParams(b0, b1, True, _warps(b0 * b1), grid)
     if template is Template.inner_reduction:
@@ -225,7 +228,8 @@ def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False
 # entropy's forward at 8192x128256 took 1188 us that way against 1116, and a softmax over rows
 # of 50257 (aligned rows, codegen/kernel.py) read 0.43 that way against 0.61.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
-# A looped row reduction's passes that accumulate (not the pass that stores the outputs) unroll
+# A looped row reduction's passes that accumulate (with any output they store on the way; not
+# the pass that stores the outputs after the reductions) unroll
 # their loop over a row's chunks by ROW_PASS_UNROLL (Triton's loop_unroll_factor), so that the
 # loads of several chunks are in flight before the first chunk's update waits on its load: one
 # program of 32 warps fills a multiprocessor, and a chunk of 8192 bf16 is 16 bytes a thread. On

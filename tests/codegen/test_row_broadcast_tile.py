@@ -33,7 +33,7 @@ def _bias_gelu(bias_dims):
     return fd
 
 
-@pytest.mark.parametrize("shape", [(3, 45, 300), (2, 7, 1000), (1, 1, 77)])
+@pytest.mark.parametrize("shape", [(3, 45, 300), (2, 17, 1000), (1, 1, 77)])
 def test_a_bias_along_the_columns_takes_the_tall_tile(shape):
     gen = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(*shape, generator=gen).bfloat16()
@@ -44,7 +44,7 @@ def test_a_bias_along_the_columns_takes_the_tall_tile(shape):
     rows, cols = shape[0] * shape[1], shape[2]
     want = heuristics.choose(Template.pointwise, rows, cols, row_broadcast=rows > 1)
     assert _blocks(fd) == [(want.block0, want.block1, want.num_warps)]
-    if rows > 1:  # (the vector loaded once for up to 32 rows, 16 elements a thread)
+    if rows >= ROWS:  # (the vector loaded once for 32 rows, 16 elements a thread)
         assert want.block1 == min(COLS, heuristics.next_pow2(cols)) and want.block0 * want.block1 <= ROWS * COLS
         assert want.block0 >= min(ROWS, heuristics.next_pow2(rows))
         assert want.num_warps == max(1, want.block0 * want.block1 // 512)
@@ -110,6 +110,9 @@ def test_choose_keeps_the_default_tile_without_a_row_broadcast():
     assert tall == heuristics.LaunchParams(ROWS, COLS, True, 8, 16384 // ROWS * 16384 // COLS)
     narrow = heuristics.choose(Template.pointwise, 1000, 24, row_broadcast=True)  # (4096 elements)
     assert (narrow.block0, narrow.block1) == (128, 32)
+    # fewer rows than the tall tile's: the default tile (a tall one would only be narrower)
+    few = heuristics.choose(Template.pointwise, 8, 65536, row_broadcast=True)
+    assert few == heuristics.choose(Template.pointwise, 8, 65536) == heuristics.LaunchParams(2, 1024, True, 4, 4 * 64)
 
 
 def test_torch_functional_bias_matches_eager():
