@@ -17,8 +17,8 @@ TILE_ELEMENTS = 4096
 POINTWISE_TILE = 2048
 # A pointwise kernel reading a vector along its columns (a bias, a norm's weight, a column
 # statistic: an input broadcast along the rows) over at least ROW_BROADCAST_TILE[0] rows takes
-# tiles of ROW_BROADCAST_TILE rows by columns (4096 elements, 16 a thread), so that a program loads its slice of each vector once
-# for 32 rows instead of 2: the default tile at 16384 columns is 2 rows of 1024, and a batch
+# tiles of ROW_BROADCAST_TILE rows by columns (4096 elements, 16 a thread), so that a program
+# loads its slice of each vector once for 32 rows instead of 2: the default tile at 16384 columns is 2 rows of 1024, and a batch
 # norm's four fp32 column vectors then cost 8 bytes an element from L2 beside x's 2 from DRAM.
 # On the H200 (2026-12-04, profiler kernel times with L2 cleared, bf16): a hand-written batch
 # norm's rows kernel 0.75-0.83 of copy -> 0.85-0.98 at 16384x1024 to 8192x16384 and 65536x768,
