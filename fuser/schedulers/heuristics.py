@@ -18,14 +18,14 @@ POINTWISE_TILE = 2048
 # A pointwise kernel reading a vector along its columns (a bias, a norm's weight, a column
 # statistic: an input broadcast along the rows) over at least ROW_BROADCAST_TILE[0] rows takes
 # tiles of ROW_BROADCAST_TILE rows by columns (4096 elements, 16 a thread), so that a program
-# loads its slice of each vector once for 32 rows instead of 2: the default tile at 16384 columns is 2 rows of 1024, and a batch
-# norm's four fp32 column vectors then cost 8 bytes an element from L2 beside x's 2 from DRAM.
-# On the H200 (2026-12-04, profiler kernel times with L2 cleared, bf16): a hand-written batch
-# norm's rows kernel 0.75-0.83 of copy -> 0.85-0.98 at 16384x1024 to 8192x16384 and 65536x768,
-# GELU with a bf16 bias 0.86-1.01 -> 0.87-1.01 (0.905 -> 0.976 at 65536x768); a row scale
-# (broadcast along the columns) unchanged. 32 x 128 on 4 warps was faster still for the batch
-# norm (0.89-1.02) but lost GELU's bias 2-6%; 16 x 256, 64 x 64 and 64 x 128 on 16 warps lost
-# to it everywhere (docs/performance.md, thirty-sixth session)
+# loads its slice of each vector once for 32 rows instead of 2: the default tile at 16384
+# columns is 2 rows of 1024, and a batch norm's four fp32 column vectors then cost 8 bytes an
+# element from L2 beside x's 2 from DRAM. On the H200 (2026-12-04, profiler kernel times with L2
+# cleared, bf16): a hand-written batch norm's rows kernel 0.75-0.83 of copy -> 0.85-0.98 at
+# 16384x1024 to 8192x16384 and 65536x768, GELU with a bf16 bias 0.86-1.01 -> 0.87-1.01 (0.905 ->
+# 0.976 at 65536x768); a row scale (broadcast along the columns) unchanged. 32 x 128 on 4 warps
+# was faster still for the batch norm (0.89-1.02) but lost GELU's bias 2-6%; 16 x 256, 64 x 64
+# and 64 x 128 on 16 warps lost to it everywhere (docs/performance.md, thirty-sixth session)
 ROW_BROADCAST_TILE = (32, 128)
 # inner-outer: the longest row kept in registers, where x, dy, w and an fp32 accumulator per
 # column reduction live at once (beyond it: a row kernel then a column kernel). Compiled for
@@ -229,15 +229,14 @@ def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False
 # of 50257 (aligned rows, codegen/kernel.py) read 0.43 that way against 0.61.
 LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 # A looped row reduction's passes that accumulate (with any output they store on the way; not
-# the pass that stores the outputs after the reductions) unroll
-# their loop over a row's chunks by ROW_PASS_UNROLL (Triton's loop_unroll_factor), so that the
-# loads of several chunks are in flight before the first chunk's update waits on its load: one
-# program of 32 warps fills a multiprocessor, and a chunk of 8192 bf16 is 16 bytes a thread. On
-# the H200 (2026-12-04, the generated LayerNorm forward at 4096x32768 in 8192-column chunks on
-# 32 warps, launched by hand) the kernel took 166 us without (0.78 of copy) and 140.7 us with
-# (0.92), as the Welford pass's loop written out; Inductor's kernel of that config, whose loop
-# LLVM unrolled, 137.8 us. Unrolling the output pass too changed nothing (docs/performance.md,
-# thirty-sixth session).
+# the pass that stores the outputs after the reductions) unroll their loop over a row's chunks
+# by ROW_PASS_UNROLL (Triton's loop_unroll_factor), so that the loads of several chunks are in
+# flight before the first chunk's update waits on its load: one program of 32 warps fills a
+# multiprocessor, and a chunk of 8192 bf16 is 16 bytes a thread. On the H200 (2026-12-04, the
+# generated LayerNorm forward at 4096x32768 in 8192-column chunks on 32 warps, launched by hand)
+# the kernel took 166 us without (0.78 of copy) and 140.7 us with (0.92), as with the Welford
+# pass's loop written out; Inductor's kernel of that config, whose loop LLVM unrolled, 137.8 us.
+# Unrolling the output pass too changed nothing (docs/performance.md, thirty-sixth session).
 ROW_PASS_UNROLL = 4
 LONG_ROW_FORMS = ((8192, 32),)
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one

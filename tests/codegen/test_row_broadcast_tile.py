@@ -15,12 +15,17 @@ from fuser.schedulers.plan import Template
 ROWS, COLS = heuristics.ROW_BROADCAST_TILE
 
 
-def _blocks(fd) -> list[tuple[int, int, int]]:
-    """(BLOCK0, BLOCK1, warps) of each step of the last launch of `fd`'s one kernel segment."""
+def _launch(fd):
+    """The prepared launch of `fd`'s one kernel segment at its one call signature."""
     (runtime,) = fd._cache.runtimes()
     (launcher,) = runtime.launchers.values()
     (made,) = launcher.launches.values()
-    return [(s.kwargs["BLOCK0"], s.kwargs["BLOCK1"], s.kwargs["num_warps"]) for s, _, _ in made.steps]
+    return made
+
+
+def _blocks(fd) -> list[tuple[int, int, int]]:
+    """(BLOCK0, BLOCK1, warps) of each step of `fd`'s launch."""
+    return [(s.kwargs["BLOCK0"], s.kwargs["BLOCK1"], s.kwargs["num_warps"]) for s, _, _ in _launch(fd).steps]
 
 
 def _bias_gelu(bias_dims):
@@ -86,10 +91,7 @@ def test_the_batch_norm_rows_kernel_takes_the_tall_tile(monkeypatch):
     torch.testing.assert_close(y, ((x.float() - mean) * torch.rsqrt(var + 1e-5) * w).bfloat16(), rtol=2e-2, atol=2e-2)
     code = fd.last_triton_code()
     assert "statistics" in code and "rows_tile" in code, code
-    (runtime,) = fd._cache.runtimes()
-    (launcher,) = runtime.launchers.values()
-    (made,) = launcher.launches.values()
-    readers = made.second_launch  # (the statistics, then the rows)
+    readers = _launch(fd).second_launch  # (the statistics, then the rows)
     assert [(s.kwargs["BLOCK0"], s.kwargs["BLOCK1"]) for s, _, _ in readers.steps] == [(ROWS, COLS)]
 
 
