@@ -378,18 +378,19 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
             return f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else "") if masked else ""
         return [_MASKED.sub(resolve, line) for line in lines]
 
-    def aligned_loops(self, body: list[str]) -> list[str]:
+    def aligned_loops(self, body: list[str], unroll: bool = False) -> list[str]:
         """A pass over an aligned row: a loop over the inner chunks, whose loads and stores take
         no mask (whole 16-byte vectors), then one over the head and tail chunks, masked (a slot
         with no chunk left masks everything); the second loop's eviction markers follow the
-        first's (`@evict+:`)."""
+        first's (`@evict+:`). `unroll`: the inner loop is unrolled (chunk_range)."""
         inner = self.aligned_chunk("c_start", self.block("[1, BLOCK1]", "1", "tl.int1"))
         inner += self.with_masks(body, masked=False)
         edges = ["c_edge_start = c_edge * c_hi",
                  "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
         edges += self.aligned_chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
         edges += [line.replace("@evict:", "@evict+:") for line in self.with_masks(body, masked=True)]
-        return (["for c_start in range(c_lo, c_hi, BLOCK1):"] + ["    " + line for line in inner]
+        return ([f"for c_start in {self.chunk_range('c_lo', 'c_hi', 'BLOCK1', unroll)}:"]
+                + ["    " + line for line in inner]
                 + ["for c_edge in range(0, 2):"] + ["    " + line for line in edges])
 
     def write_aligned_pointwise(self, ps: Scope) -> KernelSource:

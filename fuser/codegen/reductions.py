@@ -134,6 +134,14 @@ class ReductionEmitter:
             self.emit_dim_index(scope, self.red, start)
         return scope
 
+    @staticmethod
+    def chunk_range(lo: str, end: str, block: str, unroll: bool) -> str:
+        """The iterator of a loop over a row's chunks: unrolled by heuristics.ROW_PASS_UNROLL
+        where `unroll` (a row reduction's accumulating pass), else a plain range."""
+        if unroll:
+            return f"tl.range({lo}, {end}, {block}, loop_unroll_factor={heuristics.ROW_PASS_UNROLL})"
+        return f"range({lo}, {end}, {block})"
+
     def close_loop(self, scope: Scope, accumulating: bool = False) -> None:
         """Close a pass over the reduced dim. `accumulating`: a reduction's pass, whose loop over
         a row's chunks is unrolled (heuristics.ROW_PASS_UNROLL), so that the loads of several
@@ -145,14 +153,12 @@ class ReductionEmitter:
         if self.one_pass:  # one chunk covers the reduced dim: the pass runs once, in line
             self.program_scope.lines += [f"{var} = {lo}"] + scope.lines
             return
+        unroll = accumulating and self.red == 1 and self.split is None and heuristics.ROW_PASS_UNROLL > 1
         if self.aligned_rows:
-            self.program_scope.lines += self.aligned_loops(scope.lines)
+            self.program_scope.lines += self.aligned_loops(scope.lines, unroll)
             return
         end = "LOOP_EXTENT" if self.static_loop else self.limit(self.red)
-        if accumulating and self.red == 1 and self.split is None and heuristics.ROW_PASS_UNROLL > 1:
-            loop = f"tl.range({lo}, {end}, {block}, loop_unroll_factor={heuristics.ROW_PASS_UNROLL})"
-        else:
-            loop = f"range({lo}, {end}, {block})"
+        loop = self.chunk_range(lo, end, block, unroll)
         self.program_scope.lines.append(f"for {var} in {loop}:")
         self.program_scope.lines += ["    " + line for line in scope.lines]
 

@@ -33,6 +33,7 @@ def softmax_fd(dtype):
     return fd
 
 
+INNER_LOOP = re.compile(r"for c_start in (?:range\(c_lo, c_hi, BLOCK1\)|tl\.range\(c_lo, c_hi, BLOCK1, loop_unroll_factor=\d+\)):")
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
@@ -49,8 +50,11 @@ def test_rows_of_any_length_match_eager(short_chunks, monkeypatch, dtype, cols, 
     torch.testing.assert_close(s, x.float().sum(-1), rtol=1e-4, atol=1e-3)
     code = fd.last_triton_code()
     assert "looped_aligned" in code, code
-    inner = code.split("for c_start in range(c_lo, c_hi, BLOCK1):")[1:]
+    heads = re.findall(INNER_LOOP, code)
+    inner = re.split(INNER_LOOP, code)[1:]
     assert len(inner) >= 2, code  # a pass for the reductions, one for the outputs
+    # the reductions' pass unrolled (heuristics.ROW_PASS_UNROLL), the outputs' pass plain
+    assert f"loop_unroll_factor={heuristics.ROW_PASS_UNROLL}" in heads[0] and "tl.range" not in heads[-1], heads
     for loop in inner:
         loop = loop.split("for c_edge in range(0, 2):")[0]
         assert "tl.load(" in loop and "mask=" not in loop, loop  # whole vectors, unmasked

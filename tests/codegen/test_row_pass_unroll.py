@@ -61,7 +61,7 @@ def test_an_online_softmax_pass_unrolls(looped):
         e = fd.ops.exp(fd.ops.sub(xf, fd.ops.max(xf, [1], True)))
         fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], True)), DataType.BFloat16))
     # (160 columns: rows start 16-byte aligned; unaligned rows take codegen/kernel.py's aligned
-    # loops, whose passes are not unrolled: untimed)
+    # loops, whose inner loop unrolls the same way: tests/codegen/test_aligned_rows.py)
     a = (torch.randn(3, 160, generator=torch.Generator().manual_seed(1)) * 4).bfloat16()
     (y,) = fd.execute([a])
     torch.testing.assert_close(y, torch.softmax(a.float(), -1).bfloat16(), rtol=2e-2, atol=2e-2)
