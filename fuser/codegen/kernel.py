@@ -389,7 +389,10 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
                  "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
         edges += self.aligned_chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
         edges += [line.replace("@evict:", "@evict+:") for line in self.with_masks(body, masked=True)]
-        return ([f"for c_start in {self.chunk_range('c_lo', 'c_hi', 'BLOCK1', unroll)}:"]
+        # (an unrolled loop's bound kept at or past its start: Triton's unrolled loop runs its
+        # remainder steps on an empty range whose end precedes its start, a row within a chunk)
+        end = "tl.maximum(c_hi, c_lo)" if unroll else "c_hi"
+        return ([f"for c_start in {self.chunk_range('c_lo', end, 'BLOCK1', unroll)}:"]
                 + ["    " + line for line in inner]
                 + ["for c_edge in range(0, 2):"] + ["    " + line for line in edges])
 
@@ -402,7 +405,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
         self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
         self.begin_aligned_rows(ps, loops=False)
-        ps.lines += ["c_start = pid1 * BLOCK1"] + self.aligned_chunk("c_start")
+        # (an inner chunk's mask, all set: a weight's lane-by-lane load still names one)
+        whole = self.block("[1, BLOCK1]", "1", "tl.int1")
+        ps.lines += ["c_start = pid1 * BLOCK1"] + self.aligned_chunk("c_start", whole)
         body = Scope(parent=ps, dims=(1,))
         for o in self.plan.outputs:
             if isinstance(o, TensorView):

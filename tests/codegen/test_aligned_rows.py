@@ -33,7 +33,8 @@ def softmax_fd(dtype):
     return fd
 
 
-INNER_LOOP = re.compile(r"for c_start in (?:range\(c_lo, c_hi, BLOCK1\)|tl\.range\(c_lo, c_hi, BLOCK1, loop_unroll_factor=\d+\)):")
+INNER_LOOP = re.compile(r"for c_start in (?:range\(c_lo, c_hi, BLOCK1\)|"
+                        r"tl\.range\(c_lo, tl\.maximum\(c_hi, c_lo\), BLOCK1, loop_unroll_factor=\d+\)):")
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
@@ -105,7 +106,7 @@ def test_row_alignment_takes_equal_row_strides_and_contiguous_columns():
     assert align([[301, 1], [1, 0]], [4, 4], [True, False]) == 4  # a value per row
     assert align([[320, 1], [320, 1]], [2, 2], cols=320, ext=[4, 320]) == 0  # aligned already
     assert align([[320, 1], [320, 1]], [2, 2]) == 8  # a ragged end
-    assert align([[301, 1], [0, 1]], [2, 2], [True, False]) == 0  # a value per column
+    assert align([[301, 1], [0, 1]], [2, 2], [True, False]) == 8  # a value per column (a weight)
     assert align([[301, 1], [1, 0]], [2, 2]) == 0  # spans both, passed expanded
     assert align([[301, 1], [0, 0]], [2, 2]) == 0
     assert align([[320, 1], [301, 1]], [2, 2]) == 0  # other row strides
@@ -268,3 +269,57 @@ def test_rows_of_a_multiple_of_16_load_16_bytes_in_the_plain_loop_on_sm90(tmp_pa
     ptx = sm90_ptx(code, constexprs, {"T0_ptr": "*bf16", "T9_ptr": "*bf16", "T10_ptr": "*fp32"}, tmp_path,
                    divisible=("T0_stride0", "T9_stride0", "X1"))
     assert re.search(r"ld\.global[\w.:]*\.v4\.b32", ptx) and re.search(r"st\.global[\w.:]*\.v4\.b32", ptx)
+
+
+def layernorm_fd():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        var, mean = fd.ops.var_mean(xf, [1], correction=0)
+        shape = x.shape()
+        y = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast_in_dim(mean, shape, [0])),
+                       fd.ops.broadcast_in_dim(fd.ops.rsqrt(fd.ops.add(var, 1e-5)), shape, [0]))
+        y = fd.ops.add(fd.ops.mul(y, fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape, [1])),
+                       fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape, [1]))
+        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
+    return fd
+
+
+@pytest.mark.parametrize("cols", [301, 37, 16 * 7 + 3])
+def test_a_layernorm_with_weight_and_bias_over_unaligned_rows_matches_eager(short_chunks, cols, device):
+    """A weight and a bias vary along the columns alone: they load lane by lane at the row's
+    columns while x loads and y stores whole vectors at the row's aligned offsets."""
+    gen = torch.Generator().manual_seed(cols)
+    x = (torch.randn(6, cols, generator=gen) * 3 + 2).bfloat16().to(device)
+    w, b = (torch.randn(cols, generator=gen).bfloat16().to(device) for _ in range(2))
+    want = F.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5).bfloat16()
+    fd = layernorm_fd()
+    (y,) = fd.execute([x, w, b])
+    torch.testing.assert_close(y, want, rtol=2e-2, atol=2e-2)
+    assert "looped_aligned" in fd.last_triton_code()
+    fn = fuser.jit(lambda x, w, b: F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), 1e-5).to(x.dtype))
+    torch.testing.assert_close(fn(x, w, b), want, rtol=2e-2, atol=2e-2)
+
+
+def bias_gelu_fd():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+        xb = fd.ops.add(fd.ops.cast(x, DataType.Float), fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float),
+                                                                                 x.shape(), [1]))
+        fd.add_output(fd.ops.cast(fd.ops.mul(xb, fd.ops.sigmoid(xb)), DataType.BFloat16))
+    return fd
+
+
+@pytest.mark.parametrize("cols", [301, 2048 + 3])
+def test_a_pointwise_kernel_with_a_bias_over_unaligned_rows_matches_eager(short_aligned_tiles, cols, device):
+    fd = bias_gelu_fd()
+    gen = torch.Generator().manual_seed(cols)
+    x = torch.randn(5, cols, generator=gen).bfloat16().to(device)
+    b = torch.randn(cols, generator=gen).bfloat16().to(device)
+    (y,) = fd.execute([x, b])
+    xb = x.float() + b.float()
+    torch.testing.assert_close(y, (xb * torch.sigmoid(xb)).bfloat16(), rtol=2e-2, atol=2e-2)
+    assert "tile_aligned" in fd.last_triton_code()

@@ -28,7 +28,7 @@ def test_a_reduction_that_waits_for_another_does_not_redo_it(monkeypatch, device
     code = fd.last_triton_code()
     accumulators = re.findall(r"(acc\w+) = tl\.full", code)
     assert len(accumulators) == len(set(accumulators)) == 2, code
-    assert code.count("for c_start in range(") == 2
+    assert len(re.findall(r"for c_start in (?:tl\.)?range\(", code)) == 2
 
 
 def three_level_chain():
@@ -52,7 +52,7 @@ def test_a_chain_of_waiting_reductions_runs_one_pass_each(monkeypatch, device):
     code = fd.last_triton_code()
     accumulators = re.findall(r"(acc\w+) = tl\.full", code)
     assert len(accumulators) == len(set(accumulators)) == 3, code
-    assert code.count("for c_start in range(") == 3
+    assert len(re.findall(r"for c_start in (?:tl\.)?range\(", code)) == 3
 
 
 @pytest.mark.parametrize("joined", [True, False])
