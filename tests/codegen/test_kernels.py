@@ -72,8 +72,6 @@ def test_rmsnorm_looped_kernel(monkeypatch, device):
     assert 'eviction_policy="evict_last"' in load("T0", first)
     assert 'eviction_policy="evict_first"' in load("T0", second)
     assert 'eviction_policy="evict_last"' in load("T1", second)
-    # 304 columns are no whole number of chunks: the loop keeps its masks (EVEN1 false)
-    assert "if EVEN1:" in first
 
 
 def test_column_sum_streams_its_input_once(device):
