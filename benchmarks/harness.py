@@ -33,6 +33,7 @@ import datetime
 import gc
 import json
 import math
+import os
 import platform
 import re
 import statistics
@@ -473,10 +474,24 @@ def targets_summary(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out_dir: Path, report: dict, table: str, header: str,
-                  title: str) -> list[str]:
+def output_stem(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / ("bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    return out_dir / ("bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+
+
+def write_partial(stem: Path, report: dict) -> None:
+    """The rows timed so far as `<stem>.partial.json` (`"complete": false`), rewritten after each
+    case: a run cut off by a device call's time limit still leaves them, which `--merge
+    --allow-partial` takes. Removed once the whole report is written."""
+    path = stem.with_name(stem.name + ".partial.json")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**report, "complete": False}, indent=2) + "\n")
+    os.replace(tmp, path)  # (whole or absent: a kill mid-write leaves the last one)
+
+
+def write_outputs(out_dir: Path, report: dict, table: str, header: str,
+                  title: str, stem: Path | None = None) -> list[str]:
+    stem = stem or output_stem(out_dir)
     notes = []
     json_path = stem.with_suffix(".json")
     json_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -515,6 +530,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--merge", nargs="+", default=[], metavar="JSON",
                    help="join the .json files of parts of one lease into one table, .json and "
                         ".png in --out (no device needed); each row keeps its part's copy")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="with --merge: take a part cut off before its end (its .partial.json), "
+                        "the rows it did not reach named as missing")
     p.add_argument("--list", action="store_true", help="list the cases and contenders, then exit")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing cells")
     return p.parse_args(argv)
@@ -565,10 +583,11 @@ def part_of(part) -> tuple[int, int] | None:
 _SAME_RUN = ("device", "contenders", "quick", "seed", "torch", "triton", "liger_kernel", "python")
 
 
-def merge_reports(paths: list[str], out: str) -> int:
+def merge_reports(paths: list[str], out: str, allow_partial: bool = False) -> int:
     """Join the reports of the N parts of one suite run (--part K/N, every K once) into one: the
     rows in suite order, the best peer and geomeans over all of them, the copy of each part
-    named in the header."""
+    named in the header. A part cut off before its end (`write_partial`) is refused unless
+    `allow_partial`; then the rows it did not reach are named in the header and the report."""
     reports, parts = [], []  # (each file's report, its (K, N))
     for path in paths:
         try:
@@ -580,6 +599,9 @@ def merge_reports(paths: list[str], out: str) -> int:
             sys.exit(f"bench: --merge: cannot read {path} as a report of a part: {type(e).__name__}: {e}")
         if part is None:
             sys.exit(f"bench: --merge: {path} is not a report of one part (--part K/N)")
+        if report.get("complete", True) is False and not allow_partial:
+            sys.exit(f"bench: --merge: {path} is a part cut off before its end ({len(report['cases'])} of "
+                     f"{len(report.get('planned', []))} rows); pass --allow-partial to take it")
         reports.append(report)
         parts.append(part)
     first = reports[0]
@@ -609,9 +631,15 @@ def merge_reports(paths: list[str], out: str) -> int:
              f"torch {first['torch']}, triton {first['triton']}")
     dates = [r["date"] for r in reports]
     header = f"{title}; {', '.join(dates)}; cells = share of each part's copy bandwidth"
+    done = set(names)
+    missing = [name for r in reports for name in r.get("planned", []) if name not in done]
+    if missing:
+        header += f"; not timed (a part cut off): {', '.join(missing)}"
     print(header + "\n\n" + table)
     report = {**first, "date": dates, "copy": [r["copy"] for r in reports], "part": f"1-{n}/{n} merged",
-              "parts": list(paths), "columns": columns, "geomean": means, "cases": rows}
+              "parts": list(paths), "columns": columns, "geomean": means, "cases": rows, "missing": missing}
+    report.pop("complete", None)
+    report.pop("planned", None)
     for note in write_outputs(Path(out), report, table, header, title):
         log("bench: " + note)
     return 0
@@ -656,7 +684,7 @@ def check_device(args: argparse.Namespace) -> torch.device:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge:
-        return merge_reports(args.merge, args.out)
+        return merge_reports(args.merge, args.out, args.allow_partial)
     if args.list:
         for case in select_cases(args.quick, args.cases, args.part):
             print(f"{case.name:36s} {case.bytes_moved / 1e6:10.1f} MB")
@@ -672,8 +700,13 @@ def main(argv: list[str] | None = None) -> int:
     copy = copy_bandwidth(device)
     log(f"bench: {env['device']}, copy {copy['gbps']:.0f} GB/s; {len(cases)} cases x "
         f"{len(contenders)} contenders ({', '.join(contenders)})")
-    rows = [run_case(c, contenders, device, copy["gbps"], args.seed, args.verbose)
-            for c in cases]
+    stem = output_stem(Path(args.out))
+    report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy, "part": args.part,
+              "contenders": contenders, "planned": [c.name for c in cases]}
+    rows = []
+    for c in cases:
+        rows.append(run_case(c, contenders, device, copy["gbps"], args.seed, args.verbose))
+        write_partial(stem, {**report, "cases": rows})
 
     columns = contenders + (["best peer"] if add_best_peer(rows, contenders) else [])
     means = column_geomeans(rows, columns)
@@ -683,10 +716,10 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{title}; {env['date']}; cells = share of copy bandwidth"
     print(header + "\n\n" + table)
 
-    report = {**env, "quick": args.quick, "seed": args.seed, "copy": copy, "part": args.part,
-              "contenders": contenders, "columns": columns, "geomean": means, "cases": rows}
-    for note in write_outputs(Path(args.out), report, table, header, title):
+    report = {**report, "columns": columns, "geomean": means, "cases": rows}
+    for note in write_outputs(Path(args.out), report, table, header, title, stem):
         log("bench: " + note)
+    stem.with_name(stem.name + ".partial.json").unlink(missing_ok=True)
     return 0
 
 

@@ -96,3 +96,42 @@ def test_the_table_ends_with_the_rows_that_miss_the_targets():
                      "above, 2% allowed (below: c[1x1] 0.900 < 0.950 (torch.compile))")
     assert fd == "fuser-fd: 1 of 1 rows at 0.85 of copy or more; 1 of 1 at the best peer or above, 2% allowed"
     assert harness.targets_summary(rows, ["torch.compile"]) == ""
+
+
+def test_a_part_cut_off_leaves_its_rows_which_merge_takes_when_allowed(tmp_path, monkeypatch):
+    """A device call's time limit can stop a part mid-run: the rows it timed stay in its
+    .partial.json (rewritten after each case), which --merge refuses unless --allow-partial,
+    then naming the rows not reached. A whole part removes its .partial.json."""
+    sys.path.insert(0, str(ROOT))
+    import pytest
+
+    from benchmarks import harness
+
+    args = ["--quick", "--device", "cpu", "--cases", CASES, "--contenders", "eager"]
+    planned = [c.name for c in harness.select_cases(True, CASES, "1/2")]
+    assert len(planned) >= 2
+    run_case, calls = harness.run_case, []
+
+    def cut_off(case, *rest):  # the time limit, at the second case
+        calls.append(case.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return run_case(case, *rest)
+
+    monkeypatch.setattr(harness, "run_case", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        harness.main(args + ["--part", "1/2", "--out", str(tmp_path / "p1")])
+    (partial,) = (tmp_path / "p1").glob("*.partial.json")
+    assert not list((tmp_path / "p1").glob("bench-*[0-9].json"))
+    cut = json.loads(partial.read_text())
+    assert cut["complete"] is False and [r["name"] for r in cut["cases"]] == planned[:1]
+    monkeypatch.setattr(harness, "run_case", run_case)
+    assert harness.main(args + ["--part", "2/2", "--out", str(tmp_path / "p2")]) == 0
+    assert not list((tmp_path / "p2").glob("*.partial.json"))
+    (whole,) = (tmp_path / "p2").glob("*.json")
+    with pytest.raises(SystemExit, match="cut off before its end"):
+        harness.merge_reports([str(partial), str(whole)], str(tmp_path / "refused"))
+    assert harness.merge_reports([str(partial), str(whole)], str(tmp_path / "merged"), allow_partial=True) == 0
+    merged = json.loads(next((tmp_path / "merged").glob("*.json")).read_text())
+    assert merged["missing"] == planned[1:] and planned[0] in [r["name"] for r in merged["cases"]]
+    assert "complete" not in merged
