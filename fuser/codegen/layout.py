@@ -84,10 +84,10 @@ def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], 
     both has, in this call, contiguous columns and the same row stride (an expanded one, whose
     column stride is 0, does not), and a chunk of `block` columns holds ALIGN. A tensor varying
     along the columns alone (a norm's weight) is then loaded lane by lane, from L2: on the H200
-    a LayerNorm forward over rows of 50257 bf16 read 0.22 of copy with its rows loaded lane by
-    lane instead (docs/performance.md, thirty-seventh session). It gains where Triton cannot see
-    that a row's start and end fall on 16-byte vectors: a row stride or a row length not a
-    multiple of 16 (Triton specializes integer arguments on 16 only)."""
+    a LayerNorm forward over rows of 50257 bf16 read 0.44 of copy this way, 0.22 with its rows
+    loaded lane by lane instead (docs/performance.md, thirty-seventh session). It gains where
+    Triton cannot see that a row's start and end fall on 16-byte vectors: a row stride or a row
+    length not a multiple of 16 (Triton specializes integer arguments on 16 only)."""
     if len(layout.dim0) != 1 or len(layout.dim1) != 1:
         return 0
     rows_run, cols_run = layout.dim0[0], layout.dim1[0]
