@@ -363,12 +363,14 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
 
     def aligned_chunk(self, start: str, mask: Optional[str] = None) -> list[str]:
         """The indices of a chunk `start` columns past `c_base`: its columns `c` (counted from
-        the row's start, where c_lo and c_hi count from c_base), their mask (if given), and
+        the row's start, where c_lo and c_hi count from c_base), their mask (`mask`, or all set:
+        a chunk inside the row, whose lane-by-lane loads, a weight's, still name one), and
         `c_aligned`, the offset from a tensor's base (a multiple of ALIGN plus the lanes)."""
         lanes = self.arange("BLOCK1", 1)
         (axis,) = [j for j, d in enumerate(self.super_dim) if d == 1]
-        return ([f"c = {start} - c_head + {lanes}"] + ([f"c_mask = {mask}"] if mask else [])
-                + [f"c_aligned = c_base + {start} + {lanes}", f"idx{axis} = c"])
+        mask = mask or self.block("[1, BLOCK1]", "1", "tl.int1")
+        return [f"c = {start} - c_head + {lanes}", f"c_mask = {mask}",
+                f"c_aligned = c_base + {start} + {lanes}", f"idx{axis} = c"]
 
     @staticmethod
     def with_masks(lines: list[str], masked: bool) -> list[str]:
@@ -383,7 +385,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         no mask (whole 16-byte vectors), then one over the head and tail chunks, masked (a slot
         with no chunk left masks everything); the second loop's eviction markers follow the
         first's (`@evict+:`). `unroll`: the inner loop is unrolled (chunk_range)."""
-        inner = self.aligned_chunk("c_start", self.block("[1, BLOCK1]", "1", "tl.int1"))
+        inner = self.aligned_chunk("c_start")
         inner += self.with_masks(body, masked=False)
         edges = ["c_edge_start = c_edge * c_hi",
                  "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
@@ -405,9 +407,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         ps.lines += ["pid0 = pid // blocks1", "pid1 = pid % blocks1"]
         self.emit_dim_index(ps, 0, "pid0 * BLOCK0")
         self.begin_aligned_rows(ps, loops=False)
-        # (an inner chunk's mask, all set: a weight's lane-by-lane load still names one)
-        whole = self.block("[1, BLOCK1]", "1", "tl.int1")
-        ps.lines += ["c_start = pid1 * BLOCK1"] + self.aligned_chunk("c_start", whole)
+        ps.lines += ["c_start = pid1 * BLOCK1"] + self.aligned_chunk("c_start")
         body = Scope(parent=ps, dims=(1,))
         for o in self.plan.outputs:
             if isinstance(o, TensorView):

@@ -2,6 +2,7 @@
 registers, chosen from the sizes of this call (one compiled kernel per choice, cached)."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -179,12 +180,11 @@ def choose(template: Template, rows: int, cols: int, row_broadcast: bool = False
     """rows: product of tile dim 0 extents; cols: of tile dim 1. `row_broadcast`: a pointwise
     kernel reads an input broadcast along its rows (see ROW_BROADCAST_TILE)."""
     if template is Template.pointwise:
-        if row_broadcast and rows >= ROW_BROADCAST_TILE[0]:  # (fewer rows: a narrower tile, no more reuse)
-            b1 = min(next_pow2(cols), ROW_BROADCAST_TILE[1])
-            b0 = max(1, min(next_pow2(rows), ROW_BROADCAST_TILE[0] * ROW_BROADCAST_TILE[1] // b1))
-        else:
-            b1 = min(next_pow2(cols), 1024)
-            b0 = max(1, min(next_pow2(rows), POINTWISE_TILE // b1))
+        # (fewer rows than the tall tile's: a narrower tile, no more reuse)
+        tall = row_broadcast and rows >= ROW_BROADCAST_TILE[0]
+        width, elements = (ROW_BROADCAST_TILE[1], math.prod(ROW_BROADCAST_TILE)) if tall else (1024, POINTWISE_TILE)
+        b1 = min(next_pow2(cols), width)
+        b0 = max(1, min(next_pow2(rows), elements // b1))
         grid = -(-rows // b0) * -(-cols // b1)
         return LaunchParams(b0, b1, True, _warps(b0 * b1), grid)
     if template is Template.inner_reduction:

@@ -272,19 +272,10 @@ def test_rows_of_a_multiple_of_16_load_16_bytes_in_the_plain_loop_on_sm90(tmp_pa
 
 
 def layernorm_fd():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
-        w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
-        b = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
-        xf = fd.ops.cast(x, DataType.Float)
-        var, mean = fd.ops.var_mean(xf, [1], correction=0)
-        shape = x.shape()
-        y = fd.ops.mul(fd.ops.sub(xf, fd.ops.broadcast_in_dim(mean, shape, [0])),
-                       fd.ops.broadcast_in_dim(fd.ops.rsqrt(fd.ops.add(var, 1e-5)), shape, [0]))
-        y = fd.ops.add(fd.ops.mul(y, fd.ops.broadcast_in_dim(fd.ops.cast(w, DataType.Float), shape, [1])),
-                       fd.ops.broadcast_in_dim(fd.ops.cast(b, DataType.Float), shape, [1]))
-        fd.add_output(fd.ops.cast(y, DataType.BFloat16))
-    return fd
+    """The suite's LayerNorm forward definition, bf16 x, w and b (a fresh one: not the cached)."""
+    from benchmarks import fuser_defs
+
+    return fuser_defs.layernorm_fwd.__wrapped__()
 
 
 @pytest.mark.parametrize("cols", [301, 37, 16 * 7 + 3])
