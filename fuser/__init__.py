@@ -2,8 +2,9 @@
 from . import multidevice
 from .codegen.tuning import finish_tuning
 from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionInputError,
-                     InternalError, UnsupportedError)
+                     InternalError, UnsupportedError, ValidationError)
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
+from .frontend.definition import compute_tensor_descriptor
 from .frontend.backend import register_unless_installed as _register_backend
 from .ir import DataType, Fusion, ParallelType
 
@@ -15,5 +16,5 @@ __all__ = [
     "FusionDefinition", "jit", "explain", "CacheInfo", "ExplainReport", "DataType", "ParallelType",
     "Fusion", "multidevice", "finish_tuning",
     "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
-    "UnsupportedError", "InternalError",
+    "UnsupportedError", "InternalError", "ValidationError", "compute_tensor_descriptor",
 ]

@@ -28,3 +28,7 @@ class UnsupportedError(FuserError):
 
 class InternalError(FuserError):
     """fuser broke one of its own invariants; the message shows the IR involved. Please report."""
+
+
+class ValidationError(FuserError):
+    """`fd.validate`: an output differs from its reference beyond the tolerance of its dtype."""

@@ -14,11 +14,14 @@ import threading
 from functools import partial
 from typing import Any, Optional, Sequence
 
+import torch
+
 from ..errors import FusionDefinitionError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..runtime import FusionExecutorCache
+from .validate import check_outputs
 
 
 class _Recorder:
@@ -123,6 +126,9 @@ class FusionDefinition:
         self._recorder = _Recorder(self)
         self._cache: Optional[FusionExecutorCache] = None
         self._cache_lock = threading.Lock()
+        # per output as added: (the tensor, the input it is written into or None); positions
+        # are kept, not identities, should a pass rewrite the fusion's outputs
+        self._outputs: list[tuple[TensorView, Optional[TensorView]]] = []
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -133,9 +139,22 @@ class FusionDefinition:
 
     # -- definition -------------------------------------------------------------------------
 
-    def define_tensor(self, shape: Sequence[int], contiguity=None, dtype: DataType = DataType.Float,
-                      is_cpu: bool = False, stride_order: Optional[Sequence[int]] = None) -> TensorView:
+    def define_tensor(self, shape: Optional[Sequence[int]] = None, contiguity=None,
+                      dtype: DataType = DataType.Float, is_cpu: bool = False,
+                      stride_order: Optional[Sequence[int]] = None, *, sizes: Optional[Sequence[int]] = None,
+                      strides: Optional[Sequence[int]] = None, static_sizes: bool = False) -> TensorView:
+        """nvFuser's two forms: `shape` (-1 symbolic, 1 broadcast, or a size), `contiguity` (one
+        flag, or one entry per dim in allocation order, outermost first: None for a broadcast or
+        expanded dim) and `stride_order` (dim k's stride rank, 0 the fastest); or `sizes` and
+        `strides` of an example tensor, from which those are derived as `from_pytorch` does."""
         self.fusion.check_open("define_tensor")
+        if sizes is not None or strides is not None:
+            if shape is not None or sizes is None or strides is None:
+                raise FusionDefinitionError(
+                    "define_tensor: give either shape (with contiguity and stride_order) or both sizes and strides")
+            shape, contiguity, stride_order = _from_sizes(list(sizes), list(strides), static_sizes)
+        if shape is None:
+            raise FusionDefinitionError("define_tensor: shape is required")
         shape = list(shape)
         if not isinstance(dtype, DataType):
             raise FusionDefinitionError(f"define_tensor: dtype must be a DataType, got {dtype!r}")
@@ -155,21 +174,27 @@ class FusionDefinition:
         if contiguity is None:
             contiguity = False
         if not isinstance(contiguity, bool):
-            contiguity = list(contiguity)
+            contiguity = list(contiguity)  # (nvFuser's order: the allocation's, outermost first)
             if len(contiguity) != len(shape):
                 raise FusionDefinitionError(
                     f"define_tensor: contiguity has {len(contiguity)} entries for {len(shape)} dims")
-            contiguity = [contiguity[k] for k in alloc]  # given per logical dim, kept per allocation dim
         alloc_ids = [ids[k] for k in alloc]
         domain = TensorDomain(logical=ids, allocation=alloc_ids if alloc != list(range(len(ids))) else None,
                               contiguity=normalize_contiguity(contiguity, alloc_ids))
         tv = f.new_tensor(domain, dtype)
         f.add_input(tv)
-        kwargs = dict(shape=shape, contiguity=_logical_contiguity(tv, alloc), dtype=dtype, is_cpu=is_cpu)
-        if stride_order is not None:
+        kwargs = dict(shape=shape, contiguity=list(tv.domain.contiguity), dtype=dtype, is_cpu=is_cpu)
+        if stride_order is not None and alloc != list(range(len(shape))):
             kwargs["stride_order"] = list(stride_order)
         self._recorder.record(tv, "fd.define_tensor", (), kwargs)
         return tv
+
+    def define_vector(self, size: int) -> list[Scalar]:
+        """`size` Int scalar inputs, as nvFuser's define_vector: a shape given at execution
+        (`fd.execute([t, [6, 4]])`; a list or tuple argument is spread over its scalars)."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise FusionDefinitionError(f"define_vector: size must be an int >= 0, got {size!r}")
+        return [self.define_scalar(None, DataType.Int) for _ in range(size)]
 
     def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
         from ..ops.common import python_scalar_dtype
@@ -186,32 +211,88 @@ class FusionDefinition:
         return s
 
     def from_pytorch(self, tensor, static_sizes: bool = False) -> TensorView:
-        sizes, strides = list(tensor.shape), list(tensor.stride())
-        shape = [s if (static_sizes or s == 1) else -1 for s in sizes]
-        order = sorted(range(len(sizes)), key=lambda k: (-strides[k], k))
-        stride_order = [0] * len(sizes)
-        for rank, k in enumerate(reversed(order)):
-            stride_order[k] = rank
-        contiguity, expected = [None] * len(sizes), 1
-        for k in reversed(order):
-            if sizes[k] == 1:
-                continue
-            contiguity[k] = strides[k] == expected
-            expected = strides[k] * sizes[k]
-        return self.define_tensor(shape, contiguity, DataType.from_torch(tensor.dtype),
-                                  stride_order=stride_order if order != list(range(len(sizes))) else None)
+        return self.define_tensor(sizes=list(tensor.shape), strides=list(tensor.stride()),
+                                  dtype=DataType.from_torch(tensor.dtype), static_sizes=static_sizes)
 
-    def add_output(self, output: TensorView, alias_input: Any = None) -> None:
+    def add_output(self, output: TensorView, alias_input: Optional[TensorView] = None) -> None:
+        """An output; with `alias_input`, nvFuser's in-place update: the value is written into
+        that input tensor at execution and is not returned (an output that is the same tensor
+        as an aliased one returns that input)."""
         if alias_input is not None:
-            raise FusionDefinitionError("add_output: alias_input is not supported")
+            self._check_alias(output, alias_input)
         self.fusion.add_output(output)
-        self._recorder.record(None, "fd.add_output", (output,), {})
+        self._outputs.append((output, alias_input))
+        self._recorder.record(None, "fd.add_output", (output,),
+                              {} if alias_input is None else {"alias_input": alias_input})
+
+    def _check_alias(self, output: TensorView, alias_input: Any) -> None:
+        inputs = self.fusion.inputs()
+        if not isinstance(alias_input, TensorView) or not any(alias_input is v for v in inputs):
+            raise FusionDefinitionError(f"add_output: alias_input must be a tensor input of the definition, "
+                                        f"got {alias_input!r}")
+        if any(a is alias_input for _, a in self._outputs):
+            raise FusionDefinitionError(f"add_output: input {alias_input!r} is already the alias of an output")
+        if output.dtype is not alias_input.dtype:
+            raise FusionDefinitionError(f"add_output: output {output!r} of dtype {output.dtype} cannot be written "
+                                        f"into input {alias_input!r} of dtype {alias_input.dtype}")
+        out_ids, in_ids = output.domain.no_reductions(), alias_input.domain.no_reductions()
+        if len(out_ids) != len(in_ids):
+            raise FusionDefinitionError(f"add_output: output {output!r} has {len(out_ids)} dims, its alias "
+                                        f"input {alias_input!r} {len(in_ids)}")
+        for k, (a, b) in enumerate(zip(out_ids, in_ids)):
+            if not (a.is_broadcast and b.is_broadcast):
+                self.fusion.unify(a.extent, b.extent, f"add_output: axis {k} of output {output!r} and of "
+                                                      f"its alias input {alias_input!r}")
 
     # -- execution --------------------------------------------------------------------------
 
     def execute(self, inputs: Sequence[Any], device: Any = None, **_unused) -> list:
+        """Runs the definition on `inputs` (tensors and scalars in the order they were defined;
+        a list or tuple stands for as many scalars, those of a define_vector)."""
+        inputs = _spread_vectors(inputs, self.fusion)
+        if isinstance(inputs, tuple):
+            inputs = list(inputs)
         cache = self._cache or self._make_cache("execute")
-        return cache.execute(list(inputs) if isinstance(inputs, tuple) else inputs)
+        outs = cache.execute(inputs)
+        return self._visible(outs, inputs) if self._aliased() else outs
+
+    def _aliased(self) -> dict[int, TensorView]:
+        """id(output tensor) -> the input an alias writes it into."""
+        return {id(tv): target for tv, target in self._outputs if target is not None}
+
+    def _visible(self, outs: list, inputs: list) -> list:
+        """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
+        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
+        aliased, written = self._aliased(), {}
+        for (tv, _), value in zip(self._outputs, outs):
+            target = aliased.get(id(tv))
+            if target is not None and id(tv) not in written:
+                dst = inputs[where[id(target)]]
+                if dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
+                    dst.copy_(value)
+                written[id(tv)] = dst
+        return [written.get(id(tv), value) for (tv, target), value in zip(self._outputs, outs) if target is None]
+
+    def validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,
+                 device: Any = None, **kwargs) -> list:
+        """Executes, then checks the outputs against `reference_outputs`, or, without them,
+        against fuser's ATen evaluation of the same definition (the oracle its kernels are
+        tested against), with tolerances by dtype and reduction size. A mismatch raises a
+        ValidationError naming the output and the largest error."""
+        inputs = _spread_vectors(inputs, self.fusion)
+        before = inputs
+        if reference_outputs is None and self._aliased():  # (the outputs are checked, not the updates)
+            before = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+        outs = self.execute(inputs, device=device, **kwargs)
+        if reference_outputs is None:
+            reference_outputs = self._reference(before)
+        check_outputs(self.fusion, outs, list(reference_outputs), inputs)
+        return outs
+
+    def _reference(self, inputs: list) -> list:
+        reference = FusionExecutorCache(self.fusion, use_kernels=False)
+        return self._visible(reference.execute([t.clone() if isinstance(t, torch.Tensor) else t
+                                                for t in inputs]), list(inputs))
 
     def compile_ahead(self, inputs: Sequence[Any], device: Any = "cuda") -> int:
         """Compile the kernels that `execute` on inputs of these layouts would compile, before
@@ -277,8 +358,55 @@ def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> lis
     return sorted(range(n), key=lambda k: -order[k])
 
 
-def _logical_contiguity(tv: TensorView, alloc: list[int]) -> list:
-    per_logical = [None] * len(alloc)
-    for pos, k in enumerate(alloc):
-        per_logical[k] = tv.domain.contiguity[pos]
-    return per_logical
+def _spread_vectors(inputs: Any, fusion: Fusion) -> Any:
+    """Execution arguments with a list or tuple given where the definition expects a scalar
+    spread into that many scalars (a define_vector's); anything else is left for the binder to
+    check (and report)."""
+    if not isinstance(inputs, (list, tuple)) or not any(isinstance(a, (list, tuple)) for a in inputs):
+        return inputs
+    declared = fusion.inputs()
+    out: list = []
+    for a in inputs:
+        if isinstance(a, (list, tuple)) and len(out) < len(declared) and isinstance(declared[len(out)], Scalar):
+            out.extend(a)
+        else:
+            out.append(a)
+    return out
+
+
+def compute_tensor_descriptor(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list, list[int]]:
+    """nvFuser's descriptor of a strided layout: (contiguity in allocation order, stride_order).
+
+    Dims of stride 0 keep their place; the others are ordered by decreasing stride (ties in dim
+    order). A dim of stride 0 or size 1 is a broadcast (contiguity None); another is contiguous
+    when its stride is the next non-broadcast dim's extent in memory (1 for the innermost)."""
+    sizes, strides = list(sizes), list(strides)
+    if len(sizes) != len(strides):
+        raise FusionDefinitionError(
+            f"compute_tensor_descriptor: {len(sizes)} sizes but {len(strides)} strides")
+    if any(st < 0 for st in strides):
+        raise FusionDefinitionError(f"compute_tensor_descriptor: negative strides {strides} are not supported")
+    order = sorted((k for k in range(len(sizes)) if strides[k] != 0), key=lambda k: -strides[k])
+    for k in range(len(sizes)):  # (in increasing k, each at its own position)
+        if strides[k] == 0:
+            order.insert(k, k)
+    rank = len(sizes)
+    stride_order = [0] * rank
+    for pos, k in enumerate(order):
+        stride_order[k] = rank - 1 - pos
+    contiguity: list = [None] * rank
+    expected = 1
+    for pos in reversed(range(rank)):
+        k = order[pos]
+        if strides[k] == 0 or sizes[k] == 1:
+            continue
+        contiguity[pos] = strides[k] == expected
+        expected = strides[k] * sizes[k]
+    return contiguity, stride_order
+
+
+def _from_sizes(sizes: list, strides: list, static_sizes: bool) -> tuple[list, list, Optional[list]]:
+    """define_tensor's (shape, contiguity, stride_order) for a tensor of these sizes and strides."""
+    contiguity, stride_order = compute_tensor_descriptor(sizes, strides)
+    shape = [s if (static_sizes or s == 1) else -1 for s in sizes]
+    return shape, contiguity, stride_order

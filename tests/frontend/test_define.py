@@ -36,10 +36,12 @@ def test_stride_order_mismatch_is_an_input_error():
         fd.execute([make((3, 5))])  # row-major, but declared column-major
 
 
-def test_contiguity_is_given_per_logical_dim_with_stride_order():
+def test_contiguity_is_given_in_allocation_order_with_stride_order():
+    # nvFuser's order: contiguity[0] is the outermost dim in memory (here dim 1)
     t = make((5, 6))[:, :3].t()  # shape (3, 5), strides (1, 6): dim 0 dense, dim 1 not
-    fd = exp_of(shape=[-1, -1], contiguity=[True, False], stride_order=[0, 1])
+    fd = exp_of(shape=[-1, -1], contiguity=[False, True], stride_order=[0, 1])
     assert_eager(fd.execute([t])[0], t.exp())
+    assert "contiguity=[False, True]" in repr(fd)
     strict = exp_of(shape=[-1, -1], contiguity=[True, True], stride_order=[0, 1])
     with pytest.raises(fuser.FusionInputError, match="axis 1.*stride 3.*got 6"):
         strict.execute([t])
