@@ -80,7 +80,7 @@ def select(arg: TensorView, index: Any, dim: int) -> TensorView:
     op = "select"
     check_tensor(op, arg, "arg")
     f = fusion_of(op, arg, *([index] if isinstance(index, Scalar) else []))
-    if isinstance(index, TensorView) or isinstance(index, bool) or not isinstance(index, (int, Scalar)):
+    if isinstance(index, bool) or not isinstance(index, (int, Scalar)):  # (a tensor is not one)
         raise FusionDefinitionError(f"{op}: index must be an integer scalar or an int, got {index!r}")
     index = as_val(f, index, op)
     _check_index(op, index)
