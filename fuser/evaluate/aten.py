@@ -19,6 +19,8 @@ from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, 
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
                   ReductionOpType, ReshapeOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
+from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp, TensorView
+from ..ir.printer import format_val
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
 
@@ -335,3 +337,80 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
     out = torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
     zero = torch.zeros((), dtype=torch.int64, device=q.device)
     return [out, lse, zero, zero.clone()]
+
+
+# -- indexing -----------------------------------------------------------------------------------
+# ATen checks index values (on the CPU; a GPU asserts inside the kernel): its refusal becomes
+# an input error that names the op and its tensors, as any other bad input does.
+
+
+# nvFuser's op name and argument names, for the messages
+_INDEXING_NAMES = {IndexSelectOp: ("index_select", ("arg", "index")), SelectOp: ("select", ("arg",)),
+                   GatherOp: ("gather", ("arg", "index")), ScatterOp: ("scatter", ("arg", "index", "src")),
+                   EmbeddingFwdOp: ("embedding_fwd", ("input", "weight"))}
+
+
+def _indexing(e: Expr, call: Callable[[], Any]) -> list:
+    try:
+        return [call()]
+    except (IndexError, RuntimeError) as err:
+        name, args = _INDEXING_NAMES[type(e)]
+        if isinstance(e, GatherOp) and e.take_along_axis:
+            name = "take_along_axis"
+        operands = ", ".join(f"{a} {format_val(v)}" for a, v in zip(args, e.inputs)
+                             if isinstance(v, TensorView))
+        raise FusionInputError(
+            f"{name}: the index values or sizes do not fit the indexed tensor ({err}); "
+            f"{operands}") from err
+
+
+def _long(index: torch.Tensor) -> torch.Tensor:
+    return index if index.dtype == torch.int64 else index.to(torch.int64)  # gather/scatter take int64
+
+
+@rule(IndexSelectOp)
+def _index_select(e: IndexSelectOp, args, ctx):
+    x, index = args
+    # a 0-D index, or one broadcast to x's rank on the other axes: torch's 1-D form
+    return _indexing(e, lambda: torch.index_select(x, e.dim, index.reshape(-1)))
+
+
+@rule(SelectOp)
+def _select(e: SelectOp, args, ctx):
+    x, index = args
+    return _indexing(e, lambda: torch.select(x, e.dim, int(index)))
+
+
+@rule(GatherOp)
+def _gather(e: GatherOp, args, ctx):
+    x, index = args
+    if e.take_along_axis:
+        # (torch.take_along_dim reads out of bounds without a word): the broadcast, then gather
+        shape = [max(a, b) for a, b in zip(x.shape, index.shape)]
+        x = x.expand([n if k != e.dim else -1 for k, n in enumerate(shape)])
+        index = index.expand([n if k != e.dim else -1 for k, n in enumerate(shape)])
+    return _indexing(e, lambda: torch.gather(x, e.dim, _long(index)))
+
+
+@rule(ScatterOp)
+def _scatter(e: ScatterOp, args, ctx):
+    x, index, src = args  # src: a tensor, or a Python scalar (torch.scatter's value form)
+    return _indexing(e, lambda: torch.scatter(x, e.dim, _long(index), src))
+
+
+@rule(EmbeddingFwdOp)
+def _embedding_fwd(e: EmbeddingFwdOp, args, ctx):
+    indices, weight, norm_type, scale_grad_by_freq, sparse = args[:5]
+    rest = iter(args[5:])
+    padding_idx = int(next(rest)) if e.has_padding_idx else None
+    max_norm = float(next(rest)) if e.has_max_norm else None
+    # F.embedding's max_norm renormalizes the weight's rows in place; here the looked-up rows
+    # are renormalized instead (the same values, as ATen's renorm computes them), and the
+    # fusion's input stays unchanged
+    out = _indexing(e, lambda: F.embedding(indices, weight, padding_idx, None, float(norm_type),
+                                           bool(scale_grad_by_freq), bool(sparse)))[0]
+    if max_norm is not None:
+        norms = torch.linalg.vector_norm(out, float(norm_type), dim=-1, keepdim=True).double()
+        scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms))
+        out = (out.double() * scale).to(out.dtype)
+    return [out]

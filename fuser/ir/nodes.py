@@ -359,6 +359,51 @@ class SdpaFwdOp(Expr):
     outputs = (output, log_sumexp, philox_seed, philox_offset)."""
 
 
+# -- indexing: run through ATen (evaluator segments), as torch's indexing ops ----------------
+
+
+@dataclass(eq=False, kw_only=True)
+class IndexSelectOp(Expr):
+    """inputs = (lookup, index); torch.index_select along `dim`: output axis `dim` is as long as
+    the index (a 1-D index, or one broadcast on every axis but `dim`)."""
+
+    dim: int
+
+
+@dataclass(eq=False, kw_only=True)
+class SelectOp(Expr):
+    """inputs = (tensor, index scalar); torch.select: axis `dim` is dropped."""
+
+    dim: int
+
+
+@dataclass(eq=False, kw_only=True)
+class GatherOp(Expr):
+    """inputs = (input, index); out[..., j, ...] = input[..., index[..., j, ...], ...] along
+    `dim`, shaped as the index. torch.gather (the index no longer than the input on the other
+    axes), or torch.take_along_dim where `take_along_axis` (the other axes equal, or broadcast)."""
+
+    dim: int
+    take_along_axis: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class ScatterOp(Expr):
+    """inputs = (self, index, src), src a tensor or a scalar; torch.scatter along `dim`: the
+    output is `self` with src's values written at the index's positions."""
+
+    dim: int
+
+
+@dataclass(eq=False, kw_only=True)
+class EmbeddingFwdOp(Expr):
+    """inputs = (indices, weight, norm_type, scale_grad_by_freq, sparse), then padding_idx and
+    max_norm where given (the flags say which); F.embedding: output = indices' shape + [dim]."""
+
+    has_padding_idx: bool
+    has_max_norm: bool
+
+
 # ops whose output ATen makes as a view of their input, without copying: a kernel gains nothing
 # by writing one that is not otherwise computed
 VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)

@@ -14,6 +14,7 @@ from typing import Callable
 from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDomain, LinearOp,
                   LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SdpaFwdOp, SliceOp,
                   SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
+from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp
 from .communication import Communication
 
 Pairs = list[tuple[IterDomain, IterDomain]]
@@ -144,3 +145,55 @@ def _sdpa(e: SdpaFwdOp, inp, out):
     if inp is e.inputs[2] and len(o) == 4:
         pairs.append((ids[3], o[3]))
     return pairs
+
+
+# -- indexing: an axis maps where every tensor operand has it whole and the same, so a shard of
+# the output reads shards of each; the indexed axis of the indexed tensor maps to nothing (any
+# position may be read: it stays whole)
+
+
+@rule(IndexSelectOp)
+def _index_select(e: IndexSelectOp, inp, out):
+    ids, o = inp.domain.no_reductions(), out.domain.no_reductions()
+    if inp is e.inputs[0]:
+        return [(d, o[k]) for k, d in enumerate(ids) if k != e.dim]
+    along = [d for d in ids if not d.is_broadcast]  # the index's one axis: the output's `dim`
+    return [(along[0], o[e.dim])] if len(along) == 1 else []
+
+
+@rule(SelectOp)
+def _select(e: SelectOp, inp, out):
+    kept = [d for k, d in enumerate(inp.domain.no_reductions()) if k != e.dim]
+    return _positional(kept, out.domain.no_reductions())
+
+
+def _common_axes(e: Expr, out: TensorView) -> set[int]:
+    """Axes other than `dim` on which every tensor operand and the output have one extent."""
+    tvs = [v for v in e.inputs if isinstance(v, TensorView)] + [out]
+    return {k for k in range(out.ndim) if k != e.dim
+            and len({tv.domain.no_reductions()[k].extent for tv in tvs}) == 1}
+
+
+@rule(GatherOp)
+def _gather(e: GatherOp, inp, out):
+    pairs = _positional(inp.domain.no_reductions(), out.domain.no_reductions())
+    common = _common_axes(e, out)
+    # the index's `dim` axis is the output's: its shards read the whole input axis
+    return [(a, b) for k, (a, b) in enumerate(pairs)
+            if k in common or (k == e.dim and inp is e.inputs[1])]
+
+
+@rule(ScatterOp)
+def _scatter(e: ScatterOp, inp, out):
+    common = _common_axes(e, out)
+    pairs = _positional(inp.domain.no_reductions(), out.domain.no_reductions())
+    return [(a, b) for k, (a, b) in enumerate(pairs) if k in common]
+
+
+@rule(EmbeddingFwdOp)
+def _embedding(e: EmbeddingFwdOp, inp, out):
+    o = out.domain.no_reductions()
+    ids = inp.domain.no_reductions()
+    if inp is e.inputs[0]:
+        return _positional(ids, o[:-1])
+    return [(ids[1], o[-1])]  # the weight's rows are looked up: they stay whole

@@ -3,6 +3,7 @@ one Expr to the operands' Fusion. `OPS` maps nvFuser's `fd.ops.*` names to build
 from functools import partial
 
 from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
+from . import indexing as _idx
 from . import matmul as _mm
 from . import pointwise as _pw
 from . import reduction as _red
@@ -23,6 +24,10 @@ OPS.update(
     squeeze=_shape.squeeze, reshape=_shape.reshape, permute=_shape.permute, slice=_shape.slice,
     pad=_shape.pad, cat=_shape.cat, set=_shape.set, segment_set=_shape.segment_set,
     linear=_mm.linear, matmul=_mm.matmul, sdpfa_fwd=_mm.sdpfa_fwd,
+)
+OPS.update(  # indexing: ATen evaluator segments
+    index_select=_idx.index_select, select=_idx.select, gather=_idx.gather,
+    take_along_axis=_idx.take_along_axis, scatter=_idx.scatter, embedding_fwd=_idx.embedding_fwd,
 )
 # ops that create tensors from nothing take the fusion first; the frontend binds it
 FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}

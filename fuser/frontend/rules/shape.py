@@ -13,7 +13,7 @@ from torch.fx import Node
 from ...ir import DataType
 from ...ops.pointwise import python_value
 from ..meta import meta_val, size_expr
-from . import Kind, LoweringError, register
+from . import Kind, LoweringError, indexing, register
 
 aten = torch.ops.aten
 _BIG = 2**62  # ATen's "to the end" slice bound is INT64_MAX
@@ -317,10 +317,11 @@ def _minus(b, x, y):
 @register(aten.scatter.value, kind=Kind.pointwise)
 def _scatter_value(b, node, base, dim, index, value):
     """`full(f).scatter(dim, index, value)` with one index per row: a one-hot, as
-    `where(iota == index, value, f)` (the cross-entropy gradient)."""
+    `where(iota == index, value, f)` (the cross-entropy gradient). Other scatters run through
+    ATen."""
     fill = _constant_fill(node.args[0])
-    if fill is None:
-        raise LoweringError("scatter into a tensor that is not a constant fill")
+    if fill is None or not _one_index_per_row(b.meta(node).shape, node.args[2], dim % b.meta(node).dim()):
+        return indexing.scatter_value(b, base, dim, index, value)  # through ATen
     dtype = DataType.from_torch(b.meta(node).dtype)
     hit = _one_hot(b, b.meta(node).shape, node.args[2], dim, b.out_shape(node)[dim], index, "scatter")
     return b.fd.ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
@@ -413,9 +414,11 @@ def one_hot_row_sum(b, node, dim, keepdim):
 def _gather(b, node, x, dim, index, sparse_grad=False):
     """`x.gather(dim, index)` with one index per row picks one element: the sum along `dim` of
     `where(iota == index, x, 0)`, a reduction a kernel fuses with its neighbours (the target
-    logit of a cross entropy)."""
+    logit of a cross entropy). Other gathers run through ATen."""
     shape = b.input_meta(node).shape
     dim %= len(shape)
+    if not _one_index_per_row(shape, node.args[2], dim):
+        return indexing.gather(b, x, dim, index)  # through ATen
     length = b.size(shape[dim])
     hit = _one_hot(b, shape, node.args[2], dim, length, index, "gather")
     picked = b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
