@@ -13,14 +13,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import FusionInputError, UnsupportedError
+from ..errors import FusionInputError, InternalError, UnsupportedError
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
                   ReductionOpType, ReshapeOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp, TensorView
-from ..ir.printer import format_val
+from ..ir.printer import format_expr, format_val
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
 
@@ -36,7 +36,21 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
     fn = RULES.get(type(expr))
     if fn is None:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
-    return fn(expr, args, ctx)
+    try:
+        return fn(expr, args, ctx)
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, IndexError, ValueError, TypeError) as err:
+        # the binder checked every input's size, dtype and layout against the IR, so ATen
+        # refusing the op is fuser's bug (ops with data-dependent failures, indexing, raise a
+        # FusionInputError of their own)
+        raise InternalError(f"ATen raised evaluating {expr.op_name} on {_describe(args)}: {err}\n"
+                            f"{format_expr(expr)}") from err
+
+
+def _describe(args: list) -> str:
+    return ", ".join(f"{tuple(a.shape)} {str(a.dtype).removeprefix('torch.')} on {a.device.type}"
+                     if isinstance(a, torch.Tensor) else repr(a) for a in args)
 
 
 # Rules that write an op's result into a given tensor (a chunk view of a preallocated output,
