@@ -24,7 +24,9 @@ from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import LocalSizes, local_extents
+from ..evaluate.philox import draw_seed
 from ..passes import run_passes
+from ..passes.seed_random import seed_random_ops
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
@@ -417,8 +419,11 @@ class FusionExecutorCache:
         self.use_kernels = use_kernels
         # the pre-segmentation passes; a fusion with no mesh, device or stream axis comes back
         # as it is and keeps the single-device runtime
-        self.prepared = run_passes(fusion)
-        self._host = self.prepared is not fusion
+        # random ops left unseeded read a seed drawn for each execution: one more input, last
+        seeded = seed_random_ops(fusion)
+        self._draws_seed = seeded is not fusion
+        self.prepared = run_passes(seeded)
+        self._host = self.prepared is not seeded
         self._runtimes: dict[tuple, FusionRuntime | HostRuntime] = {}
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
@@ -455,6 +460,8 @@ class FusionExecutorCache:
         return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        if self._draws_seed:
+            args = [*args, draw_seed(tensor_device(args) or torch.device("cpu"))]
         entry = self._last
         if entry is not None and entry.fits is not None and entry.fits(args):  # a repeat call
             self.last_runtime = entry.ready.runtime
@@ -504,6 +511,8 @@ class FusionExecutorCache:
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
             device = torch.device("cuda", torch.cuda.current_device())
+        if self._draws_seed:  # (the seed's layout)
+            args = [*args, torch.empty((), dtype=torch.int64, device="meta")]
         table = self._binder.bind(args, metas=True)  # (bad inputs are reported wherever they go)
         if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
             return 0
