@@ -34,7 +34,7 @@ class ArgSpec:
     """What the launcher passes for each kernel parameter."""
 
     # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr",
-    # "workspace", "split_count", "split_chunk", "semaphore"
+    # "workspace", "split_count", "split_chunk", "semaphore", "rng_stride" (codegen/random.py)
     kind: str
     val: Optional[Val] = None
     super_axis: int = -1

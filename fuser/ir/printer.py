@@ -60,7 +60,10 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, ReductionOp):
         return (f"{outs}\n   = reduction( {ins[0]}, op = {e.kind.value}, axes = {list(e.axes)} );")
     attrs = _attributes(e)
-    name = e.kind.value if isinstance(e, LoadStoreOp) else e.op_name if isinstance(e, RNGOp) else _snake(type(e).__name__)
+    if isinstance(e, (LoadStoreOp, RNGOp)):
+        name = e.op_name if isinstance(e, RNGOp) else e.kind.value
+    else:
+        name = _snake(type(e).__name__)
     args = ",\n     ".join(ins + attrs)
     return f"{outs}\n   = {name}( {args} );"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..errors import FusionDefinitionError
-from ..ir import DataType, Fusion, RNGOp, RNGOpType, Scalar, TensorView, Val
+from ..ir import DataType, Fusion, IterType, RNGOp, RNGOpType, Scalar, TensorView, Val
 from .common import as_val, check_tensor, copy_id, extent_of, new_tensor
 
 
@@ -41,7 +41,9 @@ def _random(fusion: Fusion, op: str, kind: RNGOpType, params: tuple, shape: Sequ
         raise FusionDefinitionError(f"{op}: shape must be a list or tuple of sizes, got {shape!r}")
     a, b = (_param(fusion, op, name, v) for name, v in zip(_PARAM_NAMES[kind], params))
     stream = _stream(fusion, op, rng_seed, rng_offset)
-    ids = [fusion.new_id(extent_of(fusion, s, op)) for s in shape]
+    # a size 1 is a broadcast axis, as in nvFuser: the tensor meets others' axes of any extent
+    extents = [extent_of(fusion, s, op) for s in shape]
+    ids = [fusion.new_id(e, iter_type=IterType.Broadcast if e == 1 else IterType.Iteration) for e in extents]
     return _add(fusion, kind, new_tensor(fusion, ids, dtype), (a, b) + stream)
 
 

@@ -38,19 +38,19 @@ def _kinds(fd):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_uniform_statistics(backend):
-    lo, hi, n = -2.0, 3.0, 50_000
-    (u,) = _draw(_seeded([200, 250], a=lo, b=hi), [99, 0], backend)
-    assert u.dtype == torch.float32 and u.shape == (200, 250)
+    lo, hi, n = -2.0, 3.0, 20_000
+    (u,) = _draw(_seeded([100, 200], a=lo, b=hi), [99, 0], backend)
+    assert u.dtype == torch.float32 and u.shape == (100, 200)
     assert lo <= u.min().item() and u.max().item() < hi
     var = (hi - lo) ** 2 / 12
     assert abs(u.mean().item() - (lo + hi) / 2) < 5 * math.sqrt(var / n)
-    assert abs(u.var().item() / var - 1) < 0.03  # (the sample variance's relative error is ~0.5%)
+    assert abs(u.var().item() / var - 1) < 0.03  # (the sample variance's relative error: ~0.6%)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_normal_statistics(backend):
-    mean, std, n = 1.5, 2.0, 50_000
-    (x,) = _draw(_seeded([250, 200], kind="normal", a=mean, b=std), [5, 3], backend)
+    mean, std, n = 1.5, 2.0, 20_000
+    (x,) = _draw(_seeded([200, 100], kind="normal", a=mean, b=std), [5, 3], backend)
     assert torch.isfinite(x).all()
     assert abs(x.mean().item() - mean) < 5 * std / math.sqrt(n)
     assert abs(x.std().item() / std - 1) < 0.03
@@ -115,6 +115,29 @@ def test_numbers_do_not_depend_on_tiling_or_layout():
     (out,) = _draw(fd, [x], "kernel")
     assert _kinds(fd) == ["kernel"]
     assert torch.equal(out, x * square)
+
+
+def test_aligned_row_kernel_and_a_size_one_axis():
+    """A pointwise kernel over long rows taking one aligned chunk of a row a program (a weight
+    along the columns keeps the axes apart; codegen/kernel.py `write_aligned_pointwise`), and
+    a draw of [rows, 1] (a broadcast axis, as nvFuser makes a size 1) across the columns."""
+    def build():
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+            w = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.BFloat16)
+            u = fd.ops.uniform(0.0, 1.0, x.shape(), rng_seed=3, rng_offset=5)
+            n = fd.ops.normal(0.0, 1.0, [x.size(0), 1], rng_seed=4, rng_offset=0)
+            fd.add_output(fd.ops.mul(fd.ops.mul(x, w), u))
+            fd.add_output(fd.ops.add(x, n))
+        return fd
+    x, w = torch.randn(2, 8201, dtype=torch.bfloat16), torch.randn(8201, dtype=torch.bfloat16)
+    fd = build()
+    kernel = _draw(fd, [x, w], "kernel")
+    assert "c_aligned" in fd.last_triton_code() and set(_kinds(fd)) == {"kernel"}
+    aten = _draw(build(), [x, w], "aten")
+    assert all(torch.equal(k, a) for k, a in zip(kernel, aten))
+    n = (kernel[1].float() - x.float())
+    assert (n.std(dim=1) < 0.05).all()  # (one draw a row, rounded to bf16 with x)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
