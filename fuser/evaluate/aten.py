@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import FusionInputError, UnsupportedError
-from .philox import draw_seed, random_tensor
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
                   ReductionOpType, ReshapeOp, RNGOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
+from .philox import draw_seed, random_tensor
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
 

@@ -60,8 +60,10 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, ReductionOp):
         return (f"{outs}\n   = reduction( {ins[0]}, op = {e.kind.value}, axes = {list(e.axes)} );")
     attrs = _attributes(e)
-    if isinstance(e, (LoadStoreOp, RNGOp)):
-        name = e.op_name if isinstance(e, RNGOp) else e.kind.value
+    if isinstance(e, RNGOp):
+        name = e.op_name  # rng_uniform, rng_normal
+    elif isinstance(e, LoadStoreOp):
+        name = e.kind.value
     else:
         name = _snake(type(e).__name__)
     args = ",\n     ".join(ins + attrs)

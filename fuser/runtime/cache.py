@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, compile_pool, target_for
+from ..errors import FusionInputError
 from ..codegen.launch import scalar_key
 from ..dump import dump_flags
 from ..codegen.kernel import can_emit
@@ -461,7 +462,7 @@ class FusionExecutorCache:
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
         if self._draws_seed:
-            args = [*args, draw_seed(tensor_device(args) or torch.device("cpu"))]
+            args = self._with_seed(args, draw_seed)
         entry = self._last
         if entry is not None and entry.fits is not None and entry.fits(args):  # a repeat call
             self.last_runtime = entry.ready.runtime
@@ -498,6 +499,16 @@ class FusionExecutorCache:
             self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
 
+    def _with_seed(self, args: Sequence[Any], seed: Callable, verb: str = "execute") -> list:
+        """The arguments and the seed of this execution's random ops (passes/seed_random.py),
+        made by `seed(device)`, their input last."""
+        if not isinstance(args, (list, tuple)):
+            raise FusionInputError(f"{verb} expects a list of inputs, got {type(args).__name__}")
+        count = len(self.fusion.inputs())
+        if len(args) != count:  # (counted without the seed)
+            raise FusionInputError(f"the fusion has {count} inputs but {verb} got {len(args)}")
+        return [*args, seed(tensor_device(args) or torch.device("cpu"))]
+
     def compile_ahead(self, args: Sequence[Any], device: Any) -> int:
         """Compile the kernels that a call with arguments of these layouts would compile,
         before that call: `args` the call's scalars and, for its tensors, meta tensors of their
@@ -512,7 +523,7 @@ class FusionExecutorCache:
         if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
             device = torch.device("cuda", torch.cuda.current_device())
         if self._draws_seed:  # (the seed's layout)
-            args = [*args, torch.empty((), dtype=torch.int64, device="meta")]
+            args = self._with_seed(args, lambda _: torch.empty((), dtype=torch.int64, device="meta"), "compile_ahead")
         table = self._binder.bind(args, metas=True)  # (bad inputs are reported wherever they go)
         if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
             return 0

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import fuser
 from fuser import DataType, FusionDefinition
-from fuser.errors import FusionDefinitionError
+from fuser.errors import FusionDefinitionError, FusionInputError
 from fuser.evaluate.philox import philox, row_major_counters, uniform_float
 from tests.helpers import backend_env
 
@@ -161,6 +161,8 @@ def test_unseeded_ops_follow_torch_manual_seed(backend):
     assert (first[0] != first[2]).float().mean() > 0.9
     assert [t.dtype for t in first] == [torch.bfloat16] * 3 and first[0].shape == x.shape
     assert 0 <= first[0].min() and first[0].max() <= 1  # (bf16 rounds the largest up to 1)
+    with pytest.raises(FusionInputError, match="the fusion has 1 inputs but execute got 2"):
+        fd.execute([x, x])  # (counted without the seed it draws)
 
 
 def test_unseeded_kernel_and_evaluator_agree():
