@@ -18,7 +18,7 @@ from tests.helpers import backend_env
 BACKENDS = ("kernel", "aten")
 
 
-def _seeded(shape, kind="uniform", a=0.0, b=1.0, dtype=DataType.Float, seed=1234, offset=7):
+def _seeded(shape, kind="uniform", a=0.0, b=1.0, dtype=DataType.Float):
     """A definition of one random output of `shape` (ints), seed and offset as scalar inputs."""
     with FusionDefinition() as fd:
         s, o = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
@@ -193,6 +193,15 @@ def test_symbolic_shape_from_another_tensor():
     assert fd.cache.num_runtimes == 1
 
 
+def test_rand_like_of_an_expanded_tensor_draws_along_the_expanded_axis():
+    """As torch.rand_like's fresh tensor: numbers of their own along an expanded axis."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 1], contiguity=[True, None], dtype=DataType.Float)
+        fd.add_output(fd.ops.rand_like(fd.ops.expand(x, [x.size(0), 6]), rng_seed=1, rng_offset=0))
+    (out,) = fd.execute([torch.randn(4, 1)])
+    assert out.shape == (4, 6) and torch.equal(out, _draw(_seeded([4, 6]), [1, 0], "aten")[0])
+
+
 def test_repr_round_trip():
     fd = _seeded([8, 12], "normal", 1.0, 0.5, dtype=DataType.BFloat16)
     text = repr(fd)
@@ -299,7 +308,7 @@ def test_gpu_kernel_and_evaluator_agree(kind):
         fd.add_output(fd.ops.mul(x, getattr(fd.ops, kind)(0.0, 1.0, x.shape(), rng_seed=3, rng_offset=1)))
     x = torch.ones(513, 1031, device="cuda")
     (kernel,) = fd.execute([x])
-    aten = _draw(_seeded([513, 1031], kind, seed=3, offset=1), [3, 1], "aten")[0]
+    aten = _draw(_seeded([513, 1031], kind), [3, 1], "aten")[0]
     torch.testing.assert_close(kernel.cpu(), aten, rtol=1e-6, atol=1e-6)
     with FusionDefinition() as fd2:
         y = fd2.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
