@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import InternalError
-from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp,
+from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp, RNGOp,
                   Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val, VarMeanOp)
 from ..schedulers.axes import RESIZE_OPS
 from ..ir.printer import format_expr, format_tv
@@ -23,6 +23,7 @@ from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
 from .math import binary_lowering, helpers_for, unary_lowering
+from .random import RandomEmitter
 from .reductions import ReductionEmitter
 from .resize import ResizeEmitter
 from .scope import COUNT, INDEX, Scope
@@ -33,7 +34,7 @@ class ArgSpec:
     """What the launcher passes for each kernel parameter."""
 
     # "tensor", "stride", "extent", "scalar", "size" (of a tensor's dim), "extent_expr",
-    # "workspace", "split_count", "split_chunk", "semaphore"
+    # "workspace", "split_count", "split_chunk", "semaphore", "rng_stride" (codegen/random.py)
     kind: str
     val: Optional[Val] = None
     super_axis: int = -1
@@ -77,7 +78,7 @@ def _rounds_to_half(e: Expr) -> bool:
         return not all(isinstance(v, TensorView) and v.dtype is out.dtype for v in values)
     return True
 
-class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
+class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEmitter):
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None, one_pass: bool = False, combine_in_line: bool = False,
                  static_loop: bool = False, aligned_rows: bool = False):
@@ -175,6 +176,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         if self.split:
             self.add_param("S", ArgSpec("split_count"))
             self.add_param("CHUNK", ArgSpec("split_chunk"))
+        self.declare_rng_params()
         for e in self.plan.exprs:
             for v in e.inputs:
                 if isinstance(v, Scalar) and not v.is_constant and id(v) not in self.scalar_args:
@@ -455,6 +457,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter):
         elif isinstance(e, FullOp):
             value = self.operand(scope, e.inp, out.dtype)  # a [1, 1] block, or a literal
             self.bind(scope, out, self.block_literal(e.inp, value, out.dtype))
+        elif isinstance(e, RNGOp):
+            self.emit_rng(scope, e)
         elif isinstance(e, RESIZE_OPS):
             self.emit_resize(scope, e)
         else:  # broadcast, expand, squeeze, permute, set: the tile value is unchanged
@@ -647,4 +651,6 @@ def can_emit(e: Expr, target: str) -> bool:
         if e.kind is BinaryOpType.pow and e.out.dtype.category < 2:
             return False  # integer powers stay exact through ATen
         return binary_lowering(e.kind, target) is not None
+    if isinstance(e, RNGOp):
+        return e.seeded  # (an unseeded one draws its seed where ATen runs it)
     return True

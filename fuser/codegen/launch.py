@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..errors import FusionInputError
-from ..ir import IotaOp, TensorView
+from ..ir import IotaOp, RNGOp, TensorView
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import local_extents
 from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, POINTWISE_TILE, SHARED_ROW_SCHEDULES,
@@ -75,6 +75,14 @@ class KernelLauncher:
         # tensors made inside the kernel (iota) index their own loop axis: for folding the
         # layout they count as dense tensors, so their axis is never merged with a neighbour
         self.made_inside = [plan.axes.of(e.out) for e in plan.exprs if isinstance(e, IotaOp)]
+        # random numbers (RNGOp) are numbered by their row-major index in their own output: for
+        # folding they count as dense row-major tensors of the output's extents, and the kernel
+        # takes these strides of theirs ("rng_stride") to compute the index
+        rng_outputs = [e.out for e in plan.exprs if isinstance(e, RNGOp)]
+        self.rng_maps = [plan.axes.of(o) for o in rng_outputs]
+        self.rng_extents = [[compile_extent(e) for e in local_extents(o)] for o in rng_outputs]
+        first = len(self.tensors) + len(self.made_inside)  # (their place in `strides`)
+        self.rng_slots = {id(o): first + k for k, o in enumerate(rng_outputs)}
         self.axis_extents = [compile_extent(a.extent) for a in plan.axes.axes]
         self.out_extents = [[compile_extent(e) for e in local_extents(o)] for o in plan.outputs]
         # each output's allocation order (None: row-major)
@@ -105,7 +113,7 @@ class KernelLauncher:
                                                device=device))
         return outputs
 
-    def strides(self, tensors: Sequence[torch.Tensor], n_axes: int) -> list[list[int]]:
+    def strides(self, tensors: Sequence[torch.Tensor], n_axes: int, values) -> list[list[int]]:
         out = []
         for t, amap in zip(tensors, self.axis_maps):
             s = [0] * n_axes
@@ -118,6 +126,13 @@ class KernelLauncher:
             for a in amap:
                 if a is not None:
                     s[a] = 1
+            out.append(s)
+        for amap, fs in zip(self.rng_maps, self.rng_extents):
+            shape = [int(f(values)) for f in fs]
+            s = [0] * n_axes
+            for k, (a, stride) in enumerate(zip(amap, dense_strides(shape, None))):
+                if a is not None and shape[k] != 1:
+                    s[a] = stride
             out.append(s)
         return out
 
@@ -238,7 +253,7 @@ class KernelLauncher:
             extents = list(local_extents)
         if any(e == 0 for e in extents) or not extents:
             return None  # empty loop space: the caller evaluates through ATen
-        strides = self.strides(tensors, len(extents))
+        strides = self.strides(tensors, len(extents), values)
         plan = self.plan
         # (a pointwise kernel walks its axes in the memory order of its first output spanning
         # them all: an output laid out as its inputs are is one run, a plain stream)
@@ -371,6 +386,8 @@ class KernelLauncher:
                             semaphores = rows * 2 * spec.dim + 1
                     elif spec.kind == "stride":
                         args.append(run_stride(runs[spec.super_axis], strides[index[id(spec.val)]], extents))
+                    elif spec.kind == "rng_stride":
+                        args.append(run_stride(runs[spec.super_axis], strides[self.rng_slots[id(spec.val)]], extents))
                     elif spec.kind == "extent":
                         args.append(run_extents[spec.super_axis])
                     elif spec.kind == "split_count":

@@ -17,10 +17,11 @@ from ..errors import FusionInputError, InternalError, UnsupportedError
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
-                  ReductionOpType, ReshapeOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
+                  ReductionOpType, ReshapeOp, RNGOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp, TensorView
 from ..ir.printer import format_expr, format_val
+from .philox import draw_seed, random_tensor
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
 
@@ -294,6 +295,15 @@ def _iota(e: IotaOp, args, ctx):
     out = _dt(e.out)
     idx = torch.arange(n, device=ctx.device, dtype=torch.float64 if out.is_floating_point else torch.int64)
     return [(start + step * idx).to(out)]
+
+
+@rule(RNGOp)
+def _rng(e: RNGOp, args, ctx):
+    """The numbers generated kernels draw (evaluate/philox.py); an op left unseeded (a fusion
+    evaluated outside the executor, which seeds it) draws its seed here."""
+    seed, offset = (args[2], args[3]) if e.seeded else (draw_seed(ctx.device), 0)
+    return [random_tensor(e.kind.value, ctx.shape(e.out), (args[0], args[1], e.standard), seed, offset,
+                          _dt(e.out), ctx.device)]
 
 
 @rule(LinearOp)

@@ -34,7 +34,9 @@ def _kind(node: Node):
 
 
 def _cheap(node: Node) -> bool:
-    return node.target is not operator.getitem and _kind(node) in (Kind.pointwise, Kind.view)
+    # (not a random op: a copy would draw other numbers)
+    random = isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
+    return node.target is not operator.getitem and not random and _kind(node) in (Kind.pointwise, Kind.view)
 
 
 def reduction_signature(node: Node):

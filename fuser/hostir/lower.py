@@ -26,7 +26,7 @@ import dataclasses
 from typing import Callable, Optional
 
 from ..errors import UnsupportedError
-from ..ir import Expr, FullOp, Fusion, IotaOp, LinearOp, MatmulOp, TensorView
+from ..ir import Expr, FullOp, Fusion, IotaOp, LinearOp, MatmulOp, RNGOp, TensorView
 from ..multidevice.axis_map import mapped_input_axis
 from ..multidevice.communication import Collective, Communication
 from ..multidevice.sharding import is_sharded, local_size_rules, stream_leaf
@@ -273,8 +273,8 @@ def local_axes(plan: KernelPlan, with_streams: bool) -> tuple[Optional[tuple[tup
     a kernel reads and writes all its tensors over one extent per axis."""
     if plan.template is Template.inner_outer:
         return None, "an inner-outer kernel runs on whole tensors only"
-    if any(isinstance(e, (IotaOp, FullOp)) for e in plan.exprs):
-        return None, "iota and full index logical positions"
+    if any(isinstance(e, (IotaOp, FullOp, RNGOp)) for e in plan.exprs):
+        return None, "iota, full and random ops index logical positions"
     axes = plan.axes
     found: list[Optional[tuple]] = [None] * len(axes.axes)
     for tv in axes.tensors:

@@ -404,6 +404,52 @@ class EmbeddingFwdOp(Expr):
     has_max_norm: bool
 
 
+# ---------------------------------------------------------------------------------------------
+# Random numbers
+
+
+class RNGOpType(enum.Enum):
+    uniform = "uniform"  # in [a, b)
+    normal = "normal"  # mean a, standard deviation b
+
+
+@dataclass(eq=False, kw_only=True)
+class RNGOp(Expr):
+    """Random numbers of the output's shape and dtype: inputs = (a, b) drawn fresh in every
+    execution, or (a, b, seed, offset) where the definition fixes the stream. Element i (its
+    row-major index in the output) is philox4x32-10 of key `seed` and counter `offset + i`,
+    whatever computes it (evaluate/philox.py); an unseeded op gets a seed drawn from PyTorch's
+    generator per execution (passes/seed_random.py)."""
+
+    kind: RNGOpType
+
+    @property
+    def params(self) -> tuple[Val, Val]:
+        return self.inputs[0], self.inputs[1]
+
+    @property
+    def standard(self) -> bool:
+        """Constant parameters (0, 1): U[0, 1) or N(0, 1) as drawn, with no affine step."""
+        return all(isinstance(v, Scalar) and v.is_constant and not isinstance(v.value, bool) and v.value == n
+                   for v, n in zip(self.params, (0, 1)))
+
+    @property
+    def seeded(self) -> bool:
+        return len(self.inputs) == 4
+
+    @property
+    def seed(self) -> Optional[Val]:
+        return self.inputs[2] if self.seeded else None
+
+    @property
+    def offset(self) -> Optional[Val]:
+        return self.inputs[3] if self.seeded else None
+
+    @property
+    def op_name(self) -> str:
+        return f"rng_{self.kind.value}"
+
+
 # ops whose output ATen makes as a view of their input, without copying: a kernel gains nothing
 # by writing one that is not otherwise computed
 VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .domain import IterDomain, Merge, Split
-from .nodes import (BinaryOp, BinaryOpType, CastOp, Expr, LoadStoreOp, ReductionOp, Scalar,
+from .nodes import (BinaryOp, BinaryOpType, CastOp, Expr, LoadStoreOp, ReductionOp, RNGOp, Scalar,
                     TensorView, TernaryOp, UnaryOp, Val)
 from .symbolic import format_extent
 
@@ -60,7 +60,12 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, ReductionOp):
         return (f"{outs}\n   = reduction( {ins[0]}, op = {e.kind.value}, axes = {list(e.axes)} );")
     attrs = _attributes(e)
-    name = e.kind.value if isinstance(e, LoadStoreOp) else _snake(type(e).__name__)
+    if isinstance(e, RNGOp):
+        name = e.op_name  # rng_uniform, rng_normal
+    elif isinstance(e, LoadStoreOp):
+        name = e.kind.value
+    else:
+        name = _snake(type(e).__name__)
     args = ",\n     ".join(ins + attrs)
     return f"{outs}\n   = {name}( {args} );"
 

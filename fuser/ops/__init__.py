@@ -6,6 +6,7 @@ from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
 from . import indexing as _idx
 from . import matmul as _mm
 from . import pointwise as _pw
+from . import random as _random
 from . import reduction as _red
 from . import shape as _shape
 
@@ -31,3 +32,6 @@ OPS.update(  # indexing: ATen evaluator segments
 )
 # ops that create tensors from nothing take the fusion first; the frontend binds it
 FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}
+# random numbers (ops/random.py)
+OPS.update(rand_like=_random.rand_like, randn_like=_random.randn_like)
+FUSION_OPS.update(uniform=_random.uniform, normal=_random.normal)

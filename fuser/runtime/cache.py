@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, compile_pool, target_for
+from ..errors import FusionInputError
 from ..codegen.launch import scalar_key
 from ..dump import dump_flags
 from ..codegen.kernel import can_emit
@@ -24,7 +25,9 @@ from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
 from ..multidevice.sharding import LocalSizes, local_extents
+from ..evaluate.philox import draw_seed
 from ..passes import run_passes
+from ..passes.seed_random import seed_random_ops
 from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
@@ -417,8 +420,11 @@ class FusionExecutorCache:
         self.use_kernels = use_kernels
         # the pre-segmentation passes; a fusion with no mesh, device or stream axis comes back
         # as it is and keeps the single-device runtime
-        self.prepared = run_passes(fusion)
-        self._host = self.prepared is not fusion
+        # random ops left unseeded read a seed drawn for each execution: one more input, last
+        seeded = seed_random_ops(fusion)
+        self._draws_seed = seeded is not fusion
+        self.prepared = run_passes(seeded)
+        self._host = self.prepared is not seeded
         self._runtimes: dict[tuple, FusionRuntime | HostRuntime] = {}
         # the runtime for each exact input layout seen (shape, strides, dtype, device): a repeat
         # call finds its runtime without computing the signature
@@ -455,6 +461,8 @@ class FusionExecutorCache:
         return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        if self._draws_seed:
+            args = self._with_seed(args, draw_seed)
         entry = self._last
         if entry is not None and entry.fits is not None and entry.fits(args):  # a repeat call
             self.last_runtime = entry.ready.runtime
@@ -491,6 +499,16 @@ class FusionExecutorCache:
             self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
 
+    def _with_seed(self, args: Sequence[Any], seed: Callable, verb: str = "execute") -> list:
+        """The arguments and the seed of this execution's random ops (passes/seed_random.py),
+        made by `seed(device)`, their input last."""
+        if not isinstance(args, (list, tuple)):
+            raise FusionInputError(f"{verb} expects a list of inputs, got {type(args).__name__}")
+        count = len(self.fusion.inputs())
+        if len(args) != count:  # (counted without the seed)
+            raise FusionInputError(f"the fusion has {count} inputs but {verb} got {len(args)}")
+        return [*args, seed(tensor_device(args) or torch.device("cpu"))]
+
     def compile_ahead(self, args: Sequence[Any], device: Any) -> int:
         """Compile the kernels that a call with arguments of these layouts would compile,
         before that call: `args` the call's scalars and, for its tensors, meta tensors of their
@@ -504,6 +522,8 @@ class FusionExecutorCache:
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
             device = torch.device("cuda", torch.cuda.current_device())
+        if self._draws_seed:  # (the seed's layout)
+            args = self._with_seed(args, lambda _: torch.empty((), dtype=torch.int64, device="meta"), "compile_ahead")
         table = self._binder.bind(args, metas=True)  # (bad inputs are reported wherever they go)
         if self._host or not self.kernels_enabled(device) or target_for(device) not in ahead.COMPILE_AHEAD_TARGETS:
             return 0

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Sequence
 
 from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
-                  IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, SliceOp,
+                  IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from .axes import KernelAxes, analyze_axes
 from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, apart_output, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
-              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp)
+              ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp, RNGOp)
 # a slice alone is a view (ATen makes it free); pad and cat make new tensors
 _COMPUTE_OPS = tuple(op for op in KERNEL_OPS if op not in VIEW_OPS)
 
@@ -285,6 +285,10 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         return None, "slice, pad and cat beside a reduction move only along the reduced axes"
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
+    if sets and any(isinstance(e, RNGOp) for e in exprs):
+        # (the reduction forms' other kernels, split, row loop, two kernels, are not written to
+        # number random elements): the segmenter cuts before the reduction
+        return None, "random numbers are drawn in pointwise kernels only"
     if len(sets) > 1:
         return _plan_inner_outer(exprs, axes, inputs, outputs, sets, lowerable)
     all_axes = [a.index for a in axes.axes]

@@ -1,0 +1,72 @@
+"""Random ops: rand, randn, rand_like, randn_like, bernoulli and native_dropout (what
+F.dropout becomes in the graph AOTAutograd traces), lowered to fd.ops.uniform and normal,
+unseeded: each execution draws fresh numbers from PyTorch's generator, as eager does (not the
+same numbers: the generator is used another way). A call with its own `generator` runs
+through ATen.
+
+Dropout's mask is an output of its node, so a backward reads the mask its forward drew (the
+partitioner saves it; recompute.py never copies a random node, which would draw again)."""
+from __future__ import annotations
+
+import torch
+
+from ...ir import DataType
+from . import Kind, LoweringError, register
+
+aten = torch.ops.aten
+
+
+def _no_generator(kwargs: dict) -> None:
+    if kwargs.get("generator") is not None:
+        raise LoweringError("a random op with its own generator")
+
+
+def _floating_dtype(b, node) -> DataType:
+    dtype = b.meta(node).dtype
+    if not dtype.is_floating_point:
+        raise LoweringError(f"random numbers of dtype {dtype}")
+    return DataType.from_torch(dtype)
+
+
+def _uniform_like(b, x):
+    """U[0, 1) in fp32 of x's shape (the draw a mask compares against p)."""
+    return b.fd.ops.uniform(0.0, 1.0, x.shape(), dtype=DataType.Float)
+
+
+@register(aten.rand.default, aten.rand_like.default, kind=Kind.creation)
+def _rand(b, node, *args, **kwargs):
+    _no_generator(kwargs)
+    return b.fd.ops.uniform(0.0, 1.0, b.out_shape(node), dtype=_floating_dtype(b, node))
+
+
+@register(aten.randn.default, aten.randn_like.default, kind=Kind.creation)
+def _randn(b, node, *args, **kwargs):
+    _no_generator(kwargs)
+    return b.fd.ops.normal(0.0, 1.0, b.out_shape(node), dtype=_floating_dtype(b, node))
+
+
+@register(aten.bernoulli.p, aten.bernoulli.default)
+def _bernoulli(b, node, x, p=None, **kwargs):
+    """1 where a uniform draw is below the probability (p, or x's elements), in x's dtype."""
+    _no_generator(kwargs)
+    dtype = _floating_dtype(b, node)
+    if node.target is aten.bernoulli.default:
+        p = b.fd.ops.cast(x, DataType.Float)
+    elif isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise LoweringError(f"bernoulli with probability {p!r}")
+    return b.fd.ops.cast(b.fd.ops.lt(_uniform_like(b, x), p), dtype)
+
+
+@register(aten.native_dropout.default)
+def _native_dropout(b, node, x, p, train):
+    """(x * mask / (1 - p), mask), mask kept with probability 1 - p, as ATen's decomposition."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise LoweringError(f"dropout with probability {p!r}")
+    if not x.dtype.is_floating:
+        raise LoweringError(f"dropout of dtype {x.dtype}")
+    fd = b.fd
+    if train is False or p == 0:
+        return fd.ops.set(x), fd.ops.full(x.shape(), True, DataType.Bool)
+    mask = fd.ops.gt(_uniform_like(b, x), p)
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    return fd.ops.mul(fd.ops.mul(mask, x), scale), mask
