@@ -15,10 +15,12 @@ def scaled():
     return fd
 
 
-@pytest.mark.parametrize("bad", [[2.0], {"s": 2.0}, {2.0}], ids=["list", "dict", "set"])
+@pytest.mark.parametrize("bad", [[[2.0]], {"s": 2.0}, {2.0}], ids=["list", "dict", "set"])
 def test_an_unhashable_scalar_is_a_fusion_input_error(bad):
     """The ready key held the scalar itself: a list in a scalar's place made the dict lookup
-    raise TypeError (unhashable type) before binding could name the input."""
+    raise TypeError (unhashable type) before binding could name the input. (A list of numbers
+    there is spread over the scalars, as nvFuser's define_vector takes it; a list inside it is
+    not a number.)"""
     fd = scaled()
     x = torch.rand(3, 5)
     torch.testing.assert_close(fd.execute([x, 2.0])[0], x * 2.0)  # a ready call exists
@@ -29,4 +31,4 @@ def test_an_unhashable_scalar_is_a_fusion_input_error(bad):
 
 def test_an_unhashable_scalar_on_the_first_call_is_a_fusion_input_error():
     with pytest.raises(FusionInputError, match="input 1"):
-        scaled().execute([torch.rand(3, 5), [2.0]])
+        scaled().execute([torch.rand(3, 5), [[2.0]]])
