@@ -200,6 +200,8 @@ class FusionDefinition:
         from ..ops.common import python_scalar_dtype
 
         self.fusion.check_open("define_scalar")
+        if isinstance(value, DataType) and dtype is None:  # nvFuser's define_scalar(DataType.Int)
+            value, dtype = None, value
         if dtype is None:
             dtype = DataType.Double if value is None else python_scalar_dtype(value)
         if not isinstance(dtype, DataType):

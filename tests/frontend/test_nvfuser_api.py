@@ -163,3 +163,13 @@ def test_validate_with_an_alias_compares_with_the_inputs_before_the_update():
     (out,) = fd.validate([x])
     assert_eager(out, (before * 3).exp())
     assert_eager(x, before * 3)
+
+
+def test_define_scalar_with_only_a_dtype_is_an_input():
+    x = make((3,))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        s = fd.define_scalar(DataType.Int)
+        fd.add_output(fd.ops.mul(t0, s))
+    assert s.dtype is DataType.Int
+    assert_eager(fd.execute([x, 3])[0], x * 3)
