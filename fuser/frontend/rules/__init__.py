@@ -65,6 +65,7 @@ def find_rule(target) -> Optional[Rule]:
 
 def _load() -> None:
     from . import indexing, matmul, pointwise, reduction, shape  # noqa: F401 - they register their rules
+    from . import scan_sort  # noqa: F401
 
 
 _load()
