@@ -26,9 +26,14 @@ def _dim(op: str, tv: TensorView, dim: Any) -> int:
     return dim % n if n else 0
 
 
-def _like(tv: TensorView, dtype: DataType) -> TensorView:
+def _like(tv: TensorView, dim: int, dtype: DataType) -> TensorView:
+    """An output shaped like `tv`. An expanded broadcast along `dim` becomes a real axis of its
+    expanded size: the scan or the sort gives each position along it its own value."""
     f = tv.fusion
-    return new_tensor(f, [copy_id(f, d) for d in tv.domain.no_reductions()], dtype)
+    ids = [copy_id(f, d) for d in tv.domain.no_reductions()]
+    if ids and ids[dim].expanded_extent is not None:
+        ids[dim] = f.new_id(ids[dim].size)
+    return new_tensor(f, ids, dtype)
 
 
 def scan(op_type: BinaryOpType, arg: TensorView, dim: int, init: Any = None) -> TensorView:
@@ -42,10 +47,11 @@ def scan(op_type: BinaryOpType, arg: TensorView, dim: int, init: Any = None) -> 
         raise FusionDefinitionError(f"{op}: complex tensor {arg!r} has no order")
     d = _dim(op, arg, dim)
     f = arg.fusion
-    if arg.ndim == 0 or arg.domain.no_reductions()[d].is_broadcast:
+    along = arg.domain.no_reductions()[d] if arg.ndim else None
+    if along is None or (along.is_broadcast and along.expanded_extent is None):
         out = _set(arg)
     else:
-        out = _like(arg, arg.dtype)
+        out = _like(arg, d, arg.dtype)
         f.add_expr(ScanOp(inputs=(arg,), outputs=(out,), op_type=op_type, dim=d))
     if init is None:
         return out
@@ -84,7 +90,7 @@ def sort(arg: TensorView, dim: int = -1, descending: bool = False,
     op = "sort"
     _check_order(op, arg)
     d = _dim(op, arg, dim)
-    values, indices = _like(arg, arg.dtype), _like(arg, DataType.Int)
+    values, indices = _like(arg, d, arg.dtype), _like(arg, d, DataType.Int)
     arg.fusion.add_expr(SortOp(inputs=(arg,), outputs=(values, indices), dim=d,
                                descending=bool(descending), stable=bool(stable)))
     return values, indices
@@ -122,8 +128,8 @@ def topk(arg: TensorView, k: Any, dim: int = -1, largest: bool = True,
         if k_expr.is_Integer and axis.size.is_Integer and k_expr > axis.size:
             raise FusionDefinitionError(
                 f"{op}: k = {k_expr} is larger than axis {d} of {arg!r}, of size {axis.size}")
-        ids[d] = f.new_id(k_expr, iter_type=IterType.Broadcast if k_expr == 1 and axis.is_broadcast
-                          else IterType.Iteration)
+        ids[d] = f.new_id(k_expr, iter_type=IterType.Broadcast if k_expr == 1 and axis.extent == axis.size
+                          and axis.is_broadcast else IterType.Iteration)
     elif k_expr.is_Integer and k_expr != 1:
         raise FusionDefinitionError(f"{op}: k = {k_expr} for the 0-dim tensor {arg!r}; only 1 is possible")
     values, indices = new_tensor(f, ids, arg.dtype), new_tensor(f, [copy_id(f, x) for x in ids], DataType.Int)

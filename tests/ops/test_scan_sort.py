@@ -247,3 +247,30 @@ def test_jit_backward():
     g(x).backward()
     f(y).backward()
     torch.testing.assert_close(x.grad, y.grad)
+
+
+def test_sharding_flows_through_every_axis_but_the_scanned_one():
+    from fuser.multidevice.axis_map import axis_pairs
+
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1, -1], contiguity=True)
+        outs = [fd.ops.cumsum(t, 1), fd.ops.argsort(t, -1), fd.ops.topk(t, 2, 0)[1]]
+        for o in outs:
+            fd.add_output(o)
+    ids = t.domain.no_reductions()
+    for out, kept in zip(outs, ([0, 2], [0, 1], [1, 2])):
+        pairs = axis_pairs(fd.fusion.definition_of(out), t, out)
+        assert [a for a, _ in pairs] == [ids[k] for k in kept]
+        assert [b for _, b in pairs] == [out.domain.no_reductions()[k] for k in kept]
+
+
+def test_scan_and_sort_along_an_expanded_dim():
+    """An expanded broadcast is scanned and sorted as the real axis it stands for."""
+    x = make((1, 4))
+
+    def build(fd, t):
+        e = fd.ops.expand(t, [3, -1])
+        return [fd.ops.cumsum(e, 0), fd.ops.argsort(e, 0, stable=True), fd.ops.topk(e, 2, 0)[0]]
+
+    run_and_check(build, lambda t: [t.expand(3, 4).cumsum(0), torch.argsort(t.expand(3, 4), dim=0, stable=True),
+                                    t.expand(2, 4).clone()], [x])
