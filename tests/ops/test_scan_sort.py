@@ -274,3 +274,19 @@ def test_scan_and_sort_along_an_expanded_dim():
 
     run_and_check(build, lambda t: [t.expand(3, 4).cumsum(0), torch.argsort(t.expand(3, 4), dim=0, stable=True),
                                     t.expand(2, 4).clone()], [x])
+
+
+def test_jit_cumsum_backward_and_flip_are_one_program_each():
+    """cumsum's backward flips, scans and flips back: flip lowers to an index_select by a
+    descending iota, so neither direction runs an ATen op between fusions."""
+    def f(x):
+        return (torch.cumsum(x, -1) * x.flip(0, 1)).sum()
+
+    g = fuser.jit(f)
+    x = make((4, 5)).requires_grad_()
+    y = x.detach().clone().requires_grad_()
+    torch.testing.assert_close(g(x), f(y))
+    g(x).backward()
+    f(y).backward()
+    torch.testing.assert_close(x.grad, y.grad)
+    assert g.cache_info().fallback_ops == 0

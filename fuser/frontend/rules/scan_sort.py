@@ -72,3 +72,18 @@ def _sort_stable(b, node, x, *, stable=None, dim=-1, descending=False):
 @register(aten.topk.default, kind=Kind.matmul)
 def _topk(b, node, x, k, dim=-1, largest=True, sorted=True):
     return b.fd.ops.topk(x, k, dim, largest, sorted)
+
+
+@register(aten.flip.default, kind=Kind.movement)
+def _flip(b, node, x, dims):
+    """Positions read backwards along each dim: an index_select by a descending iota (the
+    backward of a cumsum or cumprod flips, scans and flips back)."""
+    ops = b.fd.ops
+    for d in dims:
+        d = d % x.ndim
+        along = x.domain.no_reductions()[d]
+        if along.is_broadcast and along.expanded_extent is None:
+            continue  # one position: nothing to reverse
+        n = ops.size(x, d)
+        x = ops.index_select(x, ops.iota(n, ops.sub(n, 1), -1, DataType.Int), d)
+    return x
