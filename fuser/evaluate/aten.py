@@ -21,6 +21,7 @@ from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, 
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp, TensorView
 from ..ir.printer import format_expr, format_val
+from ..ir import ScanOp, SdpaBwdOp, SortOp, TopKOp
 from .philox import draw_seed, random_tensor
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
@@ -280,7 +281,12 @@ def _cat(e: CatOp, args, ctx):
 
 @rule(LoadStoreOp)
 def _set(e: LoadStoreOp, args, ctx):
-    return [args[0].clone()]
+    x = args[0]
+    order = e.out.domain.allocation_order()
+    if order is not None and len(order) == x.dim() and order != list(range(x.dim())):
+        # a copy laid out as its allocation domain says (fd.ops.stride_order's output)
+        return [torch.empty_permuted(x.shape, order, dtype=x.dtype, device=x.device).copy_(x)]
+    return [x.clone()]
 
 
 @rule(FullOp)
@@ -438,3 +444,67 @@ def _embedding_fwd(e: EmbeddingFwdOp, args, ctx):
         scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms))
         out = (out.double() * scale).to(out.dtype)
     return [out]
+
+
+# -- scans, sorting, attention backward -------------------------------------------------------
+
+_SCANS = {_B.add: torch.cumsum, _B.mul: torch.cumprod,
+          _B.maximum: lambda x, d: torch.cummax(x, d).values,
+          _B.minimum: lambda x, d: torch.cummin(x, d).values}
+
+
+@rule(ScanOp)
+def _scan(e: ScanOp, args, ctx):
+    # eager's cumsum and cumprod give int64 for integer inputs; the IR keeps the input's dtype
+    return [_to(_SCANS[e.op_type](args[0], e.dim), _dt(e.out))]
+
+
+@rule(SortOp)
+def _sort(e: SortOp, args, ctx):
+    values, indices = torch.sort(args[0], dim=e.dim, descending=e.descending, stable=e.stable)
+    return [values, indices]
+
+
+@rule(TopKOp)
+def _topk(e: TopKOp, args, ctx):
+    x, k = args
+    size = x.shape[e.dim] if x.dim() else 1
+    if not 0 <= int(k) <= size:
+        raise FusionInputError(
+            f"topk: k = {int(k)} is out of range for axis {e.dim} of T{e.inp.name}, of size {size} "
+            f"in this execution (0 <= k <= {size} needed)")
+    values, indices = torch.topk(x, int(k), dim=e.dim if x.dim() else 0, largest=e.largest, sorted=e.sorted)
+    return [values, indices]
+
+
+@rule(SdpaBwdOp)
+def _sdpa_bwd(e: SdpaBwdOp, args, ctx):
+    """The gradients of `_sdpa` above, by the same path: flash attention's backward where the
+    forward ran flash (CUDA), else the math form from the saved logsumexp, in fp32."""
+    grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, scale = args
+    scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
+    if dropout_p:
+        raise UnsupportedError("sdpfa_bwd: dropout_p > 0 is not supported by the evaluator")
+    if q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
+                     and q.dtype in (torch.float16, torch.bfloat16)):
+        try:
+            return list(torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                grad, q, k, v, out, lse, None, None, q.shape[2], k.shape[2], 0.0, bool(is_causal),
+                seed, offset, scale=scale))
+        except RuntimeError:
+            pass  # what flash does not take: the math form below
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
+    scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.exp(scores - lse.unsqueeze(-1))
+    grad_v = torch.matmul(probs.transpose(-2, -1), gf)
+    grad_probs = torch.matmul(gf, vf.transpose(-2, -1))
+    # d(softmax): probs * (grad_probs - rowsum(grad_out * out)), as flash computes it
+    grad_scores = probs * (grad_probs - (gf * out.float()).sum(-1, keepdim=True))
+    grad_q = torch.matmul(grad_scores, kf) * s
+    grad_k = torch.matmul(grad_scores.transpose(-2, -1), qf) * s
+    return [grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)]

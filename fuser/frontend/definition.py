@@ -31,6 +31,7 @@ class _Recorder:
         self.fd = fd
         self.lines: list[tuple[int, str]] = []  # (event number, Python line)
         self.scalar_names: dict[int, str] = {}  # scalars bound to a variable by a recorded call
+        self._scalar_count = 0
         self.defined: list[TensorView] = []  # tensors in the order the printed code creates them
 
     def name(self, v: Any) -> str:
@@ -55,13 +56,17 @@ class _Recorder:
 
     def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
         parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
-        results = [] if result is None else list(result) if isinstance(result, tuple) else [result]
+        results = [] if result is None else list(result) if isinstance(result, (tuple, list)) else [result]
         for r in results:
             if isinstance(r, Scalar):
-                self.scalar_names[id(r)] = f"s{len(self.scalar_names)}"
+                # (a count, not len(scalar_names): fd.ops.shape may name a scalar again)
+                self.scalar_names[id(r)] = f"s{self._scalar_count}"
+                self._scalar_count += 1
             elif isinstance(r, TensorView):
                 self.defined.append(r)
         lhs = ", ".join(self.name(r) for r in results) + " = " if results else ""
+        if isinstance(result, list):  # (fd.ops.shape: a list, maybe empty, unpacked as one)
+            lhs = f"[{lhs.removesuffix(' = ')}] = "
         self.lines.append((self.fd.fusion.next_event(), f"{lhs}{call}({', '.join(parts)})"))
 
     def schedule_lines(self) -> list[tuple[int, str]]:

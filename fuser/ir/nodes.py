@@ -453,3 +453,43 @@ class RNGOp(Expr):
 # ops whose output ATen makes as a view of their input, without copying: a kernel gains nothing
 # by writing one that is not otherwise computed
 VIEW_OPS = (BroadcastOp, ExpandOp, SqueezeOp, PermuteOp, SliceOp)
+
+
+# -- scans, sorting, attention backward: ATen evaluator ops (not in KERNEL_OPS) ---------------
+
+
+@dataclass(eq=False, kw_only=True)
+class ScanOp(Expr):
+    """Inclusive scan along `dim` with `op_type` (add: cumsum, mul: cumprod, maximum: cummax,
+    minimum: cummin); the output has the input's shape and dtype."""
+
+    op_type: BinaryOpType
+    dim: int
+
+    @property
+    def op_name(self) -> str:
+        return "scan_" + self.op_type.value
+
+
+@dataclass(eq=False, kw_only=True)
+class SortOp(Expr):
+    """outputs = (values, indices) of sorting along `dim` (argsort keeps the indices)."""
+
+    dim: int
+    descending: bool
+    stable: bool
+
+
+@dataclass(eq=False, kw_only=True)
+class TopKOp(Expr):
+    """inputs = (tensor, k); outputs = (values, indices), `k` long along `dim`."""
+
+    dim: int
+    largest: bool
+    sorted: bool
+
+
+@dataclass(eq=False, kw_only=True)
+class SdpaBwdOp(Expr):
+    """inputs = (grad_output, query, key, value, output, logsumexp, dropout_p, is_causal,
+    philox_seed, philox_offset, scale); outputs = (grad_query, grad_key, grad_value)."""

@@ -15,6 +15,7 @@ from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDoma
                   LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SdpaFwdOp, SliceOp,
                   SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp
+from ..ir import ScanOp, SdpaBwdOp, SortOp, TopKOp
 from .communication import Communication
 
 Pairs = list[tuple[IterDomain, IterDomain]]
@@ -197,3 +198,18 @@ def _embedding(e: EmbeddingFwdOp, inp, out):
     if inp is e.inputs[0]:
         return _positional(ids, o[:-1])
     return [(ids[1], o[-1])]  # the weight's rows are looked up: they stay whole
+
+
+@rule(ScanOp, SortOp, TopKOp)
+def _along_dim(e, inp, out):
+    # every axis but the scanned or sorted one, which each output element reads whole
+    return [(a, b) for k, (a, b) in enumerate(_positional(inp.domain.no_reductions(),
+                                                         out.domain.no_reductions())) if k != e.dim]
+
+
+@rule(SdpaBwdOp)
+def _sdpa_bwd(e: SdpaBwdOp, inp, out):
+    # batch and heads shard freely, between any tensor operand ([N, H, L, E], a logsumexp's
+    # [N, H, L]) and any gradient
+    ids, o = inp.domain.no_reductions(), out.domain.no_reductions()
+    return [(ids[0], o[0]), (ids[1], o[1])] if len(ids) >= 3 and len(o) == 4 else []

@@ -3,11 +3,14 @@ one Expr to the operands' Fusion. `OPS` maps nvFuser's `fd.ops.*` names to build
 from functools import partial
 
 from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
+from . import composite as _comp
 from . import indexing as _idx
 from . import matmul as _mm
+from . import metadata as _meta
 from . import pointwise as _pw
 from . import random as _random
 from . import reduction as _red
+from . import scan_sort as _scan
 from . import shape as _shape
 
 OPS = {}
@@ -25,6 +28,17 @@ OPS.update(
     squeeze=_shape.squeeze, reshape=_shape.reshape, permute=_shape.permute, slice=_shape.slice,
     pad=_shape.pad, cat=_shape.cat, set=_shape.set, segment_set=_shape.segment_set,
     linear=_mm.linear, matmul=_mm.matmul, sdpfa_fwd=_mm.sdpfa_fwd,
+    sdpfa_bwd=_mm.sdpfa_bwd,
+)
+# scans, sorting, topk (ATen evaluator segments); `sort` is a fuser extension (torch.sort)
+OPS.update(
+    cumsum=_scan.cumsum, cumprod=_scan.cumprod, cummax=_scan.cummax, cummin=_scan.cummin,
+    argsort=_scan.argsort, sort=_scan.sort, topk=_scan.topk,
+)
+# composites of other ops (fused kernels) and tensor metadata
+OPS.update(
+    triu=_comp.triu, welford=_comp.welford,
+    shape=_meta.shape, size=_meta.size, stride_order=_meta.stride_order,
 )
 OPS.update(  # indexing: ATen evaluator segments
     index_select=_idx.index_select, select=_idx.select, gather=_idx.gather,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..errors import FusionDefinitionError
-from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaFwdOp, TensorView
+from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaBwdOp, SdpaFwdOp, TensorView
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
 
 
@@ -108,3 +108,42 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, dropout_p: 
              as_val(f, float("nan") if scale is None else scale, op))
     f.add_expr(SdpaFwdOp(inputs=(query, key, value, *attrs), outputs=(out, lse, seed, offset)))
     return out, lse, seed, offset
+
+
+def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value: TensorView,
+              output: TensorView, logsumexp: TensorView, dropout_p: Any, is_causal: Any,
+              philox_seed: TensorView, philox_offset: TensorView, scale: Any):
+    """(grad_query, grad_key, grad_value) of sdpfa_fwd, from its output and logsumexp; each
+    gradient is shaped and typed like its operand."""
+    op = "sdpfa_bwd"
+    four_d = (("grad_output", grad_output), ("query", query), ("key", key), ("value", value),
+              ("output", output))
+    for name, t in four_d + (("logsumexp", logsumexp), ("philox_seed", philox_seed),
+                             ("philox_offset", philox_offset)):
+        check_tensor(op, t, name)
+    for name, t in four_d:
+        if t.ndim != 4:
+            raise FusionDefinitionError(f"{op}: {name} must be [N, H, L, E], got {t!r}")
+    if logsumexp.ndim != 3:
+        raise FusionDefinitionError(f"{op}: logsumexp must be [N, H, L], got {logsumexp!r}")
+    f = fusion_of(op, grad_output, query, key, value, output, logsumexp, philox_seed, philox_offset)
+    _same_float_dtype(op, grad_output, query, key, value, output)
+    q, k, v, o, g, lse = (t.domain.no_reductions() for t in (query, key, value, output, grad_output, logsumexp))
+    for ax in (0, 1):
+        for name, other in (("key", k), ("value", v), ("output", o), ("grad_output", g), ("logsumexp", lse)):
+            f.unify(q[ax].extent, other[ax].extent, f"{op}: axis {ax} of query and {name}")
+    for name, other in (("output", o), ("grad_output", g), ("logsumexp", lse)):
+        f.unify(q[2].extent, other[2].extent, f"{op}: sequence length of query and {name}")
+    f.unify(q[3].extent, k[3].extent, f"{op}: head size of query and key")
+    f.unify(k[2].extent, v[2].extent, f"{op}: sequence length of key and value")
+    for name, other in (("output", o), ("grad_output", g)):
+        f.unify(v[3].extent, other[3].extent, f"{op}: head size of value and {name}")
+    grads = tuple(new_tensor(f, [copy_id(f, d) for d in t.domain.no_reductions()], t.dtype)
+                  for t in (query, key, value))
+    attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
+             as_val(f, False if is_causal is None else is_causal, op),
+             philox_seed, philox_offset,
+             as_val(f, float("nan") if scale is None else scale, op))
+    f.add_expr(SdpaBwdOp(inputs=(grad_output, query, key, value, output, logsumexp, *attrs),
+                         outputs=grads))
+    return grads
