@@ -340,14 +340,16 @@ INTO_RULES[MatmulOp] = lambda e, args, ctx, dsts: _mm_into(args[0], args[1], dst
 
 @rule(SdpaFwdOp)
 def _sdpa(e: SdpaFwdOp, args, ctx):
-    q, k, v, dropout_p, is_causal, scale = args
+    q, k, v, dropout_p, is_causal, scale = args[:6]
+    additive = args[6:]  # the bias and the mask, where given
     scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
     if dropout_p:
         raise UnsupportedError("sdpfa_fwd: dropout_p > 0 is not supported by the evaluator")
     # on meta tensors standing for a GPU (a compile-ahead pass), flash's output layout (a
-    # guess: flash may still refuse the shapes there)
-    if q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
-                     and q.dtype in (torch.float16, torch.bfloat16)):
+    # guess: flash may still refuse the shapes there); flash takes no bias
+    for_gpu = q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
+                            and q.dtype in (torch.float16, torch.bfloat16))
+    if for_gpu and not additive:
         try:
             res = torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, 0.0, bool(is_causal), False, scale=scale)
@@ -359,6 +361,8 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
             pass  # shapes or dtypes flash does not take: the math form below
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * s
+    for term in additive:
+        scores = scores + term.float()
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
         mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()

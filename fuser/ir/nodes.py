@@ -355,8 +355,11 @@ class MatmulOp(Expr):
 
 @dataclass(eq=False, kw_only=True)
 class SdpaFwdOp(Expr):
-    """inputs = (query, key, value, dropout_p, is_causal, scale);
-    outputs = (output, log_sumexp, philox_seed, philox_offset)."""
+    """inputs = (query, key, value, dropout_p, is_causal, scale), then the additive bias and mask
+    where the flags say they are given; outputs = (output, log_sumexp, philox_seed, philox_offset)."""
+
+    has_bias: bool = False
+    has_mask: bool = False
 
 
 # -- indexing: run through ATen (evaluator segments), as torch's indexing ops ----------------

@@ -140,6 +140,9 @@ def _matmul(e: MatmulOp, inp, out):
 def _sdpa(e: SdpaFwdOp, inp, out):
     ids = inp.domain.no_reductions()  # [N, H, L, E]
     o = out.domain.no_reductions()
+    if not any(inp is t for t in e.inputs[:3]):  # a bias or mask, aligned right with [N, H, L, S]
+        lead = [(d, o[k]) for d, k in zip(reversed(ids[:-1]), (2, 1, 0)) if len(o) > k]
+        return [(d, od) for d, od in lead if not d.is_broadcast]
     pairs = [(ids[0], o[0]), (ids[1], o[1])]  # batch and heads shard freely
     if inp is e.inputs[0]:
         pairs.append((ids[2], o[2]))

@@ -84,8 +84,11 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     return out
 
 
-def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, dropout_p: Any = None,
-              is_causal: Any = None, scale: Any = None):
+def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optional[TensorView] = None,
+              mask: Optional[TensorView] = None, dropout_p: Any = None, is_causal: Any = None,
+              scale: Any = None):
+    """nvFuser's arguments, in its order: `bias` and `mask` are additive terms of the scores,
+    each broadcastable to [N, H, L, S]."""
     op = "sdpfa_fwd"
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(op, t, name)
@@ -99,6 +102,12 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, dropout_p: 
         f.unify(q[ax].extent, v[ax].extent, f"{op}: axis {ax} of query and value")
     f.unify(q[3].extent, k[3].extent, f"{op}: head size of query and key")
     f.unify(k[2].extent, v[2].extent, f"{op}: sequence length of key and value")
+    scores = (q[0], q[1], q[2], k[2])  # [N, H, L, S]
+    additive = []
+    for name, t in (("bias", bias), ("mask", mask)):
+        if t is not None:
+            _check_scores_operand(op, name, t, scores)
+            additive.append(t)
     out = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2]), copy_id(f, v[3])], dtype)
     lse = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2])], DataType.Float)
     seed = new_tensor(f, [], DataType.Int)
@@ -106,8 +115,22 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, dropout_p: 
     attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
              as_val(f, False if is_causal is None else is_causal, op),
              as_val(f, float("nan") if scale is None else scale, op))
-    f.add_expr(SdpaFwdOp(inputs=(query, key, value, *attrs), outputs=(out, lse, seed, offset)))
+    f.add_expr(SdpaFwdOp(inputs=(query, key, value, *attrs, *additive), outputs=(out, lse, seed, offset),
+                         has_bias=bias is not None, has_mask=mask is not None))
     return out, lse, seed, offset
+
+
+def _check_scores_operand(op: str, name: str, t: TensorView, scores: tuple) -> None:
+    """`t` (a bias or mask) broadcasts to the scores' [N, H, L, S], as F.scaled_dot_product_attention's
+    attn_mask does: its trailing axes match the scores' or are broadcasts."""
+    check_tensor(op, t, name)
+    ids = t.domain.no_reductions()
+    if t.dtype.category != 2 or len(ids) > 4:
+        raise FusionDefinitionError(f"{op}: {name} must be a floating tensor of at most 4 dims "
+                                    f"broadcastable to [N, H, L, S], got {t!r}")
+    for d, s in zip(reversed(ids), reversed(scores)):
+        if not d.is_broadcast:
+            t.fusion.unify(d.extent, s.extent, f"{op}: {name} {t!r} against the scores [N, H, L, S]")
 
 
 def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value: TensorView,

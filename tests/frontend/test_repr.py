@@ -67,7 +67,7 @@ def def_attention_and_layouts():
         v = fd.define_tensor([-1] * 4, contiguity=True)
         w = fd.define_tensor([-1, -1], contiguity=True, stride_order=[0, 1])
         b = fd.define_tensor([-1, -1], contiguity=[False, True])
-        o, lse, _seed, _offset = fd.ops.sdpfa_fwd(q, k, v, 0.0, True, None)
+        o, lse, _seed, _offset = fd.ops.sdpfa_fwd(q, k, v, None, None, 0.0, True, None)
         fd.add_output(fd.ops.linear(o, w))
         fd.add_output(lse)
         fd.add_output(fd.ops.matmul(o, fd.ops.permute(w, [1, 0])))

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 import fuser
 from fuser import DataType, FusionDefinition
-from tests.helpers import cases, make, run_and_check
+from fuser.errors import FusionDefinitionError
+from tests.helpers import assert_eager, cases, make, run_and_check
 
 f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
 
@@ -100,10 +101,49 @@ def test_sdpfa_fwd(qs, s, ev, causal, scale, dtype, backend):
     decl = [{"size1_broadcast": False}] * 3
 
     def build(fd, a, b, c):
-        out, lse, seed, offset = fd.ops.sdpfa_fwd(a, b, c, 0.0, causal, scale)
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(a, b, c, None, None, 0.0, causal, scale)
         return [out, lse]
 
     fd, outs = run_and_check(build, lambda a, b, c: _sdpa_ref(a, b, c, causal, scale), [q, k, v], decl=decl,
                              backend=backend, rtol=2e-2 if dtype != f32 else 1e-5,
                              atol=2e-2 if dtype != f32 else 1e-5)
     assert fd.fusion.outputs()[1].dtype is DataType.Float  # log-sum-exp is fp32 whatever the inputs
+
+
+@pytest.mark.parametrize("bias_shape,with_mask,causal", [
+    ((2, 3, 5, 6), False, False),  # a full [N, H, L, S] bias
+    ((5, 6), True, False),  # a [L, S] bias broadcast over batch and heads, and a mask
+    ((1, 3, 1, 6), False, True),  # per head and key position, causal
+])
+def test_sdpfa_fwd_with_bias_and_mask(bias_shape, with_mask, causal):
+    """nvFuser's order: (query, key, value, bias, mask, dropout_p, is_causal, scale); bias and
+    mask are added to the scaled scores, as F.scaled_dot_product_attention's float attn_mask."""
+    q, k, v = make((2, 3, 5, 4)), make((2, 3, 6, 4)), make((2, 3, 6, 7))
+    bias = make(bias_shape)
+    mask = torch.where(torch.rand(5, 6) < 0.3, float("-inf"), 0.0) if with_mask else None
+    if mask is not None:
+        mask[:, 0] = 0.0  # every query sees at least one key
+    with FusionDefinition() as fd:
+        tq, tk, tv = (fd.from_pytorch(t) for t in (q, k, v))
+        tb = fd.from_pytorch(bias)
+        tm = fd.from_pytorch(mask) if mask is not None else None
+        out, lse, _, _ = fd.ops.sdpfa_fwd(tq, tk, tv, tb, tm, 0.0, causal, 0.4)
+        fd.add_output(out)
+        fd.add_output(lse)
+    args = [q, k, v, bias] + ([mask] if mask is not None else [])
+    out, lse = fd.execute(args)
+    attn = bias + (mask if mask is not None else 0.0)
+    scores = q @ k.transpose(-2, -1) * 0.4 + attn
+    if causal:
+        scores = scores.masked_fill(~torch.ones(5, 6, dtype=torch.bool).tril(), float("-inf"))
+    assert_eager(out, torch.softmax(scores, -1) @ v, rtol=1e-5, atol=1e-5)
+    assert_eager(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_sdpfa_fwd_bias_that_does_not_broadcast_is_a_definition_error():
+    with pytest.raises(FusionDefinitionError, match="bias"):
+        with FusionDefinition() as fd:
+            q = fd.define_tensor([2, 3, 5, 4], contiguity=True)
+            k = fd.define_tensor([2, 3, 6, 4], contiguity=True)
+            b = fd.define_tensor([5, 7], contiguity=True)  # 7 keys against 6
+            fd.add_output(fd.ops.sdpfa_fwd(q, k, k, b)[0])

@@ -131,7 +131,7 @@ def _sdpa_backward_definition(causal, scale, dtype):
     dt = DataType.from_torch(dtype)
     with FusionDefinition() as fd:
         q, k, v, g = (fd.define_tensor([-1, -1, -1, -1], contiguity=True, dtype=dt) for _ in range(4))
-        out, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, 0.0, causal, scale)
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, dropout_p=0.0, is_causal=causal, scale=scale)
         grads = fd.ops.sdpfa_bwd(g, q, k, v, out, lse, 0.0, causal, seed, offset, scale)
         for t in (out, *grads):
             fd.add_output(t)

@@ -266,7 +266,7 @@ def test_attention_on_meta_standing_for_a_gpu_has_flash_attentions_layout():
 
     with FusionDefinition() as fd:
         q, k, v = (fd.define_tensor([-1, -1, -1, -1], dtype=DataType.BFloat16) for _ in range(3))
-        out, lse, _seed, _offset = fd.ops.sdpfa_fwd(q, k, v, 0.0, True, None)
+        out, lse, _seed, _offset = fd.ops.sdpfa_fwd(q, k, v, None, None, 0.0, True, None)
         fd.add_output(out)
     (expr,) = [e for e in fd.fusion.exprs if isinstance(e, SdpaFwdOp)]
     query = torch.empty(2, 16, 4, 64, dtype=torch.bfloat16, device="meta").transpose(1, 2)
