@@ -33,6 +33,10 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
            keepdim: bool = False, dtype: Optional[DataType] = None) -> TensorView:
     op = kind.name
     check_tensor(op, tv)
+    if isinstance(dims, DataType):  # nvFuser's whole-tensor form, sum(t, DataType.Float)
+        if dtype is not None:
+            raise FusionDefinitionError(f"{op}: dtype given twice ({dims} and {dtype})")
+        dims, dtype = None, dims
     axes = axes_of(op, tv, dims)
     if dtype is not None:
         tv = cast(tv, dtype)

@@ -60,6 +60,16 @@ def test_sum_positional_form_with_dtype(dtype, backend):
 
 
 @pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_whole_tensor_form_with_a_dtype(backend):
+    """nvFuser's `fd.ops.prod(t, DataType.Float)` (the dtype in the dims' place) and an int dim."""
+    x = make((2, 3, 4), bf16)
+    run_and_check(lambda fd, t: [fd.ops.prod(t, DataType.Float), fd.ops.sum(t, DataType.Float),
+                                 fd.ops.prod(t, 1, True, DataType.Float)],
+                  lambda t: [torch.prod(t.float()), torch.sum(t.float()), torch.prod(t.float(), 1, True)],
+                  [x], backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
 def test_sum_keywords_and_all_dims(backend):
     x = make((2, 3, 4))
     run_and_check(lambda fd, t: [fd.ops.sum(t, dims=[0, 1], keepdim=True), fd.ops.sum(t)],
