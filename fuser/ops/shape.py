@@ -219,13 +219,16 @@ def _normalize_index(f, v, ext, op):
 def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorView:
     op = "pad"
     check_tensor(op, tv)
-    widths = list(pad_widths)
+    # a defined scalar whose value is known (computed from constants) counts as its value
+    widths = [w.value if isinstance(w, Scalar) and w.value is not None and w.dtype.is_integral else w
+              for w in pad_widths]
     if len(widths) % 2 or len(widths) // 2 > tv.ndim:
         raise FusionDefinitionError(
             f"{op}: pad_widths {widths} needs an even count, at most 2 x {tv.ndim} for {tv!r}")
     for w in widths:
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise FusionDefinitionError(f"{op}: pad widths must be non-negative ints, got {widths}")
+            raise FusionDefinitionError(f"{op}: pad widths must be non-negative ints or integer scalars of "
+                                        f"a known value, got {widths}")
     f = tv.fusion
     value = as_val(f, 0 if value is None else value, op)
     ids = [copy_id(f, d) for d in tv.domain.no_reductions()]

@@ -292,3 +292,18 @@ def test_reshape_infers_minus_one_in_factored_form():
     assert _quotient(2 * b * (a + 1), 2) == b * (a + 1)
     assert str(_quotient(2 * b * (a + 1), 2)) == "b*(a + 1)"
     assert _quotient(a * b * (a + 1) * (a + 2), (a + 1) * (a + 2)) == a * b
+
+
+def test_pad_widths_from_scalars_of_known_value():
+    """nvFuser's definitions compute pad widths from defined constants (`cast(mul(2.5, 7))`)."""
+    x = make((1, 2, 3))
+    with FusionDefinition() as fd:
+        t0 = fd.from_pytorch(x)
+        w = fd.ops.cast(fd.ops.mul(fd.define_scalar(2.5, dtype=DataType.Float),
+                                   fd.define_scalar(7, dtype=DataType.Int)), dtype=DataType.Int)
+        fd.add_output(fd.ops.pad(t0, [w, 1, w, 0]))
+    assert torch.equal(fd.execute([x])[0], torch.nn.functional.pad(x, [17, 1, 17, 0]))
+    with pytest.raises(fuser.FusionDefinitionError, match="known value"):
+        with FusionDefinition() as fd:
+            t0 = fd.from_pytorch(x)
+            fd.add_output(fd.ops.pad(t0, [fd.define_scalar(dtype=DataType.Int), 0]))
