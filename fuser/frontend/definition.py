@@ -44,7 +44,7 @@ class _Recorder:
                 return _python_literal(v.value)
             for tv in self.defined:  # an extent of a tensor the code has already made
                 for k, d in enumerate(tv.domain.no_reductions()):
-                    if d.extent == v.expr and not d.is_broadcast:
+                    if d.size == v.expr and not (d.is_broadcast and d.expanded_extent is None):
                         return f"tv{tv.name}.shape()[{k}]"
             raise FusionDefinitionError(f"repr: the scalar {v!r} is not reachable from the definition")
         if isinstance(v, (list, tuple)):

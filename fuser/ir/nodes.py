@@ -105,7 +105,7 @@ class TensorView(Val):
 
     def shape(self) -> list[Scalar]:
         """The logical extents as Scalars (usable as a `shape` argument of other ops)."""
-        return [self.fusion.extent_scalar(d.extent) for d in self.domain.no_reductions()]
+        return [self.fusion.extent_scalar(d.size) for d in self.domain.no_reductions()]  # (an expanded one's size)
 
     def size(self, axis: int) -> Scalar:
         return self.shape()[axis]

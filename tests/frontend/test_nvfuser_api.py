@@ -173,3 +173,24 @@ def test_define_scalar_with_only_a_dtype_is_an_input():
         fd.add_output(fd.ops.mul(t0, s))
     assert s.dtype is DataType.Int
     assert_eager(fd.execute([x, 3])[0], x * 3)
+
+
+def test_shape_of_a_broadcast_is_usable_and_printable():
+    """t1_b.shape() after broadcast_in_dim gives the broadcast's size; a static extent is the
+    constant it is (1 for a plain broadcast), and repr names each one."""
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True, True, True])
+        t1 = fd.define_tensor(shape=[-1, 1, -1], contiguity=[True, None, True])
+        t1_b = fd.ops.broadcast_in_dim(t1, t0.shape(), [0, 1, 2])
+        fd.add_output(fd.ops.broadcast_in_dim(t1, t1_b.shape(), [0, 1, 2]))
+        fd.add_output(fd.ops.mul(t0, t1.shape()[1]))
+    assert t1.shape()[1].value == 1
+    x, y = make((2, 3, 4)), make((2, 1, 4))
+    outs = fd.execute([x, y])
+    assert_eager(outs[0], y.expand(2, 3, 4))
+    assert_eager(outs[1], x * 1)
+    scope: dict = {"DataType": DataType, "FusionDefinition": FusionDefinition}
+    exec(repr(fd), scope)
+    with FusionDefinition() as again:
+        scope["nvfuser_fusion"](again)
+    assert_eager(again.execute([x, y])[0], y.expand(2, 3, 4))
