@@ -12,9 +12,9 @@ from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, DataType, ExpandO
                   UnaryOpType, Val)
 from ..ops.pointwise import result_type
 from ..schedulers.inner_outer import FP32_COMPUTED
-from .math import binary_lowering, has_absolute_lowering, unary_lowering
+from .math import binary_lowering, fp8_narrow, fp8_widen, has_absolute_lowering, unary_lowering
 from .scope import Scope
-from .types import STORAGE, compute_type
+from .types import FP8, STORAGE, compute_type
 
 _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpType.maximum,
                BinaryOpType.minimum}
@@ -101,20 +101,29 @@ class ElementwiseEmitter:
         src = self.operand(scope, v, v.dtype)
         if dtype.is_boolean:
             return f"({src} != 0)"
-        if dtype in (DataType.Half, DataType.BFloat16):
+        if dtype in (DataType.Half, DataType.BFloat16) or dtype in FP8:
             if v.dtype.is_boolean:
                 return f"{src}.to(tl.float32)"  # 0 and 1 are exact
             if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
                 src = f"{src}.to(tl.float32)"
-            return f"{self.narrow(src, dtype)}.to(tl.float32)"
+            return self.widen(self.narrow(src, dtype), dtype)
         return f"{src}.to({compute_type(dtype)})"
 
     def narrow(self, code: str, dtype: DataType) -> str:
         """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so
-        there the rounding to nearest even is done first, as the GPU and eager do it."""
+        there the rounding to nearest even is done first, as the GPU and eager do it; fp8 is
+        converted as torch converts it (math.fp8_narrow)."""
+        if dtype in FP8:
+            return fp8_narrow(code, FP8[dtype], self.target)
         if dtype is DataType.BFloat16 and self.target == "interpreter":
             code = f"_round_bf16({code})"
         return f"{code}.to({STORAGE[dtype]})"
+
+    def widen(self, code: str, dtype: DataType) -> str:
+        """A value of storage type `dtype` (a load, a narrowed value) in its compute type."""
+        if dtype in FP8:
+            return fp8_widen(code, FP8[dtype], self.target)
+        return f"{code}.to({compute_type(dtype)})"
 
     def emit_unary(self, scope: Scope, e: UnaryOp) -> None:
         out_dt = e.out.dtype

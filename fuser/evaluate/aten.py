@@ -126,7 +126,10 @@ def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
     if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point \
             and dtype != torch.bool:
         bits = torch.iinfo(dtype).bits
-        value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+        if dtype.is_signed:
+            value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+        else:  # (uint64)
+            value %= 1 << bits
     try:
         # (filled on the device: torch.tensor copies from pageable host memory, which waits
         # for the GPU's stream to drain at every call)
