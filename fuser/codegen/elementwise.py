@@ -101,13 +101,25 @@ class ElementwiseEmitter:
         src = self.operand(scope, v, v.dtype)
         if dtype.is_boolean:
             return f"({src} != 0)"
-        if dtype in (DataType.Half, DataType.BFloat16) or dtype in FP8:
+        if dtype in (DataType.Half, DataType.BFloat16):
             if v.dtype.is_boolean:
                 return f"{src}.to(tl.float32)"  # 0 and 1 are exact
-            if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
-                src = f"{src}.to(tl.float32)"
-            return self.widen(self.narrow(src, dtype), dtype)
+            return self.widen(self.narrow(self.as_fp32(src, v.dtype), dtype), dtype)
         return f"{src}.to({compute_type(dtype)})"
+
+    @staticmethod
+    def as_fp32(code: str, dtype: DataType) -> str:
+        """A value of compute type `dtype` in fp32: integers and fp64 reach narrower floating
+        types through fp32, as eager converts them."""
+        return code if compute_type(dtype) == "tl.float32" else f"{code}.to(tl.float32)"
+
+    def emit_fp8_cast(self, scope: Scope, e: CastOp) -> None:
+        """A cast to fp8: its fp8 value is bound too (`T7_fp8`), so that storing the result
+        stores it rather than converting the fp32 value held for later uses a second time."""
+        fp8 = f"{self.tname(e.out)}_fp8"
+        scope.lines.append(f"{fp8} = {self.narrow(self.as_fp32(self.operand(scope, e.inp, e.inp.dtype), e.inp.dtype), e.dtype)}")
+        scope.names[("fp8", self.key(e.out))] = fp8
+        self.bind(scope, e.out, self.widen(fp8, e.dtype))
 
     def narrow(self, code: str, dtype: DataType) -> str:
         """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so

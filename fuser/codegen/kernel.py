@@ -452,6 +452,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
             self.emit_binary(scope, e)
         elif isinstance(e, TernaryOp):
             self.emit_ternary(scope, e)
+        elif isinstance(e, CastOp) and e.dtype in FP8:
+            self.emit_fp8_cast(scope, e)
         elif isinstance(e, CastOp):
             self.bind(scope, out, self.cast_code(scope, e.inp, e.dtype))
         elif isinstance(e, (ReductionOp, VarMeanOp)):
@@ -481,7 +483,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
         masks += [f"(({self.block('[1, 1]', '0', 'tl.int32')} + pid{d}) == 0)" for d in missing]
         mask = f"@smask:{' & '.join(masks)}@" if aligned else f", mask={' & '.join(masks)}" if masks else ""
-        value = self.narrow(code, tv.dtype)
+        value = scope.lookup(("fp8", self.key(tv))) or self.narrow(code, tv.dtype)  # (emit_fp8_cast)
         scope.lines.append(f"tl.store({ptr}, {value}{mask})")
         self.stored.add(id(tv))
 

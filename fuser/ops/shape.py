@@ -294,6 +294,7 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
 def iota(fusion, length: Any, start: Any = None, step: Any = None,
          dtype: DataType = DataType.Int) -> TensorView:
     op = "iota"
+    dtype = value_dtype(op, dtype)
     n = extent_of(fusion, length, op)
     vals = (as_val(fusion, length, op), as_val(fusion, 0 if start is None else start, op),
             as_val(fusion, 1 if step is None else step, op))
