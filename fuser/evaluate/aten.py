@@ -39,6 +39,10 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
     try:
         return fn(expr, args, ctx)
+    except NotImplementedError as err:  # (a RuntimeError: ATen lacks most kernels for uint64, fp8)
+        dtypes = ", ".join(repr(v.dtype) for v in expr.inputs)
+        raise UnsupportedError(f"{expr.op_name}: ATen has no kernel for it on {dtypes} operands "
+                               f"on this device ({err}); cast the operands to a type it has") from err
     except torch.OutOfMemoryError:
         raise
     except (RuntimeError, IndexError, ValueError, TypeError) as err:

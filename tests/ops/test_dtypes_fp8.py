@@ -341,6 +341,11 @@ def test_uint64_errors():
         fd.add_output(fd.ops.bitwise_or(a, s))
     with pytest.raises(FusionInputError, match="unsigned 64-bit"):
         fd.execute([torch.zeros(3, dtype=torch.uint64), torch.zeros(3, dtype=torch.int64), -1])
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1], dtype=DataType.UInt64)
+        fd.add_output(fd.ops.add(a, a))
+    with pytest.raises(UnsupportedError, match="add: ATen has no kernel for it on DataType.UInt64"):
+        fd.execute([torch.zeros(3, dtype=torch.uint64)])  # (PyTorch has no uint64 add on the CPU)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
