@@ -12,9 +12,9 @@ from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, DataType, ExpandO
                   UnaryOpType, Val)
 from ..ops.pointwise import result_type
 from ..schedulers.inner_outer import FP32_COMPUTED
-from .math import binary_lowering, has_absolute_lowering, unary_lowering
+from .math import binary_lowering, fp8_narrow, fp8_widen, has_absolute_lowering, unary_lowering
 from .scope import Scope
-from .types import STORAGE, compute_type
+from .types import FP8, STORAGE, compute_type
 
 _ARITHMETIC = {BinaryOpType.add, BinaryOpType.sub, BinaryOpType.mul, BinaryOpType.maximum,
                BinaryOpType.minimum}
@@ -104,17 +104,38 @@ class ElementwiseEmitter:
         if dtype in (DataType.Half, DataType.BFloat16):
             if v.dtype.is_boolean:
                 return f"{src}.to(tl.float32)"  # 0 and 1 are exact
-            if compute_type(v.dtype) != "tl.float32":  # integers and fp64 go through fp32
-                src = f"{src}.to(tl.float32)"
-            return f"{self.narrow(src, dtype)}.to(tl.float32)"
+            return self.widen(self.narrow(self.as_fp32(src, v.dtype), dtype), dtype)
         return f"{src}.to({compute_type(dtype)})"
+
+    @staticmethod
+    def as_fp32(code: str, dtype: DataType) -> str:
+        """A value of compute type `dtype` in fp32: integers and fp64 reach narrower floating
+        types through fp32, as eager converts them."""
+        return code if compute_type(dtype) == "tl.float32" else f"{code}.to(tl.float32)"
+
+    def emit_fp8_cast(self, scope: Scope, e: CastOp) -> None:
+        """A cast to fp8: its fp8 value is bound too (`T7_fp8`), so that storing the result
+        stores it rather than converting the fp32 value held for later uses a second time."""
+        fp8 = f"{self.tname(e.out)}_fp8"
+        scope.lines.append(f"{fp8} = {self.narrow(self.as_fp32(self.operand(scope, e.inp, e.inp.dtype), e.inp.dtype), e.dtype)}")
+        scope.names[("fp8", self.key(e.out))] = fp8
+        self.bind(scope, e.out, self.widen(fp8, e.dtype))
 
     def narrow(self, code: str, dtype: DataType) -> str:
         """An fp32 value converted to a storage type. The interpreter truncates fp32 to bf16, so
-        there the rounding to nearest even is done first, as the GPU and eager do it."""
+        there the rounding to nearest even is done first, as the GPU and eager do it; fp8 is
+        converted as torch converts it (math.fp8_narrow)."""
+        if dtype in FP8:
+            return fp8_narrow(code, FP8[dtype], self.target)
         if dtype is DataType.BFloat16 and self.target == "interpreter":
             code = f"_round_bf16({code})"
         return f"{code}.to({STORAGE[dtype]})"
+
+    def widen(self, code: str, dtype: DataType) -> str:
+        """A value of storage type `dtype` (a load, a narrowed value) in its compute type."""
+        if dtype in FP8:
+            return fp8_widen(code, FP8[dtype], self.target)
+        return f"{code}.to({compute_type(dtype)})"
 
     def emit_unary(self, scope: Scope, e: UnaryOp) -> None:
         out_dt = e.out.dtype

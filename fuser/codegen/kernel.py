@@ -27,7 +27,7 @@ from .random import RandomEmitter
 from .reductions import ReductionEmitter
 from .resize import ResizeEmitter
 from .scope import COUNT, INDEX, Scope
-from .types import COMPUTE, STORAGE, compute_type
+from .types import COMPUTE, FP8, compute_type
 
 @dataclass
 class ArgSpec:
@@ -322,9 +322,12 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         # a one-element tensor still loads as a [1, 1] block, like every other value
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])
         m = self.mask(tv)
-        mask = f"@lmask:{m}@" if aligned else f", mask={m}, other=0" if m else ""
+        # (masked lanes read a float zero for fp8, which Triton converts to fp8 where it cannot an int)
+        fp8 = tv.dtype in FP8
+        mask = (f"@{'f' if fp8 else 'l'}mask:{m}@" if aligned else
+                f", mask={m}, other={'0.0' if fp8 else '0'}" if m else "")
         name = self.tname(tv)
-        scope.lines.append(f"{name} = tl.load({ptr}{mask}{self.load_hint(tv)}).to({compute_type(tv.dtype)})")
+        scope.lines.append(f"{name} = {self.widen(f'tl.load({ptr}{mask}{self.load_hint(tv)})', tv.dtype)}")
         scope.names[self.key(tv)] = name
 
     def load_hint(self, tv: TensorView) -> str:
@@ -379,7 +382,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         """`lines` with their aligned loads' and stores' mask markers (`_MASKED`) resolved: the
         masks themselves, or none (a chunk wholly inside the row)."""
         def resolve(m: re.Match) -> str:
-            return f", mask={m.group(2)}" + (", other=0" if m.group(1) == "l" else "") if masked else ""
+            other = {"l": ", other=0", "f": ", other=0.0", "s": ""}[m.group(1)]
+            return f", mask={m.group(2)}{other}" if masked else ""
         return [_MASKED.sub(resolve, line) for line in lines]
 
     def aligned_loops(self, body: list[str], unroll: bool = False) -> list[str]:
@@ -448,6 +452,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
             self.emit_binary(scope, e)
         elif isinstance(e, TernaryOp):
             self.emit_ternary(scope, e)
+        elif isinstance(e, CastOp) and e.dtype in FP8:
+            self.emit_fp8_cast(scope, e)
         elif isinstance(e, CastOp):
             self.bind(scope, out, self.cast_code(scope, e.inp, e.dtype))
         elif isinstance(e, (ReductionOp, VarMeanOp)):
@@ -477,7 +483,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         missing = [d for d in self.program_dims() if d not in self.dims_of(tv) and d in self.super_dim]
         masks += [f"(({self.block('[1, 1]', '0', 'tl.int32')} + pid{d}) == 0)" for d in missing]
         mask = f"@smask:{' & '.join(masks)}@" if aligned else f", mask={' & '.join(masks)}" if masks else ""
-        value = self.narrow(code, tv.dtype) if tv.dtype is DataType.BFloat16 else f"{code}.to({STORAGE[tv.dtype]})"
+        value = scope.lookup(("fp8", self.key(tv))) or self.narrow(code, tv.dtype)  # (emit_fp8_cast)
         scope.lines.append(f"tl.store({ptr}, {value}{mask})")
         self.stored.add(id(tv))
 
@@ -602,7 +608,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
 # chunks) and takes the hint of the marker before it.
 _EVICT = "@evict:{}@"
 # an aligned row's load (l) or store (s) and its mask: unmasked in the inner chunks' loop
-_MASKED = re.compile(r"@([ls])mask:([^@]*)@")
+_MASKED = re.compile(r"@([lfs])mask:([^@]*)@")  # l: a load (f: of fp8), s: a store
 _ANY_EVICT = r"@evict\+?:\w+@"
 
 
@@ -645,6 +651,8 @@ def can_emit(e: Expr, target: str) -> bool:
     for v in list(e.inputs) + list(e.outputs):
         if v.dtype not in COMPUTE:
             return False
+    if isinstance(e, (FullOp, IotaOp)) and e.out.dtype in FP8:
+        return False  # (a constant would need rounding to fp8 where the kernel reads it back)
     if isinstance(e, UnaryOp):
         return unary_lowering(e.kind, target) is not None
     if isinstance(e, BinaryOp):

@@ -8,6 +8,7 @@ it in an evaluator segment. Each entry is a format string over the operand code 
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Optional
 
@@ -111,6 +112,84 @@ def _round_bf16(x):
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _to_e4m3(x, SATURATE: tl.constexpr):
+    # fp32 to float8_e4m3fn as torch converts it: the hardware's cvt.rn.satfinite rounds to
+    # nearest even and turns inf and overflow into +-448, which torch does too where it
+    # saturates (SATURATE); where it does not, past 464 (rounding up to the NaN code) is NaN.
+    # NaN keeps its sign, as in torch.
+    r = x.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    bits = x.to(tl.uint32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    if SATURATE:
+        nan = a > 0x7F800000
+    else:
+        nan = a > 0x43E80000
+    r = tl.where(nan, ((bits >> 24) & 0x80).to(tl.uint8) | 0x7F, r)
+    return r.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _to_e5m2(x):
+    # fp32 to float8_e5m2 as torch converts it: cvt.rn.satfinite rounds to nearest even but
+    # turns inf and overflow into +-57344, where torch gives inf from 61440 (which rounds up
+    # past 57344) on; NaN keeps its sign
+    r = x.to(tl.float8e5).to(tl.uint8, bitcast=True)
+    bits = x.to(tl.uint32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    sign = ((bits >> 24) & 0x80).to(tl.uint8)
+    r = tl.where(a >= 0x47700000, sign | 0x7C, r)
+    r = tl.where(a > 0x7F800000, sign | 0x7F, r)
+    return r.to(tl.float8e5, bitcast=True)
+
+
+@triton.jit
+def _to_e4m3_emulated(x, SATURATE: tl.constexpr):
+    # the interpreter truncates to fp8 and wraps past its range: torch's conversion in integer
+    # steps. Below 2^-6 (subnormal) adding 2^14 rounds to the 2^-9 steps; above, the exponent is
+    # rebiased and the 20 dropped mantissa bits rounded to nearest even.
+    bits = x.to(tl.uint32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    sub = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.uint32, bitcast=True) - (141 << 23)
+    normal = (a - (120 << 23) + 0x7FFFF + ((a >> 20) & 1)) >> 20
+    r = tl.where(a < (121 << 23), sub, normal)
+    if SATURATE:
+        r = tl.where(a > 0x7F800000, 0x7F, tl.where((a >= (1087 << 20)) | (r == 0x7F), 0x7E, r))
+    else:
+        r = tl.where(a >= (1087 << 20), 0x7F, r)
+    r = r | ((bits >> 24) & 0x80)
+    return r.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _to_e5m2_emulated(x):
+    # as _to_e4m3_emulated: subnormals below 2^-14 in steps of 2^-16; 65536 and above (and inf)
+    # is inf, NaN is NaN; rounding from 61440 up reaches the inf code by itself
+    bits = x.to(tl.uint32, bitcast=True)
+    a = bits & 0x7FFFFFFF
+    sub = (a.to(tl.float32, bitcast=True) + 128.0).to(tl.uint32, bitcast=True) - (134 << 23)
+    normal = (a - (112 << 23) + 0xFFFFF + ((a >> 21) & 1)) >> 21
+    r = tl.where(a < (113 << 23), sub, normal)
+    r = tl.where(a >= (143 << 23), tl.where(a > 0x7F800000, 0x7F, 0x7C), r)
+    r = r | ((bits >> 24) & 0x80)
+    return r.to(tl.uint8).to(tl.float8e5, bitcast=True)
+
+
+@triton.jit
+def _from_fp8_emulated(x):
+    # the interpreter converts fp8 codes exactly but for the special ones, which it reads as
+    # numbers (e4m3fn's NaN as 480, e5m2's inf and NaN as 65536 and up): those made from bits
+    b = x.to(tl.uint8, bitcast=True).to(tl.uint32)
+    sign = (b & 0x80) << 24
+    if x.dtype == tl.float8e4nv:
+        special = (b & 0x7F) == 0x7F
+        code = sign | 0x7FC00000
+    else:
+        special = (b & 0x7C) == 0x7C
+        code = sign | tl.where((b & 0x3) == 0, 0x7F800000, 0x7FC00000)
+    return tl.where(special, code.to(tl.float32, bitcast=True), x.to(tl.float32))
 
 
 @triton.jit
@@ -276,3 +355,34 @@ def has_absolute_lowering(kind: UnaryOpType, target: str) -> bool:
 
 def binary_lowering(kind: BinaryOpType, target: str) -> Optional[str]:
     return _BINARY[target].get(kind)
+
+
+# fp8 conversions: (to fp8, from fp8) per target, as format strings over `{x}`; {sat}: whether
+# torch saturates e4m3fn's overflow (torch_saturates_e4m3)
+_FP8 = {
+    (CUDA, "e4m3"): ("_to_e4m3({x}, {sat})", "{x}.to(tl.float32)"),
+    (CUDA, "e5m2"): ("_to_e5m2({x})", "{x}.to(tl.float32)"),
+    (INTERPRETER, "e4m3"): ("_to_e4m3_emulated({x}, {sat})", "_from_fp8_emulated({x})"),
+    (INTERPRETER, "e5m2"): ("_to_e5m2_emulated({x})", "_from_fp8_emulated({x})"),
+}
+
+
+@functools.cache
+def torch_saturates_e4m3() -> bool:
+    """Whether this torch turns an fp32 beyond float8_e4m3fn's range into +-448 (recent
+    releases) rather than NaN (earlier ones): the kernels follow the torch they run with."""
+    import torch
+
+    code = torch.tensor([1e4]).to(torch.float8_e4m3fn).view(torch.uint8).item()
+    return code == 0x7E
+
+
+def fp8_narrow(code: str, fp8: str, target: str) -> str:
+    """An fp32 value converted to fp8 ("e4m3" or "e5m2") as torch converts it."""
+    sat = torch_saturates_e4m3() if fp8 == "e4m3" else False
+    return _FP8[target, fp8][0].format(x=code, sat=sat)
+
+
+def fp8_widen(code: str, fp8: str, target: str) -> str:
+    """An fp8 value converted to fp32 (exactly)."""
+    return _FP8[target, fp8][1].format(x=code)

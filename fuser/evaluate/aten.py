@@ -40,6 +40,10 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
     try:
         return fn(expr, args, ctx)
+    except NotImplementedError as err:  # (a RuntimeError: ATen lacks most kernels for uint64, fp8)
+        dtypes = ", ".join(repr(v.dtype) for v in expr.inputs)
+        raise UnsupportedError(f"{expr.op_name}: ATen has no kernel for it on {dtypes} operands "
+                               f"on this device ({err}); cast the operands to a type it has") from err
     except torch.OutOfMemoryError:
         raise
     except (RuntimeError, IndexError, ValueError, TypeError) as err:
@@ -127,7 +131,10 @@ def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
     if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point \
             and dtype != torch.bool:
         bits = torch.iinfo(dtype).bits
-        value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+        if dtype.is_signed:
+            value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+        else:  # (uint64)
+            value %= 1 << bits
     try:
         # (filled on the device: torch.tensor copies from pageable host memory, which waits
         # for the GPU's stream to drain at every call)

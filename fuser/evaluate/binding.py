@@ -12,7 +12,7 @@ import types
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import ExtentConflictError, FusionInputError, InternalError
-from ..ir import Fusion, Scalar, TensorView
+from ..ir import DataType, Fusion, Scalar, TensorView
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
 from ..multidevice.sharding import local_extents, sharding_factors
 
@@ -172,7 +172,10 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
           isinstance(arg, (int, float, complex)))
     if not ok:
         raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
-    if dt.is_integral and not fits_int64(arg):
+    if dt is DataType.UInt64:
+        if not 0 <= arg < 1 << 64:
+            raise FusionInputError(f"{label}: {arg} is out of the range of an unsigned 64-bit integer")
+    elif dt.is_integral and not fits_int64(arg):
         raise FusionInputError(f"{label}: {arg} is out of the range of a 64-bit integer")
     if dt.is_floating and isinstance(arg, int):
         try:
@@ -305,7 +308,9 @@ class InputBinder:
         for k, (i, name, dtype) in enumerate(self.scalars):
             env[f"S{k}"] = _SCALAR_TYPES[dtype.category]
             lines += [f"    v = args[{i}]", f"    if type(v) not in S{k}:", "        return None"]
-            if dtype.is_integral:  # (beyond int64: the full check names it)
+            if dtype is DataType.UInt64:  # (beyond its range: the full check names it)
+                lines += ["    if not 0 <= v < 0x10000000000000000:", "        return None"]
+            elif dtype.is_integral:
                 lines += ["    if not -0x8000000000000000 <= v < 0x8000000000000000:", "        return None"]
             elif dtype.is_floating:  # a float scalar holds a float (as _bind_scalar converts it)
                 lines += ["    if type(v) is int:",

@@ -16,10 +16,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ..errors import FusionDefinitionError
+from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
+from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
 from .validate import check_outputs
 
@@ -161,8 +162,7 @@ class FusionDefinition:
         if shape is None:
             raise FusionDefinitionError("define_tensor: shape is required")
         shape = list(shape)
-        if not isinstance(dtype, DataType):
-            raise FusionDefinitionError(f"define_tensor: dtype must be a DataType, got {dtype!r}")
+        dtype = value_dtype("define_tensor", dtype)
         f = self.fusion
         ids = []
         for k, s in enumerate(shape):
@@ -202,15 +202,17 @@ class FusionDefinition:
         return [self.define_scalar(None, DataType.Int) for _ in range(size)]
 
     def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
-        from ..ops.common import python_scalar_dtype
+        from ..ops.common import given_dtype, python_scalar_dtype
 
         self.fusion.check_open("define_scalar")
         if isinstance(value, DataType) and dtype is None:  # nvFuser's define_scalar(DataType.Int)
             value, dtype = None, value
+        dtype = given_dtype("define_scalar", dtype)  # (DataType.Null: none given, as None)
         if dtype is None:
             dtype = DataType.Double if value is None else python_scalar_dtype(value)
-        if not isinstance(dtype, DataType):
-            raise FusionDefinitionError(f"define_scalar: dtype must be a DataType, got {dtype!r}")
+        if dtype.is_float8 or dtype.is_opaque:
+            raise UnsupportedError(f"define_scalar: scalars of {dtype!r} are not supported; "
+                                   f"define a tensor, or a Float scalar and cast after")
         s = self.fusion.new_scalar(dtype, value=value)
         if value is None:
             self.fusion.add_input(s)

@@ -5,7 +5,8 @@ import enum
 
 
 class DataType(enum.Enum):
-    """Element types, with nvFuser's Python names. Value: (IR spelling, torch attribute, bytes)."""
+    """Element types, with nvFuser's Python names. Value: (IR spelling, torch attribute or None
+    where torch has none, bytes)."""
 
     Double = ("double", "float64", 8)
     Float = ("float", "float32", 4)
@@ -16,6 +17,23 @@ class DataType(enum.Enum):
     Bool = ("bool", "bool", 1)
     ComplexFloat = ("std::complex<float>", "complex64", 8)
     ComplexDouble = ("std::complex<double>", "complex128", 16)
+    # torch.uint64: few ATen kernels (casts, bitwise and/or/xor, mul, eq/ne, where); PyTorch
+    # refuses to promote it with signed integers or bool
+    UInt64 = ("uint64_t", "uint64", 8)
+    # nvFuser's index type: an int64 here (tensors and scalars), after Int so that
+    # from_torch(torch.int64) gives Int
+    Index = ("nvfuser_index_t", "int64", 8)
+    # 8-bit floats: values only pass through them (loads, stores, casts, selects); arithmetic
+    # on them computes in Float (see promote_fp8 in ops/pointwise.py)
+    Float8_e4m3fn = ("__e4m3", "float8_e4m3fn", 1)
+    Float8_e5m2 = ("__e5m2", "float8_e5m2", 1)
+    Float8_e8m0fnu = ("__e8m0", "float8_e8m0fnu", 1)
+    # 4-bit floats: torch holds them only packed in pairs (float4_e2m1fn_x2, no casts), so
+    # they pass through data movement alone; the unpacked type has no torch dtype at all
+    Float4_e2m1fn = ("__e2m1", None, 1)
+    Float4_e2m1fn_x2 = ("__e2m1_x2", "float4_e2m1fn_x2", 1)
+    # "no dtype given" in nvFuser's API (reductions' dtype=DataType.Null): never a value's type
+    Null = ("null_type", None, 0)
 
     @property
     def ir_name(self) -> str:
@@ -31,7 +49,16 @@ class DataType(enum.Enum):
 
     @property
     def is_integral(self) -> bool:
-        return self in (DataType.Int, DataType.Int32)
+        return self in _INTEGRAL
+
+    @property
+    def is_float8(self) -> bool:
+        return self in _FLOAT8
+
+    @property
+    def is_opaque(self) -> bool:
+        """Values torch can store and move but not convert or compute with (packed fp4)."""
+        return self in (DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2)
 
     @property
     def is_complex(self) -> bool:
@@ -55,6 +82,12 @@ class DataType(enum.Enum):
     def to_torch(self):
         import torch  # lazily: the IR itself runs no torch code
 
+        if self.value[1] is None:
+            from ..errors import UnsupportedError
+
+            why = ("it stands for no dtype" if self is DataType.Null else
+                   "torch holds it only packed in pairs: use DataType.Float4_e2m1fn_x2")
+            raise UnsupportedError(f"{self!r} has no torch dtype: {why}")
         return getattr(torch, self.value[1])
 
     @staticmethod
@@ -71,7 +104,10 @@ class DataType(enum.Enum):
         return f"DataType.{self.name}"
 
 
-_FLOATING = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16)
+_FLOAT8 = (DataType.Float8_e4m3fn, DataType.Float8_e5m2, DataType.Float8_e8m0fnu)
+_FLOATING = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16, *_FLOAT8,
+             DataType.Float4_e2m1fn, DataType.Float4_e2m1fn_x2)
+_INTEGRAL = (DataType.Int, DataType.Int32, DataType.UInt64, DataType.Index)
 
 
 def promote(*dtypes: DataType) -> DataType:
@@ -85,6 +121,11 @@ def promote(*dtypes: DataType) -> DataType:
             best = dt if dt.category > best.category else best
         elif {dt, best} == {DataType.Half, DataType.BFloat16}:
             best = DataType.Float
+        elif dt.is_float8 or best.is_float8:
+            # nvFuser's rule (PyTorch promotes no fp8): with another floating type, Float
+            best = DataType.Double if DataType.Double in (dt, best) else DataType.Float
+        elif DataType.Index in (dt, best):
+            best = DataType.Index  # (nvFuser: an index computation stays one)
         elif dt.itemsize > best.itemsize:
             best = dt
     return best

@@ -5,7 +5,7 @@ from typing import Any, Optional, Sequence
 
 import sympy
 
-from ..errors import FusionDefinitionError
+from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BroadcastOp, DataType, Fusion, IterDomain, IterType, Scalar, TensorView, Val,
                   tensor_domain)
 
@@ -40,6 +40,35 @@ def python_scalar_dtype(value: Any) -> DataType:
     if isinstance(value, complex):
         return DataType.ComplexDouble
     raise FusionDefinitionError(f"unsupported scalar operand {value!r} of type {type(value).__name__}")
+
+
+def given_dtype(op: str, dtype: Any) -> Optional[DataType]:
+    """An optional dtype argument: None, or nvFuser's DataType.Null ("none given"), is None."""
+    if dtype is None or dtype is DataType.Null:
+        return None
+    return value_dtype(op, dtype)
+
+
+def value_dtype(op: str, dtype: Any) -> DataType:
+    """A dtype that values are to have: a DataType that torch can hold."""
+    if not isinstance(dtype, DataType):
+        raise FusionDefinitionError(f"{op}: dtype must be a DataType, got {dtype!r}")
+    if dtype is DataType.Null:
+        raise FusionDefinitionError(f"{op}: DataType.Null means no dtype; give the values' dtype")
+    if dtype is DataType.Float4_e2m1fn:
+        raise UnsupportedError(f"{op}: DataType.Float4_e2m1fn has no torch dtype (torch holds fp4 "
+                               f"values only packed in pairs); use DataType.Float4_e2m1fn_x2")
+    return dtype
+
+
+def check_computable(op: str, *operands: Operand) -> None:
+    """Packed fp4 values can be stored and moved (set, permute, broadcast, ...) but torch can
+    neither convert nor compute with them."""
+    for v in operands:
+        if isinstance(v, (TensorView, Scalar)) and v.dtype.is_opaque:
+            raise UnsupportedError(f"{op}: {v!r} holds {v.dtype!r} values, which can only be moved "
+                                   f"(set, segment_set, permute, broadcast, ...), not converted or "
+                                   f"computed with")
 
 
 def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
@@ -116,7 +145,7 @@ def broadcast_ids(fusion: Fusion, op: str, tvs: Sequence[TensorView]) -> list[It
 def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
     """A shape entry (int or Scalar) as an extent expression."""
     if isinstance(v, Scalar):
-        if v.dtype not in (DataType.Int, DataType.Int32):
+        if v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
             raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
         return v.expr
     if isinstance(v, bool) or not isinstance(v, int):

@@ -10,7 +10,8 @@ from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, 
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
                            FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast)
 from ..ir.types import default_dtype_of_category
-from .common import Operand, as_val, broadcast_ids, broadcast_to_rank, fusion_of, new_tensor
+from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
+                     new_tensor, value_dtype)
 
 U, B = UnaryOpType, BinaryOpType
 
@@ -26,6 +27,7 @@ _FLOAT_BINARY = {B.div, B.atan2}
 def result_type(*operands: Operand) -> DataType:
     """PyTorch's result_type: dimensioned tensors, then 0-dim tensors, then scalars; a lower
     tier only counts when its category is higher."""
+    _check_uint64_mix(operands)
     tiers: list[list[DataType]] = [[], [], []]
     for v in operands:
         if isinstance(v, TensorView):
@@ -48,6 +50,25 @@ def result_type(*operands: Operand) -> DataType:
     return result
 
 
+def _check_uint64_mix(operands) -> None:
+    # PyTorch refuses to promote uint64 with another integer or bool tensor (which type holds
+    # both?); a Python integer takes the tensor's type
+    ints = {v.dtype for v in operands if isinstance(v, TensorView) and v.dtype.category < 2}
+    if DataType.UInt64 in ints and len(ints) > 1:
+        others = ", ".join(repr(d) for d in sorted(ints - {DataType.UInt64}, key=lambda d: d.name))
+        raise FusionDefinitionError(f"DataType.UInt64 does not promote with {others} (as in PyTorch); "
+                                    f"cast the operands to one type first")
+
+
+def computed(op: str, v: Operand) -> Operand:
+    """An operand as arithmetic takes it: an fp8 tensor cast to Float first, as nvFuser computes
+    fp8 (PyTorch has no fp8 arithmetic), so add(fp8, fp8) gives Float."""
+    check_computable(op, v)
+    if isinstance(v, TensorView) and v.dtype.is_float8:
+        return cast(v, DataType.Float)
+    return v
+
+
 def _elementwise_output(op: str, tvs: list[TensorView], dtype: DataType) -> TensorView:
     fusion = tvs[0].fusion
     rank = max(tv.ndim for tv in tvs)
@@ -64,6 +85,7 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
     x = as_val(fusion, x, kind.value)
     if not isinstance(x, TensorView):
         raise UnsupportedError(f"{kind.value}: scalar operands are not supported; use a tensor")
+    x = computed(kind.value, x)
     dtype = x.dtype
     if kind in _BOOL_RESULT_UNARY:
         dtype = DataType.Bool
@@ -85,6 +107,7 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
     a, b = as_val(fusion, a, kind.value), as_val(fusion, b, kind.value)
     if not isinstance(a, TensorView) and not isinstance(b, TensorView):
         return _scalar_binary(kind, a, b)
+    a, b = computed(kind.value, a), computed(kind.value, b)
     compute = result_type(a, b)
     if kind in _INTEGER_ONLY and not (compute.is_integral or compute.is_boolean):
         raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
@@ -128,6 +151,13 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
 def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorView:
     fusion = fusion_of(kind.value, a, b, c)
     a, b, c = (as_val(fusion, v, kind.value) for v in (a, b, c))
+    check_computable(kind.value, a, b, c)
+    # a where between tensors of one fp8 type selects exactly (PyTorch has it); otherwise fp8
+    # operands compute in Float
+    same_fp8 = (kind is TernaryOpType.where and isinstance(b, TensorView) and isinstance(c, TensorView)
+                and b.dtype.is_float8 and b.dtype is c.dtype)
+    if not same_fp8:
+        a, b, c = (computed(kind.value, v) for v in (a, b, c))
     if kind is TernaryOpType.where:
         if isinstance(a, TensorView) and not a.dtype.is_boolean:
             raise FusionDefinitionError(f"where: the condition must be a bool tensor, got {a.dtype}")
@@ -149,11 +179,16 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
 
 
 def cast(x: Operand, dtype: DataType):
-    if not isinstance(dtype, DataType):
-        raise FusionDefinitionError(f"cast: dtype must be a DataType, got {dtype!r}")
+    dtype = value_dtype("cast", dtype)
     fusion = fusion_of("cast", x)
     x = as_val(fusion, x, "cast")
+    if x.dtype is not dtype:
+        check_computable("cast", x)
+        if dtype.is_opaque:
+            raise UnsupportedError(f"cast: torch cannot convert values to {dtype!r}")
     if isinstance(x, Scalar):
+        if dtype.is_float8:
+            raise UnsupportedError(f"cast: scalars of {dtype!r} are not supported; cast a tensor")
         if x.value is not None:
             return fusion.new_scalar(dtype, value=python_value(x.value, dtype))
         if dtype is x.dtype or dtype.is_complex:
@@ -171,6 +206,8 @@ def python_value(value, dtype: DataType):
         return complex(value)
     if isinstance(value, complex) and not dtype.is_boolean:
         value = value.real  # (eager keeps the real part, with a warning)
+    if dtype is DataType.UInt64:  # (truncated toward zero, wrapped as torch converts)
+        return convert_scalar(CAST_INT, value) % (1 << 64)
     return convert_scalar(_cast_code(dtype), value)
 
 

@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 from ..errors import FusionDefinitionError
 from ..ir import (BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType, TensorView,
                   VarMeanOp)
-from .common import axes_of, check_tensor, copy_id, new_tensor
-from .pointwise import cast
+from .common import axes_of, check_tensor, copy_id, given_dtype, new_tensor
+from .pointwise import cast, computed
 
 
 def _reduced_ids(tv: TensorView, axes: tuple[int, ...]):
@@ -38,6 +38,8 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
             raise FusionDefinitionError(f"{op}: dtype given twice ({dims} and {dtype})")
         dims, dtype = None, dims
     axes = axes_of(op, tv, dims)
+    dtype = given_dtype(op, dtype)  # (nvFuser's default, DataType.Null: none given)
+    tv = computed(op, tv)
     if dtype is not None:
         tv = cast(tv, dtype)
     out_dtype = tv.dtype
@@ -65,6 +67,7 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
 def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
              keepdim: bool = False) -> tuple[TensorView, TensorView]:
     check_tensor("var_mean", tv)
+    tv = computed("var_mean", tv)
     if tv.dtype.category != 2:
         raise FusionDefinitionError(f"var_mean: needs a floating tensor, got {tv.dtype} in {tv!r}")
     if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:

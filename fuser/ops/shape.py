@@ -8,13 +8,13 @@ from typing import Any, Optional, Sequence
 
 import sympy
 
-from ..errors import FusionDefinitionError
+from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterType,
                   LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
                   SqueezeOp, TensorView, ceilDiv)
 from ..ir.symbolic import normIndex
 from ..ir.symbolic import is_static
-from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor
+from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor, value_dtype
 from .pointwise import result_type
 
 
@@ -285,8 +285,9 @@ def segment_set(tv: TensorView) -> TensorView:
 
 def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> TensorView:
     op = "full"
-    if not isinstance(dtype, DataType):
-        raise FusionDefinitionError(f"{op}: dtype must be a DataType, got {dtype!r}")
+    dtype = value_dtype(op, dtype)
+    if dtype.is_opaque:
+        raise UnsupportedError(f"{op}: torch cannot fill a tensor of {dtype!r}")
     ids = [fusion.new_id(extent_of(fusion, s, op)) for s in shape]
     out = new_tensor(fusion, ids, dtype)
     fusion.add_expr(FullOp(inputs=(as_val(fusion, fill_value, op),), outputs=(out,)))
@@ -296,6 +297,7 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
 def iota(fusion, length: Any, start: Any = None, step: Any = None,
          dtype: DataType = DataType.Int) -> TensorView:
     op = "iota"
+    dtype = value_dtype(op, dtype)
     n = extent_of(fusion, length, op)
     vals = (as_val(fusion, length, op), as_val(fusion, 0 if start is None else start, op),
             as_val(fusion, 1 if step is None else step, op))
