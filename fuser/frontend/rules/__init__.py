@@ -64,7 +64,7 @@ def find_rule(target) -> Optional[Rule]:
 
 
 def _load() -> None:
-    from . import indexing, matmul, pointwise, random, reduction, shape  # noqa: F401 - they register their rules
+    from . import indexing, math, matmul, pointwise, random, reduction, shape  # noqa: F401 - they register their rules
 
 
 _load()
