@@ -7,6 +7,8 @@ interpreter; ops without an interpreter lowering run as ATen segments there, che
 Tolerances: the interpreter's formulas are within 4 ulp of the fp32 result (see
 codegen/math.py), well inside the default fp32 tolerance (1e-5 relative, about 80 ulp); the
 half types compute in fp32 and round once, as eager does, so they get their usual tolerance."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -389,6 +391,55 @@ def test_jit_nextafter_addcmul_threshold():
 
 
 # -- CUDA: libdevice lowerings ---------------------------------------------------------------------
+
+
+def _cuda_kernel_sources(monkeypatch, build, inputs):
+    """The sources of the kernels a definition gets on CUDA, generated on the CPU: the runtime
+    and its launchers take the "cuda" target (libdevice), and the launch, which needs a GPU
+    driver, fails after the kernel's source is made."""
+    import fuser.codegen.launch as launch
+    import fuser.runtime.cache as cache
+
+    for module in (cache, launch):
+        monkeypatch.setattr(module, "target_for", lambda device: "cuda")
+    with FusionDefinition() as fd:
+        build(fd)
+    with pytest.raises(RuntimeError):
+        fd.execute(inputs)
+    runtime = fd.cache.last_runtime
+    assert _kinds(fd) == [SegmentKind.kernel] * len(runtime.segments)
+    return [ks for launcher in runtime.launchers.values() for ks, _ in launcher.variants.values()]
+
+
+def test_cuda_lowerings_compile_for_sm90(monkeypatch, tmp_path):
+    """Every op of the group in CUDA kernels (libdevice, the bit-level helpers, gcd's loop),
+    fp32, bf16 and fp64 operands, compiles for an H100/H200 (no GPU needed)."""
+    from tests.helpers import sm90_ptx
+
+    float_types = (DataType.Float, DataType.BFloat16, DataType.Double)
+
+    def build(fd):
+        x, h, d = (fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dt) for dt in float_types)
+        n, m = (fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dt) for dt in (DataType.Int, DataType.Int32))
+        terms = [getattr(fd.ops, name)(t) for name in UNARY for t in (x, h, d)]
+        terms += [fd.ops.nextafter(x, x), fd.ops.nextafter(d, d), fd.ops.addcmul(h, h, h, 0.5),
+                  fd.ops.threshold(h, 0.3, 0.1), fd.ops.truediv(n, m)]
+        terms += [getattr(fd.ops, name)(a, a) for name in BINARY for a in (n, m)]
+        total = fd.ops.cast(terms[0], DataType.Double)
+        for t in terms[1:]:
+            total = fd.ops.add(total, fd.ops.cast(t, DataType.Double))
+        fd.add_output(total)
+
+    inputs = [make((4, 8), dt) for dt in (f32, bf16, f64, i64, i32)]
+    (ks,) = _cuda_kernel_sources(monkeypatch, build, inputs)
+    for name in ("erfinv", "erfcinv", "lgamma", "asin", "nextafter"):
+        assert f"libdevice.{name}(" in ks.source
+    params = [p.split(":")[0].strip() for p in re.search(r"^def fuser_\w+\((.*?)\):", ks.source, re.M)[1].split(",")]
+    constexprs = {k: v for k, v in {"BLOCK0": 4, "BLOCK1": 8, "INT64": False, "EVEN0": False, "EVEN1": False}.items()
+                  if k in params}
+    pointer = {"Float": "*fp32", "BFloat16": "*bf16", "Double": "*fp64", "Int": "*i64", "Int32": "*i32"}
+    pointers = {p: pointer[a.val.dtype.name] for p, a in zip(ks.params, ks.args) if a.kind == "tensor"}
+    assert ".entry" in sm90_ptx(ks.source, constexprs, pointers, tmp_path, num_warps=4)
 
 
 @pytest.mark.gpu
