@@ -197,7 +197,15 @@ def _binary(e: BinaryOp, args, ctx):
             for v in (a, b))
     if compute == torch.bool and e.kind in (_B.sub, _B.pow):  # ATen has no bool form of these
         a, b = a.to(torch.int64), b.to(torch.int64)
-    return [_to(_BINARY[e.kind](a, b), out)]
+    try:
+        return [_to(_BINARY[e.kind](a, b), out)]
+    except RuntimeError as err:
+        if "ZeroDivisionError" not in str(err):
+            raise
+        # the data's fault, not fuser's (ATen on the CPU refuses it; a kernel's result there is
+        # undefined, as in nvFuser and in eager on CUDA)
+        raise FusionInputError(f"{e.kind.value}: an integer divisor is zero in this execution (T{e.out.name} = "
+                               f"{e.kind.value}({', '.join(format_val(v) for v in e.inputs)}))") from err
 
 
 @rule(TernaryOp)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import fuser
-from fuser import DataType, FusionDefinition, FusionDefinitionError
+from fuser import DataType, FusionDefinition, FusionDefinitionError, FusionInputError
 from fuser.segment.segments import SegmentKind
 from tests.frontend.jit_helpers import assert_close_to_eager
 from tests.helpers import assert_eager, backend_env, cases, dtype_name, make, run, run_and_check
@@ -207,6 +207,16 @@ def test_integer_binary_with_python_scalars(backend):
                 logical_right_shift(x, torch.ones_like(x)), x / 4]
 
     run_and_check(build, ref, [a, b], backend=backend)
+
+
+@pytest.mark.parametrize("name", ["div", "mod"])
+def test_integer_division_by_zero_is_an_input_error(name):
+    """Through ATen (which refuses it on the CPU); a kernel's result there is undefined, as in
+    nvFuser and in eager on CUDA."""
+    a, b = make((2, 3), i64), make((2, 3), i64, nonzero=True)
+    b[1, 2] = 0
+    with pytest.raises(FusionInputError, match=f"{name}: an integer divisor is zero in this execution"):
+        run(lambda fd, x, y: getattr(fd.ops, name)(x, y), [a, b], backend="aten")
 
 
 @pytest.mark.parametrize("da,db,backend", cases([(f32, f32), (bf16, bf16), (f16, f32), (i64, f32), (f32, f64)]))
