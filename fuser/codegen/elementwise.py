@@ -241,12 +241,13 @@ class ElementwiseEmitter:
             # tensor of a wider type on the other side is converted to it first (ATen's CPU and
             # CUDA comparison kernels alike); arithmetic keeps such a number in fp32 (opmath)
             x, y = (self.rounded(v, code, compute) for v, code in ((a, x), (b, y)))
-        if e.kind is BinaryOpType.div and compute in FP32_COMPUTED and id(b) in self.plan.softmax_sums:
+        if e.kind in (BinaryOpType.div, BinaryOpType.truediv) and compute in FP32_COMPUTED \
+                and id(b) in self.plan.softmax_sums:
             # one division a row (a chunk, looped), a multiply an element: an fp32 division is
             # some 10 instructions, up to 6% of a short softmax row's time on the H200
             self.bind(scope, e.out, f"({x} * (1.0 / {y}))")
             return
-        fmt = binary_lowering(e.kind, self.target)
+        fmt = binary_lowering(e.kind, self.target, compute.is_integral)
         if fmt.startswith("_"):  # helper functions take blocks, not Python literals
             x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
         if compute.is_boolean and e.kind in _ARITHMETIC:

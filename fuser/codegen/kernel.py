@@ -22,7 +22,7 @@ from ..ir.printer import format_expr, format_tv
 from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
-from .math import binary_lowering, helpers_for, unary_lowering
+from .math import binary_lowering, helpers_for, lowering_accepts, unary_lowering
 from .random import RandomEmitter
 from .reductions import ReductionEmitter
 from .resize import ResizeEmitter
@@ -654,11 +654,11 @@ def can_emit(e: Expr, target: str) -> bool:
     if isinstance(e, (FullOp, IotaOp)) and e.out.dtype in FP8:
         return False  # (a constant would need rounding to fp8 where the kernel reads it back)
     if isinstance(e, UnaryOp):
-        return unary_lowering(e.kind, target) is not None
+        return unary_lowering(e.kind, target) is not None and lowering_accepts(e.kind, target, e.out.dtype)
     if isinstance(e, BinaryOp):
         if e.kind is BinaryOpType.pow and e.out.dtype.category < 2:
             return False  # integer powers stay exact through ATen
-        return binary_lowering(e.kind, target) is not None
+        return binary_lowering(e.kind, target) is not None and lowering_accepts(e.kind, target, e.out.dtype)
     if isinstance(e, RNGOp):
         return e.seeded  # (an unseeded one draws its seed where ATen runs it)
     return True

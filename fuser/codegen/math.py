@@ -12,7 +12,7 @@ import functools
 import re
 from typing import Optional
 
-from ..ir import BinaryOpType, UnaryOpType
+from ..ir import BinaryOpType, DataType, UnaryOpType
 
 CUDA, INTERPRETER = "cuda", "interpreter"
 U, B = UnaryOpType, BinaryOpType
@@ -48,6 +48,32 @@ _UNARY = {
     },
 }
 
+# the inverse trigonometric and hyperbolic functions, special functions and float classes
+# (ops/math.py's group): libdevice on CUDA; on the interpreter tl formulas accurate to a few ulp
+# in fp32 (measured against fp64 over dense grids: atan 2.7, asin 3.9, acos 3.6, sinh 2.4,
+# cosh 1.8, asinh 2.4, acosh 2.8, atanh 2.9), None where there is no robust one (erfc's tail,
+# erfinv, erfcinv, lgamma: those stay in ATen on CPU)
+_MATH_COMMON_UNARY = {
+    U.signbit: "_signbit({x})", U.isneginf: "({x} == float('-inf'))",
+    U.isposinf: "({x} == float('inf'))", U.isreal: "(({x} == {x}) | ({x} != {x}))",
+}
+_UNARY[CUDA].update({
+    **_MATH_COMMON_UNARY,
+    **{k: f"libdevice.{k.value}({{x}})" for k in (U.acos, U.acosh, U.asin, U.asinh, U.atan, U.atanh,
+                                                U.cosh, U.sinh, U.erfc, U.erfinv, U.erfcinv, U.lgamma)},
+    U.frac: "({x} - libdevice.trunc({x}))",
+})
+_UNARY[INTERPRETER].update({
+    **_MATH_COMMON_UNARY,
+    U.atan: "_atan({x})", U.asin: "_atan({x} / tl.sqrt((1.0 - {x}) * (1.0 + {x})))",
+    U.acos: "(2.0 * _atan(tl.sqrt((1.0 - {x}) / (1.0 + {x}))))",
+    U.sinh: "_sinh({x})", U.cosh: "_cosh({x})", U.asinh: "_asinh({x})", U.acosh: "_acosh({x})",
+    U.atanh: "_atanh({x})", U.frac: "({x} - tl.where({x} < 0, tl.ceil({x}), tl.floor({x})))",
+    U.erfc: None, U.erfinv: None, U.erfcinv: None, U.lgamma: None,
+})
+# the interpreter's atan (and asin, acos) is a polynomial for fp32: fp64 stays in ATen there
+_FP32_ONLY = {CUDA: frozenset(), INTERPRETER: frozenset({U.atan, U.asin, U.acos})}
+
 _COMMON_BINARY = {
     B.add: "({x} + {y})", B.sub: "({x} - {y})", B.mul: "({x} * {y})", B.div: "({x} / {y})",
     B.maximum: "tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)",
@@ -63,6 +89,19 @@ _BINARY = {
     CUDA: {**_COMMON_BINARY, B.pow: "libdevice.pow({x}, {y})", B.atan2: "libdevice.atan2({x}, {y})"},
     INTERPRETER: {**_COMMON_BINARY, B.pow: "_pow({x}, {y})", B.atan2: None},
 }
+# div of integers (nvFuser's C division, truncating; Triton's // on integers truncates too),
+# mod (C's %, integers only), shifts as eager shifts (a shift outside [0, bits) shifts
+# everything out, where LLVM's would be undefined), Euclid's gcd
+_MATH_COMMON_BINARY = {
+    B.truediv: "({x} / {y})", B.mod: "({x} % {y})", B.gcd: "_gcd({x}, {y})",
+    B.bitwise_left_shift: "_shl({x}, {y})", B.bitwise_right_shift: "_shr({x}, {y})",
+    B.logical_right_shift: "_lshr({x}, {y})",
+}
+_BINARY[CUDA].update({**_MATH_COMMON_BINARY, B.nextafter: "libdevice.nextafter({x}, {y})"})
+_BINARY[INTERPRETER].update({**_MATH_COMMON_BINARY, B.nextafter: "_nextafter({x}, {y})"})
+_INTEGER_BINARY = {B.div: "({x} // {y})"}  # the lowering where the operands are integers
+# a half or bf16 nextafter steps in its own type, which kernels hold in fp32: ATen runs those
+_FP32_FP64_ONLY_BINARY = frozenset({B.nextafter})
 
 # helpers the interpreter lowerings call; emitted into every kernel module that needs them
 HELPERS = '''
@@ -269,6 +308,137 @@ def _welford_mean(mean, m2, n):
 def _sum_pair(a0, b0, a1, b1):
     # two sums in one tl.reduce: one set of cross-warp steps for both
     return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _atan(x):
+    # Cephes' atanf: reduced to |t| <= tan(pi/8) around 0, pi/4 or pi/2, then an odd
+    # polynomial; within 2.7 ulp of atan in fp32 (atan(+-inf) is +-pi/2, NaN stays)
+    ax = tl.abs(x)
+    big = ax > 2.414213562373095
+    mid = (ax > 0.4142135623730950) & (~big)
+    t = tl.where(big, -1.0 / ax, tl.where(mid, (ax - 1.0) / (ax + 1.0), ax))
+    base = tl.where(big, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
+    z = t * t
+    r = base + ((((0.0805374449538 * z - 0.138776856032) * z + 0.199777106478) * z - 0.333329491539) * z * t + t)
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def _sinh(x):
+    # (e + e / (e + 1)) / 2 with e = expm1(|x|): no cancellation near 0; past |x| = 20 (where
+    # the e^-|x| term is below an fp64 ulp) exp(|x| / 2)^2 / 2, finite up to fp32's 89.4
+    ax = tl.abs(x)
+    e = _expm1(ax)
+    h = tl.exp(0.5 * ax)
+    r = tl.where(ax > 20.0, (0.5 * h) * h, 0.5 * (e + e / (e + 1.0)))
+    return tl.where(x < 0, -r, r)
+
+
+@triton.jit
+def _cosh(x):
+    ax = tl.abs(x)
+    e = tl.exp(ax)
+    h = tl.exp(0.5 * ax)
+    return tl.where(ax > 20.0, (0.5 * h) * h, 0.5 * e + 0.5 / e)
+
+
+@triton.jit
+def _asinh(x):
+    # log1p(a + a^2 / (1 + sqrt(1 + a^2))) = log(a + sqrt(1 + a^2)) without cancellation near
+    # 0; past 2^28 (where a^2 would overflow and 1 + a^2 is a^2) log(2a)
+    ax = tl.abs(x)
+    r = tl.where(ax > 268435456.0, tl.log(ax) + 0.6931471805599453,
+                 _log1p(ax + ax * ax / (1.0 + tl.sqrt(1.0 + ax * ax))))
+    return tl.where(x < 0, -r, tl.where(x == 0, x, r))  # (-0.0 kept)
+
+
+@triton.jit
+def _acosh(x):
+    # log1p(t + sqrt(2t + t^2)), t = x - 1 (exact near 1); past 2^28 log(2x); x < 1 is NaN
+    t = x - 1.0
+    return tl.where(x > 268435456.0, tl.log(x) + 0.6931471805599453, _log1p(t + tl.sqrt(2.0 * t + t * t)))
+
+
+@triton.jit
+def _atanh(x):
+    # log1p(2a / (1 - a)) / 2: +-inf at +-1, NaN beyond
+    ax = tl.abs(x)
+    r = 0.5 * _log1p(2.0 * ax / (1.0 - ax))
+    return tl.where(x < 0, -r, tl.where(x == 0, x, r))
+
+
+@triton.jit
+def _signbit(x):
+    # the sign bit itself: set for -0.0 and for a NaN with it set, as eager's signbit
+    if x.dtype == tl.float64:
+        return x.to(tl.int64, bitcast=True) < 0
+    elif x.dtype == tl.float32:
+        return x.to(tl.int32, bitcast=True) < 0
+    else:
+        return x < 0
+
+
+@triton.jit
+def _nextafter(x, y):
+    if x.dtype == tl.float64:
+        return _nextafter_bits(x, y, tl.int64)
+    else:
+        return _nextafter_bits(x, y, tl.int32)
+
+
+@triton.jit
+def _nextafter_bits(x, y, itype: tl.constexpr):
+    # IEEE floats are sign and magnitude: one more in the bits is the next value away from
+    # zero, one less the next towards it (max float + 1 is inf); from +-0 the smallest
+    # subnormal of y's sign; x == y gives y (nextafter(0.0, -0.0) is -0.0); NaN stays
+    bits = x.to(itype, bitcast=True)
+    away = (y > x) == (x > 0)
+    r = (bits + tl.where(away, 1, -1).to(itype)).to(x.dtype, bitcast=True)
+    tiny = tl.full(x.shape, 1, itype).to(x.dtype, bitcast=True)
+    r = tl.where(x == 0, tl.where(y > 0, tiny, -tiny), r)
+    r = tl.where(x == y, y, r)
+    return tl.where((x != x) | (y != y), x + y, r)
+
+
+@triton.jit
+def _gcd(a, b):
+    # Euclid's algorithm on |a|, |b| (eager's), looped until every lane's divisor is 0: at most
+    # 46 steps for int32, 92 for int64 (consecutive Fibonacci numbers)
+    a = tl.abs(a)
+    b = tl.abs(b)
+    while tl.max((b != 0).to(tl.int32)) != 0:
+        nonzero = b != 0
+        r = a % tl.where(nonzero, b, 1)
+        a = tl.where(nonzero, b, a)
+        b = tl.where(nonzero, r, 0)
+    return a
+
+
+@triton.jit
+def _shl(a, b):
+    bits: tl.constexpr = a.dtype.primitive_bitwidth
+    out = (b < 0) | (b >= bits)
+    return tl.where(out, 0, a << tl.where(out, 0, b))
+
+
+@triton.jit
+def _shr(a, b):
+    bits: tl.constexpr = a.dtype.primitive_bitwidth
+    return a >> tl.where((b < 0) | (b >= bits), bits - 1, b)
+
+
+@triton.jit
+def _lshr(a, b):
+    # the bits shifted as unsigned (zeros come in); a shift outside [0, bits) gives 0
+    bits: tl.constexpr = a.dtype.primitive_bitwidth
+    out = (b < 0) | (b >= bits)
+    s = tl.where(out, 0, b)
+    if a.dtype == tl.int64:
+        r = (a.to(tl.uint64, bitcast=True) >> s.to(tl.uint64)).to(tl.int64, bitcast=True)
+    else:
+        r = (a.to(tl.uint32, bitcast=True) >> s.to(tl.uint32)).to(tl.int32, bitcast=True)
+    return tl.where(out, 0, r)
 '''
 
 
@@ -353,7 +523,10 @@ def has_absolute_lowering(kind: UnaryOpType, target: str) -> bool:
     return kind in _ABSOLUTE_UNARY[target]
 
 
-def binary_lowering(kind: BinaryOpType, target: str) -> Optional[str]:
+def binary_lowering(kind: BinaryOpType, target: str, integral: bool = False) -> Optional[str]:
+    """The lowering of a binary op; `integral`: its operands are integers."""
+    if integral and kind in _INTEGER_BINARY:
+        return _INTEGER_BINARY[kind]
     return _BINARY[target].get(kind)
 
 
@@ -386,3 +559,12 @@ def fp8_narrow(code: str, fp8: str, target: str) -> str:
 def fp8_widen(code: str, fp8: str, target: str) -> str:
     """An fp8 value converted to fp32 (exactly)."""
     return _FP8[target, fp8][1].format(x=code)
+
+
+def lowering_accepts(kind, target: str, dtype: DataType) -> bool:
+    """Whether the lowering of `kind` on `target` computes a `dtype` result as eager does."""
+    if kind in _FP32_ONLY[target] and dtype is DataType.Double:
+        return False
+    if kind in _FP32_FP64_ONLY_BINARY:
+        return dtype in (DataType.Float, DataType.Double)
+    return True

@@ -104,6 +104,24 @@ _UNARY = {
 }
 
 
+def _erfcinv(x):
+    """erfcinv(x) = -ndtri(x / 2) / sqrt(2): eager has no erfcinv, and ndtri (the inverse of the
+    normal distribution function) keeps the tail accurate, where erfinv(1 - x) would lose a
+    small x in 1 - x; half types in fp32."""
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return (torch.special.ndtri(x.to(wide) / 2) * -math.sqrt(0.5)).to(x.dtype)
+
+
+_UNARY.update({  # (inverse trigonometric, hyperbolic, special functions, classification)
+    _U.acos: torch.acos, _U.acosh: torch.acosh, _U.asin: torch.asin, _U.asinh: torch.asinh,
+    _U.atan: torch.atan, _U.atanh: torch.atanh, _U.cosh: torch.cosh, _U.sinh: torch.sinh,
+    _U.erfc: torch.erfc, _U.erfinv: torch.erfinv, _U.erfcinv: _erfcinv,
+    _U.lgamma: torch.lgamma, _U.frac: torch.frac, _U.signbit: torch.signbit,
+    _U.isneginf: torch.isneginf, _U.isposinf: torch.isposinf, _U.isreal: torch.isreal,
+    _U.real: torch.real, _U.imag: torch.imag,
+})
+
+
 @rule(UnaryOp)
 def _unary(e: UnaryOp, args, ctx):
     (x,) = args
@@ -113,9 +131,27 @@ def _unary(e: UnaryOp, args, ctx):
     return [_to(_UNARY[e.kind](x), out)]
 
 
+def _divide(a, b):
+    """nvFuser's div: C's truncating division for integers, true division otherwise."""
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return torch.true_divide(a, b)
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+def _logical_right_shift(a, b):
+    """Shift the two's complement bits right, zeros coming in (jax.lax.shift_right_logical); a
+    shift outside [0, bits) gives 0. The arithmetic shift's sign copies are masked off: with
+    s = bits - shift, (1 << s) - 1 keeps the low s bits (all of them where s = bits: 1 << bits
+    is 0 in eager, and 0 - 1 is all ones)."""
+    bits = torch.iinfo(a.dtype).bits
+    mask = torch.bitwise_left_shift(torch.ones_like(b), bits - b) - 1
+    shifted = torch.bitwise_right_shift(a, b) & mask
+    return torch.where((b < 0) | (b >= bits), torch.zeros_like(shifted), shifted)
+
+
 _B = BinaryOpType
 _BINARY = {
-    _B.add: torch.add, _B.sub: torch.sub, _B.mul: torch.mul, _B.div: torch.true_divide,
+    _B.add: torch.add, _B.sub: torch.sub, _B.mul: torch.mul, _B.div: _divide,
     _B.pow: torch.pow, _B.maximum: torch.maximum, _B.minimum: torch.minimum, _B.fmod: torch.fmod,
     _B.remainder: torch.remainder, _B.eq: torch.eq, _B.ne: torch.ne, _B.lt: torch.lt,
     _B.le: torch.le, _B.gt: torch.gt, _B.ge: torch.ge, _B.logical_and: torch.logical_and,
@@ -123,6 +159,13 @@ _BINARY = {
     _B.bitwise_or: torch.bitwise_or, _B.bitwise_xor: torch.bitwise_xor, _B.atan2: torch.atan2,
 }
 _LOGICAL = {_B.logical_and, _B.logical_or}
+
+
+_BINARY.update({
+    _B.truediv: torch.true_divide, _B.mod: torch.fmod,  # (C's %: the dividend's sign)
+    _B.nextafter: torch.nextafter, _B.gcd: torch.gcd, _B.bitwise_left_shift: torch.bitwise_left_shift,
+    _B.bitwise_right_shift: torch.bitwise_right_shift, _B.logical_right_shift: _logical_right_shift,
+})
 
 
 def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
@@ -156,11 +199,21 @@ def _binary(e: BinaryOp, args, ctx):
         a, b = (v if isinstance(v, torch.Tensor) else torch.full((), v, device=like.device) for v in (a, b))
         return [_to(_BINARY[e.kind](a, b), out)]
     compute = result_type(*e.inputs).to_torch()
+    if out.is_floating_point and not compute.is_floating_point and not compute.is_complex:
+        compute = out  # int-to-float ops (nextafter of integers) compute in the result type
     a, b = (v.to(compute) if isinstance(v, torch.Tensor) else _scalar_tensor(v, compute, like.device)
             for v in (a, b))
     if compute == torch.bool and e.kind in (_B.sub, _B.pow):  # ATen has no bool form of these
         a, b = a.to(torch.int64), b.to(torch.int64)
-    return [_to(_BINARY[e.kind](a, b), out)]
+    try:
+        return [_to(_BINARY[e.kind](a, b), out)]
+    except RuntimeError as err:
+        if "ZeroDivisionError" not in str(err):
+            raise
+        # the data's fault, not fuser's (ATen on the CPU refuses it; a kernel's result there is
+        # undefined, as in nvFuser and in eager on CUDA)
+        raise FusionInputError(f"{e.kind.value}: an integer divisor is zero in this execution (T{e.out.name} = "
+                               f"{e.kind.value}({', '.join(format_val(v) for v in e.inputs)}))") from err
 
 
 @rule(TernaryOp)

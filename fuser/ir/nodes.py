@@ -181,6 +181,12 @@ class UnaryOpType(enum.Enum):
     ceil = "ceil"; round = "round"; trunc = "trunc"; sign = "sign"; isnan = "isnan"  # noqa: E702
     isinf = "isinf"; isfinite = "isfinite"; logical_not = "logical_not"  # noqa: E702
     bitwise_not = "bitwise_not"  # noqa: E702
+    # inverse trigonometric and hyperbolic, special functions, float classification, complex parts
+    acos = "acos"; acosh = "acosh"; asin = "asin"; asinh = "asinh"; atan = "atan"  # noqa: E702
+    atanh = "atanh"; cosh = "cosh"; sinh = "sinh"; erfc = "erfc"; erfinv = "erfinv"  # noqa: E702
+    erfcinv = "erfcinv"; lgamma = "lgamma"; frac = "frac"; signbit = "signbit"  # noqa: E702
+    isneginf = "isneginf"; isposinf = "isposinf"; isreal = "isreal"; real = "real"  # noqa: E702
+    imag = "imag"  # noqa: E702
 
 
 class BinaryOpType(enum.Enum):
@@ -190,6 +196,10 @@ class BinaryOpType(enum.Enum):
     logical_and = "logical_and"; logical_or = "logical_or"  # noqa: E702
     bitwise_and = "bitwise_and"; bitwise_or = "bitwise_or"; bitwise_xor = "bitwise_xor"  # noqa: E702
     atan2 = "atan2"  # noqa: E702
+    # div is C's truncating division on integers (nvFuser's), truediv always true division
+    truediv = "truediv"; mod = "mod"; nextafter = "nextafter"; gcd = "gcd"  # noqa: E702
+    bitwise_left_shift = "bitwise_left_shift"; bitwise_right_shift = "bitwise_right_shift"  # noqa: E702
+    logical_right_shift = "logical_right_shift"  # noqa: E702
 
 
 class TernaryOpType(enum.Enum):

@@ -53,6 +53,8 @@ def format_expr(e: Expr) -> str:
         return f"{outs}\n   = {ins[0]}\n   {_INFIX[e.kind]} {ins[1]};"
     if isinstance(e, UnaryOp):
         return f"{outs}\n   = {e.kind.value}({ins[0]});"
+    if isinstance(e, BinaryOp):  # (no infix symbol: maximum, pow, gcd, ... by name)
+        return f"{outs}\n   = {e.kind.value}({ins[0]},\n     {ins[1]});"
     if isinstance(e, CastOp):
         return f"{outs}\n   = __to_{e.dtype.ir_name}({ins[0]});"
     if isinstance(e, TernaryOp):

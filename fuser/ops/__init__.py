@@ -5,6 +5,7 @@ from functools import partial
 from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
 from . import composite as _comp
 from . import indexing as _idx
+from . import math as _math
 from . import matmul as _mm
 from . import metadata as _meta
 from . import pointwise as _pw
@@ -44,6 +45,7 @@ OPS.update(  # indexing: ATen evaluator segments
     index_select=_idx.index_select, select=_idx.select, gather=_idx.gather,
     take_along_axis=_idx.take_along_axis, scatter=_idx.scatter, embedding_fwd=_idx.embedding_fwd,
 )
+OPS.update(addcmul=_math.addcmul, threshold=_math.threshold, real=_math.real, imag=_math.imag)
 # ops that create tensors from nothing take the fusion first; the frontend binds it
 FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}
 # random numbers (ops/random.py)

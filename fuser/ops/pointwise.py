@@ -17,11 +17,17 @@ U, B = UnaryOpType, BinaryOpType
 
 # unary ops whose integer or boolean input gives a float result (PyTorch's int-to-float ops)
 _FLOAT_RESULT = {U.exp, U.exp2, U.expm1, U.log, U.log2, U.log10, U.log1p, U.sqrt, U.rsqrt,
-                 U.reciprocal, U.sin, U.cos, U.tan, U.tanh, U.sigmoid, U.silu, U.erf}
-_BOOL_RESULT_UNARY = {U.isnan, U.isinf, U.isfinite, U.logical_not}
+                 U.reciprocal, U.sin, U.cos, U.tan, U.tanh, U.sigmoid, U.silu, U.erf,
+                 U.acos, U.acosh, U.asin, U.asinh, U.atan, U.atanh, U.cosh, U.sinh, U.erfc,
+                 U.erfinv, U.erfcinv, U.lgamma}
+_BOOL_RESULT_UNARY = {U.isnan, U.isinf, U.isfinite, U.logical_not, U.signbit, U.isneginf,
+                      U.isposinf, U.isreal}
 _COMPARISON = {B.eq, B.ne, B.lt, B.le, B.gt, B.ge, B.logical_and, B.logical_or}
 _INTEGER_ONLY = {B.bitwise_and, B.bitwise_or, B.bitwise_xor}
-_FLOAT_BINARY = {B.div, B.atan2}
+# ops of integers only, bool excluded (as in eager and nvFuser); mod is C's `%`, which nvFuser
+# defines for integers only (fmod and remainder are its floating forms)
+_STRICTLY_INTEGER = {B.bitwise_left_shift, B.bitwise_right_shift, B.logical_right_shift, B.gcd, B.mod}
+_FLOAT_BINARY = {B.truediv, B.atan2, B.nextafter}
 
 
 def result_type(*operands: Operand) -> DataType:
@@ -97,6 +103,12 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
         raise FusionDefinitionError(f"bitwise_not: needs an integer or bool tensor, got {x.dtype}")
     elif kind in (U.relu, U.neg) and dtype.is_boolean:
         raise FusionDefinitionError(f"{kind.value}: not defined for bool tensor {x!r}")
+    elif kind is U.frac and not dtype.is_floating:
+        raise FusionDefinitionError(f"frac: needs a floating tensor, got {x.dtype} tensor {x!r}")
+    elif kind in (U.real, U.imag):
+        if not dtype.is_complex:  # (ops/math.py takes real of a real tensor as a copy)
+            raise FusionDefinitionError(f"{kind.value}: needs a complex tensor, got {x.dtype} tensor {x!r}")
+        dtype = DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
     out = _elementwise_output(kind.value, [x], dtype)
     fusion.add_expr(UnaryOp(inputs=(x,), outputs=(out,), kind=kind))
     return out
@@ -111,6 +123,12 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
     compute = result_type(a, b)
     if kind in _INTEGER_ONLY and not (compute.is_integral or compute.is_boolean):
         raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
+    if kind in _STRICTLY_INTEGER and not compute.is_integral:
+        hint = "; for floating operands use fmod or remainder" if kind is B.mod else ""
+        raise FusionDefinitionError(f"{kind.value}: needs integer operands, got {_dtypes(a, b)}{hint}")
+    if kind is B.div and compute.is_boolean:
+        raise FusionDefinitionError("div: truncating division of two bool operands is not defined "
+                                    "(eager refuses it too); cast them to an integer type, or use truediv")
     if kind in _COMPARISON:
         dtype = DataType.Bool
         # eager converts a 0-dim tensor to the common type before comparing (half < a float32
@@ -128,6 +146,10 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
     out = _elementwise_output(kind.value, tvs, dtype)
     fusion.add_expr(BinaryOp(inputs=(a, b), outputs=(out,), kind=kind))
     return out
+
+
+def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
+    return " and ".join(f"{v.dtype} {'tensor' if isinstance(v, TensorView) else 'scalar'}" for v in (a, b))
 
 
 def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:

@@ -128,3 +128,13 @@ def test_structural_hash():
     assert make() != make(DataType.Half)
     assert make() != make(split=True)
     assert seed_definition().fusion.structural_hash() == seed_definition().fusion.structural_hash()
+
+
+def test_binary_op_without_infix_symbol_prints_its_name():
+    """maximum, pow, gcd, ... have no infix symbol: printed by name, as nvFuser prints them."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.maximum(fd.ops.gcd(x, 6), x))
+    text = str(fd.fusion)
+    assert re.search(r"= gcd\(T0_g_int64_t\[iS0\{i0\}\],\s+6\);", text), text
+    assert re.search(r"= maximum\(T1_g_int64_t\[iS1\{i0\}\],\s+T0_g_int64_t\[iS0\{i0\}\]\);", text), text

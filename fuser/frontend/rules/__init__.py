@@ -64,7 +64,8 @@ def find_rule(target) -> Optional[Rule]:
 
 
 def _load() -> None:
-    from . import indexing, matmul, pointwise, random, reduction, scan_sort, shape  # noqa: F401 - they register their rules
+    from . import (indexing, math, matmul, pointwise, random, reduction,  # noqa: F401 - they register their rules
+                   scan_sort, shape)
 
 
 _load()

@@ -36,7 +36,7 @@ register(aten.round.default)(_unary_rule("round"))
 
 
 _BINARY = {
-    aten.mul: "mul", aten.div: "div", aten.true_divide: "div", aten.maximum: "maximum",
+    aten.mul: "mul", aten.div: "truediv", aten.true_divide: "truediv", aten.maximum: "maximum",
     aten.minimum: "minimum", aten.fmod: "fmod", aten.remainder: "remainder", aten.atan2: "atan2",
     aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge",
     aten.logical_and: "logical_and", aten.logical_or: "logical_or",
@@ -104,17 +104,35 @@ def _rsub(b, node, x, y, alpha=1):
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(b, node, x, y, rounding_mode=None):
-    q = b.fd.ops.div(x, y)
+    if not b.meta(node).dtype.is_floating_point and rounding_mode is not None:
+        return _integer_divide(b.fd.ops, x, y, rounding_mode)
+    q = b.fd.ops.truediv(x, y)
     if rounding_mode is None:
         return q
-    if not b.meta(node).dtype.is_floating_point:
-        raise LoweringError(f"integer division with rounding_mode={rounding_mode!r}")
     if rounding_mode == "trunc":
         return b.fd.ops.trunc(q)
     # a Python-number dividend beside a half or bf16 tensor is converted to its dtype first, as
     # ATen's iterator converts it; a number divisor stays in fp32 (ATen reads it as a scalar)
     x = _number_as(x, y)
-    return _floor_divide(b.fd.ops, x, y, b.fd.ops.div(x, y))
+    return _floor_divide(b.fd.ops, x, y, b.fd.ops.truediv(x, y))
+
+
+def _integer_divide(ops, x, y, rounding_mode):
+    """Integer division as ATen's: nvFuser's div truncates (C's); floor mode is one less where
+    the remainder is nonzero and the operands' signs differ (ATen's div_floor_integer)."""
+    q = ops.div(x, y)
+    if rounding_mode == "trunc":
+        return q
+    if not isinstance(x, TensorView) and not isinstance(y, TensorView):
+        raise LoweringError("integer floor division of two scalars")
+    r = ops.mod(x, y)  # (a tensor: one operand is)
+    if isinstance(y, TensorView):
+        signs_differ = ops.ne(ops.lt(r, 0), ops.lt(y, 0))
+    elif isinstance(y, (int, bool)):
+        signs_differ = ops.gt(r, 0) if y < 0 else ops.lt(r, 0)
+    else:
+        raise LoweringError("integer floor division by a scalar bound at execution")
+    return ops.where(ops.logical_and(ops.ne(r, 0), signs_differ), ops.sub(q, 1), q)
 
 
 def _floor_divide(ops, x, y, q):
@@ -124,7 +142,7 @@ def _floor_divide(ops, x, y, q):
     divisor gives x / y. floor(x / y) differs where x / y rounds up to an integer: 1 // 0.1 is
     9 in eager (and Python), floor(1 / 0.1) is 10."""
     mod = ops.fmod(x, y)
-    div = ops.div(ops.sub(x, mod), y)
+    div = ops.truediv(ops.sub(x, mod), y)
     mod_negative = ops.lt(mod, 0.0)
     if isinstance(y, (int, float)):
         other_sign = ops.logical_not(mod_negative) if y < 0 else mod_negative

@@ -1,0 +1,66 @@
+"""Elementwise math built from other ops, with nvFuser's names: addcmul, threshold, and the
+parts of a complex tensor (real, imag). The single ops (asin, gcd, ...) are UnaryOpType and
+BinaryOpType members built by ops/pointwise.py."""
+from __future__ import annotations
+
+from ..errors import FusionDefinitionError, UnsupportedError
+from ..ir import BinaryOpType, DataType, Scalar, TensorView, TernaryOpType, UnaryOpType
+from .common import Operand, as_val, check_tensor, fusion_of
+from .pointwise import binary, cast, result_type, ternary, unary
+from .shape import set as _copy
+
+B = BinaryOpType
+_HALF_WIDTH = (DataType.Half, DataType.BFloat16)
+
+
+def addcmul(input: Operand, tensor1: Operand, tensor2: Operand, value: Operand = 1) -> TensorView:
+    """input + value * tensor1 * tensor2, in the type PyTorch promotes the three tensors to
+    (`value` is converted to it: truncated for integers, as eager and nvFuser do); half and
+    bf16 compute in fp32 and round once, as eager's addcmul does."""
+    op = "addcmul"
+    fusion = fusion_of(op, input, tensor1, tensor2, value)
+    input, tensor1, tensor2, value = (as_val(fusion, v, op) for v in (input, tensor1, tensor2, value))
+    if isinstance(value, TensorView):
+        raise FusionDefinitionError(f"addcmul: value must be a scalar, got tensor {value!r}")
+    if not any(isinstance(v, TensorView) for v in (input, tensor1, tensor2)):
+        raise UnsupportedError("addcmul of scalars only is not supported; use a tensor")
+    dtype = result_type(input, tensor1, tensor2)
+    if dtype.is_boolean:
+        raise FusionDefinitionError("addcmul: not defined for bool operands (eager refuses them too)")
+    compute = DataType.Float if dtype in _HALF_WIDTH else dtype
+    input, tensor1, tensor2 = (cast(v, compute) if isinstance(v, TensorView) and v.dtype is not compute else v
+                               for v in (input, tensor1, tensor2))
+    value = cast(value, compute)
+    scaled = tensor1 if value.is_constant and value.value == 1 else binary(B.mul, value, tensor1)
+    out = binary(B.add, input, binary(B.mul, scaled, tensor2))
+    return out if out.dtype is dtype else cast(out, dtype)
+
+
+def threshold(x: TensorView, threshold: Operand, value: Operand) -> TensorView:
+    """`value` where x <= threshold, else x (NaN stays NaN), as torch.nn.functional.threshold.
+    The result has x's type, `value` converted to it. As in eager, an integer x compares with
+    the threshold converted to its type (truncated), a half or bf16 x compares in fp32."""
+    op = "threshold"
+    check_tensor(op, x)
+    fusion = fusion_of(op, x, threshold, value)
+    threshold, value = (as_val(fusion, v, op) for v in (threshold, value))
+    for what, v in (("threshold", threshold), ("value", value)):
+        if not isinstance(v, Scalar):
+            raise FusionDefinitionError(f"threshold: {what} must be a scalar, got tensor {v!r}")
+    if x.dtype.is_boolean or x.dtype.is_complex:
+        raise FusionDefinitionError(f"threshold: needs an integer or floating tensor, got {x.dtype} tensor {x!r}")
+    compare = DataType.Float if x.dtype in _HALF_WIDTH else x.dtype
+    below = binary(B.le, x if compare is x.dtype else cast(x, compare), cast(threshold, compare))
+    return ternary(TernaryOpType.where, below, cast(value, x.dtype), x)
+
+
+def real(x: TensorView) -> TensorView:
+    """The real part of a complex tensor; of a real tensor, a copy of it (as nvFuser)."""
+    check_tensor("real", x)
+    return unary(UnaryOpType.real, x) if x.dtype.is_complex else _copy(x)
+
+
+def imag(x: TensorView) -> TensorView:
+    """The imaginary part of a complex tensor (a real tensor has none: an error, as nvFuser)."""
+    check_tensor("imag", x)
+    return unary(UnaryOpType.imag, x)
