@@ -142,7 +142,9 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
             extents.append(extent_of(f, s, op))
     # the ids first: unifying the element counts may replace a symbol of `extents` everywhere
     # in the fusion, these ids included (made after, they kept a symbol no input binds)
-    ids = [f.new_id(e, iter_type=IterType.Iteration) for e in extents]
+    # a size-1 entry is a broadcast axis (nvFuser's reshape makes it one): later ops may
+    # expand it, as broadcast_in_dim(reshape(x, [3, 4, 1]), [3, 4, 5]) does
+    ids = [f.new_id(e, iter_type=IterType.Broadcast if e == 1 else IterType.Iteration) for e in extents]
     out_numel = math.prod(extents, start=sympy.Integer(1))
     # expand, not simplify: products of extents cancel after expansion, and simplify's search
     # cost milliseconds per reshape (most of a model's lowering time)

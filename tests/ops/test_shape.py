@@ -307,3 +307,16 @@ def test_pad_widths_from_scalars_of_known_value():
         with FusionDefinition() as fd:
             t0 = fd.from_pytorch(x)
             fd.add_output(fd.ops.pad(t0, [fd.define_scalar(dtype=DataType.Int), 0]))
+
+
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_reshape_to_a_size_one_axis_makes_a_broadcast(backend):
+    """nvFuser's reshape makes a size-1 entry a broadcast axis, which broadcast_in_dim may then
+    expand (a definition Thunder generates: reshape to [3, 4, 1], broadcast to [3, 4, 5])."""
+    x, y = make((3, 4)), make((3, 4, 5))
+
+    def build(fd, a, b):
+        r = fd.ops.reshape(a, [3, 4, 1])
+        return fd.ops.mul(fd.ops.broadcast_in_dim(r, [3, 4, 5], [0, 1, 2]), b)
+
+    run_and_check(build, lambda a, b: a.unsqueeze(-1) * b, [x, y], backend=backend)
