@@ -4,6 +4,7 @@ from functools import partial
 
 from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
 from . import composite as _comp
+from . import grouped_mm as _gmm
 from . import indexing as _idx
 from . import matmul as _mm
 from . import metadata as _meta
@@ -44,6 +45,8 @@ OPS.update(  # indexing: ATen evaluator segments
     index_select=_idx.index_select, select=_idx.select, gather=_idx.gather,
     take_along_axis=_idx.take_along_axis, scatter=_idx.scatter, embedding_fwd=_idx.embedding_fwd,
 )
+# grouped (MoE) and scaled (fp8) matmuls: ATen evaluator segments
+OPS.update(grouped_mm=_gmm.grouped_mm, scaled_mm=_gmm.scaled_mm)
 # ops that create tensors from nothing take the fusion first; the frontend binds it
 FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}
 # random numbers (ops/random.py)
