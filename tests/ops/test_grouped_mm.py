@@ -265,3 +265,18 @@ def test_multidevice_axis_map_shards_only_rows_and_columns_no_group_splits():
     assert axis_pairs(e, b, out) == [(b.domain.no_reductions()[2], o[1])]
     assert axis_pairs(e, s2, out) == [(s2.domain.no_reductions()[2], o[1])]
     assert axis_pairs(e, offs, out) == []
+
+
+def test_jit_lowers_grouped_mm_and_scaled_mm():
+    import fuser
+
+    def f(x, w, offs, a8, b8, sa, sb):  # (the meta kernel of torch._grouped_mm takes bf16 only)
+        moe = torch._grouped_mm(x, w, offs)
+        return moe.relu(), torch._scaled_mm(a8, b8, sa, sb, out_dtype=torch.float32) * 2
+
+    g = fuser.jit(f)
+    args = (make((8, 16), bf16), make((3, 16, 8), bf16), offsets_of([3, 0, 5]), make((8, 16)).to(fp8),
+            make((8, 16)).to(fp8).t(), torch.rand(8, 1) + 0.5, torch.rand(1, 8) + 0.5)
+    for got, want in zip(g(*args), f(*args)):
+        assert_eager(got, want)
+    assert g.cache_info().fallback_ops == 0
