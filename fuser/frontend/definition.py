@@ -65,7 +65,8 @@ class _Recorder:
                 self._scalar_count += 1
             elif isinstance(r, TensorView):
                 self.defined.append(r)
-        lhs = ", ".join(self.name(r) for r in results) + " = " if results else ""
+        # (a None among the results, as scaled_mm's absent quantized outputs, binds `_`)
+        lhs = ", ".join("_" if r is None else self.name(r) for r in results) + " = " if results else ""
         if isinstance(result, list):  # (fd.ops.shape: a list, maybe empty, unpacked as one)
             lhs = f"[{lhs.removesuffix(' = ')}] = "
         self.lines.append((self.fd.fusion.next_event(), f"{lhs}{call}({', '.join(parts)})"))

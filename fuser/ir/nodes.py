@@ -372,6 +372,27 @@ class SdpaFwdOp(Expr):
     has_mask: bool = False
 
 
+# -- grouped and scaled matmuls: run through ATen (ops/grouped_mm.py) ---------------------
+
+
+@dataclass(eq=False, kw_only=True)
+class GroupedMmOp(Expr):
+    """inputs = (mat1, mat2, offsets), then (scale1, scale2) where `has_scale`; the int32
+    `offsets` end each group along the axis that the operands' ranks split (k, n or m)."""
+
+    has_scale: bool = False
+
+
+@dataclass(eq=False, kw_only=True)
+class ScaledMmOp(Expr):
+    """inputs = (mat1, mat2, scale1, scale2), then alpha, bias, beta where the flags say;
+    out = alpha * ((mat1 * scale1) @ (mat2 * scale2)) + beta * bias."""
+
+    has_alpha: bool = False
+    has_bias: bool = False
+    has_beta: bool = False
+
+
 # -- indexing: run through ATen (evaluator segments), as torch's indexing ops ----------------
 
 

@@ -16,6 +16,7 @@ from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDoma
                   SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp
 from ..ir import ScanOp, SdpaBwdOp, SortOp, TopKOp
+from ..ir import GroupedMmOp, ScaledMmOp
 from .communication import Communication
 
 Pairs = list[tuple[IterDomain, IterDomain]]
@@ -216,3 +217,41 @@ def _sdpa_bwd(e: SdpaBwdOp, inp, out):
     # [N, H, L]) and any gradient
     ids, o = inp.domain.no_reductions(), out.domain.no_reductions()
     return [(ids[0], o[0]), (ids[1], o[1])] if len(ids) >= 3 and len(o) == 4 else []
+
+
+# -- grouped and scaled matmuls: the rows (M) and columns (N) that no group splits shard
+# freely, together with the scales' matching axes; K stays whole (grouped_mm's 2-D x 2-D
+# groups split it, and a scaled_mm's bias or alpha would be applied once per partial sum)
+
+
+def _m_n_pairs(inp: TensorView, m: IterDomain, n: IterDomain, m_in, n_in) -> Pairs:
+    ids = inp.domain.no_reductions()
+    return [(ids[pos], o) for pos, o in ((m_in, m), (n_in, n))
+            if pos is not None and len(ids) >= -pos and not ids[pos].is_broadcast]
+
+
+@rule(GroupedMmOp)
+def _grouped_mm(e: GroupedMmOp, inp, out):
+    mat1, mat2 = e.inputs[0], e.inputs[1]
+    o = out.domain.no_reductions()  # [g, m, n] or [m, n]
+    m, n = o[-2], o[-1]
+    split_n, split_m = mat1.ndim == 3, mat2.ndim == 3  # the axis the groups split, if not k
+    m_pos = None if split_m else -2
+    n_pos = None if split_n else -1
+    if inp is mat1 or (e.has_scale and inp is e.inputs[3]):
+        return _m_n_pairs(inp, m, n, m_pos, None)
+    if inp is mat2 or (e.has_scale and inp is e.inputs[4]):
+        return _m_n_pairs(inp, m, n, None, n_pos)
+    return []
+
+
+@rule(ScaledMmOp)
+def _scaled_mm(e: ScaledMmOp, inp, out):
+    o = out.domain.no_reductions()  # [m, n]
+    if inp is e.inputs[0] or inp is e.inputs[2]:  # mat1 [m, k], scale1 [m, 1] (or one value)
+        return _m_n_pairs(inp, o[0], o[1], -2, None)
+    if inp is e.inputs[1] or inp is e.inputs[3]:  # mat2 [k, n], scale2 [1, n] (or one value)
+        return _m_n_pairs(inp, o[0], o[1], None, -1)
+    if e.has_bias and inp is e.inputs[4 + e.has_alpha]:  # bias [n]
+        return _m_n_pairs(inp, o[0], o[1], None, -1)
+    return []

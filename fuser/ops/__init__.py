@@ -4,6 +4,7 @@ from functools import partial
 
 from ..ir import BinaryOpType, ReductionOpType, TernaryOpType, UnaryOpType
 from . import composite as _comp
+from . import grouped_mm as _gmm
 from . import indexing as _idx
 from . import math as _math
 from . import matmul as _mm
@@ -46,6 +47,8 @@ OPS.update(  # indexing: ATen evaluator segments
     take_along_axis=_idx.take_along_axis, scatter=_idx.scatter, embedding_fwd=_idx.embedding_fwd,
 )
 OPS.update(addcmul=_math.addcmul, threshold=_math.threshold, real=_math.real, imag=_math.imag)
+# grouped (MoE) and scaled (fp8) matmuls: ATen evaluator segments
+OPS.update(grouped_mm=_gmm.grouped_mm, scaled_mm=_gmm.scaled_mm)
 # ops that create tensors from nothing take the fusion first; the frontend binds it
 FUSION_OPS = {"full": _shape.full, "iota": _shape.iota}
 # random numbers (ops/random.py)

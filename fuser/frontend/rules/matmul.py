@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import PermuteOp
-from . import Kind, register
+from ...ir import DataType, PermuteOp
+from . import Kind, LoweringError, register
 
 aten = torch.ops.aten
 
@@ -38,3 +38,22 @@ def _addmm(b, node, bias, x, y, *, beta=1, alpha=1):
     if beta == 0:
         return out
     return ops.add(out, bias if beta == 1 else ops.mul(bias, beta))
+
+
+@register(aten._grouped_mm.default, kind=Kind.matmul)
+def _grouped_mm(b, node, x, y, offs=None, bias=None, out_dtype=None):
+    if offs is None or bias is not None:
+        raise LoweringError("_grouped_mm without offsets (a batched 3-D x 3-D product) or with a bias")
+    out = b.fd.ops.grouped_mm(x, y, offs)
+    return out if out_dtype is None else b.fd.ops.cast(out, DataType.from_torch(out_dtype))
+
+
+@register(aten._scaled_mm.default, kind=Kind.matmul)
+def _scaled_mm(b, node, x, y, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+               use_fast_accum=False):
+    """(x * scale_a) @ (y * scale_b) + bias, of `out_dtype` (default x's); use_fast_accum is
+    a precision hint that the ATen segment does without."""
+    if scale_result is not None:
+        raise LoweringError("_scaled_mm with scale_result (the scale of an fp8 output)")
+    dtype = x.dtype if out_dtype is None else DataType.from_torch(out_dtype)
+    return b.fd.ops.scaled_mm(x, y, scale_a, scale_b, bias=bias, dtype=dtype)[0]
