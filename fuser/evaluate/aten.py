@@ -287,7 +287,9 @@ def _expand(e: ExpandOp, args, ctx):
 
 @rule(SqueezeOp)
 def _squeeze(e: SqueezeOp, args, ctx):
-    return [args[0].squeeze(e.dims) if e.dims else args[0]]
+    x = args[0]
+    # an expanded axis (squeeze_expanded) holds one value along it: its first slice
+    return [x[tuple(0 if k in e.dims else slice(None) for k in range(x.ndim))] if e.dims else x]
 
 
 @rule(ReshapeOp)

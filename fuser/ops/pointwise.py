@@ -2,6 +2,8 @@
 implicit broadcasting. Scalar-only arithmetic gives a Scalar (its value a sympy expression)."""
 from __future__ import annotations
 
+import math
+
 import sympy
 
 from ..errors import FusionDefinitionError, UnsupportedError
@@ -90,7 +92,7 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
     fusion = fusion_of(kind.value, x)
     x = as_val(fusion, x, kind.value)
     if not isinstance(x, TensorView):
-        raise UnsupportedError(f"{kind.value}: scalar operands are not supported; use a tensor")
+        return _scalar_unary(kind, x)
     x = computed(kind.value, x)
     dtype = x.dtype
     if kind in _BOOL_RESULT_UNARY:
@@ -150,6 +152,45 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
 
 def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
     return " and ".join(f"{v.dtype} {'tensor' if isinstance(v, TensorView) else 'scalar'}" for v in (a, b))
+
+
+def _ieee(fn, v: float) -> float:
+    """`fn(v)` in IEEE doubles, where Python's math raises instead (1/0, log(0), sqrt(-1))."""
+    try:
+        return fn(v)
+    except ZeroDivisionError:
+        return math.copysign(math.inf, v)
+    except OverflowError:
+        return math.inf
+    except ValueError:
+        return -math.inf if v == 0 else math.nan
+
+
+# unary ops on scalars of known value (nvFuser's definitions compute constants with them):
+# (the value's function, whether an integer or bool input gives a Double)
+_SCALAR_UNARY = {
+    U.neg: (lambda v: -v, False), U.abs: (abs, False),
+    U.floor: (math.floor, False), U.ceil: (math.ceil, False),
+    U.reciprocal: (lambda v: _ieee(lambda u: 1.0 / u, float(v)), True),
+    U.sqrt: (lambda v: _ieee(math.sqrt, float(v)), True),
+    U.rsqrt: (lambda v: _ieee(lambda u: 1.0 / math.sqrt(u), float(v)), True),
+    U.exp: (lambda v: _ieee(math.exp, float(v)), True), U.log: (lambda v: _ieee(math.log, float(v)), True),
+}
+
+
+def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
+    rule = _SCALAR_UNARY.get(kind)
+    if rule is None or x.value is None or x.dtype.is_complex:
+        what = "a scalar input" if x.value is None else f"a {x.dtype} scalar"
+        raise UnsupportedError(f"{kind.value} of {what} is not supported; use a tensor (scalars of a "
+                               f"known value take {', '.join(k.value for k in _SCALAR_UNARY)})")
+    fn, to_double = rule
+    dtype = DataType.Double if to_double and not x.dtype.is_floating else x.dtype
+    if kind in (U.floor, U.ceil) and x.dtype.is_floating:
+        value = float(fn(float(x.value))) if math.isfinite(x.value) else x.value
+    else:
+        value = fn(x.value)
+    return x.fusion.new_scalar(dtype, value=python_value(value, dtype))
 
 
 def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:

@@ -80,7 +80,9 @@ def expand(tv: TensorView, shape: Sequence[Any]) -> TensorView:
     return out
 
 
-def squeeze(tv: TensorView, dims: Sequence[int]) -> TensorView:
+def squeeze(tv: TensorView, dims: Sequence[int], squeeze_expanded: bool = False) -> TensorView:
+    """nvFuser's squeeze: the axes must be broadcasts (or of extent 1); an expanded broadcast
+    only with `squeeze_expanded` (its values are one value repeated)."""
     op = "squeeze"
     check_tensor(op, tv)
     n = tv.ndim
@@ -89,8 +91,9 @@ def squeeze(tv: TensorView, dims: Sequence[int]) -> TensorView:
     ids = []
     for k, d in enumerate(tv.domain.no_reductions()):
         if k in dims:
-            if d.expanded_extent is not None:
-                raise FusionDefinitionError(f"{op}: axis {k} of {tv!r} is expanded to {d.expanded_extent}")
+            if d.expanded_extent is not None and not squeeze_expanded:
+                raise FusionDefinitionError(f"{op}: axis {k} of {tv!r} is expanded to {d.expanded_extent} "
+                                            f"(squeeze_expanded=True squeezes it)")
             if not d.is_broadcast:
                 f.unify(d.extent, sympy.Integer(1), f"{op}: squeezed axis {k} of {tv!r} must have size 1")
         else:

@@ -320,3 +320,20 @@ def test_reshape_to_a_size_one_axis_makes_a_broadcast(backend):
         return fd.ops.mul(fd.ops.broadcast_in_dim(r, [3, 4, 5], [0, 1, 2]), b)
 
     run_and_check(build, lambda a, b: a.unsqueeze(-1) * b, [x, y], backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_squeeze_expanded(backend):
+    """nvFuser's squeeze(t, dims, squeeze_expanded=True) squeezes an expanded broadcast (one
+    value repeated along it); without it, that is a definition error."""
+    x = make((3, 1, 5))
+
+    def build(fd, a):
+        e = fd.ops.expand(a, [3, 4, 5])
+        return fd.ops.exp(fd.ops.squeeze(e, [1], squeeze_expanded=True))
+
+    run_and_check(build, lambda a: a.squeeze(1).exp(), [x], backend=backend)
+    with pytest.raises(fuser.FusionDefinitionError, match="squeeze_expanded"):
+        with FusionDefinition() as fd:
+            a = fd.from_pytorch(x)
+            fd.add_output(fd.ops.squeeze(fd.ops.expand(a, [3, 4, 5]), [1]))

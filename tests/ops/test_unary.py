@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fuser import DataType
+import fuser
+from fuser import DataType, FusionDefinition
 from tests.helpers import ALL_DTYPES, TORCH_TO_DT, FLOAT_DTYPES, cases, dtype_name, make, run_and_check
 
 UNARY = {
@@ -125,3 +126,36 @@ def test_unary_special_values(name, dtype, backend):
     x = make((2, 8), dtype)
     x[0] = torch.tensor(SPECIAL, dtype=dtype)
     run_and_check(_op(name), UNARY[name], [x], backend=backend)
+
+
+@pytest.mark.parametrize("name,value,dtype,expected,expected_dtype", [
+    ("reciprocal", 2.0, DataType.Double, 0.5, DataType.Double),
+    ("reciprocal", 0.0, DataType.Double, float("inf"), DataType.Double),
+    ("reciprocal", -0.0, DataType.Double, float("-inf"), DataType.Double),
+    ("sqrt", 4, DataType.Int, 2.0, DataType.Double),
+    ("sqrt", -1.0, DataType.Double, float("nan"), DataType.Double),
+    ("log", 0.0, DataType.Double, float("-inf"), DataType.Double),
+    ("rsqrt", 0.25, DataType.Float, 2.0, DataType.Float),
+    ("neg", 3, DataType.Int, -3, DataType.Int),
+    ("abs", -2.5, DataType.Double, 2.5, DataType.Double),
+    ("floor", -2.5, DataType.Double, -3.0, DataType.Double),
+    ("exp", 1000.0, DataType.Double, float("inf"), DataType.Double),
+])
+def test_unary_of_a_scalar_of_known_value(name, value, dtype, expected, expected_dtype):
+    """nvFuser's definitions compute constants with unary ops (`reciprocal(define_scalar(2.0))`):
+    the value in IEEE doubles, as eager computes on Python floats."""
+    x = make((4,))
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], contiguity=True)
+        s = getattr(fd.ops, name)(fd.define_scalar(value, dtype=dtype))
+        fd.add_output(fd.ops.mul(t, s))
+    assert s.dtype is expected_dtype
+    assert s.value == expected or (expected != expected and s.value != s.value)
+    torch.testing.assert_close(fd.execute([x])[0], x * expected, equal_nan=True)
+
+
+def test_unary_of_a_scalar_input_is_unsupported():
+    with pytest.raises(fuser.UnsupportedError, match="reciprocal of a scalar input"):
+        with FusionDefinition() as fd:
+            t = fd.define_tensor([-1], contiguity=True)
+            fd.add_output(fd.ops.mul(t, fd.ops.reciprocal(fd.define_scalar(dtype=DataType.Double))))
