@@ -96,11 +96,8 @@ def gather(arg: TensorView, index: TensorView, dim: int) -> TensorView:
     op = "gather"
     f = _gather_operands(op, arg, index)
     dim = _dim(op, arg, dim, "arg")
-    ids, idx = arg.domain.no_reductions(), index.domain.no_reductions()
-    for k, (a, i) in enumerate(zip(ids, idx)):
-        if k != dim:
-            _not_longer(op, i, a, k, f"index {index!r} (arg {arg!r})")
-    out = new_tensor(f, [copy_id(f, d) for d in idx], arg.dtype)
+    _index_within(op, arg, index, dim)
+    out = new_tensor(f, [copy_id(f, d) for d in index.domain.no_reductions()], arg.dtype)
     f.add_expr(GatherOp(inputs=(arg, index), outputs=(out,), dim=dim))
     return out
 
@@ -124,6 +121,13 @@ def take_along_axis(arg: TensorView, index: TensorView, dim: int) -> TensorView:
     out = new_tensor(f, out_ids, arg.dtype)
     f.add_expr(GatherOp(inputs=(arg, index), outputs=(out,), dim=dim, take_along_axis=True))
     return out
+
+
+def _index_within(op: str, arg: TensorView, index: TensorView, dim: int) -> None:
+    """The index no longer than `arg` on every axis but `dim` (torch.gather's and scatter's rule)."""
+    for k, (a, i) in enumerate(zip(arg.domain.no_reductions(), index.domain.no_reductions())):
+        if k != dim:
+            _not_longer(op, i, a, k, f"index {index!r} (arg {arg!r})")
 
 
 def _gather_operands(op: str, arg: Any, index: Any):
@@ -152,13 +156,11 @@ def scatter(arg: TensorView, index: TensorView, src: Any, dim: int) -> TensorVie
         _same_rank(op, ("arg", arg), ("index", index))
         src = as_val(f, src, op)
     dim = _dim(op, arg, dim, "arg")
-    ids, idx = arg.domain.no_reductions(), index.domain.no_reductions()
-    for k, (a, i) in enumerate(zip(ids, idx)):
-        if k != dim:
-            _not_longer(op, i, a, k, f"index {index!r} (arg {arg!r})")
-        if isinstance(src, TensorView):
-            _not_longer(op, i, src.domain.no_reductions()[k], k, f"index {index!r} (src {src!r})")
-    out = new_tensor(f, [copy_id(f, d) for d in ids], arg.dtype)
+    _index_within(op, arg, index, dim)
+    if isinstance(src, TensorView):
+        for k, (i, d) in enumerate(zip(index.domain.no_reductions(), src.domain.no_reductions())):
+            _not_longer(op, i, d, k, f"index {index!r} (src {src!r})")
+    out = new_tensor(f, [copy_id(f, d) for d in arg.domain.no_reductions()], arg.dtype)
     f.add_expr(ScatterOp(inputs=(arg, index, src), outputs=(out,), dim=dim))
     return out
 
