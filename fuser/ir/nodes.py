@@ -71,6 +71,10 @@ class Val:
     name: int
     dtype: DataType
 
+    def is_tensor(self) -> bool:
+        """nvFuser's test of a value: a TensorView, not a scalar."""
+        return isinstance(self, TensorView)
+
 
 @dataclass(eq=False)
 class Scalar(Val):

@@ -193,9 +193,24 @@ def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
     return x.fusion.new_scalar(dtype, value=python_value(value, dtype))
 
 
+# binary ops of two scalars of known value with a floating result, computed in IEEE doubles
+def _true_divide(x: float, y: float) -> float:
+    if y == 0:  # IEEE: x / +-0 is +-inf by the signs, 0 / 0 is nan
+        return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+_SCALAR_BINARY = {B.truediv: _true_divide, B.nextafter: math.nextafter}
+
+
 def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     ops = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
            B.maximum: sympy.Max, B.minimum: sympy.Min}
+    known = _SCALAR_BINARY.get(kind)
+    if known is not None and a.value is not None and b.value is not None \
+            and not (a.dtype.is_complex or b.dtype.is_complex):
+        dtype = DataType.Double if not (a.dtype.is_floating or b.dtype.is_floating) else promote(a.dtype, b.dtype)
+        return a.fusion.new_scalar(dtype, value=python_value(known(float(a.value), float(b.value)), dtype))
     if kind not in ops:
         raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
     dtype = promote(a.dtype, b.dtype)

@@ -159,3 +159,17 @@ def test_unary_of_a_scalar_input_is_unsupported():
         with FusionDefinition() as fd:
             t = fd.define_tensor([-1], contiguity=True)
             fd.add_output(fd.ops.mul(t, fd.ops.reciprocal(fd.define_scalar(dtype=DataType.Double))))
+
+
+@pytest.mark.parametrize("name,a,b,expected", [
+    ("truediv", 1.0, 4, 0.25), ("truediv", 3, 2, 1.5), ("truediv", -1.0, 0.0, float("-inf")),
+    ("truediv", 0.0, 0.0, float("nan")), ("nextafter", 1.0, 2.0, 1.0000000000000002),
+])
+def test_binary_of_scalars_of_known_value(name, a, b, expected):
+    with FusionDefinition() as fd:
+        s = getattr(fd.ops, name)(fd.define_scalar(a), fd.define_scalar(b))
+        t = fd.define_tensor([-1], contiguity=True)
+        fd.add_output(fd.ops.mul(t, s))
+    assert not s.is_tensor() and t.is_tensor()
+    assert s.dtype is DataType.Double
+    assert s.value == expected or (expected != expected and s.value != s.value)
