@@ -231,10 +231,13 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
         raise FusionDefinitionError(
             f"{op}: pad_widths {widths} needs an even count, at most 2 x {tv.ndim} for {tv!r}")
     for w in widths:
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise FusionDefinitionError(f"{op}: pad widths must be non-negative ints or integer scalars of "
-                                        f"a known value, got {widths}")
+        if isinstance(w, bool) or not isinstance(w, int):
+            raise FusionDefinitionError(f"{op}: pad widths must be ints or integer scalars of a known value, "
+                                        f"got {widths}")
     f = tv.fusion
+    if any(w < 0 for w in widths):  # a negative width crops (as nvFuser's and F.pad's): a slice first
+        tv = _crop(tv, widths)
+        widths = [max(w, 0) for w in widths]
     value = as_val(f, 0 if value is None else value, op)
     ids = [copy_id(f, d) for d in tv.domain.no_reductions()]
     for k in range(len(widths) // 2):
@@ -246,6 +249,23 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
     out = new_tensor(f, ids, tv.dtype)
     f.add_expr(PadOp(inputs=(tv, value, *width_vals), outputs=(out,)))
     return out
+
+
+def _crop(tv: TensorView, widths: list[int]) -> TensorView:
+    """`tv` without the elements negative pad widths remove (widths[2k], widths[2k + 1]: the
+    low and high side of axis ndim - 1 - k)."""
+    f = tv.fusion
+    starts, ends = [], []
+    for axis, d in enumerate(tv.domain.no_reductions()):
+        k = tv.ndim - 1 - axis
+        lo, hi = (widths[2 * k], widths[2 * k + 1]) if 2 * k < len(widths) else (0, 0)
+        lo_cut, hi_cut = max(-lo, 0), max(-hi, 0)
+        if is_static(d.size) and lo_cut + hi_cut > int(d.size):
+            raise FusionDefinitionError(f"pad: widths {widths} crop {lo_cut + hi_cut} elements from axis {axis} "
+                                        f"of {tv!r}, which has {d.size}")
+        starts.append(lo_cut)
+        ends.append(f.extent_scalar(d.size - hi_cut) if hi_cut else f.extent_scalar(d.size))
+    return slice(tv, starts, ends, manual_normalization=True)
 
 
 def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -> TensorView:

@@ -337,3 +337,19 @@ def test_squeeze_expanded(backend):
         with FusionDefinition() as fd:
             a = fd.from_pytorch(x)
             fd.add_output(fd.ops.squeeze(fd.ops.expand(a, [3, 4, 5]), [1]))
+
+
+@pytest.mark.parametrize("widths", [[-1, -1, -1, -1, 0, 0, 0, 0], [2, -1], [-2, 3, 1, -1]])
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_negative_pad_widths_crop(widths, backend):
+    """A negative pad width removes elements from that side, as F.pad and nvFuser's pad do."""
+    x = make((2, 3, 5, 6))
+    run_and_check(lambda fd, t: fd.ops.pad(t, widths, 0.5), lambda t: F.pad(t, widths, value=0.5),
+                  [x], backend=backend)
+
+
+def test_crop_beyond_a_static_axis_is_a_definition_error():
+    with pytest.raises(fuser.FusionDefinitionError, match="crop 7 elements"):
+        with FusionDefinition() as fd:
+            t = fd.define_tensor([2, 5], contiguity=True)
+            fd.add_output(fd.ops.pad(t, [-3, -4]))
