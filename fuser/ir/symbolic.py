@@ -123,6 +123,42 @@ class floatOp(sympy.Function):
         return None
 
 
+def _ieee(fn, v: float) -> float:
+    """`fn(v)` in IEEE doubles, where Python's math raises instead (1/0, log(0), sqrt(-1))."""
+    try:
+        return fn(v)
+    except ZeroDivisionError:
+        return math.copysign(math.inf, v)
+    except OverflowError:
+        return math.inf
+    except ValueError:
+        return -math.inf if v == 0 else math.nan
+
+
+# floatFn's first argument: the function, by its index here (its name is the op's)
+FLOAT_FUNCTIONS = (
+    ("reciprocal", lambda v: _ieee(lambda u: 1.0 / u, v)),
+    ("sqrt", lambda v: _ieee(math.sqrt, v)),
+    ("rsqrt", lambda v: _ieee(lambda u: 1.0 / math.sqrt(u), v)),
+    ("exp", lambda v: _ieee(math.exp, v)),
+    ("log", lambda v: _ieee(math.log, v)),
+)
+FLOAT_FUNCTION_CODES = {name: k for k, (name, _) in enumerate(FLOAT_FUNCTIONS)}
+
+
+def float_fn(code: int, v) -> float:
+    return FLOAT_FUNCTIONS[code][1](float(v))
+
+
+class floatFn(sympy.Function):
+    """A function of a floating runtime scalar (args: its FLOAT_FUNCTIONS code, the operand),
+    computed in IEEE doubles when the scalar is bound, never simplified (as floatOp)."""
+
+    @classmethod
+    def eval(cls, code, a):
+        return None
+
+
 def _norm_index(i: int, n: int) -> int:
     return min(max(i + n if i < 0 else i, 0), n)
 
@@ -173,6 +209,8 @@ def _fmt_inner(e: Extent) -> str:
         return f"normIndex({_fmt(e.args[0])}, {_fmt(e.args[1])})"
     if isinstance(e, scalarCast):
         return f"({_CAST_NAMES[int(e.args[1])]})({_fmt(e.args[0])})"
+    if isinstance(e, floatFn):
+        return f"{FLOAT_FUNCTIONS[int(e.args[0])][0]}({_fmt(e.args[1])})"
     if isinstance(e, floatOp):
         code, a, b = int(e.args[0]), _fmt(e.args[1]), _fmt(e.args[2])
         return f"{a}{_FLOAT_SIGNS[code]}{b}" if code < len(_FLOAT_SIGNS) else \
@@ -237,6 +275,8 @@ def _py(e: Extent) -> str:
         return f"_convert({int(e.args[1])}, {_py(e.args[0])})"
     if isinstance(e, floatOp):
         return f"_float_op({int(e.args[0])}, {_py(e.args[1])}, {_py(e.args[2])})"
+    if isinstance(e, floatFn):
+        return f"_float_fn({int(e.args[0])}, {_py(e.args[1])})"
     if isinstance(e, sympy.Add):
         return "(" + " + ".join(_py(a) for a in e.args) + ")"
     if isinstance(e, sympy.Mul):
@@ -276,7 +316,7 @@ def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
         return lambda env: value
     src = f"lambda env: {_py(e)}"
     return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_convert": convert_scalar,
-                     "_float_op": float_op})  # noqa: S307 - source built above
+                     "_float_op": float_op, "_float_fn": float_fn})  # noqa: S307 - source built above
 
 
 def free_symbol_names(e: Extent) -> set[str]:

@@ -3,6 +3,7 @@ implicit broadcasting. Scalar-only arithmetic gives a Scalar (its value a sympy 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import sympy
 
@@ -10,6 +11,7 @@ from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, promote)
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
+                           FLOAT_FUNCTION_CODES, float_fn, floatFn,
                            FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast)
 from ..ir.types import default_dtype_of_category
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
@@ -154,38 +156,27 @@ def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
     return " and ".join(f"{v.dtype} {'tensor' if isinstance(v, TensorView) else 'scalar'}" for v in (a, b))
 
 
-def _ieee(fn, v: float) -> float:
-    """`fn(v)` in IEEE doubles, where Python's math raises instead (1/0, log(0), sqrt(-1))."""
-    try:
-        return fn(v)
-    except ZeroDivisionError:
-        return math.copysign(math.inf, v)
-    except OverflowError:
-        return math.inf
-    except ValueError:
-        return -math.inf if v == 0 else math.nan
-
-
-# unary ops on scalars of known value (nvFuser's definitions compute constants with them):
-# (the value's function, whether an integer or bool input gives a Double)
-_SCALAR_UNARY = {
-    U.neg: (lambda v: -v, False), U.abs: (abs, False),
-    U.floor: (math.floor, False), U.ceil: (math.ceil, False),
-    U.reciprocal: (lambda v: _ieee(lambda u: 1.0 / u, float(v)), True),
-    U.sqrt: (lambda v: _ieee(math.sqrt, float(v)), True),
-    U.rsqrt: (lambda v: _ieee(lambda u: 1.0 / math.sqrt(u), float(v)), True),
-    U.exp: (lambda v: _ieee(math.exp, float(v)), True), U.log: (lambda v: _ieee(math.log, float(v)), True),
-}
+# unary ops on scalars (nvFuser's definitions compute scalars with them): integer-valued ones
+# on known values, and IEEE functions (symbolic.FLOAT_FUNCTIONS) on any floating scalar, input
+# or constant; (the value's function, whether an integer or bool input gives a Double)
+_SCALAR_UNARY = {U.neg: (lambda v: -v, False), U.abs: (abs, False), U.floor: (math.floor, False),
+                 U.ceil: (math.ceil, False)}
+_SCALAR_UNARY.update({U[name]: (partial(float_fn, code), True) for name, code in FLOAT_FUNCTION_CODES.items()})
 
 
 def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
     rule = _SCALAR_UNARY.get(kind)
-    if rule is None or x.value is None or x.dtype.is_complex:
+    symbolic = x.value is None and kind.name in FLOAT_FUNCTION_CODES
+    if rule is None or x.dtype.is_complex or (x.value is None and not symbolic):
         what = "a scalar input" if x.value is None else f"a {x.dtype} scalar"
-        raise UnsupportedError(f"{kind.value} of {what} is not supported; use a tensor (scalars of a "
-                               f"known value take {', '.join(k.value for k in _SCALAR_UNARY)})")
+        raise UnsupportedError(f"{kind.value} of {what} is not supported; use a tensor (scalars take "
+                               f"{', '.join(FLOAT_FUNCTION_CODES)}; scalars of a known value also "
+                               f"neg, abs, floor, ceil)")
     fn, to_double = rule
     dtype = DataType.Double if to_double and not x.dtype.is_floating else x.dtype
+    if symbolic:
+        operand = x.expr if x.dtype.is_floating else scalarCast(x.expr, CAST_DOUBLE)
+        return x.fusion.new_scalar(dtype, expr=floatFn(FLOAT_FUNCTION_CODES[kind.name], operand))
     if kind in (U.floor, U.ceil) and x.dtype.is_floating:
         value = float(fn(float(x.value))) if math.isfinite(x.value) else x.value
     else:
@@ -193,7 +184,6 @@ def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
     return x.fusion.new_scalar(dtype, value=python_value(value, dtype))
 
 
-# binary ops of two scalars of known value with a floating result, computed in IEEE doubles
 def _true_divide(x: float, y: float) -> float:
     if y == 0:  # IEEE: x / +-0 is +-inf by the signs, 0 / 0 is nan
         return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * math.copysign(1.0, y)

@@ -1,6 +1,8 @@
 """Unary ops against eager PyTorch: every op over every dtype eager accepts, layouts (size-0,
 size-1, stride_order, non-contiguous, 0-dim), and bf16/fp16 computed in fp32. Each case runs
 through the ATen evaluator and through generated kernels."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,11 +156,27 @@ def test_unary_of_a_scalar_of_known_value(name, value, dtype, expected, expected
     torch.testing.assert_close(fd.execute([x])[0], x * expected, equal_nan=True)
 
 
-def test_unary_of_a_scalar_input_is_unsupported():
-    with pytest.raises(fuser.UnsupportedError, match="reciprocal of a scalar input"):
+@pytest.mark.parametrize("backend", ["aten", "kernel"])
+def test_ieee_functions_of_scalar_inputs(backend):
+    """reciprocal, sqrt, rsqrt, exp and log of a scalar input: computed in IEEE doubles when the
+    input is bound (1 / 0.0 is inf), an Int input giving a Double."""
+    x = make((5,))
+
+    def build(fd, t, s, n):
+        r = fd.ops.mul(fd.ops.reciprocal(s), fd.ops.rsqrt(n))
+        return [fd.ops.mul(t, r), fd.ops.mul(t, fd.ops.exp(fd.ops.log(fd.ops.sqrt(s))))]
+
+    for s, n in ((4.0, 16), (0.0, 4)):
+        run_and_check(build, lambda t, s, n: [t * ((1 / s if s else float("inf")) / math.sqrt(n)), t * math.sqrt(s)],
+                      [x, s, n], decl=[None, {"dtype": DataType.Double}, {"dtype": DataType.Int}],
+                      backend=backend)
+
+
+def test_unary_of_a_scalar_input_without_an_ieee_function_is_unsupported():
+    with pytest.raises(fuser.UnsupportedError, match="sin of a scalar input"):
         with FusionDefinition() as fd:
             t = fd.define_tensor([-1], contiguity=True)
-            fd.add_output(fd.ops.mul(t, fd.ops.reciprocal(fd.define_scalar(dtype=DataType.Double))))
+            fd.add_output(fd.ops.mul(t, fd.ops.sin(fd.define_scalar(dtype=DataType.Double))))
 
 
 @pytest.mark.parametrize("name,a,b,expected", [
