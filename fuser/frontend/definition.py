@@ -259,12 +259,13 @@ class FusionDefinition:
     def execute(self, inputs: Sequence[Any], device: Any = None, **_unused) -> list:
         """Runs the definition on `inputs` (tensors and scalars in the order they were defined;
         a list or tuple stands for as many scalars, those of a define_vector)."""
-        inputs = _spread_vectors(inputs, self.fusion)
+        cache = self._cache or self._make_cache("execute")
+        if self._takes_scalars:  # (known once the cache is made: the definition is final then)
+            inputs = _spread_vectors(inputs, self.fusion)
         if isinstance(inputs, tuple):
             inputs = list(inputs)
-        cache = self._cache or self._make_cache("execute")
         outs = cache.execute(inputs)
-        return self._visible(outs, inputs) if self._aliased() else outs
+        return self._visible(outs, inputs) if self._alias_of else outs
 
     def _aliased(self) -> dict[int, TensorView]:
         """id(output tensor) -> the input an alias writes it into."""
@@ -273,7 +274,7 @@ class FusionDefinition:
     def _visible(self, outs: list, inputs: list) -> list:
         """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
         where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
-        aliased, written = self._aliased(), {}
+        aliased, written = self._alias_of, {}
         for (tv, _), value in zip(self._outputs, outs):
             target = aliased.get(id(tv))
             if target is not None and id(tv) not in written:
@@ -320,6 +321,9 @@ class FusionDefinition:
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
         cache = FusionExecutorCache(self.fusion)
+        # what each execute asks of the definition, fixed from here on
+        self._alias_of = self._aliased()
+        self._takes_scalars = any(isinstance(v, Scalar) for v in self.fusion.inputs())
         with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
             if self._cache is None:
                 self._cache = cache
