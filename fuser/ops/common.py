@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 import sympy
 
 from ..errors import FusionDefinitionError, UnsupportedError
+from ..ir.symbolic import SCALAR_FUNCTION_CODES, scalarFn
 from ..ir import (BroadcastOp, DataType, Fusion, IterDomain, IterType, Scalar, TensorView, Val,
                   tensor_domain)
 
@@ -145,6 +146,8 @@ def broadcast_ids(fusion: Fusion, op: str, tvs: Sequence[TensorView]) -> list[It
 def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
     """A shape entry (int or Scalar) as an extent expression."""
     if isinstance(v, Scalar):
+        if v.dtype.is_floating and v.value is None:  # a size computed in doubles (Thunder's)
+            return scalarFn(SCALAR_FUNCTION_CODES["exact_int"], v.expr)
         if v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
             raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
         return v.expr

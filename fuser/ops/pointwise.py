@@ -2,8 +2,6 @@
 implicit broadcasting. Scalar-only arithmetic gives a Scalar (its value a sympy expression)."""
 from __future__ import annotations
 
-import math
-from functools import partial
 
 import sympy
 
@@ -11,7 +9,7 @@ from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, promote)
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
-                           FLOAT_FUNCTION_CODES, float_fn, floatFn,
+                           SCALAR_FUNCTION_CODES, scalar_fn, scalarFn,
                            FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast)
 from ..ir.types import default_dtype_of_category
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
@@ -125,14 +123,7 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
         return _scalar_binary(kind, a, b)
     a, b = computed(kind.value, a), computed(kind.value, b)
     compute = result_type(a, b)
-    if kind in _INTEGER_ONLY and not (compute.is_integral or compute.is_boolean):
-        raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
-    if kind in _STRICTLY_INTEGER and not compute.is_integral:
-        hint = "; for floating operands use fmod or remainder" if kind is B.mod else ""
-        raise FusionDefinitionError(f"{kind.value}: needs integer operands, got {_dtypes(a, b)}{hint}")
-    if kind is B.div and compute.is_boolean:
-        raise FusionDefinitionError("div: truncating division of two bool operands is not defined "
-                                    "(eager refuses it too); cast them to an integer type, or use truediv")
+    _check_integer_operands(kind, compute, a, b)
     if kind in _COMPARISON:
         dtype = DataType.Bool
         # eager converts a 0-dim tensor to the common type before comparing (half < a float32
@@ -152,68 +143,83 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
     return out
 
 
+def _check_integer_operands(kind: BinaryOpType, compute: DataType, a: Operand, b: Operand) -> None:
+    if kind in _INTEGER_ONLY and not (compute.is_integral or compute.is_boolean):
+        raise FusionDefinitionError(f"{kind.value}: needs integer or bool operands, got {compute}")
+    if kind in _STRICTLY_INTEGER and not compute.is_integral:
+        hint = "; for floating operands use fmod or remainder" if kind is B.mod else ""
+        raise FusionDefinitionError(f"{kind.value}: needs integer operands, got {_dtypes(a, b)}{hint}")
+    if kind is B.div and compute.is_boolean:
+        raise FusionDefinitionError("div: truncating division of two bool operands is not defined "
+                                    "(eager refuses it too); cast them to an integer type, or use truediv")
+
+
 def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
     return " and ".join(f"{v.dtype} {'tensor' if isinstance(v, TensorView) else 'scalar'}" for v in (a, b))
 
 
-# unary ops on scalars (nvFuser's definitions compute scalars with them): integer-valued ones
-# on known values, and IEEE functions (symbolic.FLOAT_FUNCTIONS) on any floating scalar, input
-# or constant; (the value's function, whether an integer or bool input gives a Double)
-_SCALAR_UNARY = {U.neg: (lambda v: -v, False), U.abs: (abs, False), U.floor: (math.floor, False),
-                 U.ceil: (math.ceil, False)}
-_SCALAR_UNARY.update({U[name]: (partial(float_fn, code), True) for name, code in FLOAT_FUNCTION_CODES.items()})
+# Ops on scalars only (nvFuser's definitions compute sizes and constants with them, Thunder's
+# with comparisons, fmod and casts): a known value is computed at once; an input's value when
+# it is bound, in a scalarFn (symbolic.SCALAR_FUNCTIONS: IEEE doubles for floats, exact
+# integers), or in sympy's algebra where extents need it (integer +, -, *, max, min, neg, abs
+# and the division of non-negative integers).
 
 
 def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
-    rule = _SCALAR_UNARY.get(kind)
-    symbolic = x.value is None and kind.name in FLOAT_FUNCTION_CODES
-    if rule is None or x.dtype.is_complex or (x.value is None and not symbolic):
+    code = SCALAR_FUNCTION_CODES.get(kind.name)
+    if code is None or x.dtype.is_complex:
         what = "a scalar input" if x.value is None else f"a {x.dtype} scalar"
         raise UnsupportedError(f"{kind.value} of {what} is not supported; use a tensor (scalars take "
-                               f"{', '.join(FLOAT_FUNCTION_CODES)}; scalars of a known value also "
-                               f"neg, abs, floor, ceil)")
-    fn, to_double = rule
-    dtype = DataType.Double if to_double and not x.dtype.is_floating else x.dtype
-    if symbolic:
-        operand = x.expr if x.dtype.is_floating else scalarCast(x.expr, CAST_DOUBLE)
-        return x.fusion.new_scalar(dtype, expr=floatFn(FLOAT_FUNCTION_CODES[kind.name], operand))
-    if kind in (U.floor, U.ceil) and x.dtype.is_floating:
-        value = float(fn(float(x.value))) if math.isfinite(x.value) else x.value
+                               f"{', '.join(n for n in SCALAR_FUNCTION_CODES if n in U.__members__)})")
+    if kind is U.bitwise_not and x.dtype.is_floating:
+        raise FusionDefinitionError(f"bitwise_not: needs an integer or bool operand, got {x.dtype} scalar")
+    if kind in _BOOL_RESULT_UNARY:
+        dtype = DataType.Bool
+    elif kind in _FLOAT_RESULT and not x.dtype.is_floating:
+        dtype = DataType.Double
     else:
-        value = fn(x.value)
-    return x.fusion.new_scalar(dtype, value=python_value(value, dtype))
-
-
-def _true_divide(x: float, y: float) -> float:
-    if y == 0:  # IEEE: x / +-0 is +-inf by the signs, 0 / 0 is nan
-        return math.nan if x == 0 or x != x else math.copysign(math.inf, x) * math.copysign(1.0, y)
-    return x / y
-
-
-_SCALAR_BINARY = {B.truediv: _true_divide, B.nextafter: math.nextafter}
+        dtype = x.dtype
+    if x.value is not None:
+        return x.fusion.new_scalar(dtype, value=python_value(scalar_fn(code, x.value), dtype))
+    if kind in (U.neg, U.abs) and not dtype.is_floating:  # (integer algebra, for extents)
+        return x.fusion.new_scalar(dtype, expr=-x.expr if kind is U.neg else sympy.Abs(x.expr))
+    return x.fusion.new_scalar(dtype, expr=scalarFn(code, x.expr))
 
 
 def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
-    ops = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
-           B.maximum: sympy.Max, B.minimum: sympy.Min}
-    known = _SCALAR_BINARY.get(kind)
-    if known is not None and a.value is not None and b.value is not None \
-            and not (a.dtype.is_complex or b.dtype.is_complex):
-        dtype = DataType.Double if not (a.dtype.is_floating or b.dtype.is_floating) else promote(a.dtype, b.dtype)
-        return a.fusion.new_scalar(dtype, value=python_value(known(float(a.value), float(b.value)), dtype))
-    if kind not in ops:
-        raise UnsupportedError(f"{kind.value} of two scalars is not supported; use a tensor")
-    dtype = promote(a.dtype, b.dtype)
     fusion = a.fusion
-    if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
-        code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,
-                B.minimum: FLOAT_MIN}[kind]
-        if a.value is not None and b.value is not None:
-            return fusion.new_scalar(dtype, value=float_op(code, a.value, b.value))
-        return fusion.new_scalar(dtype, expr=floatOp(code, a.expr, b.expr))
-    if dtype.is_complex and a.value is not None and b.value is not None and kind in (B.add, B.sub, B.mul):
-        return fusion.new_scalar(dtype, value=ops[kind](complex(a.value), complex(b.value)))  # (Python's)
-    return fusion.new_scalar(dtype, expr=ops[kind](a.expr, b.expr))
+    compute = promote(a.dtype, b.dtype)
+    if kind in _COMPARISON:
+        dtype = DataType.Bool
+    elif kind in _FLOAT_BINARY and not compute.is_floating:
+        dtype = DataType.Double
+    else:
+        dtype = compute
+    algebra = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
+               B.maximum: sympy.Max, B.minimum: sympy.Min}.get(kind)
+    if algebra is not None:
+        if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
+            code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,
+                    B.minimum: FLOAT_MIN}[kind]
+            if a.value is not None and b.value is not None:
+                return fusion.new_scalar(dtype, value=float_op(code, a.value, b.value))
+            return fusion.new_scalar(dtype, expr=floatOp(code, a.expr, b.expr))
+        if dtype.is_complex and a.value is not None and b.value is not None and kind in (B.add, B.sub, B.mul):
+            return fusion.new_scalar(dtype, value=algebra(complex(a.value), complex(b.value)))  # (Python's)
+        return fusion.new_scalar(dtype, expr=algebra(a.expr, b.expr))
+    code = SCALAR_FUNCTION_CODES.get(kind.name)
+    if code is None or compute.is_complex:
+        raise UnsupportedError(f"{kind.value} of two scalars ({_dtypes(a, b)}) is not supported; use a tensor")
+    _check_integer_operands(kind, compute, a, b)
+    if a.value is not None and b.value is not None:
+        try:
+            value = scalar_fn(code, a.value, b.value)
+        except (ArithmeticError, ValueError) as err:  # an integer division by zero
+            raise FusionDefinitionError(f"{kind.value} of the scalars {a.value} and {b.value}: {err}") from None
+        return fusion.new_scalar(dtype, value=python_value(value, dtype))
+    if kind is B.div and not dtype.is_floating and a.expr.is_nonnegative and b.expr.is_nonnegative:
+        return fusion.new_scalar(dtype, expr=sympy.floor(a.expr / b.expr))  # (truncation is floor here)
+    return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
 
 
 def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorView:

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fuser
 from fuser import DataType, FusionDefinition
 from tests.helpers import ALL_DTYPES, TORCH_TO_DT, FLOAT_DTYPES, cases, dtype_name, make, run_and_check
 
@@ -170,13 +169,6 @@ def test_ieee_functions_of_scalar_inputs(backend):
         run_and_check(build, lambda t, s, n: [t * ((1 / s if s else float("inf")) / math.sqrt(n)), t * math.sqrt(s)],
                       [x, s, n], decl=[None, {"dtype": DataType.Double}, {"dtype": DataType.Int}],
                       backend=backend)
-
-
-def test_unary_of_a_scalar_input_without_an_ieee_function_is_unsupported():
-    with pytest.raises(fuser.UnsupportedError, match="sin of a scalar input"):
-        with FusionDefinition() as fd:
-            t = fd.define_tensor([-1], contiguity=True)
-            fd.add_output(fd.ops.mul(t, fd.ops.sin(fd.define_scalar(dtype=DataType.Double))))
 
 
 @pytest.mark.parametrize("name,a,b,expected", [
