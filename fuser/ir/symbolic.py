@@ -266,6 +266,8 @@ SCALAR_FUNCTIONS = (
     ("gcd", math.gcd),
     ("bitwise_left_shift", lambda a, b: a << b),
     ("bitwise_right_shift", lambda a, b: a >> b),
+    # ternary
+    ("where", lambda c, a, b: a if c else b),
 )
 SCALAR_FUNCTION_CODES = {name: k for k, (name, _) in enumerate(SCALAR_FUNCTIONS)}
 

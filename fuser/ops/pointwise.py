@@ -222,10 +222,26 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
 
 
+def _scalar_where(cond: Scalar, a: Scalar, b: Scalar) -> Scalar:
+    """A scalar chosen by a scalar condition, in the values' promoted type."""
+    if a.dtype.is_complex or b.dtype.is_complex:
+        raise UnsupportedError("where of complex scalars is not supported; use a tensor")
+    dtype = promote(a.dtype, b.dtype)
+    if cond.value is not None:
+        chosen = a if cond.value else b
+        if chosen.value is not None:
+            return cond.fusion.new_scalar(dtype, value=python_value(chosen.value, dtype))
+        return cast(chosen, dtype)
+    operands = [cast(v, dtype).expr for v in (a, b)]
+    return cond.fusion.new_scalar(dtype, expr=scalarFn(SCALAR_FUNCTION_CODES["where"], cond.expr, *operands))
+
+
 def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorView:
     fusion = fusion_of(kind.value, a, b, c)
     a, b, c = (as_val(fusion, v, kind.value) for v in (a, b, c))
     check_computable(kind.value, a, b, c)
+    if kind is TernaryOpType.where and not any(isinstance(v, TensorView) for v in (a, b, c)):
+        return _scalar_where(a, b, c)
     # a where between tensors of one fp8 type selects exactly (PyTorch has it); otherwise fp8
     # operands compute in Float
     same_fp8 = (kind is TernaryOpType.where and isinstance(b, TensorView) and isinstance(c, TensorView)

@@ -163,3 +163,18 @@ def test_known_scalars_fold_to_constants():
     assert (a.value, a.dtype) == (-1, DataType.Int)
     assert (b.value, b.dtype) == (True, DataType.Bool)
     assert (c.value, c.dtype) == (True, DataType.Bool)
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["input", "known"])
+def test_where_of_scalars_only(known):
+    """A scalar chosen by a scalar condition, in the values' promoted type (Int and Double give
+    Double)."""
+    for c, a, b in ((True, 3, 2.5), (False, 3, 2.5), (True, -1, float("nan"))):
+        decl = [(c if known else None, DataType.Bool), (a if known else None, DataType.Int),
+                (b if known else None, DataType.Double)]
+        t, (out,) = _run(lambda fd, x, y, z: [fd.ops.where(x, y, z)], [c, a, b], decl)
+        torch.testing.assert_close(out, t * (float(a) if c else b), equal_nan=True)
+    with FusionDefinition() as fd:
+        s = fd.ops.where(fd.define_scalar(dtype=DataType.Bool), fd.define_scalar(dtype=DataType.Int), 2.5)
+        fd.add_output(_scaled(fd, fd.define_tensor([-1], dtype=DataType.Double), s))
+    assert s.dtype is DataType.Double
