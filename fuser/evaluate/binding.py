@@ -349,9 +349,13 @@ def _dense_declared(tv: TensorView):
     """True: declared fully contiguous in logical order (is_contiguous() decides); False:
     nothing declared contiguous (no check); None: a mixed layout (the full check runs)."""
     dom = tv.domain
-    flags = [c for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction and c is not None]
+    pairs = [(a, c) for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction]
+    flags = [c for a, c in pairs if c is not None]
     if not any(flags):
         return False
-    if all(flags) and dom.allocation is None:
+    # a dim without a flag that is not of size 1 (nvFuser's expanded broadcast) is left out of
+    # the stride chain, which is_contiguous() would count
+    loose = any(c is None and not (a.is_broadcast and a.expanded_extent is None) for a, c in pairs)
+    if all(flags) and dom.allocation is None and not loose:
         return True
     return None

@@ -9,6 +9,7 @@ Every call is recorded, so `repr(fd)` prints Python that rebuilds the definition
 """
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from functools import partial
@@ -22,6 +23,7 @@ from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
+from .repro import describe_inputs, repro_script
 from .validate import check_outputs
 
 
@@ -131,6 +133,7 @@ class FusionDefinition:
         self.fusion = Fusion()
         self.ops = _Ops(self)
         self._recorder = _Recorder(self)
+        self._repro_inputs: Optional[list[str]] = None  # (execute(save_repro_inputs=True))
         self._cache: Optional[FusionExecutorCache] = None
         self._cache_lock = threading.Lock()
         # per output as added: (the tensor, the input it is written into or None); positions
@@ -256,10 +259,14 @@ class FusionDefinition:
 
     # -- execution --------------------------------------------------------------------------
 
-    def execute(self, inputs: Sequence[Any], device: Any = None, **_unused) -> list:
+    def execute(self, inputs: Sequence[Any], device: Any = None, *, save_repro_inputs: bool = False,
+                **_unused) -> list:
         """Runs the definition on `inputs` (tensors and scalars in the order they were defined;
-        a list or tuple stands for as many scalars, those of a define_vector)."""
+        a list or tuple stands for as many scalars, those of a define_vector).
+        `save_repro_inputs`: remember the inputs' layouts for `last_repro_script()`."""
         cache = self._cache or self._make_cache("execute")
+        if save_repro_inputs:
+            self._repro_inputs = describe_inputs(inputs)
         if self._takes_scalars:  # (known once the cache is made: the definition is final then)
             inputs = _spread_vectors(inputs, self.fusion)
         if isinstance(inputs, tuple):
@@ -293,7 +300,7 @@ class FusionDefinition:
         inputs = _spread_vectors(inputs, self.fusion)
         before = inputs
         if reference_outputs is None and self._aliased():  # (the outputs are checked, not the updates)
-            before = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            before = [_layout_copy(t) for t in inputs]
         outs = self.execute(inputs, device=device, **kwargs)
         if reference_outputs is None:
             reference_outputs = self._reference(before)
@@ -302,8 +309,7 @@ class FusionDefinition:
 
     def _reference(self, inputs: list) -> list:
         reference = FusionExecutorCache(self.fusion, use_kernels=False)
-        return self._visible(reference.execute([t.clone() if isinstance(t, torch.Tensor) else t
-                                                for t in inputs]), list(inputs))
+        return self._visible(reference.execute([_layout_copy(t) for t in inputs]), list(inputs))
 
     def compile_ahead(self, inputs: Sequence[Any], device: Any = "cuda") -> int:
         """Compile the kernels that `execute` on inputs of these layouts would compile, before
@@ -358,6 +364,18 @@ class FusionDefinition:
     def __str__(self) -> str:
         return str(self.fusion)
 
+    def repro_script_for(self, inputs: Optional[Sequence[Any]] = None) -> str:
+        """A standalone script that defines this fusion and, given `inputs`, executes it on
+        fresh random tensors of their sizes, strides, dtypes and devices (for a bug report)."""
+        return repro_script(repr(self), None if inputs is None else describe_inputs(inputs))
+
+    def last_repro_script(self) -> str:
+        """repro_script_for the inputs of the last `execute(inputs, save_repro_inputs=True)`."""
+        if self._repro_inputs is None:
+            raise FusionDefinitionError("fd.last_repro_script() cannot provide a repro because "
+                                        "fd.execute(inputs, save_repro_inputs=True) was not executed")
+        return repro_script(repr(self), self._repro_inputs)
+
 
 def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> list[int]:
     """Logical dims from outermost to innermost in memory. nvFuser's stride_order[k] is the rank
@@ -370,6 +388,12 @@ def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> lis
         raise FusionDefinitionError(
             f"define_tensor: stride_order {order} must be a permutation of 0..{n - 1}")
     return sorted(range(n), key=lambda k: -order[k])
+
+
+def _layout_copy(value: Any) -> Any:
+    """A tensor's copy with its sizes and strides (`clone` makes an expanded tensor dense, which
+    its definition may refuse); anything else as it is."""
+    return copy.deepcopy(value.detach()) if isinstance(value, torch.Tensor) else value
 
 
 def _spread_vectors(inputs: Any, fusion: Fusion) -> Any:

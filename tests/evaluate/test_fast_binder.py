@@ -3,6 +3,7 @@ reference, on valid arguments and on every kind of bad one: the same values, or 
 import pytest
 import torch
 
+import fuser
 from fuser import DataType, FusionDefinition
 from fuser.evaluate.binding import InputBinder, bind_inputs
 
@@ -74,3 +75,27 @@ def test_an_empty_tensor_with_odd_strides_gets_the_full_check():
         except Exception as e:  # noqa: BLE001 - compared below
             return (type(e), str(e))
     assert outcome(binder.bind) == outcome(lambda a: bind_inputs(fd.fusion, a))
+
+
+def test_a_dim_without_contiguity_leaves_the_stride_chain_for_both_binders():
+    """contiguity None on a dim larger than 1 (nvFuser's expanded broadcast): the dims around it
+    are contiguous with each other, skipping it. A dense tensor there is refused by both
+    binders (the generated one used to take it through is_contiguous()); the expanded one and a
+    stride-0 dim anywhere are taken."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([1, -1, 16, -1], contiguity=[None, True, None, True], stride_order=[3, 2, 1, 0])
+        fd.add_output(fd.ops.exp(a))
+    binder = InputBinder(fd.fusion)
+    expanded = torch.randn(3 * 8).as_strided((1, 3, 16, 8), (24, 8, 0, 1))
+
+    def outcome(fn, x):
+        try:
+            return dict(fn([x]).values)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return (type(e), str(e))
+    for x in (expanded, expanded.contiguous()):
+        assert outcome(binder.bind, x) == outcome(lambda a: bind_inputs(fd.fusion, a), x)
+    assert isinstance(outcome(binder.bind, expanded), dict)
+    with pytest.raises(fuser.FusionInputError, match="axis 1: declared contiguous, so stride 8"):
+        fd.execute([expanded.contiguous()])
+    torch.testing.assert_close(fd.execute([expanded])[0], expanded.exp())

@@ -165,6 +165,17 @@ def test_validate_with_an_alias_compares_with_the_inputs_before_the_update():
     assert_eager(x, before * 3)
 
 
+def test_validate_keeps_an_expanded_input_expanded():
+    """The reference run copies the inputs keeping their strides: a dim declared expanded (stride
+    0) stays so (a dense copy would be refused by the definition's contiguity)."""
+    x = make((6, 1, 8)).expand(6, 4, 8)
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor([6, 4, 8], contiguity=[True, None, True])
+        fd.add_output(fd.ops.sum(fd.ops.exp(t0), dims=[1]))
+    (out,) = fd.validate([x])
+    assert_eager(out, x.exp().sum(1))
+
+
 def test_define_scalar_with_only_a_dtype_is_an_input():
     x = make((3,))
     with FusionDefinition() as fd:
