@@ -1,0 +1,57 @@
+"""Repro scripts: a definition's text and its inputs' layouts as a standalone Python script, to
+attach to a bug report (nvFuser's `fd.repro_script_for`). Inputs are described, never kept:
+fresh random tensors of the same sizes, strides, dtypes and devices stand for them."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+
+# dtypes torch.testing.make_tensor cannot draw: drawn in float32, then converted
+_CONVERTED = {t for t in (getattr(torch, n, None) for n in (
+    "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "uint16", "uint32", "uint64")) if t is not None}
+
+
+def _number(v: Any) -> str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float({str(v)!r})"
+    if isinstance(v, complex):
+        return f"complex({_number(v.real)}, {_number(v.imag)})"
+    return repr(v)
+
+
+def _tensor(t: torch.Tensor) -> str:
+    size, stride, device = tuple(t.shape), tuple(t.stride()), str(t.device)
+    dense = t.is_contiguous()
+    # the elements a strided view spans: a flat tensor of that many, viewed with t's strides
+    span = 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    drawn = size if dense else (span,)
+    if t.dtype in _CONVERTED:
+        text = f"torch.testing.make_tensor({drawn}, dtype=torch.float32, device={device!r}).to({t.dtype})"
+    else:
+        text = f"torch.testing.make_tensor({drawn}, dtype={t.dtype}, device={device!r})"
+    return text if dense else f"{text}.as_strided({size}, {stride})"
+
+
+def describe_inputs(inputs: Sequence[Any]) -> list[str]:
+    """One Python expression per input: a tensor's layout, a scalar's value, a vector's list."""
+    lines = []
+    for v in inputs:
+        if isinstance(v, torch.Tensor):
+            lines.append(_tensor(v))
+        elif isinstance(v, (list, tuple)):
+            lines.append("[" + ", ".join(_number(x) for x in v) + "]")
+        else:
+            lines.append(_number(v))
+    return lines
+
+
+def repro_script(definition: str, inputs: Optional[list[str]]) -> str:
+    """`definition`: the text of `repr(fd)`; `inputs`: describe_inputs' lines, or None for a
+    script that only defines the fusion."""
+    script = f"\nimport torch\nfrom fuser import FusionDefinition, DataType\n{definition}" \
+             "with FusionDefinition() as fd:\n    nvfuser_fusion(fd)\n"
+    if inputs is not None:
+        script += "\ninputs = [\n" + "".join(f"    {line},\n" for line in inputs) + "]\nfd.execute(inputs)\n"
+    return script
