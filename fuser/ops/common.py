@@ -6,7 +6,8 @@ from typing import Any, Optional, Sequence
 import sympy
 
 from ..errors import FusionDefinitionError, UnsupportedError
-from ..ir.symbolic import SCALAR_FUNCTION_CODES, scalarFn
+from ..ir.scalar_functions import SCALAR_FUNCTION_CODES
+from ..ir.symbolic import scalarFn
 from ..ir import (BroadcastOp, DataType, Fusion, IterDomain, IterType, Scalar, TensorView, Val,
                   tensor_domain)
 

@@ -8,9 +8,10 @@ import sympy
 from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, promote)
+from ..ir.scalar_functions import SCALAR_FUNCTION_CODES, scalar_fn
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
-                           SCALAR_FUNCTION_CODES, scalar_fn, scalarFn,
-                           FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast)
+                           FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast,
+                           scalarFn)
 from ..ir.types import default_dtype_of_category
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
                      new_tensor, value_dtype)
