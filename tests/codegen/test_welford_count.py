@@ -18,6 +18,7 @@ from tests.helpers import sm90_ptx
 FORMS = {  # form -> (rows, columns, reduced dim, plan words)
     "looped rows": (7, 301, 1, "looped_aligned"),  # (fp32 rows of 301 start anywhere: aligned loops)
     "looped rows of whole vectors": (7, 304, 1, "looped"),
+    "looped rows, a masked last chunk": (7, 304, 1, "looped"),  # (64-column chunks: 4 and 48 columns)
     "looped columns": (301, 7, 0, "looped"),
     "split in one kernel": (3001, 9, 0, "split in one kernel"),
     "split in two kernels": (3001, 9, 0, "split (partial)"),
@@ -36,7 +37,7 @@ def _var_mean(dim: int, correction: int, dtype: DataType) -> FusionDefinition:
 def _force(monkeypatch, form: str) -> None:
     if form.startswith("looped rows"):  # 16-column chunks: many steps a row
         monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
-        monkeypatch.setattr(fuser.schedulers.heuristics, "LOOPED_BLOCK", 16)
+        monkeypatch.setattr(fuser.schedulers.heuristics, "LOOPED_BLOCK", 64 if "masked" in form else 16)
     if form.startswith("split"):
         monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
         monkeypatch.setattr(launch, "SPLIT_IN_ONE_KERNEL", form == "split in one kernel")
