@@ -396,7 +396,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         edges = ["c_edge_start = c_edge * c_hi",
                  "c_live = ((c_edge == 0) & c_head_live) | ((c_edge == 1) & c_tail_live)"]
         edges += self.aligned_chunk("c_edge_start", "(c >= 0) & (c < C) & c_live")
-        edges += [line.replace("@evict:", "@evict+:") for line in self.with_masks(body, masked=True)]
+        edges += [_STEP_RECIPROCAL.sub(r"\1_inv = 1.0 / tl.maximum(\1_n, 1.0)", line.replace("@evict:", "@evict+:"))
+                  for line in self.with_masks(body, masked=True)]
         # (an unrolled loop's bound kept at or past its start: Triton's unrolled loop runs its
         # remainder steps on an empty range whose end precedes its start, a row within a chunk)
         end = "tl.maximum(c_hi, c_lo)" if unroll else "c_hi"
@@ -610,6 +611,9 @@ _EVICT = "@evict:{}@"
 # an aligned row's load (l) or store (s) and its mask: unmasked in the inner chunks' loop
 _MASKED = re.compile(r"@([lfs])mask:([^@]*)@")  # l: a load (f: of fp8), s: a store
 _ANY_EVICT = r"@evict\+?:\w+@"
+# a looped row var_mean's reciprocal of its step count (reductions.py `_accumulate`), which an
+# aligned row's edge chunks take from each lane's count instead: their masks cut lanes anywhere
+_STEP_RECIPROCAL = re.compile(r"\b(acc\w+)_inv = 1\.0 / \1_k$")
 
 
 def _eviction_hints(body: str) -> str:

@@ -302,9 +302,19 @@ class ReductionEmitter:
                 count_shape = "[BLOCK0, 1]" if self.red == 0 else "[1, BLOCK1]"
                 ps.lines.append(f"{acc}_n = {self.block(count_shape, '0.0', 'tl.float32')}")
                 x = self.operand(body, e.inp, e.inp.dtype)
+                inv = f"1.0 / tl.maximum({acc}_n, 1.0)"
+                if self.red == 1:
+                    # Along a row that is one lane an element (one row a program), so a division
+                    # an element. But a row's masks cut only its last chunk (or, in the aligned
+                    # form, its head and tail chunks, whose loop runs last and keeps the lane's
+                    # count: aligned_loops): every lane that takes an element has taken one at
+                    # each step before, so its count is the step's number, one reciprocal a step
+                    ps.lines.append(f"{acc}_k = 0.0")
+                    body.lines.append(f"{acc}_k = {acc}_k + 1.0")
+                    inv = f"1.0 / {acc}_k"
                 body.lines += [
                     f"{acc}_n = {acc}_n + tl.where({counted}, 1.0, 0.0)",
-                    f"{acc}_inv = 1.0 / tl.maximum({acc}_n, 1.0)",
+                    f"{acc}_inv = {inv}",
                     f"{acc}_delta = {x} - {acc}_mean",
                     f"{acc}_mean = tl.where({m}, {acc}_mean + {acc}_delta * {acc}_inv, {acc}_mean)",
                     f"{acc}_m2 = tl.where({m}, {acc}_m2 + {acc}_delta * ({x} - {acc}_mean), {acc}_m2)",

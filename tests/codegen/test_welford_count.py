@@ -16,7 +16,9 @@ from fuser.codegen import launch
 from tests.helpers import sm90_ptx
 
 FORMS = {  # form -> (rows, columns, reduced dim, plan words)
-    "looped rows": (7, 301, 1, "looped"),
+    "looped rows": (7, 301, 1, "looped_aligned"),  # (fp32 rows of 301 start anywhere: aligned loops)
+    "looped rows of whole vectors": (7, 304, 1, "looped"),
+    "looped rows, a masked last chunk": (7, 304, 1, "looped"),  # (64-column chunks: 4 and 48 columns)
     "looped columns": (301, 7, 0, "looped"),
     "split in one kernel": (3001, 9, 0, "split in one kernel"),
     "split in two kernels": (3001, 9, 0, "split (partial)"),
@@ -33,8 +35,9 @@ def _var_mean(dim: int, correction: int, dtype: DataType) -> FusionDefinition:
 
 
 def _force(monkeypatch, form: str) -> None:
-    if form == "looped rows":
+    if form.startswith("looped rows"):  # 16-column chunks: many steps a row
         monkeypatch.setattr(fuser.schedulers.heuristics, "MAX_PERSISTENT", 64)
+        monkeypatch.setattr(fuser.schedulers.heuristics, "LOOPED_BLOCK", 64 if "masked" in form else 16)
     if form.startswith("split"):
         monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
         monkeypatch.setattr(launch, "SPLIT_IN_ONE_KERNEL", form == "split in one kernel")
@@ -61,11 +64,18 @@ def test_looped_var_mean_counts_along_the_reduced_dim(monkeypatch, form, correct
     # its reciprocal a step, no division an element
     assert re.search(r"acc\w+_n = tl\.full\(" + re.escape(count_shape), code), code
     assert re.search(rf"acc(\w+)_n = acc\1_n \+ tl\.where\({counted}, 1\.0, 0\.0\)", code), code
-    assert re.search(r"acc\w+_inv = 1\.0 / tl\.maximum\(acc\w+_n, 1\.0\)", code), code
+    lane_reciprocal = re.search(r"acc\w+_inv = 1\.0 / tl\.maximum\(acc\w+_n, 1\.0\)", code)
+    if dim == 0:
+        assert lane_reciprocal, code
+    else:
+        # a row's lanes are its elements: the reciprocal of the step count instead, but in an
+        # aligned row's head and tail chunks, whose masks cut lanes anywhere
+        assert re.search(r"acc(\w+)_inv = 1\.0 / acc\1_k$", code, re.M), code
+        assert bool(lane_reciprocal) == (words == "looped_aligned"), code
     assert not re.search(r"_delta /", code), code
 
 
-@pytest.mark.parametrize("form", ["looped columns", "split in two kernels"])
+@pytest.mark.parametrize("form", ["looped columns", "split in two kernels", "looped rows", "looped rows of whole vectors"])
 def test_looped_var_mean_compiles_for_sm90(monkeypatch, tmp_path, form):
     """The loop-carried count keeps its shape: the kernel compiles for an H100/H200 (no GPU
     needed), masks and all (EVEN off)."""
@@ -79,7 +89,9 @@ def test_looped_var_mean_compiles_for_sm90(monkeypatch, tmp_path, form):
     for source in kernels:
         params = [p.split(":")[0].strip() for p in re.search(r"^def fuser_\w+\((.*?)\):", source, re.M)[1].split(",")]
         constexprs = {k: v for k, v in {"BLOCK0": 16, "BLOCK1": 64, "INT64": False, "EVEN0": False,
-                                        "EVEN1": False}.items() if k in params}
+                                        "EVEN1": False, "ALIGN": 8}.items() if k in params}
+        if dim == 1:  # (one row a program, as the launch takes a looped row)
+            constexprs["BLOCK0"] = 1
         pointers = {p: "*bf16" if p == "T0_ptr" else "*fp32" for p in params if p.endswith("_ptr")}
         assert ".entry" in sm90_ptx(source, constexprs, pointers, tmp_path, num_warps=4)
 
