@@ -470,7 +470,7 @@ def test_cuda_float_division_is_rounded_as_ieee(monkeypatch, tmp_path):
 
     inputs = [make((4, 8), f32), make((4, 8), f32), make((4, 8), bf16), 1.5]
     (ks,) = _cuda_kernel_sources(monkeypatch, build, inputs)
-    assert ks.source.count("tl.div_rn(") == 4 and " / " not in ks.source.split("def fuser_")[1]
+    assert ks.source.count("tl.math.div_rn(") == 4 and " / " not in ks.source.split("def fuser_")[1]
     params = [p.split(":")[0].strip() for p in re.search(r"^def fuser_\w+\((.*?)\):", ks.source, re.M)[1].split(",")]
     constexprs = {k: v for k, v in {"BLOCK0": 4, "BLOCK1": 8, "INT64": False, "EVEN0": False, "EVEN1": False}.items()
                   if k in params}
