@@ -248,7 +248,7 @@ class ElementwiseEmitter:
             self.bind(scope, e.out, f"({x} * (1.0 / {y}))")
             return
         fmt = binary_lowering(e.kind, self.target, compute.is_integral)
-        if fmt.startswith(("_", "tl.math.")):  # functions take blocks, not Python literals
+        if fmt.startswith("_"):  # helper functions take blocks, not Python literals
             x, y = (self.block_literal(v, code, compute) for v, code in ((a, x), (b, y)))
         if compute.is_boolean and e.kind in _ARITHMETIC:
             # bool arithmetic as PyTorch does it: in integers, then nonzero is True

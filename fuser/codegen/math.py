@@ -98,9 +98,6 @@ _MATH_COMMON_BINARY = {
     B.logical_right_shift: "_lshr({x}, {y})",
 }
 _BINARY[CUDA].update({**_MATH_COMMON_BINARY, B.nextafter: "libdevice.nextafter({x}, {y})"})
-# a float division rounded as IEEE's (eager's): Triton's `/` is div.full.f32, up to 2 ulp off,
-# which moves an fp8 quantization's codes by one. Operands as blocks (see BLOCK_OPERANDS)
-_BINARY[CUDA].update({B.div: "tl.math.div_rn({x}, {y})", B.truediv: "tl.math.div_rn({x}, {y})"})
 _BINARY[INTERPRETER].update({**_MATH_COMMON_BINARY, B.nextafter: "_nextafter({x}, {y})"})
 _INTEGER_BINARY = {B.div: "({x} // {y})"}  # the lowering where the operands are integers
 # a half or bf16 nextafter steps in its own type, which kernels hold in fp32: ATen runs those

@@ -452,47 +452,6 @@ def test_cuda_lowerings_compile_for_sm90(monkeypatch, tmp_path):
     assert ".entry" in sm90_ptx(ks.source, constexprs, pointers, tmp_path, num_warps=4)
 
 
-def test_cuda_float_division_is_rounded_as_ieee(monkeypatch, tmp_path):
-    """div and truediv of floats in CUDA kernels: div.rn (IEEE, as eager's), never Triton's
-    div.full.f32 (2 ulp), whose one-ulp scales move fp8 quantization codes. A Python number and
-    a scalar input divide as blocks."""
-    from tests.helpers import sm90_ptx
-
-    def build(fd):
-        x, y = (fd.define_tensor(shape=[-1, -1], contiguity=True) for _ in range(2))
-        h = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
-        s = fd.define_scalar(dtype=DataType.Double)
-        terms = [fd.ops.div(x, y), fd.ops.div(448.0, x), fd.ops.truediv(h, s), fd.ops.div(y, 3.0)]
-        total = terms[0]
-        for t in terms[1:]:
-            total = fd.ops.add(total, t)
-        fd.add_output(total)
-
-    inputs = [make((4, 8), f32), make((4, 8), f32), make((4, 8), bf16), 1.5]
-    (ks,) = _cuda_kernel_sources(monkeypatch, build, inputs)
-    assert ks.source.count("tl.math.div_rn(") == 4 and " / " not in ks.source.split("def fuser_")[1]
-    params = [p.split(":")[0].strip() for p in re.search(r"^def fuser_\w+\((.*?)\):", ks.source, re.M)[1].split(",")]
-    constexprs = {k: v for k, v in {"BLOCK0": 4, "BLOCK1": 8, "INT64": False, "EVEN0": False, "EVEN1": False}.items()
-                  if k in params}
-    pointer = {"Float": "*fp32", "BFloat16": "*bf16"}
-    pointers = {p: pointer[a.val.dtype.name] for p, a in zip(ks.params, ks.args) if a.kind == "tensor"}
-    ptx = sm90_ptx(ks.source, constexprs, pointers, tmp_path, num_warps=4)
-    assert "div.rn.f32" in ptx and "div.full.f32" not in ptx
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_float_division_matches_eager_bits():
-    a, b = make((64, 1000), f32).cuda(), make((64, 1000), f32).cuda()
-    with FusionDefinition() as fd:
-        x, y = (fd.define_tensor(shape=[-1, -1], contiguity=True) for _ in range(2))
-        fd.add_output(fd.ops.div(x, y))
-        fd.add_output(fd.ops.div(448.0, y))
-    q, r = fd.execute([a, b])
-    # (eager's `448.0 / b` is reciprocal(b) * 448.0: a division of tensors is the reference)
-    assert torch.equal(q, a / b) and torch.equal(r, torch.full_like(b, 448.0) / b)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", sorted(UNARY))
