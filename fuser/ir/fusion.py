@@ -89,7 +89,7 @@ class Fusion:
         s = self._extent_scalars.get(extent)
         if s is None or s.expr != extent:
             # a static extent is a constant (its value known, as nvFuser's shape() of a broadcast gives 1)
-            static = isinstance(extent, int) or getattr(extent, "is_Integer", False)
+            static = isinstance(extent, int) or is_static(extent)
             s = self.new_scalar(DataType.Int, value=int(extent)) if static else self.new_scalar(DataType.Int, expr=extent)
             self._extent_scalars[extent] = s
         return s

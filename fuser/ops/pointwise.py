@@ -2,7 +2,6 @@
 implicit broadcasting. Scalar-only arithmetic gives a Scalar (its value a sympy expression)."""
 from __future__ import annotations
 
-
 import sympy
 
 from ..errors import FusionDefinitionError, UnsupportedError
@@ -229,10 +228,7 @@ def _scalar_where(cond: Scalar, a: Scalar, b: Scalar) -> Scalar:
         raise UnsupportedError("where of complex scalars is not supported; use a tensor")
     dtype = promote(a.dtype, b.dtype)
     if cond.value is not None:
-        chosen = a if cond.value else b
-        if chosen.value is not None:
-            return cond.fusion.new_scalar(dtype, value=python_value(chosen.value, dtype))
-        return cast(chosen, dtype)
+        return cast(a if cond.value else b, dtype)  # (a known value converted, as cast does)
     operands = [cast(v, dtype).expr for v in (a, b)]
     return cond.fusion.new_scalar(dtype, expr=scalarFn(SCALAR_FUNCTION_CODES["where"], cond.expr, *operands))
 
