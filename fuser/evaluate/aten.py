@@ -415,19 +415,23 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
     for_gpu = q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
                             and q.dtype in (torch.float16, torch.bfloat16))
     if for_gpu and not additive:
-        try:
+        batch = q.shape[:-3]
+        try:  # (flash takes one batch axis: several are flattened into it and back)
             res = torch.ops.aten._scaled_dot_product_flash_attention(
-                q, k, v, 0.0, bool(is_causal), False, scale=scale)
+                *(t.reshape(-1, *t.shape[-3:]) for t in (q, k, v)), 0.0, bool(is_causal), False, scale=scale)
             # no dropout, so no random state: the IR's 0-dim seed and offset, whatever shape
             # this torch's flash gives them (two elements on some versions)
             zero = torch.zeros((), dtype=torch.int64, device=q.device)
-            return [res[0], res[1], zero, zero.clone()]
+            out, lse = res[0], res[1]
+            if len(batch) != 1:
+                out, lse = out.unflatten(0, batch), lse.unflatten(0, batch)
+            return [out, lse, zero, zero.clone()]
         except RuntimeError:
             pass  # shapes or dtypes flash does not take: the math form below
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * s
-    for term in additive:
-        scores = scores + term.float()
+    for term in additive:  # a Bool mask keeps the scores where True, as nvFuser's
+        scores = scores.masked_fill(~term, float("-inf")) if term.dtype == torch.bool else scores + term.float()
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
         mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()

@@ -35,6 +35,11 @@ class DataType(enum.Enum):
     # "no dtype given" in nvFuser's API (reductions' dtype=DataType.Null): never a value's type
     Null = ("null_type", None, 0)
 
+    def __call__(self) -> "DataType":
+        """Itself: nvFuser's `tv.dtype()` is a method where fuser's `tv.dtype` is the type, so
+        both spellings give it."""
+        return self
+
     @property
     def ir_name(self) -> str:
         return self.value[0]

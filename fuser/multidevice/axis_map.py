@@ -139,16 +139,17 @@ def _matmul(e: MatmulOp, inp, out):
 
 @rule(SdpaFwdOp)
 def _sdpa(e: SdpaFwdOp, inp, out):
-    ids = inp.domain.no_reductions()  # [N, H, L, E]
+    ids = inp.domain.no_reductions()  # [N*, H, L, E]
     o = out.domain.no_reductions()
-    if not any(inp is t for t in e.inputs[:3]):  # a bias or mask, aligned right with [N, H, L, S]
-        lead = [(d, o[k]) for d, k in zip(reversed(ids[:-1]), (2, 1, 0)) if len(o) > k]
+    heads = e.inputs[0].ndim - 3  # the axis of H, after the batch axes
+    if not any(inp is t for t in e.inputs[:3]):  # a bias or mask, aligned right with [N*, H, L, S]
+        lead = [(d, o[k]) for d, k in zip(reversed(ids[:-1]), range(heads + 1, -1, -1)) if len(o) > k]
         return [(d, od) for d, od in lead if not d.is_broadcast]
-    pairs = [(ids[0], o[0]), (ids[1], o[1])]  # batch and heads shard freely
+    pairs = [(ids[ax], o[ax]) for ax in range(heads + 1)]  # batch and heads shard freely
     if inp is e.inputs[0]:
-        pairs.append((ids[2], o[2]))
-    if inp is e.inputs[2] and len(o) == 4:
-        pairs.append((ids[3], o[3]))
+        pairs.append((ids[heads + 1], o[heads + 1]))
+    if inp is e.inputs[2] and len(o) == heads + 3:
+        pairs.append((ids[heads + 2], o[heads + 2]))
     return pairs
 
 

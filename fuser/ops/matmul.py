@@ -87,29 +87,32 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
 def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optional[TensorView] = None,
               mask: Optional[TensorView] = None, dropout_p: Any = None, is_causal: Any = None,
               scale: Any = None):
-    """nvFuser's arguments, in its order: `bias` and `mask` are additive terms of the scores,
-    each broadcastable to [N, H, L, S]."""
+    """nvFuser's arguments, in its order. Operands are [N*, H, L, E] (one or more batch axes);
+    `bias` is added to the scores and a Bool `mask` keeps the scores where True (-inf elsewhere;
+    a floating mask is added), each broadcastable to [N*, H, L, S]."""
     op = "sdpfa_fwd"
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_tensor(op, t, name)
-        if t.ndim != 4:
-            raise FusionDefinitionError(f"{op}: {name} must be [N, H, L, E], got {t!r}")
+        if t.ndim < 4 or t.ndim != query.ndim:
+            raise FusionDefinitionError(f"{op}: {name} must be [N*, H, L, E] with the query's batch axes "
+                                        f"(4 dims or more), got {t!r}")
     f = fusion_of(op, query, key, value)
     dtype = _same_float_dtype(op, query, key, value)
     q, k, v = (t.domain.no_reductions() for t in (query, key, value))
-    for ax in (0, 1):
+    heads = query.ndim - 3  # the axis of H; the batch axes come before it
+    for ax in range(heads + 1):
         f.unify(q[ax].extent, k[ax].extent, f"{op}: axis {ax} of query and key")
         f.unify(q[ax].extent, v[ax].extent, f"{op}: axis {ax} of query and value")
-    f.unify(q[3].extent, k[3].extent, f"{op}: head size of query and key")
-    f.unify(k[2].extent, v[2].extent, f"{op}: sequence length of key and value")
-    scores = (q[0], q[1], q[2], k[2])  # [N, H, L, S]
+    f.unify(q[-1].extent, k[-1].extent, f"{op}: head size of query and key")
+    f.unify(k[-2].extent, v[-2].extent, f"{op}: sequence length of key and value")
+    scores = (*q[:-1], k[-2])  # [N*, H, L, S]
     additive = []
     for name, t in (("bias", bias), ("mask", mask)):
         if t is not None:
-            _check_scores_operand(op, name, t, scores)
+            _check_scores_operand(op, name, t, scores, bool_allowed=name == "mask")
             additive.append(t)
-    out = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2]), copy_id(f, v[3])], dtype)
-    lse = new_tensor(f, [copy_id(f, q[0]), copy_id(f, q[1]), copy_id(f, q[2])], DataType.Float)
+    out = new_tensor(f, [copy_id(f, d) for d in q[:-1]] + [copy_id(f, v[-1])], dtype)
+    lse = new_tensor(f, [copy_id(f, d) for d in q[:-1]], DataType.Float)
     seed = new_tensor(f, [], DataType.Int)
     offset = new_tensor(f, [], DataType.Int)
     attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
@@ -120,17 +123,18 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optio
     return out, lse, seed, offset
 
 
-def _check_scores_operand(op: str, name: str, t: TensorView, scores: tuple) -> None:
-    """`t` (a bias or mask) broadcasts to the scores' [N, H, L, S], as F.scaled_dot_product_attention's
+def _check_scores_operand(op: str, name: str, t: TensorView, scores: tuple, bool_allowed: bool) -> None:
+    """`t` (a bias or mask) broadcasts to the scores' [N*, H, L, S], as F.scaled_dot_product_attention's
     attn_mask does: its trailing axes match the scores' or are broadcasts."""
     check_tensor(op, t, name)
     ids = t.domain.no_reductions()
-    if t.dtype.category != 2 or len(ids) > 4:
-        raise FusionDefinitionError(f"{op}: {name} must be a floating tensor of at most 4 dims "
-                                    f"broadcastable to [N, H, L, S], got {t!r}")
+    if not (t.dtype.category == 2 or (bool_allowed and t.dtype is DataType.Bool)) or len(ids) > len(scores):
+        kinds = "a Bool or floating" if bool_allowed else "a floating"
+        raise FusionDefinitionError(f"{op}: {name} must be {kinds} tensor of at most {len(scores)} dims "
+                                    f"broadcastable to [N*, H, L, S], got {t!r}")
     for d, s in zip(reversed(ids), reversed(scores)):
         if not d.is_broadcast:
-            t.fusion.unify(d.extent, s.extent, f"{op}: {name} {t!r} against the scores [N, H, L, S]")
+            t.fusion.unify(d.extent, s.extent, f"{op}: {name} {t!r} against the scores [N*, H, L, S]")
 
 
 def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value: TensorView,

@@ -30,9 +30,15 @@ def _keepdim(out: TensorView, axes: tuple[int, ...], rank: int) -> TensorView:
 
 
 def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] = None,
-           keepdim: bool = False, dtype: Optional[DataType] = None) -> TensorView:
+           keepdim: bool = False, dtype: Optional[DataType] = None, *, dim: Optional[int] = None) -> TensorView:
     op = kind.name
     check_tensor(op, tv)
+    if dim is not None:  # nvFuser's one-dim form, sum(t, dim=-1)
+        if dims is not None:
+            raise FusionDefinitionError(f"{op}: dims {dims!r} and dim {dim!r} both given; expected one of them")
+        if not isinstance(dim, int):
+            raise FusionDefinitionError(f"{op}: dim must be an int, got {dim!r} (dims= takes a list)")
+        dims = [dim]
     if isinstance(dims, DataType):  # nvFuser's whole-tensor form, sum(t, DataType.Float)
         if dtype is not None:
             raise FusionDefinitionError(f"{op}: dtype given twice ({dims} and {dtype})")

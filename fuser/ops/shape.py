@@ -37,6 +37,8 @@ def broadcast_in_dim(tv: TensorView, shape: Sequence[Any], broadcast_dims: Seque
     op = "broadcast_in_dim"
     check_tensor(op, tv)
     shape, bdims = list(shape), list(broadcast_dims)
+    # a negative output dim counts from the end, as nvFuser wraps it
+    bdims = [d + len(shape) if isinstance(d, int) and -len(shape) <= d < 0 else d for d in bdims]
     if len(bdims) != tv.ndim:
         raise FusionDefinitionError(
             f"{op}: broadcast_dims has {len(bdims)} entries but {tv!r} has {tv.ndim} dims")

@@ -205,3 +205,46 @@ def test_shape_of_a_broadcast_is_usable_and_printable():
     with FusionDefinition() as again:
         scope["nvfuser_fusion"](again)
     assert_eager(again.execute([x, y])[0], y.expand(2, 3, 4))
+
+
+# -- call forms of nvFuser's binding that its tests use ---------------------------------------
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_reductions_take_one_dim_by_keyword(op):
+    """nvFuser's `ops.sum(arg, dim: int, keepdim=False, dtype=Null)` overload (test_python_direct)."""
+    x = make((3, 5))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(getattr(fd.ops, op)(t, dim=-1))
+        fd.add_output(getattr(fd.ops, op)(t, dim=0, keepdim=True))
+    last, first = fd.execute([x])
+    ref = {"sum": torch.sum, "prod": torch.prod, "max": torch.amax, "min": torch.amin}[op]
+    assert_eager(last, ref(x, -1))
+    assert_eager(first, ref(x, 0, keepdim=True))
+    with pytest.raises(fuser.FusionDefinitionError, match=f"{op}: dims \\[0\\] and dim 1 both given"):
+        with FusionDefinition() as fd:
+            getattr(fd.ops, op)(fd.define_tensor([-1, -1], contiguity=True), [0], dim=1)
+
+
+def test_broadcast_in_dim_wraps_negative_dims():
+    """nvFuser wraps broadcast_dims as any dim (test_alphafold3's layer norm: [-1])."""
+    x, w = make((3, 4)), make((4,))
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        fd.add_output(fd.ops.mul(tx, fd.ops.broadcast_in_dim(tw, shape=fd.ops.shape(tx), broadcast_dims=[-1])))
+    (out,) = fd.execute([x, w])
+    assert_eager(out, x * w)
+    with pytest.raises(fuser.FusionDefinitionError, match="broadcast_dims \\[-3\\] must be increasing"):
+        with FusionDefinition() as fd:
+            fd.ops.broadcast_in_dim(fd.define_tensor([-1], contiguity=True), shape=[2, 4], broadcast_dims=[-3])
+
+
+def test_tensor_dtype_is_also_a_method():
+    """nvFuser's `tv.dtype()`; fuser's `tv.dtype` is the type itself, and calling it gives it."""
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], contiguity=True, dtype=DataType.BFloat16)
+        assert t.dtype() is t.dtype is DataType.BFloat16
+        fd.add_output(fd.ops.cast(fd.ops.exp(t), dtype=t.dtype()))
+    x = make((6,), torch.bfloat16)
+    (out,) = fd.execute([x])
+    assert_eager(out, torch.exp(x.float()).bfloat16())

@@ -140,6 +140,55 @@ def test_sdpfa_fwd_with_bias_and_mask(bias_shape, with_mask, causal):
     assert_eager(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
 
 
+def test_sdpfa_fwd_bool_mask_keeps_where_true():
+    """nvFuser's Bool mask (its test_sdpa_fwd_bias_mask): the scores stay where True and are
+    -inf elsewhere, beside a bias; the same as F.scaled_dot_product_attention's Bool attn_mask."""
+    q, k, v = make((2, 3, 5, 4)), make((2, 3, 6, 4)), make((2, 3, 6, 7))
+    bias = make((2, 3, 5, 6))
+    mask = torch.rand(2, 1, 5, 6) > 0.3
+    mask[..., 0] = True  # every query sees a key
+    with FusionDefinition() as fd:
+        tq, tk, tv, tb = (fd.from_pytorch(t) for t in (q, k, v, bias))
+        tm = fd.define_tensor([-1, 1, -1, -1], contiguity=[True, None, True, True], dtype=DataType.Bool)
+        out, lse, _, _ = fd.ops.sdpfa_fwd(tq, tk, tv, bias=tb, mask=tm)
+        fd.add_output(out)
+        fd.add_output(lse)
+    out, lse = fd.execute([q, k, v, bias, mask])
+    scores = (q @ k.transpose(-2, -1) / 2.0 + bias).masked_fill(~mask, float("-inf"))
+    assert_eager(out, torch.softmax(scores, -1) @ v, rtol=1e-5, atol=1e-5)
+    assert_eager(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
+    assert_eager(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpfa_fwd_several_batch_axes():
+    """[N*, H, L, E]: two batch axes (nvFuser's test_alphafold3), with a bias over the last ones."""
+    q, k, v = make((2, 3, 2, 5, 4)), make((2, 3, 2, 6, 4)), make((2, 3, 2, 6, 7))
+    bias = make((3, 1, 5, 6))
+    with FusionDefinition() as fd:
+        tq, tk, tv, tb = (fd.from_pytorch(t) for t in (q, k, v, bias))
+        out, lse, _, _ = fd.ops.sdpfa_fwd(tq, tk, tv, tb, None, 0.0, True, 0.7)
+        fd.add_output(out)
+        fd.add_output(lse)
+    out, lse = fd.execute([q, k, v, bias])
+    assert out.shape == (2, 3, 2, 5, 7) and lse.shape == (2, 3, 2, 5)
+    scores = (q @ k.transpose(-2, -1) * 0.7 + bias).masked_fill(~torch.ones(5, 6, dtype=torch.bool).tril(),
+                                                                 float("-inf"))
+    assert_eager(out, torch.softmax(scores, -1) @ v, rtol=1e-5, atol=1e-5)
+    assert_eager(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", ["3d", "ranks", "bool_bias"])
+def test_sdpfa_fwd_shapes_and_types_refused(bad):
+    with pytest.raises(FusionDefinitionError, match={"3d": "query must be", "ranks": "key must be",
+                                                     "bool_bias": "bias must be"}[bad]):
+        with FusionDefinition() as fd:
+            q = fd.define_tensor([2, 5, 4] if bad == "3d" else [2, 3, 5, 4], contiguity=True)
+            k = fd.define_tensor([1, 2, 3, 6, 4] if bad == "ranks" else [2, 3, 6, 4], contiguity=True)
+            b = fd.define_tensor([5, 6], contiguity=True, dtype=DataType.Bool) if bad == "bool_bias" else None
+            fd.add_output(fd.ops.sdpfa_fwd(q, k, k, b)[0])
+
+
 def test_sdpfa_fwd_bias_that_does_not_broadcast_is_a_definition_error():
     with pytest.raises(FusionDefinitionError, match="bias"):
         with FusionDefinition() as fd:
@@ -147,3 +196,26 @@ def test_sdpfa_fwd_bias_that_does_not_broadcast_is_a_definition_error():
             k = fd.define_tensor([2, 3, 6, 4], contiguity=True)
             b = fd.define_tensor([5, 7], contiguity=True)  # 7 keys against 6
             fd.add_output(fd.ops.sdpfa_fwd(q, k, k, b)[0])
+
+
+@pytest.mark.parametrize("batch_axes", [1, 2])
+def test_sdpfa_fwd_multidevice_axis_map(batch_axes):
+    """Batch axes and heads shard every operand with the output; L follows the query, the value's
+    head size the output's; a bias's axes align right with [N*, H, L, S] (S maps to nothing)."""
+    from fuser.multidevice.axis_map import axis_pairs
+    nb = batch_axes
+    with FusionDefinition() as fd:
+        q, k, v = (fd.define_tensor([-1] * (nb + 3), contiguity=True) for _ in range(3))
+        b = fd.define_tensor([1, -1, -1], contiguity=[None, True, True])  # [1, L, S]
+        out, lse, _, _ = fd.ops.sdpfa_fwd(q, k, v, b)
+        fd.add_output(out)
+        fd.add_output(lse)
+    (e,) = [x for x in fd.fusion.exprs if type(x).__name__ == "SdpaFwdOp"]
+    ids = {t: t.domain.no_reductions() for t in (q, k, v, b)}
+    o, ol = out.domain.no_reductions(), lse.domain.no_reductions()
+    shared = list(range(nb + 1))
+    assert axis_pairs(e, q, out) == [(ids[q][a], o[a]) for a in shared + [nb + 1]]
+    assert axis_pairs(e, k, out) == [(ids[k][a], o[a]) for a in shared]
+    assert axis_pairs(e, v, out) == [(ids[v][a], o[a]) for a in shared + [nb + 2]]
+    assert axis_pairs(e, v, lse) == [(ids[v][a], ol[a]) for a in shared]
+    assert axis_pairs(e, b, out) == [(ids[b][1], o[nb + 1])]  # L; the broadcast H maps to nothing
