@@ -5,10 +5,10 @@ from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, Fus
                      InternalError, UnsupportedError, ValidationError)
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
 from .frontend.definition import compute_tensor_descriptor
+from .frontend.fusion_cache import LRUCache, LruFusionCache
 from .frontend.backend import register_unless_installed as _register_backend
 from .ir import DataType, Fusion, ParallelType
-
-__version__ = "0.1.0"
+from .version import __version__, version
 
 _register_backend()  # torch.compile(fn, backend="fuser")
 
@@ -17,4 +17,5 @@ __all__ = [
     "Fusion", "multidevice", "finish_tuning",
     "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
     "UnsupportedError", "InternalError", "ValidationError", "compute_tensor_descriptor",
+    "LRUCache", "LruFusionCache", "version",
 ]

@@ -326,20 +326,47 @@ class FusionDefinition:
     def _make_cache(self, verb: str) -> FusionExecutorCache:
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
-        cache = FusionExecutorCache(self.fusion)
+        return self._install(FusionExecutorCache(self.fusion), verb, replace=False)
+
+    def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on
         self._alias_of = self._aliased()
         self._takes_scalars = any(isinstance(v, Scalar) for v in self.fusion.inputs())
         with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
-            if self._cache is None:
+            if self._cache is None or replace:
                 self._cache = cache
                 # its runtimes are compiled from the fusion as it is now
-                self.fusion.final = "it was executed" if verb == "execute" else "compile_ahead was called"
+                self.fusion.final = {"execute": "it was executed", "compile_ahead": "compile_ahead was called"
+                                     }.get(verb, f"{verb} was called")
         return self._cache
 
     @property
     def cache(self) -> Optional[FusionExecutorCache]:
         return self._cache
+
+    # nvFuser's names for the executor cache: `fd.fec = lru.cache_compile(fd.fusion)` makes this
+    # definition execute through a cache shared with structurally equal ones (fusion_cache.py)
+    @property
+    def fec(self) -> Optional[FusionExecutorCache]:
+        return self._cache
+
+    @fec.setter
+    def fec(self, cache: FusionExecutorCache) -> None:
+        if not isinstance(cache, FusionExecutorCache):
+            raise FusionDefinitionError(f"fd.fec: expected a FusionExecutorCache (LRUCache.cache_compile's "
+                                        f"result), got {type(cache).__name__}")
+        if cache.fusion is not self.fusion and cache.fusion.structural_hash() != self.fusion.structural_hash():
+            raise FusionDefinitionError("fd.fec: the cache was compiled for another fusion than this definition's")
+        self._install(cache, "cache_compile", replace=True)
+
+    @property
+    def _fusion(self) -> Fusion:
+        return self.fusion
+
+    @_fusion.deleter
+    def _fusion(self) -> None:
+        """nvFuser drops its own copy once an LRUCache holds the fusion (`del fd._fusion`);
+        fuser's definition keeps it: its outputs and aliases are read from it."""
 
     def last_segments(self):
         """The segments of the last execution (kind, exprs, why they were cut)."""

@@ -219,3 +219,24 @@ def test_sdpfa_fwd_multidevice_axis_map(batch_axes):
     assert axis_pairs(e, v, out) == [(ids[v][a], o[a]) for a in shared + [nb + 2]]
     assert axis_pairs(e, v, lse) == [(ids[v][a], ol[a]) for a in shared]
     assert axis_pairs(e, b, out) == [(ids[b][1], o[nb + 1])]  # L; the broadcast H maps to nothing
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpfa_fwd_several_batch_axes_through_flash_on_cuda(causal):
+    """On the GPU flash takes one batch axis: several are flattened into it and back."""
+    q, k, v = (torch.randn(2, 3, 4, 64, 32, device="cuda", dtype=bf16) for _ in range(3))
+    with FusionDefinition() as fd:
+        tq, tk, tv = (fd.from_pytorch(t) for t in (q, k, v))
+        out, lse, _, _ = fd.ops.sdpfa_fwd(tq, tk, tv, None, None, 0.0, causal, None)
+        fd.add_output(out)
+        fd.add_output(lse)
+    out, lse = fd.execute([q, k, v])
+    want = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), is_causal=causal)
+    assert out.shape == (2, 3, 4, 64, 32) and lse.shape == (2, 3, 4, 64)
+    assert_eager(out, want.unflatten(0, (2, 3)), rtol=2e-2, atol=2e-2)
+    scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(32)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(64, 64, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1), rtol=1e-3, atol=1e-3)
