@@ -437,7 +437,10 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
         mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
-    out = torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
+    probs = torch.softmax(scores, dim=-1)
+    if additive:  # a query whose keys are all masked attends to nothing (0, not NaN), as eager's SDPA
+        probs = probs.masked_fill(torch.isneginf(lse).unsqueeze(-1), 0.0)
+    out = torch.matmul(probs, v.float()).to(q.dtype)
     zero = torch.zeros((), dtype=torch.int64, device=q.device)
     return [out, lse, zero, zero.clone()]
 

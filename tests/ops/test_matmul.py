@@ -146,7 +146,8 @@ def test_sdpfa_fwd_bool_mask_keeps_where_true():
     q, k, v = make((2, 3, 5, 4)), make((2, 3, 6, 4)), make((2, 3, 6, 7))
     bias = make((2, 3, 5, 6))
     mask = torch.rand(2, 1, 5, 6) > 0.3
-    mask[..., 0] = True  # every query sees a key
+    mask[..., 0] = True
+    mask[1, 0, 2] = False  # a query that sees no key: 0, as eager's SDPA gives (not NaN)
     with FusionDefinition() as fd:
         tq, tk, tv, tb = (fd.from_pytorch(t) for t in (q, k, v, bias))
         tm = fd.define_tensor([-1, 1, -1, -1], contiguity=[True, None, True, True], dtype=DataType.Bool)
@@ -155,7 +156,8 @@ def test_sdpfa_fwd_bool_mask_keeps_where_true():
         fd.add_output(lse)
     out, lse = fd.execute([q, k, v, bias, mask])
     scores = (q @ k.transpose(-2, -1) / 2.0 + bias).masked_fill(~mask, float("-inf"))
-    assert_eager(out, torch.softmax(scores, -1) @ v, rtol=1e-5, atol=1e-5)
+    assert_eager(out, torch.softmax(scores, -1).nan_to_num(0.0) @ v, rtol=1e-5, atol=1e-5)
+    assert out[1, :, 2].eq(0).all() and lse[1, :, 2].eq(float("-inf")).all()
     assert_eager(lse, torch.logsumexp(scores, -1), rtol=1e-5, atol=1e-5)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
     assert_eager(out, want, rtol=1e-5, atol=1e-5)
