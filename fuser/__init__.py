@@ -8,7 +8,9 @@ from .frontend.definition import compute_tensor_descriptor
 from .frontend.fusion_cache import LRUCache, LruFusionCache
 from .frontend.backend import register_unless_installed as _register_backend
 from .ir import DataType, Fusion, ParallelType
-from .version import __version__, version
+from .version import version
+
+__version__ = str(version())
 
 _register_backend()  # torch.compile(fn, backend="fuser")
 

@@ -1,9 +1,8 @@
 """nvFuser's LRU cache of compiled definitions (LRUCache, LruFusionCache) and version()."""
 import pytest
-import torch
 
 import fuser
-from fuser import DataType, FusionDefinition, FusionDefinitionError, LRUCache, LruFusionCache
+from fuser import FusionDefinition, FusionDefinitionError, LRUCache, LruFusionCache
 from tests.helpers import assert_eager, make
 
 
