@@ -111,6 +111,14 @@ class TensorDomain:
     root_transforms: list[Transform] = field(default_factory=list)  # root -> logical
     transforms: list[Transform] = field(default_factory=list)  # logical -> loop / allocation
 
+    def __call__(self) -> "TensorDomain":
+        """Itself: nvFuser's `tv.domain()` is a method where fuser's `tv.domain` is the domain."""
+        return self
+
+    def __str__(self) -> str:
+        """The loop domain, as nvFuser prints a TensorDomain: `[iS0{2}, iS1{4}]`."""
+        return "[" + ", ".join(repr(d) for d in self.loop) + "]"
+
     def __post_init__(self):
         if not self.loop:
             self.loop = list(self.logical)

@@ -208,6 +208,12 @@ class Fusion:
         text = format_fusion(self) + format_transforms(self)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def print_math(self) -> str:
+        """The IR as nvFuser's `print_math` writes it: inputs, outputs, then `%kernel_math`."""
+        from .printer import format_fusion
+
+        return format_fusion(self, "kernel_math")[:-1] + " \n\n"
+
     def print_transforms(self) -> str:
         from .printer import format_transforms
 

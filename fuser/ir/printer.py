@@ -83,15 +83,15 @@ def _snake(name: str) -> str:
     return out
 
 
-def format_fusion(f: "Fusion") -> str:
+def format_fusion(f: "Fusion", label: str = "kernel") -> str:
     lines = ["Inputs:"]
     lines += [f"  {format_val(v)}" for v in f.inputs()]
     lines.append("Outputs:")
     lines += [f"  {format_val(v)}" for v in f.outputs()]
     lines.append("")
-    lines.append("%kernel {")
+    lines.append(f"%{label} {{")
     lines += [format_expr(e) for e in f.exprs]
-    lines.append("} // %kernel")
+    lines.append(f"}} // %{label}")
     return "\n".join(lines) + "\n"
 
 

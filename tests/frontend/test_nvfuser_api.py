@@ -248,3 +248,21 @@ def test_tensor_dtype_is_also_a_method():
     x = make((6,), torch.bfloat16)
     (out,) = fd.execute([x])
     assert_eager(out, torch.exp(x.float()).bfloat16())
+
+
+def test_print_math_and_domain_text_as_nvfusers():
+    """`fd.fusion.print_math()`, `str(tv.domain())` and `str(tv.axis(k))` in nvFuser's text
+    (its test_fusion_definition_print), before and after an execution."""
+    with FusionDefinition() as fd:
+        t0, t1 = fd.define_tensor(shape=[2, 4, 8]), fd.define_tensor(shape=[2, 4, 8])
+        fd.add_output(fd.ops.add(t0, t1))
+    math_text = ("Inputs:\n  T0_g_float[iS0{2}, iS1{4}, iS2{8}]\n  T1_g_float[iS3{2}, iS4{4}, iS5{8}]\n"
+                 "Outputs:\n  T2_g_float[iS6{2}, iS7{4}, iS8{8}]\n\n%kernel_math {\n"
+                 "T2_g_float[iS6{2}, iS7{4}, iS8{8}]\n   = T0_g_float[iS0{2}, iS1{4}, iS2{8}]\n"
+                 "   + T1_g_float[iS3{2}, iS4{4}, iS5{8}];\n} // %kernel_math \n\n")
+    assert fd.fusion.print_math() == math_text
+    assert str(t0.domain()) == str(t0.domain) == "[iS0{2}, iS1{4}, iS2{8}]"
+    assert str(t1.axis(0)) == "iS3{2}"
+    x, y = make((2, 4, 8)), make((2, 4, 8))
+    assert_eager(fd.execute([x, y])[0], x + y)
+    assert fd.fusion.print_math() == math_text and str(t1.domain()) == "[iS3{2}, iS4{4}, iS5{8}]"
