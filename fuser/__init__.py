@@ -6,6 +6,7 @@ from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, Fus
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
 from .frontend.definition import compute_tensor_descriptor
 from .frontend.fusion_cache import LRUCache, LruFusionCache
+from .frontend.profiler import PythonProfiler
 from .frontend.backend import register_unless_installed as _register_backend
 from .ir import DataType, Fusion, ParallelType
 from .version import version
@@ -19,5 +20,5 @@ __all__ = [
     "Fusion", "multidevice", "finish_tuning",
     "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
     "UnsupportedError", "InternalError", "ValidationError", "compute_tensor_descriptor",
-    "LRUCache", "LruFusionCache", "version",
+    "LRUCache", "LruFusionCache", "PythonProfiler", "version",
 ]

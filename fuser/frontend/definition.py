@@ -23,6 +23,7 @@ from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
+from .profiler import active as active_profiler
 from .repro import describe_inputs, repro_script
 from .validate import check_outputs
 
@@ -271,7 +272,12 @@ class FusionDefinition:
             inputs = _spread_vectors(inputs, self.fusion)
         if isinstance(inputs, tuple):
             inputs = list(inputs)
-        outs = cache.execute(inputs)
+        profiler = active_profiler()
+        if profiler is None:
+            outs = cache.execute(inputs)
+        else:
+            outs, profile = cache.execute_profiled(inputs)
+            profiler.profiles.append(profile)
         return self._visible(outs, inputs) if self._alias_of else outs
 
     def _aliased(self) -> dict[int, TensorView]:

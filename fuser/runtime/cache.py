@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional, Sequence
 
@@ -32,6 +33,7 @@ from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
+from .profile import FusionProfile, KernelProfile, SegmentTimer, fusion_id_of
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
 
@@ -161,7 +163,8 @@ class FusionRuntime:
                 return self._run_segments(args, table, keep)
         return self._run_segments(args, table, keep)
 
-    def _run_segments(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None) -> list[torch.Tensor]:
+    def _run_segments(self, args: Sequence[Any], table: BindingTable, keep: Optional[dict] = None,
+                      timer: Optional[SegmentTimer] = None) -> list[torch.Tensor]:
         values = table.values
         # the ATen segments' outputs are checked against the IR's sizes on the first call of
         # each set of sizes: ATen's shapes follow from its inputs' (no op here has a
@@ -179,6 +182,8 @@ class FusionRuntime:
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
+            if timer is not None:
+                timer.mark(seg, launcher)
             if launcher is None:
                 run_exprs(seg.exprs, env, check)
                 continue
@@ -197,6 +202,8 @@ class FusionRuntime:
             for o, t in zip(seg.outputs, outs):
                 env[o] = t
             note_source(seg, launcher.last_source)
+        if timer is not None:
+            timer.mark(None, None)
         if check:
             if len(self._checked_sizes) > 1024:  # many sizes: start over rather than grow
                 self._checked_sizes.clear()
@@ -498,6 +505,32 @@ class FusionExecutorCache:
                 self._ready.clear()
             self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
+
+    def execute_profiled(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], FusionProfile]:
+        """`execute`, each segment timed (no ready call: the runtime runs its segments one by
+        one), for PythonProfiler."""
+        start = time.perf_counter()
+        if self._draws_seed:
+            args = self._with_seed(args, draw_seed)
+        args = _resolve_lazy_views(args)
+        table = self._binder.bind(args)
+        runtime = self.last_runtime = self._runtime_for(args)
+        if not isinstance(runtime, FusionRuntime):  # a host program (devices, streams): timed whole
+            outs = runtime.run(args, table)
+            device = tensor_device(args)
+            if device is not None and device.type == "cuda":
+                torch.cuda.synchronize(device)
+            ms = (time.perf_counter() - start) * 1e3
+            return outs, FusionProfile(fusion_id_of(self), 1, [KernelProfile("host program", 0, "host", ms)], ms, ms)
+        if runtime.warming is not None:
+            runtime.warming.wait()
+        timer = SegmentTimer(runtime.device)
+        with torch.autocast(runtime.device.type, enabled=False):  # (as run: the IR fixes every dtype)
+            outs = runtime._run_segments(args, table, None, timer)
+        kernels = timer.kernel_profiles()
+        profile = FusionProfile(fusion_id_of(self), len(runtime.segments), kernels,
+                                (time.perf_counter() - start) * 1e3, sum(k.time_ms for k in kernels))
+        return outs, profile
 
     def _with_seed(self, args: Sequence[Any], seed: Callable, verb: str = "execute") -> list:
         """The arguments and the seed of this execution's random ops (passes/seed_random.py),
