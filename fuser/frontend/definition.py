@@ -342,8 +342,7 @@ class FusionDefinition:
             if self._cache is None or replace:
                 self._cache = cache
                 # its runtimes are compiled from the fusion as it is now
-                self.fusion.final = {"execute": "it was executed", "compile_ahead": "compile_ahead was called"
-                                     }.get(verb, f"{verb} was called")
+                self.fusion.final = "it was executed" if verb == "execute" else f"{verb} was called"
         return self._cache
 
     @property

@@ -84,7 +84,7 @@ class LruFusionCache:
         @functools.wraps(create_fusion_definition)
         def wrapper(*args, **kwargs):
             fd = create_fusion_definition(*args, **kwargs)
-            if getattr(fd, "fec", None) is None:
+            if fd.fec is None:
                 fd.fec = self.cache.cache_compile(fd.fusion)
             return fd
 
