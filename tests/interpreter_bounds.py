@@ -40,12 +40,12 @@ def install() -> bool:
     try:
         import triton.runtime.interpreter as interpreter
 
-        from fuser.codegen import compile as fuser_compile
+        from fuser.codegen import interpreter as fuser_interpreter
 
         builder = interpreter.InterpreterBuilder
         load, store = builder.create_masked_load, builder.create_masked_store
         np_dtype = interpreter._get_np_dtype
-        launcher = fuser_compile._Interpreted
+        launcher = fuser_interpreter.Interpreted
     except (ImportError, AttributeError):
         return False
     if getattr(launcher, "_bounds_checked", False):

@@ -23,6 +23,7 @@ from ..errors import InternalError
 from ..timing import phase
 from . import compile_pool, launcher
 from .canonical import canonical_form
+from .interpreter import Interpreted
 
 _lock = threading.Lock()
 _memory: dict[str, Any] = {}
@@ -119,7 +120,7 @@ def _wrap(raw: Callable, target: str, scalar_params: Sequence[str], language: st
     import triton
 
     if target == "interpreter":
-        return _Interpreted(raw)
+        return Interpreted(raw)
     _keep_triton_key()
     launcher.install()
     compile_pool.start()
@@ -204,130 +205,3 @@ def _triton_stamp(root: Path, version: str) -> str:
                     st = os.stat(os.path.join(folder, f))
                     entries.append(f"{folder}/{f} {st.st_size} {st.st_mtime_ns} {st.st_ino}")
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:24]
-
-
-_interpret_lock = threading.Lock()
-
-
-_rewritten: dict[int, Callable] = {}
-
-
-def _interpreted_device_call(jit_fn, *args, **kwargs):
-    """Run a library JIT function (tl.zeros, tl.sum, ...) as the interpreter runs device
-    functions, with the language patched for its own module and restored afterwards."""
-    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
-
-    fn = _rewritten.get(id(jit_fn))
-    if fn is None:
-        fn = _rewritten[id(jit_fn)] = InterpretedFunction(jit_fn.fn).rewrite()
-    scope = _patch_lang(jit_fn.fn)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        scope.restore()
-
-
-def _fix_interpreter_index() -> None:
-    """Older interpreters (Triton 3.6 with NumPy 2) turn a scalar into an index with
-    `int(array_of_one)`, which NumPy 2 refuses; loops over runtime bounds need it."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "fuser_fixed", False):
-        return
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched.fuser_fixed = True
-    interpreter._patch_lang_tensor = patched
-
-
-def _fix_interpreter_bf16() -> None:
-    """Triton's interpreter converts between fp32 and bf16 through a generic float conversion
-    that gets subnormal numbers wrong both ways (5.2e-39 to bf16 read 9.1e-39; a bf16 1e-40
-    widened to 0). The two formats share their exponent, so a bf16 is the top half of an
-    fp32's bits: widen by shifting the bits up, narrow by taking the top half, truncating as
-    the interpreter does (`.to`) or rounding to nearest even (`fp_to_fp` with RTNE)."""
-    import numpy as np
-    import triton.language as tl
-    from triton._C.libtriton import ir
-    from triton.runtime import interpreter
-
-    builder = interpreter.InterpreterBuilder
-    if getattr(builder.cast_impl, "fuser_fixed", False):
-        return
-    cast_impl, fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
-
-    def converted(src, dst_type, round_to_even: bool):
-        src_type, dst = src.dtype.scalar, dst_type.scalar
-        if src_type == tl.bfloat16 and dst == tl.float32:
-            data = (src.data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        elif src_type == tl.float32 and dst == tl.bfloat16:
-            bits = src.data.view(np.uint32)
-            if round_to_even:
-                nan = (bits & 0x7FFFFFFF) > 0x7F800000
-                bits = np.where(nan, bits | 0x00400000, bits + 0x7FFF + ((bits >> 16) & 1))
-            data = (bits >> 16).astype(np.uint16)
-        else:
-            return None
-        return interpreter.TensorHandle(data, dst)
-
-    def patched_cast(self, src, dst_type):
-        found = converted(src, dst_type, False)
-        return cast_impl(self, src, dst_type) if found is None else found
-
-    def patched_fp_to_fp(self, src, dst_type, rounding_mode):
-        found = converted(src, dst_type, rounding_mode == ir.ROUNDING_MODE.RTNE)
-        return fp_to_fp(self, src, dst_type, rounding_mode) if found is None else found
-
-    patched_cast.fuser_fixed = True
-    builder.cast_impl = patched_cast
-    builder.create_fp_to_fp = patched_fp_to_fp  # (create_fp_ext and the rest call self.cast_impl)
-
-
-def _import_gluon_before_interpreting() -> None:
-    """Import Gluon's language (where this Triton has it) before the first interpreted launch.
-    Gluon wraps Triton's math builtins when it is imported, and Triton 3.9 imports it during an
-    interpreted launch, while the interpreter has those builtins swapped for its own: Gluon
-    then keeps the interpreter's, and a later Gluon kernel of the same process that calls one
-    (tl.rsqrt in a shared-row kernel) fails to compile ("Did you forget to add
-    @triton.gluon.jit?")."""
-    try:
-        import triton.experimental.gluon.language  # noqa: F401
-    except ImportError:
-        pass
-
-
-class _Interpreted:
-    """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
-
-    Triton's library functions (tl.sum, tl.cdiv, ...) are then compiled-mode JIT functions,
-    which refuse to be called from Python. During an interpreted launch they are made to run
-    their Python body, as they would had TRITON_INTERPRET=1 been set before importing Triton.
-    """
-
-    def __init__(self, raw: Callable):
-        from triton.runtime.interpreter import InterpretedFunction
-
-        _fix_interpreter_index()
-        _fix_interpreter_bf16()
-        _import_gluon_before_interpreting()
-        self.fn = InterpretedFunction(raw)
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            from triton import knobs
-            from triton.runtime.jit import JITFunction
-
-            with _interpret_lock:
-                saved_call, saved_knob = JITFunction.__call__, knobs.runtime.interpret
-                JITFunction.__call__ = _interpreted_device_call
-                knobs.runtime.interpret = True
-                try:
-                    return self.fn[grid](*args, **kwargs)
-                finally:
-                    JITFunction.__call__, knobs.runtime.interpret = saved_call, saved_knob
-
-        return launch

@@ -1,6 +1,6 @@
 """fp32 <-> bf16 conversions in generated kernels match eager bit for bit, subnormal numbers,
 ties, inf and NaN included (on the CPU, Triton's interpreter got subnormals wrong both ways:
-codegen/compile.py `_fix_interpreter_bf16`)."""
+codegen/interpreter.py `_fix_interpreter_bf16`)."""
 import torch
 
 from fuser import DataType, FusionDefinition
