@@ -248,7 +248,10 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
     if kind is TernaryOpType.where:
         if isinstance(a, TensorView) and not a.dtype.is_boolean:
             raise FusionDefinitionError(f"where: the condition must be a bool tensor, got {a.dtype}")
-        dtype = result_type(b, c)
+        # two scalar values keep their own type, as in nvFuser (a Python float is a Double);
+        # PyTorch's would be the default dtype of their category (the jit rule asks for it)
+        both_scalars = isinstance(b, Scalar) and isinstance(c, Scalar)
+        dtype = promote(b.dtype, c.dtype) if both_scalars else result_type(b, c)
     elif kind is TernaryOpType.clamp:
         dtype = result_type(a, b, c)
     else:  # lerp: start, end, weight

@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from fuser import DataType
+
 from tests.helpers import ALL_DTYPES, TORCH_TO_DT, cases, dtype_name, make, run_and_check
 
 f32, bf16, f16, i64, i32, b8 = (torch.float32, torch.bfloat16, torch.float16, torch.int64,
@@ -55,9 +57,24 @@ def test_where_two_int_scalars():
     run_and_check(lambda fd, c: fd.ops.where(c, 1, -2), lambda c: torch.where(c, 1, -2), [cond])
 
 
-def test_where_two_float_scalars_is_float32():
+def test_where_of_two_scalars_keeps_their_type_as_nvfuser():
+    """nvFuser's where of two scalar values has their type (a Python float is a Double);
+    PyTorch's would be the default dtype, which fuser.jit keeps (below)."""
     cond = make((3, 5), b8)
-    run_and_check(lambda fd, c: fd.ops.where(c, 1.5, 2.5), lambda c: torch.where(c, 1.5, 2.5), [cond])
+    run_and_check(lambda fd, c: fd.ops.where(c, 1.5, 2.5), lambda c: torch.where(c, 1.5, 2.5).double(), [cond])
+    run_and_check(lambda fd, c: fd.ops.where(c, fd.define_scalar(1.5, DataType.Float), 2.5),
+                  lambda c: torch.where(c, 1.5, 2.5).double(), [cond])  # (Float and Double: Double)
+    run_and_check(lambda fd, c: fd.ops.where(c, fd.define_scalar(3, DataType.Int32), fd.define_scalar(5, DataType.Int32)),
+                  lambda c: torch.where(c, 3, 5).int(), [cond])
+
+
+def test_jit_where_of_two_numbers_is_the_default_dtype():
+    import fuser
+
+    cond = make((3, 5), b8)
+    out = fuser.jit(lambda c: torch.where(c, 1.5, 2.5))(cond)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.where(cond, 1.5, 2.5))
 
 
 # -- clamp -----------------------------------------------------------------------------------

@@ -190,6 +190,10 @@ def _pow(b, node, x, e):
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(b, node, cond, x, y):
+    if not isinstance(x, TensorView) and not isinstance(y, TensorView):
+        # two numbers: the traced dtype (fd.ops.where keeps theirs, a Python float's Double)
+        want = DataType.from_torch(node.meta["val"].dtype)
+        x, y = b.fd.ops.cast(x, want), b.fd.ops.cast(y, want)
     return b.fd.ops.where(cond, x, y)
 
 
