@@ -13,16 +13,20 @@ _interpret_lock = threading.Lock()
 
 
 _rewritten: dict[int, Callable] = {}
+_launch_patched_lang = False  # (under _interpret_lock) the launch in progress patched tl and tl.core
 
 
 def _interpreted_device_call(jit_fn, *args, **kwargs):
     """Run a library JIT function (tl.zeros, tl.sum, ...) as the interpreter runs device
-    functions, with the language patched for its own module and restored afterwards."""
+    functions: with the language the launch patched, or else patched for its own module and
+    restored afterwards."""
     from triton.runtime.interpreter import InterpretedFunction, _patch_lang
 
     fn = _rewritten.get(id(jit_fn))
     if fn is None:
         fn = _rewritten[id(jit_fn)] = InterpretedFunction(jit_fn.fn).rewrite()
+    if _launch_patched_lang:
+        return fn(*args, **kwargs)
     scope = _patch_lang(jit_fn.fn)
     try:
         return fn(*args, **kwargs)
@@ -156,6 +160,20 @@ def _import_gluon_before_interpreting() -> None:
         pass
 
 
+class _LanguageModules:
+    """What Triton's `_patch_lang` reads of a function: globals naming triton.language and its
+    core module, whose builtins it swaps for the interpreter's."""
+
+    @property
+    def __globals__(self) -> dict:
+        import triton.language as tl
+
+        return {"tl": tl, "core": tl.core}
+
+
+_LANGUAGE_MODULES = _LanguageModules()
+
+
 class Interpreted:
     """A kernel run by Triton's interpreter in a process where Triton was imported for GPUs.
 
@@ -176,15 +194,24 @@ class Interpreted:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             from triton import knobs
+            from triton.runtime.interpreter import _patch_lang
             from triton.runtime.jit import JITFunction
 
+            global _launch_patched_lang
             with _interpret_lock:
                 saved_call, saved_knob = JITFunction.__call__, knobs.runtime.interpret
                 JITFunction.__call__ = _interpreted_device_call
                 knobs.runtime.interpret = True
+                # the language patched once for the launch's device calls (a patch and its
+                # restore for each call of tl.sum or a combine was a fifth of a Welford test's
+                # time); made before the kernel's own patches, so restored after them
+                lang = _patch_lang(_LANGUAGE_MODULES)
+                _launch_patched_lang = True
                 try:
                     return self.fn[grid](*args, **kwargs)
                 finally:
+                    _launch_patched_lang = False
+                    lang.restore()
                     JITFunction.__call__, knobs.runtime.interpret = saved_call, saved_knob
 
         return launch
