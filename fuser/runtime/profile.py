@@ -48,13 +48,14 @@ def fusion_id_of(cache: Any) -> int:
 class SegmentTimer:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self.device = device
         self.marks: list[tuple[Optional[Segment], Any, Any]] = []  # (segment, its launcher, the time)
 
     def mark(self, seg: Optional[Segment], launcher: Any) -> None:
         """`seg` starts now (None: the last one ended)."""
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(self.device))  # (the fusion's device, not the current one)
             self.marks.append((seg, launcher, ev))
         else:
             self.marks.append((seg, launcher, time.perf_counter()))
