@@ -94,13 +94,25 @@ def _fix_interpreter_bf16() -> None:
     builder.create_fp_to_fp = patched_fp_to_fp  # (create_fp_ext and the rest call self.cast_impl)
 
 
+class _ScalarOnly(TypeError):
+    """A reduce's combine asked for the truth of a value of several elements."""
+
+
+def _truth_of_one(value) -> bool:
+    data = value.handle.data
+    if data.size != 1:
+        raise _ScalarOnly("the truth of a value of several elements")
+    return bool(data.reshape(-1)[0])
+
+
 def _fix_interpreter_reduce() -> None:
     """The interpreter runs a `tl.reduce` with a user combine function (fuser's Welford, its
     NaN-propagating max, a pair of sums) one element at a time, a Python call each: a column
     Welford over 700 rows took a minute. Reduce in log2(n) rounds instead, each combining
     neighbours along the axis as whole arrays, earlier elements on the left; the order of a
     GPU's tree rather than a left fold. A combine written for scalars only (Python control flow
-    on its values) keeps the element-wise path."""
+    on its values, which the interpreter would read as true for any array) keeps the
+    element-wise path: during the rounds the truth of a value of several elements is an error."""
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
@@ -117,6 +129,8 @@ def _fix_interpreter_reduce() -> None:
         n = data[0].shape[axis]
         if n == 0:
             return elementwise(self, input)
+        truth = tl.core.tensor.__bool__
+        tl.core.tensor.__bool__ = _truth_of_one
         try:
             while n > 1:
                 pairs = n // 2
@@ -133,8 +147,10 @@ def _fix_interpreter_reduce() -> None:
                         values = np.concatenate([values, np.take(d, [n - 1], axis)], axis)
                     merged.append(values)
                 data, n = merged, pairs + n % 2
-        except (TypeError, ValueError):  # (a scalar-only combine: `if a > b:` on an array)
+        except _ScalarOnly:
             return elementwise(self, input)
+        finally:
+            tl.core.tensor.__bool__ = truth
         results = []
         for d, t in zip(data, dtypes):
             if not self.keep_dims:
