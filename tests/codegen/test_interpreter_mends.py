@@ -1,8 +1,9 @@
-"""Reductions with a user combine function on Triton's interpreter (codegen/interpreter.py
-`_fix_interpreter_reduce`): log2(n) rounds of whole-array combines instead of a Python call an element,
-with the results of a left fold up to rounding."""
+"""fuser's mends of Triton's interpreter (codegen/interpreter.py): reductions with a user combine
+function in log2(n) rounds of whole-array combines instead of a Python call an element, with
+the results of a left fold up to rounding; the NumPy type of a Triton type remembered."""
 import math
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -108,3 +109,21 @@ def test_a_scalar_only_combine_keeps_the_element_wise_path():
     out = torch.empty(1)
     Interpreted(_max_by_scalars.fn)[(1,)](x, out, 8)
     assert out.item() == 7.0
+
+
+def test_the_remembered_dtype_lookup_answers_as_the_interpreters_table():
+    """codegen/interpreter.py `_fix_interpreter_dtype_lookup`: the same NumPy type for scalar,
+    block and pointer types, before and after an answer is remembered."""
+    from triton.runtime import interpreter
+
+    Interpreted(_whole_block.fn)  # (installs the lookup)
+    lookup = interpreter._get_np_dtype
+    assert getattr(lookup, "fuser_fixed", False)
+    table = {tl.float32: np.float32, tl.bfloat16: np.uint16, tl.int1: np.bool_, tl.int64: np.int64,
+             tl.uint8: np.uint8, tl.float8e4nv: np.uint8, tl.float16: np.float16}
+    for _ in range(2):
+        for ty, want in table.items():
+            assert lookup(ty) == np.dtype(want)
+            assert lookup(tl.block_type(ty, [4, 8])) == np.dtype(want)
+        assert lookup(tl.pointer_type(tl.float32)) == np.dtype(np.uint64)
+        assert lookup(tl.block_type(tl.pointer_type(tl.bfloat16), [4])) == np.dtype(np.uint64)
