@@ -122,6 +122,22 @@ def _fix_interpreter_reduce() -> None:
         return
     elementwise = ops.generic_reduce
 
+    def halve(self, data: list, dtypes: list, axis: int, n: int) -> list:
+        """One round: each pair of neighbours along `axis` combined, the odd one out last."""
+        pairs = n // 2
+        left = [self.to_tensor(np.take(d, np.arange(0, 2 * pairs, 2), axis), t) for d, t in zip(data, dtypes)]
+        right = [self.to_tensor(np.take(d, np.arange(1, 2 * pairs, 2), axis), t) for d, t in zip(data, dtypes)]
+        out = self.combine_fn.fn(*left, *right)
+        shape = left[0].handle.data.shape
+        merged = []
+        for o, d in zip(out if isinstance(out, tuple) else (out,), data):
+            values = o.handle.data if isinstance(o, tl.core.tensor) else o
+            values = np.broadcast_to(np.asarray(values), shape).astype(d.dtype)
+            if n % 2:
+                values = np.concatenate([values, np.take(d, [n - 1], axis)], axis)
+            merged.append(values)
+        return merged
+
     def tree_reduce(self, input):
         axis = 0 if self.axis is None else self.axis  # (None: the whole block, flattened)
         dtypes = [arg.dtype for arg in input]
@@ -133,20 +149,7 @@ def _fix_interpreter_reduce() -> None:
         tl.core.tensor.__bool__ = _truth_of_one
         try:
             while n > 1:
-                pairs = n // 2
-                left = [self.to_tensor(np.take(d, np.arange(0, 2 * pairs, 2), axis), t) for d, t in zip(data, dtypes)]
-                right = [self.to_tensor(np.take(d, np.arange(1, 2 * pairs, 2), axis), t) for d, t in zip(data, dtypes)]
-                out = self.combine_fn.fn(*left, *right)
-                out = out if isinstance(out, tuple) else (out,)
-                shape = left[0].handle.data.shape
-                merged = []
-                for o, d in zip(out, data):
-                    values = o.handle.data if isinstance(o, tl.core.tensor) else o
-                    values = np.broadcast_to(np.asarray(values), shape).astype(d.dtype)
-                    if n % 2:  # the odd one out joins the next round, still last
-                        values = np.concatenate([values, np.take(d, [n - 1], axis)], axis)
-                    merged.append(values)
-                data, n = merged, pairs + n % 2
+                data, n = halve(self, data, dtypes, axis, n), (n + 1) // 2
         except _ScalarOnly:
             return elementwise(self, input)
         finally:

@@ -480,17 +480,7 @@ class FusionExecutorCache:
             self._last = entry
             self.last_runtime = entry.ready.runtime
             return entry.ready(args)
-        args = _resolve_lazy_views(args)
-        table = self._binder.bind(args)  # validates every input before any work
-        key = call_key(args)
-        layout = tuple(k if isinstance(a, torch.Tensor) else type(a) for k, a in zip(key, args))
-        runtime = self._by_layout.get(layout)
-        if runtime is None:
-            runtime = self._runtime_for(args)
-            if len(self._by_layout) > 256:  # many layouts: start over rather than grow
-                self._by_layout.clear()
-            self._by_layout[layout] = runtime
-        self.last_runtime = runtime
+        args, table, runtime = self._bound(args)
         if not isinstance(runtime, FusionRuntime):  # a host program: bound to its plan's values
             outs = runtime.run(args, table)
             ready = BoundCall(runtime, self._binder, values_key=runtime.runner.values_key(table))
@@ -506,15 +496,29 @@ class FusionExecutorCache:
             self._ready[ready_key] = self._last = ReadyEntry(ready, self._ready_check(args))
         return outs
 
+    def _bound(self, args: Sequence[Any]) -> tuple[list, BindingTable, Any]:
+        """A call without a ready call: its arguments (lazy views resolved), their binding table
+        (every input validated before any work) and the runtime of their layout."""
+        args = _resolve_lazy_views(args)
+        table = self._binder.bind(args)
+        key = call_key(args)
+        layout = tuple(k if isinstance(a, torch.Tensor) else type(a) for k, a in zip(key, args))
+        runtime = self._by_layout.get(layout)
+        if runtime is None:
+            runtime = self._runtime_for(args)
+            if len(self._by_layout) > 256:  # many layouts: start over rather than grow
+                self._by_layout.clear()
+            self._by_layout[layout] = runtime
+        self.last_runtime = runtime
+        return args, table, runtime
+
     def execute_profiled(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], FusionProfile]:
         """`execute`, each segment timed (no ready call: the runtime runs its segments one by
         one), for PythonProfiler."""
         start = time.perf_counter()
         if self._draws_seed:
             args = self._with_seed(args, draw_seed)
-        args = _resolve_lazy_views(args)
-        table = self._binder.bind(args)
-        runtime = self.last_runtime = self._runtime_for(args)
+        args, table, runtime = self._bound(args)
         if not isinstance(runtime, FusionRuntime):  # a host program (devices, streams): timed whole
             outs = runtime.run(args, table)
             device = tensor_device(args)
