@@ -4,7 +4,7 @@ programs (fuser/schedulers/heuristics.py `inner_split`). Kernel time a call (pro
 flushed before each call: `benchmarks/peers.kernel_us`) through eager, torch.compile and
 fuser.jit, and the share of copy bandwidth it makes (the input read once, the output written
 once). Not suite rows: the softmax's statistics split across programs as online pairs, then a
-pointwise kernel writes the rows (schedulers/plan.py StatisticsParts; docs/performance.md).
+pointwise kernel writes the rows (schedulers/plan.py StatisticsParts; docs/performance-history.md).
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/few_long_rows.py
 """

@@ -1,5 +1,5 @@
 """A LayerNorm backward for wide rows with each row split over a pair of processors, written in
-Gluon (a probe, not part of the suite; both forms measured on the H200, docs/performance.md).
+Gluon (a probe, not part of the suite; both forms measured on the H200, docs/performance-history.md).
 
 At 32768 columns the shared-row kernel (fuser/codegen/shared_row.py) cannot hold both column
 sums' partials: dw and db need 2 x 32768 fp32 a processor, its whole register file. Here the

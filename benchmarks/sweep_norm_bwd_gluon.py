@@ -23,7 +23,7 @@ dx written once, as a share of the copy measured in the same run.
 dw's terms 227.6 / 243.4, without w 228.7 / 238.7.
 
 Measured (H200, Triton 3.6, 2026-12-02): 0.76-0.80 of copy at 4096x32768 against 0.54 for
-`regacc_ws` and 0.44 for two kernels (docs/performance.md, thirteenth session). fuser generates
+`regacc_ws` and 0.44 for two kernels (docs/performance-history.md, thirteenth session). fuser generates
 this kernel from the plan since (fuser/codegen/shared_row.py). Triton 3.9 renamed the copy
 (`async_copy_global_to_shared` -> `async_load`); the kernel takes whichever exists.
 """

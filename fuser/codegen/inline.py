@@ -3,7 +3,7 @@ runs on a GPU instead of calling `_Launch.__call__`, `_run`, `tensors_for` and e
 `_DirectStep.__call__`: the outputs from Inductor's C++ allocators, the stream's workspaces, and
 each kernel handed straight to Triton's C launcher, with the checks under which that is what the
 prepared launch would do. About five Python calls and their lists fewer a kernel launch: the
-host time of a small call on the H200 machines (docs/performance.md, tenth session)."""
+host time of a small call on the H200 machines (docs/performance-history.md, tenth session)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional

@@ -85,7 +85,7 @@ def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], 
     column stride is 0, does not), and a chunk of `block` columns holds ALIGN. A tensor varying
     along the columns alone (a norm's weight) is then loaded lane by lane, from L2: on the H200
     a LayerNorm forward over rows of 50257 bf16 read 0.44 of copy this way, 0.22 with its rows
-    loaded lane by lane instead (docs/performance.md, thirty-seventh session). It gains where
+    loaded lane by lane instead (docs/performance-history.md, thirty-seventh session). It gains where
     Triton cannot see that a row's start and end fall on 16-byte vectors: a row stride or a row
     length not a multiple of 16 (Triton specializes integer arguments on 16 only)."""
     if len(layout.dim0) != 1 or len(layout.dim1) != 1:

@@ -42,7 +42,7 @@ def compile_options() -> dict:
     """Triton compile options for fuser's compiled kernels, read as each step is made. By default
     Triton builds an overflow check around every integer add, sub and mul narrower than 64 bits,
     then drops it unless compiling with debug on (TRITON_DEBUG=1): a quarter of the front end's
-    time for the wide shared-row kernel (docs/performance.md, twenty-first session). Kept where
+    time for the wide shared-row kernel (docs/performance-history.md, twenty-first session). Kept where
     debug is on, or where this Triton has no such option."""
     from triton import knobs
 

@@ -26,7 +26,7 @@ POINTWISE_TILE = 2048
 # 16384x1024 to 8192x16384 and 65536x768, GELU with a bf16 bias 0.86-1.01 -> 0.87-1.01 (0.905 ->
 # 0.976 at 65536x768); a row scale (broadcast along the columns) unchanged. 32 x 128 on 4 warps
 # was faster still for the batch norm (0.89-1.02) but lost GELU's bias 2-6%; 16 x 256, 64 x 64
-# and 64 x 128 on 16 warps lost to it everywhere (docs/performance.md, thirty-sixth session)
+# and 64 x 128 on 16 warps lost to it everywhere (docs/performance-history.md, thirty-sixth session)
 ROW_BROADCAST_TILE = (32, 128)
 # inner-outer: the longest row kept in registers, where x, dy, w and an fp32 accumulator per
 # column reduction live at once (beyond it: a row kernel then a column kernel). Compiled for
@@ -94,13 +94,13 @@ def shared_row_accumulators(warps: int) -> int:
 # (the RMSNorm backward, sm_90 SASS). On the H200 (two runs of
 # 2026-12-02, four kernels each, the four schedules of (False, True) x (1, 2)) the plain one was
 # within 1% of the fastest every time and the fastest 7 times of 8, while each other schedule
-# cost the first call a Gluon compile of seconds: only it is kept (docs/performance.md)
+# cost the first call a Gluon compile of seconds: only it is kept (docs/performance-history.md)
 SHARED_ROW_SCHEDULES: tuple[tuple[bool, int], ...] = ((False, 1),)
 # Where one program's column accumulators would not fit (the LayerNorm backward's dw and db),
 # each row is split over a pair of programs of SHARED_ROW_PAIR_WARPS exchanging their partial row sums
 # (codegen/shared_row_pair.py): three rows' halves of x and dy in shared memory (224 KiB of the
 # H200's 227 at 32768 bf16 columns), 16 bytes a thread a chunk (a hand-written form of it read
-# 0.72 of copy at 8 bf16 a thread and 16 warps, 0.64-0.65 at 4; docs/performance.md, fifteenth
+# 0.72 of copy at 8 bf16 a thread and 16 warps, 0.64-0.65 at 4; docs/performance-history.md, fifteenth
 # session); half as many where a half row is no whole number of 16-byte chunks (20480 and 28672
 # columns), still above db apart's 0.55-0.60 as a probe
 SHARED_ROW_PAIR_VECTOR_BYTES = 16
@@ -157,7 +157,7 @@ def _warps(elements: int) -> int:
 # 16384x4096) keep 16 elements a thread in a tile of TILE_ELEMENTS. At 768 columns the block of
 # 2 rows takes the inline variance's sums of x and x^2 (codegen/reductions.py
 # VAR_SUMS_MAX_ROWS), which the figures above include; the two-pass form read 1-2% faster there
-# in one probe (docs/performance.md, thirty-third session).
+# in one probe (docs/performance-history.md, thirty-third session).
 SHORT_ROW_MIN_BLOCK, SHORT_ROW_MAX_BLOCK = 1024, 2048
 SHORT_ROW_ELEMENTS_PER_THREAD = 32
 SHORT_ROW_TILE_MAX_BLOCK = 1024
@@ -236,7 +236,7 @@ LOOPED_BLOCK, LOOPED_WARPS = 4096, 16
 # generated LayerNorm forward at 4096x32768 in 8192-column chunks on 32 warps, launched by hand)
 # the kernel took 166 us without (0.78 of copy) and 140.7 us with (0.92), as with the Welford
 # pass's loop written out; Inductor's kernel of that config, whose loop LLVM unrolled, 137.8 us.
-# Unrolling the output pass too changed nothing (docs/performance.md, thirty-sixth session).
+# Unrolling the output pass too changed nothing (docs/performance-history.md, thirty-sixth session).
 ROW_PASS_UNROLL = 4
 LONG_ROW_FORMS = ((8192, 32),)
 # (columns a chunk, warps). 4096-column chunks on 32 warps were timed too until they had won one
