@@ -3,7 +3,8 @@ the generated kernels and with the ATen evaluator on the same random inputs, and
 that stay in fp32) with eager torch too.
 
 `run_case(seed)` builds and checks one case and raises AssertionError on a mismatch;
-`python -m tests.fuzz_fusions START COUNT` runs many and prints the failing seeds."""
+`python -m tests.fuzz_fusions START COUNT [PROCESSORS [--forms]]` runs many and prints the
+failing seeds; `--forms` runs each under a profile of shrunk heuristic limits (FORM_PROFILES)."""
 import functools
 import random
 import sys
@@ -20,6 +21,24 @@ from fuser.runtime import FusionExecutorCache
 from fuser.schedulers import heuristics
 
 SIZES = [1, 3, 7, 33]
+# with a kernel-form profile (below): one axis long enough for several chunks, heads and
+# tails, the others short (Triton's interpreter runs a program at a time)
+FORM_SIZES = ([1, 3, 5], [33, 100, 301])
+# Heuristic limits shrunk so that small tensors take the forms that production gives long rows
+# and many processors: looped rows in chunks of 16 or 64 columns (aligned chunks for rows of any
+# start), the inner-outer template's looped form, rows read twice, split inner reductions, small
+# pointwise tiles. Each is a set the codegen tests use (tests/codegen).
+FORM_PROFILES = [
+    dict(MAX_PERSISTENT=32, LOOPED_BLOCK=16),
+    dict(MAX_PERSISTENT=32, LOOPED_BLOCK=64),
+    dict(MAX_PERSISTENT=32, LOOPED_BLOCK=16, ALIGNED_TILE_MIN_COLS=1),
+    dict(MAX_PERSISTENT=64, LOOPED_BLOCK=16, ROW_PASS_UNROLL=1),
+    dict(INNER_OUTER_MAX_PERSISTENT=32),
+    dict(RELOAD_MIN_COLS=64),
+    dict(TILE_ELEMENTS=64),
+    dict(ALIGNED_TILE_MIN_COLS=1),
+    dict(INNER_SPLIT_MIN_COLS=64, INNER_SPLIT_MIN_CHUNK=32, INNER_SPLIT_BLOCK=16),
+]
 FLOATS = [DataType.Float, DataType.BFloat16, DataType.Half]
 TORCH = {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16, DataType.Half: torch.float16,
          DataType.Int32: torch.int32, DataType.Int: torch.int64, DataType.Bool: torch.bool,
@@ -33,8 +52,9 @@ INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "bitwise_and", "bitwise
 
 
 class Case:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, sizes: list[int] | tuple[list[int], list[int]] = SIZES):
         self.seed = seed
+        self.sizes = sizes
         self.rng = random.Random(seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.lines = []  # a readable transcript of the definition, for minimizing
@@ -81,7 +101,13 @@ class Case:
     def build(self):
         rng = self.rng
         rank = rng.choice([1, 2, 2, 3])
-        sizes = [rng.choice(SIZES) for _ in range(rank)]
+        if isinstance(self.sizes, tuple):  # (short sizes, long sizes): one long axis
+            short, long = self.sizes
+            sizes = [rng.choice(short) for _ in range(rank)]
+            # mostly the rows' axis (inner reductions), else the columns' (outer ones)
+            sizes[rng.choice([rank - 1, rank - 1, 0, rng.randrange(rank)])] = rng.choice(long)
+        else:
+            sizes = [rng.choice(self.sizes) for _ in range(rank)]
         self.inputs = []
         vals = []  # (tv, eager tensor or None)
         fd = FusionDefinition()
@@ -151,7 +177,8 @@ class Case:
     def step(self, fd, vals):
         rng = self.rng
         kind = rng.choice(["unary", "unary", "binary", "binary", "binary", "scalar", "ternary", "cast",
-                           "cast", "reduce", "reduce", "reduce", "shape", "broadcast", "norm"])
+                           "cast", "reduce", "reduce", "reduce", "shape", "broadcast", "norm"]
+                          + (["reduce", "reduce", "norm", "norm"] if isinstance(self.sizes, tuple) else []))
         ops = fd.ops
         if kind == "norm":
             # a norm backward's shape: a row reduction used along the row, and a column sum of
@@ -519,8 +546,9 @@ def compare_with_reference(actual, expected, what, coarse, exact_output):
 _INNER_SPLIT_LIMITS = dict(INNER_SPLIT_MIN_COLS=16, INNER_SPLIT_BLOCK=4, INNER_SPLIT_MIN_CHUNK=8)
 
 
-def run_case(seed: int, processors: int = 0, eager: bool = True):
-    case = Case(seed)
+def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = False):
+    """`forms`: under one of FORM_PROFILES (chosen by the seed), with FORM_SIZES."""
+    case = Case(seed, FORM_SIZES if forms else SIZES)
     try:
         fd = case.build()
     except _Skip:
@@ -535,10 +563,13 @@ def run_case(seed: int, processors: int = 0, eager: bool = True):
     launch.INTERPRETER_PROCESSORS = processors
     # with processors, inner reductions over rows of 16 columns or more split too (in chunks
     # of 2 blocks of 4 columns or more)
-    split_limits = {name: getattr(heuristics, name) for name in _INNER_SPLIT_LIMITS}
-    if processors:
-        for name, value in _INNER_SPLIT_LIMITS.items():
-            setattr(heuristics, name, value)
+    limits = dict(_INNER_SPLIT_LIMITS) if processors else {}
+    if forms:
+        limits.update(FORM_PROFILES[seed % len(FORM_PROFILES)])
+        case.lines.insert(0, f"heuristics: {limits}")
+    split_limits = {name: getattr(heuristics, name) for name in limits}
+    for name, value in limits.items():
+        setattr(heuristics, name, value)
     try:
         try:
             expected = FusionExecutorCache(fd.fusion, use_kernels=False).execute(case.inputs)
@@ -572,11 +603,12 @@ def run_case(seed: int, processors: int = 0, eager: bool = True):
 if __name__ == "__main__":
     start, count = int(sys.argv[1]), int(sys.argv[2])
     procs = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    forms = "--forms" in sys.argv[4:]
     bad = []
     clean = 0
     for s in range(start, start + count):
         try:
-            c = run_case(s, processors=procs if s % 2 else 0)
+            c = run_case(s, processors=procs if s % 2 else 0, forms=forms)
             clean += getattr(c, "checked", False)
         except Exception as e:
             bad.append(s)

@@ -130,6 +130,18 @@ class Fusion:
     def tensors(self) -> list[TensorView]:
         return list(self._tvs)
 
+    def live_exprs(self) -> list[Expr]:
+        """The exprs some output depends on, in order. The others compute values nothing reads
+        (a definition may leave such ops behind): they need no kernel and no ATen call."""
+        needed = {id(o) for o in self._outputs}
+        live = []
+        for e in reversed(self.exprs):
+            if any(id(o) in needed for o in e.outputs):
+                live.append(e)
+                needed.update(id(v) for v in e.inputs)
+        live.reverse()
+        return live
+
     def definition_of(self, val: Val) -> Optional[Expr]:
         for e in self.exprs:
             if any(o is val for o in e.outputs):

@@ -30,20 +30,21 @@ class _Group:
 
 
 class Segmenter:
-    def __init__(self, fusion: Fusion, try_kernel: TryKernel, capable: KernelCapable):
+    def __init__(self, fusion: Fusion, exprs: list[Expr], try_kernel: TryKernel, capable: KernelCapable):
         self.fusion = fusion
+        self.exprs = exprs  # the fusion's live exprs, in order
         self.try_kernel = try_kernel
         self.capable = capable
-        self.producer: dict[int, Expr] = {id(o): e for e in fusion.exprs for o in e.outputs}
+        self.producer: dict[int, Expr] = {id(o): e for e in exprs for o in e.outputs}
         # value id -> the exprs reading it: a group's consumers from its own edges, not by
         # asking every group for its producers (that made segmentation cubic in the exprs)
         self.fusion_outputs = {id(v) for v in fusion.outputs()}
         self.readers: dict[int, list[Expr]] = {}
-        for e in fusion.exprs:
+        for e in exprs:
             for v in dict.fromkeys(id(v) for v in e.inputs):
                 self.readers.setdefault(v, []).append(e)
         self.group_of: dict[int, _Group] = {}
-        self.order = {id(e): k for k, e in enumerate(fusion.exprs)}
+        self.order = {id(e): k for k, e in enumerate(exprs)}
         self.retry: list[tuple[Expr, Expr]] = []  # merges to try again after the greedy pass
 
     # -- graph helpers ----------------------------------------------------------------------
@@ -247,7 +248,7 @@ class Segmenter:
 
     def run(self) -> list[Segment]:
         groups: list[_Group] = []
-        for k, e in enumerate(self.fusion.exprs):
+        for k, e in enumerate(self.exprs):
             g = _Group(e, k, self.capable(e))
             self.group_of[id(e)] = g
             groups.append(g)
@@ -295,11 +296,13 @@ class Segmenter:
 
 def segment_fusion(fusion: Fusion, try_kernel: Optional[TryKernel] = None,
                    capable: Optional[KernelCapable] = None) -> list[Segment]:
-    """Segments in execution order. Without a kernel scheduler everything runs through ATen."""
-    if not fusion.exprs:
+    """Segments in execution order, of the exprs some output depends on (`Fusion.live_exprs`).
+    Without a kernel scheduler everything runs through ATen."""
+    exprs = fusion.live_exprs()
+    if not exprs:
         return []
     if try_kernel is None:
-        inputs, outputs = segment_io(list(fusion.exprs), fusion.outputs(), [])
-        return [Segment(SegmentKind.evaluator, list(fusion.exprs), inputs, outputs, why="ATen evaluation")]
+        inputs, outputs = segment_io(exprs, fusion.outputs(), [])
+        return [Segment(SegmentKind.evaluator, exprs, inputs, outputs, why="ATen evaluation")]
     with phase("segmentation"):
-        return Segmenter(fusion, try_kernel, capable or (lambda e: True)).run()
+        return Segmenter(fusion, exprs, try_kernel, capable or (lambda e: True)).run()

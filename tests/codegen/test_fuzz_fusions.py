@@ -4,7 +4,7 @@ transposed and expanded inputs. Generated kernels are compared with the ATen eva
 where the fusion stays in fp32, with eager torch. Odd cases also run with a few interpreter
 "processors" so that split outer reductions and the inner-outer template are exercised.
 
-A failing seed reproduces alone: `python -m tests.fuzz_fusions SEED 1 PROCESSORS`."""
+A failing seed reproduces alone: `python -m tests.fuzz_fusions SEED 1 PROCESSORS [--forms]`."""
 import warnings
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 from tests.fuzz_fusions import run_case
 
 SEEDS = range(0, 240)
+FORM_SEEDS = range(0, 108)  # (each FORM_PROFILES entry twelve times)
 
 
 @pytest.mark.parametrize("chunk", range(8))
@@ -20,3 +21,13 @@ def test_random_fusions(chunk):
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's numpy on NaN and inf
         for seed in SEEDS[chunk::8]:
             run_case(seed, processors=(seed % 5) if seed % 2 else 0)
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_random_fusions_in_the_forms_of_long_rows(chunk):
+    """The same, with rows of up to 301 columns and heuristic limits shrunk (fuzz_fusions.FORM_PROFILES)
+    so that they take the looped, aligned, read-twice and split forms of long rows."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for seed in FORM_SEEDS[chunk::3]:
+            run_case(seed, processors=(seed % 5) if seed % 2 else 0, forms=True)

@@ -115,3 +115,25 @@ def test_half_width_comparisons_match_eager_on_each_device(device):
             fd.add_output(fd.ops.ge(0.1, t))
         lt, eq, ge = fd.execute([x, 0.1])
         assert torch.equal(lt, x < 0.1) and torch.equal(eq, x == 0.1) and torch.equal(ge, x <= 0.1)
+
+
+def test_an_op_no_output_needs_gets_no_segment():
+    # fuzz_fusions seed 205 (--forms): a cast whose result nothing read became a kernel segment
+    # with no outputs; over rows of 8192 columns or more (aligned tiles) its kernel's unmasked
+    # branch was empty and the generated source did not parse. Only what an output needs runs.
+    with FusionDefinition() as fd:
+        idx = fd.define_tensor(shape=[-1, -1], contiguity=[None, True], dtype=DataType.Int)
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Half)
+        fd.ops.cast(idx, DataType.Int32)  # dead
+        fd.ops.exp(fd.ops.mul(x, x))  # dead, and reads what the output reads
+        fd.add_output(fd.ops.add(x, 1.5))
+    assert [e.op_name for e in fd.fusion.live_exprs()] == ["add"]
+    for cols in (301, 8195):
+        a = torch.arange(cols).expand(2, cols)
+        b = torch.randn(2, cols).half()
+        (out,) = fd.execute([a, b])
+        torch.testing.assert_close(out, b + 1.5)
+        segments = fd.last_segments()
+        assert [[e.op_name for e in s.exprs] for s in segments] == [["add"]]
+        (reference,) = FusionExecutorCache(fd.fusion, use_kernels=False).execute([a, b])
+        assert torch.equal(out, reference)
