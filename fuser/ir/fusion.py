@@ -19,6 +19,19 @@ from .symbolic import Extent, ExtentLike, as_extent, is_static, is_symbol, make_
 from .types import DataType, IterType, ParallelType
 
 
+
+def live_exprs(exprs: Sequence[Expr], outputs: Sequence[Val]) -> list[Expr]:
+    """Those of `exprs` (in order) that `outputs` depend on. The others compute values nothing
+    reads (a definition may leave such ops behind): they need no kernel and no ATen call."""
+    needed = {id(o) for o in outputs}
+    live = []
+    for e in reversed(exprs):
+        if any(id(o) in needed for o in e.outputs):
+            live.append(e)
+            needed.update(id(v) for v in e.inputs)
+    live.reverse()
+    return live
+
 class Fusion:
     def __init__(self) -> None:
         self._inputs: list[Val] = []
@@ -131,16 +144,8 @@ class Fusion:
         return list(self._tvs)
 
     def live_exprs(self) -> list[Expr]:
-        """The exprs some output depends on, in order. The others compute values nothing reads
-        (a definition may leave such ops behind): they need no kernel and no ATen call."""
-        needed = {id(o) for o in self._outputs}
-        live = []
-        for e in reversed(self.exprs):
-            if any(id(o) in needed for o in e.outputs):
-                live.append(e)
-                needed.update(id(v) for v in e.inputs)
-        live.reverse()
-        return live
+        """The exprs some output depends on, in order (`live_exprs`)."""
+        return live_exprs(self.exprs, self._outputs)
 
     def definition_of(self, val: Val) -> Optional[Expr]:
         for e in self.exprs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
+from ..ir.fusion import live_exprs
 from ..schedulers.axes import RESIZED_OUTPUTS
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_inputs, segment_io
@@ -296,9 +297,9 @@ class Segmenter:
 
 def segment_fusion(fusion: Fusion, try_kernel: Optional[TryKernel] = None,
                    capable: Optional[KernelCapable] = None) -> list[Segment]:
-    """Segments in execution order, of the exprs some output depends on (`Fusion.live_exprs`).
+    """Segments in execution order, of the exprs some output depends on (`live_exprs`).
     Without a kernel scheduler everything runs through ATen."""
-    exprs = fusion.live_exprs()
+    exprs = live_exprs(fusion.exprs, fusion.outputs())
     if not exprs:
         return []
     if try_kernel is None:

@@ -291,7 +291,7 @@ def test_random_fusions_compile_ahead_what_they_launch(recorded):
     checked = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's numpy on NaN and inf
-        for seed in range(160):
+        for seed in range(280):  # (ops no output needs are not launched: fewer several-launch cases)
             recorded.clear()
             run_case(seed, processors=(seed % 5) if seed % 2 else 0)
             launched = [k for k, e in enumerate(recorded) if e[0] == "launch"]
