@@ -8,7 +8,9 @@ program is valid for the two sets of sizes it is later called with (dynamic shap
 compares against eager: forward and gradients on fresh inputs, the same shapes twice, other
 shapes, and under `no_grad`.
 
-Run many seeds: `python tests/frontend/fuzz_jit.py START COUNT`; a failure prints the program.
+Run many seeds: `python tests/frontend/fuzz_jit.py START COUNT [--forms]`; a failure prints the
+program. `--forms`: rows of 37 to 301 columns, each seed under one of tests/fuzz_fusions.py's
+FORM_PROFILES (heuristic limits shrunk so that such rows take the forms of long rows).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ DTYPE_NAMES = {torch.float32: "torch.float32", torch.bfloat16: "torch.bfloat16",
 
 # size symbols: A (outer), B (rows), N (row length), K (index count, fixed)
 SHAPE_SETS = ({"A": 3, "B": 5, "N": 7}, {"A": 2, "B": 9, "N": 13}, {"A": 4, "B": 6, "N": 11})
+FORM_SHAPE_SETS = ({"A": 3, "B": 5, "N": 100}, {"A": 2, "B": 3, "N": 301}, {"A": 2, "B": 4, "N": 37})
 # index values: below every size of every set, so that an index valid in one set is in all
 # (a program indexing A with 2 passed its check at A = 3, and eager failed at A = 2)
 INDEX_BOUND = min(min(s.values()) for s in SHAPE_SETS)
@@ -464,11 +467,44 @@ def run_program(prog: Program, calls: int = 2):
             _close(tg, tw, high, prog.low)
 
 
+def run_in_forms(seed: int) -> None:
+    """make_program and run_program on FORM_SHAPE_SETS, under FORM_PROFILES[seed % len]."""
+    from fuser.schedulers import heuristics
+    from tests.fuzz_fusions import FORM_PROFILES
+
+    global SHAPE_SETS
+    profile = FORM_PROFILES[seed % len(FORM_PROFILES)]
+    saved = SHAPE_SETS, {name: getattr(heuristics, name) for name in profile}
+    SHAPE_SETS = FORM_SHAPE_SETS
+    for name, value in profile.items():
+        setattr(heuristics, name, value)
+    try:
+        prog = make_program(seed)
+        try:
+            run_program(prog)
+        except Exception as e:
+            raise AssertionError(f"under {profile}:\n{prog.describe()}") from e
+    finally:
+        SHAPE_SETS = saved[0]
+        for name, value in saved[1].items():
+            setattr(heuristics, name, value)
+
+
 def main(argv):
     import warnings
     warnings.filterwarnings("ignore")
     start, count = int(argv[1]), int(argv[2])
     failures = 0
+    if "--forms" in argv:
+        for seed in range(start, start + count):
+            try:
+                run_in_forms(seed)
+                print(f"seed {seed}: ok", flush=True)
+            except Exception as e:
+                failures += 1
+                print(f"===== seed {seed}: FAIL {e}\n{type(e.__cause__).__name__}: {str(e.__cause__)[:800]}", flush=True)
+        print(f"{count - failures}/{count} clean")
+        return
     for seed in range(start, start + count):
         prog = make_program(seed)
         try:
