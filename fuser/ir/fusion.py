@@ -19,7 +19,6 @@ from .symbolic import Extent, ExtentLike, as_extent, is_static, is_symbol, make_
 from .types import DataType, IterType, ParallelType
 
 
-
 def live_exprs(exprs: Sequence[Expr], outputs: Sequence[Val]) -> list[Expr]:
     """Those of `exprs` (in order) that `outputs` depend on. The others compute values nothing
     reads (a definition may leave such ops behind): they need no kernel and no ATen call."""
@@ -31,6 +30,7 @@ def live_exprs(exprs: Sequence[Expr], outputs: Sequence[Val]) -> list[Expr]:
             needed.update(id(v) for v in e.inputs)
     live.reverse()
     return live
+
 
 class Fusion:
     def __init__(self) -> None:
