@@ -546,8 +546,17 @@ def compare_with_reference(actual, expected, what, coarse, exact_output):
 _INNER_SPLIT_LIMITS = dict(INNER_SPLIT_MIN_COLS=16, INNER_SPLIT_BLOCK=4, INNER_SPLIT_MIN_CHUNK=8)
 
 
-def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = False):
-    """`forms`: under one of FORM_PROFILES (chosen by the seed), with FORM_SIZES."""
+def on_device(t, device: str):
+    """`t` copied to `device` with its sizes and strides (transposed, sliced, expanded)."""
+    if not isinstance(t, torch.Tensor) or device == "cpu":
+        return t
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    return t.as_strided((span,), (1,)).to(device).as_strided(t.shape, t.stride())
+
+
+def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = False, device: str = "cpu"):
+    """`forms`: under one of FORM_PROFILES (chosen by the seed), with FORM_SIZES. `device`:
+    where the inputs are ("cuda": compiled kernels; eager's results stay on the CPU)."""
     case = Case(seed, FORM_SIZES if forms else SIZES)
     try:
         fd = case.build()
@@ -559,6 +568,7 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
             raise
         case.refused = e
         return case
+    case.inputs = [on_device(t, device) for t in case.inputs]
     old = launch.INTERPRETER_PROCESSORS
     launch.INTERPRETER_PROCESSORS = processors
     # with processors, inner reductions over rows of 16 columns or more split too (in chunks
@@ -595,7 +605,7 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
         for k, ((tv, et), e) in enumerate(zip(case.outs, expected)):
             if et is None:
                 continue
-            compare(e, et, f"seed {seed} output {k} ATen vs eager\n{transcript}\n", loose=10.0)
+            compare(e.cpu(), et, f"seed {seed} output {k} ATen vs eager\n{transcript}\n", loose=10.0)
     case.checked = True
     return case
 

@@ -8,6 +8,7 @@ A failing seed reproduces alone: `python -m tests.fuzz_fusions SEED 1 PROCESSORS
 import warnings
 
 import pytest
+import torch
 
 from tests.fuzz_fusions import run_case
 
@@ -31,3 +32,14 @@ def test_random_fusions_in_the_forms_of_long_rows(chunk):
         warnings.simplefilter("ignore", RuntimeWarning)
         for seed in FORM_SEEDS[chunk::3]:
             run_case(seed, processors=(seed % 5) if seed % 2 else 0, forms=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_random_fusions_in_the_forms_of_long_rows_on_the_gpu():
+    """The forms' seeds as compiled kernels: Triton's compiler and the interpreter can differ
+    (an unrolled loop over an inverted range ran its steps on the GPU only)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for seed in FORM_SEEDS:
+            run_case(seed, forms=True, device="cuda")
