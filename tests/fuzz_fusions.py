@@ -27,7 +27,7 @@ FORM_SIZES = ([1, 3, 5], [33, 100, 301])
 # Heuristic limits shrunk so that small tensors take the forms that production gives long rows
 # and many processors: looped rows in chunks of 16 or 64 columns (aligned chunks for rows of any
 # start), the inner-outer template's looped form, rows read twice, split inner reductions, small
-# pointwise tiles. Each is a set the codegen tests use (tests/codegen).
+# pointwise tiles, a row loop. Each is a set the codegen tests use (tests/codegen).
 FORM_PROFILES = [
     dict(MAX_PERSISTENT=32, LOOPED_BLOCK=16),
     dict(MAX_PERSISTENT=32, LOOPED_BLOCK=64),
@@ -38,6 +38,7 @@ FORM_PROFILES = [
     dict(TILE_ELEMENTS=64),
     dict(ALIGNED_TILE_MIN_COLS=1),
     dict(INNER_SPLIT_MIN_COLS=64, INNER_SPLIT_MIN_CHUNK=32, INNER_SPLIT_BLOCK=16),
+    dict(ROW_LOOP_MIN_COLS=1),
 ]
 FLOATS = [DataType.Float, DataType.BFloat16, DataType.Half]
 TORCH = {DataType.Float: torch.float32, DataType.BFloat16: torch.bfloat16, DataType.Half: torch.float16,

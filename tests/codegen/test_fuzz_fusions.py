@@ -13,7 +13,7 @@ import torch
 from tests.fuzz_fusions import run_case
 
 SEEDS = range(0, 240)
-FORM_SEEDS = range(0, 108)  # (each FORM_PROFILES entry twelve times)
+FORM_SEEDS = range(0, 120)  # (each of the ten FORM_PROFILES twelve times)
 
 
 @pytest.mark.parametrize("chunk", range(8))
