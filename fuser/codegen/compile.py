@@ -102,7 +102,11 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
             module = _import(path, module_name)
         except Exception:  # a half-written or corrupted file: write it again once
             _write_atomic(path, source)
-            module = _import(path, module_name)
+            try:
+                module = _import(path, module_name)
+            except SyntaxError as e:  # (the source as generated: codegen's fault, not the file's)
+                raise InternalError(f"the generated kernel {name} does not parse: {e.msg} at line "
+                                    f"{e.lineno} of {path}") from e
         raw = getattr(module, name, None)
         if raw is None:
             raise InternalError(f"generated module {path} has no kernel {name}")
