@@ -490,31 +490,31 @@ def run_in_forms(seed: int) -> None:
             setattr(heuristics, name, value)
 
 
+def run_seed(seed: int) -> None:
+    """make_program and run_program; a failure raises with the program described."""
+    prog = make_program(seed)
+    try:
+        run_program(prog)
+    except Exception as e:
+        raise AssertionError(prog.describe()) from e
+
+
 def main(argv):
     import warnings
     warnings.filterwarnings("ignore")
     start, count = int(argv[1]), int(argv[2])
+    run = run_in_forms if "--forms" in argv else run_seed
     failures = 0
-    if "--forms" in argv:
-        for seed in range(start, start + count):
-            try:
-                run_in_forms(seed)
-                print(f"seed {seed}: ok", flush=True)
-            except Exception as e:
-                failures += 1
-                print(f"===== seed {seed}: FAIL {e}\n{type(e.__cause__).__name__}: {str(e.__cause__)[:800]}", flush=True)
-        print(f"{count - failures}/{count} clean")
-        return
     for seed in range(start, start + count):
-        prog = make_program(seed)
         try:
-            run_program(prog)
+            run(seed)
             print(f"seed {seed}: ok", flush=True)
-        except Exception as e:
+        except AssertionError as e:
             failures += 1
-            print(f"===== seed {seed}: FAIL {type(e).__name__}: {str(e)[:800]}\n{prog.describe()}", flush=True)
+            cause = e.__cause__
+            print(f"===== seed {seed}: FAIL {type(cause).__name__}: {str(cause)[:800]}\n{e}", flush=True)
             if "-v" in argv:
-                traceback.print_exc()
+                traceback.print_exception(cause)
     print(f"{count - failures}/{count} clean")
 
 
