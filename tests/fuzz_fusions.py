@@ -578,7 +578,7 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
     if forms:
         limits.update(FORM_PROFILES[seed % len(FORM_PROFILES)])
         case.lines.insert(0, f"heuristics: {limits}")
-    split_limits = {name: getattr(heuristics, name) for name in limits}
+    saved = {name: getattr(heuristics, name) for name in limits}
     for name, value in limits.items():
         setattr(heuristics, name, value)
     try:
@@ -590,7 +590,7 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
         actual = fd.execute(case.inputs)
     finally:
         launch.INTERPRETER_PROCESSORS = old
-        for name, value in split_limits.items():
+        for name, value in saved.items():
             setattr(heuristics, name, value)
     transcript = "\n".join(case.lines)
     fp64_outputs = functools.cache(lambda: fp64_reference(fd.fusion, case.inputs))  # at a mismatch only
