@@ -143,10 +143,6 @@ class Fusion:
     def tensors(self) -> list[TensorView]:
         return list(self._tvs)
 
-    def live_exprs(self) -> list[Expr]:
-        """The exprs some output depends on, in order (`live_exprs`)."""
-        return live_exprs(self.exprs, self._outputs)
-
     def definition_of(self, val: Val) -> Optional[Expr]:
         for e in self.exprs:
             if any(o is val for o in e.outputs):

@@ -32,7 +32,6 @@ class _Group:
 
 class Segmenter:
     def __init__(self, fusion: Fusion, exprs: list[Expr], try_kernel: TryKernel, capable: KernelCapable):
-        self.fusion = fusion
         self.exprs = exprs  # the fusion's live exprs, in order
         self.try_kernel = try_kernel
         self.capable = capable
