@@ -3,8 +3,9 @@ the generated kernels and with the ATen evaluator on the same random inputs, and
 that stay in fp32) with eager torch too.
 
 `run_case(seed)` builds and checks one case and raises AssertionError on a mismatch;
-`python -m tests.fuzz_fusions START COUNT [PROCESSORS [--forms]]` runs many and prints the
-failing seeds; `--forms` runs each under a profile of shrunk heuristic limits (FORM_PROFILES)."""
+`python -m tests.fuzz_fusions START COUNT [PROCESSORS [--forms] [--repeat]]` runs many and prints
+the failing seeds; `--forms` runs each under a profile of shrunk heuristic limits (FORM_PROFILES),
+`--repeat` calls each definition twice more (new values, then the first inputs again)."""
 import functools
 import random
 import sys
@@ -555,9 +556,36 @@ def on_device(t, device: str):
     return t.as_strided((span,), (1,)).to(device).as_strided(t.shape, t.stride())
 
 
-def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = False, device: str = "cpu"):
+def fresh_like(t, gen: torch.Generator):
+    """New values (drawn as `Case.make_input` draws them) in a new storage, viewed with `t`'s
+    sizes, strides and storage offset: a call with the same layout (the ready call replays what
+    the first call decided) on other data, at other addresses. Scalars pass through."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    count = t.storage_offset() + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0)
+    if t.dtype.is_floating_point:
+        flat = torch.randn(count, generator=gen) * 2.0
+        flat = flat + 0.01 * torch.sign(flat)
+    elif t.dtype is torch.bool:
+        flat = torch.rand(count, generator=gen) < 0.5
+    else:
+        flat = torch.randint(-9, 10, (count,), generator=gen)
+        flat = torch.where(flat == 0, torch.ones_like(flat), flat)
+    flat = flat.to(t.dtype).to(t.device)
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _other_scalar(v):
+    return {0.5: -1.25, -1.25: 2.0, 2.0: 0.5}.get(v, v) if isinstance(v, float) else v
+
+
+def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = False, device: str = "cpu",
+             repeat: bool = False):
     """`forms`: under one of FORM_PROFILES (chosen by the seed), with FORM_SIZES. `device`:
-    where the inputs are ("cuda": compiled kernels; eager's results stay on the CPU)."""
+    where the inputs are ("cuda": compiled kernels; eager's results stay on the CPU). `repeat`:
+    then two more calls of the same definition, checked against the ATen evaluator: one on new
+    values with the same layouts (and another value of a scalar input), one on the first inputs
+    again (each through the ready call its layout made)."""
     case = Case(seed, FORM_SIZES if forms else SIZES)
     try:
         fd = case.build()
@@ -588,15 +616,23 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
             case.refused = e
             return case
         actual = fd.execute(case.inputs)
+        calls = [(case.inputs, actual, expected, "")]
+        if repeat:
+            gen = torch.Generator().manual_seed(seed + 1)
+            other = [_other_scalar(fresh_like(t, gen)) for t in case.inputs]
+            for inputs, label in ((other, "repeat call on new values"), (case.inputs, "repeat call on the first inputs")):
+                want = FusionExecutorCache(fd.fusion, use_kernels=False).execute(inputs)
+                calls.append((inputs, fd.execute(inputs), want, f" ({label})"))
     finally:
         launch.INTERPRETER_PROCESSORS = old
         for name, value in saved.items():
             setattr(heuristics, name, value)
     transcript = "\n".join(case.lines)
-    fp64_outputs = functools.cache(lambda: fp64_reference(fd.fusion, case.inputs))  # at a mismatch only
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        compare_with_reference(a, e, f"seed {seed} output {k} kernels vs ATen\n{transcript}\n",
-                               coarsest(fd.fusion), lambda k=k: fp64_outputs()[k])
+    for inputs, got, want, label in calls:
+        fp64_outputs = functools.cache(lambda inputs=inputs: fp64_reference(fd.fusion, inputs))  # at a mismatch only
+        for k, (a, e) in enumerate(zip(got, want)):
+            compare_with_reference(a, e, f"seed {seed} output {k} kernels vs ATen{label}\n{transcript}\n",
+                                   coarsest(fd.fusion), lambda k=k, f=fp64_outputs: f()[k])
     # eager only where the fusion stays in fp32: in half types fuser keeps fp32 intermediates
     # where eager rounds after each op
     if eager and all(t.dtype in (torch.float32, torch.int32, torch.int64, torch.bool)
@@ -615,11 +651,12 @@ if __name__ == "__main__":
     start, count = int(sys.argv[1]), int(sys.argv[2])
     procs = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     forms = "--forms" in sys.argv[4:]
+    repeat = "--repeat" in sys.argv[4:]
     bad = []
     clean = 0
     for s in range(start, start + count):
         try:
-            c = run_case(s, processors=procs if s % 2 else 0, forms=forms)
+            c = run_case(s, processors=procs if s % 2 else 0, forms=forms, repeat=repeat)
             clean += getattr(c, "checked", False)
         except Exception as e:
             bad.append(s)

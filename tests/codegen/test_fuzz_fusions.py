@@ -2,7 +2,9 @@
 reductions, shape ops, scalar inputs and intermediate outputs, on odd sizes and non-contiguous,
 transposed and expanded inputs. Generated kernels are compared with the ATen evaluator and,
 where the fusion stays in fp32, with eager torch. Odd cases also run with a few interpreter
-"processors" so that split outer reductions and the inner-outer template are exercised.
+"processors" so that split outer reductions and the inner-outer template are exercised. Each
+definition is called twice more, on new values (the ready call its layout made) and on the first
+inputs again.
 
 A failing seed reproduces alone: `python -m tests.fuzz_fusions SEED 1 PROCESSORS [--forms]`."""
 import warnings
@@ -21,7 +23,7 @@ def test_random_fusions(chunk):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's numpy on NaN and inf
         for seed in SEEDS[chunk::8]:
-            run_case(seed, processors=(seed % 5) if seed % 2 else 0)
+            run_case(seed, processors=(seed % 5) if seed % 2 else 0, repeat=True)
 
 
 @pytest.mark.parametrize("chunk", range(3))
@@ -31,7 +33,7 @@ def test_random_fusions_in_the_forms_of_long_rows(chunk):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for seed in FORM_SEEDS[chunk::3]:
-            run_case(seed, processors=(seed % 5) if seed % 2 else 0, forms=True)
+            run_case(seed, processors=(seed % 5) if seed % 2 else 0, forms=True, repeat=True)
 
 
 @pytest.mark.gpu
@@ -42,4 +44,4 @@ def test_random_fusions_in_the_forms_of_long_rows_on_the_gpu():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for seed in FORM_SEEDS:
-            run_case(seed, forms=True, device="cuda")
+            run_case(seed, forms=True, device="cuda", repeat=True)
