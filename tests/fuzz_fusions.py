@@ -479,24 +479,27 @@ def coarsest(fusion) -> torch.dtype:
     return torch.float32
 
 
-def allowed_tolerance(actual, expected, loose=1.0, coarse=torch.float32) -> dict:
-    """rtol and atol for comparing `actual` with `expected` in a fusion whose coarsest type is `coarse`."""
+def allowed_tolerance(actual, expected, loose=1.0, coarse=torch.float32, sums=False) -> dict:
+    """rtol and atol for comparing `actual` with `expected` in a fusion whose coarsest type is
+    `coarse`; `sums`: the output is computed from a sum."""
     tol = tolerance(actual.dtype)
     if actual.dtype == torch.float32 and coarse != torch.float32:
         tol = tolerance(coarse)
     tol = {k: v * loose for k, v in tol.items()}
-    if coarse != torch.float32 and expected.numel() and expected.dtype.is_floating_point:
+    if (coarse != torch.float32 or sums) and expected.numel() and expected.dtype.is_floating_point:
         # a sum of half values grows with them, and so does its rounding: scale the absolute
-        # tolerance by the reference's size (as tests/codegen/test_inner_outer.py does)
+        # tolerance by the reference's size (as tests/codegen/test_inner_outer.py does). So
+        # does an fp32 sum's where its terms cancel: a column sum of x / sum(x) over three rows
+        # of terms near 2000 came to 8.03, its last bits those of the terms (seed 21156)
         big = expected[expected.isfinite()].abs().max().item() if expected.isfinite().any() else 0.0
         tol["atol"] *= max(1.0, big / 4)
     return tol
 
 
-def compare(actual, expected, what, loose=1.0, coarse=torch.float32):
+def compare(actual, expected, what, loose=1.0, coarse=torch.float32, sums=False):
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    tol = allowed_tolerance(actual, expected, loose, coarse)
+    tol = allowed_tolerance(actual, expected, loose, coarse, sums)
     if actual.dtype.is_floating_point:
         torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{what}: {m}", **tol)
     else:
@@ -520,27 +523,27 @@ def fp64_reference(fusion, inputs) -> list:
         DataType.to_torch = narrow
 
 
-def near_exact(actual, exact, coarse) -> bool:
+def near_exact(actual, exact, coarse, sums=False) -> bool:
     """Whether the kernels' result is within the tolerance of the fp64 result (infinities and
     NaNs where it has them)."""
-    tol = allowed_tolerance(actual, exact, coarse=coarse)
+    tol = allowed_tolerance(actual, exact, coarse=coarse, sums=sums)
     return bool(torch.isclose(actual.double(), exact, equal_nan=True, **tol).all())
 
 
-def compare_with_reference(actual, expected, what, coarse, exact_output):
+def compare_with_reference(actual, expected, what, coarse, exact_output, sums=False):
     """`compare`; where a float output of the kernels disagrees with the ATen reference, the judge
     is the fp64 result (`exact_output()`, evaluated only then). The reference rounds each op to
     bf16 or half, and along a chain (a norm of a norm: seeds 6039, 6078, 6217, 6536) that drifts
     past the tolerance while the kernels' fp32 intermediates stay near the exact value; a wrong
     kernel is far from both."""
     try:
-        compare(actual, expected, what, coarse=coarse)
+        compare(actual, expected, what, coarse=coarse, sums=sums)
     except AssertionError as mismatch:
         if not (actual.dtype.is_floating_point and actual.dtype == expected.dtype
                 and actual.shape == expected.shape):
             raise
         exact = exact_output()
-        if not near_exact(actual, exact, coarse):
+        if not near_exact(actual, exact, coarse, sums):
             error = (actual.double() - exact).abs().nan_to_num(nan=float("inf")).max().item()
             raise AssertionError(f"{mismatch}\nand up to {error:.4g} from the fp64 result") from None
 
@@ -628,11 +631,12 @@ def run_case(seed: int, processors: int = 0, eager: bool = True, forms: bool = F
         for name, value in saved.items():
             setattr(heuristics, name, value)
     transcript = "\n".join(case.lines)
+    sums = [summed(fd.fusion, v) for v in fd.fusion.outputs()]
     for inputs, got, want, label in calls:
         fp64_outputs = functools.cache(lambda inputs=inputs: fp64_reference(fd.fusion, inputs))  # at a mismatch only
         for k, (a, e) in enumerate(zip(got, want)):
             compare_with_reference(a, e, f"seed {seed} output {k} kernels vs ATen{label}\n{transcript}\n",
-                                   coarsest(fd.fusion), lambda k=k, f=fp64_outputs: f()[k])
+                                   coarsest(fd.fusion), lambda k=k, f=fp64_outputs: f()[k], sums[k])
     # eager only where the fusion stays in fp32: in half types fuser keeps fp32 intermediates
     # where eager rounds after each op
     if eager and all(t.dtype in (torch.float32, torch.int32, torch.int64, torch.bool)
