@@ -551,12 +551,16 @@ def compare_with_reference(actual, expected, what, coarse, exact_output, sums=Fa
 _INNER_SPLIT_LIMITS = dict(INNER_SPLIT_MIN_COLS=16, INNER_SPLIT_BLOCK=4, INNER_SPLIT_MIN_CHUNK=8)
 
 
+def span(t) -> int:
+    """Elements of storage `t`'s sizes and strides reach, from its first."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+
+
 def on_device(t, device: str):
     """`t` copied to `device` with its sizes and strides (transposed, sliced, expanded)."""
     if not isinstance(t, torch.Tensor) or device == "cpu":
         return t
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-    return t.as_strided((span,), (1,)).to(device).as_strided(t.shape, t.stride())
+    return t.as_strided((span(t),), (1,)).to(device).as_strided(t.shape, t.stride())
 
 
 def fresh_like(t, gen: torch.Generator):
@@ -565,7 +569,7 @@ def fresh_like(t, gen: torch.Generator):
     the first call decided) on other data, at other addresses. Scalars pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    count = t.storage_offset() + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0)
+    count = t.storage_offset() + span(t)
     if t.dtype.is_floating_point:
         flat = torch.randn(count, generator=gen) * 2.0
         flat = flat + 0.01 * torch.sign(flat)
