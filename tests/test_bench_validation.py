@@ -69,3 +69,27 @@ def test_a_named_kernel_at_a_shape_the_suite_lacks_becomes_a_case():
 def test_a_named_case_of_an_unknown_kernel_is_refused():
     with pytest.raises(SystemExit, match="no kernel 'matmul'"):
         harness.select_cases(True, "matmul[64x64]")
+
+
+def test_the_exact_reference_draws_the_same_dy_as_the_runner():
+    """A backward row's float64 result, rounded, agrees with eager's: the same inputs and dy."""
+    case = suite.make_case("softmax_bwd", 16, 96)
+    device = torch.device("cpu")
+    reference = harness.eager_reference(case, device, 0)
+    exact = harness.exact_reference(case, device, 0)
+    assert all(e.dtype == torch.float64 for e in exact)
+    harness.check_close(tuple(e.to(r.dtype) for e, r in zip(exact, reference)), reference)
+
+
+def test_an_output_eager_rounds_away_from_is_judged_by_the_exact_one():
+    """Where eager's output is off (a bf16 sum rounded at each step), an output near the exact
+    value passes; one far from both is a mismatch, reported against eager."""
+    exact = (torch.linspace(-4, 4, 64, dtype=torch.float64),)
+    eager = (exact[0].to(torch.bfloat16) + torch.where(torch.arange(64) == 7, 0.5, 0.0).to(torch.bfloat16),)
+    near = (exact[0].to(torch.bfloat16),)
+    with pytest.raises(harness.Mismatch):
+        harness.check_close(near, eager)
+    harness.check_output(near, eager, lambda: exact)
+    far = (near[0] + torch.where(torch.arange(64) == 9, 0.5, 0.0).to(torch.bfloat16),)
+    with pytest.raises(harness.Mismatch, match="output 0: 2/64 off"):
+        harness.check_output(far, eager, lambda: exact)
