@@ -530,12 +530,34 @@ def near_exact(actual, exact, coarse, sums=False) -> bool:
     return bool(torch.isclose(actual.double(), exact, equal_nan=True, **tol).all())
 
 
+def as_near_as_reference(actual, expected, exact, coarse, sums=False) -> bool:
+    """Whether the kernels' result is as near the fp64 one as the ATen reference is (its
+    largest distance at most twice the reference's, plus the tolerance), with the same
+    infinities and NaNs: a chain through an ill-conditioned op (a division by a sum that nearly
+    cancels) carries both results' roundings away from the exact value alike, at different
+    elements (seed 51286 with --forms: up to 7.4e-4 and 7.8e-4 from it, 1e-3 from each other)."""
+    if actual.dtype != expected.dtype or not actual.dtype.is_floating_point:
+        return False
+    tol = allowed_tolerance(actual, exact, coarse=coarse, sums=sums)
+    a, e = actual.double(), expected.double()
+    finite = exact.isfinite()
+    if not (torch.equal(finite, a.isfinite()) and torch.equal(finite, e.isfinite())) \
+            or not torch.isclose(a[~finite], exact[~finite], equal_nan=True).all():
+        return False  # (a reference off the finite values has no distance to compare with)
+    a, e, x = a[finite], e[finite], exact[finite]
+    if not x.numel():
+        return True
+    reference_error = (e - x).abs().max()
+    return bool(((a - x).abs() <= 2 * reference_error + tol["atol"] + tol["rtol"] * x.abs()).all())
+
+
 def compare_with_reference(actual, expected, what, coarse, exact_output, sums=False):
     """`compare`; where a float output of the kernels disagrees with the ATen reference, the judge
     is the fp64 result (`exact_output()`, evaluated only then). The reference rounds each op to
     bf16 or half, and along a chain (a norm of a norm: seeds 6039, 6078, 6217, 6536) that drifts
     past the tolerance while the kernels' fp32 intermediates stay near the exact value; a wrong
-    kernel is far from both."""
+    kernel is far from both, and farther from the exact value than the reference is.
+    """
     try:
         compare(actual, expected, what, coarse=coarse, sums=sums)
     except AssertionError as mismatch:
@@ -543,7 +565,7 @@ def compare_with_reference(actual, expected, what, coarse, exact_output, sums=Fa
                 and actual.shape == expected.shape):
             raise
         exact = exact_output()
-        if not near_exact(actual, exact, coarse, sums):
+        if not (near_exact(actual, exact, coarse, sums) or as_near_as_reference(actual, expected, exact, coarse, sums)):
             error = (actual.double() - exact).abs().nan_to_num(nan=float("inf")).max().item()
             raise AssertionError(f"{mismatch}\nand up to {error:.4g} from the fp64 result") from None
 

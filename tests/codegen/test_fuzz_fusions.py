@@ -45,3 +45,18 @@ def test_random_fusions_in_the_forms_of_long_rows_on_the_gpu():
         warnings.simplefilter("ignore", RuntimeWarning)
         for seed in FORM_SEEDS:
             run_case(seed, forms=True, device="cuda", repeat=True)
+
+
+def test_a_result_as_far_from_the_exact_value_as_the_reference_passes_and_a_wrong_one_does_not():
+    """The fuzzer's last judge (fuzz_fusions.as_near_as_reference): an ill-conditioned chain
+    moves both results away from the fp64 value alike; a wrong kernel moves further, and a
+    reference that is not finite where the exact value is judges nothing."""
+    from tests.fuzz_fusions import as_near_as_reference
+
+    exact = torch.linspace(-3, 3, 50, dtype=torch.float64)
+    reference = (exact + 7e-4 * torch.sin(torch.arange(50.0, dtype=torch.float64))).float()
+    near = (exact + 7e-4 * torch.cos(torch.arange(50.0, dtype=torch.float64))).float()
+    assert as_near_as_reference(near, reference, exact, torch.float32)
+    assert not as_near_as_reference(near + 0.01 * (torch.arange(50) == 3), reference, exact, torch.float32)
+    assert not as_near_as_reference(near, torch.where(torch.arange(50) == 5, float("nan"), reference),
+                                    exact, torch.float32)
