@@ -279,6 +279,11 @@ def exact_reference(case: suite.Case, device: torch.device, seed: int) -> tuple:
     return torch.autograd.grad(outputs, [wide[i] for i in case.grad_args], grad_outputs=grads)
 
 
+def exact_when_asked(case: suite.Case, device: torch.device, seed: int) -> Callable[[], tuple]:
+    """`exact_reference`, computed at the first call (where eager disagrees) and kept."""
+    return functools.cache(lambda: exact_reference(case, device, seed))
+
+
 def check_output(got: tuple, reference: tuple, exact: Callable[[], tuple]) -> None:
     """`check_close` against eager's outputs or, where those disagree, against the exact ones
     (`exact()`, rounded to each output's type): a wrong output is far from both."""
@@ -295,7 +300,7 @@ def run_contender(case: suite.Case, impl: Impl, reference: tuple, device: torch.
                   copy_gbps: float, seed: int, exact: Optional[Callable[[], tuple]] = None) -> dict:
     """Validate, then time, one contender on one case. Raises on error or mismatch. `exact`:
     the case's exact outputs where eager's disagree (default: `exact_reference`, computed then)."""
-    exact = exact or functools.cache(lambda: exact_reference(case, device, seed))
+    exact = exact or exact_when_asked(case, device, seed)
     with impl.context():
         args = case.make_inputs(device, seed)  # fresh: a contender may write into its inputs
         t0 = time.perf_counter()
@@ -354,7 +359,7 @@ def free_memory(device: torch.device) -> None:
 
 def run_case(case, contenders, device, copy_gbps, seed, verbose) -> dict:
     reference = eager_reference(case, device, seed)
-    exact = functools.cache(lambda: exact_reference(case, device, seed))  # (only where eager disagrees)
+    exact = exact_when_asked(case, device, seed)  # (one for the row's contenders)
     results = {}
     for name in contenders:
         results[name] = run_cell(case, name, reference, device, copy_gbps, seed, verbose, exact)

@@ -53,6 +53,19 @@ CMP = ["eq", "ne", "lt", "le", "gt", "ge"]
 INT_BINARY = ["add", "sub", "mul", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor"]
 
 
+def draw(shape: list[int], dtype: torch.dtype, gen: torch.Generator, scale: float) -> torch.Tensor:
+    """Random values of `dtype`: floats normal times `scale` and ints in [-9, 9], never zero; bools."""
+    if dtype.is_floating_point:
+        t = torch.randn(*shape, generator=gen) * scale
+        t = t + 0.01 * torch.sign(t)
+    elif dtype is torch.bool:
+        t = torch.rand(*shape, generator=gen) < 0.5
+    else:
+        t = torch.randint(-9, 10, shape, generator=gen)
+        t = torch.where(t == 0, torch.ones_like(t), t)
+    return t.to(dtype)
+
+
 class Case:
     def __init__(self, seed: int, sizes: list[int] | tuple[list[int], list[int]] = SIZES):
         self.seed = seed
@@ -70,15 +83,7 @@ class Case:
         shape = [1 if b else -1 for b in bcast]
         real = [1 if b else s for b, s in zip(bcast, sizes)]
         layout = rng.choice(["contig", "contig", "transposed", "sliced", "expanded"]) if rank >= 2 else "contig"
-        if dtype.category == 2:
-            t = torch.randn(*real, generator=self.gen) * rng.choice([0.5, 1.0, 3.0])
-            t = t + 0.01 * torch.sign(t)  # never exactly zero
-        elif dtype is DataType.Bool:
-            t = torch.rand(*real, generator=self.gen) < 0.5
-        else:
-            t = torch.randint(-9, 10, real, generator=self.gen)
-            t = torch.where(t == 0, torch.ones_like(t), t)
-        t = t.to(TORCH[dtype])
+        t = draw(real, TORCH[dtype], self.gen, rng.choice([0.5, 1.0, 3.0]) if dtype.category == 2 else 1.0)
         if layout == "transposed":
             t = t.transpose(0, rank - 1).contiguous().transpose(0, rank - 1)
         elif layout == "sliced":
@@ -591,16 +596,7 @@ def fresh_like(t, gen: torch.Generator):
     the first call decided) on other data, at other addresses. Scalars pass through."""
     if not isinstance(t, torch.Tensor):
         return t
-    count = t.storage_offset() + span(t)
-    if t.dtype.is_floating_point:
-        flat = torch.randn(count, generator=gen) * 2.0
-        flat = flat + 0.01 * torch.sign(flat)
-    elif t.dtype is torch.bool:
-        flat = torch.rand(count, generator=gen) < 0.5
-    else:
-        flat = torch.randint(-9, 10, (count,), generator=gen)
-        flat = torch.where(flat == 0, torch.ones_like(flat), flat)
-    flat = flat.to(t.dtype).to(t.device)
+    flat = draw([t.storage_offset() + span(t)], t.dtype, gen, 2.0).to(t.device)
     return flat.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
