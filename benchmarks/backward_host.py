@@ -38,10 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import cProfile
-import io
 import os
-import pstats
 import queue
 import statistics
 import sys
@@ -143,15 +140,7 @@ def run_forward_rows(shape: tuple) -> None:
 
 def profile(fn, calls: int = 2000, top: int = 20) -> str:
     wall_us(fn, 200)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
+    return harness.profile_calls(fn, DEVICE, calls, top)
 
 
 class NodeTimer:

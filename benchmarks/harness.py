@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import datetime
 import functools
 import gc
+import io
 import json
 import math
 import os
 import platform
+import pstats
 import re
 import statistics
 import sys
@@ -233,6 +236,19 @@ def _cpu_median_ms(fn: Callable, min_reps: int = 5, budget_s: float = 0.2) -> fl
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def profile_calls(fn: Callable, device: torch.device, calls: int = 200, top: int = 15) -> str:
+    """cProfile's `top` functions by their own time over `calls` calls of `fn`."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    synchronize(device)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
 
 
 def synchronize(device: torch.device) -> None:

@@ -20,11 +20,8 @@ the GPU kept busy, and the part of it fuser's autograd node takes) and prints:
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
-import io
 import os
-import pstats
 import sys
 
 import torch
@@ -66,18 +63,6 @@ def call_path_state() -> dict:
     return state
 
 
-def profile_calls(run, device: torch.device, calls: int = 200, top: int = 15) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        run()
-    harness.synchronize(device)
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("row", help="a case, kernel[MxN], e.g. softmax_bwd[16384x4096]")
@@ -110,7 +95,7 @@ def main(argv=None) -> None:
             with NodeTimer() as timer:
                 host, node = busy_times(run, device, timer=timer)
             print(f"host {host:.1f} us a call, fuser's autograd node {node:.1f} us of it", flush=True)
-        print(profile_calls(run, device, args.calls), flush=True)
+        print(harness.profile_calls(run, device, args.calls), flush=True)
         for key, value in call_path_state().items():
             print(f"{key:28s} {value}", flush=True)
 
