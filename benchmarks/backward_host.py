@@ -55,6 +55,7 @@ import torch._functorch.config as functorch_config
 sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks import harness, suite  # noqa: E402
+from benchmarks.harness import busy_times  # noqa: E402
 
 CONTENDERS = ("eager", "torch.compile", "fuser", "fuser-fd")
 SUITE_SHAPE = (16384, 4096)
@@ -272,35 +273,6 @@ def bench_loop(kernel: str, shape: tuple, iterations: int = 200) -> None:
         period = statistics.median(events[2][i].elapsed_time(events[2][i + 1]) * 1e3 for i in range(iterations - 1))
         print(f"{kernel:14s} {label:18s} measured {measured:7.1f} us, memset {memset:6.1f} us, "
               f"GPU period {period:7.1f} us, host period {host:7.1f} us", flush=True)
-
-
-def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer: NodeTimer = None,
-               seconds_a_call: float = 2.5e-3) -> tuple:
-    """(the host's time a call in us, fuser's node's mean us in that round), the best of `rounds`
-    rounds of `calls` calls, with the GPU held busy by a sleep queued ahead of them so that none
-    waits on it. A round whose sleep ended before its calls did (calls slower than
-    `seconds_a_call`, or a launch queue filled by many kernels a call) timed waiting, not the
-    host: it is not counted, and where none counts the host time is NaN."""
-    best = (float("nan"), float("nan"))
-    for _ in range(rounds):
-        slept = None
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda._sleep(int(2e9 * calls * seconds_a_call))  # (cycles, at about 2 GHz)
-            slept = torch.cuda.Event()
-            slept.record()
-        if timer is not None:
-            timer.reset()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        us = (time.perf_counter() - start) / calls * 1e6
-        covered = slept is None or not slept.query()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if covered and not us >= best[0]:  # (NaN: none counted yet)
-            best = (us, timer.mean_us() if timer is not None else float("nan"))
-    return best
 
 
 def busy_table(rows: list, device: torch.device = DEVICE, shapes: tuple = (SMALL_SHAPE, SUITE_SHAPE),

@@ -251,6 +251,66 @@ def profile_calls(fn: Callable, device: torch.device, calls: int = 200, top: int
     return out.getvalue()
 
 
+def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, timer=None,
+               seconds_a_call: float = 2.5e-3) -> tuple:
+    """(the host's time a call in us, `timer.mean_us()` in that round), the best of `rounds`
+    rounds of `calls` calls, with the GPU held busy by a sleep queued ahead of them so that none
+    waits on it. A round whose sleep ended before its calls did (calls slower than
+    `seconds_a_call`, or a launch queue filled by many kernels a call) timed waiting, not the
+    host: it is not counted, and where none counts the host time is NaN. `timer` (optional):
+    an object with `reset()` and `mean_us()`, read per round (backward_host.NodeTimer)."""
+    best = (float("nan"), float("nan"))
+    for _ in range(rounds):
+        slept = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda._sleep(int(2e9 * calls * seconds_a_call))  # (cycles, at about 2 GHz)
+            slept = torch.cuda.Event()
+            slept.record()
+        if timer is not None:
+            timer.reset()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - start) / calls * 1e6
+        covered = slept is None or not slept.query()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if covered and not us >= best[0]:  # (NaN: none counted yet)
+            best = (us, timer.mean_us() if timer is not None else float("nan"))
+    return best
+
+
+def kernel_ms(fn: Callable, device: torch.device, calls: int = 5) -> float:
+    """The GPU's busy time a call of `fn`: the sum of its kernels', copies' and fills' times
+    as the profiler records them (no L2 flush before each call, as do_bench has), without the
+    host's, which do_bench's figure counts where the host lags."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        synchronize(device)
+    busy_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return busy_us / calls / 1e3
+
+
+def call_costs(fn: Callable, device: torch.device) -> dict:
+    """Where a cell's time goes, on the GPU: `kernel_ms` (the GPU busy a call) and `host_ms`
+    (the host's time a call, the GPU kept busy). A call whose do_bench time is well above its
+    kernel time is host-bound (or waits on something else): the report says so."""
+    if device.type != "cuda":
+        return {}
+    host_us = busy_times(fn, device, calls=50, rounds=3, seconds_a_call=1e-3)[0]
+    costs = {"kernel_ms": kernel_ms(fn, device)}
+    if host_us == host_us:  # (NaN: no round's calls fit under the sleep)
+        costs["host_ms"] = host_us / 1e3
+    return costs
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -333,8 +393,10 @@ def run_contender(case: suite.Case, impl: Impl, reference: tuple, device: torch.
         check_output(out, reference, exact)  # (what fuser runs once its launch forms are timed, too)
         del out
         ms = measure_ms(runner, device)
+        costs = call_costs(runner, device)
     gbps = case.bytes_moved / ms / 1e6
-    return {"ms": ms, "gbps": gbps, "share": gbps / copy_gbps, "first_call_s": first_call_s, "tuned_s": tuned_s}
+    return {"ms": ms, "gbps": gbps, "share": gbps / copy_gbps, "first_call_s": first_call_s, "tuned_s": tuned_s,
+            **costs}
 
 
 def settle(runner: Callable, device: torch.device) -> tuple[float, tuple]:
@@ -402,7 +464,9 @@ def format_cell(cell: dict | None, detail: bool = False) -> str:
     if "error" in cell:
         return "error: " + cell["error"].replace("|", "\\|")
     if detail:
-        return f"{cell['share']:.2f} of copy, {cell['ms']:.4f} ms, {cell['gbps']:.0f} GB/s"
+        costs = "".join(f", {label} {cell[key]:.4f} ms" for key, label in (("kernel_ms", "kernels"), ("host_ms", "host"))
+                        if key in cell)
+        return f"{cell['share']:.2f} of copy, {cell['ms']:.4f} ms, {cell['gbps']:.0f} GB/s{costs}"
     share = cell["share"]
     return f"{share:.2f}" if share >= 0.095 else f"{share:.2g}"  # tiny shapes: 2 digits
 
@@ -515,7 +579,8 @@ def targets_summary(rows: list[dict], columns: list[str]) -> str:
         if not timed:
             continue
         share = {r["name"]: r["results"][col]["share"] for r in timed}
-        low = [f"{name} {v:.2f}" for name, v in share.items() if v < TARGET_SHARE]
+        low = [f"{r['name']} {share[r['name']]:.2f}{kernels_note(r['results'][col])}" for r in timed
+               if share[r["name"]] < TARGET_SHARE]
         line = (f"{col}: {len(timed) - len(low)} of {len(timed)} rows at {TARGET_SHARE} of copy or more"
                 + (f" (below: {', '.join(low)})" if low else ""))
         compared = [(r, p) for r in timed if "share" in (p := r["results"].get("best peer") or {})]
@@ -526,6 +591,15 @@ def targets_summary(rows: list[dict], columns: list[str]) -> str:
                      f"{PEER_NOISE:.0%} allowed" + (f" (below: {', '.join(behind)})" if behind else ""))
         lines.append(line)
     return "\n".join(lines)
+
+
+def kernels_note(cell: dict) -> str:
+    """For a cell below the target: the share its kernels alone would read (`kernel_ms`, no L2
+    flush), and its host's time a call, which tell a slow kernel from a lagging host."""
+    if "kernel_ms" not in cell:
+        return ""
+    host = f", host {cell['host_ms'] * 1e3:.0f} us a call" if "host_ms" in cell else ""
+    return f" (kernels alone {cell['share'] * cell['ms'] / cell['kernel_ms']:.2f}{host})"
 
 
 def output_stem(out_dir: Path) -> Path:

@@ -91,9 +91,9 @@ def main(argv=None) -> None:
             print(f"{case.name} fuser.jit, a fresh call after the rows: {ms * 1e3:.1f} us, "
                   f"{case.bytes_moved / ms / 1e6 / copy_gbps:.3f} of copy", flush=True)
         if case.backward and device.type == "cuda":
-            from benchmarks.backward_host import NodeTimer, busy_times
+            from benchmarks.backward_host import NodeTimer
             with NodeTimer() as timer:
-                host, node = busy_times(run, device, timer=timer)
+                host, node = harness.busy_times(run, device, timer=timer)
             print(f"host {host:.1f} us a call, fuser's autograd node {node:.1f} us of it", flush=True)
         print(harness.profile_calls(run, device, args.calls), flush=True)
         for key, value in call_path_state().items():

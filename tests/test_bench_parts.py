@@ -135,3 +135,36 @@ def test_a_part_cut_off_leaves_its_rows_which_merge_takes_when_allowed(tmp_path,
     merged = json.loads(next((tmp_path / "merged").glob("*.json")).read_text())
     assert merged["missing"] == planned[1:] and planned[0] in [r["name"] for r in merged["cases"]]
     assert "complete" not in merged
+
+
+def test_a_row_below_the_target_says_whether_its_kernels_or_its_host_are_slow():
+    """A cell with the GPU's busy time a call (`kernel_ms`) and the host's (`host_ms`): the
+    summary names the share its kernels alone would read, which tells a slow kernel from a
+    host that lags behind it (open lead 3 of docs/performance.md)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import harness
+
+    host_bound = {"share": 0.45, "ms": 0.300, "gbps": 1300.0, "kernel_ms": 0.135, "host_ms": 0.290}
+    slow_kernel = {"share": 0.70, "ms": 0.200, "kernel_ms": 0.196}
+    rows = [{"name": "a[1x1]", "results": {"fuser": host_bound}},
+            {"name": "b[1x1]", "results": {"fuser": slow_kernel}},
+            {"name": "c[1x1]", "results": {"fuser": {"share": 0.60, "ms": 0.1}}}]  # (a report from before)
+    line = harness.targets_summary(rows, ["fuser"])
+    assert line == ("fuser: 0 of 3 rows at 0.85 of copy or more (below: a[1x1] 0.45 (kernels alone 1.00, host "
+                    "290 us a call), b[1x1] 0.70 (kernels alone 0.71), c[1x1] 0.60)")
+    detail = harness.format_cell(host_bound, detail=True)
+    assert detail.endswith(", kernels 0.1350 ms, host 0.2900 ms"), detail
+
+
+def test_call_costs_time_the_host_with_the_gpu_kept_busy():
+    """`busy_times` (shared with benchmarks/backward_host.py) times the host's calls; off the
+    GPU `call_costs` has nothing to add to a cell."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from benchmarks import harness
+
+    calls = []
+    host_us, node = harness.busy_times(lambda: calls.append(1), torch.device("cpu"), calls=20, rounds=2)
+    assert len(calls) == 40 and 0 < host_us < 1e4 and node != node  # (NaN without a timer)
+    assert harness.call_costs(lambda: None, torch.device("cpu")) == {}
