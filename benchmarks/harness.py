@@ -11,6 +11,10 @@ What it measures (see /work/shared/BENCHMARKS.md):
    wall-clock median on the CPU smoke test).
 3. Each time becomes GB/s (the case's bytes over the time) and a share of the copy bandwidth;
    1.0 means the kernel moves its bytes as fast as a copy does.
+4. On the GPU, where each timed cell's time goes (`call_costs`): the GPU's busy time a call
+   (`kernel_ms`, by the profiler, without do_bench's L2 flush) and the host's time a call with
+   the GPU kept busy (`host_ms`). A row below the target names the share its kernels alone
+   would read, which tells a slow kernel from a host that cannot keep up.
 
 Contenders: "eager"; "torch.compile" (static shapes, compiled afresh per case);
 "compile+cd" (the same with Inductor's coordinate-descent tuning); "compile dynamic"
