@@ -285,10 +285,10 @@ def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, time
     return best
 
 
-def kernel_ms(fn: Callable, device: torch.device, calls: int = 5) -> float:
-    """The GPU's busy time a call of `fn`: the sum of its kernels', copies' and fills' times
-    as the profiler records them (no L2 flush before each call, as do_bench has), without the
-    host's, which do_bench's figure counts where the host lags."""
+def kernel_times(fn: Callable, device: torch.device, calls: int = 5) -> dict[str, float]:
+    """The GPU's busy time a call of `fn` by kernel name (us; copies and fills included, each
+    under its own name), as the profiler records them: no L2 flush before each call, as do_bench
+    has, and none of the host's time, which do_bench's figure counts where the host lags."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -298,18 +298,27 @@ def kernel_ms(fn: Callable, device: torch.device, calls: int = 5) -> float:
         for _ in range(calls):
             fn()
         synchronize(device)
-    busy_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return busy_us / calls / 1e3
+    times: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            name = e.name[:KERNEL_NAME_CHARS]
+            times[name] = times.get(name, 0.0) + e.time_range.elapsed_us() / calls
+    return times
+
+
+KERNEL_NAME_CHARS = 80  # (ATen's and cuBLAS's kernel names run to hundreds of characters)
 
 
 def call_costs(fn: Callable, device: torch.device) -> dict:
-    """Where a cell's time goes, on the GPU: `kernel_ms` (the GPU busy a call) and `host_ms`
-    (the host's time a call, the GPU kept busy). A call whose do_bench time is well above its
-    kernel time is host-bound (or waits on something else): the report says so."""
+    """Where a cell's time goes, on the GPU: `kernel_ms` (the GPU busy a call), `kernels` (the
+    same by kernel, us) and `host_ms` (the host's time a call, the GPU kept busy). A call whose
+    do_bench time is well above its kernel time is host-bound (or waits on something else):
+    the report says so."""
     if device.type != "cuda":
         return {}
     host_us = busy_times(fn, device, calls=50, rounds=3, seconds_a_call=1e-3)[0]
-    costs = {"kernel_ms": kernel_ms(fn, device)}
+    kernels = kernel_times(fn, device)
+    costs = {"kernel_ms": sum(kernels.values()) / 1e3, "kernels": {k: round(v, 2) for k, v in kernels.items()}}
     if host_us == host_us:  # (NaN: no round's calls fit under the sleep)
         costs["host_ms"] = host_us / 1e3
     return costs
