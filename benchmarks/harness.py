@@ -406,7 +406,10 @@ def run_contender(case: suite.Case, impl: Impl, reference: tuple, device: torch.
         check_output(out, reference, exact)  # (what fuser runs once its launch forms are timed, too)
         del out
         ms = measure_ms(runner, device)
-        costs = call_costs(runner, device)
+        try:
+            costs = call_costs(runner, device)
+        except Exception as exc:  # (a diagnostic: the profiler's failure must not fail the cell)
+            costs = {"costs_error": short_error(exc)}
     gbps = case.bytes_moved / ms / 1e6
     return {"ms": ms, "gbps": gbps, "share": gbps / copy_gbps, "first_call_s": first_call_s, "tuned_s": tuned_s,
             **costs}
