@@ -609,6 +609,22 @@ def targets_summary(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(report: dict) -> str:
+    """A line per timed cell of `report` that has its GPU busy time (`call_costs`): do_bench's
+    time a call, the kernels' and the host's, then each kernel's, longest first."""
+    lines = []
+    for case in report["cases"]:
+        for name, cell in case["results"].items():
+            if "kernel_ms" not in cell or name == "best peer":
+                continue
+            host = f", host {cell['host_ms'] * 1e3:.1f}" if "host_ms" in cell else ""
+            kernels = sorted((cell.get("kernels") or {}).items(), key=lambda kv: -kv[1])
+            lines.append(f"{case['name']:30s} {name:16s} {cell['share']:.2f} of copy: {cell['ms'] * 1e3:.1f} us, "
+                         f"kernels {cell['kernel_ms'] * 1e3:.1f}{host}"
+                         + "".join(f"; {k} {v:.1f}" for k, v in kernels))
+    return "\n".join(lines)
+
+
 def kernels_note(cell: dict) -> str:
     """For a cell below the target: the share its kernels alone would read (`kernel_ms`, no L2
     flush), and its host's time a call, which tell a slow kernel from a lagging host."""
@@ -677,6 +693,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-partial", action="store_true",
                    help="with --merge: take a part cut off before its end (its .partial.json), "
                         "the rows it did not reach named as missing")
+    p.add_argument("--breakdown", nargs="+", default=[], metavar="JSON",
+                   help="print each cell's time beside its kernels' and its host's, kernel by kernel, "
+                        "from reports written on a GPU, then exit")
     p.add_argument("--list", action="store_true", help="list the cases and contenders, then exit")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing cells")
     return p.parse_args(argv)
@@ -829,6 +848,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge_reports(args.merge, args.out, args.allow_partial)
+    if args.breakdown:
+        for path in args.breakdown:
+            print(breakdown(json.loads(Path(path).read_text())))
+        return 0
     if args.list:
         for case in select_cases(args.quick, args.cases, args.part):
             print(f"{case.name:36s} {case.bytes_moved / 1e6:10.1f} MB")

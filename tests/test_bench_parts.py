@@ -185,3 +185,20 @@ def test_a_cell_whose_cost_breakdown_fails_keeps_its_time():
     with mock.patch.object(harness, "call_costs", side_effect=RuntimeError("no CUPTI")):
         cell = harness.run_cell(case, "eager", harness.eager_reference(case, cpu, 0), cpu, 100.0, 0, False)
     assert cell["share"] > 0 and cell["costs_error"] == "RuntimeError: no CUPTI"
+
+
+def test_the_breakdown_lists_each_cells_kernels_longest_first():
+    """`scripts/bench --breakdown REPORT.json`: do_bench's time a call beside the kernels' and
+    the host's, then each kernel's (us), for the cells timed on a GPU."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import harness
+
+    cell = {"share": 0.88, "ms": 0.1536, "kernel_ms": 0.1541, "host_ms": 0.1257,
+            "kernels": {"fuser_inner_outer_combine_0e": 6.1, "fuser_inner_outer_persistent_66": 148.0}}
+    report = {"cases": [{"name": "layernorm_bwd[16384x4096]",
+                         "results": {"fuser": cell, "best peer": dict(cell, **{"from": "fuser"}),
+                                     "eager": {"share": 0.4, "ms": 0.3}}}]}
+    assert harness.breakdown(report) == (
+        "layernorm_bwd[16384x4096]      fuser            0.88 of copy: 153.6 us, kernels 154.1, host 125.7; "
+        "fuser_inner_outer_persistent_66 148.0; fuser_inner_outer_combine_0e 6.1")
+    assert harness.main(["--breakdown", str(ROOT / "docs" / "bench-2026-12-05-run31-h100.json")]) == 0
