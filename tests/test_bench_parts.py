@@ -54,7 +54,8 @@ def test_merge_recomputes_the_best_peer_and_refuses_an_incomplete_or_mixed_set(t
     sys.path.insert(0, str(ROOT))
     import pytest
 
-    from benchmarks import harness, suite
+    from benchmarks import suite
+    from benchmarks.report import merge_reports
 
     names = [c.name for c in suite.build_suite(False)]
     a = report("1/2", {names[3]: {"eager": 0.1, "torch.compile": 0.5, "liger": 0.6, "fuser": 0.9}})
@@ -63,7 +64,7 @@ def test_merge_recomputes_the_best_peer_and_refuses_an_incomplete_or_mixed_set(t
     for k, r in enumerate((a, b, report("2/2", {}, seed=1), {"cases": []}, report("1/3", {}))):
         paths.append(str(tmp_path / f"r{k}.json"))
         Path(paths[-1]).write_text(json.dumps(r))
-    assert harness.merge_reports(paths[:2], str(tmp_path / "out")) == 0
+    assert merge_reports(paths[:2], str(tmp_path / "out")) == 0
     merged = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     assert [row["name"] for row in merged["cases"]] == [names[0], names[3]]
     assert [row["results"]["best peer"]["from"] for row in merged["cases"]] == ["torch.compile", "liger"]
@@ -75,14 +76,14 @@ def test_merge_recomputes_the_best_peer_and_refuses_an_incomplete_or_mixed_set(t
                          ([paths[0], paths[2]], "seed"), ([paths[0], paths[3]], "not a report of one part"),
                          ([paths[0], paths[4]], "expected the parts"), ([str(tmp_path / "out" / "x.json")], "cannot read")):
         with pytest.raises(SystemExit, match=message):
-            harness.merge_reports(bad, str(tmp_path / "bad"))
+            merge_reports(bad, str(tmp_path / "bad"))
 
 
 def test_the_table_ends_with_the_rows_that_miss_the_targets():
     """Under the table, a line per fuser column: its rows at 0.85 of copy or more and at the best
     peer or above (2% allowed), naming each row that misses (BENCHMARKS.md's targets)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks import harness
+    from benchmarks import report
 
     shares = {"a[1x1]": {"torch.compile": 0.70, "fuser": 0.80, "fuser-fd": 0.90},   # below 0.85
               "b[1x1]": {"torch.compile": 0.90, "fuser": 0.885},                    # within 2% of its peer
@@ -90,12 +91,12 @@ def test_the_table_ends_with_the_rows_that_miss_the_targets():
               "d[1x1]": {"torch.compile": 0.50}}                                     # fuser not timed
     rows = [{"name": n, "results": {c: {"share": v} for c, v in cells.items()}} for n, cells in shares.items()]
     columns = ["torch.compile", "fuser", "fuser-fd"]
-    harness.add_best_peer(rows, columns)
-    fuser, fd = harness.targets_summary(rows, columns + ["best peer"]).splitlines()
+    report.add_best_peer(rows, columns)
+    fuser, fd = report.targets_summary(rows, columns + ["best peer"]).splitlines()
     assert fuser == ("fuser: 2 of 3 rows at 0.85 of copy or more (below: a[1x1] 0.80); 2 of 3 at the best peer or "
                      "above, 2% allowed (below: c[1x1] 0.900 < 0.950 (torch.compile))")
     assert fd == "fuser-fd: 1 of 1 rows at 0.85 of copy or more; 1 of 1 at the best peer or above, 2% allowed"
-    assert harness.targets_summary(rows, ["torch.compile"]) == ""
+    assert report.targets_summary(rows, ["torch.compile"]) == ""
 
 
 def test_a_part_cut_off_leaves_its_rows_which_merge_takes_when_allowed(tmp_path, monkeypatch):
@@ -105,7 +106,7 @@ def test_a_part_cut_off_leaves_its_rows_which_merge_takes_when_allowed(tmp_path,
     sys.path.insert(0, str(ROOT))
     import pytest
 
-    from benchmarks import harness
+    from benchmarks import harness, report
 
     args = ["--quick", "--device", "cpu", "--cases", CASES, "--contenders", "eager"]
     planned = [c.name for c in harness.select_cases(True, CASES, "1/2")]
@@ -130,8 +131,8 @@ def test_a_part_cut_off_leaves_its_rows_which_merge_takes_when_allowed(tmp_path,
     assert not list((tmp_path / "p2").glob("*.partial.json"))
     (whole,) = (tmp_path / "p2").glob("*.json")
     with pytest.raises(SystemExit, match="cut off before its end"):
-        harness.merge_reports([str(partial), str(whole)], str(tmp_path / "refused"))
-    assert harness.merge_reports([str(partial), str(whole)], str(tmp_path / "merged"), allow_partial=True) == 0
+        report.merge_reports([str(partial), str(whole)], str(tmp_path / "refused"))
+    assert report.merge_reports([str(partial), str(whole)], str(tmp_path / "merged"), allow_partial=True) == 0
     merged = json.loads(next((tmp_path / "merged").glob("*.json")).read_text())
     assert merged["missing"] == planned[1:] and planned[0] in [r["name"] for r in merged["cases"]]
     assert "complete" not in merged
@@ -142,17 +143,17 @@ def test_a_row_below_the_target_says_whether_its_kernels_or_its_host_are_slow():
     summary names the share its kernels alone would read, which tells a slow kernel from a
     host that lags behind it (open lead 3 of docs/performance.md)."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks import harness
+    from benchmarks import report
 
     host_bound = {"share": 0.45, "ms": 0.300, "gbps": 1300.0, "kernel_ms": 0.135, "host_ms": 0.290}
     slow_kernel = {"share": 0.70, "ms": 0.200, "kernel_ms": 0.196}
     rows = [{"name": "a[1x1]", "results": {"fuser": host_bound}},
             {"name": "b[1x1]", "results": {"fuser": slow_kernel}},
             {"name": "c[1x1]", "results": {"fuser": {"share": 0.60, "ms": 0.1}}}]  # (a report from before)
-    line = harness.targets_summary(rows, ["fuser"])
+    line = report.targets_summary(rows, ["fuser"])
     assert line == ("fuser: 0 of 3 rows at 0.85 of copy or more (below: a[1x1] 0.45 (kernels alone 1.00, host "
                     "290 us a call), b[1x1] 0.70 (kernels alone 0.71), c[1x1] 0.60)")
-    detail = harness.format_cell(host_bound, detail=True)
+    detail = report.format_cell(host_bound, detail=True)
     assert detail.endswith(", kernels 0.1350 ms, host 0.2900 ms"), detail
 
 
@@ -191,14 +192,14 @@ def test_the_breakdown_lists_each_cells_kernels_longest_first():
     """`scripts/bench --breakdown REPORT.json`: do_bench's time a call beside the kernels' and
     the host's, then each kernel's (us), for the cells timed on a GPU."""
     sys.path.insert(0, str(ROOT))
-    from benchmarks import harness
+    from benchmarks import harness, report
 
     cell = {"share": 0.88, "ms": 0.1536, "kernel_ms": 0.1541, "host_ms": 0.1257,
             "kernels": {"fuser_inner_outer_combine_0e": 6.1, "fuser_inner_outer_persistent_66": 148.0}}
-    report = {"cases": [{"name": "layernorm_bwd[16384x4096]",
+    found = {"cases": [{"name": "layernorm_bwd[16384x4096]",
                          "results": {"fuser": cell, "best peer": dict(cell, **{"from": "fuser"}),
                                      "eager": {"share": 0.4, "ms": 0.3}}}]}
-    assert harness.breakdown(report) == (
+    assert report.breakdown(found) == (
         "layernorm_bwd[16384x4096]      fuser            0.88 of copy: 153.6 us, kernels 154.1, host 125.7; "
         "fuser_inner_outer_persistent_66 148.0; fuser_inner_outer_combine_0e 6.1")
     assert harness.main(["--breakdown", str(ROOT / "docs" / "bench-2026-12-05-run31-h100.json")]) == 0
