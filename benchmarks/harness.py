@@ -285,6 +285,9 @@ def busy_times(fn, device: torch.device, calls: int = 200, rounds: int = 5, time
     return best
 
 
+KERNEL_NAME_CHARS = 80  # (ATen's and cuBLAS's kernel names run to hundreds of characters)
+
+
 def kernel_times(fn: Callable, device: torch.device, calls: int = 5) -> dict[str, float]:
     """The GPU's busy time a call of `fn` by kernel name (us; copies and fills included, each
     under its own name), as the profiler records them: no L2 flush before each call, as do_bench
@@ -304,9 +307,6 @@ def kernel_times(fn: Callable, device: torch.device, calls: int = 5) -> dict[str
             name = e.name[:KERNEL_NAME_CHARS]
             times[name] = times.get(name, 0.0) + e.time_range.elapsed_us() / calls
     return times
-
-
-KERNEL_NAME_CHARS = 80  # (ATen's and cuBLAS's kernel names run to hundreds of characters)
 
 
 def call_costs(fn: Callable, device: torch.device) -> dict:
