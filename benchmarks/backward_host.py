@@ -55,7 +55,6 @@ import torch._functorch.config as functorch_config
 sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
 
 from benchmarks import harness, suite  # noqa: E402
-from benchmarks.harness import busy_times  # noqa: E402
 
 CONTENDERS = ("eager", "torch.compile", "fuser", "fuser-fd")
 SUITE_SHAPE = (16384, 4096)
@@ -285,12 +284,12 @@ def busy_table(rows: list, device: torch.device = DEVICE, shapes: tuple = (SMALL
             tag = f"[{shape[0]}x{shape[1]}]"
             if device.type == "cuda":
                 for name, fn in floors(shape).items():
-                    found.append((f"{name} {tag}", busy_times(fn, device, calls)[0], None, None))
+                    found.append((f"{name} {tag}", harness.busy_times(fn, device, calls)[0], None, None))
             for kernel in rows:
                 for name, fn in runners(kernel, shape, device, contenders).items():
                     timer.reset(first=True)
-                    host, node = busy_times(fn, device, calls, timer=timer)
-                    alone = busy_times(timer.program(), device, calls)[0] if name == "fuser" and timer.first else None
+                    host, node = harness.busy_times(fn, device, calls, timer=timer)
+                    alone = harness.busy_times(timer.program(), device, calls)[0] if name == "fuser" and timer.first else None
                     found.append((f"{kernel}{tag} {name}", host, node if name == "fuser" else None, alone))
     return found
 

@@ -319,7 +319,7 @@ def call_costs(fn: Callable, device: torch.device) -> dict:
     host_us = busy_times(fn, device, calls=50, rounds=3, seconds_a_call=1e-3)[0]
     kernels = kernel_times(fn, device)
     costs = {"kernel_ms": sum(kernels.values()) / 1e3, "kernels": {k: round(v, 2) for k, v in kernels.items()}}
-    if host_us == host_us:  # (NaN: no round's calls fit under the sleep)
+    if not math.isnan(host_us):  # (NaN: no round's calls fit under the sleep)
         costs["host_ms"] = host_us / 1e3
     return costs
 
