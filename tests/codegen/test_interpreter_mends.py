@@ -127,3 +127,23 @@ def test_the_remembered_dtype_lookup_answers_as_the_interpreters_table():
             assert lookup(tl.block_type(ty, [4, 8])) == np.dtype(want)
         assert lookup(tl.pointer_type(tl.float32)) == np.dtype(np.uint64)
         assert lookup(tl.block_type(tl.pointer_type(tl.bfloat16), [4])) == np.dtype(np.uint64)
+
+
+def test_a_masked_lane_computes_without_numpy_warnings():
+    """A logsumexp over 5 rows of 100: the lanes past the last row and column compute the log
+    of a zero sum, as the GPU's do, silently (eager warns of nothing either); the result is
+    eager's. Before the mend the CPU run printed NumPy's 'divide by zero encountered in log'."""
+    import warnings
+
+    from fuser import DataType, FusionDefinition
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        m = fd.ops.max(x, [1], True)
+        s = fd.ops.sum(fd.ops.exp(fd.ops.sub(x, m)), [1], True)
+        fd.add_output(fd.ops.add(fd.ops.log(s), m))
+    t = torch.randn(5, 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        (out,) = fd.execute([t])
+    torch.testing.assert_close(out, torch.logsumexp(t, 1, keepdim=True))
