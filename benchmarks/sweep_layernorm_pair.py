@@ -68,11 +68,15 @@ SPIN = 1 << 22  # polls of a partner's flag (pair2: words) before giving up (sec
 _KERNELS: dict = {}
 
 
-def kernel(nch: int, v2: bool = False):
+def kernel(nch: int, v2: bool = False, group: int = 2):
     """The kernel for halves of `nch` chunks (CH = SPT * 32 * WARPS columns each); `v2`: the
-    second form (the module docstring), with no flags argument and an int64 sums buffer."""
-    if (nch, v2) in _KERNELS:
-        return _KERNELS[nch, v2]
+    second form (the module docstring), with no flags argument and an int64 sums buffer;
+    `group` (v2 only): programs a row, each over 1/group of it, adding the group's other
+    partial sums (a row's word of sum i from member h at (row * group + h) * 2 + i)."""
+    assert v2 or group == 2
+    if (nch, v2, group) in _KERNELS:
+        return _KERNELS[nch, v2, group]
+    G = group
 
     def copies(row: str, buf: str, indent: str) -> list:
         """Start copying `row`'s half (none past the last row) into buffer `buf`, a copy group a
@@ -105,9 +109,9 @@ def kernel(nch: int, v2: bool = False):
         lines += [f"{indent}s1 = gl.sum(a1, 0)", f"{indent}s2 = gl.sum(a2, 0)",
                   f"{indent}if {row} < R:"]
         if v2:  # a word a sum: the epoch (high half) and the sum's bits (low half), one atomic each
-            lines += [f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2, ep | "
+            lines += [f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * {G} + half) * 2, ep | "
                       "(s1.to(gl.int32, bitcast=True).to(gl.int64) & 0xFFFFFFFF), sem='relaxed')",
-                      f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2 + 1, ep | "
+                      f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * {G} + half) * 2 + 1, ep | "
                       "(s2.to(gl.int32, bitcast=True).to(gl.int64) & 0xFFFFFFFF), sem='relaxed')"]
         else:
             lines += [f"{indent}    gl.atomic_xchg(sums_ptr + ({row} * 2 + half) * 2, s1, sem='relaxed')",
@@ -115,7 +119,7 @@ def kernel(nch: int, v2: bool = False):
                       f"{indent}    gl.atomic_xchg(flags_ptr + {row} * 2 + half, epoch, sem='release')"]
         return lines
 
-    name, flags = ("k_ln_pair2", "") if v2 else ("k_ln_pair", " flags_ptr,")
+    name, flags = (f"k_ln_group{G}" if G != 2 else "k_ln_pair2", "") if v2 else ("k_ln_pair", " flags_ptr,")
     b = ["from triton.experimental import gluon",
          "from triton.experimental.gluon import language as gl",
          "from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp",
@@ -126,9 +130,9 @@ def kernel(nch: int, v2: bool = False):
          "              R, C, NPAIRS, epoch, CH: gl.constexpr, SPT: gl.constexpr, WARPS: gl.constexpr,",
          "              SPIN: gl.constexpr):",
          "    pid = gl.program_id(0)",
-         "    pair = pid // 2",
-         "    half = pid % 2",
-         "    col0 = half * (C // 2)",
+         f"    pair = pid // {G}",
+         f"    half = pid % {G}",
+         f"    col0 = half * (C // {G})",
          "    layout: gl.constexpr = gl.BlockedLayout([SPT], [32], [WARPS], [0])",
          "    smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])",
          f"    xs = gl.allocate_shared_memory(gl.bfloat16, [{BUFFERS * nch}, CH], smem_layout)",
@@ -163,26 +167,28 @@ def kernel(nch: int, v2: bool = False):
         # memory and a barrier, which would wait for it here. Row k + 2's statistics are loaded
         # after that pass (used an iteration later): loaded first, they held two registers more
         # through it, and Triton 3.9 spilled more at SPT=8, 16 warps
-        late = "((o1 >> 32).to(gl.int32) != epoch) | ((o2 >> 32).to(gl.int32) != epoch)"  # not both this call's
-        b += ["        other = sums_ptr + (row * 2 + 1 - half) * 2",
-              "        o1 = gl.load(other, volatile=True)",
-              "        o2 = gl.load(other + 1, volatile=True)",
-              "        far = row + 2 * NPAIRS"]
+        others = range(1, G)  # the group's other members, j places on
+        late = " | ".join(f"((o1_{j} >> 32).to(gl.int32) != epoch) | ((o2_{j} >> 32).to(gl.int32) != epoch)"
+                          for j in others)  # not all this call's
+        reload = [line for j in others for line in (f"o1_{j} = gl.load(other{j}, volatile=True)",
+                                                     f"o2_{j} = gl.load(other{j} + 1, volatile=True)")]
+        b += [f"        other{j} = sums_ptr + (row * {G} + (half + {j}) % {G}) * 2" for j in others]
+        b += ["        " + line for line in reload] + ["        far = row + 2 * NPAIRS"]
         b += copies("far", "free", "        ")
         b += first_pass("(row + NPAIRS)", "nxt", "        ", ("mean1", "rstd1"))
         b += ["        mean2 = gl.load(mean_ptr + far, mask=far < R, other=0.0)",
               "        rstd2 = gl.load(rstd_ptr + far, mask=far < R, other=0.0)",
               "        polls = 0",
               f"        late = {late}",
-              "        while late & (polls < SPIN):",
-              "            o1 = gl.load(other, volatile=True)",
-              "            o2 = gl.load(other + 1, volatile=True)",
+              "        while late & (polls < SPIN):"] + ["            " + line for line in reload] + [
               f"            late = {late}",
               "            polls += 1",
               "        if late:",
               "            gl.atomic_xchg(err_ptr, 1)",
-              "        cg = (mine1 + o1.to(gl.int32).to(gl.float32, bitcast=True)) / C",
-              "        cgx = (mine2 + o2.to(gl.int32).to(gl.float32, bitcast=True)) / C",
+              "        cg = (mine1 + " + " + ".join(f"o1_{j}.to(gl.int32).to(gl.float32, bitcast=True)" for j in others)
+              + ") / C",
+              "        cgx = (mine2 + " + " + ".join(f"o2_{j}.to(gl.int32).to(gl.float32, bitcast=True)" for j in others)
+              + ") / C",
               "        mean = mean0",
               "        rstd = rstd0"]
     else:
@@ -214,16 +220,23 @@ def kernel(nch: int, v2: bool = False):
     for j in range(nch):
         b += [f"    gl.store(ws_ptr + pair * C + col0 + {j} * CH + offs, dw{j})",
               f"    gl.store(ws_ptr + (NPAIRS + pair) * C + col0 + {j} * CH + offs, db{j})"]
-    module = load_generated(f"gluon_ln_pair{'2' if v2 else ''}_{nch}", b)
-    _KERNELS[nch, v2] = getattr(module, name)
-    return _KERNELS[nch, v2]
+    module = load_generated(f"gluon_ln_pair{'2' if v2 else ''}_{nch}_g{G}", b)
+    _KERNELS[nch, v2, G] = getattr(module, name)
+    return _KERNELS[nch, v2, G]
 
 
-def shared_bytes(C: int) -> int:
-    return BUFFERS * 2 * 2 * (C // 2) + 2 * (C // 2)
+def max_registers(cfg: dict) -> dict:
+    """The launch option capping a thread's registers so that cfg's `per_sm` programs fit a
+    processor's 65536 (none for one a processor)."""
+    per_sm = cfg.get("per_sm", 1)
+    return {} if per_sm == 1 else {"maxnreg": 65536 // (per_sm * cfg["warps"] * 32) // 8 * 8}
 
 
-def compile_only(C: int, spt: int, warps: int, v2: bool = False) -> None:
+def shared_bytes(C: int, group: int = 2) -> int:
+    return BUFFERS * 2 * 2 * (C // group) + 2 * (C // group)
+
+
+def compile_only(C: int, spt: int, warps: int, v2: bool = False, group: int = 2, per_sm: int = 1) -> None:
     """Compile for sm_90 without a GPU; print the shared memory, registers and local memory."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -237,36 +250,39 @@ def compile_only(C: int, spt: int, warps: int, v2: bool = False) -> None:
                                    "SPT": "constexpr", "WARPS": "constexpr", "SPIN": "constexpr"}
     # as Triton's launcher specializes them: 16-byte aligned pointers, C a multiple of 16
     attrs = {(i,): [["tt.divisibility", 16]] for i in (*range(len(ptrs)), len(ptrs) + 1)}
-    source = GluonASTSource(kernel(C // 2 // ch, v2), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps,
+    source = GluonASTSource(kernel(C // group // ch, v2, group), sig, constexprs={"CH": ch, "SPT": spt, "WARPS": warps,
                                                                         "SPIN": SPIN}, attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps,
+                                                                                   **max_registers(dict(warps=warps, per_sm=per_sm))})
     cubin = os.path.join(tempfile.mkdtemp(), "k.cubin")
     with open(cubin, "wb") as f:
         f.write(compiled.asm["cubin"])
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True).stdout \
         if os.path.exists(tool) else "(no cuobjdump)"
-    print(f"{'pair2' if v2 else 'pair'} C={C} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
+    print(f"{'pair2' if v2 else 'pair'} C={C} group={group} per_sm={per_sm} SPT={spt} warps={warps}: shared {compiled.metadata.shared} B; "
           + " ".join(line.strip() for line in usage.splitlines() if "REG" in line), flush=True)
 
 
 class PairForm:
     """The pair kernel (`v2`: the second form) and its combine on tensors `t`
     (sweep_norm_bwd_wide.tensors), with the row statistics and the exchange's buffers; each call
-    a new epoch."""
+    a new epoch. cfg's `group` (default 2) programs a row, `per_sm` (default 1) programs a
+    processor: all must be resident at once."""
 
     def __init__(self, cfg: dict, t: dict, nsm: int, v2: bool = False):
         (self.R, self.C), self.t, self.cfg, self.v2 = t["x"].shape, t, cfg, v2
+        self.group = cfg.get("group", 2)
         self.ch = cfg["spt"] * 32 * cfg["warps"]
-        self.k = kernel(self.C // 2 // self.ch, v2)
-        self.npairs = min(nsm // 2, self.R)
+        self.k = kernel(self.C // self.group // self.ch, v2, self.group)
+        self.npairs = min(nsm * cfg.get("per_sm", 1) // self.group, self.R)
         dev = t["x"].device
         xf = t["x"].float()
         var, mean = torch.var_mean(xf, 1, correction=0)
         self.mean, self.rstd = mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()
         self.ws = torch.full((2 * self.npairs, self.C), float("nan"), device=dev)
         if v2:  # a word a (row, half, sum), zeros once: epoch 0 is never a call's
-            self.sums = torch.zeros(self.R * 4, device=dev, dtype=torch.int64)
+            self.sums = torch.zeros(self.R * self.group * 2, device=dev, dtype=torch.int64)
             self.flags = ()
         else:
             self.sums = torch.zeros(self.R * 4, device=dev)
@@ -277,9 +293,10 @@ class PairForm:
     def __call__(self) -> None:
         self.epoch += 1
         t, cfg = self.t, self.cfg
-        self.k[(2 * self.npairs,)](t["x"], t["dy"], t["w"], self.mean, self.rstd, t["dx"], self.ws, self.sums,
+        self.k[(self.group * self.npairs,)](t["x"], t["dy"], t["w"], self.mean, self.rstd, t["dx"], self.ws, self.sums,
                                    *self.flags, self.err, self.R, self.C, self.npairs, self.epoch, CH=self.ch,
-                                   SPT=cfg["spt"], WARPS=cfg["warps"], SPIN=SPIN, num_warps=cfg["warps"])
+                                   SPT=cfg["spt"], WARPS=cfg["warps"], SPIN=SPIN, num_warps=cfg["warps"],
+                                                         **max_registers(cfg))
         k_combine[(triton.cdiv(self.C, 128), 2)](self.ws, t["out"], self.npairs, self.C, BP=16, BC=128, num_warps=4)
 
 
@@ -313,6 +330,13 @@ def time_generated(head: str, t: dict, ref, copy: float) -> None:
 
 CONFIGS = [dict(spt=4, warps=16), dict(spt=8, warps=16), dict(spt=4, warps=8)]
 PAIRS = [(form, cfg) for cfg in CONFIGS for form in ("pair", "pair2")]  # each config's two forms side by side
+# `--groups`: the second form over groups of programs a row (fewer columns and accumulators a
+# program; with per_sm=2, two programs a processor, so one's barriers do not idle it)
+GROUPS = [("pair2", dict(spt=8, warps=16)), ("pair2", dict(spt=8, warps=16, group=4)),
+          ("pair2", dict(spt=4, warps=16, group=4)), ("pair2", dict(spt=8, warps=8, group=4, per_sm=2)),
+          ("pair2", dict(spt=4, warps=8, group=4, per_sm=2)), ("pair2", dict(spt=8, warps=8, group=8, per_sm=2)),
+          ("pair2", dict(spt=4, warps=8, group=8, per_sm=2)),
+          ("pair2", dict(spt=8, warps=8, group=4, per_sm=1))]
 
 
 def main() -> None:
@@ -321,12 +345,13 @@ def main() -> None:
     copy = copy_gbps()
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}", flush=True)
-    for R, C in ((4096, 32768), (4096, 24576), (1000, 32768)):
+    groups = "--groups" in sys.argv
+    for R, C in ((4096, 32768),) if groups else ((4096, 32768), (4096, 24576), (1000, 32768)):
         t = tensors(R, C, True, "cuda", nsm)
         ref = reference(t["x"], t["dy"], t["w"], t["b"], True, t["eps"])
-        for form, cfg in [two(32)] + PAIRS:
+        for form, cfg in GROUPS if groups else [two(32)] + PAIRS:
             head = f"layernorm {R}x{C} {form:10s} {str(cfg):36s}"
-            if form != "two_kernel" and (C // 2) % (cfg["spt"] * 32 * cfg["warps"]):
+            if form != "two_kernel" and (C // cfg.get("group", 2)) % (cfg["spt"] * 32 * cfg["warps"]):
                 print(f"{head} skipped: a partial chunk", flush=True)
                 continue
             made = []  # the pair form, whose timeout flag `broken` reads
@@ -343,4 +368,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     run_probe("sweep_layernorm_pair.py", main,
-              lambda: [compile_only(32768, cfg["spt"], cfg["warps"], form == "pair2") for form, cfg in PAIRS])
+              lambda: [compile_only(32768, cfg["spt"], cfg["warps"], form == "pair2", cfg.get("group", 2),
+                                    cfg.get("per_sm", 1))
+                       for form, cfg in (GROUPS if "--groups" in sys.argv else PAIRS)])
