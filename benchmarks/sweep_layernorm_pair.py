@@ -39,8 +39,14 @@ The second form (`pair2`, kernel(nch, v2=True)) hides them:
 - mean and rstd are carried in registers, those of row k (its second pass) and k+1 (its first
   pass); row k+2's are loaded in iteration k, after the first pass, and used an iteration later.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_layernorm_pair.py
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/sweep_layernorm_pair.py [--groups | --against-generated]
     .venv/bin/python benchmarks/sweep_layernorm_pair.py --compile   # no GPU: compile for sm_90
+
+`--groups`: the second form over groups of G programs a row (each over 1/G of it, adding the
+group's other G - 1 partial sums), one or two programs a processor, at 4096x32768. On the H100
+(forty-fifth session) groups of 4 and 8 lost 12-35% to the pair, with no spill and two programs
+a processor. `--against-generated`: the second form and the generator's pair form alternating
+on the same tensors, each with its kernels' times and its host time a call.
 
 After the probes of each shape, the generator's own pair form (fuser/codegen/shared_row_pair.py,
 the definition given mean and rstd) runs on the same tensors, checked and timed: the probe is
@@ -339,12 +345,48 @@ GROUPS = [("pair2", dict(spt=8, warps=16)), ("pair2", dict(spt=8, warps=16, grou
           ("pair2", dict(spt=8, warps=8, group=4, per_sm=1))]
 
 
+def against_generated(t: dict, ref, copy: float, nsm: int, rounds: int = 2) -> None:
+    """`--against-generated`: the second pair form (8 a thread, 16 warps) and the generator's
+    pair form on the same tensors, in turn: do_bench, the host's time a call and each kernel's
+    time by the profiler (no L2 flush), as benchmarks/harness.py records them."""
+    from benchmarks.harness import busy_times, kernel_times
+    from benchmarks.sweep_shared_row import layernorm_bwd_given_stats
+
+    dev = t["x"].device
+    probe = PairForm(dict(spt=8, warps=16), t, nsm, True)
+    fd = layernorm_bwd_given_stats()
+    var, mean = torch.var_mean(t["x"].float(), 1, correction=0, keepdim=True)
+    args = [t["x"], t["w"], t["dy"], mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()]
+    dx, dw, db = fd.execute(args)
+    if "two Gluon programs a row" not in fd.last_triton_code():
+        print("generated: not run, the launch took another form", flush=True)
+        return
+    t["dx"].copy_(dx)
+    t["out"][0].copy_(dw)
+    t["out"][1].copy_(db)
+    print("generated: errors (dx err/tol, dw/db)", errors(t, ref), flush=True)
+    for _ in range(rounds):
+        for name, fn in (("pair2", probe), ("generated", lambda: fd.execute(args))):
+            ms = triton.testing.do_bench(fn, return_mode="median")
+            kernels = kernel_times(fn, dev, calls=10)
+            host = busy_times(fn, dev, calls=50, rounds=3, seconds_a_call=1e-3)[0]
+            print(f"{name:10s} {ms * 1e3:7.1f} us ({3 * t['x'].nbytes / ms / 1e6 / copy:.3f} of copy), host {host:.1f} us;",
+                  " ".join(f"{k[:40]} {v:.1f}" for k, v in kernels.items()), flush=True)
+
+
 def main() -> None:
     from benchmarks.sweep_pointwise import copy_gbps
 
+    # the generated form's first call compiles its Gluon kernel (with background compiles it
+    # would run the two-kernel form meanwhile, and `time_generated` find no pair form)
+    os.environ["FUSER_BACKGROUND_COMPILE"] = "0"
     copy = copy_gbps()
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy:.0f} GB/s, {nsm} SMs; torch {torch.__version__}, triton {triton.__version__}", flush=True)
+    if "--against-generated" in sys.argv:
+        t = tensors(4096, 32768, True, "cuda", nsm)
+        against_generated(t, reference(t["x"], t["dy"], t["w"], t["b"], True, t["eps"]), copy, nsm)
+        return
     groups = "--groups" in sys.argv
     for R, C in ((4096, 32768),) if groups else ((4096, 32768), (4096, 24576), (1000, 32768)):
         t = tensors(R, C, True, "cuda", nsm)
