@@ -11,7 +11,7 @@ import torch
 from .steps import StandIn, _DirectStep, step_args
 
 if TYPE_CHECKING:  # (launch imports this module)
-    from .launch import _Launch
+    from .launches import Launch
 
 
 class CompileJobs:
@@ -24,7 +24,7 @@ class CompileJobs:
         self.seen: set[tuple] = set()
         self.load = load  # (False: compiled into Triton's caches, loaded at the first launch)
 
-    def add(self, launch: "_Launch", inputs: Sequence, device) -> None:
+    def add(self, launch: "Launch", inputs: Sequence, device) -> None:
         if not launch.steps:
             return  # two launches (inner_outer._TwoLaunches): each added its jobs when prepared
         tensors = stand_ins(launch, inputs, device)
@@ -81,7 +81,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def stand_ins(launch, inputs: Sequence, device) -> list:
-    """What a launch's compile jobs need of its tensors, without them, in `_Launch.tensors_for`'s
+    """What a launch's compile jobs need of its tensors, without them, in `Launch.tensors_for`'s
     order: `inputs` real or meta tensors; outputs, workspaces and semaphores are fresh
     allocations, so aligned."""
     tensors = [StandIn.of(t, device) for t in inputs]

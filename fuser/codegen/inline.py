@@ -1,5 +1,5 @@
 """A prepared launch inline in generated code: the lines a ready call's function (runtime/ready.py)
-runs on a GPU instead of calling `_Launch.__call__`, `_run`, `tensors_for` and each
+runs on a GPU instead of calling `Launch.__call__`, `_run`, `tensors_for` and each
 `_DirectStep.__call__`: the outputs from Inductor's C++ allocators, the stream's workspaces, and
 each kernel handed straight to Triton's C launcher, with the checks under which that is what the
 prepared launch would do. About five Python calls and their lists fewer a kernel launch: the
@@ -14,7 +14,7 @@ from .scratch import stream_key
 from .steps import _DirectStep, current_device, raw_stream
 
 if TYPE_CHECKING:
-    from .launch import _Launch
+    from .launches import Launch
 
 
 def _fast_allocators() -> dict:
@@ -79,7 +79,7 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
             f"    J{tag}({''.join(a + ', ' for a in args)}**KW{tag})"]
 
 
-def inline_lines(launch: "_Launch", ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
+def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
                  device: torch.device) -> Optional[list[str]]:
     """Lines of a generated function (a ready call's) that make `launch` on the tensors
     named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the

@@ -204,7 +204,7 @@ class _TwoLaunches:
         return [made[s][k] for s, k in self.give]
 
     def direct_lines(self, *args, **kwargs) -> None:
-        """No inline form (see `_Launch.direct_lines`): each of the two launches is called."""
+        """No inline form (see `launches.Launch.direct_lines`): each of the two launches is called."""
         return None
 
     @property

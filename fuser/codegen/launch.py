@@ -33,18 +33,17 @@ from ..schedulers.heuristics import (OUTER_STORING_PROGRAMS_PER_PROCESSOR, POINT
                                      tuned_warps)
 from ..schedulers.plan import KernelPlan, Template
 from ..timing import phase
-from . import autotune, compile_pool, inline, parallel_compile, tuning
+from . import autotune, compile_pool, parallel_compile, tuning
+from .ahead import CompileJobs
 from .canonical import named
 from .compile import load_canonical
-from .inline import inline_lines
-from .scratch import Semaphores, Workspaces, stream_key
-from .split_kernel import generate_split
-from .ahead import CompileJobs, stand_ins
-from .wrapper import Wrapper
-from .steps import META, _DirectStep, _Step, current_device, step_args
 from .inner_outer import TwoKernels, generate_inner_outer, generate_row_loop
-from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
 from .kernel import KernelSource, generate, workspace_dtype
+from .launches import Launch, SharedRowLaunch, dense_strides
+from .scratch import Semaphores
+from .shared_row import SharedRowConfig, generate_shared_row, misaligned, shared_row_config, shared_row_possible
+from .split_kernel import generate_split
+from .steps import META, _DirectStep, _Step
 from .layout import Layout, make_layout, row_alignment, row_broadcast, run_stride
 
 _INT32_LIMIT = 2**31
@@ -95,7 +94,7 @@ class KernelLauncher:
         self.key_symbols = sorted({s.name for e in exprs for s in e.free_symbols})
         self.variants: dict[tuple, tuple[KernelSource, Any]] = {}
         # (input shapes and strides, scalar values) -> a ready launch; the hot path of a call
-        self.launches: dict[tuple, "_Launch"] = {}
+        self.launches: dict[tuple, "Launch"] = {}
         self.last_source: str | None = None
         self._lock = threading.Lock()
         self._two_kernels: Optional[TwoKernels] = None  # an inner-outer plan's form for long rows
@@ -230,7 +229,7 @@ class KernelLauncher:
             self.last_source = launch.source
 
     def prepare(self, inputs, scalars, values, device, local_extents=None, out_shapes=None,
-                dests=None, ahead_jobs: "Optional[CompileJobs]" = None, in_one_pass: bool = False) -> "Optional[_Launch]":
+                dests=None, ahead_jobs: "Optional[CompileJobs]" = None, in_one_pass: bool = False) -> "Optional[Launch]":
         """Everything about a launch that depends only on shapes, strides and scalars (and, on
         local tensors, the local extents and the destinations' strides: see `run_local`).
         None: the caller evaluates the segment through ATen (an empty loop space, or a form
@@ -362,7 +361,7 @@ class KernelLauncher:
         index = {id(v): k for k, v in enumerate(self.tensors)}
         n_tensors = len(self.tensors)
 
-        def build(variants, step_params, stages, config: Optional[SharedRowConfig] = shared) -> _Launch:
+        def build(variants, step_params, stages, config: Optional[SharedRowConfig] = shared) -> Launch:
             steps, source, semaphores = [], [], 0
             for variant in variants:
                 ks, fn = self.kernel(layout, variant, target, stages if variant in ("persistent", "rows") else 1,
@@ -434,7 +433,7 @@ class KernelLauncher:
             kept = rows if plan.template is Template.inner_reduction else cols
             work_specs = [((chunks, kept), workspace_dtype(a.expr).to_torch()) for a in ks.args
                           if a.kind == "workspace"]
-            return _Launch(steps, out_specs, work_specs, "\n\n".join(source),
+            return Launch(steps, out_specs, work_specs, "\n\n".join(source),
                            Semaphores(semaphores) if semaphores else None, out_strides)
 
         if shared is not None:
@@ -476,7 +475,7 @@ class KernelLauncher:
 
     def _shared_row_form(self, shared: SharedRowConfig, build: Callable, variants, step_params, stages, layout,
                          target, inputs, scalars, values, device, dests, rows: int, cols: int,
-                         ahead_jobs: "Optional[CompileJobs]") -> "_SharedRowLaunch":
+                         ahead_jobs: "Optional[CompileJobs]") -> "SharedRowLaunch":
         """The shared-row launch of the gate's `shared` (whose `ahead` is as many chunks as
         shared memory holds twice) in its plain copy schedule (no chunk held twice, one chunk a
         barrier), timed against the other schedules of SHARED_ROW_SCHEDULES where it names any
@@ -484,9 +483,9 @@ class KernelLauncher:
         misaligned first call, given destinations): the plain one."""
         two = self._two_kernels
 
-        def with_fallback(config: SharedRowConfig) -> _SharedRowLaunch:
+        def with_fallback(config: SharedRowConfig) -> SharedRowLaunch:
             # the two-kernel form, prepared (and compiled) by the first call that needs it
-            return _SharedRowLaunch(build(variants, step_params, stages, config),
+            return SharedRowLaunch(build(variants, step_params, stages, config),
                                     lambda ins: two.prepare(ins, scalars, values, device), shared.staged, config.pair)
         plain = shared.plain
         default = with_fallback(plain)  # (the gate checked its kernel)
@@ -566,8 +565,8 @@ class KernelLauncher:
         return self.allocate_outputs(values, META)
 
 
-def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs, device,
-                  ahead_jobs: "Optional[CompileJobs]" = None) -> "_Launch":
+def _fastest_form(default: "Launch", forms: list, rows: int, cols: int, inputs, device,
+                  ahead_jobs: "Optional[CompileJobs]" = None) -> "Launch":
     """The fastest of a kernel's launch forms ((label, builder) pairs; the first is `default`)
     for this bucket (codegen/autotune.py): remembered, or timed now on these inputs after
     compiling every form side by side, or (on the GPU, codegen/tuning.py) the default now, the
@@ -582,7 +581,7 @@ def _fastest_form(default: "_Launch", forms: list, rows: int, cols: int, inputs,
     key = autotune.bucket_key(f"{digest}|{labels}", rows, cols, device)
     made = [default] + [None] * (len(forms) - 1)
 
-    def form(k: int) -> _Launch:
+    def form(k: int) -> Launch:
         if made[k] is None:
             made[k] = forms[k][1]()
         return made[k]
@@ -640,211 +639,3 @@ def _processors(device: torch.device) -> int:
 
 # the interpreter has no processors to fill; tests raise this to exercise split reductions
 INTERPRETER_PROCESSORS = 0
-
-
-def dense_strides(shape, order=None) -> tuple:
-    """Strides of a dense tensor of `shape` laid out in `order` (logical axes outer to inner;
-    None: row-major)."""
-    order = range(len(shape)) if order is None else order
-    strides, step = [0] * len(shape), 1
-    for k in reversed(list(order)):
-        strides[k] = step
-        step *= max(shape[k], 1)
-    return tuple(strides)
-
-
-class _Launch:
-    """Launches with everything fixed but the tensors: allocate outputs (and workspaces), fill
-    the pointers, run each step (one kernel, or two: a norm backward's pass and combine)."""
-
-    __slots__ = ("steps", "out_specs", "out_layouts", "workspaces", "source", "compiles", "cold", "semaphores")
-
-    def __init__(self, steps, out_specs, work_specs, source, semaphores: "Optional[Semaphores]" = None,
-                 out_strides=None):
-        self.steps, self.out_specs, self.source = steps, out_specs, source
-        # (shape, strides, dtype) of each output, as the allocators take them: the strides the
-        # launch was prepared for (its stride arguments are fixed)
-        out_strides = out_strides or [dense_strides(shape) for shape, _ in out_specs]
-        self.out_layouts = [(tuple(int(n) for n in shape), tuple(st), dtype)
-                            for (shape, dtype), st in zip(out_specs, out_strides)]
-        self.workspaces = Workspaces(work_specs) if work_specs else None
-        self.semaphores = semaphores
-        self.compiles = sum(isinstance(step, _DirectStep) for step, _, _ in steps)  # kernels Triton compiles
-        self.cold = self.compiles > 1  # kernels to compile together before the first launch
-
-    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if device.type == "cuda" and device.index is not None and device.index != current_device():
-            # Triton launches on the current device's stream: tensors of another GPU (a model
-            # placed on cuda:1) run on theirs, ordered with that device's stream, as ATen does
-            with torch.cuda.device(device.index):
-                return self._run(inputs, device, dests)
-        return self._run(inputs, device, dests)
-
-    def _run(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        tensors, outputs = self.tensors_for(inputs, device, dests)
-        if self.cold:
-            parallel_compile.compile_together(self.compile_jobs(tensors))
-        for step, template, slots in self.steps:
-            args = list(template)
-            for pos, k in slots:
-                args[pos] = tensors[k]
-            step(args)
-        return outputs
-
-    def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
-                     device: torch.device) -> Optional[list[str]]:
-        """This launch inline in a ready call's generated code (`codegen/inline.py`)."""
-        return inline_lines(self, ins, outs, fallback, env, tag, device)
-
-    def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
-        """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
-        allocated or, where given, written into `dests` (views of the shapes and strides this
-        launch was made for)."""
-        empty = inline.FAST_EMPTY.get(device.type)
-        if empty is None or (device.index is not None and device.index != current_device()):
-            # (the fast allocators allocate on the current device)
-            def empty(shape: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
-                return torch.empty_strided(shape, strides, dtype=dtype, device=device)
-        if dests is None:
-            outputs = [empty(shape, strides, dtype) for shape, strides, dtype in self.out_layouts]
-        else:
-            outputs = [empty(shape, strides, dtype) if d is None else d
-                       for d, (shape, strides, dtype) in zip(dests, self.out_layouts)]
-        tensors = list(inputs) + outputs
-        if self.workspaces is not None or self.semaphores is not None:
-            key = stream_key(device)
-            if self.workspaces is not None:
-                tensors += self.workspaces.get(device, key)
-            if self.semaphores is not None:
-                tensors.append(self.semaphores.get(device, key))
-        return tensors, outputs
-
-    def jobs_for(self, inputs: Sequence[torch.Tensor], device) -> list[Callable[[], None]]:
-        """The compile jobs of this launch's kernels on `inputs` (see `compile_jobs`)."""
-        return self.compile_jobs(self.tensors_for(inputs, device)[0])
-
-    def compile_jobs(self, tensors: list) -> list[Callable[[], None]]:
-        """Compiling this launch's kernels not compiled yet, one job each (parallel_compile);
-        the launch is no longer cold after."""
-        self.cold = False
-        jobs = []
-        for step, template, slots in self.steps:
-            if isinstance(step, _DirectStep) and step.compiled is None:
-                args = step_args(template, slots, tensors)
-                jobs.append(lambda step=step, args=args: step.precompile(args))
-        return jobs
-
-
-class _SharedRowLaunch(Wrapper):
-    """The shared-row form's launch (codegen/shared_row.py), whose copies need the staged
-    inputs 16-byte aligned: a call with one that is not (a view at an odd offset) runs the
-    two-kernel form instead, prepared by `prepare_fallback(inputs)` when first needed. So do
-    all calls once the driver refused a `cooperative` launch (the pair form's: under MPS or a
-    green context fewer processors may be free than the device has). On the GPU, while its
-    kernel compiles in the background (`compile_in_background`: the shared-row kernel takes
-    0.5-1 s to compile, the two-kernel form less), calls run a stand-in: the two-kernel form
-    in its default forms, nothing timed (codegen/tuning.py); one a CUDA graph captured is kept
-    after the switch."""
-
-    __slots__ = ("launch", "prepare_fallback", "fallback", "stand_in", "staged", "compiles", "cooperative",
-                 "refused", "compiling", "captured")
-
-    def __init__(self, launch: _Launch, prepare_fallback: Callable, staged: tuple[int, ...], cooperative: bool = False):
-        self.launch, self.prepare_fallback, self.staged = launch, prepare_fallback, staged
-        self.fallback = self.stand_in = None
-        self.compiles = launch.compiles
-        self.cooperative, self.refused = cooperative, False
-        # set once the kernels compiled in the background; None once a call has left the stand-in
-        self.compiling: Optional[threading.Event] = None
-        self.captured = False  # whether a CUDA graph captured the stand-in (its workspaces must stay)
-
-    @property
-    def source(self) -> str:
-        """The code calls run: the stand-in's while it runs, the two-kernel form's once the
-        driver refused the launch, else the shared-row kernel's (a misaligned call's two kernels
-        are not shown)."""
-        if self.compiling is not None and self.stand_in is not None:
-            return self.stand_in.source
-        if self.refused and self.fallback is not None:
-            return self.fallback.source
-        return self.launch.source
-
-    def ready(self, inputs: Sequence[torch.Tensor], device) -> bool:
-        """Whether Triton has the shared-row kernel in memory or in its disk cache."""
-        tensors = stand_ins(self.launch, inputs, device)
-        step, template, slots = self.launch.steps[0]
-        return compile_pool.compiled_already(step.fn, step_args(template, slots, tensors), step.kwargs, (step.grid,))
-
-    def compile_in_background(self, inputs: Sequence[torch.Tensor], device) -> None:
-        """Unless Triton has the shared-row kernel in memory or on disk: compile this launch's
-        kernels in the background, the stand-in running meanwhile."""
-        if self.ready(inputs, device):
-            return
-        jobs = CompileJobs(load=False)  # (loaded at its first launch, on the caller's thread)
-        jobs.add(self.launch, inputs, device)
-        self.compiling = tuning.compile_in_background(jobs.jobs, device)
-
-    @property
-    def settled(self) -> bool:
-        """Whether calls run the shared-row kernel (not the stand-in while it compiles)."""
-        return self.compiling is None
-
-    def _standing_in(self, device) -> bool:
-        """Whether this call runs the stand-in: every call until the first one after the
-        compile that is not made while its stream captures a CUDA graph (a capture keeps the
-        stand-in: the kernel's first launch would load it during the capture)."""
-        compiling = self.compiling
-        if compiling is None:
-            return False
-        if tuning.capturing(device):
-            self.captured = True
-            return True
-        if not compiling.is_set():
-            return True
-        self.compiling = None
-        if not self.captured:  # (a graph's stand-in stays, with its workspaces)
-            self.stand_in = None
-        return False
-
-    def _stand_in(self, inputs) -> Any:
-        if self.stand_in is None:
-            with tuning.untimed():  # (a few calls: its default forms)
-                self.stand_in = self.prepare_fallback(inputs)
-        return self.stand_in
-
-    def _fallback(self, inputs) -> Any:
-        if self.fallback is None:
-            self.fallback = self.prepare_fallback(inputs)
-        return self.fallback
-
-    def __call__(self, inputs: Sequence[torch.Tensor], device, dests=None) -> list[torch.Tensor]:
-        if self.refused or misaligned(inputs, self.staged):
-            return self._fallback(inputs)(inputs, device, dests)
-        if self._standing_in(device):
-            return self._stand_in(inputs)(inputs, device, dests)
-        if not self.cooperative:
-            return self.launch(inputs, device, dests)
-        try:  # (a refused launch enqueued nothing: its kernel is the launch's first)
-            return self.launch(inputs, device, dests)
-        except RuntimeError as e:
-            if "cooperative" not in str(e).lower():
-                raise
-            self.refused = True
-            return self(inputs, device, dests)
-
-    def direct_lines(self, *args, **kwargs) -> None:
-        """No inline form: each call checks the alignment."""
-        return None
-
-    @property
-    def inner(self) -> _Launch:
-        """What a compile-ahead pass reads and the autotuner compiles (wrapper.py): the
-        shared-row launch's."""
-        return self.launch
-
-    def jobs_for(self, inputs, device) -> list[Callable[[], None]]:
-        """The compile jobs of what its next call will run: the stand-in's while the shared-row
-        kernel compiles in the background."""
-        if self.compiling is not None:
-            return self._stand_in(inputs).jobs_for(inputs, device)
-        return self.launch.jobs_for(inputs, device)

@@ -12,7 +12,7 @@ failure is raised). Until then calls run the default form, whose results may dif
 chosen form's in rounding (another order of summing) but not in what they compute. A launch
 whose bucket another launch of the same kernels has tuned takes that choice at its next call.
 
-Shared-row kernels. A shared-row launch (launch.py `_SharedRowLaunch`) whose kernel is neither
+Shared-row kernels. A shared-row launch (launches.py `SharedRowLaunch`) whose kernel is neither
 in memory nor in Triton's disk cache compiles it in the background from its first call (0.5-1 s)
 and runs its two-kernel form meanwhile, in its default forms (`untimed`).
 

@@ -124,8 +124,8 @@ def test_a_row_reduction_runs_the_warp_count_that_timed_fastest(winner, tmp_path
     monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
     monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs["num_warps"]) or real_call(self, *a, **k))
     order = iter([1.0 if k == winner else 2.0 for k in range(2)])
     monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(order))[1])
@@ -244,8 +244,8 @@ def test_a_long_row_reduction_also_times_the_looped_form(winner, cols, device, t
     pick = (0, looped)[winner]
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(pick, forms))
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     fd = fuser_defs.rmsnorm_fwd.__wrapped__()
     x = torch.randn(6, cols, dtype=torch.bfloat16, device=device)
@@ -288,8 +288,8 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     assert heuristics.outer_forms(params, params.grid + 1, cols) == []  # fewer column blocks than processors
     monkeypatch.setattr(autotune, "cuda_time_ms", _timer_preferring(winner, 3))
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self) or real_call(self, *a, **k))
     fd = fuser_defs.colsum_fwd.__wrapped__()
     x = torch.randn(96, cols, dtype=torch.bfloat16, device=device)

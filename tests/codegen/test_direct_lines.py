@@ -1,4 +1,4 @@
-"""The inline form of a prepared launch (codegen/inline.py, `_Launch.direct_lines`), which a
+"""The inline form of a prepared launch (codegen/inline.py, `launches.Launch.direct_lines`), which a
 ready call's generated code runs on the GPU, against the prepared launch itself (`_run` and
 `_DirectStep.__call__`): both must hand Triton's C launcher the same arguments. The launcher,
 the CUDA allocator, the device and the stream are stood in (the interpreter compiles nothing);
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch._C._dynamo.guards import _empty_strided_cpu
 
-from fuser.codegen import inline, launch, steps
+from fuser.codegen import inline, launches, steps
 
 triton_knobs = pytest.importorskip("triton").knobs
 HookChain = type(triton_knobs.runtime.launch_enter_hook)
@@ -50,11 +50,11 @@ def _step(grid: int, template: list, aligned_at: list, constexprs: dict, calls: 
 
 @pytest.fixture
 def stand_ins(monkeypatch):
-    for module in (inline, launch, steps):
+    for module in (inline, launches, steps):
         monkeypatch.setattr(module, "current_device", lambda: 0)
     for module in (inline, steps):
         monkeypatch.setattr(module, "raw_stream", lambda device: 1234)
-    for module in (inline, launch):
+    for module in (inline, launches):
         monkeypatch.setattr(module, "stream_key", lambda device: ("stream",))
     monkeypatch.setattr(inline, "FAST_EMPTY", {"cuda": _empty_strided_cpu})
     return types.SimpleNamespace(launch_enter_hook=HookChain(), launch_exit_hook=HookChain())
@@ -66,7 +66,7 @@ def _two_step_launch(hooks, calls):
     first = _step(6, [None, None, None, None, 0.5, 7], [0, 1, 2, 3], dict(BLOCK=64), calls, hooks)
     second = _step(1, [None, None, 3], [0, 1], dict(ROWS=4, COLS=32), calls, hooks)
     out_specs = [((5, 8), torch.bfloat16), ((8,), torch.float32)]
-    made = launch._Launch([(first, [None, None, None, None, 0.5, 7], [(0, 0), (1, 1), (2, 2), (3, 4)]),
+    made = launches.Launch([(first, [None, None, None, None, 0.5, 7], [(0, 0), (1, 1), (2, 2), (3, 4)]),
                            (second, [None, None, 3], [(0, 4), (1, 3)])], out_specs, [((3, 8), torch.float32)], "src")
     made.cold = False
     made.workspaces.by_stream[("stream",)] = [torch.zeros(3, 8)]
@@ -109,8 +109,8 @@ def test_the_inline_form_falls_back_where_the_kernel_assumptions_break(stand_ins
     made = _two_step_launch(stand_ins, calls)
     device = torch.device("cuda", 0)
     run = _generated(made, device)
-    real = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__", lambda self, *a, **k: fell_back.append(1) or real(self, *a, **k))
+    real = launches.Launch.__call__
+    monkeypatch.setattr(launches.Launch, "__call__", lambda self, *a, **k: fell_back.append(1) or real(self, *a, **k))
     b = torch.randn(8)
     run(torch.randn(5, 8), b)
     assert not fell_back
@@ -121,7 +121,7 @@ def test_the_inline_form_falls_back_where_the_kernel_assumptions_break(stand_ins
     run(torch.randn(5, 8), b)
     assert len(fell_back) == 2
     stand_ins.launch_exit_hook.remove(print)
-    for module in (inline, launch, steps):
+    for module in (inline, launches, steps):
         monkeypatch.setattr(module, "current_device", lambda: 1)
     run.__globals__["current_device"] = lambda: 1
     with pytest.raises(Exception):  # noqa: B017 - the prepared launch enters the other device

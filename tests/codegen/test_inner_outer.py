@@ -156,8 +156,8 @@ def test_combine_splits_columns_for_every_processor(monkeypatch):
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
     monkeypatch.setattr(heuristics, "INNER_OUTER_INTERPRETER_PROGRAMS", 3)
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append([s.kwargs["BLOCK1"] for s, *_ in self.steps])
                         or real_call(self, *a, **k))
     fd = rmsnorm_bwd_fd(torch.float32)

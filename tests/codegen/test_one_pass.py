@@ -39,8 +39,8 @@ def one_pass_wins(request, tmp_path, monkeypatch):
 def test_softmax_layernorm_rmsnorm_forward(one_pass_wins, monkeypatch, rows, cols):
     choices, rows_a_program = one_pass_wins
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     for build, args, want in row_reduction_forwards(rows, cols):
         fd = build()
@@ -79,8 +79,8 @@ def test_row_statistics_and_column_outputs(one_pass_wins):
 def test_even_blocks_drop_their_masks(one_pass_wins, monkeypatch):
     """The launch tells the kernel which tile dims its blocks divide (no mask needed there)."""
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     fd = fuser_defs.rmsnorm_fwd.__wrapped__()
     for cols, even in ((128, True), (100, False)):

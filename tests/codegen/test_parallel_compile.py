@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from fuser.codegen import launch, parallel_compile, steps
+from fuser.codegen import launches, parallel_compile, steps
 
 
 class _Compiled:
@@ -37,7 +37,7 @@ class _StandInKernel:
 def stand_in_launch(*kernels, outputs=()):
     kwargs = dict(BLOCK0=1, BLOCK1=16, INT64=False, num_warps=1)
     made = [(steps._DirectStep(k, 1, kwargs), [None], [(0, 0)]) for k in kernels]
-    return launch._Launch(made, list(outputs), [], "")
+    return launches.Launch(made, list(outputs), [], "")
 
 
 def test_the_kernels_of_a_launch_compile_side_by_side():
@@ -94,7 +94,7 @@ def test_jobs_joined_by_a_block_compile_with_its_first_batch_and_are_made_only_t
     assert made == [True, "outer"]
 
 
-class _Unallocatable(launch._Launch):
+class _Unallocatable(launches.Launch):
     """A launch whose outputs cannot be allocated (out of memory)."""
 
     __slots__ = ()
@@ -243,15 +243,15 @@ def test_a_launch_for_another_gpu_runs_under_that_device(monkeypatch):
     """Triton launches on the current device's stream, so a launch whose tensors live on
     another GPU enters that device first (and one on the current device does not)."""
     entered, ran = [], []
-    monkeypatch.setattr(launch, "current_device", lambda: 0)
+    monkeypatch.setattr(launches, "current_device", lambda: 0)
 
     @contextlib.contextmanager
     def device(index):
         entered.append(index)
         yield
     monkeypatch.setattr(torch.cuda, "device", device)
-    made = launch._Launch([], [], [], "")
-    monkeypatch.setattr(launch._Launch, "_run", lambda self, inputs, dev, dests=None: ran.append(dev) or [])
+    made = launches.Launch([], [], [], "")
+    monkeypatch.setattr(launches.Launch, "_run", lambda self, inputs, dev, dests=None: ran.append(dev) or [])
     made([], torch.device("cuda", 1))
     made([], torch.device("cuda", 0))
     made([], torch.device("cpu"))

@@ -269,7 +269,7 @@ def test_a_refused_cooperative_launch_runs_the_two_kernels_from_then_on():
     """Under MPS or a green context fewer processors may be free than the device counts: the
     driver refuses the pair form's cooperative launch, before anything is enqueued, and that
     launch and the following run the two-kernel form. Any other error is raised."""
-    from fuser.codegen.launch import _SharedRowLaunch
+    from fuser.codegen.launches import SharedRowLaunch
 
     class Refused:
         source, compiles, cold = "", 1, False
@@ -286,13 +286,13 @@ def test_a_refused_cooperative_launch_runs_the_two_kernels_from_then_on():
         made.append(inputs)
         return lambda inputs, device, dests=None: ["two kernels"]
     refused = Refused("Triton Error [CUDA]: too many blocks in cooperative launch")
-    launch = _SharedRowLaunch(refused, fallback, (), cooperative=True)
+    launch = SharedRowLaunch(refused, fallback, (), cooperative=True)
     assert launch([], None) == ["two kernels"] and launch([], None) == ["two kernels"]
     assert refused.calls == 1 and len(made) == 1
-    other = _SharedRowLaunch(Refused("Triton Error [CUDA]: an illegal memory access"), fallback, (), cooperative=True)
+    other = SharedRowLaunch(Refused("Triton Error [CUDA]: an illegal memory access"), fallback, (), cooperative=True)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         other([], None)
-    plain = _SharedRowLaunch(refused, fallback, ())  # (not cooperative: raised as it comes)
+    plain = SharedRowLaunch(refused, fallback, ())  # (not cooperative: raised as it comes)
     with pytest.raises(RuntimeError, match="cooperative"):
         plain([], None)
 

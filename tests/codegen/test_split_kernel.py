@@ -12,7 +12,7 @@ from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
 
 
-def _split_launch(fd) -> "launch._Launch":
+def _split_launch(fd) -> "launch.Launch":
     (runtime,) = fd._cache.runtimes()
     (launcher,) = runtime.launchers.values()
     (made,) = launcher.launches.values()

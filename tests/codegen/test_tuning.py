@@ -30,8 +30,8 @@ def tuned(recorded, tmp_path, monkeypatch):
     times = iter([2.0, 1.0])
     monkeypatch.setattr(autotune, "cuda_time_ms", lambda launch_once, device: (launch_once(), next(times))[1])
     warps = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: warps.append(self.steps[0][0].kwargs["num_warps"]) or real_call(self, *a, **k))
     yield warps, tmp_path / "autotune.json"
 
@@ -190,7 +190,7 @@ def test_a_stand_in_a_graph_captured_keeps_running_under_capture_and_stays_alive
     """A call under capture stays on the stand-in though the kernel compiled (its first launch
     would load it during the capture); the call after leaves it but keeps it (the graph's)."""
     cpu, calls = torch.device("cpu"), []
-    shared = launch._SharedRowLaunch(_Form("shared row", calls), lambda ins: _Form("two kernels", calls), staged=())
+    shared = launch.SharedRowLaunch(_Form("shared row", calls), lambda ins: _Form("two kernels", calls), staged=())
     shared.compiling = compiled = threading.Event()
     compiled.set()
     monkeypatch.setattr(tuning, "capturing", lambda device: True)
@@ -210,7 +210,7 @@ def test_a_shared_row_launch_runs_its_stand_in_untimed_until_a_call_after_its_ke
     def prepare(inputs):
         untimed.append(not tuning.timing_forms())
         return _Form("two kernels", calls)
-    shared = launch._SharedRowLaunch(_Form("shared row", calls), prepare, staged=())
+    shared = launch.SharedRowLaunch(_Form("shared row", calls), prepare, staged=())
     shared.compiling = compiled = threading.Event()
     x = [torch.randn(4, 8)]
     assert shared.jobs_for(x, cpu) == ["two kernels"] and not shared.settled

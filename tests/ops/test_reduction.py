@@ -180,8 +180,8 @@ def test_var_mean_rows_of_every_conditioning(monkeypatch, block_rows):
         fd.add_output(mean)
     from fuser.codegen import launch
     launched = []
-    real_call = launch._Launch.__call__
-    monkeypatch.setattr(launch._Launch, "__call__",
+    real_call = launch.Launch.__call__
+    monkeypatch.setattr(launch.Launch, "__call__",
                         lambda self, *a, **k: launched.append(self.steps[0][0].kwargs) or real_call(self, *a, **k))
     with backend_env("kernel"):
         var, mean = fd.execute([x])
