@@ -1,9 +1,6 @@
-"""ATen evaluation of every op: the reference semantics that generated kernels are tested
-against. One rule per Expr class in `RULES`; a missing rule raises an error naming the op.
-
-Rules receive the op, its input values (tensors or Python scalars) and an EvalContext, and
-return the output values. Sizes always come from `ctx.shape(tv)`, which asks the sharding math
-for local sizes, so an op evaluated on a shard or a stream chunk produces the chunk.
+"""ATen evaluation of the ops fusions compute: the reference semantics that generated kernels
+are tested against (pointwise, reductions, views and shapes, indexing, scans and sorts, random
+numbers); matmuls and attention are in `evaluate/matmul.py`, the dispatch in `evaluate/rules.py`.
 """
 from __future__ import annotations
 
@@ -13,77 +10,17 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import FusionInputError, InternalError, UnsupportedError
+from ..errors import FusionInputError
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
-                  IotaOp, LinearOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
-                  ReductionOpType, ReshapeOp, RNGOp, SdpaFwdOp, SliceOp, SqueezeOp, TernaryOp,
+                  IotaOp, LoadStoreOp, PadOp, PermuteOp, ReductionOp,
+                  ReductionOpType, ReshapeOp, RNGOp, SliceOp, SqueezeOp, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, VarMeanOp)
 from ..ir import EmbeddingFwdOp, GatherOp, IndexSelectOp, ScatterOp, SelectOp, TensorView
-from ..ir.printer import format_expr, format_val
-from ..ir import ScanOp, SdpaBwdOp, SortOp, TopKOp
-from ..ir import GroupedMmOp, ScaledMmOp
+from ..ir.printer import format_val
+from ..ir import ScanOp, SortOp, TopKOp
 from .philox import draw_seed, random_tensor
-
-RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
-
-
-def rule(cls):
-    def register(fn):
-        RULES[cls] = fn
-        return fn
-    return register
-
-
-def evaluate_expr(expr: Expr, args: list, ctx) -> list:
-    fn = RULES.get(type(expr))
-    if fn is None:
-        raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
-    try:
-        return fn(expr, args, ctx)
-    except NotImplementedError as err:  # (a RuntimeError: ATen lacks most kernels for uint64, fp8)
-        dtypes = ", ".join(repr(v.dtype) for v in expr.inputs)
-        raise UnsupportedError(f"{expr.op_name}: ATen has no kernel for it on {dtypes} operands "
-                               f"on this device ({err}); cast the operands to a type it has") from err
-    except torch.OutOfMemoryError:
-        raise
-    except (RuntimeError, IndexError, ValueError, TypeError) as err:
-        # the binder checked every input's size, dtype and layout against the IR, so ATen
-        # refusing the op is fuser's bug (ops with data-dependent failures, indexing, raise a
-        # FusionInputError of their own); the CPU allocator's failure is no bug: it passes
-        if "can't allocate memory" in str(err):
-            raise
-        raise InternalError(f"ATen raised evaluating {expr.op_name} on {_describe(args)}: {err}\n"
-                            f"{format_expr(expr)}") from err
-
-
-def _describe(args: list) -> str:
-    return ", ".join(f"{tuple(a.shape)} {str(a.dtype).removeprefix('torch.')} on {a.device.type}"
-                     if isinstance(a, torch.Tensor) else repr(a) for a in args)
-
-
-# Rules that write an op's result into a given tensor (a chunk view of a preallocated output,
-# inside a stream loop) instead of allocating one: (expr, args, ctx, dsts) -> outputs.
-INTO_RULES: dict[type, Callable[[Expr, list, Any, list], list]] = {}
-
-
-def evaluate_expr_into(expr: Expr, args: list, ctx, dsts: list) -> list:
-    """`evaluate_expr`, with output k written into `dsts[k]` where that is not None. linear and
-    matmul compute straight into it; other ops compute, then copy. A result whose shape differs
-    from its destination is returned uncopied, for the output check to report against the IR."""
-    fn = INTO_RULES.get(type(expr))
-    if fn is not None:
-        done = fn(expr, args, ctx, dsts)
-        if done is not None:
-            return done
-    out = []
-    for d, v in zip(dsts, evaluate_expr(expr, args, ctx)):
-        if d is None or not isinstance(v, torch.Tensor) or v.shape != d.shape:
-            out.append(v)
-        else:
-            out.append(d.copy_(v))
-    return out
-
+from .rules import rule
 
 def _dt(v):
     return v.dtype.to_torch()
@@ -317,13 +254,6 @@ def method_form(e: Expr, shape_of: Callable[[Any], Any]) -> "tuple[str, tuple] |
     return None
 
 
-def function_form(e: Expr) -> "Callable[..., torch.Tensor] | None":
-    """The torch function that the rule of `e` applies to its inputs and nothing else (no
-    sizes asked, no context): a ready program calls it directly instead of the rule
-    (runtime/ready.py). None for other ops."""
-    return _FUNCTION_FORMS.get(type(e))
-
-
 @rule(SliceOp)
 def _slice(e: SliceOp, args, ctx):
     x, bounds = args[0], args[1:]
@@ -375,74 +305,6 @@ def _rng(e: RNGOp, args, ctx):
     seed, offset = (args[2], args[3]) if e.seeded else (draw_seed(ctx.device), 0)
     return [random_tensor(e.kind.value, ctx.shape(e.out), (args[0], args[1], e.standard), seed, offset,
                           _dt(e.out), ctx.device)]
-
-
-@rule(LinearOp)
-def _linear(e: LinearOp, args, ctx):
-    return [F.linear(*args)]
-
-
-@rule(MatmulOp)
-def _matmul(e: MatmulOp, args, ctx):
-    return [torch.matmul(*args)]
-
-
-def _mm_into(a, b, d):
-    """a @ b straight into `d` when both are matrices and `d` is a dense chunk of that shape
-    (aten::mm itself: matmul's dispatch costs microseconds a chunk), else None."""
-    if (d is None or a.dim() != 2 or b.dim() != 2 or not d.is_contiguous()
-            or d.shape != (a.shape[0], b.shape[1]) or d.dtype != a.dtype or b.dtype != a.dtype):
-        return None
-    return [torch.mm(a, b, out=d)]
-
-
-_FUNCTION_FORMS: dict[type, Callable[..., torch.Tensor]] = {LinearOp: F.linear, MatmulOp: torch.matmul}
-
-INTO_RULES[LinearOp] = lambda e, args, ctx, dsts: (
-    _mm_into(args[0], ctx.transposed(args[1]), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)
-INTO_RULES[MatmulOp] = lambda e, args, ctx, dsts: _mm_into(args[0], args[1], dsts[0])
-
-
-@rule(SdpaFwdOp)
-def _sdpa(e: SdpaFwdOp, args, ctx):
-    q, k, v, dropout_p, is_causal, scale = args[:6]
-    additive = args[6:]  # the bias and the mask, where given
-    scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
-    if dropout_p:
-        raise UnsupportedError("sdpfa_fwd: dropout_p > 0 is not supported by the evaluator")
-    # on meta tensors standing for a GPU (a compile-ahead pass), flash's output layout (a
-    # guess: flash may still refuse the shapes there); flash takes no bias
-    for_gpu = q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
-                            and q.dtype in (torch.float16, torch.bfloat16))
-    if for_gpu and not additive:
-        batch = q.shape[:-3]
-        try:  # (flash takes one batch axis: several are flattened into it and back)
-            res = torch.ops.aten._scaled_dot_product_flash_attention(
-                *(t.reshape(-1, *t.shape[-3:]) for t in (q, k, v)), 0.0, bool(is_causal), False, scale=scale)
-            # no dropout, so no random state: the IR's 0-dim seed and offset, whatever shape
-            # this torch's flash gives them (two elements on some versions)
-            zero = torch.zeros((), dtype=torch.int64, device=q.device)
-            out, lse = res[0], res[1]
-            if len(batch) != 1:
-                out, lse = out.unflatten(0, batch), lse.unflatten(0, batch)
-            return [out, lse, zero, zero.clone()]
-        except RuntimeError:
-            pass  # shapes or dtypes flash does not take: the math form below
-    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * s
-    for term in additive:  # a Bool mask keeps the scores where True, as nvFuser's
-        scores = scores.masked_fill(~term, float("-inf")) if term.dtype == torch.bool else scores + term.float()
-    if is_causal:
-        L, S = q.shape[-2], k.shape[-2]
-        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.softmax(scores, dim=-1)
-    if additive:  # a query whose keys are all masked attends to nothing (0, not NaN), as eager's SDPA
-        probs = probs.masked_fill(torch.isneginf(lse).unsqueeze(-1), 0.0)
-    out = torch.matmul(probs, v.float()).to(q.dtype)
-    zero = torch.zeros((), dtype=torch.int64, device=q.device)
-    return [out, lse, zero, zero.clone()]
 
 
 # -- indexing -----------------------------------------------------------------------------------
@@ -551,147 +413,3 @@ def _topk(e: TopKOp, args, ctx):
             f"in this execution (0 <= k <= {size} needed)")
     values, indices = torch.topk(x, int(k), dim=e.dim if x.dim() else 0, largest=e.largest, sorted=e.sorted)
     return [values, indices]
-
-
-@rule(SdpaBwdOp)
-def _sdpa_bwd(e: SdpaBwdOp, args, ctx):
-    """The gradients of `_sdpa` above, by the same path: flash attention's backward where the
-    forward ran flash (CUDA), else the math form from the saved logsumexp, in fp32."""
-    grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, scale = args
-    scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
-    if dropout_p:
-        raise UnsupportedError("sdpfa_bwd: dropout_p > 0 is not supported by the evaluator")
-    if q.is_cuda or (q.is_meta and ctx.stands_for is not None and ctx.stands_for.type == "cuda"
-                     and q.dtype in (torch.float16, torch.bfloat16)):
-        try:
-            return list(torch.ops.aten._scaled_dot_product_flash_attention_backward(
-                grad, q, k, v, out, lse, None, None, q.shape[2], k.shape[2], 0.0, bool(is_causal),
-                seed, offset, scale=scale))
-        except RuntimeError:
-            pass  # what flash does not take: the math form below
-    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
-    scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
-    if is_causal:
-        L, S = q.shape[-2], k.shape[-2]
-        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.exp(scores - lse.unsqueeze(-1))
-    grad_v = torch.matmul(probs.transpose(-2, -1), gf)
-    grad_probs = torch.matmul(gf, vf.transpose(-2, -1))
-    # d(softmax): probs * (grad_probs - rowsum(grad_out * out)), as flash computes it
-    grad_scores = probs * (grad_probs - (gf * out.float()).sum(-1, keepdim=True))
-    grad_q = torch.matmul(grad_scores, kf) * s
-    grad_k = torch.matmul(grad_scores.transpose(-2, -1), qf) * s
-    return [grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)]
-
-
-# -- grouped and scaled matmuls (ops/grouped_mm.py) ----------------------------------------
-# torch's kernels where they take the operands (torch._grouped_mm: fp32 with 16-byte aligned
-# strides on the CPU, bf16 on Hopper; torch._scaled_mm: fp8); otherwise, and as the tests'
-# reference, the math form: upcast to fp32, scale, one matmul per group, cast.
-
-
-def _grouped_extent(mat1: torch.Tensor, mat2: torch.Tensor) -> int:
-    """The size of the axis the groups split: k (2-D x 2-D), n (3-D x 2-D), m (2-D x 3-D)."""
-    if mat1.dim() == 2 and mat2.dim() == 2:
-        return mat1.shape[1]
-    return mat2.shape[1] if mat1.dim() == 3 else mat1.shape[0]
-
-
-def _group_ends(e: Expr, mat1, mat2, offsets) -> list[int]:
-    ends = offsets.tolist()
-    total = _grouped_extent(mat1, mat2)
-    if any(b < a for a, b in zip([0] + ends, ends)) or (ends and ends[-1] != total):
-        raise FusionInputError(
-            f"grouped_mm: offsets T{e.inputs[2].name} = {ends} must be non-decreasing group ends "
-            f"with the last equal to the grouped axis' size {total}")
-    return ends
-
-
-def _grouped_mm_reference(e: Expr, mat1, mat2, offsets, scale1=None, scale2=None) -> torch.Tensor:
-    """In fp32, one matmul per group; a row scale (scale1) and a column scale (scale2) of a
-    group multiply its product, which is the product of the dequantized operands."""
-    ends = _group_ends(e, mat1, mat2, offsets)
-    a, b = mat1.float(), mat2.float()
-    one = torch.ones((), device=a.device)
-    s1 = one if scale1 is None else scale1.float()
-    s2 = one if scale2 is None else scale2.float()
-    two_d = a.dim() == 2 and b.dim() == 2
-    m, n = (a.shape[-2], b.shape[-1])
-    out = torch.zeros((len(ends), m, n) if two_d else (m, n), device=a.device)
-    for g, (lo, hi) in enumerate(zip([0] + ends[:-1], ends)):
-        if two_d:  # groups split k
-            out[g] = s1[g] * (a[:, lo:hi] @ b[lo:hi]) * s2[g] if scale1 is not None else a[:, lo:hi] @ b[lo:hi]
-        elif a.dim() == 3:  # groups split n
-            sg1, sg2 = (s1[g], s2[:, lo:hi]) if scale1 is not None else (one, one)
-            out[:, lo:hi] = sg1 * (a[g] @ b[:, lo:hi]) * sg2
-        else:  # groups split m
-            sg1, sg2 = (s1[lo:hi], s2[g]) if scale1 is not None else (one, one)
-            out[lo:hi] = sg1 * (a[lo:hi] @ b[g]) * sg2
-    return out
-
-
-def _grouped_mm_kernel(mat1, mat2, offsets, scale1, scale2):
-    """torch's grouped kernel, or None where it refuses the operands (dtype, alignment)."""
-    try:
-        if scale1 is None:
-            return torch._grouped_mm(mat1, mat2, offsets)
-        if not mat1.is_cuda:
-            return None
-        # (torch's scaled kernel wants K the fastest axis of both operands, and the scales
-        # without their K axis: flattened where the output has a group axis)
-        a, b = mat1.contiguous(), mat2.transpose(-1, -2).contiguous().transpose(-1, -2)
-        if a.dim() == 2 and b.dim() == 2:
-            s1, s2 = scale1.reshape(-1), scale2.reshape(-1)
-        else:
-            s1, s2 = scale1.squeeze(-1), scale2.squeeze(-2)
-        return torch._scaled_grouped_mm(a, b, s1, s2, offsets, out_dtype=torch.bfloat16)
-    except (RuntimeError, AttributeError):
-        return None
-
-
-@rule(GroupedMmOp)
-def _grouped_mm(e: GroupedMmOp, args, ctx):
-    mat1, mat2, offsets = args[:3]
-    scale1, scale2 = args[3:5] if e.has_scale else (None, None)
-    out_dtype = _dt(e.out)
-    if mat1.is_meta:  # the group sizes are data: only the shape is known
-        return [torch.empty(ctx.shape(e.out), dtype=out_dtype, device="meta")]
-    if not offsets.is_cuda:  # (checking a CUDA tensor's values would wait for the GPU)
-        _group_ends(e, mat1, mat2, offsets)
-    out = None
-    if mat1.dtype in (torch.float32, torch.bfloat16) or scale1 is not None:
-        out = _grouped_mm_kernel(mat1, mat2, offsets, scale1, scale2)
-    if out is None:
-        out = _grouped_mm_reference(e, mat1, mat2, offsets, scale1, scale2)
-    return [_to(out, out_dtype)]
-
-
-def _scaled_mm_reference(mat1, mat2, scale1, scale2, alpha, bias, beta) -> torch.Tensor:
-    out = (mat1.float() * scale1.float()) @ (mat2.float() * scale2.float())
-    if alpha is not None:
-        out = out * alpha.float().reshape(())
-    if bias is not None:
-        out = out + bias.float() * (1.0 if beta is None else beta.float().reshape(()))
-    return out
-
-
-@rule(ScaledMmOp)
-def _scaled_mm(e: ScaledMmOp, args, ctx):
-    """torch._scaled_mm for fp8 operands (it takes no alpha or beta); otherwise, on any
-    device, the reference math form: upcast to fp32, scale, matmul, add the bias, cast."""
-    mat1, mat2, scale1, scale2 = args[:4]
-    rest = iter(args[4:])
-    alpha, bias, beta = (next(rest) if flag else None for flag in (e.has_alpha, e.has_bias, e.has_beta))
-    out_dtype = _dt(e.out)
-    if mat1.is_meta:
-        return [torch.empty(ctx.shape(e.out), dtype=out_dtype, device="meta")]
-    if mat1.element_size() == 1 and alpha is None and beta is None:
-        try:
-            # (it wants mat2 column-major)
-            return [torch._scaled_mm(mat1.contiguous(), mat2.t().contiguous().t(), scale1, scale2,
-                                     bias=bias, out_dtype=out_dtype)]
-        except RuntimeError:
-            pass  # scale shapes, bias dtype or a device it does not take: the math form
-    return [_to(_scaled_mm_reference(mat1, mat2, scale1, scale2, alpha, bias, beta), out_dtype)]

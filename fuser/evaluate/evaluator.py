@@ -12,7 +12,7 @@ from ..errors import InternalError
 from ..ir import Expr, Fusion, Scalar, TensorView, Val
 from ..ir.printer import format_expr, format_extent
 from ..multidevice.sharding import local_extents, local_sizes
-from .aten import evaluate_expr
+from .rules import evaluate_expr
 from .binding import BindingTable
 
 

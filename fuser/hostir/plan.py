@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import InternalError
-from ..evaluate.aten import evaluate_expr, evaluate_expr_into
+from ..evaluate.rules import evaluate_expr, evaluate_expr_into
 from ..evaluate.evaluator import EvalContext, check_output
 from ..ir import Scalar, TensorView
 from ..ir.symbolic import format_extent

@@ -25,7 +25,8 @@ import torch
 
 from ..dump import dump_flags
 from ..errors import InternalError
-from ..evaluate.aten import RULES, function_form, method_form
+from ..evaluate.aten import method_form
+from ..evaluate.rules import RULES, function_form
 from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView

@@ -6,7 +6,7 @@ import torch
 
 import fuser
 from fuser import FusionDefinition
-from fuser.evaluate import aten
+from fuser.evaluate import rules
 from fuser.ir import MatmulOp
 from tests.helpers import make
 
@@ -27,7 +27,7 @@ def test_aten_failure_in_an_evaluator_segment(monkeypatch, message, raised):
     def refuse(e, args, ctx):
         raise RuntimeError(message)
 
-    monkeypatch.setitem(aten.RULES, MatmulOp, refuse)
+    monkeypatch.setitem(rules.RULES, MatmulOp, refuse)
     with pytest.raises(raised) as info:
         _matmul_fd().execute([make((2, 3)), make((3, 4))])
     if raised is fuser.InternalError:
@@ -40,6 +40,6 @@ def test_aten_out_of_memory_passes_through(monkeypatch):
     def refuse(e, args, ctx):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setitem(aten.RULES, MatmulOp, refuse)
+    monkeypatch.setitem(rules.RULES, MatmulOp, refuse)
     with pytest.raises(torch.OutOfMemoryError):
         _matmul_fd().execute([make((2, 3)), make((3, 4))])
