@@ -48,8 +48,11 @@ def assert_close_to_eager(actual, expected, reference=None, layout: bool = False
     worse than about twice eager's: rounding differences compound through matmuls. `layout`:
     also eager's strides (forward outputs; a backward's gradients follow AOTAutograd's trace,
     which takes the incoming gradients as contiguous)."""
-    for a, e, r in zip(as_tuple(actual), as_tuple(expected),
-                       as_tuple(reference) if reference is not None else [None] * len(as_tuple(actual))):
+    references = as_tuple(reference) if reference is not None else [None] * len(as_tuple(actual))
+    # the call's scale: its largest reference value, over every output
+    call_scale = max((r.double().abs().max().item() for r in references
+                      if isinstance(r, torch.Tensor) and r.numel() and r.is_floating_point()), default=0.0)
+    for a, e, r in zip(as_tuple(actual), as_tuple(expected), references):
         if e is None:
             assert a is None
             continue
@@ -71,6 +74,12 @@ def assert_close_to_eager(actual, expected, reference=None, layout: bool = False
                 # of 1e-12 is 0 in fp16, so a zero row is 0 / 0); fuser's fp32 ones did not
                 assert err <= 1e-2 * scale + floor, (err, eager_err, scale)
                 continue
+            if eager_err > scale:
+                # an output below eager's own rounding (a gradient that cancels to zero beside
+                # others of size 6: fuzz seed 12095): both are rounding noise, whose size follows
+                # the order of the roundings, not the output; over 30 draws of that program eager's
+                # and fuser's errors had the same median and either was 2.5x the other's at times
+                scale = max(scale, call_scale)
             assert err <= 2.5 * eager_err + 1e-2 * scale + floor, (err, eager_err, scale)
             continue
         rtol, atol = TOL.get(e.dtype, (0, 0))
