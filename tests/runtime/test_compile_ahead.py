@@ -260,7 +260,7 @@ def test_on_the_gpu_the_first_call_compiles_nothing_after_the_pass(tmp_path, mon
 def test_attention_on_meta_standing_for_a_gpu_has_flash_attentions_layout():
     """ATen's flash attention (the evaluator's choice on the GPU for half and bf16) writes its
     output in the query's strides, the math form contiguously: the pass predicts the former."""
-    from fuser.evaluate.aten import evaluate_expr
+    from fuser.evaluate.rules import evaluate_expr
     from fuser.evaluate.evaluator import EvalContext
     from fuser.ir import SdpaFwdOp
 
