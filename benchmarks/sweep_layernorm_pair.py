@@ -306,28 +306,36 @@ class PairForm:
         k_combine[(triton.cdiv(self.C, 128), 2)](self.ws, t["out"], self.npairs, self.C, BP=16, BC=128, num_warps=4)
 
 
-def time_generated(head: str, t: dict, ref, copy: float) -> None:
-    """The generator's pair form (fuser/codegen/shared_row_pair.py) on the same tensors, as the
-    LayerNorm backward definition given mean and rstd runs it: checked against `ref` (its
-    outputs copied into t's), then timed alone (fd.execute, do_bench's median). Run beside the
-    probes under a profiler (ncu --clock-control none) to compare their kernels' stalls."""
+def generated_form(t: dict):
+    """The generator's pair form (fuser/codegen/shared_row_pair.py) on t's tensors, as the
+    LayerNorm backward definition given mean and rstd runs it: a call of it, after one call
+    whose outputs are copied into t's (for `errors`); None where the launch took another form."""
     from benchmarks.sweep_shared_row import layernorm_bwd_given_stats
 
+    fd = layernorm_bwd_given_stats()
+    var, mean = torch.var_mean(t["x"].float(), 1, correction=0, keepdim=True)
+    args = [t["x"], t["w"], t["dy"], mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()]
+    dx, dw, db = fd.execute(args)
+    if "two Gluon programs a row" not in fd.last_triton_code():
+        return None
+    t["dx"].copy_(dx)
+    t["out"][0].copy_(dw)
+    t["out"][1].copy_(db)
+    torch.cuda.synchronize()
+    return lambda: fd.execute(args)
+
+
+def time_generated(head: str, t: dict, ref, copy: float) -> None:
+    """`generated_form` checked against `ref`, then timed alone (fd.execute, do_bench's median).
+    Run beside the probes under a profiler (ncu --clock-control none) to compare their kernels'
+    stalls."""
     try:
-        fd = layernorm_bwd_given_stats()
-        xf = t["x"].float()
-        var, mean = torch.var_mean(xf, 1, correction=0, keepdim=True)
-        args = [t["x"], t["w"], t["dy"], mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()]
-        dx, dw, db = fd.execute(args)
-        if "two Gluon programs a row" not in fd.last_triton_code():
+        run = generated_form(t)
+        if run is None:
             print(f"{head} not run: the launch took another form", flush=True)
             return
-        t["dx"].copy_(dx)
-        t["out"][0].copy_(dw)
-        t["out"][1].copy_(db)
-        torch.cuda.synchronize()
         e_dx, e_w = errors(t, ref)
-        ms = triton.testing.do_bench(lambda: fd.execute(args), return_mode="median")
+        ms = triton.testing.do_bench(run, return_mode="median")
         verdict = "ok" if e_dx <= 1.0 and e_w <= 2e-2 else f"BAD dx err/tol {e_dx:.2f} dw/db {e_w:.3f}"
         print(f"{head} {ms * 1e3:8.1f} us {3 * t['x'].nbytes / ms / 1e6 / copy:5.2f}  {verdict}", flush=True)
     except Exception as e:  # noqa: BLE001 (a form that fails is a row, not a stop)
@@ -348,30 +356,22 @@ GROUPS = [("pair2", dict(spt=8, warps=16)), ("pair2", dict(spt=8, warps=16, grou
 def against_generated(t: dict, ref, copy: float, nsm: int, rounds: int = 2) -> None:
     """`--against-generated`: the second pair form (8 a thread, 16 warps) and the generator's
     pair form on the same tensors, in turn: do_bench, the host's time a call and each kernel's
-    time by the profiler (no L2 flush), as benchmarks/harness.py records them."""
-    from benchmarks.harness import busy_times, kernel_times
-    from benchmarks.sweep_shared_row import layernorm_bwd_given_stats
+    time by the profiler (no L2 flush), as benchmarks/harness.py records them (`call_costs`)."""
+    from benchmarks.harness import call_costs
 
-    dev = t["x"].device
     probe = PairForm(dict(spt=8, warps=16), t, nsm, True)
-    fd = layernorm_bwd_given_stats()
-    var, mean = torch.var_mean(t["x"].float(), 1, correction=0, keepdim=True)
-    args = [t["x"], t["w"], t["dy"], mean.contiguous(), torch.rsqrt(var + t["eps"]).contiguous()]
-    dx, dw, db = fd.execute(args)
-    if "two Gluon programs a row" not in fd.last_triton_code():
+    run = generated_form(t)
+    if run is None:
         print("generated: not run, the launch took another form", flush=True)
         return
-    t["dx"].copy_(dx)
-    t["out"][0].copy_(dw)
-    t["out"][1].copy_(db)
     print("generated: errors (dx err/tol, dw/db)", errors(t, ref), flush=True)
     for _ in range(rounds):
-        for name, fn in (("pair2", probe), ("generated", lambda: fd.execute(args))):
+        for name, fn in (("pair2", probe), ("generated", run)):
             ms = triton.testing.do_bench(fn, return_mode="median")
-            kernels = kernel_times(fn, dev, calls=10)
-            host = busy_times(fn, dev, calls=50, rounds=3, seconds_a_call=1e-3)[0]
-            print(f"{name:10s} {ms * 1e3:7.1f} us ({3 * t['x'].nbytes / ms / 1e6 / copy:.3f} of copy), host {host:.1f} us;",
-                  " ".join(f"{k[:40]} {v:.1f}" for k, v in kernels.items()), flush=True)
+            costs = call_costs(fn, t["x"].device)
+            print(f"{name:10s} {ms * 1e3:7.1f} us ({3 * t['x'].nbytes / ms / 1e6 / copy:.3f} of copy), "
+                  f"host {costs.get('host_ms', float('nan')) * 1e3:.1f} us;",
+                  " ".join(f"{k[:40]} {v:.1f}" for k, v in costs["kernels"].items()), flush=True)
 
 
 def main() -> None:
