@@ -56,12 +56,13 @@ import torch
 
 try:
     from benchmarks import suite
-    from benchmarks.report import (add_best_peer, breakdown, column_geomeans, format_cell, log, merge_reports,
-                                   output_stem, part_of, table_with_targets, write_outputs, write_partial)
+    from benchmarks.report import (add_best_peer, bench_seconds, breakdown, column_geomeans, format_cell, log,
+                                   merge_reports, output_stem, part_of, table_with_targets, write_outputs,
+                                   write_partial)
 except ImportError:  # run as a plain script without the repo on the path
     import suite
-    from report import (add_best_peer, breakdown, column_geomeans, format_cell, log, merge_reports, output_stem,
-                        part_of, table_with_targets, write_outputs, write_partial)
+    from report import (add_best_peer, bench_seconds, breakdown, column_geomeans, format_cell, log, merge_reports,
+                        output_stem, part_of, table_with_targets, write_outputs, write_partial)
 
 COPY_NUMEL = {"cuda": 1 << 28, "cpu": 1 << 24}  # bf16 elements: 512 MiB on the GPU
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 1e-3,
@@ -405,14 +406,16 @@ def run_contender(case: suite.Case, impl: Impl, reference: tuple, device: torch.
         tuned_s, out = settle(runner, device)
         check_output(out, reference, exact)  # (what fuser runs once its launch forms are timed, too)
         del out
+        t0 = time.perf_counter()
         ms = measure_ms(runner, device)
         try:
             costs = call_costs(runner, device)
         except Exception as exc:  # (a diagnostic: the profiler's failure must not fail the cell)
             costs = {"costs_error": short_error(exc)}
+        timing_s = time.perf_counter() - t0  # (do_bench and the kernel and host times)
     gbps = case.bytes_moved / ms / 1e6
     return {"ms": ms, "gbps": gbps, "share": gbps / copy_gbps, "first_call_s": first_call_s, "tuned_s": tuned_s,
-            **costs}
+            "timing_s": timing_s, **costs}
 
 
 def settle(runner: Callable, device: torch.device) -> tuple[float, tuple]:
@@ -432,17 +435,21 @@ def settle(runner: Callable, device: torch.device) -> tuple[float, tuple]:
 
 
 def run_cell(case, name, reference, device, copy_gbps, seed, verbose, exact=None) -> dict:
+    """One contender's cell, with `cell_s`: the seconds the bench spent on it (its compile,
+    checks and timing), which `report.bench_seconds` adds up by contender."""
+    start = time.perf_counter()
     try:
         impl = CONTENDERS[name](case)
         if impl is None:
             return {"skipped": "no implementation for this case"}
-        return run_contender(case, impl, reference, device, copy_gbps, seed, exact)
+        cell = run_contender(case, impl, reference, device, copy_gbps, seed, exact)
     except Exception as exc:  # one contender's failure must not end the run
         if verbose:
             traceback.print_exc(file=sys.stderr)
-        return {"error": short_error(exc)}
+        cell = {"error": short_error(exc)}
     finally:
         free_memory(device)
+    return {**cell, "cell_s": time.perf_counter() - start}
 
 
 def free_memory(device: torch.device) -> None:
@@ -596,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
         return merge_reports(args.merge, args.out, args.allow_partial)
     if args.breakdown:
         for path in args.breakdown:
-            print(breakdown(json.loads(Path(path).read_text())))
+            found = json.loads(Path(path).read_text())
+            print("\n".join(part for part in (breakdown(found), bench_seconds(found)) if part))
         return 0
     if args.list:
         for case in select_cases(args.quick, args.cases, args.part):
@@ -632,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**report, "columns": columns, "geomean": means, "cases": rows}
     for note in write_outputs(Path(args.out), report, table, header, title, stem):
         log("bench: " + note)
+    log(bench_seconds(report))
     stem.with_name(stem.name + ".partial.json").unlink(missing_ok=True)
     return 0
 

@@ -159,6 +159,29 @@ def breakdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_seconds(report: dict) -> str:
+    """Where a bench run's time went: the seconds spent on each contender's cells (`cell_s`),
+    most first, with their first calls (compiles), settling (fuser's background tuning) and
+    timing (do_bench, kernel and host times); cells of reports before `cell_s` count their
+    first calls and settling alone. Empty for a report with neither."""
+    spent: dict[str, list[float]] = {}
+    for case in report["cases"]:
+        for name, cell in case["results"].items():
+            if name == "best peer" or not cell or not ({"cell_s", "first_call_s"} & cell.keys()):
+                continue
+            parts = [cell.get(key, 0.0) for key in ("first_call_s", "tuned_s", "timing_s")]
+            total = spent.setdefault(name, [0.0] * 4)
+            for k, v in enumerate([cell.get("cell_s", sum(parts))] + parts):
+                total[k] += v
+    if not spent:
+        return ""
+    lines = [f"bench seconds by contender, {sum(t[0] for t in spent.values()):.0f} in all "
+             "(first calls / settling / timing):"]
+    for name, (total, first, settle, timing) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"  {name:16s} {total:7.1f} ({first:.1f} / {settle:.1f} / {timing:.1f})")
+    return "\n".join(lines)
+
+
 def kernels_note(cell: dict) -> str:
     """For a cell below the target: the share its kernels alone would read (`kernel_ms`, no L2
     flush), and its host's time a call, which tell a slow kernel from a lagging host."""

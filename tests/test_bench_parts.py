@@ -203,3 +203,32 @@ def test_the_breakdown_lists_each_cells_kernels_longest_first():
         "layernorm_bwd[16384x4096]      fuser            0.88 of copy: 153.6 us, kernels 154.1, host 125.7; "
         "fuser_inner_outer_persistent_66 148.0; fuser_inner_outer_combine_0e 6.1")
     assert harness.main(["--breakdown", str(ROOT / "docs" / "bench-2026-12-05-run31-h100.json")]) == 0
+
+
+def test_the_bench_seconds_say_which_contender_the_run_spent_its_time_on():
+    """Each cell records `cell_s`, the seconds the bench spent on it; `bench_seconds` adds them up
+    by contender, most first, split into first calls, settling and timing (a device call has
+    10 minutes: where they go decides what fits). Reports from before `cell_s` count their first
+    calls and settling."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from benchmarks import harness, report, suite
+
+    cpu = torch.device("cpu")
+    case = suite.make_case("rmsnorm_fwd", 8, 32)
+    cell = harness.run_cell(case, "eager", harness.eager_reference(case, cpu, 0), cpu, 100.0, 0, False)
+    assert cell["cell_s"] >= cell["first_call_s"] + cell["tuned_s"] + cell["timing_s"] > 0
+    found = {"cases": [{"results": {
+        "eager": {"cell_s": 2.0, "first_call_s": 0.5, "tuned_s": 0.25, "timing_s": 1.0},
+        "compile+cd": {"cell_s": 30.0, "first_call_s": 28.0, "tuned_s": 0.5, "timing_s": 1.25},
+        "fuser": {"error": "mismatch: x", "cell_s": 4.0},
+        "best peer": {"cell_s": 30.0, "first_call_s": 28.0, "from": "compile+cd"},
+        "liger": {"skipped": "no implementation for this case"}}}]}
+    assert report.bench_seconds(found) == (
+        "bench seconds by contender, 36 in all (first calls / settling / timing):\n"
+        "  compile+cd          30.0 (28.0 / 0.5 / 1.2)\n"
+        "  fuser                4.0 (0.0 / 0.0 / 0.0)\n"
+        "  eager                2.0 (0.5 / 0.2 / 1.0)")
+    old = json.loads((ROOT / "docs" / "bench-2026-12-05-run31-h100.json").read_text())
+    assert report.bench_seconds(old).splitlines()[1].startswith("  compile+cd")  # (its cd compiles: 208 s)
