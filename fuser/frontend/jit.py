@@ -6,10 +6,12 @@
     model = fuser.jit(model)          # an nn.Module wrapper sharing the model's parameters
     block.cache_info()                # calls, graphs, fusions, compiles, kernels, fallback_ops
 
-Sizes other than 0 and 1 are symbolic from the first call (`dynamic=True`), so new batch or
-sequence lengths reuse the compiled program. Arguments fuser cannot run (sparse, nested or
-quantized tensors, tensors on devices other than CPU and CUDA) raise a `FusionInputError`
-naming the argument, or, with `fallback="eager"`, run the original function after a warning.
+Sizes other than 0 and 1 are symbolic from the first call, all but a floating-point tensor's
+last (`dynamic="rows"`, the default), so new batch or sequence lengths reuse the compiled
+program; a new last size (a hidden size, a vocabulary) compiles once more, with it symbolic too.
+Arguments fuser cannot run (sparse, nested or quantized tensors, tensors on devices other than
+CPU and CUDA) raise a `FusionInputError` naming the argument, or, with `fallback="eager"`, run
+the original function after a warning.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
+_DYNAMIC = (True, False, None, "rows")
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,18 @@ _DYNAMO_SETTINGS = _DynamoSettings()
 class JitFunction:
     """A function compiled with fuser; call it like the function."""
 
-    def __init__(self, fn: Callable, dynamic: Optional[bool] = True, fallback: str = "error",
+    def __init__(self, fn: Callable, dynamic: "Optional[bool] | str" = "rows", fallback: str = "error",
                  **options: Any):
         if fallback not in _FALLBACKS:
             raise FusionInputError(f"fuser.jit: fallback must be one of {_FALLBACKS}, got {fallback!r}")
+        if not any(dynamic is d or (isinstance(d, str) and dynamic == d) for d in _DYNAMIC):
+            raise FusionInputError(f"fuser.jit: dynamic must be one of {_DYNAMIC}, got {dynamic!r}")
         self._fn = fn
         self._fallback = fallback
         self._stats = Stats()
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
-        self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=dynamic)
+        self._rows = dynamic == "rows"  # (each row length static in the first trace: _fix_row_lengths)
+        self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=True if self._rows else dynamic)
         self._direct = DirectCall(fn)
         functools.update_wrapper(self, fn, updated=())
 
@@ -136,6 +142,7 @@ class JitFunction:
         if compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
+        marked = _fix_row_lengths(args, kwargs) if self._rows and not stats.records else ()
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
             # collector waits until the compile (if this call compiles) is done
@@ -146,6 +153,7 @@ class JitFunction:
         except Exception as e:
             return self._failure(e, args, kwargs)
         finally:
+            _unmark(marked)
             CURRENT_STATS.reset(token)
 
     def _failure(self, e: Exception, args: tuple, kwargs: dict) -> Any:
@@ -206,12 +214,16 @@ class JitModule(torch.nn.Module):
         return f"fuser.jit({self._orig_mod!r})"
 
 
-def jit(fn: Any = None, *, dynamic: Optional[bool] = True, fallback: str = "error", **options: Any):
+def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: str = "error", **options: Any):
     """Compile `fn` (a function or an nn.Module) with fuser. Usable as `@fuser.jit`,
     `@fuser.jit(fallback="eager")` and `fuser.jit(model)`.
 
-    dynamic: True (default) makes every size other than 0 and 1 symbolic from the first call;
-      None lets Dynamo specialize first and generalize on a second shape; False specializes.
+    dynamic: "rows" (default) makes every size other than 0 and 1 symbolic from the first call
+      but the last of each floating-point tensor (a row's length: the hidden size, the
+      vocabulary), which is symbolic from the first call with another; True makes every size
+      symbolic from the first call (Dynamo's tracing then does symbolic arithmetic on row
+      lengths too: a third to a half more time in a first call); None lets Dynamo specialize
+      first and generalize on a second shape; False specializes.
     fallback: "error" (default) raises a FusionInputError naming an argument fuser cannot run;
       "eager" warns and runs the original function instead.
     """
@@ -224,6 +236,44 @@ def jit(fn: Any = None, *, dynamic: Optional[bool] = True, fallback: str = "erro
     if not callable(fn):
         raise FusionInputError(f"fuser.jit expects a function or an nn.Module, got {type(fn).__name__}")
     return JitFunction(fn, dynamic=dynamic, fallback=fallback, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# dynamic="rows": each row length fixed in the first trace
+
+
+def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
+    """Mark each floating-point tensor argument's last size static for Dynamo (the length of
+    its rows: a hidden size, a vocabulary), leaving its other sizes symbolic (dynamic=True's
+    duck-sized symbols, so that equal sizes stay one symbol). Returns what `_unmark` needs to
+    take the marks off the tensors again once the call is done, leaving the caller's tensors
+    as they came; a later trace (a new row length: a guard fails) then has them all symbolic."""
+    if torch.compiler.is_compiling():  # (inside another compile: its own shapes apply)
+        return []
+    from torch.utils._pytree import tree_leaves
+
+    marked = []
+    for t in tree_leaves((args, kwargs)):
+        if not isinstance(t, torch.Tensor) or t.dim() == 0 or not (t.is_floating_point() or t.is_complex()):
+            continue
+        before = dict(t.__dict__)
+        torch._dynamo.mark_static(t, t.dim() - 1)
+        changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items() if before.get(k, _ABSENT) is not v}
+        if changed:
+            marked.append((t, changed))
+    return marked
+
+
+_ABSENT = object()
+
+
+def _unmark(marked: list) -> None:
+    for t, changed in marked:
+        for name, value in changed.items():
+            if value is _ABSENT:
+                t.__dict__.pop(name, None)
+            else:
+                t.__dict__[name] = value
 
 
 # ---------------------------------------------------------------------------------------------

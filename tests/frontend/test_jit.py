@@ -64,6 +64,37 @@ def test_batch_and_sequence_lengths_share_one_program():
     assert norm.cache_info().compiles == 1
 
 
+def test_a_row_length_is_fixed_in_the_first_trace_and_symbolic_from_a_second():
+    """dynamic="rows" (the default): the first trace has each floating-point argument's last
+    size (its row length) as a number, its other sizes symbolic; a new row length traces once
+    more with every size symbolic, and later lengths reuse that. The marks on the arguments
+    are taken off after each call."""
+    @fuser.jit
+    def norm(x, w):
+        return F.layer_norm(x, (x.shape[-1],), w) * torch.sigmoid(x)
+
+    def fusion_input_extents(jitted, graph):
+        record = list(jitted._stats.records.values())[graph]
+        (fd,) = [step.fd for p in record.programs for step in p.fusion_steps][:1]
+        return [str(d.extent) for d in fd.fusion.inputs()[0].get_logical_domain()]
+
+    calls = [(2, 3, 16), (4, 9, 16), (3, 5, 24), (5, 2, 40), (2, 7, 16)]
+    for k, (batch, seq, hidden) in enumerate(calls):
+        x, w = torch.randn(batch, seq, hidden), torch.randn(hidden)
+        assert_close_to_eager(norm(x, w), F.layer_norm(x, (hidden,), w) * torch.sigmoid(x))
+        assert x.__dict__ == {} and w.__dict__ == {}, (x.__dict__, w.__dict__)  # (marks taken off)
+        assert norm.cache_info().graphs == (1 if k < 2 else 2)
+    first, second = fusion_input_extents(norm, 0), fusion_input_extents(norm, 1)
+    assert first[-1] == "16" and not first[0].isdigit() and not first[1].isdigit(), first
+    assert not any(e.isdigit() for e in second), second
+    everything = fuser.jit(norm._fn, dynamic=True)  # every size symbolic from the first call
+    for batch, seq, hidden in calls:
+        x, w = torch.randn(batch, seq, hidden), torch.randn(hidden)
+        everything(x, w)
+    assert everything.cache_info().graphs == 1
+    assert not fusion_input_extents(everything, 0)[-1].isdigit()
+
+
 def test_ops_with_no_lowering_run_eagerly_between_fusions():
     def f(x):
         y = torch.logcumsumexp(torch.exp(x), dim=-1)
@@ -205,6 +236,8 @@ def test_bad_jit_arguments():
         fuser.jit(add_one, fallback="maybe")
     with pytest.raises(fuser.FusionInputError, match="function or an nn.Module"):
         fuser.jit(3)
+    with pytest.raises(fuser.FusionInputError, match="dynamic must be one of"):
+        fuser.jit(add_one, dynamic="columns")
 
 
 def test_a_failure_inside_fuser_is_an_internal_error_or_eager_when_asked(monkeypatch):

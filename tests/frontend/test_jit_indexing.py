@@ -38,7 +38,7 @@ def test_embedding_forward_backward():
 
 
 def test_gather_softmax_forward_backward_at_two_sizes():
-    jitted = fuser.jit(gather_softmax)
+    jitted = fuser.jit(gather_softmax, dynamic=True)  # (both sizes symbolic from the first call)
     for rows, cols, k in ((4, 6, 3), (5, 9, 4)):
         args = (torch.randn(rows, cols, requires_grad=True), torch.randint(0, cols, (rows, k)))
         check_forward_backward(gather_softmax, jitted, args)
