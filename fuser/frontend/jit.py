@@ -257,7 +257,10 @@ def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
         if not isinstance(t, torch.Tensor) or t.dim() == 0 or not (t.is_floating_point() or t.is_complex()):
             continue
         before = dict(t.__dict__)
-        torch._dynamo.mark_static(t, t.dim() - 1)
+        try:
+            torch._dynamo.mark_static(t, t.dim() - 1)
+        except Exception:  # (a hint: a tensor Dynamo will not mark is traced as dynamic=True would)
+            pass
         changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items() if before.get(k, _ABSENT) is not v}
         if changed:
             marked.append((t, changed))
