@@ -130,7 +130,7 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
     start = time.perf_counter()
     try:
         with timing.phase("other"):
-            out = target._call(stats, args, kwargs)
+            out = target._call(stats, args, kwargs, direct=False)
             _run_backward(out, fn, args, kwargs, stats)
         total = (time.perf_counter() - start) * 1e3
         after = timing.totals()

@@ -110,6 +110,7 @@ class JitFunction:
         self._stats = Stats()
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._rows = dynamic == "rows"  # (each row length static in the first trace: _fix_row_lengths)
+        self._traced = False  # a call went through Dynamo (and so may have left a graph)
         self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=True if self._rows else dynamic)
         self._direct = DirectCall(fn)
         functools.update_wrapper(self, fn, updated=())
@@ -117,11 +118,14 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(self._stats, args, kwargs)
 
-    def _call(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
+    def _call(self, stats: Stats, args: tuple, kwargs: dict, direct: bool = True) -> Any:
+        """A call counted in `stats`; `direct=False` (`fuser.explain`) takes the path through
+        Dynamo's frame even where a remembered entry would do, so that the graphs it runs are
+        counted in `stats` too."""
         stats.calls += 1
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized, nested or on another device)
-        if not kwargs and self._direct.remembered is not None and not self._failed \
+        if direct and not kwargs and self._direct.remembered is not None and not self._failed \
                 and not torch.compiler.is_compiling():
             # no CURRENT_STATS here: the remembered entry's graphs were counted on the call
             # through Dynamo that remembered it
@@ -142,12 +146,13 @@ class JitFunction:
         if compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
-        marked = _fix_row_lengths(args, kwargs) if self._rows and not stats.records else ()
+        marked = _fix_row_lengths(args, kwargs) if self._rows and not self._traced else ()
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
             # collector waits until the compile (if this call compiles) is done
             with _DYNAMO_SETTINGS, GC_PAUSE:
                 out = self._compiled(*args, **kwargs)
+            self._traced = True
             self._direct.remember()
             return out
         except Exception as e:
@@ -221,8 +226,8 @@ def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: s
     dynamic: "rows" (default) makes every size other than 0 and 1 symbolic from the first call
       but the last of each floating-point tensor (a row's length: the hidden size, the
       vocabulary), which is symbolic from the first call with another; True makes every size
-      symbolic from the first call (Dynamo's tracing then does symbolic arithmetic on row
-      lengths too: a third to a half more time in a first call); None lets Dynamo specialize
+      symbolic from the first call (Dynamo and AOTAutograd then trace with symbolic row
+      lengths: a first call 10-30% longer on the development CPU); None lets Dynamo specialize
       first and generalize on a second shape; False specializes.
     fallback: "error" (default) raises a FusionInputError naming an argument fuser cannot run;
       "eager" warns and runs the original function instead.

@@ -66,3 +66,15 @@ def test_the_report_splits_the_calls_time_between_fuser_and_the_rest():
     line = str(report).splitlines()[1]
     assert line.startswith("this call: ") and "codegen" in line and "Dynamo, AOTAutograd" in line
     assert "this call: " in report._repr_html_()
+
+
+def test_explain_of_a_jitted_function_that_ran_reports_what_its_call_runs():
+    """A jitted function that has run before keeps a remembered entry (its calls skip Dynamo's
+    frame); explaining it still reports the graph its call runs, not an empty report."""
+    jitted = fuser.jit(lambda a, b: torch.tanh(a * b).sum(-1))
+    for rows in (3, 5):
+        jitted(torch.randn(rows, 8), torch.randn(8))
+    report = fuser.explain(jitted, torch.randn(4, 8), torch.randn(8))
+    assert report.info.graphs == 1 and len(report.fusions) == 1, report.info
+    assert "tl.store" in str(report)
+    assert jitted.cache_info().graphs == 1  # (no new trace: the explained call reused the graph)
