@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import warnings
 from functools import partial
 from typing import Any, Optional, Sequence
 
@@ -26,6 +27,15 @@ from ..runtime import FusionExecutorCache
 from .profiler import active as active_profiler
 from .repro import describe_inputs, repro_script
 from .validate import check_outputs
+
+try:  # Dynamo's frame hook, per thread (see `FusionDefinition.execute`)
+    from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
+except ImportError:  # pragma: no cover - depends on the torch build
+    def _set_eval_frame(callback: Any) -> Any:
+        return None
+# what Dynamo says once when it breaks its graph at that hook (`execute`): not the user's concern
+warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin "
+                                          r"`torch\._C\._dynamo\.eval_frame\.set_eval_frame")
 
 
 class _Recorder:
@@ -264,21 +274,30 @@ class FusionDefinition:
                 **_unused) -> list:
         """Runs the definition on `inputs` (tensors and scalars in the order they were defined;
         a list or tuple stands for as many scalars, those of a define_vector).
-        `save_repro_inputs`: remember the inputs' layouts for `last_repro_script()`."""
-        cache = self._cache or self._make_cache("execute")
-        if save_repro_inputs:
-            self._repro_inputs = describe_inputs(inputs)
-        if self._takes_scalars:  # (known once the cache is made: the definition is final then)
-            inputs = _spread_vectors(inputs, self.fusion)
-        if isinstance(inputs, tuple):
-            inputs = list(inputs)
-        profiler = active_profiler()
-        if profiler is None:
-            outs = cache.execute(inputs)
-        else:
-            outs, profile = cache.execute_profiled(inputs)
-            profiler.profiles.append(profile)
-        return self._visible(outs, inputs) if self._alias_of else outs
+        `save_repro_inputs`: remember the inputs' layouts for `last_repro_script()`.
+
+        Called inside a function that `torch.compile` or `fuser.jit` compiles, the call breaks
+        Dynamo's graph and runs as plain Python: Dynamo cannot trace the frame hook below, and
+        with the hook off nothing under the call is compiled (traced into fuser's runtime, and
+        on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
+        hook = _set_eval_frame(None)
+        try:
+            cache = self._cache or self._make_cache("execute")
+            if save_repro_inputs:
+                self._repro_inputs = describe_inputs(inputs)
+            if self._takes_scalars:  # (known once the cache is made: the definition is final then)
+                inputs = _spread_vectors(inputs, self.fusion)
+            if isinstance(inputs, tuple):
+                inputs = list(inputs)
+            profiler = active_profiler()
+            if profiler is None:
+                outs = cache.execute(inputs)
+            else:
+                outs, profile = cache.execute_profiled(inputs)
+                profiler.profiles.append(profile)
+            return self._visible(outs, inputs) if self._alias_of else outs
+        finally:
+            _set_eval_frame(hook)
 
     def _aliased(self) -> dict[int, TensorView]:
         """id(output tensor) -> the input an alias writes it into."""
