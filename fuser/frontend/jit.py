@@ -184,18 +184,31 @@ class JitFunction:
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else types.MethodType(self, obj)
 
+    def __deepcopy__(self, memo: dict) -> "JitFunction":
+        return self  # (as a function is: a module holding one as an attribute copies)
+
+    def __reduce__(self) -> str:
+        # pickled by name, as a function is: a decorated module-level function
+        return self.__qualname__
+
     def __repr__(self) -> str:
         return f"fuser.jit({_name(self._fn)})"
 
 
 class JitModule(torch.nn.Module):
     """An nn.Module compiled with fuser. Parameters, buffers and attributes are the wrapped
-    module's own (`state_dict()` has its keys); `forward` runs the compiled program."""
+    module's own (`state_dict()` has its keys); `forward` runs the compiled program. A copy
+    (`copy.deepcopy`, an EMA model's) or a pickle (`torch.save`) is the wrapped module's, jitted
+    with the same options: its compiled programs are made again, not copied."""
 
     def __init__(self, module: torch.nn.Module, **jit_options: Any):
         super().__init__()
         self._orig_mod = module
+        self.__dict__["_jit_options"] = jit_options
         self.__dict__["_jit"] = JitFunction(module, **jit_options)  # not a submodule
+
+    def __reduce__(self) -> tuple:
+        return _jit_module, (self._orig_mod, self._jit_options)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._jit(*args, **kwargs)
@@ -217,6 +230,11 @@ class JitModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"fuser.jit({self._orig_mod!r})"
+
+
+def _jit_module(module: torch.nn.Module, options: dict) -> JitModule:
+    """A pickled or copied JitModule made again (`JitModule.__reduce__`)."""
+    return JitModule(module, **options)
 
 
 def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: str = "error", **options: Any):

@@ -297,3 +297,46 @@ def test_a_composite_op_with_a_cpu_kernel_is_still_decomposed():
     jitted = fuser.jit(f)
     assert_close_to_eager(jitted(x), f(x))
     assert jitted.cache_info().fallback_ops == 0
+
+
+@fuser.jit
+def _doubled_gelu(x):
+    return F.gelu(x) * 2
+
+
+def test_a_jitted_module_copies_and_pickles_as_its_module_jitted_again():
+    """`copy.deepcopy` (an EMA model) and `torch.save` of a jitted module, and of a module that
+    holds a jitted function: the copy has its own parameters and its own compiled programs, made
+    again with the same options; a jitted function copies as a function does (itself) and
+    pickles by name."""
+    import copy
+    import io
+    import pickle
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.act = _doubled_gelu
+
+        def forward(self, x):
+            return self.act(self.lin(x))
+
+    x = torch.randn(3, 8)
+    jitted = fuser.jit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)), fallback="eager")
+    want = jitted(x)
+    twin = copy.deepcopy(jitted)
+    assert isinstance(twin, type(jitted)) and twin._jit_options == {"dynamic": "rows", "fallback": "eager"}
+    assert_close_to_eager(twin(x), want)
+    with torch.no_grad():
+        twin._orig_mod[0].weight.add_(1.0)  # (its own parameters)
+    assert not torch.equal(twin(x), want) and torch.equal(jitted(x), want)
+    buffer = io.BytesIO()
+    torch.save(jitted, buffer)
+    buffer.seek(0)
+    assert_close_to_eager(torch.load(buffer, weights_only=False)(x), want)
+
+    holder = Holder()
+    assert copy.deepcopy(_doubled_gelu) is _doubled_gelu
+    assert pickle.loads(pickle.dumps(_doubled_gelu)) is _doubled_gelu
+    assert_close_to_eager(copy.deepcopy(holder)(x), holder(x))
