@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..errors import UnsupportedError
 from . import ahead
 from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
@@ -235,9 +236,17 @@ class FuserBackend:
         self.records: list[GraphRecord] = []
         self._lock = threading.Lock()
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **compile_kwargs: Any) -> Any:
-        """`compile_kwargs`: torch.compile's `mode` and `options`, which fuser does not use."""
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: Optional[str] = None,
+                 options: Optional[dict] = None) -> Any:
+        """`mode` and `options`: torch.compile's. Its modes choose among Inductor's searches and
+        CUDA graphs, which fuser has no counterpart of: every mode compiles the same. Its
+        options are Inductor's settings: fuser takes none, and refuses them rather than leave
+        them silently unapplied."""
         from torch._functorch import config as aot_config
+
+        if options:
+            raise UnsupportedError(f"torch.compile(backend=\"fuser\"): options {sorted(options)} are Inductor's "
+                                   f"settings; fuser takes none (compile with options=None)")
 
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
@@ -309,9 +318,10 @@ def backend_for(**options: Any) -> FuserBackend:
     return found
 
 
-def fuser_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
-    """The registered `"fuser"` backend (default options)."""
-    return backend_for()(gm, example_inputs)
+def fuser_backend(gm: torch.fx.GraphModule, example_inputs: list, **compile_kwargs: Any) -> Any:
+    """The registered `"fuser"` backend (default options); `compile_kwargs`: torch.compile's
+    `mode` and `options` (`FuserBackend.__call__`)."""
+    return backend_for()(gm, example_inputs, **compile_kwargs)
 
 
 def register() -> None:

@@ -105,6 +105,9 @@ class JitFunction:
             raise FusionInputError(f"fuser.jit: fallback must be one of {_FALLBACKS}, got {fallback!r}")
         if not any(dynamic is d or (isinstance(d, str) and dynamic == d) for d in _DYNAMIC):
             raise FusionInputError(f"fuser.jit: dynamic must be one of {_DYNAMIC}, got {dynamic!r}")
+        if options:  # (none is taken yet: a misspelt keyword would otherwise do nothing, silently)
+            raise FusionInputError(f"fuser.jit: unknown option {', '.join(map(repr, options))}; it takes "
+                                   f"dynamic= and fallback=")
         self._fn = fn
         self._fallback = fallback
         self._stats = Stats()

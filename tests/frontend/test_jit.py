@@ -38,6 +38,19 @@ def test_torch_compile_backend_by_name():
     assert_close_to_eager(compiled(x, b), gelu_bias(x, b))
 
 
+def test_torch_compiles_modes_compile_the_same_and_its_options_are_refused():
+    """torch.compile's `mode` (Inductor's searches, CUDA graphs) has no counterpart in fuser and
+    is taken as the default (it was a TypeError through the installed entry point); `options`
+    are Inductor's settings, refused by name rather than left silently unapplied."""
+    x, b = torch.randn(6, 10), torch.randn(10)
+    for mode in ("reduce-overhead", "max-autotune"):
+        compiled = torch.compile(gelu_bias, backend="fuser", mode=mode)
+        assert_close_to_eager(compiled(x, b), gelu_bias(x, b))
+    compiled = torch.compile(gelu_bias, backend="fuser", options={"triton.cudagraphs": True})
+    with pytest.raises(Exception, match="options \\['triton.cudagraphs'\\] are Inductor's settings"):
+        compiled(x, b)
+
+
 def test_six_batch_sizes_compile_once():
     jitted = fuser.jit(gelu_bias)
     bias = torch.randn(24)
@@ -238,6 +251,8 @@ def test_bad_jit_arguments():
         fuser.jit(3)
     with pytest.raises(fuser.FusionInputError, match="dynamic must be one of"):
         fuser.jit(add_one, dynamic="columns")
+    with pytest.raises(fuser.FusionInputError, match="unknown option 'fallbak'"):
+        fuser.jit(add_one, fallbak="eager")
 
 
 def test_a_failure_inside_fuser_is_an_internal_error_or_eager_when_asked(monkeypatch):
