@@ -32,7 +32,7 @@ from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
-_DYNAMIC = (True, False, None, "rows")
+_DYNAMIC = (True, False, None, "rows")  # (named in the error for any other)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class JitFunction:
                  **options: Any):
         if fallback not in _FALLBACKS:
             raise FusionInputError(f"fuser.jit: fallback must be one of {_FALLBACKS}, got {fallback!r}")
-        if not any(dynamic is d or (isinstance(d, str) and dynamic == d) for d in _DYNAMIC):
+        if not (dynamic is None or isinstance(dynamic, bool) or dynamic == "rows"):
             raise FusionInputError(f"fuser.jit: dynamic must be one of {_DYNAMIC}, got {dynamic!r}")
         if options:  # (none is taken yet: a misspelt keyword would otherwise do nothing, silently)
             raise FusionInputError(f"fuser.jit: unknown option {', '.join(map(repr, options))}; it takes "
@@ -114,7 +114,7 @@ class JitFunction:
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._rows = dynamic == "rows"  # (each row length static in the first trace: _fix_row_lengths)
         self._traced = False  # a call went through Dynamo (and so may have left a graph)
-        self._compiled = torch.compile(fn, backend=backend_for(**options), dynamic=True if self._rows else dynamic)
+        self._compiled = torch.compile(fn, backend=backend_for(), dynamic=True if self._rows else dynamic)
         self._direct = DirectCall(fn)
         functools.update_wrapper(self, fn, updated=())
 
