@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from ..errors import FusionDefinitionError, UnsupportedError
+from ..errors import FusionDefinitionError, FusionInputError, UnsupportedError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
@@ -228,6 +228,8 @@ class FusionDefinition:
         if dtype.is_float8 or dtype.is_opaque:
             raise UnsupportedError(f"define_scalar: scalars of {dtype!r} are not supported; "
                                    f"define a tensor, or a Float scalar and cast after")
+        if value is not None:
+            value = _as_scalar_of(value, dtype)
         s = self.fusion.new_scalar(dtype, value=value)
         if value is None:
             self.fusion.add_input(s)
@@ -264,9 +266,10 @@ class FusionDefinition:
             raise FusionDefinitionError(f"add_output: output {output!r} has {len(out_ids)} dims, its alias "
                                         f"input {alias_input!r} {len(in_ids)}")
         for k, (a, b) in enumerate(zip(out_ids, in_ids)):
-            if not (a.is_broadcast and b.is_broadcast):
-                self.fusion.unify(a.extent, b.extent, f"add_output: axis {k} of output {output!r} and of "
-                                                      f"its alias input {alias_input!r}")
+            if not (a.is_broadcast and b.is_broadcast and a.expanded_extent is None):
+                # (an expanded output axis is written at its expanded size)
+                self.fusion.unify(a.size, b.size, f"add_output: axis {k} of output {output!r} and of "
+                                                  f"its alias input {alias_input!r}")
 
     # -- execution --------------------------------------------------------------------------
 
@@ -311,7 +314,13 @@ class FusionDefinition:
             target = aliased.get(id(tv))
             if target is not None and id(tv) not in written:
                 dst = inputs[where[id(target)]]
+                if any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+                    raise FusionInputError(f"input {where[id(target)]} ({target!r}) is written in place (an "
+                                           f"output's alias) but is expanded: stride 0 on an axis of size "
+                                           f"> 1, one element for many; pass a dense tensor")
                 if dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
+                    if _overlaps(dst, value):  # (a view of the input itself, a transpose say)
+                        value = value.clone()
                     dst.copy_(value)
                 written[id(tv)] = dst
         return [written.get(id(tv), value) for (tv, target), value in zip(self._outputs, outs) if target is None]
@@ -426,6 +435,41 @@ class FusionDefinition:
             raise FusionDefinitionError("fd.last_repro_script() cannot provide a repro because "
                                         "fd.execute(inputs, save_repro_inputs=True) was not executed")
         return repro_script(repr(self), self._repro_inputs)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors may share memory (their storages' byte ranges meet)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    try:
+        sa, sb = a.untyped_storage(), b.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # (a tensor without storage: no overlap to fear)
+        return False
+    return sa.data_ptr() == sb.data_ptr()
+
+
+def _as_scalar_of(value: Any, dtype: DataType) -> Any:
+    """A defined scalar's value as its dtype holds it, as nvFuser converts a Val's value when
+    it is made: `define_scalar(3.7, DataType.Int)` is 3 (truncated), `(0.5, DataType.Bool)`
+    True. A float stays a double whatever the floating dtype, as nvFuser keeps it."""
+    try:
+        if dtype.is_complex:
+            return complex(value)
+        if isinstance(value, complex):
+            raise FusionDefinitionError(f"define_scalar: the complex value {value!r} cannot be a {dtype!r} "
+                                        f"scalar; give a complex dtype, or pass its real part")
+        if dtype.is_boolean:
+            return bool(value)
+        if dtype.is_integral:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise FusionDefinitionError(f"define_scalar: {value!r} has no {dtype!r} value; "
+                                            f"integers are finite")
+            number = int(value)  # (toward zero, as C++'s conversion)
+            return number % (1 << 64) if dtype is DataType.UInt64 else number
+        return float(value)
+    except (TypeError, ValueError):
+        raise FusionDefinitionError(f"define_scalar: {value!r} ({type(value).__name__}) is not a number "
+                                    f"of {dtype!r}") from None
 
 
 def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> list[int]:

@@ -24,18 +24,24 @@ def check_outputs(fusion: Fusion, outs: Sequence[Any], references: Sequence[Any]
         raise ValidationError(f"validate: {len(outs)} outputs but {len(references)} reference outputs")
     widths = _reduction_widths(fusion, inputs)
     for k, (out, ref) in enumerate(zip(outs, references)):
+        if not isinstance(ref, torch.Tensor):
+            raise ValidationError(f"validate: reference output {k} is a {type(ref).__name__}, "
+                                  f"not a tensor")
         if tuple(out.shape) != tuple(ref.shape):
             raise ValidationError(f"validate: output {k} has shape {tuple(out.shape)}, "
                                   f"its reference {tuple(ref.shape)}")
+        if out.dtype != ref.dtype:  # (a cast reference would hide a wrong type, or its rounding)
+            raise ValidationError(f"validate: output {k} is {out.dtype}, its reference {ref.dtype}; "
+                                  f"cast the reference if the output's type is meant")
+        ref = ref.to(out.device)
         if not (out.is_floating_point() or out.is_complex()):
-            if not torch.equal(out, ref.to(out.dtype)):
-                wrong = int((out != ref.to(out.dtype)).sum())
+            if not torch.equal(out, ref):
+                wrong = int((out != ref).sum())
                 raise ValidationError(f"validate: output {k} ({out.dtype}) differs from its reference "
                                       f"in {wrong} of {out.numel()} elements")
             continue
         rtol, atol = _TOLERANCE.get(out.dtype, (1e-2, 1e-2))
         atol *= math.sqrt(widths.get(k, 1))
-        ref = ref.to(out.dtype)
         if not torch.allclose(out, ref, rtol=rtol, atol=atol, equal_nan=True):
             err = (out.to(torch.float64) - ref.to(torch.float64)).abs().nan_to_num(nan=math.inf).max().item()
             raise ValidationError(f"validate: output {k} ({out.dtype}) differs from its reference by up to "

@@ -121,6 +121,8 @@ class Fusion:
     def add_output(self, tv: TensorView) -> None:
         if not isinstance(tv, TensorView):
             raise FusionDefinitionError(f"add_output expects a TensorView, got {tv!r}")
+        if tv.fusion is not self:
+            raise FusionDefinitionError(f"add_output: {tv!r} belongs to another fusion definition")
         self.check_open("add_output")
         self._outputs.append(tv)
 

@@ -46,8 +46,13 @@ def _remainder(a, b):  # with the divisor's sign, as torch.remainder
 
 
 def _pow(a, b):
-    if not (isinstance(a, float) or isinstance(b, float)) and b >= 0:
-        return a ** b
+    if not (isinstance(a, float) or isinstance(b, float)):
+        if b >= 0:
+            return a ** b
+        # integers: the exact power truncated toward zero (a scalar of an integer type holds it)
+        if a == 0:
+            raise ZeroDivisionError("0 to a negative integer power")
+        return 1 if a == 1 or (a == -1 and b % 2 == 0) else -1 if a == -1 else 0
     a, b = float(a), float(b)
     odd = b.is_integer() and b % 2 == 1
     try:

@@ -123,7 +123,8 @@ def promote(*dtypes: DataType) -> DataType:
         if dt is best:
             continue
         if dt.category != best.category:
-            best = dt if dt.category > best.category else best
+            higher, lower = (dt, best) if dt.category > best.category else (best, dt)
+            best = as_complex_of(lower) if higher is DataType.ComplexFloat else higher
         elif {dt, best} == {DataType.Half, DataType.BFloat16}:
             best = DataType.Float
         elif dt.is_float8 or best.is_float8:
@@ -134,6 +135,12 @@ def promote(*dtypes: DataType) -> DataType:
         elif dt.itemsize > best.itemsize:
             best = dt
     return best
+
+
+def as_complex_of(dtype: DataType) -> DataType:
+    """A complex type meeting `dtype`: PyTorch keeps a double's precision (a double with
+    complex64 gives complex128); every other type gives complex64."""
+    return DataType.ComplexDouble if dtype is DataType.Double else DataType.ComplexFloat
 
 
 def default_dtype_of_category(category: int) -> DataType:

@@ -147,6 +147,8 @@ def broadcast_ids(fusion: Fusion, op: str, tvs: Sequence[TensorView]) -> list[It
 def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
     """A shape entry (int or Scalar) as an extent expression."""
     if isinstance(v, Scalar):
+        if v.fusion is not fusion:
+            raise FusionDefinitionError(f"{op}: shape entry {v!r} belongs to another fusion definition")
         if v.dtype.is_floating and v.value is None:  # a size computed in doubles (Thunder's)
             return scalarFn(SCALAR_FUNCTION_CODES["exact_int"], v.expr)
         if v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):

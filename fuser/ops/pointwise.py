@@ -53,8 +53,12 @@ def result_type(*operands: Operand) -> DataType:
         if result is None:
             result = t
         elif t.category > result.category:
-            # a higher-category scalar takes the default type of its category, not its width
-            result = t if tier is tiers[1] else default_dtype_of_category(t.category)
+            # a higher-category scalar takes the default type of its category, not its width;
+            # a complex one keeps a double's precision (PyTorch's combine_categories)
+            if t.is_complex and result.is_floating:
+                result = DataType.ComplexDouble if DataType.Double in (result, t) else DataType.ComplexFloat
+            else:
+                result = t if tier is tiers[1] else default_dtype_of_category(t.category)
     return result
 
 

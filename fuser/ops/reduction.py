@@ -2,13 +2,23 @@
 reduction IterDomain (nvFuser's convention); keepdim re-inserts it as a broadcast."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 from ..errors import FusionDefinitionError
-from ..ir import (BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType, TensorView,
-                  VarMeanOp)
+from ..ir import (BinaryOpType, BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType,
+                  TensorView, VarMeanOp)
 from .common import axes_of, check_tensor, copy_id, given_dtype, new_tensor
-from .pointwise import cast, computed
+from .pointwise import binary, cast, computed
+from .shape import set as set_
+
+
+def _reduction_axes(op: str, tv: TensorView, dims) -> tuple[int, ...]:
+    """The axes a reduction of `tv` takes: `dims` normalised, every axis for None. An empty
+    list is refused (nvFuser's rule), but for a 0-dim tensor, whose reduction is its element."""
+    if dims is not None and not isinstance(dims, int) and len(dims) == 0 and tv.ndim:
+        raise FusionDefinitionError(f"{op}: no dims to reduce of {tv!r}; give them, or None for every dim")
+    return axes_of(op, tv, dims)
 
 
 def _reduced_ids(tv: TensorView, axes: tuple[int, ...]):
@@ -43,7 +53,7 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
         if dtype is not None:
             raise FusionDefinitionError(f"{op}: dtype given twice ({dims} and {dtype})")
         dims, dtype = None, dims
-    axes = axes_of(op, tv, dims)
+    axes = _reduction_axes(op, tv, dims)
     dtype = given_dtype(op, dtype)  # (nvFuser's default, DataType.Null: none given)
     tv = computed(op, tv)
     if dtype is not None:
@@ -63,8 +73,11 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
             if d.extent == 0:
                 raise FusionDefinitionError(f"{op}: cannot reduce the empty axis {k} of {tv!r}")
     f = tv.fusion
-    out = new_tensor(f, _reduced_ids(tv, axes), out_dtype)
-    f.add_expr(ReductionOp(inputs=(tv,), outputs=(out,), kind=kind, axes=axes))
+    if tv.ndim == 0:  # (PyTorch reduces a 0-dim tensor over dim 0 to its one element)
+        out = set_(tv)
+    else:
+        out = new_tensor(f, _reduced_ids(tv, axes), out_dtype)
+        f.add_expr(ReductionOp(inputs=(tv,), outputs=(out,), kind=kind, axes=axes))
     if wanted is not None:
         out = cast(out, wanted)
     return _keepdim(out, axes, tv.ndim) if keepdim else out
@@ -78,7 +91,10 @@ def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: i
         raise FusionDefinitionError(f"var_mean: needs a floating tensor, got {tv.dtype} in {tv!r}")
     if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
         raise FusionDefinitionError(f"var_mean: correction must be a non-negative int, got {correction!r}")
-    axes = axes_of("var_mean", tv, dims)
+    axes = _reduction_axes("var_mean", tv, dims)
+    if tv.ndim == 0:  # one element: its mean, and a variance of 0 (nan past 0 degrees of freedom)
+        spread = binary(BinaryOpType.sub, tv, tv)  # (nan for an infinite element, as eager's)
+        return binary(BinaryOpType.mul, spread, 1.0 if correction == 0 else math.nan), set_(tv)
     f = tv.fusion
     var = new_tensor(f, _reduced_ids(tv, axes), tv.dtype)
     mean = new_tensor(f, _reduced_ids(tv, axes), tv.dtype)
