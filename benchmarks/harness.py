@@ -524,6 +524,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--breakdown", nargs="+", default=[], metavar="JSON",
                    help="print each cell's time beside its kernels' and its host's, kernel by kernel, "
                         "from reports written on a GPU, then exit")
+    p.add_argument("--tune-under-flush", action="store_true",
+                   help="fuser's autotuner times each launch form as the suite times a call (do_bench, "
+                        "L2 flushed before each), not back to back: a probe of forms that differ "
+                        "in how they meet a dirty L2")
     p.add_argument("--list", action="store_true", help="list the cases and contenders, then exit")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing cells")
     return p.parse_args(argv)
@@ -597,6 +601,14 @@ def check_device(args: argparse.Namespace) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def tune_under_flush() -> None:
+    """fuser's autotuner, timing each candidate by do_bench's median (`--tune-under-flush`)."""
+    import triton.testing
+    from fuser.codegen import autotune
+
+    autotune.cuda_time_ms = lambda launch, device: triton.testing.do_bench(launch, return_mode="median")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.merge:
@@ -612,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         print("contenders:", ", ".join(CONTENDERS))
         return 0
     device = check_device(args)
+    if args.tune_under_flush:
+        tune_under_flush()
     cases = select_cases(args.quick, args.cases, args.part)
     if not cases:
         sys.exit(f"bench: no case name contains {args.cases!r}; see --list")

@@ -139,10 +139,11 @@ def _pow(a, b):
     mag = tl.exp2(b.to(tl.float64) * tl.log2(tl.abs(a).to(tl.float64))).to(a.dtype)
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.abs(b % 2.0) == 1.0)
-    neg = a < 0
+    neg = _signbit(a) & (a == a)  # (-0.0 too: (-0.0) ** -1 is -inf)
     res = tl.where(neg & b_odd, -mag, mag)
-    res = tl.where(neg & (~b_int) & (a != float('-inf')), float('nan'), res)  # (-inf) ** 2.5 is inf
-    return tl.where(b == 0, 1.0, res)
+    res = tl.where((a < 0) & (~b_int) & (a != float('-inf')), float('nan'), res)  # (-inf) ** 2.5 is inf
+    # C99's exact cases: 1 ** anything (nan too) and (-1) ** +-inf are 1, as x ** 0 is
+    return tl.where((b == 0) | (a == 1.0) | ((a == -1.0) & (tl.abs(b) == float('inf'))), 1.0, res)
 
 
 @triton.jit
@@ -255,12 +256,24 @@ def _exp_flush_emulated(x):
 def _tanh(x):
     # (1 - e) / (1 + e) with e = exp(-2|x|) <= 1: never overflows, absolute error about 1e-7
     # (fast division and exp on CUDA); below |x| = 1/16, where 1 - e cancels, the odd series to
-    # x^5 (relative error under 1e-8)
+    # x^5 (relative error under 1e-8; in fp64 to x^13)
     ax = tl.abs(x)
     e = tl.exp(-2.0 * ax)
     t = (1.0 - e) / (1.0 + e)
     x2 = x * x
-    series = x * (1.0 + x2 * (-0.333333343 + x2 * 0.133333340))
+    if x.dtype == tl.float64:
+        # (the interpreter's fp64) the series to x^13, each coefficient an fp64 quotient of
+        # exact integers (a float literal would be rounded to fp32): relative error ~1e-16
+        one = x2 * 0.0 + 1.0
+        p = one * 21844.0 / 6081075.0
+        p = x2 * p - one * 1382.0 / 155925.0
+        p = x2 * p + one * 62.0 / 2835.0
+        p = x2 * p - one * 17.0 / 315.0
+        p = x2 * p + one * 2.0 / 15.0
+        p = x2 * p - one / 3.0
+        series = x * (1.0 + x2 * p)
+    else:
+        series = x * (1.0 + x2 * (-0.333333343 + x2 * 0.133333340))
     return tl.where(ax < 0.0625, series, tl.where(x < 0, -t, t))
 
 

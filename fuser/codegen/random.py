@@ -51,8 +51,15 @@ class RandomEmitter:
             value = f"{name}_n" if compute == "tl.float64" else f"{name}_n.to({compute})"
             code = value if e.standard else f"({a} + {b} * {value})"
         self.bind(scope, out, code)
-        if out.dtype in (DataType.Half, DataType.BFloat16):  # held as its storage holds it
+        narrowed = out.dtype in (DataType.Half, DataType.BFloat16)
+        if narrowed:  # held as its storage holds it
             scope.lines.append(f"{name} = {self.narrow(name, out.dtype)}.to(tl.float32)")
+        if e.kind is RNGOpType.uniform and (narrowed or not e.standard):
+            # a draw rounded up to the upper bound is the lower bound, as eager's GPU uniform
+            # does: [a, b) holds (philox.random_tensor spells the same)
+            upper = "1.0" if e.standard else f"{self.narrow(b, out.dtype)}.to(tl.float32)" if narrowed else b
+            lower = "0.0" if e.standard else a
+            scope.lines.append(f"{name} = tl.where({name} == {upper}, {lower}, {name})")
 
     def rng_integer(self, scope: Scope, v) -> str:
         """A seed or offset as an int64 block (a negative literal or an int32 argument, widened

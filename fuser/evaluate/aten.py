@@ -112,7 +112,7 @@ def _scalar_tensor(value, dtype: torch.dtype, device) -> torch.Tensor:
     """A Python scalar as a 0-dim tensor of the computation type; an integer wraps to the
     type's width as eager arithmetic does (`int32_tensor + 2**40`)."""
     if isinstance(value, int) and not isinstance(value, bool) and not dtype.is_floating_point \
-            and dtype != torch.bool:
+            and not dtype.is_complex and dtype != torch.bool:
         bits = torch.iinfo(dtype).bits
         if dtype.is_signed:
             value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))

@@ -100,4 +100,9 @@ def random_tensor(kind: str, shape: Sequence[int], params: tuple, seed: Any, off
     if not standard:
         a, b = (torch.tensor(float(v), dtype=compute, device=device) for v in (a, b))
         value = a + (b - a) * value if kind == "uniform" else a + b * value
-    return value.to(dtype)
+    value = value.to(dtype)
+    if kind == "uniform" and (dtype in (torch.float16, torch.bfloat16) or not standard):
+        # a draw rounded up to the upper bound is the lower bound, as eager's GPU uniform does
+        upper, lower = (1.0, 0.0) if standard else (b.to(dtype), a.to(dtype))
+        value = torch.where(value == upper, lower, value)
+    return value

@@ -200,15 +200,21 @@ class JitFunction:
 
 class JitModule(torch.nn.Module):
     """An nn.Module compiled with fuser. Parameters, buffers and attributes are the wrapped
-    module's own (`state_dict()` has its keys); `forward` runs the compiled program. A copy
-    (`copy.deepcopy`, an EMA model's) or a pickle (`torch.save`) is the wrapped module's, jitted
-    with the same options: its compiled programs are made again, not copied."""
+    module's own: reading or setting one through the jitted module reads or sets the wrapped
+    module's, and `state_dict()` has the wrapped module's keys, also inside a model that holds
+    the jitted module (a state dict saved from either loads into either); `named_parameters()`
+    names them under `_orig_mod.`, as torch.compile's modules do. `forward` runs the compiled
+    program. A copy (`copy.deepcopy`, an EMA model's) or a pickle (`torch.save`) is the wrapped
+    module's, jitted with the same options: its compiled programs are made again, not copied."""
 
     def __init__(self, module: torch.nn.Module, **jit_options: Any):
         super().__init__()
         self._orig_mod = module
         self.__dict__["_jit_options"] = jit_options
         self.__dict__["_jit"] = JitFunction(module, **jit_options)  # not a submodule
+        # the wrapped module's keys, wherever a state dict is taken or loaded from
+        self.register_state_dict_post_hook(_strip_wrapped_prefix)
+        self.register_load_state_dict_pre_hook(_add_wrapped_prefix)
 
     def __reduce__(self) -> tuple:
         return _jit_module, (self._orig_mod, self._jit_options)
@@ -225,14 +231,42 @@ class JitModule(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["_orig_mod"], name)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self._orig_mod.state_dict(*args, **kwargs)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._own(name):
+            super().__setattr__(name, value)
+        else:  # (an attribute the wrapped forward reads: a scale, a parameter swapped in)
+            setattr(self._modules["_orig_mod"], name, value)
 
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self._orig_mod.load_state_dict(*args, **kwargs)
+    def __delattr__(self, name: str) -> None:
+        if self._own(name):
+            super().__delattr__(name)
+        else:
+            delattr(self._modules["_orig_mod"], name)
+
+    def _own(self, name: str) -> bool:
+        """The wrapper's attributes: nn.Module's state (training, hooks), methods, the wrapped
+        module itself."""
+        return name == "_orig_mod" or name in self.__dict__ or hasattr(type(self), name) \
+            or "_modules" not in self.__dict__
 
     def __repr__(self) -> str:
         return f"fuser.jit({self._orig_mod!r})"
+
+
+def _strip_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, local_metadata: Any) -> None:
+    """A state dict's keys under a JitModule as the wrapped module's: `prefix + "_orig_mod."`
+    becomes `prefix` (in place, keeping the order)."""
+    inner = prefix + "_orig_mod."
+    for key in [k for k in state_dict if k.startswith(inner)]:
+        state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+
+
+def _add_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, *args: Any) -> None:
+    """The inverse for loading: the wrapped module's keys under `prefix` move under
+    `prefix + "_orig_mod."`, where nn.Module's loader looks for them."""
+    inner = prefix + "_orig_mod."
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
 def _jit_module(module: torch.nn.Module, options: dict) -> JitModule:

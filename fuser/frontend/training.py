@@ -198,6 +198,12 @@ class TrainingCall:
             self._settle()
         if self.plan is None:
             return self.aot_compiled(*args)
+        if not torch.is_grad_enabled():
+            # a training graph called with grad off: the function turns it on inside (its
+            # outputs require grad), so the node is recorded anyway, as AOTAutograd's runtime
+            # wrapper records it
+            with torch.enable_grad():
+                return _Fused.apply(self.plan, *args)
         return _Fused.apply(self.plan, *args)
 
     def _settle(self) -> None:

@@ -1,0 +1,117 @@
+"""Faults of fuser.jit found by probing it as a PyTorch user would (forty-seventh session), each
+checked against eager PyTorch."""
+import pytest
+import torch
+
+import fuser
+from fuser.evaluate.philox import random_tensor
+from tests.helpers import assert_eager, make
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.scale = 1.0
+        self.shift = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + self.shift
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = fuser.jit(torch.nn.Linear(4, 4))
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def test_state_dict_of_a_model_holding_a_jitted_module_round_trips():
+    m, m2 = _Holder(), _Holder()
+    sd = m.state_dict()
+    assert list(sd) == ["block.weight", "block.bias", "head.weight", "head.bias"]
+    m2.load_state_dict(sd)  # strict: every key matched
+    assert torch.equal(m2.block.weight, m.block.weight)
+    # the same keys as the eager model's, both ways
+    eager = torch.nn.Module()
+    eager.block, eager.head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    eager.load_state_dict(sd)
+    m2.load_state_dict(eager.state_dict())
+    assert torch.equal(m2.head.bias, eager.head.bias)
+    x = make((3, 4))
+    assert_eager(m2(x), eager.head(eager.block(x)))
+
+
+def test_state_dict_of_a_jitted_module_has_the_module_keys():
+    lin = torch.nn.Linear(4, 4)
+    jm = fuser.jit(lin)
+    assert list(jm.state_dict()) == ["weight", "bias"]
+    other = torch.nn.Linear(4, 4)
+    jm.load_state_dict(other.state_dict())
+    assert torch.equal(lin.weight, other.weight)
+
+
+def test_attributes_set_through_a_jitted_module_reach_its_forward():
+    m = _Scaled()
+    jm = fuser.jit(m)
+    x = make((4, 8))
+    jm(x)
+    jm.scale = 3.0
+    jm.shift = torch.nn.Parameter(torch.randn(8))
+    assert m.scale == 3.0 and m.shift is jm.shift
+    with torch.no_grad():
+        assert_eager(jm(x), m.lin(x) * 3.0 + m.shift)
+    jm.eval()
+    assert not jm.training and not m.training
+    jm.train()
+    assert jm.training and m.training
+
+
+def test_enable_grad_inside_a_jitted_function_called_under_no_grad():
+    def f(x):
+        with torch.enable_grad():
+            y = (x * 2).sin()
+        return y
+
+    jf = fuser.jit(f)
+    for _ in range(2):  # the second call runs the planned backward
+        x = make((4, 8)).requires_grad_()
+        with torch.no_grad():
+            out = jf(x)
+        assert out.requires_grad
+        out.sum().backward()
+        assert_eager(x.grad, 2 * torch.cos(2 * x.detach()))
+
+
+def test_complex_tensor_with_a_python_int():
+    a = make((4, 8), torch.complex64)
+    assert_eager(fuser.jit(lambda a: a * 2 + 1)(a), a * 2 + 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_uniform_draws_stay_below_one(dtype):
+    # 1 - u > 0 for a draw u in [0, 1): a draw rounded up to 1 becomes 0, as on eager's GPU
+    out = fuser.jit(lambda x: 1 - torch.rand_like(x))(make((256, 256), dtype))
+    assert out.dtype == dtype and out.min() > 0 and out.max() <= 1
+    aten = random_tensor("uniform", (256, 256), (0.0, 1.0, True), 1234, 0, dtype, "cpu")
+    assert aten.max() < 1 and aten.min() >= 0
+
+
+def test_uniform_between_bounds_stays_below_the_upper_one():
+    out = random_tensor("uniform", (512, 512), (1.0, 1.0 + 2.0 ** -20, False), 7, 0, torch.float32, "cpu")
+    assert out.max() < 1.0 + 2.0 ** -20 and out.min() >= 1.0
+
+
+def test_pow_special_cases():
+    x = torch.tensor([0., -0., -0., 2., float("inf"), -1., -1., float("nan"), 1., -8., -2., 1.5])
+    y = torch.tensor([0., -1., -3., float("inf"), 0., float("inf"), float("-inf"), 0., float("nan"), 1 / 3, 3., -2.])
+    assert_eager(fuser.jit(lambda x, y: torch.pow(x, y))(x, y), torch.pow(x, y))
+
+
+def test_double_tanh_is_double_accurate():
+    x = torch.cat([torch.linspace(-0.07, 0.07, 301, dtype=torch.float64), make((64,), torch.float64)])
+    out = fuser.jit(torch.tanh)(x)
+    torch.testing.assert_close(out, torch.tanh(x), rtol=1e-14, atol=1e-300)
