@@ -57,7 +57,8 @@ class RandomEmitter:
         if e.kind is RNGOpType.uniform and (narrowed or not e.standard):
             # a draw rounded up to the upper bound is the lower bound, as eager's GPU uniform
             # does: [a, b) holds (philox.random_tensor spells the same)
-            upper = "1.0" if e.standard else f"{self.narrow(b, out.dtype)}.to(tl.float32)" if narrowed else b
+            bound = f"(tl.zeros_like({name}) + {b})"  # (b may be a literal: a tensor to narrow)
+            upper = "1.0" if e.standard else f"{self.narrow(bound, out.dtype)}.to(tl.float32)" if narrowed else b
             lower = "0.0" if e.standard else a
             scope.lines.append(f"{name} = tl.where({name} == {upper}, {lower}, {name})")
 

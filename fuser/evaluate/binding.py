@@ -113,7 +113,8 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
         if arg.device.type == "meta" and not metas:
             raise meta_input_error(label)
         _check_tensor(val, arg, label)
-        extents = [d.extent for d in val.domain.no_reductions()]
+        ids = val.domain.no_reductions()
+        extents = [d.extent for d in ids]
         factors = sharding_factors(val)
         for axis, (e, size, factor) in enumerate(zip(extents, arg.shape, factors)):
             where = f"{label} axis {axis}"
@@ -131,14 +132,22 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
                         f"extent {e.name} has two values in one execution: {prev} from "
                         f"{sources[e.name]} and {size} from {where}")
             else:
-                checks.append((e, size, where, None if factor is None else int(factor), f"{label} axis {axis}"))
+                checks.append((e, size, where, None if factor is None else int(factor), f"{label} axis {axis}",
+                               ids[axis].origin))
     table = BindingTable(values, sources)
-    for e, size, where, shards, axis_label in checks:
+    for numerator, denominator, why in fusion.divisible:
+        n, d = table.extent(numerator), table.extent(denominator)
+        if d and n % d:
+            raise FusionInputError(f"{why}: {n} elements do not divide into {d} (with "
+                                   f"{table.describe(numerator + denominator)})")
+    for e, size, where, shards, axis_label, origin in checks:
         expected = table.extent(e, f"{where}: extent")
         if expected != size:
             cls = FusionInputError if is_static(e) else ExtentConflictError
             detail = f"declares {expected}" if is_static(e) else \
                 f"requires {format_extent(e)} = {expected} (with {table.describe(e)})"
+            if origin is not None:  # (the op that fixed this extent)
+                detail += f" ({origin})"
             if shards is None:
                 raise cls(f"{where}: size {size}, but the definition {detail}")
             detail = f"declares the global extent {expected}" if is_static(e) else \
@@ -265,6 +274,7 @@ class InputBinder:
                     self.checks.append((compile_extent(e), i, axis, f))
             self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
+        self.divisible = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.divisible]
         self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
         self._fast = self._compile_fast()
 
@@ -336,6 +346,10 @@ class InputBinder:
                     return bind_inputs(self.fusion, args, metas)
             for fa, fb in self.constraints:
                 if fa(values) != fb(values):
+                    return bind_inputs(self.fusion, args, metas)
+            for fa, fb in self.divisible:
+                d = fb(values)
+                if d and fa(values) % d:
                     return bind_inputs(self.fusion, args, metas)
         except (ArithmeticError, ValueError):  # (a division by zero): the full check names it
             return bind_inputs(self.fusion, args, metas)

@@ -150,6 +150,7 @@ class FusionDefinition:
         # per output as added: (the tensor, the input it is written into or None); positions
         # are kept, not identities, should a pass rewrite the fusion's outputs
         self._outputs: list[tuple[TensorView, Optional[TensorView]]] = []
+        self._vector_sizes: dict[int, int] = {}  # define_vector: its first input's position -> size
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -176,6 +177,9 @@ class FusionDefinition:
             shape, contiguity, stride_order = _from_sizes(list(sizes), list(strides), static_sizes)
         if shape is None:
             raise FusionDefinitionError("define_tensor: shape is required")
+        if not isinstance(shape, (list, tuple)):
+            raise FusionDefinitionError(f"define_tensor: shape must be a list of sizes (-1 symbolic, 1 broadcast), "
+                                        f"got {shape!r}")
         shape = list(shape)
         dtype = value_dtype("define_tensor", dtype)
         f = self.fusion
@@ -214,7 +218,10 @@ class FusionDefinition:
         (`fd.execute([t, [6, 4]])`; a list or tuple argument is spread over its scalars)."""
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise FusionDefinitionError(f"define_vector: size must be an int >= 0, got {size!r}")
-        return [self.define_scalar(None, DataType.Int) for _ in range(size)]
+        first = len(self.fusion.inputs())
+        scalars = [self.define_scalar(None, DataType.Int) for _ in range(size)]
+        self._vector_sizes[first] = size  # (execute names a list of another length)
+        return scalars
 
     def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
         from ..ops.common import given_dtype, python_scalar_dtype
@@ -283,13 +290,15 @@ class FusionDefinition:
         Dynamo's graph and runs as plain Python: Dynamo cannot trace the frame hook below, and
         with the hook off nothing under the call is compiled (traced into fuser's runtime, and
         on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
+        if not isinstance(inputs, (list, tuple)):
+            raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
         hook = _set_eval_frame(None)
         try:
             cache = self._cache or self._make_cache("execute")
             if save_repro_inputs:
                 self._repro_inputs = describe_inputs(inputs)
             if self._takes_scalars:  # (known once the cache is made: the definition is final then)
-                inputs = _spread_vectors(inputs, self.fusion)
+                inputs = _spread_vectors(inputs, self.fusion, self._vector_sizes)
             if isinstance(inputs, tuple):
                 inputs = list(inputs)
             profiler = active_profiler()
@@ -331,7 +340,7 @@ class FusionDefinition:
         against fuser's ATen evaluation of the same definition (the oracle its kernels are
         tested against), with tolerances by dtype and reduction size. A mismatch raises a
         ValidationError naming the output and the largest error."""
-        inputs = _spread_vectors(inputs, self.fusion)
+        inputs = _spread_vectors(inputs, self.fusion, self._vector_sizes)
         before = inputs
         if reference_outputs is None and self._aliased():  # (the outputs are checked, not the updates)
             before = [_layout_copy(t) for t in inputs]
@@ -491,16 +500,21 @@ def _layout_copy(value: Any) -> Any:
     return copy.deepcopy(value.detach()) if isinstance(value, torch.Tensor) else value
 
 
-def _spread_vectors(inputs: Any, fusion: Fusion) -> Any:
+def _spread_vectors(inputs: Any, fusion: Fusion, vector_sizes: dict[int, int]) -> Any:
     """Execution arguments with a list or tuple given where the definition expects a scalar
-    spread into that many scalars (a define_vector's); anything else is left for the binder to
-    check (and report)."""
+    spread into that many scalars (a define_vector's, whose length is checked: `vector_sizes`,
+    its first input's position -> its size); anything else is left for the binder to check
+    (and report)."""
     if not isinstance(inputs, (list, tuple)) or not any(isinstance(a, (list, tuple)) for a in inputs):
         return inputs
     declared = fusion.inputs()
     out: list = []
     for a in inputs:
         if isinstance(a, (list, tuple)) and len(out) < len(declared) and isinstance(declared[len(out)], Scalar):
+            size = vector_sizes.get(len(out))
+            if size is not None and len(a) != size:
+                raise FusionInputError(f"input {len(out)}: a define_vector({size}) takes a list of {size} values, "
+                                       f"got {len(a)}: {list(a)!r}")
             out.extend(a)
         else:
             out.append(a)

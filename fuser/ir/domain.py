@@ -29,6 +29,9 @@ class IterDomain:
     parallel_type: ParallelType = ParallelType.serial
     expanded_extent: Optional[Extent] = None  # a broadcast that was expanded to this size
     is_rfactor: bool = False
+    # why the extent is not the symbol it was defined with (the op that unified it with
+    # another), for an input's size error to name the op
+    origin: Optional[str] = field(default=None, repr=False)
 
     @property
     def size(self) -> Extent:

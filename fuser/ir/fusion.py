@@ -43,6 +43,8 @@ class Fusion:
         self._counters = {"tv": 0, "id": 0, "scalar": 0, "event": 0}
         # (a, b, why): extents that must be equal but could not be made one symbol
         self.constraints: list[tuple[Extent, Extent, str]] = []
+        # (numerator, denominator, why): element counts one must divide (a reshape's -1)
+        self.divisible: list[tuple[Extent, Extent, str]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
         # scheduling calls made on tensors (event number, tensor, method, arguments), for printing
         # the definition in the order it was written
@@ -165,18 +167,23 @@ class Fusion:
         free = lambda e: is_symbol(e) and e not in self._input_symbols  # noqa: E731
         for sym, other in ((b, a), (a, b)):
             if free(sym) and not other.has(sym) and (not free(other) or _later(sym, other)):
-                self.substitute({sym: other})
+                self.substitute({sym: other}, why)
                 return other
         for sym, other in ((a, b), (b, a)):
             if free(sym) and not other.has(sym):
-                self.substitute({sym: other})
+                self.substitute({sym: other}, why)
                 return other
         self.constraints.append((a, b, why))
         return a
 
-    def substitute(self, mapping: dict) -> None:
+    def substitute(self, mapping: dict, why: Optional[str] = None) -> None:
+        """Rewrite extents by `mapping` everywhere; `why` (the op that asked) becomes the
+        origin of each IterDomain whose extent changes."""
         for d in self._ids:
-            d.extent = d.extent.xreplace(mapping)
+            extent = d.extent.xreplace(mapping)
+            if why is not None and d.origin is None and extent is not d.extent and extent != d.extent:
+                d.origin = why
+            d.extent = extent
             if d.expanded_extent is not None:
                 d.expanded_extent = d.expanded_extent.xreplace(mapping)
         for s in self._scalars:
@@ -187,6 +194,7 @@ class Fusion:
                 if hasattr(t, "factor"):
                     t.factor = t.factor.xreplace(mapping)
         self.constraints = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints]
+        self.divisible = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.divisible]
         self._extent_scalars = {}
 
     # -- whole-fusion operations -----------------------------------------------------------
@@ -212,7 +220,7 @@ class Fusion:
             for t in tv.domain.root_transforms + tv.domain.transforms:
                 if hasattr(t, "factor"):
                     yield t.factor
-        for x, y, _ in self.constraints:
+        for x, y, _ in self.constraints + self.divisible:
             yield x
             yield y
 

@@ -140,8 +140,11 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
             if known_numel == 0:
                 raise FusionDefinitionError(f"{op}: cannot infer -1 in {new_shape} with zero elements")
             e = _quotient(in_numel, known_numel)
-            if is_static(in_numel) and is_static(known_numel) and int(in_numel) % int(known_numel):
-                raise FusionDefinitionError(f"{op}: cannot reshape {in_numel} elements into {new_shape}")
+            if is_static(in_numel) and is_static(known_numel):
+                if int(in_numel) % int(known_numel):
+                    raise FusionDefinitionError(f"{op}: cannot reshape {in_numel} elements into {new_shape}")
+            elif sympy.denom(e) != 1:  # (checked when the inputs are bound)
+                f.divisible.append((in_numel, known_numel, f"{op} of {tv!r} to {new_shape}"))
             extents.append(e)
         else:
             extents.append(extent_of(f, s, op))

@@ -156,3 +156,41 @@ def test_values_of_another_definition_are_refused():
         fd2.add_output(fd2.ops.exp(y))
     t = make((2, 3))
     assert_eager(fd2.execute([t])[0], t.exp())
+
+
+def test_errors_name_the_op_that_fixed_an_extent():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        z = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(fd.ops.add(fd.ops.reshape(x, [3, -1]), z))
+    with pytest.raises(fuser.FusionInputError, match=r"reshape of T0.* to \[3, -1\]: 10 elements do not divide into 3"):
+        fd.execute([make((5, 2)), make((3, 5))])
+    a, b = make((3, 2)), make((3, 2))
+    assert_eager(fd.execute([a, b])[0], a.reshape(3, -1) + b)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(fd.ops.squeeze(x, [1]))
+    with pytest.raises(fuser.FusionInputError, match=r"axis 1: size 3, but the definition declares 1 \(squeeze"):
+        fd.execute([make((2, 3))])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(fd.ops.expand(x, [4, 3]))
+    with pytest.raises(fuser.FusionInputError, match=r"declares 4 \(expand: axis 0"):
+        fd.execute([make((2, 3))])
+
+
+def test_bad_arguments_are_fuser_errors():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True)
+        v = fd.define_vector(2)
+        fd.add_output(fd.ops.reshape(x, v))
+    with pytest.raises(fuser.FusionInputError, match=r"input 1: a define_vector\(2\) takes a list of 2 values, got 1"):
+        fd.execute([make((6,)), [6]])
+    t = make((6,))
+    assert_eager(fd.execute([t, [2, 3]])[0], t.reshape(2, 3))
+    with pytest.raises(fuser.FusionInputError, match="expects a list of inputs, got NoneType"):
+        fd.execute(None)
+    with FusionDefinition() as fd:
+        with pytest.raises(fuser.FusionDefinitionError, match="shape must be a list"):
+            fd.define_tensor(shape=5, contiguity=True)
+        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[5], contiguity=True)))

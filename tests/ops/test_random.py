@@ -65,7 +65,10 @@ def test_half_width_is_fp32_rounded_once(kind, backend):
     for dt, torch_dt in ((DataType.BFloat16, torch.bfloat16), (DataType.Half, torch.float16)):
         out = _draw(_seeded([31, 45], kind, 0.5, 2.0, dtype=dt), [11, 4], backend)[0]
         assert out.dtype == torch_dt
-        assert torch.equal(out, fp32.to(torch_dt))
+        expected = fp32.to(torch_dt)
+        if kind == "uniform":  # a draw rounded up to the upper bound is the lower one (eager's GPU rule)
+            expected = torch.where(expected == 2.0, torch.tensor(0.5, dtype=torch_dt), expected)
+        assert torch.equal(out, expected)
 
 
 def test_double_output():
