@@ -115,3 +115,16 @@ def test_double_tanh_is_double_accurate():
     x = torch.cat([torch.linspace(-0.07, 0.07, 301, dtype=torch.float64), make((64,), torch.float64)])
     out = fuser.jit(torch.tanh)(x)
     torch.testing.assert_close(out, torch.tanh(x), rtol=1e-14, atol=1e-300)
+
+
+@pytest.mark.parametrize("fn,x", [
+    (lambda x: x - True, lambda: make((2, 3))),
+    (lambda x: x - 0.5, lambda: make((2, 3)) > 0),
+    (lambda x: x ** -1, lambda: make((2, 3), torch.int64, nonzero=True)),
+])
+def test_ops_eager_refuses_raise_as_in_eager(fn, x):
+    with pytest.raises(RuntimeError) as eager:
+        fn(x())
+    with pytest.raises(RuntimeError) as jitted:
+        fuser.jit(fn)(x())
+    assert str(eager.value).splitlines()[0] in str(jitted.value)

@@ -92,13 +92,22 @@ def _add(b, node, x, y, alpha=1):
     return b.fd.ops.add(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
 
 
+def _no_bool_subtraction(x, y) -> None:
+    """Eager refuses a subtraction with a bool operand; through ATen the node raises as eager
+    does, where a kernel would return a number."""
+    if any(isinstance(v, bool) or (isinstance(v, TensorView) and v.dtype is DataType.Bool) for v in (x, y)):
+        raise LoweringError("a subtraction with a bool operand (eager refuses it)")
+
+
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(b, node, x, y, alpha=1):
+    _no_bool_subtraction(x, y)
     return b.fd.ops.sub(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(b, node, x, y, alpha=1):
+    _no_bool_subtraction(x, y)
     return b.fd.ops.sub(y, x if alpha == 1 else b.fd.ops.mul(x, alpha))
 
 
@@ -180,6 +189,9 @@ def _pow_scalar(b, node, x, e):
             return ops.reciprocal(x)
         if e == -2 and x.dtype.is_floating:
             return ops.reciprocal(ops.mul(x, x))
+    if isinstance(e, int) and not isinstance(e, bool) and e < 0 and not (x.dtype.is_floating or x.dtype.is_complex):
+        # through ATen the node raises as eager does ("Integers to negative integer powers")
+        raise LoweringError("an integer tensor to a negative integer power (eager refuses it)")
     return ops.pow(x, e)
 
 
