@@ -218,6 +218,8 @@ def _check_contiguity(tv: TensorView, arg, label: str) -> None:
     dom = tv.domain
     if dom.allocation is not None and any(x.is_device_dim or x.is_stream for x in dom.allocation):
         return  # sharded layouts are checked by the multidevice layer
+    if arg.numel() == 0:
+        return  # (no element to address: any strides are a dense layout, as is_contiguous() says)
     logical = dom.no_reductions()
     order = [next(k for k, d in enumerate(logical) if d is a) for a in dom.maybe_allocation
              if not a.is_reduction and any(a is d for d in logical)]

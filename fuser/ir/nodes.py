@@ -28,6 +28,9 @@ class DeviceMesh:
             devices = devices.tolist()
         devices = list(devices)
         if devices and isinstance(devices[0], (list, tuple)):
+            if any(not isinstance(row, (list, tuple)) or len(row) != len(devices[0]) for row in devices):
+                raise FusionDefinitionError(f"DeviceMesh: the rows of a 2-D mesh must have one length, "
+                                            f"got {devices}")
             self.shape = (len(devices), len(devices[0]))
             flat = [int(d) for row in devices for d in row]
         else:
@@ -35,6 +38,8 @@ class DeviceMesh:
             flat = [int(d) for d in devices]
         if not flat or len(set(flat)) != len(flat):
             raise FusionDefinitionError(f"DeviceMesh needs distinct device ids, got {devices}")
+        if min(flat) < 0:
+            raise FusionDefinitionError(f"DeviceMesh: device ids are ranks, >= 0; got {devices}")
         self.devices: tuple[int, ...] = tuple(flat)
 
     @property

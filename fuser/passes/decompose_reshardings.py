@@ -94,7 +94,7 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
         if len(outs) > 1:
             raise UnsupportedError(f"{e.op_name}: a sharded reduction with {len(outs)} outputs")
         return before + _partial_then_reduce(f, e, inputs, out, contracted[0], bias)
-    missing = _underived(e, inputs, out)
+    missing = _underived(dataclasses.replace(e, inputs=inputs), inputs, out)  # (the op as it will read them)
     if not missing:
         return before + [dataclasses.replace(e, inputs=inputs)]
     if len(outs) > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import Fusion, TensorView
+from ..ir.domain import Split
 from ..ir.symbolic import is_static
 
 
@@ -44,3 +45,10 @@ def _check_tensor(tv: TensorView) -> None:
                 f"has {n} devices along {pt.value}; split by the mesh size")
         if d.is_broadcast:
             raise FusionDefinitionError(f"T{tv.name}: the broadcast axis {d!r} cannot be sharded")
+        if any(isinstance(t, Split) and t.inner is d for t in tv.domain.root_transforms + tv.domain.transforms):
+            # each device would hold every n-th element, which the collectives do not lay out
+            # (they join and cut contiguous blocks): refused, not silently reordered
+            raise UnsupportedError(
+                f"T{tv.name}: the device axis {d!r} is the inner output of a split (cyclic sharding: element "
+                f"k on device k mod {n}), which is not supported; shard with the device axis outer "
+                f"(split(axis, {n}), inner_split=False)")

@@ -194,3 +194,12 @@ def test_bad_arguments_are_fuser_errors():
         with pytest.raises(fuser.FusionDefinitionError, match="shape must be a list"):
             fd.define_tensor(shape=5, contiguity=True)
         fd.add_output(fd.ops.exp(fd.define_tensor(shape=[5], contiguity=True)))
+
+
+def test_an_empty_view_is_a_dense_layout():
+    # strides (4, 1) for a [3, 0] view: PyTorch calls it contiguous, and no element is addressed
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
+        fd.add_output(fd.ops.mul(x, 2.0))
+    empty = make((3, 4))[:, :0]
+    assert_eager(fd.execute([empty])[0], empty * 2.0)

@@ -294,6 +294,30 @@ def case_replicated_to_sharded(device):
     _collectives(fd, ["Shard", "Allreduce", "Allreduce"])
 
 
+def case_replicated_inputs_to_a_sharded_output_through_an_op(device):
+    """An op whose output is annotated sharded while its inputs are replicated: computed from
+    the inputs' local slices (a relu), or whole then sliced (a linear's rows)."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        w = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.relu(x)
+        z = fd.ops.linear(x, w)
+        fd.add_output(y)
+        fd.add_output(z)
+        for t in (x, w, y, z):
+            t.set_device_mesh(mesh)
+        y.outer_split(1, d)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+        z.outer_split(0, d)
+        z.axis(0).parallelize(ParallelType.mesh_x)
+    full, weight = ints(2 * d, 4 * d, device=device), ints(3, 4 * d, device=device, seed=1)
+    y_out, z_out = fd.execute([full, weight])
+    exact(y_out, shard_rows(torch.relu(full), d, rank, axis=1), "relu, sharded output")
+    exact(z_out, shard_rows(F.linear(full, weight), d, rank), "linear, rows of the output")
+
+
 def case_weight_sharding_wins(device):
     """x sharded on rows, the weight on the contraction: the output follows the weight (a
     partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""

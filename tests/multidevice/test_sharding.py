@@ -23,6 +23,25 @@ def test_mesh_1d_and_2d():
         team(m2, ParallelType.mesh_x, 9)
 
 
+@pytest.mark.parametrize("devices,match", [
+    ([[0, 1], [2]], "rows of a 2-D mesh must have one length"),
+    ([-1, 0], "device ids are ranks, >= 0"),
+    ([0, 0], "distinct device ids"),
+])
+def test_mesh_refuses_malformed_device_lists(devices, match):
+    with pytest.raises(fuser.FusionDefinitionError, match=match):
+        DeviceMesh(devices)
+
+
+def test_a_cyclic_device_axis_is_refused():
+    # element k on device k mod 2: the collectives join and cut blocks, so it is refused
+    from fuser.passes.validate_shardings import validate_shardings
+
+    x = sharded((8,), [(0, 2, True, ParallelType.mesh_x, 1)], DeviceMesh(torch.arange(2)))
+    with pytest.raises(fuser.UnsupportedError, match="inner output of a split"):
+        validate_shardings(x.fusion)
+
+
 def sharded(shape, splits, mesh):
     """A one-input fusion; splits: (axis, factor, inner_split, parallel type of the new axis)."""
     with FusionDefinition() as fd:
