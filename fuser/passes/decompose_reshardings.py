@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..errors import UnsupportedError
+from ..errors import InternalError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, Expr, Fusion, IterDomain, IterType, LinearOp,
                   LoadStoreOp, LoadStoreOpType, MatmulOp, ParallelType, ReductionOp,
                   ReductionOpType, TensorView, tensor_domain)
@@ -86,7 +86,7 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
         target = _needed(e, p, out, contracted)
         if _same(_sharded_axes(p), target):
             continue
-        q = _resharded(p, target, e, out)
+        q = _resharded(p, target, e, out, contracted)
         before += _decompose(f, LoadStoreOp(inputs=(p,), outputs=(q,)))
         replaced[id(p)] = q
     inputs = tuple(replaced.get(id(v), v) for v in e.inputs)
@@ -136,15 +136,22 @@ def _same(have: dict, need: dict) -> bool:
     return set(have) == set(need) and all(have[k] is need[k] for k in have)
 
 
-def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView) -> TensorView:
-    """A copy of `p` sharded as `need` says. When `p`'s device axis is gathered and the output
-    splits the matching axis onto streams, the copy takes that stream split: the gather then
-    runs chunk by chunk inside the stream loop."""
+def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView, contracted=()) -> TensorView:
+    """A copy of `p` sharded as `need` says: each device split copied from `p` where it has it,
+    for a contracted mesh axis from the input sharded on the contraction, else from the
+    output's matching axis. When `p`'s device axis is gathered and the output splits the
+    matching axis onto streams, the copy takes that stream split: the gather then runs chunk
+    by chunk inside the stream loop."""
     have = _sharded_axes(p)
     q = like(p, skip_axes=frozenset(id(d) for d in p.domain.logical))  # same extents, unsplit
     twin = {id(a): b for a, b in zip(p.domain.logical, q.domain.logical)}
     for pt, a in need.items():
-        src, src_axis = (p, a) if have.get(pt) is a else (out, mapped_output_axis(e, p, out, a))
+        if have.get(pt) is a:
+            src, src_axis = p, a
+        elif pt in contracted:  # (the output's reduction axis may not carry the split)
+            src, src_axis = _contraction_source(e, out, pt)
+        else:
+            src, src_axis = out, mapped_output_axis(e, p, out, a)
         replay_splits(src, src_axis, q, twin[id(a)], keep=lambda x, pt=pt: x.parallel_type is pt)
     found = stream_leaf(out)
     if found is not None:
@@ -153,6 +160,16 @@ def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView) -> TensorVie
         if a is not None and any(a is x for x in gathered):
             replay_splits(out, found[1].input, q, twin[id(a)], keep=lambda x: x.is_stream)
     return q
+
+
+def _contraction_source(e: Expr, out: TensorView, pt: ParallelType) -> tuple[TensorView, IterDomain]:
+    """An input of `e` sharded on `pt` along an axis `e` reduces, and that axis."""
+    for p in _tv_inputs(e):
+        a = device_axes(p).get(pt)
+        b = None if a is None else mapped_output_axis(e, p, out, a)
+        if b is not None and b.is_reduction:
+            return p, a
+    raise InternalError(f"{e.op_name}: no input is sharded on {pt.value} along the contraction")
 
 
 def _underived(e: Expr, inputs, out: TensorView) -> set[ParallelType]:

@@ -318,6 +318,34 @@ def case_replicated_inputs_to_a_sharded_output_through_an_op(device):
     exact(z_out, shard_rows(F.linear(full, weight), d, rank), "linear, rows of the output")
 
 
+def _split_on_mesh(tv, axis, mesh, d):
+    tv.set_device_mesh(mesh)
+    tv.outer_split(axis, d)
+    tv.axis(axis).parallelize(ParallelType.mesh_x)
+
+
+def case_linear_contraction_split_from_the_sharded_input(device):
+    """A linear whose contraction is sharded on one operand only, with the mesh axis also
+    wanted on the output's rows (x by rows, w by K, y annotated by rows: a reduce-scatter), or
+    already used by the other operand's output axis (x by K, w by N): the operand that must be
+    resharded onto K takes the split of the one sharded there."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    for x_axis, w_axis, y_axis, out_axis in ((0, 1, 0, 0), (1, 0, None, 1)):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], contiguity=True)
+            w = fd.define_tensor([-1, -1], contiguity=True)
+            y = fd.ops.linear(x, w)
+            fd.add_output(y)
+            _split_on_mesh(x, x_axis, mesh, d)
+            _split_on_mesh(w, w_axis, mesh, d)
+            if y_axis is not None:
+                _split_on_mesh(y, y_axis, mesh, d)
+        full_x, full_w = ints(2 * d, 4 * d, device=device), ints(2 * d, 4 * d, device=device, seed=1)
+        (out,) = fd.execute([shard(fd, 0, full_x), shard(fd, 1, full_w)])
+        exact(out, shard_rows(F.linear(full_x, full_w), d, rank, axis=out_axis), f"x on {x_axis}, w on {w_axis}")
+
+
 def case_weight_sharding_wins(device):
     """x sharded on rows, the weight on the contraction: the output follows the weight (a
     partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""
