@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import math
 import threading
-import warnings
 from functools import partial
 from typing import Any, Optional, Sequence
 
@@ -24,18 +23,10 @@ from ..ir.domain import TensorDomain, normalize_contiguity
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
+from .frame_hook import set_eval_frame as _set_eval_frame
 from .profiler import active as active_profiler
 from .repro import describe_inputs, repro_script
 from .validate import check_outputs
-
-try:  # Dynamo's frame hook, per thread (see `FusionDefinition.execute`)
-    from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
-except ImportError:  # pragma: no cover - depends on the torch build
-    def _set_eval_frame(callback: Any) -> Any:
-        return None
-# what Dynamo says once when it breaks its graph at that hook (`execute`): not the user's concern
-warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin "
-                                          r"`torch\._C\._dynamo\.eval_frame\.set_eval_frame")
 
 
 class _Recorder:

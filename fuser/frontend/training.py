@@ -24,6 +24,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..errors import UnsupportedError
+from .frame_hook import set_eval_frame
 from .program import GraphProgram
 
 
@@ -179,7 +180,12 @@ class _Fused(torch.autograd.Function):
         tensors, ints = ctx.saved_tensors, ctx.ints
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
-        return (None, *ctx.plan.run_backward(*args))
+        # (a backward called inside a compiled frame runs on its thread, with Dynamo's hook on)
+        hook = set_eval_frame(None)
+        try:
+            return (None, *ctx.plan.run_backward(*args))
+        finally:
+            set_eval_frame(hook)
 
 
 class TrainingCall:

@@ -1,5 +1,7 @@
 """Faults of fuser.jit found by probing it as a PyTorch user would (forty-seventh session), each
 checked against eager PyTorch."""
+import copy
+
 import pytest
 import torch
 
@@ -128,3 +130,22 @@ def test_ops_eager_refuses_raise_as_in_eager(fn, x):
     with pytest.raises(RuntimeError) as jitted:
         fuser.jit(fn)(x())
     assert str(eager.value).splitlines()[0] in str(jitted.value)
+
+
+def test_backward_inside_a_jitted_training_step():
+    # loss.backward() in a compiled frame runs fuser's backward with Dynamo's hook on: from the
+    # second step (the direct backward), Dynamo traced fuser's runtime and failed
+    def step(model, x):
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    eager_model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    model = copy.deepcopy(eager_model)
+    jstep = fuser.jit(step)
+    for _ in range(3):
+        x = make((8, 16))
+        assert_eager(jstep(model, x), step(eager_model, x))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_eager(p.grad, q.grad)
