@@ -120,10 +120,33 @@ def _partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, *, keep: Op
         changed = backward_softmax_without_division(joint.graph, kwargs["num_fwd_outputs"]) > 0 or changed
     if changed:
         joint.recompile()
+    _save_reads_of_mutated_inputs(joint)
     forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     if keep is not None:
         keep["backward"] = backward
     return forward, backward
+
+
+def _save_reads_of_mutated_inputs(joint: torch.fx.GraphModule) -> None:
+    """Marks the forward's reads of an input the graph writes back into (`copy_(input, new)` at
+    its end: a step counter's buffer, `self.n += 1`) as values to save: the partitioner would
+    otherwise recompute them in the backward from the input, which the forward has changed by
+    then (gradients with the count added twice: AOTAutograd's own partitioner does this too)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    nodes = list(joint.graph.nodes)
+    mutated = {n.args[0] for n in nodes if n.target is torch.ops.aten.copy_.default
+               and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    if not mutated:
+        return
+    backward = {n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    for n in nodes:  # (graph order: a node after one that reads a tangent is backward's too)
+        if n.op == "call_function" and any(a in backward for a in n.all_input_nodes):
+            backward.add(n)
+    for primal in mutated:
+        for user in primal.users:
+            if user.op == "call_function" and user not in backward and user.target is not torch.ops.aten.copy_.default:
+                user.meta["recompute"] = CheckpointPolicy.MUST_SAVE
 
 
 def _plan_backward_early(backward: torch.fx.GraphModule, record: "GraphRecord") -> Optional[tuple]:

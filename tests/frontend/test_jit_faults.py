@@ -149,3 +149,31 @@ def test_backward_inside_a_jitted_training_step():
         assert_eager(jstep(model, x), step(eager_model, x))
         for p, q in zip(model.parameters(), eager_model.parameters()):
             assert_eager(p.grad, q.grad)
+
+
+def test_gradients_through_a_buffer_the_forward_updates():
+    # `self.count += 1` then a use of it: the backward must see the count the forward used, not
+    # recompute count + 1 from the buffer the forward has already written back
+    class Counted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.count += 1
+            return y * self.count
+
+    eager = Counted()
+    model = copy.deepcopy(eager)
+    jitted = fuser.jit(model)
+    for _ in range(2):
+        x = make((4, 8))
+        out, ref = jitted(x), eager(x)
+        assert_eager(out, ref)
+        out.sum().backward()
+        ref.sum().backward()
+        assert_eager(model.lin.weight.grad, eager.lin.weight.grad)
+        assert_eager(model.lin.bias.grad, eager.lin.bias.grad)
+    assert model.count.item() == eager.count.item() == 2
