@@ -57,9 +57,11 @@ class RandomEmitter:
         if e.kind is RNGOpType.uniform and (narrowed or not e.standard):
             # a draw rounded up to the upper bound is the lower bound, as eager's GPU uniform
             # does: [a, b) holds (philox.random_tensor spells the same)
-            bound = f"(tl.zeros_like({name}) + {b})"  # (b may be a literal: a tensor to narrow)
-            upper = "1.0" if e.standard else f"{self.narrow(bound, out.dtype)}.to(tl.float32)" if narrowed else b
-            lower = "0.0" if e.standard else a
+            if e.standard:
+                upper, lower = "1.0", "0.0"
+            else:  # (b may be a literal: made a block to be narrowed as the draw was)
+                block = f"(tl.zeros_like({name}) + {b})"
+                upper, lower = (f"{self.narrow(block, out.dtype)}.to(tl.float32)" if narrowed else b), a
             scope.lines.append(f"{name} = tl.where({name} == {upper}, {lower}, {name})")
 
     def rng_integer(self, scope: Scope, v) -> str:

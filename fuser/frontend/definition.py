@@ -451,23 +451,19 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     """A defined scalar's value as its dtype holds it, as nvFuser converts a Val's value when
     it is made: `define_scalar(3.7, DataType.Int)` is 3 (truncated), `(0.5, DataType.Bool)`
-    True. A float stays a double whatever the floating dtype, as nvFuser keeps it."""
+    True (a cast's conversion, `python_value`). A float stays a double whatever the floating
+    dtype, as nvFuser keeps it."""
+    from ..ops.pointwise import python_value
+
+    if isinstance(value, complex) and not dtype.is_complex:
+        raise FusionDefinitionError(f"define_scalar: the complex value {value!r} cannot be a {dtype!r} "
+                                    f"scalar; give a complex dtype, or pass its real part")
     try:
-        if dtype.is_complex:
-            return complex(value)
-        if isinstance(value, complex):
-            raise FusionDefinitionError(f"define_scalar: the complex value {value!r} cannot be a {dtype!r} "
-                                        f"scalar; give a complex dtype, or pass its real part")
-        if dtype.is_boolean:
-            return bool(value)
-        if dtype.is_integral:
-            if isinstance(value, float) and not math.isfinite(value):
-                raise FusionDefinitionError(f"define_scalar: {value!r} has no {dtype!r} value; "
-                                            f"integers are finite")
-            number = int(value)  # (toward zero, as C++'s conversion)
-            return number % (1 << 64) if dtype is DataType.UInt64 else number
-        return float(value)
-    except (TypeError, ValueError):
+        return float(value) if dtype.is_floating else python_value(value, dtype)
+    except (OverflowError, ValueError) as err:  # (inf or nan as an integer)
+        raise FusionDefinitionError(f"define_scalar: {value!r} has no {dtype!r} value; integers are "
+                                    f"finite ({err})") from None
+    except TypeError:
         raise FusionDefinitionError(f"define_scalar: {value!r} ({type(value).__name__}) is not a number "
                                     f"of {dtype!r}") from None
 

@@ -181,7 +181,7 @@ class Fusion:
         origin of each IterDomain whose extent changes."""
         for d in self._ids:
             extent = d.extent.xreplace(mapping)
-            if why is not None and d.origin is None and extent is not d.extent and extent != d.extent:
+            if why is not None and d.origin is None and extent is not d.extent:  # (xreplace: itself if unchanged)
                 d.origin = why
             d.extent = extent
             if d.expanded_extent is not None:

@@ -11,7 +11,7 @@ from ..ir.scalar_functions import SCALAR_FUNCTION_CODES, scalar_fn
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
                            FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast,
                            scalarFn)
-from ..ir.types import default_dtype_of_category
+from ..ir.types import as_complex_of, default_dtype_of_category
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
                      new_tensor, value_dtype)
 
@@ -56,7 +56,7 @@ def result_type(*operands: Operand) -> DataType:
             # a higher-category scalar takes the default type of its category, not its width;
             # a complex one keeps a double's precision (PyTorch's combine_categories)
             if t.is_complex and result.is_floating:
-                result = DataType.ComplexDouble if DataType.Double in (result, t) else DataType.ComplexFloat
+                result = as_complex_of(result)
             else:
                 result = t if tier is tiers[1] else default_dtype_of_category(t.category)
     return result

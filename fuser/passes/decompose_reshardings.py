@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..errors import InternalError, UnsupportedError
+from ..errors import UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, Expr, Fusion, IterDomain, IterType, LinearOp,
                   LoadStoreOp, LoadStoreOpType, MatmulOp, ParallelType, ReductionOp,
                   ReductionOpType, TensorView, tensor_domain)
@@ -76,7 +76,7 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
         return [comm if comm is not None else e]
     contracted = _contracted(e, out, ins)
     if len(contracted) > 1:
-        raise UnsupportedError(f"{e.op_name}: contraction sharded on two mesh axes {contracted}")
+        raise UnsupportedError(f"{e.op_name}: contraction sharded on two mesh axes {list(contracted)}")
     bias = e.inputs[2] if isinstance(e, LinearOp) and len(e.inputs) == 3 and contracted else None
     before: list[Expr] = []
     replaced: dict[int, TensorView] = {}
@@ -93,7 +93,7 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
     if contracted:
         if len(outs) > 1:
             raise UnsupportedError(f"{e.op_name}: a sharded reduction with {len(outs)} outputs")
-        return before + _partial_then_reduce(f, e, inputs, out, contracted[0], bias)
+        return before + _partial_then_reduce(f, e, inputs, out, next(iter(contracted)), bias)
     missing = _underived(dataclasses.replace(e, inputs=inputs), inputs, out)  # (the op as it will read them)
     if not missing:
         return before + [dataclasses.replace(e, inputs=inputs)]
@@ -106,14 +106,16 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
     return before + [local] + _decompose(f, LoadStoreOp(inputs=(whole,), outputs=(out,)))
 
 
-def _contracted(e: Expr, out: TensorView, ins: list[TensorView]) -> list[ParallelType]:
-    """Mesh axes on which some input is sharded along an axis the op reduces."""
-    found = []
+def _contracted(e: Expr, out: TensorView, ins: list[TensorView]) -> dict[ParallelType, tuple[TensorView, IterDomain]]:
+    """Mesh axes on which some input is sharded along an axis the op reduces, each with the
+    first such input and its axis (where an operand resharded onto the contraction takes its
+    split from)."""
+    found: dict = {}
     for p in ins:
         for pt, a in device_axes(p).items():
             b = mapped_output_axis(e, p, out, a)
             if b is not None and b.is_reduction and pt not in found:
-                found.append(pt)
+                found[pt] = (p, a)
     return found
 
 
@@ -136,7 +138,7 @@ def _same(have: dict, need: dict) -> bool:
     return set(have) == set(need) and all(have[k] is need[k] for k in have)
 
 
-def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView, contracted=()) -> TensorView:
+def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView, contracted: dict) -> TensorView:
     """A copy of `p` sharded as `need` says: each device split copied from `p` where it has it,
     for a contracted mesh axis from the input sharded on the contraction, else from the
     output's matching axis. When `p`'s device axis is gathered and the output splits the
@@ -149,7 +151,7 @@ def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView, contracted=(
         if have.get(pt) is a:
             src, src_axis = p, a
         elif pt in contracted:  # (the output's reduction axis may not carry the split)
-            src, src_axis = _contraction_source(e, out, pt)
+            src, src_axis = contracted[pt]
         else:
             src, src_axis = out, mapped_output_axis(e, p, out, a)
         replay_splits(src, src_axis, q, twin[id(a)], keep=lambda x, pt=pt: x.parallel_type is pt)
@@ -160,16 +162,6 @@ def _resharded(p: TensorView, need: dict, e: Expr, out: TensorView, contracted=(
         if a is not None and any(a is x for x in gathered):
             replay_splits(out, found[1].input, q, twin[id(a)], keep=lambda x: x.is_stream)
     return q
-
-
-def _contraction_source(e: Expr, out: TensorView, pt: ParallelType) -> tuple[TensorView, IterDomain]:
-    """An input of `e` sharded on `pt` along an axis `e` reduces, and that axis."""
-    for p in _tv_inputs(e):
-        a = device_axes(p).get(pt)
-        b = None if a is None else mapped_output_axis(e, p, out, a)
-        if b is not None and b.is_reduction:
-            return p, a
-    raise InternalError(f"{e.op_name}: no input is sharded on {pt.value} along the contraction")
 
 
 def _underived(e: Expr, inputs, out: TensorView) -> set[ParallelType]:
