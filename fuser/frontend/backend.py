@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import UnsupportedError
+from ..errors import FusionInputError, UnsupportedError
 from . import ahead
 from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
@@ -231,6 +231,28 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     return disable(aot_module_simplified(gm, example_inputs, **aot_options))
 
 
+def _raise_for_overlapping_writes(e: RuntimeError, gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    """Eager PyTorch refuses an in-place write to a tensor whose elements share memory (an
+    expanded one); AOTAutograd meets that refusal while it writes a mutated input back. It is
+    the caller's input that is wrong, so the error names it, as a FusionInputError."""
+    if "refers to a single memory location" not in str(e):
+        return
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    shared = []
+    for node, value in zip(placeholders, example_inputs):
+        if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1:
+            source = getattr(node.meta.get("grapharg"), "source", None)
+            # an argument by its own name, anything else (a module's buffer) by Dynamo's source
+            name = getattr(source, "local_name", None) or getattr(source, "name", node.name)
+            name = name() if callable(name) else name  # (a method in older torch, then a property)
+            shared.append(f"{name} (shape {list(value.shape)}, strides {list(value.stride())})")
+    if shared:
+        raise FusionInputError(
+            f"input {', '.join(shared)} is written in place, but more than one of its elements refers "
+            f"to a single memory location (it is expanded); clone() it before the call, as eager "
+            f"PyTorch requires") from e
+
+
 def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dict, record: GraphRecord) -> None:
     """Where the graph's device compiles ahead, start compiling kernels in the background
     (frontend/ahead.py): for a forward, the backward's, its graph (`kept["backward"]`, from
@@ -307,11 +329,15 @@ class FuserBackend:
             return compile_graph
 
         with aot_config.patch(cse=False), GC_PAUSE:
-            compiled = _aot_compile(
-                gm, example_inputs, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                inference_compiler=compiler("inference"), decompositions=decompositions(),
-                partition_fn=functools.partial(_partition_joint, keep=kept),
-                keep_inference_input_mutations=True)
+            try:
+                compiled = _aot_compile(
+                    gm, example_inputs, fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                    inference_compiler=compiler("inference"), decompositions=decompositions(),
+                    partition_fn=functools.partial(_partition_joint, keep=kept),
+                    keep_inference_input_mutations=True)
+            except RuntimeError as e:
+                _raise_for_overlapping_writes(e, gm, example_inputs)
+                raise
         if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))

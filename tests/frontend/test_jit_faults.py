@@ -177,3 +177,22 @@ def test_gradients_through_a_buffer_the_forward_updates():
         assert_eager(model.lin.weight.grad, eager.lin.weight.grad)
         assert_eager(model.lin.bias.grad, eager.lin.bias.grad)
     assert model.count.item() == eager.count.item() == 2
+
+
+def test_writing_in_place_to_an_expanded_input_names_it():
+    @fuser.jit
+    def bump(x):
+        x.add_(1)
+        return x * 2
+
+    x = make((1, 4)).expand(3, 4)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        make((1, 4)).expand(3, 4).add_(1)  # eager refuses it too
+    with pytest.raises(fuser.FusionInputError, match=r"input x \(shape \[3, 4\], strides \[0, 1\]\).*clone\(\)"):
+        bump(x)
+    y = make((3, 4))  # a tensor of its own is written as eager writes it
+    ref = y.clone()
+    out = bump(y)
+    ref.add_(1)
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(out, ref * 2)
