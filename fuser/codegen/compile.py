@@ -8,14 +8,17 @@ fusion compile each kernel once.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,9 +55,43 @@ def source_key(source: str, target: str) -> str:
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@functools.cache
+def _private_dir() -> Path:
+    """Where this process writes its kernels when the cache folder cannot take them (removed
+    when it exits)."""
+    folder = tempfile.mkdtemp(prefix="fuser-kernels-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(folder)
+
+
+def _write_kernel(path: Path, source: str) -> Path:
+    """`source` written at `path`, or, where the cache folder cannot be written (read-only, a
+    file in its place), in a folder of this process's own, with one warning: Triton reads a
+    kernel's source from its file, so the kernel still needs one."""
+    try:
+        _write_atomic(path, source)
+        return path
+    except OSError as e:
+        private = _private_dir() / path.name
+        if not _warned_unwritable:
+            _warned_unwritable.append(True)
+            warnings.warn(f"fuser: cannot write its kernel cache {path.parent} ({e}); this process "
+                          f"writes its kernels to {private.parent} instead (set FUSER_CACHE_DIR to a "
+                          f"writable folder)", stacklevel=2)
+        _write_atomic(private, source)
+        return private
+
+
+_warned_unwritable: list = []
 
 
 def _import(path: Path, module_name: str):
@@ -97,11 +134,11 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
         except (OSError, UnicodeDecodeError):
             stale = True
         if stale:
-            _write_atomic(path, source)
+            path = _write_kernel(path, source)
         try:
             module = _import(path, module_name)
         except Exception:  # a half-written or corrupted file: write it again once
-            _write_atomic(path, source)
+            path = _write_kernel(path, source)
             try:
                 module = _import(path, module_name)
             except SyntaxError as e:  # (the source as generated: codegen's fault, not the file's)

@@ -140,6 +140,8 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
         if d and n % d:
             raise FusionInputError(f"{why}: {n} elements do not divide into {d} (with "
                                    f"{table.describe(numerator + denominator)})")
+    for e, why in fusion.sizes:
+        table.extent(e, why)
     for e, size, where, shards, axis_label, origin in checks:
         expected = table.extent(e, f"{where}: extent")
         if expected != size:
@@ -277,6 +279,7 @@ class InputBinder:
             self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
         self.divisible = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.divisible]
+        self.sizes = [compile_extent(e) for e, _ in fusion.sizes]
         self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
         self._fast = self._compile_fast()
 
@@ -352,6 +355,10 @@ class InputBinder:
             for fa, fb in self.divisible:
                 d = fb(values)
                 if d and fa(values) % d:
+                    return bind_inputs(self.fusion, args, metas)
+            for fn in self.sizes:
+                v = fn(values)
+                if not v >= 0 or v != int(v):  # (nan fails the first)
                     return bind_inputs(self.fusion, args, metas)
         except (ArithmeticError, ValueError):  # (a division by zero): the full check names it
             return bind_inputs(self.fusion, args, metas)

@@ -12,7 +12,7 @@ IterDomains are identities (eq=False): the same object appears in several domain
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import sympy
 
@@ -32,6 +32,8 @@ class IterDomain:
     # why the extent is not the symbol it was defined with (the op that unified it with
     # another), for an input's size error to name the op
     origin: Optional[str] = field(default=None, repr=False)
+    # the fusion that made it (set by Fusion.new_id): parallelize asks it whether it is final
+    fusion: Optional[Any] = field(default=None, repr=False)
 
     @property
     def size(self) -> Extent:
@@ -58,6 +60,8 @@ class IterDomain:
         if not isinstance(parallel_type, ParallelType):
             raise FusionDefinitionError(
                 f"parallelize expects a ParallelType, got {parallel_type!r}")
+        if self.fusion is not None:
+            self.fusion.check_open("parallelize")
         self.parallel_type = parallel_type
         return self
 
@@ -139,7 +143,9 @@ class TensorDomain:
 
     def _loop_axis(self, axis: int, what: str) -> int:
         n = len(self.loop)
-        if not isinstance(axis, int) or not -n <= axis < n:
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise FusionDefinitionError(f"{what}: axis must be an int, got {axis!r}")
+        if not -n <= axis < n:
             raise FusionDefinitionError(
                 f"{what}: axis {axis} is out of range for a loop domain of {n} axes "
                 f"(expected -{n} <= axis < {n})")
@@ -157,6 +163,9 @@ class TensorDomain:
         outer_extent, inner_extent = (rest, factor) if inner_split else (factor, rest)
         make = lambda e: new_id(e, iter_type=src.iter_type, is_rfactor=src.is_rfactor)  # noqa: E731
         outer, inner = make(outer_extent), make(inner_extent)
+        if src.expanded_extent is not None:  # its halves are expanded broadcasts too
+            rest = ceilDiv(src.expanded_extent, factor)
+            outer.expanded_extent, inner.expanded_extent = (rest, factor) if inner_split else (factor, rest)
         self.transforms.append(Split(src, outer, inner, factor, inner_split))
         self.loop[axis:axis + 1] = [outer, inner]
 
@@ -176,8 +185,14 @@ class TensorDomain:
             iter_type = IterType.Reduction
         else:
             iter_type = IterType.Iteration
-        extent = sympy.Integer(1) if iter_type is IterType.Broadcast else outer.extent * inner.extent
-        out = new_id(extent, iter_type=iter_type, is_rfactor=outer.is_rfactor or inner.is_rfactor)
+        # an expanded broadcast counts its expanded size (as in nvFuser)
+        size = outer.size * inner.size
+        if iter_type is IterType.Broadcast:
+            expanded = size if outer.expanded_extent is not None or inner.expanded_extent is not None else None
+            out = new_id(sympy.Integer(1), iter_type=iter_type, expanded_extent=expanded,
+                         is_rfactor=outer.is_rfactor or inner.is_rfactor)
+        else:
+            out = new_id(size, iter_type=iter_type, is_rfactor=outer.is_rfactor or inner.is_rfactor)
         self.transforms.append(Merge(outer, inner, out))
         pos = min(axis_o, axis_i)
         self.loop = [d for k, d in enumerate(self.loop) if k not in (axis_o, axis_i)]
@@ -188,6 +203,9 @@ class TensorDomain:
         if not isinstance(old_to_new, dict):
             raise FusionDefinitionError(f"reorder expects a dict {{old: new}}, got {old_to_new!r}")
         src = {self._loop_axis(o, "reorder"): self._loop_axis(t, "reorder") for o, t in old_to_new.items()}
+        if len(src) != len(old_to_new):
+            raise FusionDefinitionError(f"reorder: one axis is given twice in {old_to_new} (negative "
+                                        f"axes count from the end)")
         if len(set(src.values())) != len(src):
             raise FusionDefinitionError(f"reorder: two axes sent to one position in {old_to_new}")
         result: list[Optional[IterDomain]] = [None] * n
@@ -197,23 +215,80 @@ class TensorDomain:
         self.loop = [d if d is not None else next(rest) for d in result]
 
     def set_allocation(self, ids: Sequence[IterDomain], contiguity) -> None:
+        if not isinstance(ids, (list, tuple)):
+            raise FusionDefinitionError(f"set_allocation_domain expects a list of IterDomains, got {ids!r}")
         known = set(map(id, self.all_ids()))
+        seen: set[int] = set()
         for d in ids:
             if not isinstance(d, IterDomain) or id(d) not in known:
                 raise FusionDefinitionError(
                     f"set_allocation_domain: {d!r} is not an IterDomain of this tensor")
+            if id(d) in seen:
+                raise FusionDefinitionError(f"set_allocation_domain: {d!r} is given twice in {list(ids)}")
+            seen.add(id(d))
+        self._check_covers_logical(list(ids))
         self.allocation = list(ids)
         self.contiguity = normalize_contiguity(contiguity, self.allocation)
 
+    def _check_covers_logical(self, ids: list[IterDomain]) -> None:
+        """An allocation domain lays out every element once: undoing the splits (both halves
+        given) and merges below the logical domain must give each logical axis exactly once
+        (a reduction or a broadcast may be left out: it holds no elements of its own)."""
+        pending, _ = self._undo_transforms(ids)
+        logical = {id(d) for d in self.logical}
+        for d in pending:
+            if id(d) not in logical:
+                raise FusionDefinitionError(f"set_allocation_domain: {d!r} is not derived from the logical "
+                                            f"domain {self.logical}")
+        for d in self.logical:
+            if not any(x is d for x in pending) and not (d.is_reduction or d.is_broadcast):
+                raise FusionDefinitionError(f"set_allocation_domain: {list(ids)} leaves out the logical axis "
+                                            f"{d!r}; an allocation domain covers every axis")
+        if len(pending) != len({id(x) for x in pending}):
+            raise FusionDefinitionError(f"set_allocation_domain: {list(ids)} covers a logical axis twice")
+
+    def _undo_transforms(self, ids: list[IterDomain]) -> tuple[list[IterDomain], bool]:
+        """`ids` with the splits and merges below the logical domain undone, in order, and
+        whether all of it is serial (no device or stream axis: a plain strided layout). The
+        halves of a serial split lie next to each other, outer first, or the layout is no
+        strided one."""
+        made_by = {id(o): t for t in self.transforms for o in t.outputs}
+        pending = list(ids)
+        serial = not any(d.is_device_dim or d.is_stream for d in ids)
+        while True:
+            t = next((made_by[id(d)] for d in pending if id(d) in made_by), None)
+            if t is None:
+                return pending, serial
+            at = [k for k, x in enumerate(pending) if any(x is o for o in t.outputs)]
+            if isinstance(t, Split):
+                if len(at) != 2:
+                    d = pending[at[0]]
+                    other = t.inner if d is t.outer else t.outer
+                    raise FusionDefinitionError(
+                        f"set_allocation_domain: {d!r} is half of a split of {t.input!r}; give the other "
+                        f"half {other!r} too")
+                halves = (pending[at[0]], pending[at[1]])
+                parallel = any(h.is_device_dim or h.is_stream for h in halves)
+                if not parallel and (at[1] != at[0] + 1 or halves[0] is not t.outer):
+                    raise FusionDefinitionError(
+                        f"set_allocation_domain: {t.outer!r} and {t.inner!r}, the halves of a split of "
+                        f"{t.input!r}, must be next to each other, outer first: any other order is no "
+                        f"strided layout")
+            pending = [x for k, x in enumerate(pending) if k not in at]
+            pending[at[0]:at[0]] = list(t.inputs)
+
     def allocation_order(self) -> Optional[list[int]]:
         """The allocation domain as a permutation of the logical (non-reduction) axes, outer
-        to inner; None where it is the logical order or not a permutation of it (a split,
-        device or stream axis: the sharding math allocates those)."""
+        to inner (serial splits and merges undone); None where it is the logical order or holds
+        a device or stream axis (the sharding math allocates those)."""
         if self.allocation is None:
+            return None
+        undone, serial = self._undo_transforms(self.allocation)
+        if not serial:
             return None
         logical = self.no_reductions()
         pos = {id(d): k for k, d in enumerate(logical)}
-        order = [pos.get(id(a), -1) for a in self.allocation if not a.is_reduction]
+        order = [pos.get(id(a), -1) for a in undone if not a.is_reduction]
         if -1 in order or sorted(order) != list(range(len(logical))) or order == sorted(order):
             return None
         return order

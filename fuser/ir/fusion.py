@@ -45,6 +45,9 @@ class Fusion:
         self.constraints: list[tuple[Extent, Extent, str]] = []
         # (numerator, denominator, why): element counts one must divide (a reshape's -1)
         self.divisible: list[tuple[Extent, Extent, str]] = []
+        # (extent, why): sizes given by scalars (full, expand, iota, ...), which each execution
+        # checks are integers >= 0 (a kernel looping over a negative count runs no iteration)
+        self.sizes: list[tuple[Extent, str]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
         # scheduling calls made on tensors (event number, tensor, method, arguments), for printing
         # the definition in the order it was written
@@ -77,6 +80,7 @@ class Fusion:
                expanded_extent: Optional[ExtentLike] = None, is_rfactor: bool = False) -> IterDomain:
         d = IterDomain(self._next("id"), as_extent(extent), iter_type, parallel_type,
                        None if expanded_extent is None else as_extent(expanded_extent), is_rfactor)
+        d.fusion = self
         self._ids.append(d)
         return d
 
@@ -195,6 +199,7 @@ class Fusion:
                     t.factor = t.factor.xreplace(mapping)
         self.constraints = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints]
         self.divisible = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.divisible]
+        self.sizes = [(x.xreplace(mapping), w) for x, w in self.sizes]
         self._extent_scalars = {}
 
     # -- whole-fusion operations -----------------------------------------------------------
@@ -223,6 +228,8 @@ class Fusion:
         for x, y, _ in self.constraints + self.divisible:
             yield x
             yield y
+        for x, _ in self.sizes:
+            yield x
 
     def structural_hash(self) -> str:
         """A digest of the printed IR with all transforms: equal for structurally equal fusions."""

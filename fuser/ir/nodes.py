@@ -137,6 +137,7 @@ class TensorView(Val):
         return self.domain.loop[self.domain._loop_axis(i, "axis")]
 
     def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
+        self.fusion.check_open("split")
         self.domain.split(self.fusion.new_id, axis, factor, inner_split)
         self.fusion.log_schedule((self, "split", (axis, factor, inner_split)))
         return self
@@ -148,24 +149,28 @@ class TensorView(Val):
         return self.split(axis, factor, inner_split=False)
 
     def merge(self, axis_o: int, axis_i: Optional[int] = None) -> "TensorView":
+        self.fusion.check_open("merge")
         self.domain.merge(self.fusion.new_id, axis_o, axis_i)
         self.fusion.log_schedule((self, "merge", (axis_o,) if axis_i is None else (axis_o, axis_i)))
         return self
 
     def reorder(self, old_to_new: dict[int, int]) -> "TensorView":
+        self.fusion.check_open("reorder")
         self.domain.reorder(old_to_new)
         self.fusion.log_schedule((self, "reorder", (dict(old_to_new),)))
         return self
 
     def set_allocation_domain(self, ids: Sequence[IterDomain], new_contiguity=True) -> "TensorView":
+        self.fusion.check_open("set_allocation_domain")
+        self.domain.set_allocation(ids, new_contiguity)  # (checks `ids` first)
         loop, logical = self.domain.loop, self.domain.logical
         positions = [("loop", next(k for k, x in enumerate(loop) if x is d)) if any(x is d for x in loop)
                      else ("logical", next((k for k, x in enumerate(logical) if x is d), -1)) for d in ids]
-        self.domain.set_allocation(ids, new_contiguity)
         self.fusion.log_schedule((self, "set_allocation_domain", (positions, new_contiguity)))
         return self
 
     def set_device_mesh(self, mesh: DeviceMesh) -> "TensorView":
+        self.fusion.check_open("set_device_mesh")
         if not isinstance(mesh, DeviceMesh):
             raise FusionDefinitionError(f"set_device_mesh expects a DeviceMesh, got {mesh!r}")
         self.device_mesh = mesh

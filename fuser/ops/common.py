@@ -134,6 +134,10 @@ def broadcast_ids(fusion: Fusion, op: str, tvs: Sequence[TensorView]) -> list[It
             extent = concrete[0].extent
             for d in concrete[1:]:
                 extent = fusion.unify(extent, d.extent, f"{op}: axis {k} of the operands")
+            # an expanded broadcast holds that many elements too (as eager's expand does)
+            for d in dims:
+                if d.is_broadcast and d.expanded_extent is not None:
+                    extent = fusion.unify(extent, d.expanded_extent, f"{op}: expanded axis {k} of the operands")
             out.append(fusion.new_id(extent))
             continue
         expanded = [d.expanded_extent for d in dims if d.expanded_extent is not None]
@@ -150,10 +154,14 @@ def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
         if v.fusion is not fusion:
             raise FusionDefinitionError(f"{op}: shape entry {v!r} belongs to another fusion definition")
         if v.dtype.is_floating and v.value is None:  # a size computed in doubles (Thunder's)
-            return scalarFn(SCALAR_FUNCTION_CODES["exact_int"], v.expr)
-        if v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
+            e = scalarFn(SCALAR_FUNCTION_CODES["exact_int"], v.expr)
+        elif v.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
             raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
-        return v.expr
+        else:
+            e = v.expr
+        if not e.is_number and all(x != e for x, _ in fusion.sizes):
+            fusion.sizes.append((e, f"{op}: size"))
+        return e
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an int or an integer scalar")
     if v < 0:
