@@ -23,6 +23,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import FusionInputError, UnsupportedError
+from ..evaluate.binding import meta_input_error
 from . import ahead
 from .cse import eliminate_common_subexpressions
 from .gc_pause import GC_PAUSE
@@ -87,7 +88,9 @@ def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: l
     for node in gm.graph.nodes:
         value = node.meta.get("example_value")
         if isinstance(value, torch.SymFloat):
-            names |= {str(sym) for sym in value.node.expr.free_symbols}
+            # (an unbacked float, an `.item()` captured with capture_scalar_outputs, has no
+            # value to specialize to: it stays a tensor)
+            names |= {str(sym) for sym in value.node.expr.free_symbols if not str(sym).startswith("zuf")}
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     shape_env = getattr(fake_mode, "shape_env", None)
     if shape_env is not None:  # floats already specialized to a value, keeping their symbol
@@ -231,21 +234,32 @@ def _aot_compile(gm: torch.fx.GraphModule, example_inputs: list, **aot_options: 
     return disable(aot_module_simplified(gm, example_inputs, **aot_options))
 
 
+def _named_inputs(gm: torch.fx.GraphModule, example_inputs: list) -> list[tuple[str, Any]]:
+    """(name, value) of each input of a graph Dynamo captured: an argument by its own name,
+    anything else (a module's buffer) by Dynamo's source."""
+    out = []
+    for node, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "local_name", None) or getattr(source, "name", node.name)
+        out.append((name() if callable(name) else name, value))  # (a method in older torch, then a property)
+    return out
+
+
+def _refuse_meta_inputs(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    for name, value in _named_inputs(gm, example_inputs):
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            raise meta_input_error(f"argument {name}")
+
+
 def _raise_for_overlapping_writes(e: RuntimeError, gm: torch.fx.GraphModule, example_inputs: list) -> None:
     """Eager PyTorch refuses an in-place write to a tensor whose elements share memory (an
     expanded one); AOTAutograd meets that refusal while it writes a mutated input back. It is
     the caller's input that is wrong, so the error names it, as a FusionInputError."""
     if "refers to a single memory location" not in str(e):
         return
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    shared = []
-    for node, value in zip(placeholders, example_inputs):
-        if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1:
-            source = getattr(node.meta.get("grapharg"), "source", None)
-            # an argument by its own name, anything else (a module's buffer) by Dynamo's source
-            name = getattr(source, "local_name", None) or getattr(source, "name", node.name)
-            name = name() if callable(name) else name  # (a method in older torch, then a property)
-            shared.append(f"{name} (shape {list(value.shape)}, strides {list(value.stride())})")
+    shared = [f"{name} (shape {list(value.shape)}, strides {list(value.stride())})"
+              for name, value in _named_inputs(gm, example_inputs)
+              if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1]
     if shared:
         raise FusionInputError(
             f"input {', '.join(shared)} is written in place, but more than one of its elements refers "
@@ -293,6 +307,7 @@ class FuserBackend:
             raise UnsupportedError(f"torch.compile(backend=\"fuser\"): options {sorted(options)} are Inductor's "
                                    f"settings; fuser takes none (compile with options=None)")
 
+        _refuse_meta_inputs(gm, example_inputs)
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
 

@@ -163,10 +163,11 @@ class _Fused(torch.autograd.Function):
                 # that record no autograd graph: differentiating them (a gradient penalty)
                 # would treat them as constants, silently
                 raise UnsupportedError(
-                    "fuser.jit: create_graph=True through a jitted function's backward is not "
-                    "supported: its backward runs generated kernels, which record no autograd graph, "
-                    "so gradients of its gradients would be silently wrong; take the gradient of "
-                    "the eager function for a higher-order term")
+                    "fuser: create_graph=True through the backward of a function compiled by fuser "
+                    "(fuser.jit or torch.compile(backend=\"fuser\")) is not supported: its backward "
+                    "runs generated kernels, which record no autograd graph, so gradients of its "
+                    "gradients would be silently wrong; take the gradient of the eager function for "
+                    "a higher-order term")
             return _Fused.backward_once(ctx, *grads)
         return _Fused.run_backward(ctx, grads)
 
