@@ -117,6 +117,11 @@ class Fusion:
         """A number that orders definition and scheduling calls as they were made."""
         return self._next("event")
 
+    def add_size_check(self, e: Extent, why: str) -> None:
+        """Each execution checks that `e` is an integer >= 0 (`sizes`)."""
+        if not e.is_number and all(x != e for x, _ in self.sizes):
+            self.sizes.append((e, why))
+
     def log_schedule(self, entry: tuple) -> None:
         self.schedule_log.append((self.next_event(), *entry))
 

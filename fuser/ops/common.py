@@ -159,8 +159,7 @@ def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
             raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
         else:
             e = v.expr
-        if not e.is_number and all(x != e for x, _ in fusion.sizes):
-            fusion.sizes.append((e, f"{op}: size"))
+        fusion.add_size_check(e, f"{op}: size")
         return e
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an int or an integer scalar")

@@ -268,6 +268,8 @@ def _crop(tv: TensorView, widths: list[int]) -> TensorView:
         if is_static(d.size) and lo_cut + hi_cut > int(d.size):
             raise FusionDefinitionError(f"pad: widths {widths} crop {lo_cut + hi_cut} elements from axis {axis} "
                                         f"of {tv!r}, which has {d.size}")
+        if lo_cut + hi_cut:  # (as F.pad refuses to crop more than there is)
+            f.add_size_check(d.size - lo_cut - hi_cut, f"pad: axis {axis} of T{tv.name} cropped by widths {widths}:")
         starts.append(lo_cut)
         ends.append(f.extent_scalar(d.size - hi_cut) if hi_cut else f.extent_scalar(d.size))
     return slice(tv, starts, ends, manual_normalization=True)

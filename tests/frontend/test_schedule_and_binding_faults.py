@@ -153,3 +153,15 @@ def test_an_unwritable_kernel_cache_warns_and_still_runs(tmp_path, monkeypatch):
         out = fd.execute([x_in])[0]
     assert_eager(out, x_in.tanh().sum(1))
     assert any("cannot write its kernel cache" in str(w.message) for w in caught)
+
+
+def test_a_pad_cropping_more_than_the_axis_holds_is_refused():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.sum(fd.ops.pad(x, [-3, -3]), [1]))
+    x_in = make((2, 8))
+    assert_eager(fd.execute([x_in])[0], torch.nn.functional.pad(x_in, [-3, -3]).sum(1))
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.pad(make((2, 4)), [-3, -3])  # eager refuses it
+    with pytest.raises(FusionInputError, match=r"pad: axis 1 of T0 cropped by widths \[-3, -3\]: .* -2, a negative"):
+        fd.execute([make((2, 4))])
