@@ -60,6 +60,14 @@ class BindingTable:
         return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
 
 
+def int_range(dt: DataType) -> tuple[int, int]:
+    """[low, high) of an integer scalar of type `dt` (Index is 64-bit)."""
+    import torch
+
+    info = torch.iinfo(dt.to_torch())
+    return info.min, info.max + 1
+
+
 def fits_int64(v: int) -> bool:
     return -2**63 <= v < 2**63
 
@@ -183,11 +191,11 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
           isinstance(arg, (int, float, complex)))
     if not ok:
         raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
-    if dt is DataType.UInt64:
-        if not 0 <= arg < 1 << 64:
-            raise FusionInputError(f"{label}: {arg} is out of the range of an unsigned 64-bit integer")
-    elif dt.is_integral and not fits_int64(arg):
-        raise FusionInputError(f"{label}: {arg} is out of the range of a 64-bit integer")
+    if dt.is_integral and not dt.is_boolean:
+        lo, hi = int_range(dt)
+        if not lo <= arg < hi:  # (the kernel's argument would wrap it silently)
+            kind = f"{'a' if lo < 0 else 'an unsigned'} {(hi - lo).bit_length() - 1}-bit integer"
+            raise FusionInputError(f"{label}: {arg} is out of the range of {kind} (a {dt.name} scalar)")
     if dt.is_floating and isinstance(arg, int):
         try:
             arg = float(arg)  # (a float scalar holds a float, whatever the caller passed)
@@ -323,10 +331,9 @@ class InputBinder:
         for k, (i, name, dtype) in enumerate(self.scalars):
             env[f"S{k}"] = _SCALAR_TYPES[dtype.category]
             lines += [f"    v = args[{i}]", f"    if type(v) not in S{k}:", "        return None"]
-            if dtype is DataType.UInt64:  # (beyond its range: the full check names it)
-                lines += ["    if not 0 <= v < 0x10000000000000000:", "        return None"]
-            elif dtype.is_integral:
-                lines += ["    if not -0x8000000000000000 <= v < 0x8000000000000000:", "        return None"]
+            if dtype.is_integral and not dtype.is_boolean:  # (beyond its range: the full check names it)
+                lo, hi = int_range(dtype)
+                lines += [f"    if not {lo} <= v < {hi}:", "        return None"]
             elif dtype.is_floating:  # a float scalar holds a float (as _bind_scalar converts it)
                 lines += ["    if type(v) is int:",
                           "        if not -0x8000000000000000 <= v < 0x8000000000000000:", "            return None",

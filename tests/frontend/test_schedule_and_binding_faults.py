@@ -165,3 +165,16 @@ def test_a_pad_cropping_more_than_the_axis_holds_is_refused():
         torch.nn.functional.pad(make((2, 4)), [-3, -3])  # eager refuses it
     with pytest.raises(FusionInputError, match=r"pad: axis 1 of T0 cropped by widths \[-3, -3\]: .* -2, a negative"):
         fd.execute([make((2, 4))])
+
+
+def test_an_int32_scalar_out_of_its_range_is_refused():
+    # the kernel's int32 argument would wrap it silently
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Int32)
+        s = fd.define_scalar(dtype=DataType.Int32)
+        fd.add_output(fd.ops.add(x, s))
+    x = torch.arange(3, dtype=torch.int32)
+    assert torch.equal(fd.execute([x, -2**31])[0], x + -2**31)
+    for bad in (2**31, -2**31 - 1):  # the second call takes the precompiled binder's path
+        with pytest.raises(FusionInputError, match=f"{bad} is out of the range of a 32-bit integer"):
+            fd.execute([x, bad])
