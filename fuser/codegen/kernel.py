@@ -633,9 +633,10 @@ def _eviction_hints(body: str) -> str:
 
 def workspace_dtype(e: Expr) -> DataType:
     """What a split reduction's partials are kept in: its accumulator's type (a Welford's parts
-    and half-precision sums in fp32; double, int64, int32 and bool in their own)."""
+    in fp64 for fp64 inputs, else fp32; half-precision sums in fp32; double, int64, int32 and
+    bool in their own)."""
     if isinstance(e, VarMeanOp):
-        return DataType.Float
+        return DataType.Double if e.inp.dtype is DataType.Double else DataType.Float
     return {DataType.Half: DataType.Float, DataType.BFloat16: DataType.Float}.get(e.out.dtype, e.out.dtype)
 
 

@@ -128,9 +128,14 @@ def _expm1(x):
 
 @triton.jit
 def _rint(x):
-    r = tl.floor(x + 0.5)
-    r = tl.where((r - x == 0.5) & (r % 2 != 0), r - 1.0, r)
-    return tl.where(r == 0, x * 0.0, r)  # round(-0.3) is -0.0, as rint gives
+    # halves to even, from |x|'s floor and fraction, both exact (x + 0.5 is not: it makes odd
+    # integers from 2^23 in fp32 and 2^52 in fp64 even, and 0.49999997 + 0.5 is 1.0 in fp32);
+    # magnitudes that large have no fraction and come back unchanged (inf too: its fraction is NaN)
+    a = tl.abs(x)
+    r = tl.floor(a)
+    d = a - r
+    r = tl.where((d > 0.5) | ((d == 0.5) & (r % 2 != 0)), r + 1.0, r)
+    return tl.where(x < 0, -r, tl.where(x == 0, x, r))  # round(-0.3) is -0.0, as rint gives
 
 
 @triton.jit
@@ -334,7 +339,7 @@ def _atan(x):
     base = tl.where(big, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
     z = t * t
     r = base + ((((0.0805374449538 * z - 0.138776856032) * z + 0.199777106478) * z - 0.333329491539) * z * t + t)
-    return tl.where(x < 0, -r, r)
+    return tl.where(x < 0, -r, tl.where(x == 0, x, r))  # (-0.0 kept: asin's too)
 
 
 @triton.jit
@@ -345,7 +350,7 @@ def _sinh(x):
     e = _expm1(ax)
     h = tl.exp(0.5 * ax)
     r = tl.where(ax > 20.0, (0.5 * h) * h, 0.5 * (e + e / (e + 1.0)))
-    return tl.where(x < 0, -r, r)
+    return tl.where(x < 0, -r, tl.where(x == 0, x, r))  # (-0.0 kept)
 
 
 @triton.jit
@@ -369,8 +374,10 @@ def _asinh(x):
 @triton.jit
 def _acosh(x):
     # log1p(t + sqrt(2t + t^2)), t = x - 1 (exact near 1); past 2^28 log(2x); x < 1 is NaN
+    # (selected: below -1, 2t + t^2 turns positive and the formula gives a number)
     t = x - 1.0
-    return tl.where(x > 268435456.0, tl.log(x) + 0.6931471805599453, _log1p(t + tl.sqrt(2.0 * t + t * t)))
+    r = tl.where(x > 268435456.0, tl.log(x) + 0.6931471805599453, _log1p(t + tl.sqrt(2.0 * t + t * t)))
+    return tl.where(x < 1.0, float('nan'), r)
 
 
 @triton.jit

@@ -285,10 +285,13 @@ class ReductionEmitter:
         if isinstance(e, VarMeanOp):
             var, mean = e.outputs
             acc = f"acc{var.name}"
+            # the input's compute type: fp64 keeps fp64 (an fp32 accumulator would lose its
+            # precision, and on the GPU a loop-carried fp32 re-assigned fp64 does not compile)
+            acc_type = compute_type(e.inp.dtype)
             for part in ("mean", "m2"):
-                ps.lines.append(f"{acc}_{part} = {self.block(shape, '0.0', 'tl.float32')}")
+                ps.lines.append(f"{acc}_{part} = {self.block(shape, '0.0', acc_type)}")
             if self.split == "combine":
-                ps.lines.append(f"{acc}_n = {self.block(shape, '0.0', 'tl.float32')}")
+                ps.lines.append(f"{acc}_n = {self.block(shape, '0.0', acc_type)}")
                 loads = [self.partial_load(e, ws[p], m, "0.0") for p in ("mean", "m2", "n")]
                 body.lines.append(f"{acc}_mean, {acc}_m2, {acc}_n = _welford_combine("
                                   f"{acc}_mean, {acc}_m2, {acc}_n, {', '.join(loads)})")
@@ -300,7 +303,7 @@ class ReductionEmitter:
                 # element made a column var_mean's split kernel 1.1-2.1x slower on the H200)
                 counted = f"{INDEX[self.red]}_mask"  # (the reduced dim's index mask, emit_dim_index)
                 count_shape = "[BLOCK0, 1]" if self.red == 0 else "[1, BLOCK1]"
-                ps.lines.append(f"{acc}_n = {self.block(count_shape, '0.0', 'tl.float32')}")
+                ps.lines.append(f"{acc}_n = {self.block(count_shape, '0.0', acc_type)}")
                 x = self.operand(body, e.inp, e.inp.dtype)
                 inv = f"1.0 / tl.maximum({acc}_n, 1.0)"
                 if self.red == 1:
@@ -309,7 +312,9 @@ class ReductionEmitter:
                     # form, its head and tail chunks, whose loop runs last and keeps the lane's
                     # count: aligned_loops): every lane that takes an element has taken one at
                     # each step before, so its count is the step's number, one reciprocal a step
-                    ps.lines.append(f"{acc}_k = 0.0")
+                    # (a bare 0.0 is an fp32 scalar: its reciprocal would round an fp64 update)
+                    zero = "0.0" if acc_type == "tl.float32" else f"tl.full([], 0.0, {acc_type})"
+                    ps.lines.append(f"{acc}_k = {zero}")
                     body.lines.append(f"{acc}_k = {acc}_k + 1.0")
                     inv = f"1.0 / {acc}_k"
                 body.lines += [
@@ -322,7 +327,7 @@ class ReductionEmitter:
             # bound now, so that no later reduction of this pass counts as waiting for it
             ps.names[id(mean)] = f"T{mean.name}"
             ps.names[id(var)] = f"T{var.name}"
-            return lambda: self.finish_var_mean(e, acc, shape)
+            return lambda: self.finish_var_mean(e, acc, shape, acc_type)
         dt = e.out.dtype
         acc = f"acc{e.out.name}"
         ident = self.identity(e.kind, dt)
@@ -354,10 +359,10 @@ class ReductionEmitter:
                 self.round_to_storage(ps, e)
         return finish
 
-    def finish_var_mean(self, e: VarMeanOp, acc: str, shape: str) -> None:
+    def finish_var_mean(self, e: VarMeanOp, acc: str, shape: str, acc_type: str) -> None:
         ps, var, mean = self.program_scope, *e.outputs
         # (the count, kept along the reduced dim, broadcast to the lanes: a tuple reduces alike)
-        count = f"{acc}_n" if self.split == "combine" else f"{acc}_n + {self.block(shape, '0.0', 'tl.float32')}"
+        count = f"{acc}_n" if self.split == "combine" else f"{acc}_n + {self.block(shape, '0.0', acc_type)}"
         ps.lines.append(f"{acc}_meanr, {acc}_m2r, {acc}_nr = tl.reduce(({acc}_mean, {acc}_m2, {count}), "
                         f"{self.red}, _welford_combine, keep_dims=True)")
         if self.split == "partial":
