@@ -40,7 +40,7 @@ for seg in fd.last_segments():
 print("\n== The generated Triton kernel ==")
 print(fd.last_triton_code())
 
-print("== A definition error names what is wrong ==")
+print("== An input that does not fit the definition is an error naming what is wrong ==")
 try:
     fd.execute([torch.randn(3, 700, device=device), wt])
 except fuser.FusionInputError as e:

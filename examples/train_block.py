@@ -6,7 +6,8 @@ PyTorch from the same initial weights, and compare the losses step by step.
 
 The model is an ordinary nn.Module (embedding, RMSNorm, causal attention with RoPE, SwiGLU MLP,
 residuals, an output head and cross-entropy). `fuser.jit(model)` compiles forward and backward;
-the embedding lookup has no lowering and runs through ATen between fusions. Batches of
+the embedding lookup runs through ATen inside its fusion, and its gradient (an `index_put`,
+which has no lowering) runs through ATen between fusions: `fallback_ops=1`. Batches of
 different lengths reuse the compiled program. With a GPU the script also times a training step
 against eager and `torch.compile`.
 """
