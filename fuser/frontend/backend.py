@@ -404,17 +404,20 @@ def register_unless_installed() -> None:
     `torch_dynamo_backends` entry point (pyproject.toml) when a `torch.compile` first names it,
     so importing fuser need not import Dynamo (0.7 s on the development CPU, 2.2 s on the H200
     host). Running from a checkout (no entry point), the backend registers once Dynamo's backend
-    registry is imported (`_RegisterOnImport`); with Dynamo imported already, now."""
+    registry is imported (`_RegisterOnImport`); with Dynamo imported already, now. (An installed
+    fuser never registers itself: Dynamo loading the entry point imports fuser, and would then
+    find the name taken.)"""
     from importlib import metadata
 
-    if _REGISTRY in sys.modules or "torch._dynamo" in sys.modules:
-        register()
-        return
     try:
         found = metadata.distribution("fuser").entry_points
     except metadata.PackageNotFoundError:
         found = []
-    if not any(ep.group == "torch_dynamo_backends" and ep.name == "fuser" for ep in found):
+    if any(ep.group == "torch_dynamo_backends" and ep.name == "fuser" for ep in found):
+        return
+    if _REGISTRY in sys.modules or "torch._dynamo" in sys.modules:
+        register()
+    else:
         sys.meta_path.insert(0, _RegisterOnImport())
 
 

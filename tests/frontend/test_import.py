@@ -26,6 +26,18 @@ def test_import_does_not_import_dynamo_and_the_backend_is_found_by_name():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
+@pytest.mark.skipif(not _installed(), reason="needs fuser installed (pip install -e .)")
+@pytest.mark.parametrize("first", ["import torch", "import torch, torch._dynamo, fuser"])
+def test_the_entry_point_alone_registers_the_backend(first):
+    # without `import fuser`, Dynamo loads the entry point, which imports fuser: fuser then
+    # registered itself too, and Dynamo's own registration found the name taken
+    code = (f"{first}\n"
+            "f = torch.compile(lambda x: torch.sigmoid(x) * 2, backend='fuser')\n"
+            "x = torch.randn(4, 6)\n"
+            "torch.testing.assert_close(f(x), torch.sigmoid(x) * 2)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 # run first in a subprocess: fuser as from a checkout, with no entry point to be found
 AS_FROM_A_CHECKOUT = ("from importlib import metadata\n"
                       "real = metadata.distribution\n"
