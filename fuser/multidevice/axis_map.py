@@ -142,12 +142,19 @@ def _sdpa(e: SdpaFwdOp, inp, out):
     ids = inp.domain.no_reductions()  # [N*, H, L, E]
     o = out.domain.no_reductions()
     heads = e.inputs[0].ndim - 3  # the axis of H, after the batch axes
+    if len(o) <= heads:  # the philox seed and offset (0-dim)
+        return []
+    # a causal mask reads each query row's global position: a shard of L would mask from its
+    # own row 0, so L stays whole (gathered) unless the flag is known to be off
+    causal = getattr(e.inputs[4], "value", True) is not False
+    rows = heads + 1  # the axis of L
     if not any(inp is t for t in e.inputs[:3]):  # a bias or mask, aligned right with [N*, H, L, S]
-        lead = [(d, o[k]) for d, k in zip(reversed(ids[:-1]), range(heads + 1, -1, -1)) if len(o) > k]
+        lead = [(d, o[k]) for d, k in zip(reversed(ids[:-1]), range(heads + 1, -1, -1))
+                if len(o) > k and not (causal and k == rows)]
         return [(d, od) for d, od in lead if not d.is_broadcast]
     pairs = [(ids[ax], o[ax]) for ax in range(heads + 1)]  # batch and heads shard freely
-    if inp is e.inputs[0]:
-        pairs.append((ids[heads + 1], o[heads + 1]))
+    if inp is e.inputs[0] and not causal:
+        pairs.append((ids[rows], o[rows]))
     if inp is e.inputs[2] and len(o) == heads + 3:
         pairs.append((ids[heads + 2], o[heads + 2]))
     return pairs

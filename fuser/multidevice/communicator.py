@@ -44,6 +44,11 @@ class Pending:
             self.finish()
 
 
+def _timeout() -> datetime.timedelta:
+    """How long a collective, or the making of a group, may wait (FUSER_COLLECTIVE_TIMEOUT)."""
+    return datetime.timedelta(seconds=float(os.environ.get(_TIMEOUT_ENV, "600")))
+
+
 class Communicator:
     _default: Optional["Communicator"] = None
     _lock = threading.Lock()
@@ -88,9 +93,8 @@ class Communicator:
                     and local_rank < torch.cuda.device_count()):
                 torch.cuda.set_device(local_rank)  # one GPU per process, as NCCL wants
                 backend = "cpu:gloo,cuda:nccl"
-            timeout = datetime.timedelta(seconds=float(os.environ.get(_TIMEOUT_ENV, "600")))
             try:
-                dist.init_process_group(backend=backend, timeout=timeout)
+                dist.init_process_group(backend=backend, timeout=_timeout())
             except Exception as err:  # noqa: BLE001 - any rendezvous failure
                 raise CollectiveError(
                     f"initializing torch.distributed ({backend}) from torchrun's environment "
@@ -127,7 +131,16 @@ class Communicator:
         key = tuple(sorted(team))
         found = self._subgroups.get(key)
         if found is None:
-            found = dist.new_group([self._global(r) for r in key], use_local_synchronization=True)
+            # (torch's own default for a new group is 30 minutes, whatever the world's is)
+            try:
+                found = dist.new_group([self._global(r) for r in key], timeout=_timeout(),
+                                       use_local_synchronization=True)
+            except Exception as err:  # noqa: BLE001 - a member that never came, a store timeout
+                raise CollectiveError(
+                    f"making the process group of ranks {key} failed: {err}. Every member must "
+                    f"reach it, having made as many groups before it as the others (torch names a "
+                    f"group by its ranks and that count): a fusion on a mesh that shares only some "
+                    f"of these ranks, run before, breaks that") from err
             self._subgroups[key] = found
         return found
 

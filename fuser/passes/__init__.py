@@ -18,14 +18,14 @@ from .decompose_reshardings import decompose_reshardings
 from .propagate_shardings import propagate_shardings
 from .schedule_stream_loops import schedule_stream_loops
 from .stream_allocation import stream_allocation
-from .validate_shardings import validate_shardings
+from .validate_shardings import validate_meshes, validate_shardings
 
 Pass = Callable[[Fusion], Fusion]
 
 
 def pre_segmentation_passes() -> list[Pass]:
     """The passes in the order they run."""
-    return [validate_shardings, propagate_shardings, decompose_reshardings,
+    return [validate_shardings, propagate_shardings, validate_meshes, decompose_reshardings,
             schedule_stream_loops, stream_allocation]
 
 

@@ -12,6 +12,12 @@ from ..ir.symbolic import is_static
 def validate_shardings(fusion: Fusion) -> Fusion:
     for tv in fusion.tensors():
         _check_tensor(tv)
+    return validate_meshes(fusion)
+
+
+def validate_meshes(fusion: Fusion) -> Fusion:
+    """The tensors of one expr share a mesh: checked on the user's annotations, and again once
+    propagation has given the unannotated tensors theirs (an op between two meshes)."""
     for e in fusion.exprs:
         meshes = {tv.device_mesh for tv in (*e.inputs, *e.outputs)
                   if isinstance(tv, TensorView) and tv.device_mesh is not None}

@@ -346,6 +346,49 @@ def case_linear_contraction_split_from_the_sharded_input(device):
         exact(out, shard_rows(F.linear(full_x, full_w), d, rank, axis=out_axis), f"x on {x_axis}, w on {w_axis}")
 
 
+def case_an_op_between_two_meshes_is_refused(device):
+    """x on one mesh, z = set(relu(x)) on the same ranks in another order: the relu takes x's
+    mesh by propagation, and the set between the two meshes is refused (it ran no collective
+    and returned x's blocks in z's places)."""
+    rank, d = world()
+    if d == 1:
+        return  # (one device: the two meshes are one)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        z = fd.ops.set(fd.ops.relu(x))
+        fd.add_output(z)
+        _split_on_mesh(x, 0, DeviceMesh(torch.arange(d)), d)
+        _split_on_mesh(z, 0, DeviceMesh(torch.arange(d).flip(0)), d)
+    try:
+        fd.execute([shard(fd, 0, ints(2 * d, 3, device=device))])
+    except fuser.UnsupportedError as err:
+        assert "different meshes" in str(err), str(err)
+    else:
+        raise AssertionError("an op between two meshes was accepted")
+
+
+def case_sharded_attention(device):
+    """sdpfa_fwd with q, k, v sharded on heads (tensor-parallel attention), and with q sharded
+    on its sequence, causal or not (the causal mask reads each row's global position, so a
+    causal q is gathered first). The rule indexed the op's 0-dim seed and offset outputs."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    b, H, L, E = 1, 2 * d, 4 * d, 8
+    full = [ints(b, H, L, E, device=device, seed=20 + k) / 4 for k in range(3)]
+    for axis, sharded, causal in ((1, (0, 1, 2), False), (1, (0, 1, 2), True), (2, (0,), False), (2, (0,), True)):
+        with FusionDefinition() as fd:
+            ts = [fd.define_tensor([b, H, L, E], contiguity=True) for _ in range(3)]
+            z = fd.ops.set(fd.ops.sdpfa_fwd(*ts, is_causal=causal)[0])
+            fd.add_output(z)
+            for k, t in enumerate(ts):
+                _split_on_mesh(t, axis, mesh, d) if k in sharded else t.set_device_mesh(mesh)
+            z.set_device_mesh(mesh)
+        args = [shard_rows(t, d, rank, axis=axis).contiguous() if k in sharded else t for k, t in enumerate(full)]
+        (out,) = fd.execute(args)
+        torch.testing.assert_close(out, F.scaled_dot_product_attention(*full, is_causal=causal), rtol=1e-3, atol=1e-3,
+                                   msg=lambda m: f"sharded on axis {axis}, causal={causal}: {m}")
+
+
 def case_weight_sharding_wins(device):
     """x sharded on rows, the weight on the contraction: the output follows the weight (a
     partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""

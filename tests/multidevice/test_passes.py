@@ -18,7 +18,7 @@ def comms(fusion):
 
 def test_the_passes_in_order():
     assert [p.__name__ for p in pre_segmentation_passes()] == [
-        "validate_shardings", "propagate_shardings", "decompose_reshardings",
+        "validate_shardings", "propagate_shardings", "validate_meshes", "decompose_reshardings",
         "schedule_stream_loops", "stream_allocation"]
 
 
