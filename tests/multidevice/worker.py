@@ -1,4 +1,5 @@
-"""Run every case of `cases.py` on this rank, then check that a collective timeout becomes a
+"""Run every case of `cases.py` on this rank, then check that a collective timeout (and on four
+ranks a subgroup that one member never makes) becomes a
 FuserError naming the collective and the ranks; write `rank<N>.json` with the results.
 
     python -m torch.distributed.run --nproc-per-node=2 tests/multidevice/worker.py --out DIR
@@ -44,6 +45,24 @@ def timeout_check(comm: Communicator) -> dict:
     return {"ok": False, "error": "the allreduce returned without its peer"}
 
 
+def subgroup_timeout_check(comm: Communicator) -> dict:
+    """On four ranks, rank 2 allreduces over the team (2, 3), whose subgroup rank 3 never makes:
+    the making of the group waits FUSER_COLLECTIVE_TIMEOUT, not torch's 30 minutes."""
+    os.environ["FUSER_COLLECTIVE_TIMEOUT"] = "2"
+    if comm.rank != 2:
+        time.sleep(4)
+        return {"ok": True, "note": "not the waiting rank"}
+    start = time.time()
+    try:
+        comm.allreduce(torch.ones(4), (2, 3)).wait()
+    except CollectiveError as err:
+        msg = str(err)
+        return {"ok": "(2, 3)" in msg and time.time() - start < 30, "error": msg}
+    except Exception as err:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(err).__name__} is not a FuserError: {err}"}
+    return {"ok": False, "error": "the allreduce returned without its peer"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -65,6 +84,8 @@ def main() -> None:
         comm.barrier()
     if not args.cases:
         results["collective_timeout"] = timeout_check(comm)
+    elif comm.world_size == 4:
+        results["subgroup_timeout"] = subgroup_timeout_check(comm)
     with open(os.path.join(args.out, f"rank{comm.rank}.json"), "w") as f:
         json.dump(results, f, indent=1)
     sys.stdout.flush()
