@@ -155,6 +155,10 @@ class KernelAxes:
     tensors: list[TensorView]
     reference: TensorView
     resized: frozenset[int] = frozenset()  # loop axes a slice, pad or cat moves tensors along
+    aligned_outputs: bool = False  # analysed with `align_outputs` (outputs share their axes)
+    # the analysis's union-find of axes, and per (broadcast class, extent) the first concrete
+    # axis that class met: what `PointwiseAxes` extends
+    links: Optional[tuple["_UnionFind", dict]] = field(default=None, repr=False, compare=False)
 
     def of(self, tv: TensorView) -> list[Optional[int]]:
         return self.tensor_axes[id(tv)]
@@ -289,4 +293,121 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
             return None, f"T{tv.name} maps two of its axes to one loop axis"
         tensor_axes[id(tv)] = mapped
     resized = frozenset(index[r] for r in resized_roots if r in index)
-    return KernelAxes(axes, tensor_axes, tensors, reference, resized), ""
+    return KernelAxes(axes, tensor_axes, tensors, reference, resized, align_outputs, (uf, same_extent)), ""
+
+
+class PointwiseAxes:
+    """The loop axis of each axis of a group's tensors (`KernelAxes.tensor_axes`, by axis), and
+    the classes of its broadcast axes with the loop axis each met per extent, for a group
+    without reductions or resizes (slice, pad, cat), kept up to date as single elementwise,
+    broadcast or permute exprs join it (not a squeeze: the axis it removes is no loop axis).
+    `joined` answers where `analyze_axes` of the grown group would provably keep the group's
+    loop axes (each axis of the expr's new tensors joins one of them, or a broadcast class),
+    and so succeed as it did: a chain of n pointwise ops, merged one op at a time, then needs
+    no analysis of the whole chain per op (that made segmentation quadratic in the chain's
+    length). Anything it cannot tell is no."""
+
+    def __init__(self, axes: KernelAxes):
+        uf, met = axes.links
+        # id(IterDomain) -> loop axis; None: not a loop axis (a broadcast, or squeezed)
+        self.axis_of: dict[int, Optional[int]] = {}
+        self.broadcast_of: dict[int, int] = {}  # id(broadcast IterDomain) -> its class
+        for tv in axes.tensors:
+            for d, a in zip(tv.domain.no_reductions(), axes.of(tv)):
+                self.axis_of[id(d)] = a
+                if concrete_extent(d) is None:
+                    self.broadcast_of[id(d)] = uf.find(id(d))
+        # (broadcast class, extent) -> the loop axis of the concrete axes it met of that extent
+        # (None: squeezed); a broadcast class's root is final before any concrete axes join
+        self.met: dict[tuple, Optional[int]] = {key: self.axis_of[id(d)] for key, d in met.items()}
+        self.tensors: set[int] = {id(tv) for tv in axes.tensors}
+
+    def joined(self, e: Expr) -> Optional[tuple[dict, dict, dict]]:
+        """What `e` brings into the group where it keeps the group's loop axes (mirroring
+        `analyze_axes`: pairs of concrete or of broadcast axes are unions, a broadcast class
+        meeting concrete axes joins those of one extent), for `join`; else None."""
+        if not isinstance(e, (*_ELEMENTWISE, BroadcastOp, PermuteOp)):
+            return None
+        parent: dict = {}  # a union-find: ("axis", k), ("class", c) of the group; new axes by id
+
+        def find(k):
+            while parent[k] != k:
+                k = parent[k]
+            return k
+
+        def union(a, b) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[rb] = ra
+
+        def node(d: IterDomain):
+            if id(d) not in self.axis_of:
+                return id(d)
+            if self.axis_of[id(d)] is not None:
+                return "axis", self.axis_of[id(d)]
+            return ("class", self.broadcast_of[id(d)]) if id(d) in self.broadcast_of else None
+
+        met = []
+        for a, b in _axis_pairs(e):
+            na, nb = node(a), node(b)
+            if na is None or nb is None:
+                return None  # a squeezed axis
+            parent.setdefault(na, na)
+            parent.setdefault(nb, nb)
+            if (concrete_extent(a) is None) == (concrete_extent(b) is None):
+                union(na, nb)
+            else:
+                met.append((na, b) if concrete_extent(a) is None else (nb, a))
+        group_class: dict = {}  # root -> the group's broadcast class in it
+        for k in parent:
+            if isinstance(k, tuple) and k[0] == "class" and group_class.setdefault(find(k), k[1]) != k[1]:
+                return None  # two broadcast classes of the group would become one
+        first: dict[tuple, object] = {}
+        for b, d in met:
+            key = (find(b), concrete_extent(d))
+            if key not in first:
+                c = group_class.get(key[0])
+                if c is not None and (c, key[1]) in self.met:
+                    if self.met[(c, key[1])] is None:
+                        return None  # the class met a squeezed axis of this extent
+                    first[key] = ("axis", self.met[(c, key[1])])
+                    parent.setdefault(first[key], first[key])
+                else:
+                    first[key] = node(d)
+            union(first[key], node(d))
+        axis_at: dict = {}  # root -> the group's loop axis in it
+        for k in parent:
+            if isinstance(k, tuple) and k[0] == "axis" and axis_at.setdefault(find(k), k[1]) != k[1]:
+                return None  # two loop axes of the group would become one
+        axis_of: dict[int, Optional[int]] = {}
+        broadcast_of: dict[int, int] = {}
+        for tv in self._new_tensors(e):
+            mapped = []
+            for d in tv.domain.no_reductions():
+                if id(d) in self.axis_of:
+                    return None  # (an axis object shared with a tensor of the group)
+                root = find(parent.setdefault(id(d), id(d)))
+                a = axis_at.get(root)
+                if concrete_extent(d) is None:
+                    broadcast_of[id(d)] = group_class.get(root, root)
+                elif a is None:
+                    return None  # a loop axis of its own
+                mapped.append(a)
+                axis_of[id(d)] = a
+            real = [a for a in mapped if a is not None]
+            if len(set(real)) != len(real):
+                return None  # the tensor maps two of its axes to one loop axis
+        met_axes = {(group_class.get(root, root), extent): axis_at[find(n)] for (root, extent), n in first.items()}
+        return axis_of, broadcast_of, met_axes
+
+    def join(self, e: Expr, found: tuple[dict, dict, dict]) -> None:
+        """Take `e` into the group, with what `joined` found."""
+        axis_of, broadcast_of, met = found
+        self.tensors.update(id(tv) for tv in self._new_tensors(e))
+        self.axis_of.update(axis_of)
+        self.broadcast_of.update(broadcast_of)
+        self.met.update(met)
+
+    def _new_tensors(self, e: Expr) -> list[TensorView]:
+        return list({id(v): v for v in (*e.inputs, *e.outputs)
+                     if isinstance(v, TensorView) and id(v) not in self.tensors}.values())

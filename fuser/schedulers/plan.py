@@ -20,7 +20,7 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
-from .axes import KernelAxes, analyze_axes
+from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes
 from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, apart_output, reduced_axes_of, split_inner_outer
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
@@ -314,6 +314,18 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
+
+
+def growable_axes(plan: object) -> Optional[PointwiseAxes]:
+    """The axes by which the group of a pointwise `plan` may grow one expr at a time with no new
+    plan (`PointwiseAxes.join`: the union is then a pointwise plan too, as long as the joining
+    expr passes `plan_kernel`'s per-op checks alone). None for other plans: reductions and resizes
+    make acceptance depend on more than the axes, and outputs analysed aligned are not the plain
+    analysis a join extends."""
+    if not isinstance(plan, KernelPlan) or plan.template is not Template.pointwise \
+            or plan.axes.aligned_outputs or any(isinstance(e, RESIZE_OPS) for e in plan.exprs):
+        return None
+    return PointwiseAxes(plan.axes)
 
 
 def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:

@@ -2,21 +2,26 @@
 
 Each expr starts as its own group. In topological order, an expr that a kernel can compute is
 merged into the groups producing its inputs while the scheduler still accepts the union and the
-group graph stays acyclic; other exprs join neighbouring evaluator groups. Then kernel groups
-that only share inputs join where the scheduler says one kernel pays (a norm's backward). Every
+group graph stays acyclic; other exprs join neighbouring evaluator groups. (A pointwise group
+grows by one op with no plan of the union where its known loop axes show that the scheduler
+takes it, `PointwiseAxes`: a long chain costs each op, not the chain.) Then kernel groups that
+only share inputs join where the scheduler says one kernel pays (a norm's backward). Every
 refused merge is recorded with its reason, for `fd.last_segments()` and bug reports.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Optional
 
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..ir.fusion import live_exprs
-from ..schedulers.axes import RESIZED_OUTPUTS
+from ..schedulers.axes import RESIZED_OUTPUTS, PointwiseAxes
+from ..schedulers.plan import growable_axes
 from ..timing import phase
 from .segments import Segment, SegmentKind, segment_inputs, segment_io
 
-# (exprs, inputs, outputs) -> (plan or None, reason it was refused)
+# (exprs, inputs, outputs) -> (plan or None, reason it was refused); a plan_kernel (its
+# KernelPlan), so that a pointwise group may grow without a new plan (`growable_axes`)
 TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
 # expr -> can a kernel compute it at all
 KernelCapable = Callable[[Expr], bool]
@@ -28,6 +33,15 @@ class _Group:
         self.first = index
         self.kernel = kernel
         self.refusals: list[tuple[str, Expr]] = []  # (why a merge was refused, an expr of the other group)
+        # the loop axes of `exprs` where they plan as a pointwise kernel (`growable_axes`)
+        self.axes: Optional[PointwiseAxes] = None
+        # ids of the exprs outside the group reading its values: its consumers without a walk
+        # over its exprs (set by the Segmenter, kept by `absorb`)
+        self.read_outside: set[int] = set()
+
+
+# the groups of a segmentation, in creation order (a dict for removal and membership in O(1))
+Groups = dict[_Group, None]
 
 
 class Segmenter:
@@ -45,6 +59,7 @@ class Segmenter:
                 self.readers.setdefault(v, []).append(e)
         self.group_of: dict[int, _Group] = {}
         self.order = {id(e): k for k, e in enumerate(exprs)}
+        self.order_of: Callable[[Expr], int] = lambda e: self.order[id(e)]
         self.retry: list[tuple[Expr, Expr]] = []  # merges to try again after the greedy pass
 
     # -- graph helpers ----------------------------------------------------------------------
@@ -59,14 +74,14 @@ class Segmenter:
         return out
 
     def consumers(self, g: _Group) -> set[_Group]:
-        out = set()
-        for e in g.exprs:
-            for v in e.outputs:
-                for reader in self.readers.get(id(v), ()):
-                    h = self.group_of.get(id(reader))
-                    if h is not None and h is not g:
-                        out.add(h)
-        return out
+        # (readers not yet in a group, later exprs of the greedy pass, are no consumers yet)
+        return {self.group_of[r] for r in g.read_outside if r in self.group_of}
+
+    def readers_outside(self, exprs: list[Expr]) -> set[int]:
+        """ids of the exprs not in `exprs` that read a value of theirs."""
+        inside = {id(e) for e in exprs}
+        return {id(r) for e in exprs for o in e.outputs for r in self.readers.get(id(o), ())
+                if id(r) not in inside}
 
     def reaches(self, src: _Group, dst: _Group) -> bool:
         """Whether `dst` depends on `src` other than directly (through a third group)."""
@@ -95,13 +110,48 @@ class Segmenter:
 
     # -- the greedy pass --------------------------------------------------------------------
 
-    def try_merge(self, a: _Group, b: _Group, groups: list[_Group]) -> bool:
+    def in_order(self, a: _Group, b: _Group) -> list[Expr]:
+        """The exprs of both groups in the fusion's order (each group keeps its own in order):
+        the smaller group's inserted into a copy of the larger's."""
+        small, large = sorted((a.exprs, b.exprs), key=len)
+        merged = list(large)
+        for e in small:
+            bisect.insort(merged, e, key=self.order_of)
+        return merged
+
+    def grown_axes(self, a: _Group, b: _Group) -> Optional[PointwiseAxes]:
+        """The loop axes of the union of kernel groups `a` and `b`, where one is a pointwise
+        group with known axes and the other a single expr that provably keeps them (then the
+        scheduler would take the union, and it needs no plan); else None. A chain of pointwise
+        ops grows one op at a time, and planning the whole union at each op made segmentation
+        quadratic in the chain's length."""
+        grown, single = (a, b) if a.axes is not None else (b, a)
+        if grown.axes is None or len(single.exprs) != 1:
+            return None
+        e = single.exprs[0]
+        found = grown.axes.joined(e)
+        if found is None:
+            return None
+        with phase("planning"):  # the scheduler's checks of the op itself (lowering, kind)
+            alone, why = self.try_kernel([e], *self.merged_io([e]))
+        if alone is None and not why.startswith("only views"):
+            return None
+        grown.axes.join(e, found)
+        return grown.axes
+
+    def try_merge(self, a: _Group, b: _Group, groups: Groups) -> Optional[_Group]:
+        """The union of `a` and `b` where the scheduler takes it (kernel groups) and the group
+        graph stays acyclic, else None with the refusal recorded on `a`."""
         if a.kernel != b.kernel:
-            return False
+            return None
         if not self.acyclic_merge(a, b):
             a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle", b.exprs[0]))
-            return False
-        exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
+            return None
+        exprs = self.in_order(a, b)
+        axes = self.grown_axes(a, b) if a.kernel else None
+        if axes is not None:
+            return self.absorb(a, b, exprs, groups, axes)
+        plan = None
         if a.kernel:
             with phase("planning"):
                 plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
@@ -109,19 +159,29 @@ class Segmenter:
                 if why == RESIZED_OUTPUTS:
                     self.retry.append((a.exprs[0], b.exprs[0]))
                 a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: {why}", b.exprs[0]))
-                return False
-        self.absorb(a, b, exprs, groups)
-        return True
+                return None
+        return self.absorb(a, b, exprs, groups, growable_axes(plan))
 
-    def absorb(self, a: _Group, b: _Group, exprs: list[Expr], groups: list[_Group]) -> None:
-        a.exprs = exprs
-        a.first = min(a.first, b.first)
-        a.refusals += b.refusals
-        for e in b.exprs:
-            self.group_of[id(e)] = a
-        groups.remove(b)
+    def absorb(self, a: _Group, b: _Group, exprs: list[Expr], groups: Groups,
+               axes: Optional[PointwiseAxes]) -> _Group:
+        """Make `a` and `b` one group of `exprs` and return it. The larger of the two lives on
+        (which one is no matter: groups are ordered by `first` wherever order counts), so that
+        a long chain joined by one op at a time costs each join the op, not the chain."""
+        keep, gone = (a, b) if len(a.exprs) >= len(b.exprs) else (b, a)
+        keep.exprs = exprs
+        keep.axes = axes
+        keep.first = min(a.first, b.first)
+        keep.refusals = a.refusals + b.refusals
+        for e in gone.exprs:
+            self.group_of[id(e)] = keep
+        # (the readers that were the other group's exprs are inside now)
+        keep.read_outside |= gone.read_outside
+        keep.read_outside.difference_update(id(e) for e in gone.exprs)
+        keep.read_outside.difference_update([r for r in gone.read_outside if self.group_of.get(r) is keep])
+        del groups[gone]
+        return keep
 
-    def retry_resized(self, groups: list[_Group]) -> None:
+    def retry_resized(self, groups: Groups) -> None:
         """A value read by two slices (x[..., :h] and x[..., h:] of rope's backward) cannot join
         the first slice's group while the second still reads it from outside: the group would
         write it at another extent than its own output. Once both slices are in one group, the
@@ -137,7 +197,7 @@ class Segmenter:
                 break  # nothing joined this round
             pending = self.retry
 
-    def absorb_scalar_groups(self, groups: list[_Group]) -> None:
+    def absorb_scalar_groups(self, groups: Groups) -> None:
         """Kernel groups of 0-dim values only (`x / sqrt(d)` with a symbolic d: full, casts and
         sqrt of one element) have no loop axes, so no kernel of their own; each would run as
         an ATen call. They join a consumer's kernel instead, which computes them per program."""
@@ -153,7 +213,7 @@ class Segmenter:
                         joined = True
                         break
 
-    def join_siblings(self, groups: list[_Group]) -> None:
+    def join_siblings(self, groups: Groups) -> None:
         """Kernel groups that read a common value, with no producer between them, join when the
         scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
         column reductions of a norm's backward read the rows once; pointwise kernels over one
@@ -179,17 +239,17 @@ class Segmenter:
                     tried.add(key)
                     if not self.acyclic_merge(a, b):
                         continue
-                    exprs = sorted(a.exprs + b.exprs, key=lambda e: self.order[id(e)])
+                    exprs = self.in_order(a, b)
                     with phase("planning"):
                         plan, _ = self.try_kernel(exprs, *self.merged_io(exprs))
                     if plan is not None and getattr(plan, "fuses_siblings", False):
-                        self.absorb(a, b, exprs, groups)
+                        self.absorb(a, b, exprs, groups, growable_axes(plan))
                         joined = True
                         break
                 if joined:
                     break
 
-    def free_views(self, groups: list[_Group]) -> None:
+    def free_views(self, groups: Groups) -> None:
         """A kernel group's output that only views a value the group reads or writes anyway
         (a permute, broadcast or slice of an input or of another output, or a chain of such
         views) leaves the group for ATen, which makes it free: in the kernel it was a copy. A
@@ -203,8 +263,9 @@ class Segmenter:
                 moved = False
                 inputs, outputs = self.merged_io(g.exprs)
                 available = {id(v) for v in inputs} | {id(o) for o in outputs}
+                inside = {id(f) for f in g.exprs}
                 for e in g.exprs:
-                    chain = self._view_chain(g, e, available)
+                    chain = self._view_chain(e, inside, available)
                     if not chain:
                         continue
                     rest = [f for f in g.exprs if f not in chain]
@@ -215,19 +276,22 @@ class Segmenter:
                     if plan is None and not why.startswith("only views"):
                         continue
                     g.exprs = rest
+                    g.axes = growable_axes(plan)
+                    g.read_outside = self.readers_outside(rest)
                     view = _Group(chain[-1], min(self.order[id(f)] for f in chain), kernel=True)
                     view.exprs = sorted(chain, key=lambda f: self.order[id(f)])  # alone: "only views", for ATen
+                    view.read_outside = self.readers_outside(view.exprs)
                     for f in chain:
                         self.group_of[id(f)] = view
-                    groups.append(view)
+                    groups[view] = None
                     moved = True
                     break
 
-    def _view_chain(self, g: _Group, e: Expr, available: set[int]) -> list[Expr]:
-        """The views of group `g` ending in `e` that ATen could make instead: `e` is a view
-        whose output the group gives out and does not read itself, and so is each view before
-        it up to a value the group reads or writes anyway. Empty: none."""
-        inside = {id(f) for f in g.exprs}
+    def _view_chain(self, e: Expr, inside: set[int], available: set[int]) -> list[Expr]:
+        """The views of a group (the ids of its exprs: `inside`) ending in `e` that ATen could
+        make instead: `e` is a view whose output the group gives out and does not read itself,
+        and so is each view before it up to a value the group reads or writes anyway. Empty:
+        none."""
         chain: list[Expr] = []
         f = e
         while isinstance(f, VIEW_OPS):
@@ -247,23 +311,22 @@ class Segmenter:
         return []
 
     def run(self) -> list[Segment]:
-        groups: list[_Group] = []
+        groups: Groups = {}
         for k, e in enumerate(self.exprs):
             g = _Group(e, k, self.capable(e))
+            g.read_outside = self.readers_outside(g.exprs)
             self.group_of[id(e)] = g
-            groups.append(g)
+            groups[g] = None
             for p in sorted(self.producers(g), key=lambda h: (-len(h.exprs), h.first)):
                 if p in groups and g in groups:
-                    target, other = (p, g)
-                    if self.try_merge(target, other, groups):
-                        g = target
+                    g = self.try_merge(p, g, groups) or g
         self.retry_resized(groups)
         self.absorb_scalar_groups(groups)
         self.join_siblings(groups)
         self.free_views(groups)
         return self.to_segments(groups)
 
-    def to_segments(self, groups: list[_Group]) -> list[Segment]:
+    def to_segments(self, groups: Groups) -> list[Segment]:
         ordered, done = [], set()
         pending = sorted(groups, key=lambda g: g.first)
         while pending:

@@ -1,0 +1,108 @@
+"""A long chain of pointwise ops segments in time proportional to its length: each op joins the
+chain's group without a new plan of the whole group (`PointwiseAxes`), where planning the
+growing group once per op made segmentation quadratic (a 400-op chain through torch.compile
+spent 32 s of its 40 s first call planning). Counted in exprs planned, not seconds, so that the
+bound holds on any machine; and the segments are the ones planning every merge makes."""
+import random
+
+import pytest
+
+from fuser import DataType, FusionDefinition
+from fuser.codegen.kernel import can_emit
+from fuser.schedulers.plan import plan_kernel
+from fuser.segment import SegmentKind, segment_fusion, segmenter
+
+
+def _chain(kind: str, n: int) -> FusionDefinition:
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        row = fd.define_tensor([1, -1], contiguity=True, dtype=DataType.Float)
+        col = fd.define_tensor([-1, 1], contiguity=True, dtype=DataType.Float)
+        y = x
+        for i in range(n):
+            if kind == "unary":  # the torch.compile repro: (x * 1.001 + 0.01).tanh(), x.sin() + x
+                y = fd.ops.tanh(fd.ops.add(fd.ops.mul(y, 1.001), 0.01)) if i % 3 else fd.ops.add(fd.ops.sin(y), y)
+            elif kind == "bias":  # a broadcast of w at every step, and x far back in the chain
+                y = fd.ops.sub(fd.ops.add(fd.ops.mul(y, 0.999), w), fd.ops.mul(x, 0.001))
+            else:  # the same [1, n] and [m, 1] tensors at every step: broadcast axes of the group
+                y = fd.ops.add(fd.ops.mul(fd.ops.mul(y, row), col), 0.01)
+        fd.add_output(y)
+    return fd
+
+
+def _segments(fusion, grow: bool = True, monkeypatch=None):
+    """The segments the runtime makes of `fusion` on the CPU, and the number of exprs planned
+    in all. `grow=False`: every merge planned (no group grows by its known axes)."""
+    planned = [0]
+    lowerable = lambda e: can_emit(e, "interpreter")  # noqa: E731
+
+    def try_kernel(exprs, inputs, outputs):
+        planned[0] += len(exprs)
+        return plan_kernel(exprs, inputs, outputs, lowerable)
+    if not grow:
+        monkeypatch.setattr(segmenter, "growable_axes", lambda plan: None)
+    segments = segment_fusion(fusion, try_kernel, lowerable)
+    if not grow:
+        monkeypatch.undo()
+    return segments, planned[0]
+
+
+def _described(segments) -> list:
+    return [(s.kind, [id(e) for e in s.exprs], [id(v) for v in s.outputs], s.why) for s in segments]
+
+
+@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast"])
+def test_a_long_chain_plans_each_op_a_bounded_number_of_times(kind):
+    fusion = _chain(kind, 100).fusion
+    segments, planned = _segments(fusion)
+    assert [s.kind for s in segments] == [SegmentKind.kernel]
+    exprs = len(segments[0].exprs)
+    # each op planned alone as it joins, the whole chain once at the end (and the first
+    # merges): planning the growing group at each op was about exprs**2 / 2
+    assert planned <= 3 * exprs, (planned, exprs)
+
+
+@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast"])
+def test_a_chain_is_cut_as_planning_every_merge_cuts_it(kind, monkeypatch):
+    fusion = _chain(kind, 20).fusion
+    assert _described(_segments(fusion)[0]) == _described(_segments(fusion, False, monkeypatch)[0])
+
+
+def _random_fusion(seed: int) -> FusionDefinition:
+    """Pointwise ops over square shapes, with broadcasts, permutes, expands, reductions and
+    values read again: where a join may merge two loop axes of the group (the broadcast axis
+    of a [4, 1] value meeting a 4 that the group's permute moved) and must be planned."""
+    rng = random.Random(seed)
+    with FusionDefinition() as fd:
+        pool = [fd.define_tensor([rng.choice([1, 4, 4, -1]) for _ in range(rng.choice([2, 3]))],
+                                 contiguity=True, dtype=DataType.Float) for _ in range(rng.randint(1, 3))]
+        for _ in range(40):
+            a, b, r = rng.choice(pool[-5:]), rng.choice(pool), rng.random()
+            try:
+                if r < 0.3:
+                    v = getattr(fd.ops, rng.choice(["tanh", "sin", "neg"]))(a)
+                elif r < 0.6:
+                    v = getattr(fd.ops, rng.choice(["add", "mul", "maximum"]))(a, b)
+                elif r < 0.7:
+                    v = fd.ops.permute(a, rng.sample(range(a.ndim), a.ndim))
+                elif r < 0.8:
+                    v = fd.ops.broadcast_in_dim(a, shape=[4] * (a.ndim + 1), broadcast_dims=list(range(1, a.ndim + 1)))
+                elif r < 0.85:
+                    v = fd.ops.sum(a, [rng.randrange(a.ndim)], keepdim=rng.random() < 0.5)
+                elif r < 0.9:
+                    v = fd.ops.expand(a, [4] * a.ndim)
+                else:
+                    v = fd.ops.where(fd.ops.gt(a, 0.0), a, b)
+            except Exception:  # (shapes an op refuses)
+                continue
+            pool.append(v)
+        fd.add_output(pool[-1])
+    return fd
+
+
+def test_random_fusions_are_cut_as_planning_every_merge_cuts_them(monkeypatch):
+    for seed in range(25):
+        fusion = _random_fusion(seed).fusion
+        grown, _ = _segments(fusion)
+        assert _described(grown) == _described(_segments(fusion, False, monkeypatch)[0]), seed
