@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 from ..ir import (BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, IterDomain, LoadStoreOp, PadOp,
                   PermuteOp, ReductionOp, SliceOp, SqueezeOp, TensorView, TernaryOp, UnaryOp, VarMeanOp)
 from ..ir.symbolic import Extent
+from ..segment.segments import RESIZED_OUTPUTS
 
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, LoadStoreOp, ExpandOp)
 
@@ -89,8 +90,6 @@ def _resize_links(e: Expr):
 
 
 RESIZE_OPS = (SliceOp, PadOp, CatOp)
-# a group refused for this may be taken once its other consumers join it (the segmenter retries)
-RESIZED_OUTPUTS = "outputs of several extents along an axis a slice, pad or cat resizes"
 
 
 def pad_widths(e: PadOp) -> dict[int, tuple[int, int]]:

@@ -146,6 +146,17 @@ class KernelPlan:
                 fed |= {id(o) for o in e.outputs}
         return fed
 
+    def growable_axes(self) -> Optional[PointwiseAxes]:
+        """The axes by which the group of a pointwise plan may grow one expr at a time with no
+        new plan (`PointwiseAxes.join`: the union is then a pointwise plan too, as long as the
+        joining expr passes `plan_kernel`'s per-op checks alone; the segmenter asks). None for
+        other plans: reductions and resizes make acceptance depend on more than the axes, and
+        outputs analysed aligned are not the plain analysis a join extends."""
+        if self.template is not Template.pointwise or self.axes.aligned_outputs \
+                or any(isinstance(e, RESIZE_OPS) for e in self.exprs):
+            return None
+        return PointwiseAxes(self.axes)
+
     def describe(self) -> str:
         ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731
         return f"{self.template.value}: tile dim0 {ext(self.dim0)} x dim1 {ext(self.dim1)}"
@@ -314,18 +325,6 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
-
-
-def growable_axes(plan: object) -> Optional[PointwiseAxes]:
-    """The axes by which the group of a pointwise `plan` may grow one expr at a time with no new
-    plan (`PointwiseAxes.join`: the union is then a pointwise plan too, as long as the joining
-    expr passes `plan_kernel`'s per-op checks alone). None for other plans: reductions and resizes
-    make acceptance depend on more than the axes, and outputs analysed aligned are not the plain
-    analysis a join extends."""
-    if not isinstance(plan, KernelPlan) or plan.template is not Template.pointwise \
-            or plan.axes.aligned_outputs or any(isinstance(e, RESIZE_OPS) for e in plan.exprs):
-        return None
-    return PointwiseAxes(plan.axes)
 
 
 def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:

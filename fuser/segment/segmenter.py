@@ -4,24 +4,22 @@ Each expr starts as its own group. In topological order, an expr that a kernel c
 merged into the groups producing its inputs while the scheduler still accepts the union and the
 group graph stays acyclic; other exprs join neighbouring evaluator groups. (A pointwise group
 grows by one op with no plan of the union where its known loop axes show that the scheduler
-takes it, `PointwiseAxes`: a long chain costs each op, not the chain.) Then kernel groups that
+takes it, `GrowableAxes`: a long chain costs each op, not the chain.) Then kernel groups that
 only share inputs join where the scheduler says one kernel pays (a norm's backward). Every
 refused merge is recorded with its reason, for `fd.last_segments()` and bug reports.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..ir.fusion import live_exprs
-from ..schedulers.axes import RESIZED_OUTPUTS, PointwiseAxes
-from ..schedulers.plan import growable_axes
 from ..timing import phase
-from .segments import Segment, SegmentKind, segment_inputs, segment_io
+from .segments import RESIZED_OUTPUTS, Segment, SegmentKind, segment_inputs, segment_io
 
-# (exprs, inputs, outputs) -> (plan or None, reason it was refused); a plan_kernel (its
-# KernelPlan), so that a pointwise group may grow without a new plan (`growable_axes`)
+# (exprs, inputs, outputs) -> (plan or None, reason it was refused); a plan may offer
+# `growable_axes()`, the loop axes by which its group grows without a new plan (GrowableAxes)
 TryKernel = Callable[[list[Expr], list, list], tuple[Optional[object], str]]
 # expr -> can a kernel compute it at all
 KernelCapable = Callable[[Expr], bool]
@@ -34,10 +32,25 @@ class _Group:
         self.kernel = kernel
         self.refusals: list[tuple[str, Expr]] = []  # (why a merge was refused, an expr of the other group)
         # the loop axes of `exprs` where they plan as a pointwise kernel (`growable_axes`)
-        self.axes: Optional[PointwiseAxes] = None
+        self.axes: Optional[GrowableAxes] = None
         # ids of the exprs outside the group reading its values: its consumers without a walk
         # over its exprs (set by the Segmenter, kept by `absorb`)
         self.read_outside: set[int] = set()
+
+
+class GrowableAxes(Protocol):
+    """A pointwise group's loop axes (the schedulers' `PointwiseAxes`): what one more expr
+    brings where the group's plan would provably still hold (`joined`, else None), and taking
+    it in (`join`)."""
+
+    def joined(self, e: Expr) -> Optional[object]: ...
+
+    def join(self, e: Expr, found: object) -> None: ...
+
+
+def growable_axes(plan: Optional[object]) -> Optional[GrowableAxes]:
+    offer = getattr(plan, "growable_axes", None)
+    return offer() if offer is not None else None
 
 
 # the groups of a segmentation, in creation order (a dict for removal and membership in O(1))
@@ -119,7 +132,7 @@ class Segmenter:
             bisect.insort(merged, e, key=self.order_of)
         return merged
 
-    def grown_axes(self, a: _Group, b: _Group) -> Optional[PointwiseAxes]:
+    def grown_axes(self, a: _Group, b: _Group) -> Optional[GrowableAxes]:
         """The loop axes of the union of kernel groups `a` and `b`, where one is a pointwise
         group with known axes and the other a single expr that provably keeps them (then the
         scheduler would take the union, and it needs no plan); else None. A chain of pointwise
@@ -163,7 +176,7 @@ class Segmenter:
         return self.absorb(a, b, exprs, groups, growable_axes(plan))
 
     def absorb(self, a: _Group, b: _Group, exprs: list[Expr], groups: Groups,
-               axes: Optional[PointwiseAxes]) -> _Group:
+               axes: Optional[GrowableAxes]) -> _Group:
         """Make `a` and `b` one group of `exprs` and return it. The larger of the two lives on
         (which one is no matter: groups are ordered by `first` wherever order counts), so that
         a long chain joined by one op at a time costs each join the op, not the chain."""

@@ -8,6 +8,10 @@ from typing import Any, Optional
 from ..ir import Expr, TensorView, Val
 from ..ir.printer import format_expr, format_val
 
+# a kernel group refused for this reason may be taken once its other consumers join it (the
+# segmenter retries); the schedulers give it (`schedulers/axes.py`)
+RESIZED_OUTPUTS = "outputs of several extents along an axis a slice, pad or cat resizes"
+
 
 class SegmentKind(enum.Enum):
     kernel = "kernel"
