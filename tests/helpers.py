@@ -219,3 +219,20 @@ def sm90_ptx(source: str, constexprs: dict, pointer_types: dict, tmp_path, num_w
         if "ptxas" in str(err):
             pytest.skip(str(err))
         raise
+
+
+def prefer_the_last_form_timed(monkeypatch, tmp_path):
+    """Autotune on the interpreter too (a choices file of the test's own), each form timed
+    faster than the one before: the last candidate wins. Returns the choices file."""
+    from fuser.codegen import autotune, launch
+
+    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
+    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
+    times = []
+
+    def timer(launch_once, device):
+        launch_once()
+        times.append(None)
+        return 10.0 - len(times)
+    monkeypatch.setattr(autotune, "cuda_time_ms", timer)
+    return tmp_path / "autotune.json"

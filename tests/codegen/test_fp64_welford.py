@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
-from fuser.codegen import autotune, launch
+from fuser.codegen import launch
 from fuser.schedulers import heuristics
-from tests.helpers import TORCH_TO_DT, dtype_name, sm90_ptx
+from tests.helpers import TORCH_TO_DT, dtype_name, prefer_the_last_form_timed, sm90_ptx
 
 FORMS = {  # form -> (rows, columns, reduced dim, plan words)
     "persistent rows": (5, 17, 1, "persistent"),
@@ -46,15 +46,7 @@ def _force(monkeypatch, tmp_path, form: str) -> None:
     if form == "one pass":  # a candidate from 64 columns, and the tuner's timer prefers it
         monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 128)
         monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
-        monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
-        monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
-        times = []
-
-        def timer(launch_once, device):
-            launch_once()
-            times.append(None)
-            return 10.0 - len(times)  # each form timed faster than the one before
-        monkeypatch.setattr(autotune, "cuda_time_ms", timer)
+        prefer_the_last_form_timed(monkeypatch, tmp_path)
 
 
 def _var_mean(dim: int, dtype: torch.dtype) -> FusionDefinition:

@@ -10,9 +10,9 @@ import torch
 
 from benchmarks import fuser_defs
 from fuser import DataType, FusionDefinition
-from fuser.codegen import autotune, launch
+from fuser.codegen import launch
 from fuser.schedulers import heuristics
-from tests.helpers import row_reduction_forwards
+from tests.helpers import prefer_the_last_form_timed, row_reduction_forwards
 
 
 @pytest.fixture(params=[1, 2], ids=["one row a program", "two rows a program"])
@@ -23,16 +23,7 @@ def one_pass_wins(request, tmp_path, monkeypatch):
     monkeypatch.setattr(heuristics, "TILE_ELEMENTS", 128)
     monkeypatch.setattr(heuristics, "RELOAD_MIN_COLS", 64)
     monkeypatch.setattr(heuristics, "RELOAD_TWO_ROWS_MIN_COLS", 64 if request.param == 2 else None)
-    monkeypatch.setattr(launch, "TUNED_TARGETS", ("interpreter",))
-    monkeypatch.setattr(autotune, "CHOICES", autotune.Choices(tmp_path / "autotune.json"))
-    times = []
-
-    def timer(launch_once, device):
-        launch_once()
-        times.append(None)
-        return 10.0 - len(times)  # each form timed faster than the one before
-    monkeypatch.setattr(autotune, "cuda_time_ms", timer)
-    return tmp_path / "autotune.json", request.param
+    return prefer_the_last_form_timed(monkeypatch, tmp_path), request.param
 
 
 @pytest.mark.parametrize("rows, cols", [(5, 100), (6, 128), (3, 97)])
