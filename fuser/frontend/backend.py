@@ -76,6 +76,9 @@ def decompositions() -> dict:
         op = getattr(aten, name, None)
         if op is not None:
             table.pop(op.default, None)
+    # masked_fill with a number has a lowering of its own, which checks the number against the
+    # tensor's dtype as eager does (the decomposition's scalar_tensor does not)
+    table.pop(aten.masked_fill.Scalar, None)
     return table
 
 

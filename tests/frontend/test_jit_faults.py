@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+import torch._dynamo
 
 import fuser
 from fuser.evaluate.philox import random_tensor
@@ -196,3 +197,25 @@ def test_writing_in_place_to_an_expanded_input_names_it():
     ref.add_(1)
     torch.testing.assert_close(y, ref)
     torch.testing.assert_close(out, ref * 2)
+
+
+@pytest.mark.parametrize("dtype, value", [(torch.float16, -3e4), (torch.float16, float("-inf")),
+                                          (torch.bfloat16, -1e30), (torch.int32, 7)])
+def test_masked_fill_fuses_and_matches_eager(dtype, value):
+    torch._dynamo.reset()
+    f = fuser.jit(lambda x, m, v: x.masked_fill(m, v) * 2)
+    x, m = (make((3, 4)) * 5).to(dtype), make((3, 4)) > 0
+    assert torch.equal(f(x, m, value), x.masked_fill(m, value) * 2)
+    assert f.cache_info().fallback_ops == 0
+
+
+@pytest.mark.parametrize("fn", [lambda x, m: x.masked_fill(m, -1e9), lambda x, m: torch.full_like(x, 7e4) + x],
+                         ids=["masked_fill", "full_like"])
+def test_a_fill_value_out_of_the_dtype_raises_as_in_eager(fn):
+    # the decomposition to where(mask, scalar_tensor(value), x) stored -inf where eager raises
+    torch._dynamo.reset()
+    x, m = make((3, 4)).half(), make((3, 4)) > 0
+    with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
+        fn(x, m)
+    with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
+        fuser.jit(fn)(x, m)

@@ -18,11 +18,30 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+import torch
+
 from ...errors import UnsupportedError
 
 
 class LoweringError(UnsupportedError):
     """This node cannot become IR ops (the reason says why); it runs through ATen instead."""
+
+
+def refuse_overflow(value, torch_dtype: torch.dtype, op: str) -> None:
+    """Eager refuses a fill value out of its tensor's range (a kernel would store inf, or wrap
+    an integer): through ATen, the node raises as eager does."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or torch_dtype is torch.bool:
+        return
+    if torch_dtype.is_floating_point:
+        big = torch.finfo(torch_dtype).max
+        out = float("-inf") < value < float("inf") and not -big <= value <= big  # (inf and nan are kept)
+    elif not torch_dtype.is_complex:
+        info = torch.iinfo(torch_dtype)
+        out = isinstance(value, int) and not info.min <= value <= info.max
+    else:
+        out = False
+    if out:
+        raise LoweringError(f"{op} with {value}, out of the range of {torch_dtype} (eager refuses it)")
 
 
 class Kind(enum.Enum):

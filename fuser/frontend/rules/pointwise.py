@@ -7,7 +7,7 @@ import torch
 
 from ...ir import DataType, TensorView
 from ...ops.pointwise import python_value
-from . import Kind, LoweringError, register
+from . import Kind, LoweringError, refuse_overflow, register
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -207,6 +207,18 @@ def _where(b, node, cond, x, y):
         want = DataType.from_torch(node.meta["val"].dtype)
         x, y = b.fd.ops.cast(x, want), b.fd.ops.cast(y, want)
     return b.fd.ops.where(cond, x, y)
+
+
+@register(aten.masked_fill.Scalar)
+def _masked_fill(b, node, x, mask, value):
+    # (kept whole rather than decomposed to where(mask, scalar_tensor(value), x), which loses
+    # eager's check of the value against x's dtype)
+    want = node.meta["val"].dtype
+    refuse_overflow(value, want, "masked_fill")
+    dt = DataType.from_torch(want)
+    # (the number in x's type, as eager casts it: a number bound at execution too)
+    value = python_value(value, dt) if isinstance(value, (bool, int, float)) else b.fd.ops.cast(value, dt)
+    return b.fd.ops.where(mask, value, x)
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)

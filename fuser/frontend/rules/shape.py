@@ -13,7 +13,7 @@ from torch.fx import Node
 from ...ir import DataType
 from ...ops.pointwise import python_value
 from ..meta import meta_val, size_expr
-from . import Kind, LoweringError, indexing, register
+from . import Kind, LoweringError, indexing, refuse_overflow, register
 
 aten = torch.ops.aten
 _BIG = 2**62  # ATen's "to the end" slice bound is INT64_MAX
@@ -205,6 +205,7 @@ def _full(b, node, value):
 @register(aten.full.default, aten.full_like.default, aten.new_full.default, kind=Kind.creation)
 def _full_rule(b, node, *args, **kwargs):
     value = args[1] if len(args) > 1 else kwargs["fill_value"]
+    refuse_overflow(value, b.meta(node).dtype, "full")
     return _full(b, node, value)
 
 
