@@ -10,6 +10,7 @@ stream waits for all of them after the loop. On the CPU the same steps run in or
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -17,9 +18,10 @@ import torch
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
 from ..dump import dump_flags
-from ..errors import FuserError
+from ..errors import ExtentConflictError, FuserError
 from ..evaluate.binding import BindingTable
-from ..ir import Fusion, Scalar
+from ..ir import Fusion, Scalar, TensorView
+from ..ir.symbolic import is_symbol
 from ..multidevice.communicator import Communicator, Pending
 from ..multidevice.sharding import LocalSizes
 from ..schedulers.plan import plan_kernel
@@ -44,6 +46,15 @@ class HostRunner:
         self._checked_world: Optional[int] = None
         self.sizes = LocalSizes()  # every tensor's local sizes, compiled on first use
         self._plans: dict[tuple, Plan] = {}
+        # FUSER_CHECK_SHARDS=1: the extents bound from tensor inputs, compared across the
+        # meshes' ranks before each call (ranks that pass shards of different sizes would
+        # otherwise each run with a table of their own: a wrong mean, a hang)
+        self.check_shards = os.environ.get("FUSER_CHECK_SHARDS", "0") not in ("", "0")
+        self._shard_extents = list(dict.fromkeys(
+            d.extent.name for tv in program.inputs if isinstance(tv, TensorView)
+            for d in tv.domain.no_reductions() if is_symbol(d.extent)))
+        self._team = sorted({r for tv in program.inputs + program.outputs
+                             for r in getattr(getattr(tv, "device_mesh", None), "devices", ())})
 
     @staticmethod
     def values_key(table: BindingTable) -> tuple:
@@ -57,6 +68,8 @@ class HostRunner:
         if self._checked_world != comm.world_size:
             self._check_world(comm)
         device = device or self.device
+        if self.check_shards and len(self._team) > 1 and comm.is_distributed and device.type != "meta":
+            self._check_shards(table, comm, device)
         key = (values_key if values_key is not None else _values_key(table.values), comm.rank, device)
         plan = self._plans.get(key)
         if plan is None:
@@ -72,6 +85,20 @@ class HostRunner:
         device = device or self.device
         streams = self.streams if device == self.device else streams_for(device)
         return compile_program(self.program, table, rank, device, streams, self.sizes)
+
+    def _check_shards(self, table: BindingTable, comm: Communicator, device) -> None:
+        """Raise ExtentConflictError on every rank where the ranks bound an extent to different
+        values (one blocking allgather of the extents)."""
+        names = self._shard_extents
+        rows = comm.agree([table.values[n] for n in names], self._team, device)
+        for k, name in enumerate(names):
+            seen = [row[k] for row in rows]
+            if len(set(seen)) > 1:
+                each = ", ".join(f"rank {r}: {v}" for r, v in zip(self._team, seen))
+                raise ExtentConflictError(
+                    f"extent {name} differs between ranks ({each}; on rank {comm.rank} from "
+                    f"{table.sources.get(name, '?')}): every rank must pass shards of one size "
+                    f"(FUSER_CHECK_SHARDS)")
 
     def _check_world(self, comm: Communicator) -> None:
         for tv in self.program.inputs + self.program.outputs:

@@ -291,6 +291,17 @@ class Communicator:
         finish = None if buf is tensor else (lambda: tensor.copy_(buf))
         return Pending(self, label, _works(work), finish)
 
+    def agree(self, values: Sequence[int], team: Sequence[int], device) -> list[list[int]]:
+        """Each team member's `values` (integers, as many on every member), in team order: one
+        blocking allgather of int64s on `device` (NCCL takes CUDA tensors only)."""
+        team = tuple(sorted(team))
+        mine = torch.tensor(list(values), dtype=torch.int64, device=device)
+        if len(team) == 1 or not len(values):
+            return [mine.tolist()]
+        out = torch.empty(len(team) * len(values), dtype=torch.int64, device=device)
+        self.allgather(out, mine, team, 0, async_op=False).wait()
+        return out.view(len(team), len(values)).tolist()
+
     def barrier(self) -> None:
         if self.is_distributed:
             import torch.distributed as dist

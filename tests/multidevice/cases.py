@@ -389,6 +389,50 @@ def case_sharded_attention(device):
                                    msg=lambda m: f"sharded on axis {axis}, causal={causal}: {m}")
 
 
+def case_shard_sizes_checked_across_ranks(device):
+    """Ranks passing shards of different sizes for a symbolic extent: unchecked by default
+    (the sizes are not exchanged), each rank bound its own column count and divided a mean by
+    it. With FUSER_CHECK_SHARDS=1 every rank raises an ExtentConflictError naming each rank's
+    value, and matching shards still run."""
+    import os
+
+    rank, d = world()
+    if d == 1:
+        return
+    mesh = DeviceMesh(torch.arange(d))
+
+    def definition():
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], contiguity=True)
+            z = fd.ops.set(fd.ops.sum(x, [1]))
+            fd.add_output(z)
+            _split_on_mesh(x, 1, mesh, d)
+            z.set_device_mesh(mesh)
+        return fd
+
+    full = ints(3, 4 * d, device=device)
+    mine = full[:, :4 - rank] if rank < 2 else shard_rows(full, d, rank, axis=1)  # rank 1: 3 columns
+    before = os.environ.get("FUSER_CHECK_SHARDS")
+    os.environ["FUSER_CHECK_SHARDS"] = "1"
+    try:
+        fd = definition()
+        try:
+            fd.execute([mine.contiguous()])
+        except fuser.ExtentConflictError as err:
+            msg = str(err)
+            for pattern in (rf"rank 0: {4 * d}\b", rf"rank 1: {3 * d}\b", r"input 0\b", "FUSER_CHECK_SHARDS"):
+                assert re.search(pattern, msg), f"{pattern!r} not in: {msg}"
+        else:
+            raise AssertionError("shards of different sizes on the ranks were accepted")
+        (out,) = fd.execute([shard_rows(full, d, rank, axis=1).contiguous()])
+        exact(out, full.sum(1), "matching shards after a mismatch")
+    finally:
+        if before is None:
+            del os.environ["FUSER_CHECK_SHARDS"]
+        else:
+            os.environ["FUSER_CHECK_SHARDS"] = before
+
+
 def case_weight_sharding_wins(device):
     """x sharded on rows, the weight on the contraction: the output follows the weight (a
     partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""
