@@ -318,7 +318,9 @@ class PointwiseAxes:
                     self.broadcast_of[id(d)] = uf.find(id(d))
         # (broadcast class, extent) -> the loop axis of the concrete axes it met of that extent
         # (None: squeezed); a broadcast class's root is final before any concrete axes join
-        self.met: dict[tuple, Optional[int]] = {key: self.axis_of[id(d)] for key, d in met.items()}
+        # (an axis the analysis met but no tensor's iterated axes hold, a reduced one: unknown
+        # to a join, which then plans the group)
+        self.met: dict[tuple, Optional[int]] = {key: self.axis_of.get(id(d)) for key, d in met.items()}
         self.tensors: set[int] = {id(tv) for tv in axes.tensors}
 
     def joined(self, e: Expr) -> Optional[tuple[dict, dict, dict]]:

@@ -147,13 +147,17 @@ class KernelPlan:
         return fed
 
     def growable_axes(self) -> Optional[PointwiseAxes]:
-        """The axes by which the group of a pointwise plan may grow one expr at a time with no
-        new plan (`PointwiseAxes.join`: the union is then a pointwise plan too, as long as the
-        joining expr passes `plan_kernel`'s per-op checks alone; the segmenter asks). None for
-        other plans: reductions and resizes make acceptance depend on more than the axes, and
-        outputs analysed aligned are not the plain analysis a join extends."""
-        if self.template is not Template.pointwise or self.axes.aligned_outputs \
-                or any(isinstance(e, RESIZE_OPS) for e in self.exprs):
+        """The axes by which the group of a pointwise or single-reduction plan may grow one
+        pointwise expr at a time with no new plan (`PointwiseAxes.join`). The union is then a
+        plan of the same template, as long as the joining expr passes `plan_kernel`'s per-op
+        checks alone (the segmenter asks): past `analyze_axes`, a single reduction's acceptance
+        reads only the loop axes' classes (which axes are reduced, and by which op), and a
+        join that keeps every class keeps them (a normalization's tail of pointwise ops, one
+        op at a time, planned the whole group per op). None for the rest: the inner-outer
+        plans' split into row and column parts, resizes, and outputs analysed aligned, which
+        are not the plain analysis a join extends."""
+        if self.template not in (Template.pointwise, Template.inner_reduction, Template.outer_reduction) \
+                or self.axes.aligned_outputs or any(isinstance(e, RESIZE_OPS) for e in self.exprs):
             return None
         return PointwiseAxes(self.axes)
 

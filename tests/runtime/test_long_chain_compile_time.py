@@ -1,5 +1,6 @@
 """A long chain of pointwise ops segments in time proportional to its length: each op joins the
-chain's group without a new plan of the whole group (`PointwiseAxes`), where planning the
+chain's group without a new plan of the whole group (`PointwiseAxes`; also after a row or a
+column reduction, a normalization's tail), where planning the
 growing group once per op made segmentation quadratic (a 400-op chain through torch.compile
 spent 32 s of its 40 s first call planning). Counted in exprs planned, not seconds, so that the
 bound holds on any machine; and the segments are the ones planning every merge makes."""
@@ -20,9 +21,14 @@ def _chain(kind: str, n: int) -> FusionDefinition:
         row = fd.define_tensor([1, -1], contiguity=True, dtype=DataType.Float)
         col = fd.define_tensor([-1, 1], contiguity=True, dtype=DataType.Float)
         y = x
+        if kind in ("rows", "columns"):  # a reduction first: the chain is a normalization's tail
+            axis = 1 if kind == "rows" else 0
+            y = fd.ops.sub(x, fd.ops.sum(x, [axis], True))
         for i in range(n):
             if kind == "unary":  # the torch.compile repro: (x * 1.001 + 0.01).tanh(), x.sin() + x
                 y = fd.ops.tanh(fd.ops.add(fd.ops.mul(y, 1.001), 0.01)) if i % 3 else fd.ops.add(fd.ops.sin(y), y)
+            elif kind in ("rows", "columns"):
+                y = fd.ops.add(fd.ops.mul(fd.ops.tanh(y), 1.001), x)
             elif kind == "bias":  # a broadcast of w at every step, and x far back in the chain
                 y = fd.ops.sub(fd.ops.add(fd.ops.mul(y, 0.999), w), fd.ops.mul(x, 0.001))
             else:  # the same [1, n] and [m, 1] tensors at every step: broadcast axes of the group
@@ -52,7 +58,7 @@ def _described(segments) -> list:
     return [(s.kind, [id(e) for e in s.exprs], [id(v) for v in s.outputs], s.why) for s in segments]
 
 
-@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast"])
+@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast", "rows", "columns"])
 def test_a_long_chain_plans_each_op_a_bounded_number_of_times(kind):
     fusion = _chain(kind, 100).fusion
     segments, planned = _segments(fusion)
@@ -63,7 +69,7 @@ def test_a_long_chain_plans_each_op_a_bounded_number_of_times(kind):
     assert planned <= 3 * exprs, (planned, exprs)
 
 
-@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast"])
+@pytest.mark.parametrize("kind", ["unary", "bias", "broadcast", "rows", "columns"])
 def test_a_chain_is_cut_as_planning_every_merge_cuts_it(kind, monkeypatch):
     fusion = _chain(kind, 20).fusion
     assert _described(_segments(fusion)[0]) == _described(_segments(fusion, False, monkeypatch)[0])
