@@ -235,14 +235,19 @@ def _check_contiguity(tv: TensorView, arg, label: str) -> None:
              if not a.is_reduction and any(a is d for d in logical)]
     contiguity = [c for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction]
     expected_stride = 1
+    strided_none = []  # inner axes declared None (stride 0, taking no room) that have a stride
     for axis, contiguous in reversed(list(zip(order, contiguity))):
         size, stride = arg.shape[axis], arg.stride(axis)
         if size <= 1 or contiguous is None:
+            if contiguous is None and size > 1 and stride:
+                strided_none.append(axis)
             continue
         if contiguous and stride != expected_stride:
+            hint = "".join(f"; axis {a} is declared None (a broadcast or expanded axis, stride 0) but "
+                           f"has stride {arg.stride(a)}" for a in strided_none)
             raise FusionInputError(
                 f"{label} axis {axis}: declared contiguous, so stride {expected_stride} was "
-                f"expected, got {stride} (strides {tuple(arg.stride())}); pass a tensor of that "
+                f"expected, got {stride} (strides {tuple(arg.stride())}{hint}); pass a tensor of that "
                 f"layout or declare contiguity=False")
         expected_stride = stride * size
 

@@ -81,7 +81,7 @@ class _Recorder:
         lines = []
         for event, tv, method, args in self.fd.fusion.schedule_log:
             if method == "set_device_mesh":
-                line = f"tv{tv.name}.set_device_mesh(DeviceMesh({list(args[0].devices)}))"
+                line = f"tv{tv.name}.set_device_mesh(DeviceMesh({args[0].as_list()}))"
             elif method == "set_allocation_domain":
                 positions, contiguity = args
                 ids = ", ".join(f"tv{tv.name}.get_{where}_domain()[{k}]" for where, k in positions)
@@ -119,6 +119,8 @@ class _Ops:
             raise AttributeError(f"fd.ops has no op named {name!r}")
 
         def call(*args, **kwargs):
+            if kwargs and not _NV_KEYWORDS.keys().isdisjoint(kwargs):
+                args, kwargs = _positional_keywords(name, fn, args, kwargs)
             result = fn(*args, **kwargs)
             self._fd._recorder.record(result, f"fd.ops.{name}", args, kwargs)
             return result
@@ -128,6 +130,26 @@ class _Ops:
 
     def __dir__(self):
         return sorted(set(OPS) | set(FUSION_OPS))
+
+
+# nvfuser_direct's names of an op's leading operands (`fd.ops.cast(arg=t, dtype=...)`,
+# `fd.ops.matmul(arg1=a, arg2=b)`), with the position each stands for
+_NV_KEYWORDS = {"arg": 0, "arg1": 0, "arg2": 1}
+
+
+def _positional_keywords(name: str, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """nvFuser's keywords for leading operands as positional arguments, where fuser's op names
+    that parameter otherwise (`tv`, `x`, `a`)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    args, kwargs = list(args), dict(kwargs)
+    for key in sorted((k for k in kwargs if k in _NV_KEYWORDS and k not in params), key=_NV_KEYWORDS.get):
+        if len(args) != _NV_KEYWORDS[key]:
+            raise FusionDefinitionError(f"fd.ops.{name}: {key}= given beside {len(args)} positional "
+                                        f"operand(s); it is operand {_NV_KEYWORDS[key]}")
+        args.append(kwargs.pop(key))
+    return tuple(args), kwargs
 
 
 class FusionDefinition:
@@ -458,6 +480,9 @@ def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     if isinstance(value, complex) and not dtype.is_complex:
         raise FusionDefinitionError(f"define_scalar: the complex value {value!r} cannot be a {dtype!r} "
                                     f"scalar; give a complex dtype, or pass its real part")
+    if type(value) is int and not dtype.is_floating and not dtype.is_complex and not -2**63 <= value < 2**63:
+        raise FusionDefinitionError(f"define_scalar: the integer {value} does not fit in 64 bits, so no "
+                                    f"{dtype!r} scalar holds it (eager refuses it too)")
     try:
         return float(value) if dtype.is_floating else python_value(value, dtype)
     except (OverflowError, ValueError) as err:  # (inf or nan as an integer)

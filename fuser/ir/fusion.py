@@ -243,6 +243,8 @@ class Fusion:
         from .printer import format_fusion, format_transforms
 
         text = format_fusion(self) + format_transforms(self)
+        # (the notation writes Int and Int32 scalars alike, i1; their inputs check other ranges)
+        text += "".join(f"\n{v!r}: {v.dtype.name}" for v in self.inputs() if not isinstance(v, TensorView))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def print_math(self) -> str:

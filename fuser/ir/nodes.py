@@ -67,8 +67,17 @@ class DeviceMesh:
     def __hash__(self) -> int:
         return hash((self.shape, self.devices))
 
+    def as_list(self) -> list:
+        """The device ids as given: a list, or a list of rows for a 2-D mesh."""
+        if self.ndim == 1:
+            return list(self.devices)
+        n = self.shape[1]
+        return [list(self.devices[r * n:(r + 1) * n]) for r in range(self.shape[0])]
+
     def __repr__(self) -> str:
-        return "DeviceMesh{" + " ".join(map(str, self.devices)) + "}"
+        if self.ndim == 1:
+            return "DeviceMesh{" + " ".join(map(str, self.devices)) + "}"
+        return "DeviceMesh{" + "".join("{" + " ".join(map(str, row)) + "}" for row in self.as_list()) + "}"
 
 
 @dataclass(eq=False)

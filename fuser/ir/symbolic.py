@@ -172,6 +172,11 @@ def format_extent(e: Extent) -> str:
 
 
 def _fmt(e: Extent, top: bool = False) -> str:
+    if isinstance(e, sympy.Float):
+        # sympy writes 15 digits; a double those lose (2.0**53 + 2) prints all of its own, since
+        # the printed IR is the structural hash's key
+        text = str(e)
+        return text if float(text) == float(e) or e != e else repr(float(e))
     if e.is_Atom:
         return str(e)
     return f"( {_fmt_inner(e)} )"

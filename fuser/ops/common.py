@@ -77,6 +77,9 @@ def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
     if isinstance(v, (TensorView, Scalar)):
         return v
     if isinstance(v, (bool, int, float, complex)):
+        if type(v) is int and not -2**63 <= v < 2**63:  # (a kernel's literal would wrap it)
+            raise FusionDefinitionError(f"{op}: the integer {v} does not fit in 64 bits (eager refuses "
+                                        f"it too); pass a float if a float is meant")
         return fusion.new_scalar(python_scalar_dtype(v), value=v)
     raise FusionDefinitionError(f"{op}: unsupported operand {v!r} (expected a tensor or a number)")
 
@@ -90,7 +93,7 @@ def axes_of(op: str, tv: TensorView, dims: Sequence[int] | int | None) -> tuple[
         dims = [dims]
     out = []
     for d in dims:
-        if not isinstance(d, int) or not -max(n, 1) <= d < max(n, 1):
+        if isinstance(d, bool) or not isinstance(d, int) or not -max(n, 1) <= d < max(n, 1):
             raise FusionDefinitionError(
                 f"{op}: dim {d!r} is out of range for {tv!r} with {n} dims")
         out.append(d % n if n else 0)

@@ -153,6 +153,9 @@ def _check_integer_operands(kind: BinaryOpType, compute: DataType, a: Operand, b
     if kind in _STRICTLY_INTEGER and not compute.is_integral:
         hint = "; for floating operands use fmod or remainder" if kind is B.mod else ""
         raise FusionDefinitionError(f"{kind.value}: needs integer operands, got {_dtypes(a, b)}{hint}")
+    if kind in (B.fmod, B.remainder) and compute.is_boolean:
+        raise FusionDefinitionError(f"{kind.value}: not defined for two bool operands (eager refuses it "
+                                    f"too); cast them to an integer type")
     if kind is B.div and compute.is_boolean:
         raise FusionDefinitionError("div: truncating division of two bool operands is not defined "
                                     "(eager refuses it too); cast them to an integer type, or use truediv")
@@ -241,6 +244,10 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
     fusion = fusion_of(kind.value, a, b, c)
     a, b, c = (as_val(fusion, v, kind.value) for v in (a, b, c))
     check_computable(kind.value, a, b, c)
+    if kind is TernaryOpType.where and not a.dtype.is_boolean:  # (as nvFuser's and eager's where)
+        what = "tensor" if isinstance(a, TensorView) else "scalar"
+        raise FusionDefinitionError(f"where: the condition must be a bool {what}, got {a.dtype} {a!r}; "
+                                    f"compare it first (ne(cond, 0))")
     if kind is TernaryOpType.where and not any(isinstance(v, TensorView) for v in (a, b, c)):
         return _scalar_where(a, b, c)
     # a where between tensors of one fp8 type selects exactly (PyTorch has it); otherwise fp8
@@ -250,8 +257,6 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
     if not same_fp8:
         a, b, c = (computed(kind.value, v) for v in (a, b, c))
     if kind is TernaryOpType.where:
-        if isinstance(a, TensorView) and not a.dtype.is_boolean:
-            raise FusionDefinitionError(f"where: the condition must be a bool tensor, got {a.dtype}")
         # two scalar values keep their own type, as in nvFuser (a Python float is a Double);
         # PyTorch's would be the default dtype of their category (the jit rule asks for it)
         both_scalars = isinstance(b, Scalar) and isinstance(c, Scalar)

@@ -110,7 +110,7 @@ def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
     if isinstance(dims, int):
         dims = [dims]
     for d in dims:
-        if not isinstance(d, int) or not -n <= d < n:
+        if isinstance(d, bool) or not isinstance(d, int) or not -n <= d < n:
             raise FusionDefinitionError(f"{op}: dim {d!r} out of range for {tv!r} with {n} dims")
     return list(dims)
 
@@ -243,6 +243,8 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
     if any(w < 0 for w in widths):  # a negative width crops (as nvFuser's and F.pad's): a slice first
         tv = _crop(tv, widths)
         widths = [max(w, 0) for w in widths]
+    if isinstance(value, TensorView):  # (nvFuser's value is a scalar; a tensor read out of bounds)
+        raise FusionDefinitionError(f"{op}: value must be a scalar, got the tensor {value!r}")
     value = as_val(f, 0 if value is None else value, op)
     ids = [copy_id(f, d) for d in tv.domain.no_reductions()]
     for k in range(len(widths) // 2):
@@ -320,9 +322,17 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
     dtype = value_dtype(op, dtype)
     if dtype.is_opaque:
         raise UnsupportedError(f"{op}: torch cannot fill a tensor of {dtype!r}")
+    if isinstance(fill_value, TensorView):  # (nvFuser's fill_value is a scalar)
+        raise FusionDefinitionError(f"{op}: fill_value must be a scalar, got the tensor {fill_value!r}")
     ids = [fusion.new_id(extent_of(fusion, s, op)) for s in shape]
     out = new_tensor(fusion, ids, dtype)
-    fusion.add_expr(FullOp(inputs=(as_val(fusion, fill_value, op),), outputs=(out,)))
+    fill = as_val(fusion, fill_value, op)
+    if fill.value is None and fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex) \
+            and not fill.dtype.is_complex:
+        from .pointwise import cast  # (an input's value converted as a cast checks it: NaN to an integer)
+
+        fill = cast(fill, dtype)
+    fusion.add_expr(FullOp(inputs=(fill,), outputs=(out,)))
     return out
 
 

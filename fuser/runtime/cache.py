@@ -556,7 +556,13 @@ class FusionExecutorCache:
         kernel. Returns the number of compile jobs: 0 where kernels do not compile ahead
         (Triton's interpreter, a fusion over several devices) or this layout's runtime was
         made already."""
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise FusionInputError(f"compile_ahead: device={device!r} is not a device ({err})") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise FusionInputError(f"compile_ahead: device={str(device)!r}, but this machine has no CUDA "
+                                   f"device; pass device='cpu' (nothing compiles ahead there)")
         if device.type == "cuda" and device.index is None:  # as a real tensor's device reads
             device = torch.device("cuda", torch.cuda.current_device())
         if self._draws_seed:  # (the seed's layout)

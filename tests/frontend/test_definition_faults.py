@@ -1,205 +1,175 @@
-"""Faults of the definition API found by probing it as an nvFuser user would (forty-seventh
-session), each checked against eager PyTorch or nvFuser's documented rule."""
-import math
-
+"""Faults of the definition API, its cache and its inspection found by probing them as a user
+would (forty-ninth session), each checked against eager PyTorch or nvFuser's rule."""
 import pytest
 import torch
 
 import fuser
-from fuser import DataType, FusionDefinition
+from fuser import DataType, FusionDefinition, FusionDefinitionError, FusionInputError
+from fuser.multidevice import DeviceMesh
 from tests.helpers import assert_eager, make
 
 
-def test_scalar_value_takes_its_dtype():
-    # nvFuser converts a Val's value to its dtype when it is made
+def _define(build, *dtypes):
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int)
-        y = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
-        s = fd.define_scalar(3.7, dtype=DataType.Int)
-        b = fd.define_scalar(0.5, dtype=DataType.Bool)
-        fd.add_output(fd.ops.mul(x, s))
-        fd.add_output(fd.ops.mul(y, s))
-        fd.add_output(fd.ops.mul(y, b))
-        fd.add_output(fd.ops.full([2], s, DataType.Float))
-    xi, yf = make((5,), torch.int64), make((5,))
-    outs = fd.execute([xi, yf])
-    assert_eager(outs[0], xi * 3)
-    assert_eager(outs[1], yf * 3)
-    assert_eager(outs[2], yf * True)
-    assert_eager(outs[3], torch.full((2,), 3.0))
-    assert "3.7" not in repr(fd)  # the repr rebuilds the converted value
+        ts = [fd.define_tensor([-1], contiguity=True, dtype=dt) for dt in dtypes]
+        fd.add_output(build(fd, *ts))
+    return fd
 
 
-def test_scalar_value_that_its_dtype_cannot_hold():
+@pytest.mark.parametrize("build", [
+    lambda fd, t: fd.ops.add(t, 2**70),
+    lambda fd, t: fd.ops.eq(t, 2**64 + 1),
+    lambda fd, t: fd.ops.add(fd.ops.cast(t, DataType.Double), 10**400),
+    lambda fd, t: fd.ops.add(t, fd.define_scalar(2**70)),
+    lambda fd, t: fd.ops.add(t, fd.ops.full([3], 2**64 + 5, DataType.Int)),
+], ids=["add", "eq", "past-a-double", "define_scalar", "full"])
+def test_an_integer_past_64_bits_is_refused(build):
+    # a kernel's literal wrapped it: t + 2**70 was t, and eq(t, 2**64 + 1) true where t == 1
+    with pytest.raises(FusionDefinitionError, match="does not fit in 64 bits"):
+        _define(build, DataType.Int)
+
+
+def test_a_float_of_2_to_the_70_is_a_double_scalar():
+    fd = _define(lambda fd, t: fd.ops.add(t, fd.define_scalar(2**70, DataType.Double)), DataType.Double)
+    x = torch.randn(3, dtype=torch.float64)
+    assert_eager(fd.execute([x])[0], x + 2.0**70)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda fd, t: fd.ops.pad(t, [1, 1], t), "pad: value must be a scalar"),
+    (lambda fd, t: fd.ops.full([2], t, DataType.Float), "full: fill_value must be a scalar"),
+    (lambda fd, t: fd.ops.where(fd.define_scalar(0.25), t, -1.0), "where: the condition must be a bool scalar"),
+    (lambda fd, t: fd.ops.where(fd.define_scalar(DataType.Int), t, -1.0), "where: the condition must be a bool scalar"),
+    (lambda fd, t: fd.ops.where(t, t, -1.0), "where: the condition must be a bool tensor"),
+    (lambda fd, t: fd.ops.sum(t, [True]), "dim True"),
+    (lambda fd, t: fd.ops.permute(t, [False]), "dim False"),
+], ids=["pad-tensor-value", "full-tensor-fill", "where-double", "where-int-input", "where-float-tensor",
+        "sum-bool-dim", "permute-bool-dim"])
+def test_operands_nvfuser_refuses_are_refused(build, match):
+    # a tensor pad value read each row's element and past the end; a Double condition picked by
+    # truthiness (nvFuser's and eager's where take Bool only)
+    with pytest.raises(FusionDefinitionError, match=match):
+        _define(build, DataType.Float)
+
+
+@pytest.mark.parametrize("kind", ["fmod", "remainder"])
+def test_fmod_and_remainder_of_bools_are_refused(kind):
+    # eager: "fmod_cpu" not implemented for 'Bool'; the kernel crashed in Triton
+    with pytest.raises(FusionDefinitionError, match=f"{kind}: not defined for two bool operands"):
+        _define(lambda fd, t: getattr(fd.ops, kind)(t, True), DataType.Bool)
+
+
+@pytest.mark.parametrize("value, match", [(float("nan"), "cannot cast nan"), (1e30, "out of the range")])
+def test_full_of_an_integer_type_checks_its_scalar_input(value, match):
+    # the kernel filled with the raw double: Triton's ValueError / OverflowError on the CPU
     with FusionDefinition() as fd:
-        with pytest.raises(fuser.FusionDefinitionError, match="complex value"):
-            fd.define_scalar(1 + 1j, DataType.Double)
-        with pytest.raises(fuser.FusionDefinitionError, match="integers are finite"):
-            fd.define_scalar(math.inf, DataType.Int)
-        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[-1], contiguity=True)))
+        s = fd.define_scalar(DataType.Double)
+        fd.add_output(fd.ops.full([3], s, DataType.Int))
+    assert fd.execute([2.9])[0].tolist() == [2, 2, 2]
+    with pytest.raises(FusionInputError, match=match):
+        fd.execute([value])
 
 
-def test_double_with_complex_float_is_complex_double():
-    # PyTorch keeps the double's precision: float64 with complex64 gives complex128
+def test_nvfusers_operand_keywords():
+    # nvfuser_direct names the leading operands arg, arg1 and arg2
     with FusionDefinition() as fd:
-        d = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Double)
-        c = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.ComplexFloat)
-        f = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
-        fd.add_output(fd.ops.add(d, c))
-        fd.add_output(fd.ops.mul(d, 1j))
-        fd.add_output(fd.ops.mul(f, fd.define_scalar(2j, DataType.ComplexDouble)))
-    dt, ct, ft = make((4,), torch.float64), make((4,), torch.complex64), make((4,))
-    outs = fd.execute([dt, ct, ft])
-    assert_eager(outs[0], dt + ct)
-    assert_eager(outs[1], dt * 1j)
-    assert_eager(outs[2], ft * 2j)
-
-
-@pytest.mark.parametrize("base,exponent,expected", [(7, -2, 0), (-1, -3, -1), (-1, -2, 1), (1, -5, 1), (3, 2, 9)])
-def test_integer_power_of_scalars_is_the_same_known_or_bound(base, exponent, expected):
-    results = []
-    for known in (True, False):
+        a = fd.define_tensor([-1, -1], contiguity=True)
+        b = fd.define_tensor([-1, -1], contiguity=True)
+        c = fd.ops.cast(arg=fd.ops.matmul(arg1=a, arg2=b), dtype=DataType.Double)
+        fd.add_output(fd.ops.sum(arg=c, dims=[0]))
+    x, y = make((3, 4)), make((4, 5))
+    assert_eager(fd.execute([x, y])[0], (x @ y).double().sum(0))
+    assert "fd.ops.matmul(tv0, tv1)" in repr(fd)
+    with pytest.raises(FusionDefinitionError, match="arg2= given beside 0 positional"):
         with FusionDefinition() as fd:
-            a, b = ((fd.define_scalar(base), fd.define_scalar(exponent)) if known
-                    else (fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)))
-            fd.add_output(fd.ops.full([1], fd.ops.pow(a, b), DataType.Int))
-        results.append(fd.execute([] if known else [base, exponent])[0].item())
-    assert results == [expected, expected]
+            a = fd.define_tensor([-1, -1], contiguity=True)
+            fd.ops.matmul(arg2=a)
 
 
-def test_integer_zero_to_a_negative_power_is_an_error():
+def _scaled(c):
     with FusionDefinition() as fd:
-        a, b = fd.define_scalar(DataType.Int), fd.define_scalar(DataType.Int)
-        fd.add_output(fd.ops.full([1], fd.ops.pow(a, b), DataType.Int))
-    with pytest.raises(fuser.FusionInputError, match="negative"):
-        fd.execute([0, -1])
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Double)
+        s = fd.define_scalar(DataType.Double)
+        fd.add_output(fd.ops.mul(x, fd.ops.sub(s, c)))
+    return fd
 
 
-def test_validate_checks_the_reference_dtype_and_kind():
+def test_constants_past_15_digits_are_two_fusions_in_one_cache():
+    # sympy printed both constants as 9.00719925474099e+15: one structural hash, and the second
+    # definition computed with the first one's constant through an LRUCache
+    a, b = _scaled(2.0**53), _scaled(2.0**53 + 2)
+    assert a.fusion.structural_hash() != b.fusion.structural_hash()
+    cache = fuser.LRUCache(8)
+    x = torch.ones(3, dtype=torch.float64)
+    for fd, expected in ((a, 0.0), (b, -2.0)):
+        fd.fec = cache.cache_compile(fd.fusion)
+        assert fd.execute([x, 2.0**53])[0].tolist() == [expected] * 3
+    assert cache.num_fusions() == 2
+    assert "2.00000000000000" in str(_scaled(2.0).fusion)  # (a double sympy's 15 digits hold)
+
+
+def _plus_scalar(dtype):
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Int)
-        fd.add_output(fd.ops.div(x, 2))
-    a = torch.tensor([7, -7, 5])
-    with pytest.raises(fuser.ValidationError, match="torch.int64, its reference torch.float32"):
-        fd.validate([a], [a / 2])
-    with pytest.raises(fuser.ValidationError, match="reference output 0 is a float"):
-        fd.validate([a], [3.0])
-    fd.validate([a], [torch.div(a, 2, rounding_mode="trunc")])
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Int)
+        fd.add_output(fd.ops.add(x, fd.define_scalar(dtype)))
+    return fd
 
 
-@pytest.mark.parametrize("build,reference", [
-    (lambda fd, x: fd.ops.sum(x, [0]), lambda t: t.sum(0)),
-    (lambda fd, x: fd.ops.max(x, [-1]), lambda t: t.amax(-1)),
-    (lambda fd, x: fd.ops.sum(x, [0], True, dtype=DataType.Double), lambda t: t.sum(0, True, dtype=torch.float64)),
-    (lambda fd, x: fd.ops.var_mean(x, [0], correction=0)[0], lambda t: torch.var_mean(t, 0, correction=0)[0]),
-    (lambda fd, x: fd.ops.var_mean(x, [0], correction=0)[1], lambda t: torch.var_mean(t, 0, correction=0)[1]),
-    (lambda fd, x: fd.ops.var(x, [0], correction=1), lambda t: torch.full((), math.nan)),
-    (lambda fd, x: fd.ops.div(fd.ops.exp(x), fd.ops.sum(fd.ops.exp(x), [0], True)), lambda t: torch.softmax(t, 0)),
-])
-def test_reduction_of_a_zero_dim_tensor_is_its_element(build, reference):
+def test_scalar_inputs_of_other_types_are_other_fusions():
+    # the notation writes Int and Int32 scalars alike (i1): one cache entry, and the first
+    # definition's binder decided the second's range check
+    a, b = _plus_scalar(DataType.Int), _plus_scalar(DataType.Int32)
+    assert a.fusion.structural_hash() != b.fusion.structural_hash()
+    cache = fuser.LRUCache(8)
+    x = torch.arange(3)
+    for fd in (b, a):
+        fd.fec = cache.cache_compile(fd.fusion)
+    assert a.execute([x, 2**40])[0].tolist() == [2**40, 2**40 + 1, 2**40 + 2]
+    with pytest.raises(FusionInputError, match="32-bit integer"):
+        b.execute([x, 2**40])
+
+
+def test_a_2d_mesh_prints_and_rebuilds_as_2d():
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[], contiguity=[], dtype=DataType.Float)
-        fd.add_output(build(fd, x))
-    t = make(())
-    assert_eager(fd.execute([t])[0], reference(t))
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.relu(x))
+        x.set_device_mesh(DeviceMesh([[0, 1], [2, 3]]))
+    assert "DeviceMesh{{0 1}{2 3}}" in str(fd.fusion)
+    assert "DeviceMesh([[0, 1], [2, 3]])" in repr(fd)
+    assert repr(DeviceMesh([0, 1, 2, 3])) == "DeviceMesh{0 1 2 3}"
+    assert DeviceMesh([[0, 1], [2, 3]]).as_list() == [[0, 1], [2, 3]]
 
 
-def test_reduction_over_no_dims_is_refused():
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only machine's answer")
+def test_compile_ahead_for_cuda_without_cuda_names_the_device():
+    fd = _define(lambda fd, t: fd.ops.relu(t), DataType.Float)
+    meta = torch.empty(4, device="meta")
+    with pytest.raises(FusionInputError, match="no CUDA device; pass device='cpu'"):
+        fd.compile_ahead([meta])
+    with pytest.raises(FusionInputError, match="device='banana' is not a device"):
+        fd.compile_ahead([meta], device="banana")
+    assert fd.compile_ahead([meta], device="cpu") == 0
+
+
+def test_cache_info_counts_what_explain_compiled():
+    # explain's call remembered the entry with its graphs in explain's own counts, so later
+    # direct calls left cache_info at 0 graphs and 0 kernels
+    f = fuser.jit(lambda x: (x * 2).relu())
+    x = make((4, 8))
+    fuser.explain(f, x)
+    f(x)
+    f(x)
+    info = f.cache_info()
+    assert info.calls == 2 and info.graphs == 1 and info.fusions == 1 and info.kernels == 1
+
+
+def test_a_contiguity_error_names_an_inner_axis_declared_none():
+    # [True, None]: axis 1 declared expanded (stride 0); a dense tensor's error blamed axis 0 alone
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        with pytest.raises(fuser.FusionDefinitionError, match="no dims to reduce"):
-            fd.ops.sum(x, [])
-        fd.add_output(fd.ops.sum(x, None))
-
-
-def test_alias_of_an_expanded_output_keeps_the_input_shape():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        s = fd.ops.sum(x, [1], True)
-        fd.add_output(fd.ops.expand(s, x.shape()), alias_input=x)
-    a = make((3, 4))
-    expected = a.sum(1, keepdim=True).expand(3, 4).clone()
-    assert fd.execute([a]) == []
-    assert_eager(a, expected)
-
-
-def test_alias_into_an_expanded_input_is_refused():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=False)
-        fd.add_output(fd.ops.mul(x, 2.0), alias_input=x)
-    with pytest.raises(fuser.FusionInputError, match="input 0 .* expanded"):
-        fd.execute([make((4,)).expand(3, 4)])
-
-
-def test_alias_of_a_view_of_the_same_input():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        fd.add_output(fd.ops.permute(x, [1, 0]), alias_input=x)
-    a = make((3, 3))
-    expected = a.t().clone()
-    fd.execute([a])
-    assert_eager(a, expected)
-
-
-def test_values_of_another_definition_are_refused():
-    with FusionDefinition() as fd1:
-        a = fd1.define_tensor(shape=[-1], contiguity=True)
-        fd1.add_output(fd1.ops.exp(a))
-    with FusionDefinition() as fd2:
-        y = fd2.define_tensor(shape=[-1, -1], contiguity=True)
-        with pytest.raises(fuser.FusionDefinitionError, match="shape entry .* another fusion definition"):
-            fd2.ops.reshape(y, [a.size(0), -1])
-        with pytest.raises(fuser.FusionDefinitionError, match="shape entry .* another fusion definition"):
-            fd2.ops.full([a.size(0)], 1.0, DataType.Float)
-        with pytest.raises(fuser.FusionDefinitionError, match="another fusion definition"):
-            fd2.add_output(a)
-        fd2.add_output(fd2.ops.exp(y))
-    t = make((2, 3))
-    assert_eager(fd2.execute([t])[0], t.exp())
-
-
-def test_errors_name_the_op_that_fixed_an_extent():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        z = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        fd.add_output(fd.ops.add(fd.ops.reshape(x, [3, -1]), z))
-    with pytest.raises(fuser.FusionInputError, match=r"reshape of T0.* to \[3, -1\]: 10 elements do not divide into 3"):
-        fd.execute([make((5, 2)), make((3, 5))])
-    a, b = make((3, 2)), make((3, 2))
-    assert_eager(fd.execute([a, b])[0], a.reshape(3, -1) + b)
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        fd.add_output(fd.ops.squeeze(x, [1]))
-    with pytest.raises(fuser.FusionInputError, match=r"axis 1: size 3, but the definition declares 1 \(squeeze"):
-        fd.execute([make((2, 3))])
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        fd.add_output(fd.ops.expand(x, [4, 3]))
-    with pytest.raises(fuser.FusionInputError, match=r"declares 4 \(expand: axis 0"):
-        fd.execute([make((2, 3))])
-
-
-def test_bad_arguments_are_fuser_errors():
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1], contiguity=True)
-        v = fd.define_vector(2)
-        fd.add_output(fd.ops.reshape(x, v))
-    with pytest.raises(fuser.FusionInputError, match=r"input 1: a define_vector\(2\) takes a list of 2 values, got 1"):
-        fd.execute([make((6,)), [6]])
-    t = make((6,))
-    assert_eager(fd.execute([t, [2, 3]])[0], t.reshape(2, 3))
-    with pytest.raises(fuser.FusionInputError, match="expects a list of inputs, got NoneType"):
-        fd.execute(None)
-    with FusionDefinition() as fd:
-        with pytest.raises(fuser.FusionDefinitionError, match="shape must be a list"):
-            fd.define_tensor(shape=5, contiguity=True)
-        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[5], contiguity=True)))
-
-
-def test_an_empty_view_is_a_dense_layout():
-    # strides (4, 1) for a [3, 0] view: PyTorch calls it contiguous, and no element is addressed
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True)
-        fd.add_output(fd.ops.mul(x, 2.0))
-    empty = make((3, 4))[:, :0]
-    assert_eager(fd.execute([empty])[0], empty * 2.0)
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, None])
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), [1]))
+    e = make((4, 1)).expand(4, 5)
+    assert_eager(fd.execute([e])[0], e.exp().sum(1))
+    with pytest.raises(FusionInputError, match=r"axis 1 is declared None \(a broadcast or expanded axis, "
+                                               r"stride 0\) but has stride 1"):
+        fd.execute([make((4, 5))])
