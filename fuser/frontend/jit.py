@@ -225,6 +225,18 @@ class JitModule(torch.nn.Module):
     def cache_info(self) -> CacheInfo:
         return self._jit.cache_info()
 
+    @property
+    def training(self) -> bool:
+        """The wrapped module's mode (`jm.training = False` stops its dropout, as `jm.eval()`)."""
+        wrapped = self.__dict__.get("_modules", {}).get("_orig_mod")
+        return True if wrapped is None else wrapped.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        wrapped = self.__dict__.get("_modules", {}).get("_orig_mod")
+        if wrapped is not None:  # (nn.Module.__init__ sets it before the module is wrapped)
+            wrapped.training = mode
+
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)

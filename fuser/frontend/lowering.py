@@ -23,7 +23,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError, UnsupportedError
-from ..ir import DataType, Scalar, TensorView
+from ..ir import DataType, Scalar, SliceOp, TensorView
 from .definition import FusionDefinition
 from .meta import is_size_node, is_tensor_node, meta_val, node_device, size_expr
 from .rules import Kind, LoweringError, find_rule
@@ -318,8 +318,28 @@ class RegionBuilder:
                     dims = value.domain.no_reductions()
                     value.set_allocation_domain([dims[k] for k in order], True)
             region.outputs[node] = index_of[id(value)]
+        self._lay_out_sliced_sources()
         _drop_dead_exprs(self.fd.fusion)
         return region
+
+    def _lay_out_sliced_sources(self) -> None:
+        """A computed tensor that outputs slice (the pieces of a `split` or `chunk`) takes its
+        traced layout: the pieces are ATen views of it where they do not join its kernel, and
+        eager's pieces of a channels-last or transposed value keep that layout (their own
+        traced strides have the gaps of a slice, which `traced_order` leaves row-major)."""
+        outputs = {id(o) for o in self.fd.fusion.outputs()}
+        inputs = {id(v) for v in self.fd.fusion.inputs()}
+        node_of = {id(v): n for n, v in self.values.items()}
+        for e in self.fd.fusion.exprs:
+            if not isinstance(e, SliceOp) or id(e.outputs[0]) not in outputs:
+                continue
+            source = e.inputs[0]
+            if id(source) in inputs or source.domain.allocation is not None or id(source) not in node_of:
+                continue
+            order = traced_order(meta_val(node_of[id(source)]))
+            if order is not None:
+                dims = source.domain.no_reductions()
+                source.set_allocation_domain([dims[k] for k in order], True)
 
 
 _WHERE = {torch.ops.aten.where.self, torch.ops.aten.where.ScalarSelf,

@@ -145,9 +145,12 @@ class _Fused(torch.autograd.Function):
     def forward(ctx, plan: _Plan, *args: Any) -> tuple:
         outs = plan.run_forward(*args)
         user, saved = list(outs[:plan.n_user]), outs[plan.n_user:]
+        tensors = [saved[k] for k in plan.saved_tensors]
+        ctx.rebuilt = None
         for k in plan.unsafe_views:
             user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
-        ctx.save_for_backward(*[saved[k] for k in plan.saved_tensors])
+            _save_through(ctx, tensors, user[k])
+        ctx.save_for_backward(*tensors)
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan
         if plan.non_differentiable:
@@ -179,6 +182,10 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def run_backward(ctx, grads: tuple) -> tuple:
         tensors, ints = ctx.saved_tensors, ctx.ints
+        if ctx.rebuilt is not None:
+            tensors = list(tensors)
+            for j, (size, stride, offset) in ctx.rebuilt.items():
+                tensors[j] = tensors[j].as_strided(size, stride, offset)
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
         # (a backward called inside a compiled frame runs on its thread, with Dynamo's hook on)
@@ -187,6 +194,22 @@ class _Fused(torch.autograd.Function):
             return (None, *ctx.plan.run_backward(*args))
         finally:
             set_eval_frame(hook)
+
+
+def _save_through(ctx: Any, tensors: list, output: torch.Tensor) -> None:
+    """Save `output` (an `_unsafe_view` the forward returns, a linear's 3-D result) in place of
+    the saved values in its storage (the 2-D matmul result), to be rebuilt in the backward: the
+    view has a version counter of its own, so an in-place change of the output (`y += r`) left
+    the saved value's untouched and the gradient silently read the changed values, where eager
+    raises autograd's in-place error. Saved through the output, the check fires as in eager."""
+    storage = output.untyped_storage().data_ptr()
+    for j, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == storage \
+                and t.dtype == output.dtype:
+            if ctx.rebuilt is None:
+                ctx.rebuilt = {}
+            ctx.rebuilt[j] = (t.size(), t.stride(), t.storage_offset())
+            tensors[j] = output
 
 
 class TrainingCall:

@@ -219,3 +219,72 @@ def test_a_fill_value_out_of_the_dtype_raises_as_in_eager(fn):
         fn(x, m)
     with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
         fuser.jit(fn)(x, m)
+
+
+def test_a_jitted_modules_training_flag_is_the_modules():
+    """`jm.training` read and set the wrapper's own flag: after `m.eval()` it still said True,
+    and `jm.training = False` left the module training."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    jm = fuser.jit(m)
+    m.eval()
+    assert jm.training is False
+    jm.training = True
+    assert m.training is True and m[1].training is False  # (as eager: the flag, not train())
+    jm.eval()
+    assert not m.training and not m[1].training and jm.training is False
+
+
+class _SavesItsOutput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.w = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        y = self.lin(x)  # 3-D: a view of the 2-D matmul result, which grad(w) reads
+        return y, (y * self.w).sum()
+
+
+def test_an_in_place_change_of_an_output_the_backward_reads_raises_as_in_eager():
+    """A linear's 3-D output is returned as an `_unsafe_view` of the matmul result the backward
+    saves, with a version counter of its own: `y.add_(1)` then went unseen and grad(w) read the
+    changed values. Eager raises autograd's in-place error; so does fuser, on every call, and
+    without the change the gradients match eager's."""
+    torch.manual_seed(0)
+    m = _SavesItsOutput()
+    ref = copy.deepcopy(m)
+    jm = fuser.jit(m)
+    for _ in range(3):
+        x = torch.randn(2, 3, 8)
+        y, s = jm(x)
+        y.add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            s.backward()
+        y2, s2 = ref(x)
+        y2.add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            s2.backward()
+    m.zero_grad()
+    ref.zero_grad()
+    x = torch.randn(2, 3, 8)
+    for mod in (jm, ref):
+        y, s = mod(x)
+        (s + y.square().sum()).backward()
+    for name, p in m.named_parameters():
+        torch.testing.assert_close(p.grad, dict(ref.named_parameters())[name].grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("split", [lambda t: t.chunk(2, -1), lambda t: t.split([2, 2], 1)], ids=["chunk", "split"])
+def test_pieces_of_a_computed_tensor_keep_eagers_layout(split):
+    # the pieces were ATen views of a row-major kernel output: strides (60, 15, 5, 1) where
+    # eager's are (1, 2, 8, 24), and piece.permute(3, 2, 1, 0).view(-1) failed
+    def f(x):
+        return split(x * 2)
+    x = torch.randn(5, 3, 4, 2).permute(3, 2, 1, 0)
+    got, expected = fuser.jit(f)(x), f(x)
+    for g, e in zip(got, expected):
+        assert_eager(g, e)
+        strides = lambda t: [st for st, n in zip(t.stride(), t.shape) if n != 1]  # noqa: E731
+        assert strides(g) == strides(e), (g.stride(), e.stride())
+        if e.permute(3, 2, 1, 0).is_contiguous():  # (the chunk along the outermost axis)
+            g.permute(3, 2, 1, 0).view(-1)  # (a view, as eager's)
