@@ -1,10 +1,68 @@
-"""`FUSER_DUMP`: what to print while running, a comma-separated list (fusion_ir, segments,
-triton, autotune, preseg_passes or a pass name, ...). Importable from every layer, like
-`errors.py`."""
+"""fuser's environment settings, read in one way everywhere. Importable from every layer, like
+`errors.py`.
+
+- `FUSER_DUMP`: what to print while running, a comma-separated list (`DUMP_NAMES`, or a
+  pre-segmentation pass's name). A name it does not know is warned about once.
+- On/off switches (`env_switch`): 1/true/on/yes or 0/false/off/no, any case; empty is the
+  default; anything else is warned about once and read as the default.
+- Counts (`env_int`): a positive integer; anything else is warned about once and read as the
+  default.
+"""
 from __future__ import annotations
 
 import os
+import warnings
+
+DUMP_NAMES = {"fusion_ir", "segments", "triton", "autotune", "host_ir", "preseg_passes"}
+_pass_names: set[str] = set()
+_warned: set[tuple[str, str]] = set()
+
+
+def register_dump_names(names) -> None:
+    """Names `FUSER_DUMP` also takes (the pre-segmentation passes register theirs)."""
+    _pass_names.update(names)
 
 
 def dump_flags() -> set[str]:
-    return {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+    flags = {f.strip() for f in os.environ.get("FUSER_DUMP", "").split(",") if f.strip()}
+    unknown = flags - DUMP_NAMES - _pass_names
+    if unknown:
+        _warn_once("FUSER_DUMP", ",".join(sorted(unknown)),
+                   f"prints nothing for {', '.join(sorted(unknown))}; it takes "
+                   f"{', '.join(sorted(DUMP_NAMES | _pass_names))}")
+    return flags
+
+
+def env_switch(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    if raw:
+        _warn_once(name, raw, f"is not one of 1/true/on/yes or 0/false/off/no; read as {int(default)}")
+    return default
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    if raw:
+        _warn_once(name, raw, f"is not a positive integer; read as {default}")
+    return default
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in choices:
+        return raw
+    if raw:
+        _warn_once(name, raw, f"is not one of {', '.join(choices)}; read as {default}")
+    return default
+
+
+def _warn_once(name: str, raw: str, why: str) -> None:
+    if (name, raw) not in _warned:
+        _warned.add((name, raw))
+        warnings.warn(f"fuser: {name}={raw!r} {why}", stacklevel=3)

@@ -14,11 +14,12 @@ phases nested apart; threads that compile in the background (frontend/ahead.py) 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 
-_enabled = os.environ.get("FUSER_PHASE_TIMES", "") not in ("", "0")
+from .dump import env_switch
+
+_enabled = env_switch("FUSER_PHASE_TIMES", False)
 _totals: dict[str, float] = {}
 _counts: dict[str, int] = {}
 _local = threading.local()  # .stack: the thread's open phases, innermost last

@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..dump import env_switch
 from ..errors import InternalError
 from ..timing import phase
 from . import compile_pool, launcher
@@ -192,7 +193,7 @@ def _keep_triton_key() -> None:
     sizes, modification times and inodes, and a new process reads it back instead of hashing.
     The key Triton sees is the same string; any change to the files makes a new stamp.
     `FUSER_TRITON_KEY_CACHE=0` leaves Triton's function alone."""
-    if os.environ.get("FUSER_TRITON_KEY_CACHE", "1") == "0":
+    if not env_switch("FUSER_TRITON_KEY_CACHE", True):
         return
     # where Triton defines or reads the function (before 3.3 it lived in triton.compiler.compiler)
     homes = [_try_import(m) for m in ("triton.runtime.cache", "triton.compiler.compiler")]

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..dump import env_switch
 from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, read_frame, write_frame
 
 WORKER = Path(__file__).with_name("compile_worker.py")
@@ -100,7 +101,7 @@ def _processors() -> int:
 
 
 def available() -> bool:
-    if worker_count() == 0 or os.environ.get("FUSER_PARALLEL_COMPILE", "1") == "0":
+    if worker_count() == 0 or not env_switch("FUSER_PARALLEL_COMPILE", True):
         return False
     try:
         import triton

@@ -18,7 +18,7 @@ from ..errors import InternalError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp, ReductionOp, RNGOp,
                   Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val, VarMeanOp)
 from ..schedulers.axes import RESIZE_OPS
-from ..ir.printer import format_expr, format_tv
+from ..ir.printer import format_expr, format_scalar, format_tv
 from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
@@ -574,6 +574,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         for j, run in enumerate(self.layout.super_axes):
             ext = " * ".join(str(self.axes.axes[a].extent) for a in run)
             header.append(f"# X{j} = {ext}")
+        scalars = {id(v): v for e in self.plan.exprs for v in e.inputs if isinstance(v, Scalar)}
+        for key, name in self.scalar_args.items():  # (parameters named by position: s0, s1)
+            header.append(f"# {name} = {format_scalar(scalars[key])}")
         for v in self.plan.inputs:
             if isinstance(v, TensorView):
                 header.append(f"# input  {format_tv(v)}")

@@ -17,11 +17,12 @@ little-endian hosts. `FUSER_GENERIC_LAUNCHER=0` keeps Triton's launchers.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
 from typing import Callable, Optional
+
+from ..dump import env_switch
 
 SOURCE = Path(__file__).with_name("launcher.c")
 MODULE_NAME = "fuser_launch"
@@ -39,7 +40,7 @@ _failure: Optional[str] = None  # why the module is not used, once known
 
 
 def enabled() -> bool:
-    return os.environ.get("FUSER_GENERIC_LAUNCHER", "1") != "0" and sys.byteorder == "little"
+    return env_switch("FUSER_GENERIC_LAUNCHER", True) and sys.byteorder == "little"
 
 
 def mark(kernel) -> None:

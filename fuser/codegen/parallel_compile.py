@@ -25,6 +25,7 @@ import threading
 from typing import Callable, Iterator, Optional, Sequence
 
 from . import compile_pool
+from ..dump import env_switch
 from .background import set_on_thread
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -43,7 +44,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def enabled() -> bool:
-    return os.environ.get("FUSER_PARALLEL_COMPILE", "1") != "0"
+    return env_switch("FUSER_PARALLEL_COMPILE", True)
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:

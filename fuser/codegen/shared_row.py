@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 import re
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
 
+from ..dump import env_switch
 from ..ir import DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers.heuristics import (SHARED_ROW_PAIR_BUFFERS, SHARED_ROW_PAIR_VECTOR_BYTES, SHARED_ROW_PAIR_WARPS,
                                      SHARED_ROW_MAX_CHUNKS, SHARED_ROW_RESERVED_BYTES, SHARED_ROW_VECTOR_BYTES,
@@ -103,7 +103,7 @@ class SharedRowConfig:
 def shared_row_possible(device: torch.device) -> bool:
     """Whether the form may run on `device`: a Hopper GPU (measured on the H200 only) and a
     Triton whose Gluon has asynchronous copies (FUSER_SHARED_ROW=0: never)."""
-    return (os.environ.get("FUSER_SHARED_ROW", "1") != "0" and device.type == "cuda" and bool(gluon_names())
+    return (env_switch("FUSER_SHARED_ROW", True) and device.type == "cuda" and bool(gluon_names())
             and torch.cuda.get_device_capability(device)[0] == 9)
 
 

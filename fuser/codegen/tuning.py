@@ -40,6 +40,7 @@ import torch
 
 from .. import timing
 from . import autotune, compile_pool, parallel_compile
+from ..dump import env_switch
 from .ahead import CompileJobs
 from .background import DaemonQueue, set_on_thread
 from .wrapper import Wrapper
@@ -54,7 +55,7 @@ def in_background(target: str) -> bool:
     """Whether kernels on `target` may compile in the background (FUSER_BACKGROUND_COMPILE=0:
     each call compiles what it runs)."""
     return (target in BACKGROUND_TARGETS and parallel_compile.enabled()
-            and os.environ.get("FUSER_BACKGROUND_COMPILE", "1") != "0")
+            and env_switch("FUSER_BACKGROUND_COMPILE", True))
 
 
 def untimed():

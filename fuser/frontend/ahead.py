@@ -35,6 +35,7 @@ from torch.fx import Node
 
 from ..codegen import compile_pool, parallel_compile, target_for
 from ..codegen.background import DaemonQueue
+from ..dump import env_switch
 from ..runtime import ahead as runtime_ahead
 from .meta import meta_val
 from .program import FusionStep, GraphProgram
@@ -43,7 +44,7 @@ from .program import FusionStep, GraphProgram
 def wanted(graph: torch.fx.GraphModule) -> Optional[torch.device]:
     """The device whose kernels a graph's programs would compile ahead, or None: the device of
     its first tensor input where kernels compile ahead there."""
-    if os.environ.get("FUSER_COMPILE_AHEAD", "1") == "0" or not parallel_compile.enabled():
+    if not env_switch("FUSER_COMPILE_AHEAD", True) or not parallel_compile.enabled():
         return None
     for node in graph.graph.nodes:
         val = meta_val(node) if node.op == "placeholder" else None

@@ -168,6 +168,15 @@ class FusionDefinition:
     def __enter__(self) -> "FusionDefinition":
         return self
 
+    def __deepcopy__(self, memo: dict) -> "FusionDefinition":
+        # shared, as a function is: it holds no tensors, and a module holding one (an EMA
+        # model's copy) must copy (its lock and recorder did not)
+        return self
+
+    def __reduce__(self):
+        raise FusionDefinitionError("a FusionDefinition cannot be pickled; pickle repr(fd), the Python "
+                                    "that rebuilds it, and exec that instead")
+
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and not self.fusion.outputs():
             raise FusionDefinitionError("the definition has no outputs; call fd.add_output")

@@ -10,14 +10,13 @@ stream waits for all of them after the loop. On the CPU the same steps run in or
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
-from ..dump import dump_flags
+from ..dump import dump_flags, env_switch
 from ..errors import ExtentConflictError, FuserError
 from ..evaluate.binding import BindingTable
 from ..ir import Fusion, Scalar, TensorView
@@ -49,7 +48,7 @@ class HostRunner:
         # FUSER_CHECK_SHARDS=1: the extents bound from tensor inputs, compared across the
         # meshes' ranks before each call (ranks that pass shards of different sizes would
         # otherwise each run with a table of their own: a wrong mean, a hang)
-        self.check_shards = os.environ.get("FUSER_CHECK_SHARDS", "0") not in ("", "0")
+        self.check_shards = env_switch("FUSER_CHECK_SHARDS", False)
         self._shard_extents = list(dict.fromkeys(
             d.extent.name for tv in program.inputs if isinstance(tv, TensorView)
             for d in tv.domain.no_reductions() if is_symbol(d.extent)))

@@ -10,12 +10,13 @@ stream operation an execution would issue on the GPU.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 
-MAX_STREAMS = int(os.environ.get("FUSER_MAX_STREAMS", "8"))
+from ..dump import env_int
+
+MAX_STREAMS = env_int("FUSER_MAX_STREAMS", 8)
 
 
 class CudaStreams:

@@ -46,7 +46,14 @@ class Pending:
 
 def _timeout() -> datetime.timedelta:
     """How long a collective, or the making of a group, may wait (FUSER_COLLECTIVE_TIMEOUT)."""
-    return datetime.timedelta(seconds=float(os.environ.get(_TIMEOUT_ENV, "600")))
+    raw = os.environ.get(_TIMEOUT_ENV, "").strip() or "600"
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise CollectiveError(f"{_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
+    return datetime.timedelta(seconds=seconds)
 
 
 class Communicator:
@@ -93,8 +100,9 @@ class Communicator:
                     and local_rank < torch.cuda.device_count()):
                 torch.cuda.set_device(local_rank)  # one GPU per process, as NCCL wants
                 backend = "cpu:gloo,cuda:nccl"
+            timeout = _timeout()  # (a bad setting named as such, not as a failed rendezvous)
             try:
-                dist.init_process_group(backend=backend, timeout=_timeout())
+                dist.init_process_group(backend=backend, timeout=timeout)
             except Exception as err:  # noqa: BLE001 - any rendezvous failure
                 raise CollectiveError(
                     f"initializing torch.distributed ({backend}) from torchrun's environment "
@@ -132,8 +140,9 @@ class Communicator:
         found = self._subgroups.get(key)
         if found is None:
             # (torch's own default for a new group is 30 minutes, whatever the world's is)
+            timeout = _timeout()
             try:
-                found = dist.new_group([self._global(r) for r in key], timeout=_timeout(),
+                found = dist.new_group([self._global(r) for r in key], timeout=timeout,
                                        use_local_synchronization=True)
             except Exception as err:  # noqa: BLE001 - a member that never came, a store timeout
                 raise CollectiveError(

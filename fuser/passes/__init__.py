@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..dump import dump_flags
+from ..dump import dump_flags, register_dump_names
 from ..ir import Fusion
 from ..multidevice.sharding import is_distributed
 from ..timing import phase
@@ -27,6 +27,9 @@ def pre_segmentation_passes() -> list[Pass]:
     """The passes in the order they run."""
     return [validate_shardings, propagate_shardings, validate_meshes, decompose_reshardings,
             schedule_stream_loops, stream_allocation]
+
+
+register_dump_names(p.__name__ for p in pre_segmentation_passes())  # (FUSER_DUMP=propagate_shardings)
 
 
 def needs_passes(fusion: Fusion) -> bool:

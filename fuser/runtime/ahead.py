@@ -8,7 +8,6 @@ as `FUSER_PARALLEL_COMPILE=0` does with the rest of parallel compiling.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from ..codegen import parallel_compile
 from ..codegen.ahead import CompileJobs
 from ..codegen.steps import META
+from ..dump import env_switch
 from ..evaluate.binding import BindingTable
 from ..evaluate.evaluator import EvalContext, Environment, run_exprs
 from ..ir import Scalar
@@ -33,7 +33,7 @@ def wanted(target: str, launches: int) -> bool:
     """Whether a runtime of `launches` kernel launches on `target` compiles ahead (one launch
     compiles its own kernels together at its first call)."""
     return (target in COMPILE_AHEAD_TARGETS and launches > 1 and parallel_compile.enabled()
-            and os.environ.get("FUSER_COMPILE_AHEAD", "1") != "0")
+            and env_switch("FUSER_COMPILE_AHEAD", True))
 
 
 def compile_ahead(runtime: "FusionRuntime", start: int, env: Environment, table: BindingTable) -> int:

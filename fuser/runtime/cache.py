@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, compile_pool, target_for
+from ..dump import dump_flags, env_choice
 from ..errors import FusionInputError
 from ..codegen.launch import scalar_key
-from ..dump import dump_flags
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import (BindingTable, InputBinder, fits_int64, input_label, meta_input_error,
                                  tensor_device)
@@ -465,7 +465,7 @@ class FusionExecutorCache:
             return True
         if device.type != "cpu":
             return False
-        return os.environ.get("FUSER_CPU_KERNELS", "interpreter") != "aten"
+        return env_choice("FUSER_CPU_KERNELS", "interpreter", ("interpreter", "aten")) != "aten"
 
     def execute(self, args: Sequence[Any]) -> list[torch.Tensor]:
         if self._draws_seed:

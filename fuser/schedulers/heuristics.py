@@ -3,10 +3,10 @@ registers, chosen from the sizes of this call (one compiled kernel per choice, c
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from ..dump import env_switch
 from .plan import Template
 
 # the largest reduced extent kept whole in registers (beyond it: a looped kernel); with 32 warps
@@ -260,7 +260,7 @@ def long_row_forms(params: LaunchParams) -> list[LaunchParams]:
 
 def autotuning() -> bool:
     """Whether launch forms are timed against each other (FUSER_AUTOTUNE=0: the defaults)."""
-    return os.environ.get("FUSER_AUTOTUNE", "1") != "0"
+    return env_switch("FUSER_AUTOTUNE", True)
 
 
 def looped_forms(params: LaunchParams, rows: int, cols: int) -> list[LaunchParams]:

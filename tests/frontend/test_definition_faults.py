@@ -173,3 +173,14 @@ def test_a_contiguity_error_names_an_inner_axis_declared_none():
     with pytest.raises(FusionInputError, match=r"axis 1 is declared None \(a broadcast or expanded axis, "
                                                r"stride 0\) but has stride 1"):
         fd.execute([make((4, 5))])
+
+
+def test_a_kernels_header_names_its_scalar_parameters():
+    # kernel parameters s0, s1 are positional; the header maps them to the IR's names
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        s = fd.define_scalar(DataType.Double)
+        fd.add_output(fd.ops.mul(fd.ops.exp(x), s))
+    x = make((4, 8))
+    assert_eager(fd.execute([x, 2.0])[0], x.exp() * 2.0)
+    assert f"# s0 = {s!r}" in fd.last_triton_code()
