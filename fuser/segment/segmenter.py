@@ -2,9 +2,10 @@
 
 Each expr starts as its own group. In topological order, an expr that a kernel can compute is
 merged into the groups producing its inputs while the scheduler still accepts the union and the
-group graph stays acyclic; other exprs join neighbouring evaluator groups. (A pointwise group
-grows by one op with no plan of the union where its known loop axes show that the scheduler
-takes it, `GrowableAxes`: a long chain costs each op, not the chain.) Then kernel groups that
+group graph stays acyclic; other exprs join neighbouring evaluator groups. (A pointwise or
+single-reduction group grows by one pointwise op with no plan of the union where its known loop
+axes show that the scheduler takes it, `GrowableAxes`: a long chain costs each op, not the
+chain.) Then kernel groups that
 only share inputs join where the scheduler says one kernel pays (a norm's backward). Every
 refused merge is recorded with its reason, for `fd.last_segments()` and bug reports.
 """
@@ -133,8 +134,8 @@ class Segmenter:
         return merged
 
     def grown_axes(self, a: _Group, b: _Group) -> Optional[GrowableAxes]:
-        """The loop axes of the union of kernel groups `a` and `b`, where one is a pointwise
-        group with known axes and the other a single expr that provably keeps them (then the
+        """The loop axes of the union of kernel groups `a` and `b`, where one is a group with
+        known axes (pointwise, or one reduction) and the other a single expr that provably keeps them (then the
         scheduler would take the union, and it needs no plan); else None. A chain of pointwise
         ops grows one op at a time, and planning the whole union at each op made segmentation
         quadratic in the chain's length."""
