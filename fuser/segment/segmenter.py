@@ -136,9 +136,9 @@ class Segmenter:
     def grown_axes(self, a: _Group, b: _Group) -> Optional[GrowableAxes]:
         """The loop axes of the union of kernel groups `a` and `b`, where one is a group with
         known axes (pointwise, or one reduction) and the other a single expr that provably
-        keeps them (then the scheduler would take the union, and it needs no plan); else None. A chain of pointwise
-        ops grows one op at a time, and planning the whole union at each op made segmentation
-        quadratic in the chain's length."""
+        keeps them (then the scheduler would take the union, and it needs no plan); else None.
+        A chain of pointwise ops grows one op at a time, and planning the whole union at each
+        op made segmentation quadratic in the chain's length."""
         grown, single = (a, b) if a.axes is not None else (b, a)
         if grown.axes is None or len(single.exprs) != 1:
             return None
