@@ -292,6 +292,74 @@ def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dic
         ahead.start(programs, device)
 
 
+def _mutated_inputs(n_inputs: int) -> list[int]:
+    """The graph inputs AOTAutograd's metadata says the graph writes (in place, or their
+    metadata); [] where it cannot tell."""
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    info = getattr(meta, "input_info", None)
+    if info is None or len(info) != n_inputs:
+        return []
+    return [k for k, i in enumerate(info) if getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False)]
+
+
+def _argument_inputs(gm: torch.fx.GraphModule, n_inputs: int) -> list[int]:
+    """The graph inputs that are the function's own arguments (Dynamo's local sources), not
+    parameters, buffers or globals, which a caller does not pass as views of one another;
+    every input where the sources are not recorded."""
+    sources = [getattr(n.meta.get("grapharg"), "source", None) for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(sources) != n_inputs or any(s is None for s in sources):
+        return list(range(n_inputs))
+    return [k for k, s in enumerate(sources) if type(s).__name__ == "LocalSource"]
+
+
+class _AliasedWrites:
+    """A graph that writes some inputs in place was traced for inputs that share no memory
+    (Dynamo guards the identity of a tensor passed twice, not two views of one storage), and
+    its functional form reads every input before writing any. Called with an input it writes
+    overlapping another input (`f(b[0], b[0])` as two view objects), it would read the value
+    before the write where eager reads it after (PyTorch issue 139789, `torch.compile` alike):
+    such a call runs Dynamo's graph eagerly instead, in-place ops in order."""
+
+    def __init__(self, compiled: Any, gm: torch.fx.GraphModule, written: list[int], arguments: list[int]):
+        self.compiled, self.gm, self.written, self.arguments = compiled, gm, written, arguments
+
+    def __call__(self, *args: Any) -> Any:
+        if _overlap_any(args, self.written, self.arguments):
+            return self.gm(*args)
+        return self.compiled(*args)
+
+    def __getattr__(self, name: str) -> Any:  # (TrainingCall's plan and the like, for inspection)
+        return getattr(self.__dict__["compiled"], name)
+
+
+def _overlap_any(args: tuple, written: list[int], arguments: list[int]) -> bool:
+    """Whether an argument in `written` shares memory with another of `arguments` (by the
+    address ranges they span: distinct allocations never overlap)."""
+    spans = {k: _span(args[k]) for k in arguments if k < len(args) and isinstance(args[k], torch.Tensor)}
+    for k in written:
+        span = spans.get(k)
+        if span is None:
+            continue
+        for j, other in spans.items():
+            if j != k and other is not None and other[0] < span[1] and span[0] < other[1] \
+                    and args[j] is not args[k]:
+                return True
+    return False
+
+
+def _span(t: torch.Tensor) -> Optional[tuple[int, int]]:
+    """[first, last + 1) of the addresses `t` reads (strides >= 0, as views give); None when
+    it holds no element."""
+    try:
+        if t.numel() == 0:
+            return None
+        start = t.data_ptr()
+    except RuntimeError:  # (a tensor subclass without storage)
+        return None
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
@@ -361,6 +429,10 @@ class FuserBackend:
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
         elif len(facts) == 1 and facts[0] is not None:
             compiled = TrainingCall(compiled, record, facts[0])
+        arguments = _argument_inputs(gm, n_inputs)
+        written = [k for k in _mutated_inputs(n_inputs) if k in arguments]
+        if written:
+            compiled = _AliasedWrites(compiled, gm, written, arguments)
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead
         with self._lock:
             self.records.append(record)

@@ -288,3 +288,29 @@ def test_pieces_of_a_computed_tensor_keep_eagers_layout(split):
         assert strides(g) == strides(e), (g.stride(), e.stride())
         if e.permute(3, 2, 1, 0).is_contiguous():  # (the chunk along the outermost axis)
             g.permute(3, 2, 1, 0).view(-1)  # (a view, as eager's)
+
+
+def _scale_then_add(x, y):
+    x.mul_(2)
+    return x + y
+
+
+@pytest.mark.parametrize("views", [
+    lambda b: (b[0], b[0]),                 # two view objects of one memory
+    lambda b: (b[0, :, :3], b[0, :, 2:5]),  # overlapping in part
+    lambda b: (b[0], b[1]),                 # one storage, no overlap: the compiled path
+], ids=["same", "partial", "disjoint"])
+def test_an_argument_written_in_place_overlapping_another_reads_it_as_eager(views):
+    # traced for separate tensors, the functional graph read y before x's write: out was
+    # 2x + y_old where eager's is 2x + y_new (PyTorch issue 139789; torch.compile alike)
+    jf = fuser.jit(_scale_then_add)
+    x0, y0 = views(torch.randn(2, 4, 5))[0], views(torch.randn(2, 4, 5))[1]  # (same strides, two storages)
+    expected = _scale_then_add(x0.clone(), y0.clone())
+    assert_eager(jf(x0, y0), expected)  # separate tensors: traced as such
+    b1 = torch.randn(2, 4, 5)
+    b2 = b1.clone()
+    out = jf(*views(b1))
+    expected = _scale_then_add(*views(b2))
+    assert_eager(out, expected)
+    assert torch.equal(b1, b2)  # the writes landed as eager's
+    assert jf.cache_info().graphs == 1
