@@ -310,7 +310,13 @@ def _welford_combine(mean1, m2_1, n1, mean2, m2_2, n2):
     n = n1 + n2
     w = tl.where(n == 0, 0.0, n2 / tl.where(n == 0, 1.0, n))
     delta = mean2 - mean1
-    return mean1 + delta * w, m2_1 + m2_2 + delta * delta * n1 * w, n
+    mean = mean1 + delta * w
+    m2 = m2_1 + m2_2 + delta * delta * n1 * w
+    # an empty side keeps the other as it is (as ATen's combine): with a mean past the square
+    # root of the type's largest value, delta * delta overflows and inf * 0 was NaN
+    mean = tl.where(n2 == 0, mean1, tl.where(n1 == 0, mean2, mean))
+    m2 = tl.where(n2 == 0, m2_1, tl.where(n1 == 0, m2_2, m2))
+    return mean, m2, n
 
 
 @triton.jit
