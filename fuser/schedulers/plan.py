@@ -300,9 +300,6 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         return None, "slice, pad and cat beside a reduction move only along the reduced axes"
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
-    why = recomputed_reduction(axes, reductions)
-    if why:
-        return None, why
     if sets and any(isinstance(e, RNGOp) for e in exprs):
         # (the reduction forms' other kernels, split, row loop, two kernels, are not written to
         # number random elements): the segmenter cuts before the reduction
@@ -332,19 +329,6 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
-
-
-def recomputed_reduction(axes: KernelAxes, reductions: list) -> str:
-    """Why a group's kernel would compute a reduction again for each element along a kept loop
-    axis its input does not span (`y - x.sum(-1)` with x's reduced axis unlinked to y's
-    columns, or an outer product with a row sum: work of R x C x C), else ""."""
-    kept = {a.index for a in axes.axes if not a.is_reduction}
-    for e in reductions:
-        extra = kept - axes.spans(e.inp)
-        if extra:
-            return (f"the reduction of T{e.inp.name} would be computed again along loop axis "
-                    f"{axes.axes[min(extra)].extent}, which its input does not span")
-    return ""
 
 
 def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:
