@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import ExtentConflictError, FusionInputError, InternalError
 from ..ir import DataType, Fusion, Scalar, TensorView
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
+from ..ir.types import fits_int64
 from ..multidevice.sharding import local_extents, sharding_factors
 
 
@@ -66,10 +67,6 @@ def int_range(dt: DataType) -> tuple[int, int]:
 
     info = torch.iinfo(dt.to_torch())
     return info.min, info.max + 1
-
-
-def fits_int64(v: int) -> bool:
-    return -2**63 <= v < 2**63
 
 
 def meta_input_error(label: str) -> FusionInputError:

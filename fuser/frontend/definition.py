@@ -20,6 +20,7 @@ import torch
 from ..errors import FusionDefinitionError, FusionInputError, UnsupportedError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
+from ..ir.types import fits_int64
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
@@ -489,7 +490,7 @@ def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     if isinstance(value, complex) and not dtype.is_complex:
         raise FusionDefinitionError(f"define_scalar: the complex value {value!r} cannot be a {dtype!r} "
                                     f"scalar; give a complex dtype, or pass its real part")
-    if type(value) is int and not dtype.is_floating and not dtype.is_complex and not -2**63 <= value < 2**63:
+    if type(value) is int and not dtype.is_floating and not dtype.is_complex and not fits_int64(value):
         raise FusionDefinitionError(f"define_scalar: the integer {value} does not fit in 64 bits, so no "
                                     f"{dtype!r} scalar holds it (eager refuses it too)")
     try:

@@ -115,6 +115,11 @@ _FLOATING = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16, 
 _INTEGRAL = (DataType.Int, DataType.Int32, DataType.UInt64, DataType.Index)
 
 
+def fits_int64(v: int) -> bool:
+    """Whether a Python int is a 64-bit integer's value (what a scalar, a literal or a size holds)."""
+    return -2**63 <= v < 2**63
+
+
 def promote(*dtypes: DataType) -> DataType:
     """The result type of tensors of equal standing (PyTorch's rule: highest category, then the
     wider type; bf16 with half gives float)."""

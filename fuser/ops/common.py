@@ -10,6 +10,7 @@ from ..ir.scalar_functions import SCALAR_FUNCTION_CODES
 from ..ir.symbolic import scalarFn
 from ..ir import (BroadcastOp, DataType, Fusion, IterDomain, IterType, Scalar, TensorView, Val,
                   tensor_domain)
+from ..ir.types import fits_int64
 
 Operand = Any  # TensorView, Scalar or a Python number
 
@@ -77,7 +78,7 @@ def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
     if isinstance(v, (TensorView, Scalar)):
         return v
     if isinstance(v, (bool, int, float, complex)):
-        if type(v) is int and not -2**63 <= v < 2**63:  # (a kernel's literal would wrap it)
+        if type(v) is int and not fits_int64(v):  # (a kernel's literal would wrap it)
             raise FusionDefinitionError(f"{op}: the integer {v} does not fit in 64 bits (eager refuses "
                                         f"it too); pass a float if a float is meant")
         return fusion.new_scalar(python_scalar_dtype(v), value=v)

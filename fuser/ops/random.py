@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from ..errors import FusionDefinitionError
 from ..ir import DataType, Fusion, IterType, RNGOp, RNGOpType, Scalar, TensorView, Val
+from ..ir.types import fits_int64
 from .common import as_val, check_tensor, copy_id, extent_of, new_tensor
 
 
@@ -106,7 +107,7 @@ def _integer(fusion: Fusion, op: str, name: str, v: Any) -> Scalar:
         return v
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: {name} must be an int or an integer scalar, got {v!r}")
-    if not -2**63 <= v < 2**63:
+    if not fits_int64(v):
         raise FusionDefinitionError(f"{op}: {name} {v} does not fit in 64 bits")
     return fusion.new_scalar(DataType.Int, value=v)
 

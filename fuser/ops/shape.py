@@ -15,7 +15,7 @@ from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterTy
 from ..ir.symbolic import normIndex
 from ..ir.symbolic import is_static
 from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor, value_dtype
-from .pointwise import result_type
+from .pointwise import cast, result_type
 
 
 def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
@@ -329,9 +329,7 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
     fill = as_val(fusion, fill_value, op)
     if fill.value is None and fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex) \
             and not fill.dtype.is_complex:
-        from .pointwise import cast  # (an input's value converted as a cast checks it: NaN to an integer)
-
-        fill = cast(fill, dtype)
+        fill = cast(fill, dtype)  # (an input's value converted as a cast checks it: NaN to an integer)
     fusion.add_expr(FullOp(inputs=(fill,), outputs=(out,)))
     return out
 

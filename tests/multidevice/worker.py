@@ -24,6 +24,20 @@ from fuser.multidevice import CollectiveError, Communicator  # noqa: E402
 from tests.multidevice.cases import CASES, CASES_4  # noqa: E402
 
 
+def _times_out(call, named: tuple[str, ...]) -> dict:
+    """Run the collective `call`, which must fail with a CollectiveError naming each of `named`
+    within 30 s (not hang, not return, not raise anything else)."""
+    start = time.time()
+    try:
+        call()
+    except CollectiveError as err:
+        msg = str(err)
+        return {"ok": all(n in msg for n in named) and time.time() - start < 30, "error": msg}
+    except Exception as err:  # noqa: BLE001
+        return {"ok": False, "error": f"{type(err).__name__} is not a FuserError: {err}"}
+    return {"ok": False, "error": "the allreduce returned without its peer"}
+
+
 def timeout_check(comm: Communicator) -> dict:
     """Rank 0 allreduces over a 2-second gloo group; rank 1 never joins."""
     import torch.distributed as dist
@@ -33,16 +47,7 @@ def timeout_check(comm: Communicator) -> dict:
     if comm.rank != 0:
         time.sleep(4)
         return {"ok": True, "note": "the absent rank"}
-    start = time.time()
-    try:
-        sub.allreduce(torch.ones(4), (0, 1)).wait()
-    except CollectiveError as err:
-        msg = str(err)
-        ok = "allreduce" in msg and "(0, 1)" in msg and "rank 0" in msg and time.time() - start < 30
-        return {"ok": ok, "error": msg}
-    except Exception as err:  # noqa: BLE001
-        return {"ok": False, "error": f"{type(err).__name__} is not a FuserError: {err}"}
-    return {"ok": False, "error": "the allreduce returned without its peer"}
+    return _times_out(lambda: sub.allreduce(torch.ones(4), (0, 1)).wait(), ("allreduce", "(0, 1)", "rank 0"))
 
 
 def subgroup_timeout_check(comm: Communicator) -> dict:
@@ -52,15 +57,7 @@ def subgroup_timeout_check(comm: Communicator) -> dict:
     if comm.rank != 2:
         time.sleep(4)
         return {"ok": True, "note": "not the waiting rank"}
-    start = time.time()
-    try:
-        comm.allreduce(torch.ones(4), (2, 3)).wait()
-    except CollectiveError as err:
-        msg = str(err)
-        return {"ok": "(2, 3)" in msg and time.time() - start < 30, "error": msg}
-    except Exception as err:  # noqa: BLE001
-        return {"ok": False, "error": f"{type(err).__name__} is not a FuserError: {err}"}
-    return {"ok": False, "error": "the allreduce returned without its peer"}
+    return _times_out(lambda: comm.allreduce(torch.ones(4), (2, 3)).wait(), ("(2, 3)",))
 
 
 def main() -> None:
