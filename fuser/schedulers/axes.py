@@ -112,6 +112,47 @@ def resized_dims(e: Expr) -> set[int]:
     return set()
 
 
+def _keepdim_links(exprs: Sequence[Expr], reduced: set[int]):
+    """(broadcast IterDomain, reduction IterDomain) where a broadcast puts a new axis back at
+    the position a reduction of the group removed (`x.sum(-1, keepdim=True)`; elementwise ops
+    between, a cast or a scale, and a squeeze of the kept axis broadcast again later, as a
+    backward's sum, view and expand lower). `y - x.sum(-1, keepdim=True)` with x and y apart
+    maps y's columns to x's reduced axis only through this link: without it they are two loop
+    axes, and the kernel sums x's row again for each of y's columns."""
+    # id(tv) -> the reduction output's logical axes (the reduced ones in place), for tensors
+    # of its shape (`collapsed`) and of its keepdim shape, size-1 broadcasts there (`kept`)
+    collapsed: dict[int, list[IterDomain]] = {}
+    kept: dict[int, list[IterDomain]] = {}
+
+    def fits(tv: TensorView, full: list[IterDomain], keepdim: bool) -> bool:
+        axes = tv.domain.no_reductions()
+        if not keepdim:
+            return len(axes) == sum(not d.is_reduction for d in full)
+        return len(axes) == len(full) and all(
+            concrete_extent(a) is None for a, d in zip(axes, full) if d.is_reduction)
+
+    for e in exprs:
+        if isinstance(e, (ReductionOp, VarMeanOp)):
+            for o in e.outputs:
+                if id(o) in reduced:
+                    collapsed[id(o)] = list(o.domain.logical)
+        elif isinstance(e, _ELEMENTWISE):
+            for form, keepdim in ((collapsed, False), (kept, True)):
+                full = next((form[id(v)] for v in e.inputs if isinstance(v, TensorView) and id(v) in form), None)
+                if full is not None and fits(e.out, full, keepdim):
+                    form[id(e.out)] = full
+        elif isinstance(e, BroadcastOp) and id(e.inp) in collapsed:
+            full = collapsed[id(e.inp)]
+            if list(e.is_broadcast) == [d.is_reduction for d in full]:
+                kept[id(e.out)] = full
+                new = [d for d, b in zip(e.out.domain.no_reductions(), e.is_broadcast) if b]
+                yield from zip(new, [d for d in full if d.is_reduction])
+        elif isinstance(e, SqueezeOp) and id(e.inp) in kept:
+            full = kept[id(e.inp)]
+            if sorted(e.dims) == [k for k, d in enumerate(full) if d.is_reduction]:
+                collapsed[id(e.out)] = full
+
+
 def _constrained_equal(tensors: Sequence[TensorView]):
     """extent -> a representative of the extents the fusion made equal (`Fusion.unify` of two
     derived expressions: a constraint binding checks, such as the length of a slice_scatter's
@@ -212,6 +253,10 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
             else:
                 met.append((a, b) if concrete_extent(a) is None else (b, a))
     same_extent: dict[tuple, IterDomain] = {}
+    for b, r in _keepdim_links(exprs, reduced):
+        # the broadcast class meets the reduced axis first: a concrete axis of its extent joins
+        # it (the normalization's loop axis), not an axis of its own the sum is redone along
+        uf.union(same_extent.setdefault((uf.find(id(b)), concrete_extent(r)), r), r)
     for b, d in met:
         first = same_extent.setdefault((uf.find(id(b)), concrete_extent(d)), d)
         uf.union(first, d)
@@ -317,10 +362,12 @@ class PointwiseAxes:
                 if concrete_extent(d) is None:
                     self.broadcast_of[id(d)] = uf.find(id(d))
         # (broadcast class, extent) -> the loop axis of the concrete axes it met of that extent
-        # (None: squeezed); a broadcast class's root is final before any concrete axes join
-        # (an axis the analysis met but no tensor's iterated axes hold, a reduced one: unknown
-        # to a join, which then plans the group)
-        self.met: dict[tuple, Optional[int]] = {key: self.axis_of.get(id(d)) for key, d in met.items()}
+        # (None: squeezed); a broadcast class's root is final before any concrete axes join (a
+        # reduced axis that a keepdim broadcast met first, which no tensor's iterated axes hold:
+        # the loop axis of its class)
+        axis_of_class = {uf.find(id(a.members[0])): a.index for a in axes.axes}
+        self.met: dict[tuple, Optional[int]] = {
+            key: self.axis_of.get(id(d), axis_of_class.get(uf.find(id(d)))) for key, d in met.items()}
         self.tensors: set[int] = {id(tv) for tv in axes.tensors}
 
     def joined(self, e: Expr) -> Optional[tuple[dict, dict, dict]]:

@@ -305,7 +305,9 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         # number random elements): the segmenter cuts before the reduction
         return None, "random numbers are drawn in pointwise kernels only"
     if len(sets) > 1:
-        return _plan_inner_outer(exprs, axes, inputs, outputs, sets, lowerable)
+        plan, why = _plan_inner_outer(exprs, axes, inputs, outputs, sets, lowerable)
+        recomputed = plan and recomputed_reduction(axes, reductions)
+        return (None, recomputed) if recomputed else (plan, why)
     all_axes = [a.index for a in axes.axes]
     if not sets:
         if any(a.is_reduction for a in axes.axes):
@@ -321,6 +323,9 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     reduced = sorted(next(iter(sets)))
     if {a.index for a in axes.axes if a.is_reduction} != set(reduced):
         return None, "an axis is reduced in one op and iterated after the reduction in another"
+    why = recomputed_reduction(axes, reductions)
+    if why:
+        return None, why
     kept = [a for a in all_axes if a not in reduced]
     if all_axes[-1] in reduced:
         plan = KernelPlan(Template.inner_reduction, axes, list(exprs), inputs, outputs, kept, reduced)
@@ -329,6 +334,21 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
+
+
+def recomputed_reduction(axes: KernelAxes, reductions: list) -> str:
+    """Why a group's kernel would do more work than its tensors hold, else "": with reductions,
+    where no tensor spans every loop axis (`y - x.sum(-1)` with x's reduced axis unlinked to
+    y's columns: loop axes R x C x C, x's row summed again for each of y's columns). Where one
+    tensor spans them all, a reduction redone along an axis its input lacks costs at most one
+    pass over that tensor's elements (r [rows, 1] summed beside x [rows, cols])."""
+    if not reductions or any(axes.spans_all(t) for t in axes.tensors):
+        return ""
+    e = next((e for e in reductions if not axes.spans_all(e.inp)), reductions[0])
+    lacking = sorted({a.index for a in axes.axes} - axes.spans(e.inp))
+    return (f"the reduction of T{e.inp.name} would be computed again along loop axis "
+            f"{axes.axes[lacking[0]].extent if lacking else '?'}, which its input does not span "
+            "(no tensor spans every loop axis)")
 
 
 def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:

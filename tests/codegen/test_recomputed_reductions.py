@@ -1,0 +1,110 @@
+"""A reduction's result used along an axis its input does not span. Where the broadcast that
+puts the reduced axis back meets an axis of the reduced extent, the two are one loop axis (a
+normalization's kernel: reduce the row, then write it). Otherwise the group's loop space would
+hold more elements than any of its tensors, each output element summing its whole row again
+(R x C x C work: 24 s a call for label-smoothed cross entropy's backward at C = 2048 on the
+CPU), and the reduction is a kernel of its own."""
+import time
+
+import pytest
+import torch
+
+import fuser
+from fuser import DataType, FusionDefinition
+from tests.helpers import assert_eager
+
+
+def _plans(report, kind=None) -> list[str]:
+    return [line for g in report.graphs for p in g.programs if kind is None or p.kind == kind
+            for f in p.fusions for code in f.triton for line in code.splitlines() if line.startswith("# Plan")]
+
+
+def _row_sum_against(x, y):
+    return y - x.sum(-1, keepdim=True)
+
+
+def _scaled_row_sum_against(x, y):
+    # a scale and a cast between the sum and its broadcast; x[:, None] slices every axis first
+    return y - (x.sum(-1) * 0.5).to(torch.float16)[:, None]
+
+
+@pytest.mark.parametrize("fn", [_row_sum_against, _scaled_row_sum_against])
+def test_a_row_sum_against_another_tensor_is_one_normalization_kernel(fn):
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(6, 512, generator=g), torch.randn(6, 512, generator=g)
+    plans = _plans(fuser.explain(fn, x, y))
+    assert len(plans) == 1 and "inner reduction: tile dim0 [i0] x dim1 [512]" in plans[0], plans
+    assert_eager(fuser.jit(fn)(x, y), fn(x, y))
+
+
+def test_a_column_sum_against_a_tensor_of_other_rows_is_its_own_kernel():
+    # x [n, c] summed over rows, subtracted from y [m, c]: n is no axis of y's
+    def f(x, y):
+        return y - x.sum(0)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(40, 24, generator=g), torch.randn(7, 24, generator=g)
+    plans = _plans(fuser.explain(f, x, y))
+    assert len(plans) == 2 and plans[0].startswith("# Plan: outer reduction") and "pointwise" in plans[1], plans
+    assert_eager(fuser.jit(f)(x, y), f(x, y))
+
+
+def test_a_definition_with_two_column_extents_sums_each_row_once():
+    # y's columns (i3) and x's (i1) are different symbols: they may differ in a call, so they
+    # are never one loop axis, and the row sums are a kernel of their own
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        y = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.sub(y, fd.ops.sum(x, [1], keepdim=True)))
+    g = torch.Generator().manual_seed(3)
+    for c, d in ((300, 300), (64, 5)):
+        x, y = torch.randn(4, c, generator=g), torch.randn(4, d, generator=g)
+        (out,) = fd.execute([x, y])
+        torch.testing.assert_close(out, y - x.sum(-1, keepdim=True), rtol=1e-5, atol=1e-4)
+        kernels = [s for s in fd.last_segments() if s.kind.value == "kernel"]
+        assert len(kernels) == 2, [s.why for s in fd.last_segments()]
+        assert "computed again along loop axis" in kernels[0].why and "no tensor spans every loop axis" in kernels[0].why
+
+
+def test_a_backward_sum_viewed_and_expanded_stays_in_the_norm_kernel():
+    # batch norm by hand: the backward sums over rows, views the sum as a vector and expands
+    # it over the rows again (a squeeze of the kept axis, broadcast later): still one kernel
+    class Norm(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(c))
+
+        def forward(self, x):
+            centered = x - x.mean(0)
+            return centered * torch.rsqrt(centered.pow(2).mean(0) + 1e-5) * self.weight
+
+    g = torch.Generator().manual_seed(4)
+    model = Norm(24)
+    x = torch.randn(50, 24, generator=g, requires_grad=True)
+    plans = _plans(fuser.explain(model, x), "backward")
+    assert len(plans) == 1 and plans[0].startswith("# Plan: outer reduction"), plans
+    dy = torch.randn(50, 24, generator=g)
+    got = torch.autograd.grad(fuser.jit(model)(x), [x, model.weight], dy)
+    want = torch.autograd.grad(model(x), [x, model.weight], dy)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_label_smoothed_cross_entropy_backward_takes_linear_time():
+    # its backward sums each row of the logits' gradient beside the one-hot target's columns;
+    # with those two apart it summed the row again per element: 24 s a call at 16 x 2048
+    def loss(logits, target):
+        return torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
+    g = torch.Generator().manual_seed(5)
+    jitted = fuser.jit(loss)
+    times = []
+    for c in (256, 2048):
+        logits = torch.randn(16, c, generator=g, requires_grad=True)
+        target = torch.randint(0, c, (16,), generator=g)
+        for _ in range(2):  # the second call: compiled
+            start = time.perf_counter()
+            got = torch.autograd.grad(jitted(logits, target), logits)[0]
+            times.append(time.perf_counter() - start)
+        want = torch.autograd.grad(loss(logits, target), logits)[0]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # 8x the columns: quadratic work would take 64x as long; allow generous noise over 8x
+    assert times[3] < 24 * times[1] + 0.5, times
