@@ -101,17 +101,23 @@ class ReductionEmitter:
             x_again = self.operand(again, e.inp, e.inp.dtype)
             fallback = self.unhinted(again.lines) + [f"{dev} = tl.where({m}, {x_again} - {avg}, 0.0)",
                                                      two_pass[1]]
+        # a row's sum may overflow where its mean does not (values near the type's largest):
+        # such a tile sums x / n instead (inf or NaN in x still gives eager's inf or NaN)
+        rescaled = [f"if tl.max(tl.where(tl.abs({s1}) < float('inf'), 0, 1)) != 0:",
+                    f"    {avg} = tl.sum({xm} / {n}, axis={rd}, keep_dims=True)"]
         scope.lines += [
             f"{xm} = tl.where({m}, {x}, 0.0)",
             f"if {few_rows}:",
             f"    {s1}, {s2} = tl.reduce(({xm}, {xm} * {xm}), {rd}, _sum_pair, keep_dims=True)",
             f"    {avg} = {s1} / {n}",
+            *["    " + line for line in rescaled],
             f"    {m2} = {s2} - {s1} * {avg}",
             f"    if tl.max(tl.where(({m2} * {VAR_SUMS_MAX_MEAN_RATIO} >= {s1} * {avg}) & ({m2} < float('inf')), 0, 1)) != 0:",
             *["        " + line for line in fallback],
             "else:",
             f"    {s1} = tl.sum({xm}, axis={rd}, keep_dims=True)",
             f"    {avg} = {s1} / {n}",
+            *["    " + line for line in rescaled],
             *["    " + line for line in two_pass],
             f"T{var.name} = {m2} / tl.maximum({n} - {e.correction}, 0).to(tl.float32)",
             f"T{mean.name} = _welford_mean({avg}, {m2}, {n})"]

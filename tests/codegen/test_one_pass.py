@@ -122,7 +122,7 @@ def test_var_mean_of_rows_where_the_sums_cancel(one_pass_wins):
     var, mean = fd.execute([x])
     code = fd.last_triton_code()
     assert "one pass, reloading" in code
-    start = code.index("if tl.max(")
+    start = code.index("if tl.max(tl.where((")  # the cancellation check (not the overflow's)
     branch = code[start:code.index("tl.sum(", start)]
     assert "tl.load(" in branch  # the deviations read x again
     # a branch rarely taken is no pass for the eviction hints: x's one read every call makes
