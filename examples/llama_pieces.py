@@ -1,10 +1,12 @@
 """A llama-style block piece by piece through `fuser.jit`: RMSNorm, RoPE, per-head RMSNorm then
-RoPE (qk-norm), SwiGLU MLP, causal attention with softmax, cross-entropy loss. Each piece runs forward and backward against eager
-PyTorch on fresh random inputs; with a GPU it also prints its speed against eager and
+RoPE (qk-norm), SwiGLU MLP, causal attention with softmax, cross-entropy loss (plain and with
+label smoothing). Each piece runs forward and backward against eager PyTorch on fresh random
+inputs; with a GPU it also prints its speed against eager and
 `torch.compile`.
 
     python examples/llama_pieces.py            # CPU: small sizes, kernels in Triton's interpreter
     python examples/llama_pieces.py --explain  # also print what fuser made of RMSNorm
+    python examples/llama_pieces.py --pieces cross_entropy,ce_smoothed  # only those pieces
 
 The pieces are plain PyTorch functions: fuser captures them with TorchDynamo, traces forward and
 backward with AOTAutograd, and lowers the ATen graphs to fusions (generated Triton kernels, with
@@ -56,6 +58,11 @@ def cross_entropy(logits, target):
     return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
 
 
+def cross_entropy_smoothed(logits, target):
+    """The same loss with label smoothing (0.1), as many training recipes set it."""
+    return F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), label_smoothing=0.1)
+
+
 def make_inputs(device, dtype, small: bool):
     b, s, h, d = (2, 8, 2, 16) if small else (8, 1024, 32, 128)
     dim, hidden, vocab = h * d, (64 if small else 11008), (96 if small else 32000)
@@ -71,6 +78,7 @@ def make_inputs(device, dtype, small: bool):
                                     r(hidden, dim) / math.sqrt(dim), r(dim, hidden) / math.sqrt(hidden))),
         "causal_attention": (causal_attention, (r(b, h, s, d), r(b, h, s, d), r(b, h, s, d))),
         "cross_entropy": (cross_entropy, (r(b, s, vocab), torch.randint(0, vocab, (b, s), device=device))),
+        "ce_smoothed": (cross_entropy_smoothed, (r(b, s, vocab), torch.randint(0, vocab, (b, s), device=device))),
     }
 
 
@@ -106,9 +114,19 @@ def speed(name, fn, args):
           f"vs torch.compile {times['torch.compile'] / times['fuser.jit']:.2f}x")
 
 
+def chosen(pieces: dict, names) -> list:
+    if not names:
+        return list(pieces.items())
+    unknown = set(names.split(",")) - set(pieces)
+    if unknown:
+        raise SystemExit(f"unknown pieces {sorted(unknown)}; the pieces: {', '.join(pieces)}")
+    return [(k, v) for k, v in pieces.items() if k in names.split(",")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--explain", action="store_true", help="print fuser.explain for RMSNorm")
+    parser.add_argument("--pieces", help="comma-separated pieces to run (default: all)")
     opts = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -116,7 +134,7 @@ def main():
 
     print(f"== forward and backward against eager ({device}) ==")
     for dtype in (torch.float32, torch.bfloat16):
-        for name, (fn, args) in make_inputs(device, dtype, small=True).items():
+        for name, (fn, args) in chosen(make_inputs(device, dtype, small=True), opts.pieces):
             jitted = fuser.jit(fn)
             got = forward_backward(jitted, leaf_copies(args))
             want = forward_backward(fn, leaf_copies(args))
@@ -136,7 +154,7 @@ def main():
         print("\n(no GPU: timings against eager and torch.compile are printed on a CUDA machine)")
         return
     print("\n== forward + backward time on the GPU, bf16, llama-7B-like sizes ==")
-    for name, (fn, args) in make_inputs(device, torch.bfloat16, small=False).items():
+    for name, (fn, args) in chosen(make_inputs(device, torch.bfloat16, small=False), opts.pieces):
         speed(name, fn, args)
 
 
