@@ -149,6 +149,24 @@ _METHODS = {torch.ops.aten.view.default: torch.Tensor.view, torch.ops.aten.permu
             torch.ops.aten.squeeze.dim: torch.Tensor.squeeze}
 
 
+def _dtype_casts(value: Any, traced: Any) -> dict:
+    """{output position (None: the value itself): traced dtype} where an eager op's tensor
+    output has another dtype than its trace."""
+    if isinstance(value, torch.Tensor):
+        return {None: traced.dtype} if isinstance(traced, torch.Tensor) and traced.dtype != value.dtype else {}
+    if isinstance(value, (tuple, list)) and isinstance(traced, (tuple, list)) and len(value) == len(traced):
+        return {k: t.dtype for k, (v, t) in enumerate(zip(value, traced))
+                if isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.dtype != t.dtype}
+    return {}
+
+
+def _cast(value: Any, casts: dict) -> Any:
+    if None in casts:
+        return value.to(casts[None])
+    out = [v.to(casts[k]) if k in casts else v for k, v in enumerate(value)]
+    return type(value)(out) if isinstance(value, tuple) else out
+
+
 class EagerStep:
     def __init__(self, eager: Eager, slot_of: dict):
         self.eager = eager
@@ -158,7 +176,26 @@ class EagerStep:
         self.kwargs = _template(dict(node.kwargs), slot_of)
         self.slot = slot_of[node]
         self.frees: list[int] = []
-        self.run = self._straight_line()  # (an attribute: no method binding a call)
+        self._straight = self._straight_line()
+        self.run = self._first_run  # (an attribute: no method binding a call)
+
+    def _first_run(self, env: list) -> None:
+        """The first call compares the op's outputs with the traced dtypes: some of ATen's CPU
+        kernels and their meta functions disagree (native batch norm of bf16 on the CPU returns
+        bf16 statistics where the trace says fp32), and the fusions after the step were built
+        for the traced ones. Where they differ, every call casts to them."""
+        self._straight(env)
+        casts = _dtype_casts(env[self.slot], self.eager.node.meta.get("val"))
+        if not casts:
+            self.run = self._straight
+            return
+        straight, slot = self._straight, self.slot
+
+        def run(env: list) -> None:
+            straight(env)
+            env[slot] = _cast(env[slot], casts)
+        self.run = run
+        env[slot] = _cast(env[slot], casts)
 
     def _straight_line(self) -> Callable[[list], None]:
         """`run` as one generated line, `env[slot] = target(env[i], [env[j], 4], ...)`: its

@@ -20,6 +20,7 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
+from ..segment.segments import NO_SPANNING_TENSOR
 from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes
 from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, apart_output, reduced_axes_of, split_inner_outer
 
@@ -348,7 +349,7 @@ def recomputed_reduction(axes: KernelAxes, reductions: list) -> str:
     lacking = sorted({a.index for a in axes.axes} - axes.spans(e.inp))
     return (f"the reduction of T{e.inp.name} would be computed again along loop axis "
             f"{axes.axes[lacking[0]].extent if lacking else '?'}, which its input does not span "
-            "(no tensor spans every loop axis)")
+            + NO_SPANNING_TENSOR)
 
 
 def add_chosen_parts(plan: KernelPlan, lowerable: Callable[[Expr], bool]) -> None:

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Protocol
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..ir.fusion import live_exprs
 from ..timing import phase
-from .segments import RESIZED_OUTPUTS, Segment, SegmentKind, segment_inputs, segment_io
+from .segments import NO_SPANNING_TENSOR, RESIZED_OUTPUTS, Segment, SegmentKind, segment_inputs, segment_io
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused); a plan may offer
 # `growable_axes()`, the loop axes by which its group grows without a new plan (GrowableAxes)
@@ -170,7 +170,7 @@ class Segmenter:
             with phase("planning"):
                 plan, why = self.try_kernel(exprs, *self.merged_io(exprs))
             if plan is None and not why.startswith("only views"):
-                if why == RESIZED_OUTPUTS:
+                if why == RESIZED_OUTPUTS or why.endswith(NO_SPANNING_TENSOR):
                     self.retry.append((a.exprs[0], b.exprs[0]))
                 a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: {why}", b.exprs[0]))
                 return None
@@ -195,11 +195,13 @@ class Segmenter:
         del groups[gone]
         return keep
 
-    def retry_resized(self, groups: Groups) -> None:
-        """A value read by two slices (x[..., :h] and x[..., h:] of rope's backward) cannot join
-        the first slice's group while the second still reads it from outside: the group would
-        write it at another extent than its own output. Once both slices are in one group, the
-        merge is tried again."""
+    def retry_refused(self, groups: Groups) -> None:
+        """Merges refused for what later merges may mend are tried again once the greedy pass is
+        done. A value read by two slices (x[..., :h] and x[..., h:] of rope's backward) cannot
+        join the first slice's group while the second still reads it from outside: the group
+        would write it at another extent than its own output. And a group with a reduction
+        whose loop space no tensor spans yet (a rope's backward in bf16: its batch and head
+        axes linked only by ops that join later)."""
         pending = self.retry
         while pending:
             self.retry = []
@@ -334,7 +336,7 @@ class Segmenter:
             for p in sorted(self.producers(g), key=lambda h: (-len(h.exprs), h.first)):
                 if p in groups and g in groups:
                     g = self.try_merge(p, g, groups) or g
-        self.retry_resized(groups)
+        self.retry_refused(groups)
         self.absorb_scalar_groups(groups)
         self.join_siblings(groups)
         self.free_views(groups)

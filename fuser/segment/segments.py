@@ -11,6 +11,9 @@ from ..ir.printer import format_expr, format_val
 # a kernel group refused for this reason may be taken once its other consumers join it (the
 # segmenter retries); the schedulers give it (`schedulers/axes.py`)
 RESIZED_OUTPUTS = "outputs of several extents along an axis a slice, pad or cat resizes"
+# how the reason a group with reductions is refused ends where no tensor spans its loop space
+# (schedulers/plan.py): ops that join later may link its axes, so the merge is tried again
+NO_SPANNING_TENSOR = "(no tensor spans every loop axis)"
 
 
 class SegmentKind(enum.Enum):

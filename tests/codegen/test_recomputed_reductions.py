@@ -108,3 +108,25 @@ def test_label_smoothed_cross_entropy_backward_takes_linear_time():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     # 8x the columns: quadratic work would take 64x as long; allow generous noise over 8x
     assert times[3] < 24 * times[1] + 0.5, times
+
+
+def test_a_merge_refused_before_later_ops_link_its_axes_is_tried_again():
+    # interleaved rope in bf16 with cos and sin learned: midway, the backward's group held the
+    # cos gradient's reduction and a branch whose batch and head axes only later ops link, so
+    # no tensor spanned its loop space; retried after the greedy pass, the group forms (the
+    # backward wrote an fp32 intermediate and read it back in a kernel more: 7 kernels)
+    def rope(x, cos, sin):
+        xr = x.float().reshape(*x.shape[:-1], 8, 2)
+        a, b = xr[..., 0], xr[..., 1]
+        c, s = cos.float(), sin.float()
+        return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2).to(x.dtype)
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 2, 8, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    cos, sin = (torch.randn(8, 8, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(2))
+    dy = torch.randn(4, 2, 8, 16, generator=g).to(torch.bfloat16)
+    jitted = fuser.jit(rope)
+    got = torch.autograd.grad(jitted(x, cos, sin), (x, cos, sin), dy)
+    want = torch.autograd.grad(rope(x, cos, sin), (x, cos, sin), dy)
+    for a, b in zip(got, want):
+        assert_eager(a, b)
+    assert jitted.cache_info().kernels <= 6, jitted.cache_info()

@@ -314,3 +314,24 @@ def test_an_argument_written_in_place_overlapping_another_reads_it_as_eager(view
     assert_eager(out, expected)
     assert torch.equal(b1, b2)  # the writes landed as eager's
     assert jf.cache_info().graphs == 1
+
+
+def test_an_eager_step_whose_cpu_kernel_gives_another_dtype_than_its_trace():
+    # native batch norm of bf16 on the CPU returns bf16 statistics where its meta function
+    # (the trace) says fp32: the fusion after it refused its input (FusionInputError naming
+    # an internal T1); the step's outputs are cast to the traced dtypes
+    g = torch.Generator().manual_seed(7)
+    eager = torch.nn.BatchNorm1d(12).to(torch.bfloat16).train()
+    mine = copy.deepcopy(eager)
+    x = torch.randn(16, 12, generator=g).to(torch.bfloat16)
+    want = eager(x.clone().requires_grad_())
+    xj = x.clone().requires_grad_()
+    got = fuser.jit(mine)(xj)
+    assert_eager(got, want.detach())
+    for name in ("running_mean", "running_var"):
+        assert_eager(getattr(mine, name), getattr(eager, name))
+    dy = torch.randn(16, 12, generator=g).to(torch.bfloat16)
+    (gx,) = torch.autograd.grad(got, xj, dy)
+    xe = x.clone().requires_grad_()
+    (ge,) = torch.autograd.grad(copy.deepcopy(eager).train()(xe), xe, dy)
+    assert_eager(gx, ge)
