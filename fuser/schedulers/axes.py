@@ -278,6 +278,13 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     # a resize joins its input's axis to its output's; never a size-1 axis a squeeze removes
     # (x[:1] of a row-shaped x, squeezed: the slice reads row `start` for every row)
     resizes = [e for e in exprs if isinstance(e, RESIZE_OPS)]
+    for e in resizes:
+        if isinstance(e, SliceOp) and any(
+                concrete_extent(i) is not None and concrete_extent(o) is None
+                for i, o in zip(e.inp.domain.no_reductions(), e.out.domain.no_reductions())):
+            # an expanded axis sliced to one element is a size-1 broadcast, constant along the
+            # loop axis of the input's (which still varies along it): ATen takes the view
+            return None, "a slice of an expanded axis to one element"
     for out_id, in_id in (link for e in resizes for link in _resize_links(e)):
         if uf.find(id(out_id)) in unit and uf.find(id(in_id)) not in unit:
             # the kernel would read the input at a fixed index along an axis it does not

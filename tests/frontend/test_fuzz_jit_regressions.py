@@ -258,3 +258,19 @@ def test_a_half_gradient_that_cancels_is_held_to_the_calls_scale():
     with pytest.raises(AssertionError):
         assert_close_to_eager((torch.tensor([0.53, 0.0], dtype=torch.float16), ours[1]),
                               (signal[0].to(torch.float16), eager[1]), signal)
+
+
+@pytest.mark.parametrize("dynamic", [True, "rows"])
+def test_gradient_of_a_stack_summed_over_its_new_axis(dynamic):
+    """The backward of `stack([y, -y]).sum(0).mean()` expands the gradient over [2, n] and
+    selects both rows of it: a select of an expanded axis is a size-1 broadcast, constant along
+    rows, while the kernel still iterated the expanded axis as its rows and stored a [2, 512]
+    value through a [1, 512] pointer (fuzz seed 41066, once the length was symbolic)."""
+    def f(y):
+        return torch.stack([y, -y]).sum(0).mean(-1)
+    jitted = fuser.jit(f, dynamic=dynamic)
+    for n in (100, 301):
+        y = torch.randn(n, dtype=torch.float16, requires_grad=True)
+        (got,) = torch.autograd.grad(jitted(y), y)
+        (want,) = torch.autograd.grad(f(y), y)
+        torch.testing.assert_close(got, want)
