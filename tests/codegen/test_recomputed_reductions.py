@@ -65,30 +65,6 @@ def test_a_definition_with_two_column_extents_sums_each_row_once():
         assert "computed again along loop axis" in kernels[0].why and "no tensor spans every loop axis" in kernels[0].why
 
 
-def test_a_backward_sum_viewed_and_expanded_stays_in_the_norm_kernel():
-    # batch norm by hand: the backward sums over rows, views the sum as a vector and expands
-    # it over the rows again (a squeeze of the kept axis, broadcast later): still one kernel
-    class Norm(torch.nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.randn(c))
-
-        def forward(self, x):
-            centered = x - x.mean(0)
-            return centered * torch.rsqrt(centered.pow(2).mean(0) + 1e-5) * self.weight
-
-    g = torch.Generator().manual_seed(4)
-    model = Norm(24)
-    x = torch.randn(50, 24, generator=g, requires_grad=True)
-    plans = _plans(fuser.explain(model, x), "backward")
-    assert len(plans) == 1 and plans[0].startswith("# Plan: outer reduction"), plans
-    dy = torch.randn(50, 24, generator=g)
-    got = torch.autograd.grad(fuser.jit(model)(x), [x, model.weight], dy)
-    want = torch.autograd.grad(model(x), [x, model.weight], dy)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
 def test_label_smoothed_cross_entropy_backward_takes_linear_time():
     # its backward sums each row of the logits' gradient beside the one-hot target's columns;
     # with those two apart it summed the row again per element: 24 s a call at 16 x 2048

@@ -128,6 +128,13 @@ def test_jit_batch_norm_by_hand_forward_and_backward(monkeypatch):
     want = torch.autograd.grad(model(x), [x, model.weight], g)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # the backward sums over rows, views each sum as a vector and expands it over the rows
+    # again (a squeeze of the kept axis, broadcast later): still one kernel, the keepdim
+    # reduction's axis being the loop axis the expand meets (test_recomputed_reductions.py)
+    report = fuser.explain(model, x)
+    plans = [line for g in report.graphs for p in g.programs if p.kind == "backward" for f in p.fusions
+             for code in f.triton for line in code.splitlines() if line.startswith("# Plan")]
+    assert len(plans) == 1 and plans[0].startswith("# Plan: outer reduction"), plans
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
