@@ -164,7 +164,7 @@ def _cast(value: Any, casts: dict) -> Any:
     if None in casts:
         return value.to(casts[None])
     out = [v.to(casts[k]) if k in casts else v for k, v in enumerate(value)]
-    return type(value)(out) if isinstance(value, tuple) else out
+    return tuple(out) if isinstance(value, tuple) else out  # (the graph's getitems read by position)
 
 
 class EagerStep:

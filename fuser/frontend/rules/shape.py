@@ -146,7 +146,7 @@ def _slice(b, node, x, dim=0, start=None, end=None, step=1):
     size = b.input_meta(node).shape[dim]
     start, end = (_index(b, node, _arg(node, k, name), size) for k, name in ((2, "start"), (3, "end")))
     whole_end = end is None or (type(end) is int and type(size) is int and end == size)  # (no SymInt guard)
-    if step == 1 and (start is None or type(start) is int and start == 0) and whole_end:
+    if step == 1 and (start is None or (type(start) is int and start == 0)) and whole_end:
         return x  # x[:, None] slices the whole of each axis first: no op, nothing to plan around
     return slice_axis(b, x, dim % x.ndim, start, end, step)
 
