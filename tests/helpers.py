@@ -143,6 +143,13 @@ def run(build: Callable, inputs: Sequence, *, decl: Optional[Sequence[dict]] = N
         return fd, fd.execute(list(inputs))
 
 
+def explained_plans(report, kind: Optional[str] = None) -> list[str]:
+    """The "# Plan" line of every kernel a `fuser.explain` report generated, in order; `kind`:
+    only the programs of that kind ("forward", "backward", "inference")."""
+    return [line for g in report.graphs for p in g.programs if kind is None or p.kind == kind
+            for f in p.fusions for code in f.triton for line in code.splitlines() if line.startswith("# Plan")]
+
+
 def assert_eager(actual: torch.Tensor, expected: torch.Tensor, *, rtol=None, atol=None) -> None:
     """dtype and shape exactly as eager; values within the dtype's tolerance (NaNs equal)."""
     assert isinstance(actual, torch.Tensor), f"expected a tensor, got {type(actual).__name__}"

@@ -11,12 +11,7 @@ import torch
 
 import fuser
 from fuser import DataType, FusionDefinition
-from tests.helpers import assert_eager
-
-
-def _plans(report, kind=None) -> list[str]:
-    return [line for g in report.graphs for p in g.programs if kind is None or p.kind == kind
-            for f in p.fusions for code in f.triton for line in code.splitlines() if line.startswith("# Plan")]
+from tests.helpers import assert_eager, explained_plans
 
 
 def _row_sum_against(x, y):
@@ -32,7 +27,7 @@ def _scaled_row_sum_against(x, y):
 def test_a_row_sum_against_another_tensor_is_one_normalization_kernel(fn):
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(6, 512, generator=g), torch.randn(6, 512, generator=g)
-    plans = _plans(fuser.explain(fn, x, y))
+    plans = explained_plans(fuser.explain(fn, x, y))
     assert len(plans) == 1 and "inner reduction: tile dim0 [i0] x dim1 [512]" in plans[0], plans
     assert_eager(fuser.jit(fn)(x, y), fn(x, y))
 
@@ -43,7 +38,7 @@ def test_a_column_sum_against_a_tensor_of_other_rows_is_its_own_kernel():
         return y - x.sum(0)
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(40, 24, generator=g), torch.randn(7, 24, generator=g)
-    plans = _plans(fuser.explain(f, x, y))
+    plans = explained_plans(fuser.explain(f, x, y))
     assert len(plans) == 2 and plans[0].startswith("# Plan: outer reduction") and "pointwise" in plans[1], plans
     assert_eager(fuser.jit(f)(x, y), f(x, y))
 

@@ -8,6 +8,7 @@ import torch
 import fuser
 from fuser import DataType, FusionDefinition
 from fuser.codegen import launch
+from tests.helpers import explained_plans
 
 
 def _kernels(fd) -> list[str]:
@@ -131,9 +132,7 @@ def test_jit_batch_norm_by_hand_forward_and_backward(monkeypatch):
     # the backward sums over rows, views each sum as a vector and expands it over the rows
     # again (a squeeze of the kept axis, broadcast later): still one kernel, the keepdim
     # reduction's axis being the loop axis the expand meets (test_recomputed_reductions.py)
-    report = fuser.explain(model, x)
-    plans = [line for g in report.graphs for p in g.programs if p.kind == "backward" for f in p.fusions
-             for code in f.triton for line in code.splitlines() if line.startswith("# Plan")]
+    plans = explained_plans(fuser.explain(model, x), "backward")
     assert len(plans) == 1 and plans[0].startswith("# Plan: outer reduction"), plans
 
 
