@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..dump import env_switch
+from .background import begin_exit, exiting, stop_at_exit
 from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, read_frame, write_frame
 
 WORKER = Path(__file__).with_name("compile_worker.py")
@@ -173,10 +174,7 @@ class Pool:
         """Not used again: waiting requests get no reply (their compile stays in the process)."""
         self.alive = False
         self.ready.set()
-        with _lock:
-            boxes, self._pending = list(self._pending.values()), {}
-        for box in boxes:
-            box[0].set()
+        self.release_waiting()
         self.close()
 
     def wait_ready(self, timeout: float) -> bool:
@@ -190,7 +188,7 @@ class Pool:
         if not self.slots.acquire(timeout=max(0.0, slot_wait_s)):  # (0: does not wait)
             return Pool.BUSY
         try:
-            if not self.alive:
+            if not self.alive or exiting():
                 return None
             box = [threading.Event(), None]
             with _lock:
@@ -208,6 +206,13 @@ class Pool:
             return box[1]
         finally:
             self.slots.release()
+
+    def release_waiting(self) -> None:
+        """The requests waiting for a reply get none (the process exits)."""
+        with _lock:
+            boxes, self._pending = list(self._pending.values()), {}
+        for box in boxes:
+            box[0].set()
 
     def usable(self) -> bool:
         return self.alive
@@ -232,6 +237,16 @@ class Pool:
             os.close(self.proc.stdin.fileno())
 
 
+def _close_at_exit(pool: Pool) -> None:
+    """The process's exit (registered after background.py's, so run before it): the background
+    threads waiting for a reply stop waiting (they compile nothing more, `exiting`), those in a
+    compile end it, then the worker goes."""
+    begin_exit()
+    pool.release_waiting()
+    stop_at_exit()
+    pool.close()
+
+
 def start() -> None:
     """Start the worker (once per process, in the background: nothing waits for it here)."""
     if worker_count() > 0:
@@ -250,7 +265,7 @@ def _get_pool() -> Optional[Pool]:
                 _pool = Pool(worker_count())
             except Exception:  # noqa: BLE001 - no worker: compiles stay in the process
                 return None
-            atexit.register(_pool.close)
+            atexit.register(_close_at_exit, _pool)
     return _pool if _pool.usable() else None
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from . import compile_pool
+from . import background, compile_pool
 
 
 def step_args(template: list, slots, tensors: list) -> list:
@@ -153,6 +153,8 @@ class _DirectStep(_Step):
             device = next((a.device for a in args if isinstance(a, (torch.Tensor, StandIn))), None)
             with torch.cuda.device(device) if device is not None and device.type == "cuda" else NO_CONTEXT:
                 sent = compile_pool.compile_first(self.fn, args, self.kwargs, (self.grid,))  # in a worker, if any
+                if background.exiting():  # (no compile starts here once the process exits: background.py)
+                    return
                 compiled = self.fn.run(*args, grid=(self.grid,), warmup=True, **self.kwargs)
                 compile_pool.record_hit(sent, compiled)
                 if load:

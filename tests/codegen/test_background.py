@@ -66,3 +66,50 @@ def test_a_forked_child_forgets_the_parents_items_and_threads_and_runs_its_own()
     finally:
         gate.set()
     assert queue.wait(30) and ran == ["parent's"] and child_passed
+
+
+def test_at_exit_the_queues_start_nothing_more_and_wait_for_the_items_running(monkeypatch):
+    from fuser.codegen import background
+
+    monkeypatch.setattr(background, "_exiting", threading.Event())  # (this process goes on)
+    ran, dropped, gate, started = [], [], threading.Event(), threading.Event()
+
+    def run(item):
+        if item == "held":
+            started.set()
+            gate.wait(30)
+        ran.append(item)
+
+    queue = DaemonQueue("test-queue", run, lambda: 1, dropped.extend)
+    queue.put(["held", "a", "b"])
+    assert started.wait(30)
+    result = []
+    stopping = threading.Thread(target=lambda: result.append(background.stop_at_exit(30)))
+    stopping.start()
+    stopping.join(0.2)
+    assert stopping.is_alive() and background.exiting()  # (the held item is running)
+    gate.set()
+    stopping.join(30)
+    assert result == [True] and ran == ["held"] and dropped == ["a", "b"]
+    queue.put(["c"])  # (nothing starts once the process exits)
+    assert ran == ["held"] and dropped == ["a", "b", "c"] and queue.threads == 0
+
+
+def test_a_process_that_exits_while_an_item_runs_lets_it_end_and_drops_the_rest(tmp_path):
+    import subprocess
+    import sys
+
+    code = f"""if True:
+        import pathlib, time
+        from fuser.codegen.background import DaemonQueue
+        out = pathlib.Path({str(tmp_path / "ran")!r})
+        def run(item):
+            time.sleep(0.5)  # (the main thread has reached its exit by now)
+            with out.open("a") as f:
+                f.write(item + "\\n")
+        DaemonQueue("test-queue", run, lambda: 1).put(["first", "second"])
+        time.sleep(0.1)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ran").read_text() == "first\n"  # (ended, not killed; the next one not started)

@@ -272,6 +272,37 @@ def test_a_child_past_its_deadline_is_killed_and_a_full_worker_is_busy(tmp_path,
         pool.close()
 
 
+def test_at_exit_a_request_waiting_for_its_reply_gets_none_and_no_new_one_is_sent(tmp_path, monkeypatch):
+    """The process's exit (background.py): a background thread waiting on the worker stops
+    waiting (it then compiles nothing), and a request made after it is refused at once."""
+    import threading
+
+    from fuser.codegen import background
+
+    monkeypatch.setattr(background, "_exiting", threading.Event())  # (this process goes on)
+    from fuser.codegen.compile import triton_key_now
+
+    slow = tmp_path / "slow_exit_k.py"
+    slow.write_text("import time\ntime.sleep(60)\n" + KERNEL)
+    # (the child imports the kernel's module before it reads the rest)
+    request = {"path": str(slow), "module": "fuser_kernels.slow_exit_k", "name": "scaled_rows", "env": {},
+               "triton_key": triton_key_now(), "cache_dir": str(tmp_path / "triton")}
+    pool = _worker(size=2)
+    try:
+        replies = []
+        held = threading.Thread(target=lambda: replies.append(pool.request(request)))
+        held.start()
+        time.sleep(0.3)
+        start = time.perf_counter()
+        background.begin_exit()
+        pool.release_waiting()
+        held.join(30)
+        assert replies == [None] and time.perf_counter() - start < 5
+        assert pool.request(request) is None
+    finally:
+        pool.close()
+
+
 def test_a_reply_too_long_for_one_pipe_write_is_replaced_by_an_error():
     from fuser.codegen.compile_worker import PIPE_BUF, _answer, read_frame
 

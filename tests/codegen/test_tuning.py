@@ -3,6 +3,7 @@ form while the others compile in the background; the first call after those comp
 times every form and runs the fastest from then on. On the interpreter, made a background
 target here, the compiles are recorded and held (tests/compile_jobs.py) rather than run."""
 import json
+import os
 import threading
 
 import pytest
@@ -420,3 +421,27 @@ def test_on_the_gpu_the_layernorm_backward_runs_two_kernels_while_its_shared_row
     for outputs in (first, second):
         for a, e in zip(outputs, layernorm_reference(x, w, dy), strict=True):
             close(a, e.to(torch.bfloat16), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@gpu
+def test_on_the_gpu_a_process_that_exits_while_forms_compile_exits_cleanly(tmp_path):
+    """A script whose last call started the background compiles of a launch's other forms
+    (the bucket's second call) ends with status 0: Python's exit used to end the compiling
+    threads inside Triton's C++ passes, and the process aborted ("terminate called ...")."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import torch, torch.nn.functional as F, fuser
+        def ce(logits, target):
+            return F.cross_entropy(logits.float(), target)
+        jitted = fuser.jit(ce)
+        for rows in (1000, 1024):  # (the bucket's second call starts the compiles)
+            x = torch.randn(rows, 32000, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            jitted(x, torch.randint(0, 32000, (rows,), device="cuda")).backward()
+        torch.cuda.synchronize()
+    """
+    env = dict(os.environ, FUSER_CACHE_DIR=str(tmp_path), TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
