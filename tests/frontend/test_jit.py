@@ -108,6 +108,38 @@ def test_a_row_length_is_fixed_in_the_first_trace_and_symbolic_from_a_second():
     assert not fusion_input_extents(everything, 0)[-1].isdigit()
 
 
+@pytest.mark.parametrize("again", ["the same jit", "a copy of the function"])
+def test_a_second_trace_keeps_equal_sizes_one_symbol(again):
+    """A trace after a first one at other sizes (of the same jit, or a new jit of a copy of the
+    function's code, whose sizes Dynamo remembers) gives equal sizes one symbol, as the first
+    trace does: the cross entropy's targets and its logits' rows are one extent, so the targets'
+    logits are picked inside the row kernel, not gathered through ATen between kernels."""
+    import types
+
+    from tests.helpers import explained_plans
+
+    def ce(logits, target):
+        return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
+
+    first = fuser.jit(ce)
+    first(torch.randn(2, 8, 96), torch.randint(0, 96, (2, 8)))
+    logits = torch.randn(3, 5, 160, dtype=torch.bfloat16, requires_grad=True)
+    target = torch.randint(0, 160, (3, 5))
+    copy = types.FunctionType(ce.__code__.replace(), ce.__globals__, ce.__name__)
+    jitted = first if again == "the same jit" else fuser.jit(copy)
+    report = fuser.explain(jitted, logits, target)
+    text = str(report)
+    assert "GatherOp" not in text and "ScatterOp" not in text, text
+    assert len(explained_plans(report, "forward")) == 3 and len(explained_plans(report, "backward")) == 1, text
+    out = jitted(logits, target)
+    (grad,) = torch.autograd.grad(out, logits)
+    want_logits = logits.detach().clone().requires_grad_()
+    want = F.cross_entropy(want_logits.float().flatten(0, 1), target.flatten())
+    (want_grad,) = torch.autograd.grad(want, want_logits)
+    assert_close_to_eager(out, want)
+    assert_close_to_eager(grad, want_grad)
+
+
 def test_ops_with_no_lowering_run_eagerly_between_fusions():
     def f(x):
         y = torch.logcumsumexp(torch.exp(x), dim=-1)

@@ -261,9 +261,9 @@ def test_floats_are_traced_once_as_constants(monkeypatch):
 def test_overlapping_calls_restore_dynamos_settings_when_the_last_leaves():
     """Calls in several threads overlap: the first to leave must not restore the settings under
     the others, nor the last leave them changed (what one config.patch per call would do)."""
-    from fuser.frontend.jit import _DynamoSettings
+    from fuser.frontend.jit import _DYNAMO_SETTINGS
 
-    quiet, config = _DynamoSettings(), torch._dynamo.config
+    quiet, config = _DYNAMO_SETTINGS, torch._dynamo.config
     first, second = quiet, quiet
     first.__enter__()
     second.__enter__()
