@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import sympy
 import torch
@@ -25,7 +25,7 @@ from torch.fx import Node
 from ..errors import FuserError, UnsupportedError
 from ..ir import DataType, Scalar, SliceOp, TensorView
 from .definition import FusionDefinition
-from .meta import is_size_node, is_tensor_node, meta_val, node_device, size_expr
+from .meta import EqualSizes, equal_sizes, is_size_node, is_tensor_node, meta_val, node_device, size_expr
 from .rules import Kind, LoweringError, find_rule
 from .sizes import RuntimeSymbols, SizeInput, opaque_parts, size_exprs
 
@@ -70,6 +70,7 @@ class RegionBuilder:
         self._floats: dict[sympy.Expr, Scalar] = {}  # float size expressions: scalar inputs
         # tensors known to hold one constant everywhere (id -> Python number), set by rules
         self.constants: dict[int, Any] = {}
+        self._equal: Optional[EqualSizes] = None
 
     # -- the whole region --------------------------------------------------------------------
 
@@ -282,7 +283,24 @@ class RegionBuilder:
                     both_int = isinstance(acc, int) and isinstance(v, int)
                     acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
                 return acc
+        other = self._equal_sizes().other.get(e)
+        if other is not None:  # (a size the guards equate with one the inputs carry: meta.equal_sizes)
+            return self.scalar(other)
         raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
+
+    def _equal_sizes(self) -> EqualSizes:
+        """The sizes the trace's guards equate (meta.equal_sizes), from the shape environment of
+        the first symbolic size among the region's values."""
+        if self._equal is None:
+            self._equal = EqualSizes()
+            for node in self.nodes:
+                val = meta_val(node)
+                sizes = val.shape if isinstance(val, torch.Tensor) else [val]
+                env = next((s.node.shape_env for s in sizes if isinstance(s, torch.SymInt)), None)
+                if env is not None:
+                    self._equal = equal_sizes(env)
+                    break
+        return self._equal
 
     def _float_size(self, s: torch.SymFloat) -> Any:
         e = size_expr(s)

@@ -22,9 +22,17 @@ def is_size_node(node: Node) -> bool:
 
 
 def size_expr(s: Union[int, torch.SymInt, torch.SymFloat]) -> sympy.Expr:
-    """A traced size as a sympy expression over Dynamo's symbols (`s0`, `2*s1`, `8`)."""
+    """A traced size as a sympy expression over Dynamo's symbols (`s0`, `2*s1`, `8`), sizes
+    that the trace's guards say are equal written alike (`equal_sizes`)."""
     if isinstance(s, (torch.SymInt, torch.SymFloat)):
-        return sympy.sympify(s.node.expr)
+        e = sympy.sympify(s.node.expr)
+        same = equal_sizes(s.node.shape_env)
+        if not same or e.is_Number:
+            return e
+        written = same.written.get(e)
+        if written is None:
+            written = same.written[e] = e.subs(same)
+        return written
     if isinstance(s, float):
         return sympy.Float(s)
     return sympy.Integer(int(s))
@@ -39,3 +47,49 @@ def node_device(node: Node) -> Optional[torch.device]:
             if isinstance(v, torch.Tensor):
                 return v.device
     return None
+
+
+class EqualSizes(dict):
+    """{expression: the one written for it}; `written` caches whole sizes rewritten, and
+    `other` gives each kept expression the one it stands for (computable where it is not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: dict = {}
+        self.other: dict = {}
+
+
+def equal_sizes(shape_env: Any) -> EqualSizes:
+    """{expression: the one written for it} for the size expressions that the trace's guards
+    say are equal, where Dynamo kept them apart: a size that changed since an earlier trace
+    gets a symbol of its own (automatic dynamic shapes), so a cross entropy's targets [s48, s24]
+    and logits [s88, s3, V], flattened, have s24*s48 and s3*s88 rows, and a guard Eq(s3*s88,
+    s24*s48) that Dynamo checks before every call. Written alike, they are one extent of the
+    fusion (and the binding table would reject the two values differing). Of each pair the
+    expression whose symbols sort first is kept."""
+    guards = getattr(shape_env, "guards", None)
+    if not guards:
+        return _NONE
+    key = (id(shape_env), len(guards))
+    found = _EQUAL_SIZES.get(key)
+    if found is None:
+        found = EqualSizes()
+        for guard in guards:
+            e = guard.expr
+            if not isinstance(e, sympy.Eq):
+                continue
+            a, b = e.lhs, e.rhs
+            if a.is_Number or b.is_Number or a.is_Symbol or b.is_Symbol:
+                continue  # (Dynamo replaces a symbol equal to anything by that already)
+            keep, other = sorted((a, b), key=lambda x: sorted(str(v) for v in x.free_symbols))
+            found[other] = keep
+            found.other.setdefault(keep, other)
+        if len(_EQUAL_SIZES) > 64:
+            _EQUAL_SIZES.clear()
+        _EQUAL_SIZES[key] = found
+    return found
+
+
+_EQUAL_SIZES: dict = {}
+_NONE = EqualSizes()
+

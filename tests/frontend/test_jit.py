@@ -140,6 +140,37 @@ def test_a_second_trace_keeps_equal_sizes_one_symbol(again):
     assert_close_to_eager(grad, want_grad)
 
 
+def test_sizes_a_trace_s_guards_say_are_equal_are_one_extent():
+    """With Dynamo's own dynamic shapes (dynamic=None, and torch.compile's backend), a second
+    trace at other sizes gives each changed size a symbol of its own: the cross entropy's
+    targets [s48, s24] and logits [s88, s3, V], flattened, have rows s24*s48 and s3*s88, and
+    the trace a guard that they are equal. Written alike, they are one extent: the targets'
+    logits are picked inside the row kernel, not gathered through ATen between kernels."""
+    from tests.helpers import explained_plans
+
+    def ce(logits, target):
+        return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
+
+    def forward_backward(fn, logits, target):
+        logits = logits.detach().clone().requires_grad_()
+        out = fn(logits, target)
+        return out, torch.autograd.grad(out, logits)[0]
+
+    jitted = fuser.jit(ce, dynamic=None)
+    compiled = torch.compile(ce, backend="fuser")
+    for shape in ((2, 8, 96), (3, 5, 160), (4, 6, 160)):
+        logits = torch.randn(*shape, dtype=torch.bfloat16)
+        target = torch.randint(0, shape[-1], shape[:-1])
+        want = forward_backward(ce, logits, target)
+        for fn in (jitted, compiled):
+            for got, expected in zip(forward_backward(fn, logits, target), want):
+                assert_close_to_eager(got, expected)
+    report = fuser.explain(jitted, logits.requires_grad_(), target)
+    text = str(report)
+    assert "GatherOp" not in text and "ScatterOp" not in text, text
+    assert len(explained_plans(report, "forward")) == 3 and len(explained_plans(report, "backward")) == 1, text
+
+
 def test_ops_with_no_lowering_run_eagerly_between_fusions():
     def f(x):
         y = torch.logcumsumexp(torch.exp(x), dim=-1)
