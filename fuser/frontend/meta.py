@@ -66,7 +66,8 @@ def equal_sizes(shape_env: Any) -> EqualSizes:
     and logits [s88, s3, V], flattened, have s24*s48 and s3*s88 rows, and a guard Eq(s3*s88,
     s24*s48) that Dynamo checks before every call. Written alike, they are one extent of the
     fusion (and the binding table would reject the two values differing). Of each pair the
-    expression whose symbols sort first is kept."""
+    expression whose symbols sort first is kept; an expression a guard fixes to a number is
+    that number."""
     guards = getattr(shape_env, "guards", None)
     if not guards:
         return _NONE
@@ -79,8 +80,15 @@ def equal_sizes(shape_env: Any) -> EqualSizes:
             if not isinstance(e, sympy.Eq):
                 continue
             a, b = e.lhs, e.rhs
-            if a.is_Number or b.is_Number or a.is_Symbol or b.is_Symbol:
+            if a.is_Symbol or b.is_Symbol or (a.is_Number and b.is_Number):
                 continue  # (Dynamo replaces a symbol equal to anything by that already)
+            if a.is_Number or b.is_Number:
+                # a size the guards fix (a chunk's last piece of one row, Eq(s0 - (s0 + 1)//2,
+                # 1)): the number, so that a size of 1 broadcasts as the trace did
+                number, other = (a, b) if a.is_Number else (b, a)
+                if number.is_Integer:
+                    found[other] = number
+                continue
             keep, other = sorted((a, b), key=lambda x: sorted(str(v) for v in x.free_symbols))
             found[other] = keep
             found.other.setdefault(keep, other)

@@ -23,8 +23,10 @@ def test_products_a_guard_equates_are_written_alike_in_every_size():
     assert equal_sizes(env).other == {kept: other}  # (the lowering's way back where kept is not computable)
 
 
-def test_guards_on_numbers_and_lone_symbols_equate_nothing():
+def test_a_size_a_guard_fixes_is_its_number_and_lone_symbols_are_left_to_dynamo():
     env = ShapeEnv(duck_shape=False)
-    a, b = _sizes(env, a=6, b=3)
-    assert bool(a * b == 18) and bool(a % 2 == 0)
-    assert equal_sizes(env) == {} and size_expr(a * b) != 18
+    a, b, c = _sizes(env, a=6, b=3, c=5)
+    assert bool(a * b == 18) and bool(c - 2 == b)
+    assert size_expr(a * b) == 18 and size_expr(2 * a * b + c) == 36 + size_expr(c)
+    assert size_expr(c) == size_expr(b) + 2  # (a lone symbol: Dynamo's own replacement)
+    assert equal_sizes(env).other == {}

@@ -274,3 +274,25 @@ def test_gradient_of_a_stack_summed_over_its_new_axis(dynamic):
         (got,) = torch.autograd.grad(jitted(y), y)
         (want,) = torch.autograd.grad(f(y), y)
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("compile_with", ["backend", "jit"])
+def test_a_size_the_guards_fix_to_one_broadcasts(compile_with):
+    """`x.chunk(2, 0)[-1]` of 3 (or 2) rows is one row, a size `s0 - (s0 + 1)//2` that Dynamo
+    guards equal to 1 and broadcasts against x's rows; fuser took it for x's own row count, and
+    the binding table rejected the valid call with an ExtentConflictError (fuzz seed 24066)."""
+    def f(x):
+        t = x.to(torch.bfloat16)
+        return t.chunk(2, 0)[-1] / (t.abs() + 1)
+
+    compiled = (torch.compile(f, backend="fuser", dynamic=True) if compile_with == "backend"
+                else fuser.jit(f, dynamic=True))
+    for rows in (3, 2, 3):
+        x = torch.randn(rows, 5, 16, requires_grad=True)
+        out = compiled(x)
+        (grad,) = torch.autograd.grad(out.float().sum(), x)
+        xe = x.detach().clone().requires_grad_()
+        want = f(xe)
+        (want_grad,) = torch.autograd.grad(want.float().sum(), xe)
+        torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(grad, want_grad, rtol=2e-2, atol=2e-2)
