@@ -103,6 +103,15 @@ class RegionBuilder:
         opaque: set = set()
         for e in wanted:
             opaque_parts(e, in_tensors, opaque)
+        # a size written as its equal (meta.equal_sizes) whose symbols this graph cannot read:
+        # the other members' parts too, for `_equal_alternative`
+        members = self._equal_sizes().members
+        for written in [x for x in members if any(w.has(x) for w in wanted)]:
+            parts: set = set()
+            opaque_parts(written, in_tensors, parts)
+            if any(self.symbols.source(p) is None for p in parts):
+                for other in members[written]:
+                    opaque_parts(other, in_tensors, opaque)
         for e in sorted(opaque, key=str):
             src = self.symbols.source(e)
             if src is not None:  # else a rule that needs it fails, naming the expression
@@ -277,16 +286,32 @@ class RegionBuilder:
                    sympy.Max: (max, ops.maximum), sympy.Min: (min, ops.minimum)}
         for cls, (py, ir) in combine.items():
             if isinstance(e, cls):
-                acc = None
-                for a in e.args:
-                    v = self.scalar(a)
-                    both_int = isinstance(acc, int) and isinstance(v, int)
-                    acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
-                return acc
-        other = self._equal_sizes().other.get(e)
-        if other is not None:  # (a size the guards equate with one the inputs carry: meta.equal_sizes)
-            return self.scalar(other)
+                try:
+                    acc = None
+                    for a in e.args:
+                        v = self.scalar(a)
+                        both_int = isinstance(acc, int) and isinstance(v, int)
+                        acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
+                    return acc
+                except LoweringError:
+                    alternative = self._equal_alternative(e)
+                    if alternative is None:
+                        raise
+                    return alternative
+        alternative = self._equal_alternative(e)
+        if alternative is not None:
+            return alternative
         raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
+
+    def _equal_alternative(self, e: sympy.Expr) -> Union[int, Scalar, None]:
+        """`e` computed as another size the trace's guards equate with it (meta.equal_sizes:
+        a graph whose inputs carry that one's symbols, not `e`'s), or None."""
+        for other in self._equal_sizes().members.get(e, ()):
+            try:
+                return self.scalar(other)
+            except LoweringError:
+                continue
+        return None
 
     def _equal_sizes(self) -> EqualSizes:
         """The sizes the trace's guards equate (meta.equal_sizes), from the shape environment of

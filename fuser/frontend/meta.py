@@ -27,11 +27,14 @@ def size_expr(s: Union[int, torch.SymInt, torch.SymFloat]) -> sympy.Expr:
     if isinstance(s, (torch.SymInt, torch.SymFloat)):
         e = sympy.sympify(s.node.expr)
         same = equal_sizes(s.node.shape_env)
-        if not same or e.is_Number:
+        if not same or e.is_Number or e.is_Symbol:  # (Dynamo replaces a symbol itself)
             return e
         written = same.written.get(e)
         if written is None:
-            written = same.written[e] = e.subs(same)
+            written = e.subs(same)
+            if any(not p.exp.is_Integer for p in written.atoms(sympy.Pow)):
+                written = e  # (sympy wrote it through a root: s0**3 under Eq(s0**2, s1*s2))
+            same.written[e] = written
         return written
     if isinstance(s, float):
         return sympy.Float(s)
@@ -51,12 +54,13 @@ def node_device(node: Node) -> Optional[torch.device]:
 
 class EqualSizes(dict):
     """{expression: the one written for it}; `written` caches whole sizes rewritten, and
-    `other` gives each kept expression the one it stands for (computable where it is not)."""
+    `members` gives each written expression the others it stands for (one of which the lowering
+    computes where it cannot compute that one)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.written: dict = {}
-        self.other: dict = {}
+        self.members: dict = {}
 
 
 def equal_sizes(shape_env: Any) -> EqualSizes:
@@ -65,39 +69,57 @@ def equal_sizes(shape_env: Any) -> EqualSizes:
     gets a symbol of its own (automatic dynamic shapes), so a cross entropy's targets [s48, s24]
     and logits [s88, s3, V], flattened, have s24*s48 and s3*s88 rows, and a guard Eq(s3*s88,
     s24*s48) that Dynamo checks before every call. Written alike, they are one extent of the
-    fusion (and the binding table would reject the two values differing). Of each pair the
-    expression whose symbols sort first is kept; an expression a guard fixes to a number is
-    that number."""
+    fusion (and the binding table would reject the two values differing). The guards' equal
+    sizes are joined in classes (a chain of equalities is one class), each written as its
+    number where a guard fixes one (a chunk's last piece of one row, Eq(s0 - (s0 + 1)//2, 1):
+    a size of 1 broadcasts as the trace did), else as the member of fewest symbols."""
     guards = getattr(shape_env, "guards", None)
     if not guards:
         return _NONE
     key = (id(shape_env), len(guards))
     found = _EQUAL_SIZES.get(key)
     if found is None:
-        found = EqualSizes()
-        for guard in guards:
-            e = guard.expr
-            if not isinstance(e, sympy.Eq):
-                continue
-            a, b = e.lhs, e.rhs
-            if a.is_Symbol or b.is_Symbol or (a.is_Number and b.is_Number):
-                continue  # (Dynamo replaces a symbol equal to anything by that already)
-            if a.is_Number or b.is_Number:
-                # a size the guards fix (a chunk's last piece of one row, Eq(s0 - (s0 + 1)//2,
-                # 1)): the number, so that a size of 1 broadcasts as the trace did
-                number, other = (a, b) if a.is_Number else (b, a)
-                if number.is_Integer:
-                    found[other] = number
-                continue
-            keep, other = sorted((a, b), key=lambda x: sorted(str(v) for v in x.free_symbols))
-            found[other] = keep
-            found.other.setdefault(keep, other)
+        found = _classes(guards)
         if len(_EQUAL_SIZES) > 64:
             _EQUAL_SIZES.clear()
         _EQUAL_SIZES[key] = found
     return found
 
 
+def _classes(guards) -> EqualSizes:
+    parent: dict = {}
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for guard in guards:
+        e = guard.expr
+        if not isinstance(e, sympy.Eq):
+            continue
+        a, b = e.lhs, e.rhs
+        if a.is_Symbol or b.is_Symbol or (a.is_Number and b.is_Number) \
+                or any(x.is_Number and not x.is_Integer for x in (a, b)):
+            continue  # (Dynamo replaces a symbol equal to anything by that already)
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        parent[find(a)] = find(b)
+    classes: dict = {}
+    for x in parent:
+        classes.setdefault(find(x), []).append(x)
+    found = EqualSizes()
+    for members in classes.values():
+        numbers = [x for x in members if x.is_Number]
+        written = numbers[0] if numbers else min(
+            members, key=lambda x: (len(x.free_symbols), sorted(str(v) for v in x.free_symbols), str(x)))
+        for x in members:
+            if x != written:
+                found[x] = written
+        if not numbers:  # (a number is computed as it is)
+            found.members[written] = [x for x in members if x != written]
+    return found
+
+
 _EQUAL_SIZES: dict = {}
 _NONE = EqualSizes()
-
