@@ -104,7 +104,7 @@ class RegionBuilder:
         for e in wanted:
             opaque_parts(e, in_tensors, opaque)
         # a size written as its equal (meta.equal_sizes) whose symbols this graph cannot read:
-        # the other members' parts too, for `_equal_alternative`
+        # the other members' parts too, for `scalar`
         members = self._equal_sizes().members
         for written in [x for x in members if any(w.has(x) for w in wanted)]:
             parts: set = set()
@@ -281,37 +281,31 @@ class RegionBuilder:
             return tv.shape()[axis]
         if e in self._opaque:
             return self._opaque[e]
+        try:
+            return self._arithmetic(e)
+        except LoweringError:
+            # (a size the guards equate with one this graph can compute: meta.equal_sizes)
+            for other in self._equal_sizes().members.get(e, ()):
+                try:
+                    return self.scalar(other)
+                except LoweringError:
+                    continue
+            raise
+
+    def _arithmetic(self, e: sympy.Expr) -> Union[int, Scalar]:
+        """`e` as scalar arithmetic (+, *, max, min) on sizes `scalar` computes."""
         ops = self.fd.ops
         combine = {sympy.Add: (operator.add, ops.add), sympy.Mul: (operator.mul, ops.mul),
                    sympy.Max: (max, ops.maximum), sympy.Min: (min, ops.minimum)}
         for cls, (py, ir) in combine.items():
             if isinstance(e, cls):
-                try:
-                    acc = None
-                    for a in e.args:
-                        v = self.scalar(a)
-                        both_int = isinstance(acc, int) and isinstance(v, int)
-                        acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
-                    return acc
-                except LoweringError:
-                    alternative = self._equal_alternative(e)
-                    if alternative is None:
-                        raise
-                    return alternative
-        alternative = self._equal_alternative(e)
-        if alternative is not None:
-            return alternative
+                acc = None
+                for a in e.args:
+                    v = self.scalar(a)
+                    both_int = isinstance(acc, int) and isinstance(v, int)
+                    acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
+                return acc
         raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
-
-    def _equal_alternative(self, e: sympy.Expr) -> Union[int, Scalar, None]:
-        """`e` computed as another size the trace's guards equate with it (meta.equal_sizes:
-        a graph whose inputs carry that one's symbols, not `e`'s), or None."""
-        for other in self._equal_sizes().members.get(e, ()):
-            try:
-                return self.scalar(other)
-            except LoweringError:
-                continue
-        return None
 
     def _equal_sizes(self) -> EqualSizes:
         """The sizes the trace's guards equate (meta.equal_sizes), from the shape environment of
