@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..ir import DataType, Expr, ReductionOp, TensorView, VarMeanOp
-from .axes import KernelAxes
+from .axes import KernelAxes, PointwiseAxes
 
 # the IR types whose values compute in fp32 in generated kernels (codegen/types.py COMPUTE);
 # the column workspace and accumulators here are fp32: column reductions of these dtypes only
@@ -187,3 +187,42 @@ def _combine_part(graph: GroupGraph, column_outputs: list[TensorView], column_re
     keep = {id(e) for e in exprs} | {id(e) for e in column_reductions}
     exprs = [e for e in graph.exprs if id(e) in keep]
     return exprs, [v for v in read if id(v) not in ends]
+
+
+class InnerOuterAxes:
+    """The growable axes (segmenter's `GrowableAxes`) of an inner-outer group: one more
+    pointwise expr on the row side (a LayerNorm backward's dx followed by a chain of pointwise
+    ops) joins with no new plan of the group where `split_inner_outer` and the two-kernel
+    form's row plan provably take the union as they took the group. That holds where the expr
+    keeps the loop axes of the group (`whole`) and of the row kernel (`rows`: it reads only
+    the row kernel's values and kernel inputs), reads nothing computed from a column reduction
+    (which would need the combine's proof), and its output varies along rows (a row output).
+    The column side, the combine and the statistics are then unchanged. Planning the whole
+    group at each op made a 100-op tail segment in seconds."""
+
+    def __init__(self, whole: PointwiseAxes, rows: PointwiseAxes, split: InnerOuterSplit, exprs: Sequence[Expr]):
+        self.whole, self.rows = whole, rows
+        self.along_rows = set(split.row_axes)  # (the loop axes the column reductions sum over)
+        self.after_columns = GroupGraph(exprs, []).downstream(split.column_reductions)
+        self.computed = {id(o) for e in exprs for o in e.outputs}
+
+    def joined(self, e: Expr) -> Optional[tuple]:
+        tensors = [v for v in e.inputs if isinstance(v, TensorView)]
+        if any(id(v) in self.after_columns or (id(v) in self.computed and id(v) not in self.rows.tensors)
+               for v in tensors):
+            return None
+        whole = self.whole.joined(e)
+        rows = self.rows.joined(e) if whole is not None else None
+        if rows is None:
+            return None
+        axis_of = whole[0]
+        for o in e.outputs:
+            if not isinstance(o, TensorView) or not {axis_of.get(id(d)) for d in o.domain.no_reductions()} & self.along_rows:
+                return None  # (an output neither along rows nor after a column reduction)
+        return whole, rows
+
+    def join(self, e: Expr, found: tuple) -> None:
+        self.whole.join(e, found[0])
+        self.rows.join(e, found[1])
+        self.computed.update(id(o) for o in e.outputs)
+

@@ -22,7 +22,8 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   VarMeanOp)
 from ..segment.segments import NO_SPANNING_TENSOR
 from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes
-from .inner_outer import FP32_COMPUTED, GroupGraph, InnerOuterSplit, apart_output, reduced_axes_of, split_inner_outer
+from .inner_outer import (FP32_COMPUTED, GroupGraph, InnerOuterAxes, InnerOuterSplit, apart_output, reduced_axes_of,
+                          split_inner_outer)
 
 KERNEL_OPS = (UnaryOp, BinaryOp, TernaryOp, CastOp, ReductionOp, VarMeanOp, BroadcastOp,
               ExpandOp, SqueezeOp, PermuteOp, LoadStoreOp, IotaOp, FullOp, SliceOp, PadOp, CatOp, RNGOp)
@@ -147,19 +148,23 @@ class KernelPlan:
                 fed |= {id(o) for o in e.outputs}
         return fed
 
-    def growable_axes(self) -> Optional[PointwiseAxes]:
+    def growable_axes(self) -> "Optional[PointwiseAxes | InnerOuterAxes]":
         """The axes by which the group of a pointwise or single-reduction plan may grow one
         pointwise expr at a time with no new plan (`PointwiseAxes.join`). The union is then a
         plan of the same template, as long as the joining expr passes `plan_kernel`'s per-op
         checks alone (the segmenter asks): past `analyze_axes`, a single reduction's acceptance
         reads only the loop axes' classes (which axes are reduced, and by which op), and a
         join that keeps every class keeps them (a normalization's tail of pointwise ops, one
-        op at a time, planned the whole group per op). None for the rest: the inner-outer
-        plans' split into row and column parts, resizes, and outputs analysed aligned, which
-        are not the plain analysis a join extends."""
-        if self.template not in (Template.pointwise, Template.inner_reduction, Template.outer_reduction) \
+        op at a time, planned the whole group per op). An inner-outer plan grows on its row
+        side (`InnerOuterAxes`). None for the rest: resizes, and outputs analysed aligned,
+        which are not the plain analysis a join extends."""
+        if self.template not in (Template.pointwise, Template.inner_reduction, Template.outer_reduction,
+                                 Template.inner_outer) \
                 or self.axes.aligned_outputs or any(isinstance(e, RESIZE_OPS) for e in self.exprs):
             return None
+        if self.template is Template.inner_outer:
+            rows = self.parts.rows.growable_axes() if self.parts is not None and self.parts.rows is not None else None
+            return None if rows is None else InnerOuterAxes(PointwiseAxes(self.axes), rows, self.parts.split, self.exprs)
         return PointwiseAxes(self.axes)
 
     def describe(self) -> str:
