@@ -68,6 +68,12 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         f"{small} + {weight} * {big}_e))",
         f"{big} = _max_nan({big}, {seen})",
     ]
+    # the kernel's other reductions ready now take this pass too, rather than a pass of their own
+    # over the row (a cross entropy's target logit, picked from x beside max(x) and the sum)
+    others = [] if split is not None else [f for f in writer.plan.exprs
+                                            if f is not m and writer._ready_reduction(f)]
+    factored = {id(f): writer._factored(f) for f in others}  # (before any of them is bound)
+    finals = [writer._accumulate(f, body, factored[id(f)]) for f in others]
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
     writer.close_loop(body, accumulating=True)
@@ -84,7 +90,10 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     ps.names[writer.key(m.out)] = top
     if pair.zero_if_infinite:  # exp(x - 0) where the max is infinite: a row of -inf sums to 0
         writer.bind(ps, s.out, f"tl.where({top} == float('inf'), float('inf'), {small}_row)")
-        return
-    finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
-    empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
-    writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
+    else:
+        finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
+        empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
+        writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
+    # a factored sum's factors may read the pair's results: it finishes last
+    for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
+        finish()

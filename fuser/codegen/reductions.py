@@ -180,8 +180,15 @@ class ReductionEmitter:
         if self.program_scope.lookup(id(e.outputs[0])) is not None:
             return  # done in the pass of one it waited for (an online softmax's sum)
         pair = None if self.one_pass else online_pair(self, e)
+        if pair is None and not self.one_pass and self.split is None:
+            # an online pass ready now takes `e` too (emit_online_softmax): one pass, not two
+            pair = next((p for p in self.plan.online_pairs if not self.program_scope.lookup(id(p.max.out))
+                         and not self._waits_on(p.max)), None)
         if pair is not None:
             emit_online_softmax(self, pair)
+            if self.program_scope.lookup(id(e.outputs[0])) is not None:
+                return
+            self.emit_reduction_loop(e)  # (not ready beside the pair: a pass of its own)
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]

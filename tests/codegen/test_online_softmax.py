@@ -136,3 +136,68 @@ def test_a_looped_softmax_forward_also_gives_the_log_sum_exp_its_backward_reads(
     forward, backward = str(fuser.explain(f, x)).split("backward: ATen graph", 1)
     assert passes(forward) == 2, forward
     assert "_exp_flush_emulated(" in backward
+
+
+def test_the_online_pass_takes_the_other_reductions_ready_beside_it(looped, device):
+    """A row's logsumexp and its plain sum and minimum: one pass over the row, not three."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.BFloat16)
+        xf = fd.ops.cast(x, DataType.Float)
+        m = fd.ops.max(xf, [-1], True)
+        lse = fd.ops.add(fd.ops.log(fd.ops.sum(fd.ops.exp(fd.ops.sub(xf, m)), [-1], True)), m)
+        fd.add_output(fd.ops.sub(lse, fd.ops.sum(xf, [-1], True)))
+        fd.add_output(fd.ops.min(xf, [-1]))
+    x = (torch.randn(9, 300, device=device) * 6).to(torch.bfloat16)
+    lse_minus_sum, low = fd.execute([x])
+    xf = x.float()
+    torch.testing.assert_close(lse_minus_sum, torch.logsumexp(xf, -1, keepdim=True) - xf.sum(-1, keepdim=True))
+    torch.testing.assert_close(low, xf.amin(-1))
+    code = fd.last_triton_code()
+    assert passes(code) == 1, code
+
+
+def test_a_cross_entropy_forward_reads_its_logits_once(looped):
+    """The target's log-probability is picked from x, then less max and log(sum) once a row
+    (frontend/rules/shape.py): the pick no longer waits for the row's statistics, so the
+    looped kernel takes it in its online pass. Ignored targets and the mean as eager's."""
+    import torch.nn.functional as F
+
+    def ce(logits, target):
+        return F.cross_entropy(logits.float(), target)
+
+    x = (torch.randn(9, 300) * 4).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, 300, (9,))
+    target[3] = -100
+    jitted = fuser.jit(ce)
+    out = jitted(x, target)
+    (grad,) = torch.autograd.grad(out, x)
+    xe = x.detach().clone().requires_grad_()
+    want = ce(xe, target)
+    (want_grad,) = torch.autograd.grad(want, xe)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad, want_grad, rtol=2e-2, atol=1e-4)
+    forward = str(fuser.explain(ce, x, target)).split("backward: ATen graph", 1)[0]
+    row_kernel = [k for k in forward.split("\ndef fuser_") if "(-tl.abs(" in k]  # (the online pass's exp)
+    assert len(row_kernel) == 1 and passes(row_kernel[0].split("\ndef ")[0]) == 1, forward
+
+
+@pytest.mark.parametrize("form", ["persistent", "looped"])
+def test_a_cross_entropy_with_infinities_and_nans_is_eagers(form, monkeypatch):
+    """The target logit picked before `- max - log(sum)`: the same operations on the same
+    element, so a -inf target, an inf or a NaN elsewhere in the row give eager's loss."""
+    import torch.nn.functional as F
+
+    if form == "looped":
+        monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+
+    def per_row(logits, target):
+        return F.cross_entropy(logits.float(), target, reduction="none")
+
+    x = torch.randn(6, 200, generator=torch.Generator().manual_seed(3)) * 3
+    target = torch.tensor([5, 17, 60, 199, 0, 100])
+    x[0, 5] = -math.inf     # the target's logit: an infinite loss
+    x[1, 90] = math.inf     # another logit: NaN
+    x[2, 61] = math.nan
+    x[3, :] = -math.inf     # a whole row
+    x[4, 0] = 80.0          # far above the rest: the max is the target
+    torch.testing.assert_close(fuser.jit(per_row)(x, target), per_row(x, target), equal_nan=True)

@@ -414,6 +414,33 @@ def one_hot_row_sum(b, node, dim, keepdim):
     return total if keepdim else ops.squeeze(total, [d])
 
 
+def _picked_through_row_constants(b, src, dim: int, hit):
+    """The pick of `src` (the one-hot sum along `dim`) taken before the subtractions of values
+    constant along `dim` that made it: a log-softmax's `(x - max) - log(sum)` picked is `x`
+    picked, then `- max - log(sum)` once a row: the same float operations on the same element
+    (the same bits), but the pick no longer waits for the row's max and sum, so a looped kernel
+    takes it in the pass that computes them instead of a pass of its own over the row (a cross
+    entropy's forward read its logits twice). None where `src` is no such subtraction."""
+    if not (isinstance(src, Node) and src.target is aten.sub.Tensor and len(src.args) == 2
+            and src.kwargs.get("alpha", 1) == 1):
+        return None
+    varying, constant = src.args
+    out = meta_val(src)
+    if not (isinstance(varying, Node) and isinstance(constant, Node)) or out.dtype not in (torch.float32, torch.float64):
+        return None
+    v, c = meta_val(varying), meta_val(constant)
+    if not (isinstance(v, torch.Tensor) and isinstance(c, torch.Tensor)) or v.dtype != out.dtype \
+            or c.dtype != out.dtype or v.shape != out.shape or c.dim() != out.dim() or size_expr(c.shape[dim]) != 1:
+        return None
+    base, row = b.values.get(varying), b.values.get(constant)
+    if base is None or row is None:
+        return None  # (computed outside this fusion)
+    inner = _picked_through_row_constants(b, varying, dim, hit)
+    if inner is None:
+        inner = b.fd.ops.sum(b.fd.ops.where(hit, base, 0), [dim], True)
+    return b.fd.ops.sub(inner, row)
+
+
 @register(aten.gather.default, kind=Kind.reduction)
 def _gather(b, node, x, dim, index, sparse_grad=False):
     """`x.gather(dim, index)` with one index per row picks one element: the sum along `dim` of
@@ -425,7 +452,9 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
         return indexing.gather(b, x, dim, index)  # through ATen
     length = b.size(shape[dim])
     hit = _one_hot(b, shape, node.args[2], dim, length, index, "gather")
-    picked = b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
+    picked = _picked_through_row_constants(b, node.args[0], dim, hit)
+    if picked is None:
+        picked = b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
     if not picked.dtype.is_floating:
         return picked
     # an index out of range matches no position: eager raises, a fused kernel cannot, so the
