@@ -156,14 +156,20 @@ def test_the_online_pass_takes_the_other_reductions_ready_beside_it(looped, devi
     assert passes(code) == 1, code
 
 
-def test_a_cross_entropy_forward_reads_its_logits_once(looped):
+@pytest.mark.parametrize("form", ["float", "bf16", "weighted"])
+def test_a_cross_entropy_forward_reads_its_logits_once(looped, form):
     """The target's log-probability is picked from x, then less max and log(sum) once a row
     (frontend/rules/shape.py): the pick no longer waits for the row's statistics, so the
-    looped kernel takes it in its online pass. Ignored targets and the mean as eager's."""
+    looped kernel takes it in its online pass. Also where the log-probabilities are rounded
+    to bf16 (no `.float()`) or weighted. Ignored targets and the mean as eager's."""
     import torch.nn.functional as F
 
+    weight = torch.rand(300, generator=torch.Generator().manual_seed(5)) + 0.5
+
     def ce(logits, target):
-        return F.cross_entropy(logits.float(), target)
+        if form == "bf16":
+            return F.cross_entropy(logits, target)
+        return F.cross_entropy(logits.float(), target, weight=weight if form == "weighted" else None)
 
     x = (torch.randn(9, 300) * 4).to(torch.bfloat16).requires_grad_()
     target = torch.randint(0, 300, (9,))

@@ -414,31 +414,59 @@ def one_hot_row_sum(b, node, dim, keepdim):
     return total if keepdim else ops.squeeze(total, [d])
 
 
+_CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+
+
 def _picked_through_row_constants(b, src, dim: int, hit):
-    """The pick of `src` (the one-hot sum along `dim`) taken before the subtractions of values
-    constant along `dim` that made it: a log-softmax's `(x - max) - log(sum)` picked is `x`
-    picked, then `- max - log(sum)` once a row: the same float operations on the same element
-    (the same bits), but the pick no longer waits for the row's max and sum, so a looped kernel
-    takes it in the pass that computes them instead of a pass of its own over the row (a cross
-    entropy's forward read its logits twice). None where `src` is no such subtraction."""
-    if not (isinstance(src, Node) and src.target is aten.sub.Tensor and len(src.args) == 2
-            and src.kwargs.get("alpha", 1) == 1):
+    """The pick of `src` (the one-hot sum along `dim`) taken before the values constant along
+    `dim` that made it: a log-softmax's `(x - max) - log(sum)` picked is `x` picked, then
+    `- max - log(sum)` once a row. Also through a cast (a bf16 log-softmax) and a product (a
+    weighted one: `logp * w` picked is `logp` picked times `w` picked). The same float
+    operations on the same element (the same bits), but the pick no longer waits for the row's
+    max and sum, so a looped kernel takes it in the pass that computes them instead of a pass
+    of its own over the row (a cross entropy's forward read its logits twice). None where no
+    subtraction of a row constant is found under `src`."""
+    out = meta_val(src) if isinstance(src, Node) else None
+    if not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point:
         return None
-    varying, constant = src.args
-    out = meta_val(src)
-    if not (isinstance(varying, Node) and isinstance(constant, Node)) or out.dtype not in (torch.float32, torch.float64):
+    args = src.args
+    if src.target in _CASTS and isinstance(args[0], Node) and set(src.kwargs) <= {"dtype"} and len(args) <= 2:
+        v = meta_val(args[0])
+        inner = _picked_through_row_constants(b, args[0], dim, hit)
+        if inner is None or not (isinstance(v, torch.Tensor) and v.shape == out.shape and v.dtype.is_floating_point):
+            return None
+        return b.fd.ops.cast(inner, DataType.from_torch(out.dtype))
+    if src.target not in (aten.sub.Tensor, aten.mul.Tensor) or len(args) != 2 or src.kwargs.get("alpha", 1) != 1 \
+            or out.dtype not in (torch.float32, torch.float64) or not all(isinstance(a, Node) for a in args):
         return None
-    v, c = meta_val(varying), meta_val(constant)
-    if not (isinstance(v, torch.Tensor) and isinstance(c, torch.Tensor)) or v.dtype != out.dtype \
-            or c.dtype != out.dtype or v.shape != out.shape or c.dim() != out.dim() or size_expr(c.shape[dim]) != 1:
+    metas = [meta_val(a) for a in args]
+    values = [b.values.get(a) for a in args]
+    if any(not isinstance(m, torch.Tensor) or m.dtype != out.dtype or m.dim() != out.dim() for m in metas) \
+            or any(v is None for v in values):  # (computed outside this fusion)
         return None
-    base, row = b.values.get(varying), b.values.get(constant)
-    if base is None or row is None:
-        return None  # (computed outside this fusion)
-    inner = _picked_through_row_constants(b, varying, dim, hit)
-    if inner is None:
-        inner = b.fd.ops.sum(b.fd.ops.where(hit, base, 0), [dim], True)
-    return b.fd.ops.sub(inner, row)
+    row = [size_expr(m.shape[dim]) == 1 for m in metas]
+    whole = [m.shape == out.shape for m in metas]
+    ops = b.fd.ops
+    if src.target is aten.sub.Tensor:
+        if not (whole[0] and row[1]):
+            return None
+        inner = _picked_through_row_constants(b, args[0], dim, hit)
+        return ops.sub(inner if inner is not None else _pick(b, values[0], dim, hit), values[1])
+    if row[0] or row[1]:  # a row constant times what varies: picked if that is
+        k = 0 if row[1] else 1
+        inner = _picked_through_row_constants(b, args[k], dim, hit) if whole[k] else None
+        if inner is None:
+            return None
+        return ops.mul(inner, values[1 - k]) if k == 0 else ops.mul(values[0], inner)
+    inners = [_picked_through_row_constants(b, a, dim, hit) if w else None for a, w in zip(args, whole)]
+    if inners == [None, None]:
+        return None
+    a, c = (inner if inner is not None else _pick(b, v, dim, hit) for inner, v in zip(inners, values))
+    return ops.mul(a, c)
+
+
+def _pick(b, value, dim: int, hit):
+    return b.fd.ops.sum(b.fd.ops.where(hit, value, 0), [dim], True)
 
 
 @register(aten.gather.default, kind=Kind.reduction)
@@ -454,7 +482,7 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
     hit = _one_hot(b, shape, node.args[2], dim, length, index, "gather")
     picked = _picked_through_row_constants(b, node.args[0], dim, hit)
     if picked is None:
-        picked = b.fd.ops.sum(b.fd.ops.where(hit, x, 0), [dim], True)
+        picked = _pick(b, x, dim, hit)
     if not picked.dtype.is_floating:
         return picked
     # an index out of range matches no position: eager raises, a fused kernel cannot, so the
