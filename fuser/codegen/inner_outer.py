@@ -35,6 +35,7 @@ class RowLoopWriter(KernelWriter):
     row reductions (over tile dim 1) are inline. Column reductions, when given (the inner-outer
     template), add the terms of the program's rows into a [BLOCK0, BLOCK1] fp32 accumulator
     that is stored as partial row `pid` of a workspace [P, columns]."""
+    PICKS_BY_LOAD = False  # (its row reductions are in line with its own layout)
 
     def __init__(self, plan: KernelPlan, layout: Layout, target: str, name: str, stages: int = 1,
                  column_reductions: tuple = ()):

@@ -24,6 +24,7 @@ from .elementwise import ElementwiseEmitter
 from .layout import Layout
 from .math import binary_lowering, helpers_for, lowering_accepts, unary_lowering
 from .random import RandomEmitter
+from .pick import pick_parts
 from .reductions import ReductionEmitter
 from .resize import ResizeEmitter
 from .scope import COUNT, INDEX, Scope
@@ -79,6 +80,10 @@ def _rounds_to_half(e: Expr) -> bool:
     return True
 
 class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEmitter):
+    # a one-hot sum over the reduced dim read as one load a row (codegen/pick.py); not in the
+    # writers whose reductions are other kernels' parts
+    PICKS_BY_LOAD = True
+
     def __init__(self, plan: KernelPlan, layout: Layout, persistent: bool, target: str, name: str,
                  split: Optional[str] = None, one_pass: bool = False, combine_in_line: bool = False,
                  static_loop: bool = False, aligned_rows: bool = False):
@@ -219,7 +224,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         js = [j for j in self.super_axes_of(tv) if self.super_dim[j] == dim]
         if not js:
             return None
-        owner = scope.owner_of_dim(dim)
+        # (a dim that a view reads at a row's index, a pick's, has it in the program scope)
+        owner = self.program_scope if self.picked_dim(tv, dim) else scope.owner_of_dim(dim)
         name = owner.offsets.get((id(tv), dim, self.view))
         if name is None:
             name = f"{self.tname(tv)}_off{dim}"
@@ -228,9 +234,19 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
             owner.offsets[(id(tv), dim, self.view)] = name
         return name
 
+    def picked_dim(self, tv: TensorView, dim: int) -> bool:
+        """Whether the current view reads `tv` along tile dim `dim` at an index of the program
+        scope (a pick's: codegen/pick.py), not at the dim's lanes."""
+        if not self.view or dim != self.red:
+            return False
+        shifted = dict(self.view)
+        runs = [self.layout.super_axes[j] for j in self.super_axes_of(tv) if self.super_dim[j] == dim]
+        return bool(runs) and all(len(run) == 1 and run[0] in shifted
+                                  and shifted[run[0]] in self.pick_indices for run in runs)
+
     def mask(self, tv: TensorView) -> Optional[str]:
         dims = sorted(self.dims_of(tv))
-        parts = [("r_mask" if d == 0 else "c_mask") for d in dims]
+        parts = [("r_mask" if d == 0 else "c_mask") for d in dims if not self.picked_dim(tv, d)]
         if self.view:
             parts += self.load_bounds(tv)
         return " & ".join(parts) if parts else None
@@ -299,8 +315,9 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
                 continue
             expanded.add(id(u))
             e = self.producer.get(id(u))
-            if e is None or id(u) in self.kernel_inputs or self.reduces_in_loop(e) or isinstance(e, RESIZE_OPS):
-                continue  # loads, loop reductions and resizes emit their own inputs, where they belong
+            if e is None or id(u) in self.kernel_inputs or self.reduces_in_loop(e) or isinstance(e, RESIZE_OPS) \
+                    or pick_parts(self, e) is not None:
+                continue  # loads, loop reductions, resizes and picks emit their own inputs, where they belong
             stack.append((u, True))
             for w in reversed(e.inputs):
                 if isinstance(w, TensorView) and id(w) not in expanded and scope.lookup(self.key(w)) is None:
@@ -317,7 +334,8 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
         return self.aligned_rows and self.dims_of(tv) == {0, 1}
 
     def emit_load(self, scope: Scope, tv: TensorView) -> None:
-        aligned = self.row_aligned(tv)  # (at the chunk's aligned offsets, its mask a marker: _MASKED)
+        # (at the chunk's aligned offsets, its mask a marker: _MASKED; not a pick's one element)
+        aligned = self.row_aligned(tv) and not self.picked_dim(tv, self.red)
         offs = ["c_aligned"] if aligned else [o for o in (self.offset(scope, tv, 0), self.offset(scope, tv, 1)) if o]
         # a one-element tensor still loads as a [1, 1] block, like every other value
         ptr = f"T{tv.name}_ptr" + "".join(f" + {o}" for o in offs or [self.block("[1, 1]", "0", "tl.int32")])

@@ -9,6 +9,7 @@ from typing import Optional
 from ..ir import BinaryOp, BinaryOpType, DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers import heuristics
 from .online_softmax import emit_online_softmax, online_pair
+from .pick import emit_pick, pick_parts
 from .scope import COUNT, INDEX, Scope
 from .types import compute_type
 
@@ -58,6 +59,8 @@ class ReductionEmitter:
                 ReductionOpType.prod: "_mul"}[kind]
 
     def emit_inline_reduction(self, scope: Scope, e: Expr) -> None:
+        if emit_pick(self, e):
+            return
         rd = self.red
         m = self.reduce_mask(e)
         if isinstance(e, VarMeanOp):
@@ -173,6 +176,8 @@ class ReductionEmitter:
         pass also takes every other reduction of the kernel that is ready (all reductions its
         input depends on are done), so that reductions of the same values (a norm backward's
         dw and db) load them once instead of once a reduction."""
+        if emit_pick(self, e):
+            return  # (no pass: one load a row)
         # the reductions `e` reads finish their passes first: were they left to `e`'s operand,
         # they would run nested, and again in this pass, which counts them as ready
         while waits := self._waits_on(e):
@@ -215,8 +220,9 @@ class ReductionEmitter:
             finish()
 
     def _ready_reduction(self, f: Expr) -> bool:
-        if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])):
-            return False
+        if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])) \
+                or pick_parts(self, f) is not None:
+            return False  # (done, or a pick: a load a row, in no pass)
         if not self.one_pass and any(pair.max is f for pair in self.plan.online_pairs):
             return False  # a softmax pair's max: its own online pass, with its sum
         return not self._waits_on(f)

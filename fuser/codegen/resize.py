@@ -31,6 +31,7 @@ class ResizeEmitter:
         self.view_ids: dict[View, int] = {(): 0}
         self.index_vars: dict[str, str] = {}  # index code -> variable holding it
         self.extent_params: dict[str, str] = {}  # str(extent) -> parameter name
+        self.pick_indices: set[str] = set()  # index variables of picks, one a row (codegen/pick.py)
 
     # -- names and indices under the current view -------------------------------------------
 
@@ -64,7 +65,7 @@ class ResizeEmitter:
         out = []
         for k, axis in enumerate(self.axes.of(tv)):
             var = dict(self.view).get(axis) if axis is not None else None
-            if var is not None:
+            if var is not None and var not in self.pick_indices:  # (a pick's index is in range)
                 size = f"T{tv.name}_size{k}"
                 if size not in self.params:
                     self.add_param(size, self.size_spec(tv, k))

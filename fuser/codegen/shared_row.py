@@ -223,6 +223,7 @@ class SharedRowWriter(KernelWriter):
     """The Gluon kernel of an inner-outer plan (see the module's doc). A looped writer over
     the row's columns (tile dim 1) whose passes run over the chunks (see `_unrolled`) and whose
     row inputs load from shared memory; tile dim 0 is the row (BLOCK0 = 1) of the loop over rows."""
+    PICKS_BY_LOAD = False  # (its row reductions are in line with its own layout)
 
     def __init__(self, plan: KernelPlan, layout: Layout, name: str, config: SharedRowConfig):
         super().__init__(plan.parts.persistent, layout, False, "cuda", name)

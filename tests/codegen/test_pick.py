@@ -1,0 +1,73 @@
+"""A gather of one element per row, lowered as the one-hot sum `sum(where(iota == t, v, 0))`,
+is read by one load a row (codegen/pick.py), in the looped and the persistent kernels: no
+compare, select and add per element of the row. Results as eager's at the row's ends, at
+rows not a multiple of the chunk, beside NaN and -0.0, and for an index out of the row."""
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fuser
+from fuser.schedulers import heuristics
+
+
+def _gather_plus_sum(x, t):
+    return x.gather(1, t[:, None]).squeeze(1) * 2.0 + x.sum(1)
+
+
+def _kernel(fn, *args) -> str:
+    code = str(fuser.explain(fn, *args))
+    kernels = [k for k in code.split("\ndef fuser_")[1:] if "_hit" in k]
+    assert len(kernels) == 1, code
+    return kernels[0].split("\ndef ")[0]
+
+
+@pytest.mark.parametrize("form", ["persistent", "looped"])
+def test_a_picked_element_is_one_load_a_row(form, monkeypatch):
+    if form == "looped":
+        monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    x = torch.randn(7, 203, generator=torch.Generator().manual_seed(1))
+    t = torch.tensor([0, 202, 5, 100, 64, 31, 7])
+    x[2, 9] = math.nan      # another position's NaN: not picked
+    x[3, 100] = -0.0        # a picked -0.0 is +0.0 as in the sum
+    torch.testing.assert_close(fuser.jit(_gather_plus_sum)(x, t), _gather_plus_sum(x, t), equal_nan=True)
+    kernel = _kernel(_gather_plus_sum, x, t)
+    # the pick's load reads the row at its index; no position compares with it
+    assert re.search(r"tl\.load\(T\d+_ptr \+ T\d+_v\d+_off0 \+ T\d+_v\d+_off1", kernel), kernel
+    assert not re.search(r"== T\d+\)", kernel), kernel
+
+
+def test_an_index_out_of_the_row_gives_nan_as_before(monkeypatch):
+    """The gather's rule makes a pick out of range NaN (eager raises); the load reads nothing
+    there."""
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    x = torch.randn(3, 100)
+    got = fuser.jit(_gather_plus_sum)(x, torch.tensor([3, 100, -1]))
+    assert not math.isnan(got[0]) and math.isnan(got[1]) and math.isnan(got[2])
+    torch.testing.assert_close(got[0], _gather_plus_sum(x[:1], torch.tensor([3]))[0])
+
+
+@pytest.mark.parametrize("form", ["persistent", "looped"])
+def test_a_cross_entropy_picks_its_target_logit_by_a_load(form, monkeypatch):
+    """The target's log-probability, picked from x before the row's max and log-sum are
+    subtracted (frontend/rules/shape.py), is x read at the target: its forward's loop holds the
+    online softmax alone. bf16 logits with ignored targets, forward and backward as eager's."""
+    if form == "looped":
+        monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+
+    def ce(logits, target):
+        return F.cross_entropy(logits.float(), target, reduction="none")
+
+    x = (torch.randn(6, 301) * 5).to(torch.bfloat16).requires_grad_()
+    target = torch.tensor([0, 300, -100, 17, 150, 299])
+    out = fuser.jit(ce)(x, target)
+    want = ce(x, target)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    (want_grad,) = torch.autograd.grad(want.sum(), x)
+    torch.testing.assert_close(grad, want_grad, rtol=2e-2, atol=1e-4)
+    forward = str(fuser.explain(ce, x, target)).split("backward: ATen graph", 1)[0]
+    kernel = [k for k in forward.split("\ndef fuser_")[1:] if "_hit" in k]
+    assert len(kernel) == 1 and not re.search(r"== T\d+\)", kernel[0].split("\ndef ")[0]), forward
