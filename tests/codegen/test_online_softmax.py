@@ -207,3 +207,36 @@ def test_a_cross_entropy_with_infinities_and_nans_is_eagers(form, monkeypatch):
     x[3, :] = -math.inf     # a whole row
     x[4, 0] = 80.0          # far above the rest: the max is the target
     torch.testing.assert_close(fuser.jit(per_row)(x, target), per_row(x, target), equal_nan=True)
+
+
+@pytest.mark.parametrize("form", ["persistent", "looped"])
+def test_a_label_smoothed_cross_entropy_forward_reads_its_logits_once(form, monkeypatch):
+    """Label smoothing's row sum of log-probabilities is `sum(x - max) - n log(sum)`
+    (frontend/rules/reduction.py), and the online pass sums `x - r` for r the row's first
+    logit, taking off `n (max - r)` after it (codegen/online_softmax.py): one pass over the
+    row. Infinities, NaN, a row of -inf, logits offset by 1e4 and logits near 3e36 (where
+    `sum(x) - n max` lost digits or overflowed) as eager's."""
+    import torch.nn.functional as F
+
+    if form == "looped":
+        monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    torch._dynamo.reset()  # (the other form's trace of the same code would be served)
+
+    def smoothed(logits, target):
+        return F.cross_entropy(logits.float(), target, label_smoothing=0.1, reduction="none")
+
+    x = torch.randn(9, 301, generator=torch.Generator().manual_seed(7)) * 4
+    target = torch.tensor([3, 0, 300, -100, 17, 150, 299, 5, 42])
+    x[1, 0] = -math.inf      # the first logit (r made 0), not the target
+    x[2, 40] = math.inf      # NaN
+    x[3, 9] = math.nan       # NaN (an ignored target still sums the row)
+    x[4, :] = -math.inf      # a whole row
+    x[5] += 1e4              # a common offset: r near it
+    x[6] = x[6] * 1e35 + 3e36  # near the largest floats, no overflow in eager
+    x[7, 0] = 1e30           # a first logit far above the rest
+    got, want = fuser.jit(smoothed)(x, target), smoothed(x, target)
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-4, equal_nan=True)
+    if form == "looped":
+        forward = str(fuser.explain(smoothed, x, target)).split("backward: ATen graph", 1)[0]
+        row_kernel = [k for k in forward.split("\ndef fuser_") if "(-tl.abs(" in k]
+        assert len(row_kernel) == 1 and passes(row_kernel[0].split("\ndef ")[0]) == 1, forward
