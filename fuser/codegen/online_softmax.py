@@ -102,7 +102,7 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
         empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
         writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
-    for f in shifted:  # sum(x - r) - n (max - r): both at most 0 where the lanes' sums are
+    for f in shifted:  # sum(x - r) - n (max - r) is sum(x - max)
         row = f"tl.sum(acc{f.out.name}, axis={rd}, keep_dims=True) - {writer.reduced_count()} * ({top} - {reference})"
         finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
         writer.bind(ps, f.out, f"tl.where({finite}, {row}, tl.where({writer.reduced_count()} > 0, float('nan'), 0.0))")

@@ -65,7 +65,7 @@ class ResizeEmitter:
         out = []
         for k, axis in enumerate(self.axes.of(tv)):
             var = dict(self.view).get(axis) if axis is not None else None
-            if var is not None and var not in self.pick_indices:  # (a pick's index is in range)
+            if var is not None:
                 size = f"T{tv.name}_size{k}"
                 if size not in self.params:
                     self.add_param(size, self.size_spec(tv, k))
