@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import DataType, Expr, ReductionOp, ReductionOpType
-from ..schedulers.inner_outer import reduced_axes_of
+from ..ir import Expr
 from ..schedulers.plan import SoftmaxPair
 from .math import EXP_FLUSH
-from .pick import elementwise_from_loads, reduced_axis, value_at
 
 
 def online_pair(writer, e: Expr) -> Optional[SoftmaxPair]:
@@ -76,12 +74,6 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
                                             if f is not m and writer._ready_reduction(f)]
     factored = {id(f): writer._factored(f) for f in others}  # (before any of them is bound)
     finals = [writer._accumulate(f, body, factored[id(f)]) for f in others]
-    shifted = [] if split is not None else shifted_sums(writer, pair)
-    if shifted:
-        reference = _row_reference(writer, m)
-        for f in shifted:
-            body.lines.append(f"acc{f.out.name} = acc{f.out.name} + tl.where({mask}, {x} - {reference}, 0.0)")
-            ps.lines.append(f"acc{f.out.name} = " + writer.block(shape, "0.0", "tl.float32"))
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
     writer.close_loop(body, accumulating=True)
@@ -102,38 +94,6 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
         empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
         writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
-    for f in shifted:  # sum(x - r) - n (max - r) is sum(x - max)
-        row = f"tl.sum(acc{f.out.name}, axis={rd}, keep_dims=True) - {writer.reduced_count()} * ({top} - {reference})"
-        finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
-        writer.bind(ps, f.out, f"tl.where({finite}, {row}, tl.where({writer.reduced_count()} > 0, float('nan'), 0.0))")
     # a factored sum's factors may read the pair's results: it finishes last
     for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
         finish()
-
-
-def shifted_sums(writer, pair: SoftmaxPair) -> list[ReductionOp]:
-    """The kernel's sums of `x - max(x)` along the pair's dim, the value whose exp the pair
-    sums (a log-softmax's row sum, `frontend/rules/reduction.py`: label smoothing), where the
-    pair's x can be read at a row's first element (`_row_reference`). Its pass adds `x - r` for
-    r that element of the row (made 0 where not finite), known before the pass, and takes off
-    `n (max - r)` once a row: no second pass over the row for them, and no cancellation of
-    large offsets (logits near 1e4, or 3e36) that `sum(x) - n max` would meet."""
-    if pair.zero_if_infinite or writer.one_pass or reduced_axis(writer) is None \
-            or not elementwise_from_loads(writer, pair.max.inp):
-        return []
-    exp = writer.producer.get(id(pair.sum.inp))
-    shifted = exp.inputs[0]
-    axes = writer.axes
-    return [f for f in writer.plan.exprs if isinstance(f, ReductionOp) and f.kind is ReductionOpType.sum
-            and f.inp is shifted and f is not pair.sum and f.out.dtype in (DataType.Float, DataType.Double)
-            and reduced_axes_of(f, axes) == reduced_axes_of(pair.sum, axes)
-            and not writer.program_scope.lookup(id(f.out))]
-
-
-def _row_reference(writer, m: Expr) -> str:
-    """The row's first element of the pair's x, made 0 where it is not finite (NaN, or a row
-    opening with -inf, whose x - r would be NaN where eager's x - max is not)."""
-    first = value_at(writer, m.inp, reduced_axis(writer), "0", m.out.dtype)
-    name = f"T{m.out.name}_ref"
-    writer.program_scope.lines.append(f"{name} = tl.where(tl.abs({first}) < float('inf'), {first}, 0.0)")
-    return name

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, ExpandOp, Expr, IotaOp, ReductionOp,
+from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, DataType, ExpandOp, Expr, IotaOp, ReductionOp,
                   ReductionOpType, Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp)
 
 # the ops `v` may be computed with: element-wise (no random numbers, no resize, no reduction)
@@ -97,7 +97,8 @@ def _positions_along(writer, v, axis: int) -> bool:
     """Whether `v` is 0, 1, 2, ... along loop axis `axis` (an iota, through broadcasts and
     casts to integers), varying along no other axis."""
     e = writer.producer.get(id(v))
-    while isinstance(e, (BroadcastOp, ExpandOp)) or (isinstance(e, CastOp) and not e.out.dtype.is_floating):
+    # (a cast to a narrower integer or to bool would wrap the positions)
+    while isinstance(e, (BroadcastOp, ExpandOp)) or (isinstance(e, CastOp) and e.out.dtype in (DataType.Int, DataType.Int32)):
         e = writer.producer.get(id(e.inputs[0]))
     if not isinstance(e, IotaOp) or not all(isinstance(s, Scalar) and s.is_constant for s in e.inputs[1:]):
         return False

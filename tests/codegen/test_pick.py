@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import fuser
+from fuser import DataType, FusionDefinition
 from fuser.schedulers import heuristics
 
 
@@ -74,3 +75,22 @@ def test_a_cross_entropy_picks_its_target_logit_by_a_load(form, monkeypatch):
     forward = str(fuser.explain(ce, x, target)).split("backward: ATen graph", 1)[0]
     kernel = [k for k in forward.split("\ndef fuser_")[1:] if "_hit" in k]
     assert len(kernel) == 1 and "1 * idx1" not in kernel[0].split("\ndef ")[0], forward
+
+
+@pytest.mark.parametrize("positions", [DataType.Int32, DataType.Bool])
+def test_positions_cast_to_bool_are_no_pick(positions, monkeypatch):
+    """An iota cast to int32 still numbers the positions (a pick); cast to bool it is 0, 1, 1,
+    ..., and the sum over the positions equal to 1 is a sum of all but the first."""
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        t = fd.define_tensor([-1, 1], contiguity=True, dtype=positions)
+        n = fd.define_scalar(200, dtype=DataType.Int)
+        at = fd.ops.broadcast(fd.ops.cast(fd.ops.iota(n, 0, 1, DataType.Int), positions), [True, False])
+        fd.add_output(fd.ops.sum(fd.ops.where(fd.ops.eq(at, t), x, 0.0), [1]))
+    x = torch.randn(4, 200)
+    t = torch.ones(4, 1, dtype=torch.int32 if positions is DataType.Int32 else torch.bool)
+    (got,) = fd.execute([x, t])
+    want = x[:, 1] if positions is DataType.Int32 else x[:, 1:].sum(1)
+    torch.testing.assert_close(got, want)
+    assert ("_hit" in fd.last_triton_code()) == (positions is DataType.Int32)
