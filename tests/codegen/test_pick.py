@@ -26,7 +26,7 @@ def _kernel(fn, *args) -> str:
 
 
 @pytest.mark.parametrize("form", ["persistent", "looped"])
-def test_a_picked_element_is_one_load_a_row(form, monkeypatch):
+def test_a_picked_element_is_one_load_a_row(form, device, monkeypatch):
     if form == "looped":
         monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
     torch._dynamo.reset()  # (the other form's trace of the same code would be served)
@@ -34,6 +34,7 @@ def test_a_picked_element_is_one_load_a_row(form, monkeypatch):
     t = torch.tensor([0, 202, 5, 100, 64, 31, 7])
     x[2, 9] = math.nan      # another position's NaN: not picked
     x[3, 100] = -0.0        # a picked -0.0 is +0.0 as in the sum
+    x, t = x.to(device), t.to(device)
     torch.testing.assert_close(fuser.jit(_gather_plus_sum)(x, t), _gather_plus_sum(x, t), equal_nan=True)
     kernel = _kernel(_gather_plus_sum, x, t)
     # the pick's load reads the row at its index; no position compares with it
@@ -53,7 +54,7 @@ def test_an_index_out_of_the_row_gives_nan_as_before(monkeypatch):
 
 
 @pytest.mark.parametrize("form", ["persistent", "looped"])
-def test_a_cross_entropy_picks_its_target_logit_by_a_load(form, monkeypatch):
+def test_a_cross_entropy_picks_its_target_logit_by_a_load(form, device, monkeypatch):
     """The target's log-probability, picked from x before the row's max and log-sum are
     subtracted (frontend/rules/shape.py), is x read at the target: its forward's loop holds the
     online softmax alone. bf16 logits with ignored targets, forward and backward as eager's."""
@@ -64,8 +65,8 @@ def test_a_cross_entropy_picks_its_target_logit_by_a_load(form, monkeypatch):
     def ce(logits, target):
         return F.cross_entropy(logits.float(), target, reduction="none")
 
-    x = (torch.randn(6, 301) * 5).to(torch.bfloat16).requires_grad_()
-    target = torch.tensor([0, 300, -100, 17, 150, 299])
+    x = (torch.randn(6, 301) * 5).to(device, torch.bfloat16).requires_grad_()
+    target = torch.tensor([0, 300, -100, 17, 150, 299], device=device)
     out = fuser.jit(ce)(x, target)
     want = ce(x, target)
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
