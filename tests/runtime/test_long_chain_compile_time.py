@@ -125,13 +125,6 @@ def _random_fusion(seed: int) -> FusionDefinition:
     return fd
 
 
-def test_random_fusions_are_cut_as_planning_every_merge_cuts_them(monkeypatch):
-    for seed in range(25):
-        fusion = _random_fusion(seed).fusion
-        grown, _ = _segments(fusion)
-        assert _described(grown) == _described(_segments(fusion, False, monkeypatch)[0]), seed
-
-
 def _random_norm_tail(seed: int) -> FusionDefinition:
     """A LayerNorm backward (an inner-outer group), then random ops reading its dx, dw, db, the
     row statistics' inputs and broadcasts of them: where a join onto the group's row side must
@@ -166,8 +159,9 @@ def _random_norm_tail(seed: int) -> FusionDefinition:
     return fd
 
 
-def test_norm_backward_tails_are_cut_as_planning_every_merge_cuts_them(monkeypatch):
+@pytest.mark.parametrize("build", [_random_fusion, _random_norm_tail])
+def test_random_fusions_are_cut_as_planning_every_merge_cuts_them(build, monkeypatch):
     for seed in range(25):
-        fusion = _random_norm_tail(seed).fusion
+        fusion = build(seed).fusion
         grown, _ = _segments(fusion)
         assert _described(grown) == _described(_segments(fusion, False, monkeypatch)[0]), seed
