@@ -39,7 +39,7 @@ def pick_parts(writer, e: Expr) -> Optional[tuple[TensorView, TensorView, int]]:
         return None
     for position, index in (test.inputs, reversed(test.inputs)):
         if _positions_along(writer, position, axis) and isinstance(index, TensorView) \
-                and not index.dtype.is_floating and axis not in writer.axes.spans(index):
+                and index.dtype in (DataType.Int, DataType.Int32) and axis not in writer.axes.spans(index):
             break
     else:
         return None
