@@ -423,7 +423,7 @@ def _picked_through_row_constants(b, src, dim: int, hit):
     `- max - log(sum)` once a row. Also through a cast (a bf16 log-softmax) and a product (a
     weighted one: `logp * w` picked is `logp` picked times `w` picked). The same float
     operations on the same element (the same bits), but the pick no longer waits for the row's
-    max and sum, so a looped kernel takes it in the pass that computes them instead of a pass
+    max and sum: a kernel reads it with one load a row (codegen/pick.py), where it took a pass
     of its own over the row (a cross entropy's forward read its logits twice). None where no
     subtraction of a row constant is found under `src`."""
     out = meta_val(src) if isinstance(src, Node) else None
