@@ -26,7 +26,7 @@ def pick_parts(writer, e: Expr) -> Optional[tuple[TensorView, TensorView, int]]:
     that `writer` can read by a load; else None."""
     if not (isinstance(e, ReductionOp) and e.kind is ReductionOpType.sum and e.out.dtype.is_floating):
         return None
-    axis = reduced_axis(writer)
+    axis = _reduced_axis(writer)
     if axis is None:
         return None
     producer = writer.producer
@@ -44,7 +44,7 @@ def pick_parts(writer, e: Expr) -> Optional[tuple[TensorView, TensorView, int]]:
     else:
         return None
     v = select.inputs[1]
-    if not elementwise_from_loads(writer, v):
+    if not _elementwise_from_loads(writer, v):
         return None
     return v, index, axis
 
@@ -60,29 +60,21 @@ def emit_pick(writer, e: Expr) -> bool:
     t = writer.operand(ps, index, index.dtype)
     inside = f"T{e.out.name}_hit"
     ps.lines.append(f"{inside} = ({t} >= 0) & ({t} < {writer.reduced_count()})")
-    value = value_at(writer, v, axis, f"tl.where({inside}, {t}, 0)", e.out.dtype)
+    start = len(ps.lines)
+    view = writer.shifted((), axis, f"tl.where({inside}, {t}, 0)")
+    writer.pick_indices.add(dict(view)[axis])
+    value = writer.under(view, lambda: writer.operand(ps, v, e.out.dtype))
+    # its loads are one element a row, no pass over the row (the eviction hints count passes)
+    ps.lines[start:] = writer.unhinted(ps.lines[start:])
     # (+ 0.0: a picked -0.0 sums to +0.0 beside the row's other zeros)
     writer.bind(ps, e.out, f"tl.where({inside}, {value}, 0.0) + 0.0")
     return True
 
 
-def value_at(writer, v: TensorView, axis: int, index: str, dtype) -> str:
-    """`v` (element-wise from loads: `pick_parts`) computed in the program scope at position
-    `index` (code of the program scope, within the row) along the reduced loop axis `axis`."""
-    ps = writer.program_scope
-    start = len(ps.lines)
-    view = writer.shifted((), axis, index)
-    writer.pick_indices.add(dict(view)[axis])
-    value = writer.under(view, lambda: writer.operand(ps, v, dtype))
-    # its loads are one element a row, no pass over the row (the eviction hints count passes)
-    ps.lines[start:] = writer.unhinted(ps.lines[start:])
-    return value
-
-
-def reduced_axis(writer) -> Optional[int]:
+def _reduced_axis(writer) -> Optional[int]:
     """The reduced tile dim's one loop axis, where it is one (else there is no one index
     along it)."""
-    if writer.split is not None or writer.view or not getattr(writer, "PICKS_BY_LOAD", False):
+    if writer.split is not None or writer.view or not writer.PICKS_BY_LOAD:
         return None
     run = writer.layout.super_axes
     reduced = [j for j, d in enumerate(writer.super_dim) if d == writer.red]
@@ -106,7 +98,7 @@ def _positions_along(writer, v, axis: int) -> bool:
     return start == 0 and step == 1 and writer.axes.spans(v) == {axis} == writer.axes.spans(e.out)
 
 
-def elementwise_from_loads(writer, v: TensorView) -> bool:
+def _elementwise_from_loads(writer, v: TensorView) -> bool:
     """Whether `v` is computed in the kernel from its inputs by element-wise ops alone."""
     stack, seen = [v], set()
     while stack:
