@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import Expr
+from ..ir import DataType, Expr, ReductionOp, ReductionOpType
+from ..schedulers.inner_outer import reduced_axes_of
 from ..schedulers.plan import SoftmaxPair
 from .math import EXP_FLUSH
 
@@ -66,8 +67,23 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         f"{big}_e = {exp}(-tl.abs({big}_d))",
         f"{small} = tl.where({seen} == float('-inf'), {small}, tl.where({big}_d > 0, {small} * {big}_e + {weight}, "
         f"{small} + {weight} * {big}_e))",
-        f"{big} = _max_nan({big}, {seen})",
     ]
+    # sums of x - max(x) (a log-softmax's row sum: label smoothing) take the pass too, each lane
+    # relative to its running max (shifted_sums)
+    shifted = [] if split is not None else shifted_sums(writer, pair)
+    if shifted:
+        count, top_now = f"{big}_n", f"{big}_new"
+        ps.lines.append(f"{count} = " + writer.block(shape, "0.0", "tl.float32"))
+        body.lines.append(f"{top_now} = _max_nan({big}, {seen})")
+        for f in shifted:
+            acc = f"acc{f.out.name}"
+            ps.lines.append(f"{acc} = " + writer.block(shape, "0.0", "tl.float32"))
+            body.lines.append(
+                f"{acc} = {acc} + tl.where({count} > 0, {count} * tl.where({top_now} == {big}, 0.0, {big} - {top_now}), 0.0)"
+                f" + tl.where({mask}, {x} - tl.where({top_now} == float('-inf'), 0.0, {top_now}), 0.0)")
+        body.lines += [f"{count} = {count} + tl.where({mask}, 1.0, 0.0)", f"{big} = {top_now}"]
+    else:
+        body.lines.append(f"{big} = _max_nan({big}, {seen})")
     # the kernel's other reductions ready now take this pass too, rather than a pass of their own
     # over the row (a cross entropy's target logit, picked from x beside max(x) and the sum)
     others = [] if split is not None else [f for f in writer.plan.exprs
@@ -94,6 +110,31 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
         empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
         writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
+    for f in shifted:  # each lane's sum moved to the row's max, as the pass moved it to the lane's
+        acc = f"acc{f.out.name}"
+        moved = f"tl.where(({big}_n > 0) & ({big} != {top}), {big}_n * ({big} - {top}), 0.0)"
+        row = f"tl.sum({acc} + {moved}, axis={rd}, keep_dims=True)"
+        finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
+        writer.bind(ps, f.out, f"tl.where({finite}, {row}, tl.where({writer.reduced_count()} > 0, float('nan'), 0.0))")
     # a factored sum's factors may read the pair's results: it finishes last
     for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
         finish()
+
+
+def shifted_sums(writer, pair: SoftmaxPair) -> list[ReductionOp]:
+    """The kernel's sums of `x - max(x)` along the pair's dim, of the value whose exp the pair
+    sums (a log-softmax's row sum, `frontend/rules/reduction.py`: label smoothing). Each lane
+    keeps its sum of `x - m` for m its running max, adding `count (m_old - m_new)` as m rises,
+    and the lanes' sums move to the row's max after the pass: every term is at most 0, so
+    nothing cancels or overflows that eager's `sum(x - max)` would not (a sum of `x - r` for a
+    fixed r far below the max did both). A -inf term is -inf (not -inf - -inf); the row's sum is
+    NaN where its max is not finite, as eager's."""
+    if pair.zero_if_infinite or writer.one_pass:
+        return []
+    exp = writer.producer.get(id(pair.sum.inp))
+    shifted = exp.inputs[0]
+    axes = writer.axes
+    return [f for f in writer.plan.exprs if isinstance(f, ReductionOp) and f.kind is ReductionOpType.sum
+            and f.inp is shifted and f is not pair.sum and f.out.dtype in (DataType.Float, DataType.Double)
+            and reduced_axes_of(f, axes) == reduced_axes_of(pair.sum, axes)
+            and not writer.program_scope.lookup(id(f.out))]

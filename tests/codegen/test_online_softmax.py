@@ -210,11 +210,13 @@ def test_a_cross_entropy_with_infinities_and_nans_is_eagers(form, monkeypatch):
 
 
 @pytest.mark.parametrize("form", ["persistent", "looped"])
-def test_a_label_smoothed_cross_entropy_is_eagers_at_special_values(form, monkeypatch):
-    """Label smoothing's row sum of log-probabilities beside the one-pass target pick:
-    infinities, NaN, a row of -inf, logits offset by 1e4, logits near 3e36, and rows whose
-    first logit is far below the rest (where a sum of `x - r` for r that logit, less
-    `n (max - r)`, overflowed or lost digits: withdrawn) as eager's."""
+def test_a_label_smoothed_cross_entropy_forward_reads_its_logits_once(form, monkeypatch):
+    """Label smoothing's row sum of log-probabilities is `sum(x - max) - n log(sum)`
+    (frontend/rules/reduction.py), and the online pass sums `x - max` in each lane relative to
+    its running max (codegen/online_softmax.py `shifted_sums`): one pass over the row. As
+    eager's at infinities, NaN, a row of -inf, logits offset by 1e4, logits near 3e36, and rows
+    whose first logit is far below the rest (where a sum of `x - r` for r that logit, less
+    `n (max - r)`, overflowed or lost digits)."""
     import torch.nn.functional as F
 
     if form == "looped":
@@ -238,3 +240,22 @@ def test_a_label_smoothed_cross_entropy_is_eagers_at_special_values(form, monkey
     x[10, 0] = -1e7
     got, want = fuser.jit(smoothed)(x, target), smoothed(x, target)
     torch.testing.assert_close(got, want, rtol=2e-6, atol=1e-4, equal_nan=True)
+    if form == "looped":
+        forward = str(fuser.explain(smoothed, x, target)).split("backward: ATen graph", 1)[0]
+        row_kernel = [k for k in forward.split("\ndef fuser_") if "(-tl.abs(" in k]
+        assert len(row_kernel) == 1 and passes(row_kernel[0].split("\ndef ")[0]) == 1, forward
+
+
+def test_a_label_smoothed_cross_entropy_over_a_middle_class_axis():
+    """Logits [N, C, d] (the class axis in the middle: an outer reduction's online pass), a
+    column opening with -1e36 and one far below its max, as eager's."""
+    import torch.nn.functional as F
+
+    def smoothed(logits, target):
+        return F.cross_entropy(logits, target, label_smoothing=0.2, reduction="none")
+
+    x = torch.randn(3, 37, 5, generator=torch.Generator().manual_seed(2)) * 3
+    target = torch.randint(0, 37, (3, 5), generator=torch.Generator().manual_seed(3))
+    x[0, 0::2, 1], x[0, 1::2, 1] = -1e36, 1e36
+    x[1, 0, 2] = -3e38
+    torch.testing.assert_close(fuser.jit(smoothed)(x, target), smoothed(x, target), rtol=2e-6, atol=1e-4)

@@ -3,8 +3,10 @@ log_softmax, layer norm. Half and bf16 inputs compute in fp32 where ATen does.""
 from __future__ import annotations
 
 import torch
+from torch.fx import Node
 
 from ...ir import DataType
+from ..meta import meta_val
 from . import Kind, LoweringError, register
 from .pointwise import upcast
 from .shape import one_hot_row_sum
@@ -46,9 +48,48 @@ def reduced_count(b, node, dims: list[int]):
 def _sum(b, node, x, dim=None, keepdim=False, dtype=None):
     if dtype is None and dim is not None:
         found = one_hot_row_sum(b, node, dim, keepdim)  # (cross entropy's backward)
+        if found is None:
+            found = _log_softmax_row_sum(b, node, dim, keepdim)  # (label smoothing's forward)
         if found is not None:
             return found
     return b.fd.ops.sum(x, reduce_dims(x, dim), keepdim, dtype=_dtype(dtype))
+
+
+def _op(v, target) -> bool:
+    return isinstance(v, Node) and v.target is target
+
+
+def _log_softmax_row_sum(b, node, dim, keepdim):
+    """The row sum of a log-softmax, `sum((x - max) - log(sum(exp(x - max))))` along the softmax's
+    dim (a cross entropy's label smoothing), as `sum(x - max) - n log(sum(...))`: the log-sum is
+    a row constant, so the sum no longer waits for it, and a looped kernel takes `sum(x - max)`
+    in the online softmax pass (codegen/online_softmax.py) instead of a second pass over the
+    row. Both parts are at most 0 (the log-sum is at least log(1)): no cancellation. None where
+    the sum is not of this form."""
+    src = node.args[0]
+    dims = [dim] if isinstance(dim, int) else list(dim or [])
+    if len(dims) != 1 or not _op(src, aten.sub.Tensor) or len(src.args) != 2 or src.kwargs.get("alpha", 1) != 1:
+        return None
+    shifted, log = src.args
+    out = meta_val(src)
+    if not (isinstance(out, torch.Tensor) and out.dtype in (torch.float32, torch.float64) and out.dim() > 0):
+        return None
+    d = dims[0] % out.dim()
+    total = log.args[0] if _op(log, aten.log.default) else None
+    exp = total.args[0] if _op(total, aten.sum.dim_IntList) and len(total.args) >= 3 and total.args[2] else None
+    if not (_op(exp, aten.exp.default) and exp.args[0] is shifted and [a % out.dim() for a in total.args[1]] == [d]
+            and _op(shifted, aten.sub.Tensor) and len(shifted.args) == 2 and shifted.kwargs.get("alpha", 1) == 1):
+        return None
+    x, top = shifted.args
+    if not (_op(top, aten.amax.default) and top.args[0] is x and len(top.args) >= 3 and top.args[2]
+            and [a % out.dim() for a in top.args[1]] == [d]) or meta_val(shifted).shape != out.shape:
+        return None
+    a, lse = b.values.get(shifted), b.values.get(log)
+    if a is None or lse is None:
+        return None  # (computed outside this fusion)
+    ops = b.fd.ops
+    scaled = ops.mul(lse, reduced_count(b, node, [d]))
+    return ops.sub(ops.sum(a, [d], keepdim), scaled if keepdim else ops.squeeze(scaled, [d]))
 
 
 @register(aten.sum.default, kind=Kind.reduction)
