@@ -95,7 +95,10 @@ class ElementwiseEmitter:
         if j is not None:
             scope.owner_of_dim(self.super_dim[j])  # the index must be live in this scope
         _, start, step = (self.operand(scope, v, dt) for v in e.inputs)
-        self.bind(scope, e.out, f"({start} + {step} * {index}.to({compute_type(dt)}))")
+        code = f"({start} + {step} * {index}.to({compute_type(dt)}))"
+        if dt in (DataType.Half, DataType.BFloat16) or dt in FP8:  # (eager's positions are rounded to dt)
+            code = self.widen(self.narrow(code, dt), dt)
+        self.bind(scope, e.out, code)
 
     def cast_code(self, scope: Scope, v: Val, dtype: DataType) -> str:
         src = self.operand(scope, v, v.dtype)

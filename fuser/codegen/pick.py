@@ -92,7 +92,9 @@ def _positions_along(writer, v, axis: int) -> bool:
     # (a cast to a narrower integer or to bool would wrap the positions)
     while isinstance(e, (BroadcastOp, ExpandOp)) or (isinstance(e, CastOp) and e.out.dtype in (DataType.Int, DataType.Int32)):
         e = writer.producer.get(id(e.inputs[0]))
-    if not isinstance(e, IotaOp) or not all(isinstance(s, Scalar) and s.is_constant for s in e.inputs[1:]):
+    # (a floating iota holds rounded positions past its mantissa: 256 for bf16)
+    if not isinstance(e, IotaOp) or e.out.dtype not in (DataType.Int, DataType.Int32) \
+            or not all(isinstance(s, Scalar) and s.is_constant for s in e.inputs[1:]):
         return False
     start, step = e.inputs[1].value, e.inputs[2].value
     return start == 0 and step == 1 and writer.axes.spans(v) == {axis} == writer.axes.spans(e.out)

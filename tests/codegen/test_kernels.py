@@ -384,6 +384,20 @@ def test_iota_one_hot_and_full_in_one_kernel(device):
     assert kinds(fd) == ["kernel"]
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.half])
+def test_a_half_precision_iota_holds_rounded_positions(dtype, device):
+    """Eager's bf16 and fp16 aranges hold positions rounded to the dtype (257 is 256 in bf16,
+    2049 is 2048 in fp16); used inside a kernel, not only where it is stored, the iota is too."""
+    n = 2100
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        at = fd.ops.iota(fd.ops.size(x, 0), 0, 1, DataType.BFloat16 if dtype is torch.bfloat16 else DataType.Half)
+        fd.add_output(fd.ops.add(x, at))
+    x = torch.randn(n, device=device)
+    (out,) = fd.execute([x])
+    assert torch.equal(out, x + torch.arange(n, dtype=dtype, device=device).float())
+
+
 def test_sizes_from_scalar_inputs_are_part_of_the_launch_key(device):
     # the output's extent comes from a scalar input alone: a new value must not reuse the
     # launch prepared for the old one

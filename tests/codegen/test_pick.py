@@ -95,3 +95,23 @@ def test_positions_cast_to_bool_are_no_pick(positions, monkeypatch):
     want = x[:, 1] if positions is DataType.Int32 else x[:, 1:].sum(1)
     torch.testing.assert_close(got, want)
     assert ("_hit" in fd.last_triton_code()) == (positions is DataType.Int32)
+
+
+@pytest.mark.parametrize("positions", [DataType.BFloat16, DataType.Half])
+def test_floating_positions_are_no_pick(positions, monkeypatch):
+    """A bf16 or fp16 iota holds rounded positions past its mantissa (257 is 256 in bf16, 2049
+    is 2048 in fp16): the sum over the positions equal to t adds every one that rounds to t, as
+    eager's does, and is not read as one load."""
+    monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 512)
+    n = 2100
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        t = fd.define_tensor([-1, 1], contiguity=True, dtype=DataType.Int)
+        at = fd.ops.broadcast(fd.ops.iota(fd.ops.size(x, 1), 0, 1, positions), [True, False])
+        fd.add_output(fd.ops.sum(fd.ops.where(fd.ops.eq(at, t), x, 0.0), [1]))
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(3))
+    t = torch.tensor([[257], [259], [2049], [3]])
+    (got,) = fd.execute([x, t])
+    at = torch.arange(n, dtype=torch.bfloat16 if positions is DataType.BFloat16 else torch.half)
+    torch.testing.assert_close(got, torch.where(at[None] == t, x, 0.0).sum(1))
+    assert "_hit" not in fd.last_triton_code()
