@@ -115,3 +115,46 @@ def test_floating_positions_are_no_pick(positions, monkeypatch):
     at = torch.arange(n, dtype=torch.bfloat16 if positions is DataType.BFloat16 else torch.half)
     torch.testing.assert_close(got, torch.where(at[None] == t, x, 0.0).sum(1))
     assert "_hit" not in fd.last_triton_code()
+
+
+def test_an_integer_gather_out_of_the_row_raises():
+    """An integer pick cannot be NaN: the gather runs through ATen, which raises naming it
+    (eager raises too), where the one-hot sum read 0 for an index out of range."""
+    def f(v, idx):
+        return v.gather(1, idx) * 2 + 1
+
+    v = torch.randint(-100, 100, (3, 50))
+    idx = torch.tensor([[3], [49], [0]])
+    torch.testing.assert_close(fuser.jit(f)(v, idx), f(v, idx))
+    with pytest.raises(fuser.FusionInputError, match="gather.*out of bounds"):
+        fuser.jit(f)(v, torch.tensor([[3], [50], [-7]]))
+
+
+def test_a_one_hot_scatter_out_of_the_row_is_nan():
+    """`zeros.scatter(1, idx, 1.0)` with an index out of range: eager raises; the fused
+    one-hot's row is NaN rather than a row of zeros."""
+    def f(x, idx):
+        return torch.zeros_like(x).scatter(1, idx, 1.0) * x
+
+    x = torch.randn(3, 50)
+    got = fuser.jit(f)(x, torch.tensor([[3], [50], [-1]]))
+    torch.testing.assert_close(got[0], f(x[:1], torch.tensor([[3]]))[0])
+    assert got[1:].isnan().all()
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_a_cross_entropy_target_out_of_range_gives_a_nan_gradient(reduction):
+    """The loss of a target out of range is NaN, and so is its gradient's row (it was a
+    finite softmax row, which a training step would have applied)."""
+    def ce(x, t):
+        return F.cross_entropy(x, t, reduction=reduction)
+
+    x = torch.randn(3, 150).requires_grad_()
+    t = torch.tensor([4, 150, 7])
+    out = fuser.jit(ce)(x, t)
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    assert out.isnan().any() and grad[1].isnan().all()
+    if reduction == "none":
+        good = [0, 2]
+        want = torch.autograd.grad(ce(x, torch.tensor([4, 0, 7])), x, torch.tensor([1.0, 0.0, 1.0]))[0]
+        torch.testing.assert_close(grad[good], want[good])

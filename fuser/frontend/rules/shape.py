@@ -324,12 +324,19 @@ def _scatter_value(b, node, base, dim, index, value):
     `where(iota == index, value, f)` (the cross-entropy gradient). Other scatters run through
     ATen."""
     fill = _constant_fill(node.args[0])
-    if fill is None or not _one_index_per_row(b.meta(node).shape, node.args[2], dim % b.meta(node).dim()):
+    # (an integer one-hot could not mark an index out of range: ATen raises for it)
+    if fill is None or not b.meta(node).dtype.is_floating_point \
+            or not _one_index_per_row(b.meta(node).shape, node.args[2], dim % b.meta(node).dim()):
         return indexing.scatter_value(b, base, dim, index, value)  # through ATen
     dtype = DataType.from_torch(b.meta(node).dtype)
-    hit = _one_hot(b, b.meta(node).shape, node.args[2], dim, b.out_shape(node)[dim], index, "scatter")
-    return b.fd.ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
-                          b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype))
+    length = b.out_shape(node)[dim]
+    hit = _one_hot(b, b.meta(node).shape, node.args[2], dim, length, index, "scatter")
+    # an index out of range meets no position: eager raises, a fused kernel cannot, so its
+    # row is NaN (a cross entropy's gradient row as its loss) rather than a plausible fill
+    ops = b.fd.ops
+    fill = ops.where(_in_range(ops, index, length), b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype),
+                     float("nan"))  # (once a row: the select an element is the one it was)
+    return ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype), fill)
 
 
 def _one_index_per_row(shape, index_node, dim: int) -> bool:
@@ -402,8 +409,8 @@ def one_hot_row_sum(b, node, dim, keepdim):
     inside = _in_range(ops, idx, n)
     # the value as the one-hot holds it: rounded to its dtype (1/3 in bf16 is 0.333984375)
     value = torch.tensor(scatter.args[3], dtype=hot.dtype).item()
-    hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
-                    b.fd.define_scalar(_python_value(0, dtype), dtype=dtype))
+    # (an index out of range: NaN, as the scatter's row)
+    hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype), float("nan"))
     total = ops.mul(hit, q)
     # the other positions' 0 * q: a symbolic length is at least 2 (Dynamo specializes 0 and 1)
     if not isinstance(n, int) or n > 1:
@@ -476,15 +483,14 @@ def _gather(b, node, x, dim, index, sparse_grad=False):
     logit of a cross entropy). Other gathers run through ATen."""
     shape = b.input_meta(node).shape
     dim %= len(shape)
-    if not _one_index_per_row(shape, node.args[2], dim):
+    # (an integer pick could not mark an index out of range: ATen raises for it)
+    if not _one_index_per_row(shape, node.args[2], dim) or not b.input_meta(node).dtype.is_floating_point:
         return indexing.gather(b, x, dim, index)  # through ATen
     length = b.size(shape[dim])
     hit = _one_hot(b, shape, node.args[2], dim, length, index, "gather")
     picked = _picked_through_row_constants(b, node.args[0], dim, hit)
     if picked is None:
         picked = _pick(b, x, dim, hit)
-    if not picked.dtype.is_floating:
-        return picked
     # an index out of range matches no position: eager raises, a fused kernel cannot, so the
     # result is NaN (a NaN loss) rather than a plausible 0
     ops = b.fd.ops
