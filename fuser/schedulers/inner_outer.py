@@ -191,38 +191,64 @@ def _combine_part(graph: GroupGraph, column_outputs: list[TensorView], column_re
 
 class InnerOuterAxes:
     """The growable axes (segmenter's `GrowableAxes`) of an inner-outer group: one more
-    pointwise expr on the row side (a LayerNorm backward's dx followed by a chain of pointwise
-    ops) joins with no new plan of the group where `split_inner_outer` and the two-kernel
-    form's row plan provably take the union as they took the group. That holds where the expr
-    keeps the loop axes of the group (`whole`) and of the row kernel (`rows`: it reads only
-    the row kernel's values and kernel inputs), reads nothing computed from a column reduction
-    (which would need the combine's proof), and its output varies along rows (a row output).
-    The column side, the combine and the statistics are then unchanged. Planning the whole
-    group at each op made a 100-op tail segment in seconds."""
+    pointwise expr joins with no new plan of the group where `split_inner_outer` and the
+    two-kernel form's plans provably take the union as they took the group. Planning the whole
+    group at each op made a 100-op tail segment in seconds. Two sides grow:
 
-    def __init__(self, whole: PointwiseAxes, rows: PointwiseAxes, split: InnerOuterSplit, exprs: Sequence[Expr]):
-        self.whole, self.rows = whole, rows
+    - the row side (a LayerNorm backward's dx followed by a chain of pointwise ops): the expr
+      keeps the loop axes of the group (`whole`) and of the row kernel (`rows`: it reads only
+      the row kernel's values and kernel inputs), reads nothing computed from a column
+      reduction (which would need the combine's proof), and its output varies along rows (a
+      row output). The column side, the combine and the statistics are then unchanged.
+    - the combine side (an update of dw after the reduction that made it): the expr keeps the
+      loop axes of the group and of the column kernel (`columns`), reads values computed from a
+      column reduction and kernel inputs that vary along no row, and its output keeps the
+      row's axes exactly (a column output). The row side and the statistics are then
+      unchanged."""
+
+    def __init__(self, whole: PointwiseAxes, rows: Optional[PointwiseAxes], columns: Optional[PointwiseAxes],
+                 split: InnerOuterSplit, exprs: Sequence[Expr]):
+        self.whole, self.rows, self.columns = whole, rows, columns
         self.along_rows = set(split.row_axes)  # (the loop axes the column reductions sum over)
+        self.along_row = set(split.column_axes)  # (the loop axes a column output keeps)
         self.after_columns = GroupGraph(exprs, []).downstream(split.column_reductions)
         self.computed = {id(o) for e in exprs for o in e.outputs}
 
     def joined(self, e: Expr) -> Optional[tuple]:
         tensors = [v for v in e.inputs if isinstance(v, TensorView)]
-        if any(id(v) in self.after_columns or (id(v) in self.computed and id(v) not in self.rows.tensors)
-               for v in tensors):
+        if any(id(v) in self.after_columns for v in tensors):
+            return self._joined_after_columns(e, tensors)
+        if self.rows is None or any(id(v) in self.computed and id(v) not in self.rows.tensors for v in tensors):
             return None
         whole = self.whole.joined(e)
         rows = self.rows.joined(e) if whole is not None else None
         if rows is None:
             return None
-        axis_of = whole[0]
         for o in e.outputs:
-            if not isinstance(o, TensorView) or not {axis_of.get(id(d)) for d in o.domain.no_reductions()} & self.along_rows:
+            if not isinstance(o, TensorView) or not self._axes(o, whole[0]) & self.along_rows:
                 return None  # (an output neither along rows nor after a column reduction)
-        return whole, rows
+        return "rows", whole, rows
+
+    def _joined_after_columns(self, e: Expr, tensors: list[TensorView]) -> Optional[tuple]:
+        if self.columns is None or any(id(v) in self.computed and id(v) not in self.after_columns for v in tensors):
+            return None  # (a value of the row side: the column kernel would compute it)
+        whole = self.whole.joined(e)
+        columns = self.columns.joined(e) if whole is not None else None
+        if columns is None or any(self._axes(v, whole[0]) & self.along_rows for v in tensors):
+            return None  # (a column result meeting a value along rows: split_inner_outer refuses it)
+        if any(not isinstance(o, TensorView) or self._axes(o, whole[0]) != self.along_row for o in e.outputs):
+            return None
+        return "columns", whole, columns
+
+    def _axes(self, v: TensorView, new: dict) -> set[int]:
+        """The loop axes `v` varies along, where `new` holds the join's new axes."""
+        found = (new.get(id(d), self.whole.axis_of.get(id(d))) for d in v.domain.no_reductions())
+        return {a for a in found if a is not None}
 
     def join(self, e: Expr, found: tuple) -> None:
-        self.whole.join(e, found[0])
-        self.rows.join(e, found[1])
+        side, whole, part = found
+        self.whole.join(e, whole)
+        (self.rows if side == "rows" else self.columns).join(e, part)
         self.computed.update(id(o) for o in e.outputs)
-
+        if side == "columns":
+            self.after_columns.update(id(o) for o in e.outputs)

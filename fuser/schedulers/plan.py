@@ -156,15 +156,20 @@ class KernelPlan:
         reads only the loop axes' classes (which axes are reduced, and by which op), and a
         join that keeps every class keeps them (a normalization's tail of pointwise ops, one
         op at a time, planned the whole group per op). An inner-outer plan grows on its row
-        side (`InnerOuterAxes`). None for the rest: resizes, and outputs analysed aligned,
-        which are not the plain analysis a join extends."""
+        and combine sides (`InnerOuterAxes`). None for the rest: resizes, and outputs analysed
+        aligned, which are not the plain analysis a join extends."""
         if self.template not in (Template.pointwise, Template.inner_reduction, Template.outer_reduction,
                                  Template.inner_outer) \
                 or self.axes.aligned_outputs or any(isinstance(e, RESIZE_OPS) for e in self.exprs):
             return None
         if self.template is Template.inner_outer:
-            rows = self.parts.rows.growable_axes() if self.parts is not None and self.parts.rows is not None else None
-            return None if rows is None else InnerOuterAxes(PointwiseAxes(self.axes), rows, self.parts.split, self.exprs)
+            if self.parts is None:
+                return None
+            rows = self.parts.rows.growable_axes() if self.parts.rows is not None else None
+            columns = self.parts.columns.growable_axes()
+            if rows is None and columns is None:
+                return None
+            return InnerOuterAxes(PointwiseAxes(self.axes), rows, columns, self.parts.split, self.exprs)
         return PointwiseAxes(self.axes)
 
     def describe(self) -> str:
