@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..ir import DataType, Expr, ReductionOp, TensorView, VarMeanOp
+from ..segment.segments import LASTING
 from .axes import KernelAxes, PointwiseAxes
 
 # the IR types whose values compute in fp32 in generated kernels (codegen/types.py COMPUTE);
@@ -119,7 +120,8 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
             continue
         for v in list(e.inputs) + list(e.outputs):
             if isinstance(v, TensorView) and spans_rows(v):
-                return None, f"a column reduction's result meets T{v.name}, which varies along rows"
+                # (any union holding both keeps the op, and its two sets of reductions)
+                return None, f"a column reduction's result meets T{v.name}, which varies along rows" + LASTING
     row_outputs = [o for o in outputs if spans_rows(o) and id(o) not in after_columns]
     column_outputs = [o for o in outputs if id(o) in after_columns]
     for o in outputs:

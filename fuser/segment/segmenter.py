@@ -17,7 +17,7 @@ from typing import Callable, Optional, Protocol
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..ir.fusion import live_exprs
 from ..timing import phase
-from .segments import NO_SPANNING_TENSOR, RESIZED_OUTPUTS, Segment, SegmentKind, segment_inputs, segment_io
+from .segments import LASTING, NO_SPANNING_TENSOR, RESIZED_OUTPUTS, Segment, SegmentKind, segment_inputs, segment_io
 
 # (exprs, inputs, outputs) -> (plan or None, reason it was refused); a plan may offer
 # `growable_axes()`, the loop axes by which its group grows without a new plan (GrowableAxes)
@@ -32,6 +32,8 @@ class _Group:
         self.first = index
         self.kernel = kernel
         self.refusals: list[tuple[str, Expr]] = []  # (why a merge was refused, an expr of the other group)
+        # (an expr of another group, why): merges refused for a cause that any larger union keeps
+        self.lasting: list[tuple[Expr, str]] = []
         # the loop axes of `exprs` where they plan as a pointwise kernel (`growable_axes`)
         self.axes: Optional[GrowableAxes] = None
         # ids of the exprs outside the group reading its values: its consumers without a walk
@@ -161,6 +163,8 @@ class Segmenter:
         if not self.acyclic_merge(a, b):
             a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: it would make a cycle", b.exprs[0]))
             return None
+        if a.kernel and self.lasting_refusal(a, b):
+            return None  # (refused before, and recorded then)
         exprs = self.in_order(a, b)
         axes = self.grown_axes(a, b) if a.kernel else None
         if axes is not None:
@@ -173,8 +177,20 @@ class Segmenter:
                 if why == RESIZED_OUTPUTS or why.endswith(NO_SPANNING_TENSOR):
                     self.retry.append((a.exprs[0], b.exprs[0]))
                 a.refusals.append((f"not merged with the group of {b.exprs[0].op_name}: {why}", b.exprs[0]))
+                if why.endswith(LASTING):
+                    a.lasting.append((b.exprs[0], why))
                 return None
         return self.absorb(a, b, exprs, groups, growable_axes(plan))
+
+    def lasting_refusal(self, a: _Group, b: _Group) -> Optional[str]:
+        """Why a merge of groups holding `a` and `b` was refused, where the cause stays in their
+        union however they grew (`LASTING`): a tail that reads both a norm backward's dx and a
+        broadcast of its dw was planned with the whole backward again at each op it grew by."""
+        for g, other in ((a, b), (b, a)):
+            for e, why in g.lasting:
+                if self.group_of[id(e)] is other:
+                    return why
+        return None
 
     def absorb(self, a: _Group, b: _Group, exprs: list[Expr], groups: Groups,
                axes: Optional[GrowableAxes]) -> _Group:
@@ -186,6 +202,7 @@ class Segmenter:
         keep.axes = axes
         keep.first = min(a.first, b.first)
         keep.refusals = a.refusals + b.refusals
+        keep.lasting = [(e, why) for e, why in a.lasting + b.lasting if self.group_of[id(e)] not in (a, b)]
         for e in gone.exprs:
             self.group_of[id(e)] = keep
         # (the readers that were the other group's exprs are inside now)

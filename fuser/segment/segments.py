@@ -14,6 +14,10 @@ RESIZED_OUTPUTS = "outputs of several extents along an axis a slice, pad or cat 
 # how the reason a group with reductions is refused ends where no tensor spans its loop space
 # (schedulers/plan.py): ops that join later may link its axes, so the merge is tried again
 NO_SPANNING_TENSOR = "(no tensor spans every loop axis)"
+# how a refusal ends whose cause stays in any union holding both groups (an op of one meeting a
+# value of the other): the segmenter does not plan the two again as they grow
+# (schedulers/inner_outer.py)
+LASTING = " (in any larger union too)"
 
 
 class SegmentKind(enum.Enum):

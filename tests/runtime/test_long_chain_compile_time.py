@@ -101,6 +101,31 @@ def test_a_chain_is_cut_as_planning_every_merge_cuts_it(kind, monkeypatch):
     assert _described(_segments(fusion)[0]) == _described(_segments(fusion, False, monkeypatch)[0])
 
 
+def _refused_tail(n: int) -> FusionDefinition:
+    """A tail reading a LayerNorm backward's dx and a broadcast of its dw at each op: it may not
+    join the inner-outer group (a column result along rows), whose union with it was planned
+    again at each op the tail grew by."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+        w = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        dx = _layer_norm_backward(fd, x, w)
+        along_rows = fd.ops.broadcast(fd.fusion.outputs()[-2], [True, False])
+        y = dx
+        for _ in range(n):
+            y = fd.ops.add(fd.ops.mul(fd.ops.tanh(y), along_rows), dx)
+        fd.add_output(y)
+    return fd
+
+
+def test_a_tail_refused_for_good_is_not_planned_with_its_group_again(monkeypatch):
+    segments, planned = _segments(_refused_tail(100).fusion)
+    assert [s.kind for s in segments] == [SegmentKind.kernel, SegmentKind.evaluator, SegmentKind.kernel]
+    assert "meets" in segments[-1].why or "meets" in segments[0].why
+    assert planned <= 4 * sum(len(s.exprs) for s in segments), planned
+    fusion = _refused_tail(20).fusion
+    assert _described(_segments(fusion)[0]) == _described(_segments(fusion, False, monkeypatch)[0])
+
+
 def _random_fusion(seed: int) -> FusionDefinition:
     """Pointwise ops over square shapes, with broadcasts, permutes, expands, reductions and
     values read again: where a join may merge two loop axes of the group (the broadcast axis
@@ -192,3 +217,7 @@ def test_random_fusions_are_cut_as_planning_every_merge_cuts_them(build, monkeyp
         fusion = build(seed).fusion
         grown, _ = _segments(fusion)
         assert _described(grown) == _described(_segments(fusion, False, monkeypatch)[0]), seed
+        # and as planning every merge refused before for good (`LASTING`) cuts them
+        monkeypatch.setattr(segmenter.Segmenter, "lasting_refusal", lambda self, a, b: None)
+        assert _described(grown) == _described(_segments(fusion)[0]), seed
+        monkeypatch.undo()
