@@ -334,9 +334,9 @@ def _scatter_value(b, node, base, dim, index, value):
     # an index out of range meets no position: eager raises, a fused kernel cannot, so its
     # row is NaN (a cross entropy's gradient row as its loss) rather than a plausible fill
     ops = b.fd.ops
-    fill = ops.where(_in_range(ops, index, length), b.fd.define_scalar(_python_value(fill, dtype), dtype=dtype),
-                     float("nan"))  # (once a row: the select an element is the one it was)
-    return ops.where(hit, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype), fill)
+    scalar = lambda v: b.fd.define_scalar(_python_value(v, dtype), dtype=dtype)  # noqa: E731 (in the one-hot's dtype)
+    fill = ops.where(_in_range(ops, index, length), scalar(fill), scalar(float("nan")))
+    return ops.where(hit, scalar(value), fill)  # (the fill once a row: one select an element, as before)
 
 
 def _one_index_per_row(shape, index_node, dim: int) -> bool:
@@ -410,7 +410,8 @@ def one_hot_row_sum(b, node, dim, keepdim):
     # the value as the one-hot holds it: rounded to its dtype (1/3 in bf16 is 0.333984375)
     value = torch.tensor(scatter.args[3], dtype=hot.dtype).item()
     # (an index out of range: NaN, as the scatter's row)
-    hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype), float("nan"))
+    hit = ops.where(inside, b.fd.define_scalar(_python_value(value, dtype), dtype=dtype),
+                    b.fd.define_scalar(float("nan"), dtype=dtype))
     total = ops.mul(hit, q)
     # the other positions' 0 * q: a symbolic length is at least 2 (Dynamo specializes 0 and 1)
     if not isinstance(n, int) or n > 1:
