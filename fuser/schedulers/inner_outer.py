@@ -115,13 +115,14 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
     graph = GroupGraph(exprs, inputs)
     spans_rows = lambda v: bool(axes.spans(v) & column_set)  # noqa: E731
     after_columns = graph.downstream(column_reductions)
-    for e in exprs:
-        if any(e is c for c in column_reductions) or not any(id(v) in after_columns for v in e.inputs):
-            continue
-        for v in list(e.inputs) + list(e.outputs):
-            if isinstance(v, TensorView) and spans_rows(v):
-                # (any union holding both keeps the op, and its two sets of reductions)
-                return None, f"a column reduction's result meets T{v.name}, which varies along rows" + LASTING
+    met = _met_by_results(exprs, graph, column_reductions, spans_rows)
+    if met is not None:
+        # lasting where a row reduction's result also meets a value along the row: a larger
+        # union holds the same ops, and whichever way its loop axes are laid out (its first
+        # tensor may be transposed) one set's result meets a value along the other's axes
+        swapped = _met_by_results(exprs, graph, row_reductions, lambda v: bool(axes.spans(v) & row_set))
+        return None, (f"a column reduction's result meets T{met.name}, which varies along rows"
+                      + (LASTING if swapped is not None else ""))
     row_outputs = [o for o in outputs if spans_rows(o) and id(o) not in after_columns]
     column_outputs = [o for o in outputs if id(o) in after_columns]
     for o in outputs:
@@ -181,6 +182,19 @@ def apart_output(split: InnerOuterSplit, exprs: Sequence[Expr], axes: KernelAxes
     return best
 
 
+def _met_by_results(exprs: Sequence[Expr], graph: GroupGraph, reductions: list, along) -> Optional[TensorView]:
+    """A value for which `along(v)` holds that an op reading the results of `reductions` (or
+    values computed from them) reads or writes; None where there is none."""
+    after = graph.downstream(reductions)
+    for e in exprs:
+        if any(e is r for r in reductions) or not any(id(v) in after for v in e.inputs):
+            continue
+        for v in list(e.inputs) + list(e.outputs):
+            if isinstance(v, TensorView) and along(v):
+                return v
+    return None
+
+
 def _combine_part(graph: GroupGraph, column_outputs: list[TensorView], column_reductions: list[ReductionOp]):
     """What the combine kernel computes: the column outputs from the column reductions (read
     from the workspace, so their inputs are not computed) and from kernel inputs."""
@@ -211,12 +225,16 @@ class InnerOuterAxes:
     def __init__(self, whole: PointwiseAxes, rows: Optional[PointwiseAxes], columns: Optional[PointwiseAxes],
                  split: InnerOuterSplit, exprs: Sequence[Expr]):
         self.whole, self.rows, self.columns = whole, rows, columns
-        self.along_rows = set(split.row_axes)  # (the loop axes the column reductions sum over)
-        self.along_row = set(split.column_axes)  # (the loop axes a column output keeps)
+        self.row_axes = set(split.row_axes)  # (the loop axes that number the rows: column reductions sum over them)
+        self.column_axes = set(split.column_axes)  # (those that number a row's elements: a column output keeps them)
         self.after_columns = GroupGraph(exprs, []).downstream(split.column_reductions)
         self.computed = {id(o) for e in exprs for o in e.outputs}
 
     def joined(self, e: Expr) -> Optional[tuple]:
+        if any(id(o) in self.whole.tensors for o in e.outputs):
+            # a producer of the group's values: its input may become the union's first tensor,
+            # whose layout (transposed) would swap the row and column axes
+            return None
         tensors = [v for v in e.inputs if isinstance(v, TensorView)]
         if any(id(v) in self.after_columns for v in tensors):
             return self._joined_after_columns(e, tensors)
@@ -227,7 +245,7 @@ class InnerOuterAxes:
         if rows is None:
             return None
         for o in e.outputs:
-            if not isinstance(o, TensorView) or not self._axes(o, whole[0]) & self.along_rows:
+            if not isinstance(o, TensorView) or not self._axes(o, whole[0]) & self.row_axes:
                 return None  # (an output neither along rows nor after a column reduction)
         return "rows", whole, rows
 
@@ -236,9 +254,9 @@ class InnerOuterAxes:
             return None  # (a value of the row side: the column kernel would compute it)
         whole = self.whole.joined(e)
         columns = self.columns.joined(e) if whole is not None else None
-        if columns is None or any(self._axes(v, whole[0]) & self.along_rows for v in tensors):
+        if columns is None or any(self._axes(v, whole[0]) & self.row_axes for v in tensors):
             return None  # (a column result meeting a value along rows: split_inner_outer refuses it)
-        if any(not isinstance(o, TensorView) or self._axes(o, whole[0]) != self.along_row for o in e.outputs):
+        if any(not isinstance(o, TensorView) or self._axes(o, whole[0]) != self.column_axes for o in e.outputs):
             return None
         return "columns", whole, columns
 
