@@ -114,13 +114,13 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
             return None, f"T{e.out.name} sums over rows but does not keep the row's axes"
     graph = GroupGraph(exprs, inputs)
     spans_rows = lambda v: bool(axes.spans(v) & column_set)  # noqa: E731
-    after_columns = graph.downstream(column_reductions)
-    met = _met_by_results(exprs, graph, column_reductions, spans_rows)
+    after_columns, after_rows = graph.downstream(column_reductions), graph.downstream(row_reductions)
+    met = _met_by_results(exprs, column_reductions, after_columns, spans_rows)
     if met is not None:
         # lasting where a row reduction's result also meets a value along the row: a larger
         # union holds the same ops, and whichever way its loop axes are laid out (its first
         # tensor may be transposed) one set's result meets a value along the other's axes
-        swapped = _met_by_results(exprs, graph, row_reductions, lambda v: bool(axes.spans(v) & row_set))
+        swapped = _met_by_results(exprs, row_reductions, after_rows, lambda v: bool(axes.spans(v) & row_set))
         return None, (f"a column reduction's result meets T{met.name}, which varies along rows"
                       + (LASTING if swapped is not None else ""))
     row_outputs = [o for o in outputs if spans_rows(o) and id(o) not in after_columns]
@@ -137,7 +137,6 @@ def split_inner_outer(exprs: Sequence[Expr], axes: KernelAxes, inputs: Sequence[
 
     # the two-kernel form: the column kernel stops at row statistics (computed from a row
     # reduction, varying along rows but not along the row), which the row kernel writes
-    after_rows = graph.downstream(row_reductions)
     is_statistic = lambda v: id(v) in after_rows and spans_rows(v) and not (axes.spans(v) & row_set)  # noqa: E731
     column_exprs, column_inputs = graph.closure(column_outputs, is_statistic)
     statistics = [v for v in column_inputs if id(v) in graph.producer]
@@ -182,10 +181,9 @@ def apart_output(split: InnerOuterSplit, exprs: Sequence[Expr], axes: KernelAxes
     return best
 
 
-def _met_by_results(exprs: Sequence[Expr], graph: GroupGraph, reductions: list, along) -> Optional[TensorView]:
+def _met_by_results(exprs: Sequence[Expr], reductions: list, after: set[int], along) -> Optional[TensorView]:
     """A value for which `along(v)` holds that an op reading the results of `reductions` (or
-    values computed from them) reads or writes; None where there is none."""
-    after = graph.downstream(reductions)
+    values computed from them: `after`, by id) reads or writes; None where there is none."""
     for e in exprs:
         if any(e is r for r in reductions) or not any(id(v) in after for v in e.inputs):
             continue
