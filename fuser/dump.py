@@ -44,12 +44,13 @@ def env_switch(name: str, default: bool) -> bool:
     return default
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int = 1) -> int:
     raw = os.environ.get(name, "").strip()
-    if raw.isdigit() and int(raw) > 0:
+    if raw.isdigit() and int(raw) >= minimum:
         return int(raw)
     if raw:
-        _warn_once(name, raw, f"is not a positive integer; read as {default}")
+        what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+        _warn_once(name, raw, f"is not {what}; read as {default}")
     return default
 
 

@@ -91,3 +91,20 @@ def test_a_module_holding_a_definition_deep_copies():
     assert twin.fd is m.fd and torch.equal(twin(x), x.relu())
     with pytest.raises(FusionDefinitionError, match="cannot be pickled; pickle repr"):
         pickle.dumps(m.fd)
+
+
+def test_the_compile_counts_are_read_as_the_other_counts(monkeypatch):
+    """FUSER_COMPILE_WORKERS (0 turns the worker off) and FUSER_COMPILE_THREADS were read apart
+    from the other settings, a malformed value silently taken as the default."""
+    from fuser.codegen import compile_pool, parallel_compile
+
+    monkeypatch.setenv("FUSER_COMPILE_WORKERS", "0")
+    assert compile_pool.worker_count() == 0
+    monkeypatch.setenv("FUSER_COMPILE_WORKERS", "four")
+    with pytest.warns(UserWarning, match="FUSER_COMPILE_WORKERS='four' is not an integer of at least 0"):
+        compile_pool.worker_count()
+    monkeypatch.setenv("FUSER_COMPILE_THREADS", "3")
+    assert parallel_compile._workers() == 3
+    monkeypatch.setenv("FUSER_COMPILE_THREADS", "0")
+    with pytest.warns(UserWarning, match="FUSER_COMPILE_THREADS='0' is not a positive integer"):
+        parallel_compile._workers()

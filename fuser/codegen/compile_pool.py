@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..dump import env_switch
+from ..dump import env_int, env_switch
 from .background import begin_exit, exiting, stop_at_exit
 from .compile_worker import ENV_PREFIXES, in_disk_cache, launch_source, read_frame, write_frame
 
@@ -85,12 +85,9 @@ def worker_count() -> int:
     """FUSER_COMPILE_WORKERS: how many compiles the worker runs at once (0: no worker); by
     default this process's share of the processors (torchrun's LOCAL_WORLD_SIZE processes
     share them), at most 8, and none below 4 (they would only share the process's cores)."""
-    asked = os.environ.get("FUSER_COMPILE_WORKERS", "")
-    if asked.isdigit():
-        return int(asked)
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     cpus = _processors() // (int(local) if local.isdigit() and int(local) > 0 else 1)
-    return min(8, cpus) if cpus >= 4 else 0
+    return env_int("FUSER_COMPILE_WORKERS", min(8, cpus) if cpus >= 4 else 0, minimum=0)
 
 
 def _processors() -> int:

@@ -25,7 +25,7 @@ import threading
 from typing import Callable, Iterator, Optional, Sequence
 
 from . import compile_pool
-from ..dump import env_switch
+from ..dump import env_int, env_switch
 from .background import set_on_thread
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -57,10 +57,7 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 def _workers() -> int:
     """FUSER_COMPILE_THREADS where it is a positive number, else the processor count, at most 8."""
-    asked = os.environ.get("FUSER_COMPILE_THREADS", "")
-    if asked.isdigit() and int(asked) > 0:
-        return int(asked)
-    return max(2, min(8, os.cpu_count() or 2))
+    return env_int("FUSER_COMPILE_THREADS", max(2, min(8, os.cpu_count() or 2)))
 
 
 @contextlib.contextmanager

@@ -315,6 +315,7 @@ class FusionDefinition:
         on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
         if not isinstance(inputs, (list, tuple)):
             raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
+        target = _execution_device(device, inputs)
         hook = _set_eval_frame(None)
         try:
             cache = self._cache or self._make_cache("execute")
@@ -330,6 +331,9 @@ class FusionDefinition:
             else:
                 outs, profile = cache.execute_profiled(inputs)
                 profiler.profiles.append(profile)
+            if target is not None and not any(isinstance(a, torch.Tensor) for a in inputs):
+                # (no tensor says where: computed on the CPU, as without `device`, then moved)
+                outs = [o.to(target) for o in outs]
             return self._visible(outs, inputs) if self._alias_of else outs
         finally:
             _set_eval_frame(hook)
@@ -579,3 +583,27 @@ def _from_sizes(sizes: list, strides: list, static_sizes: bool) -> tuple[list, l
     contiguity, stride_order = compute_tensor_descriptor(sizes, strides)
     shape = [s if (static_sizes or s == 1) else -1 for s in sizes]
     return shape, contiguity, stride_order
+
+
+def _execution_device(device: Any, inputs: Sequence[Any]) -> Optional[torch.device]:
+    """`execute`'s `device` (nvFuser's: an index of a CUDA device, or a device) as a torch device,
+    None where not given. A fusion runs where its tensor inputs are: a device they are not on,
+    or one this machine lacks, is a `FusionInputError` naming it."""
+    if device is None:
+        return None
+    try:
+        target = torch.device("cuda", device) if isinstance(device, int) and not isinstance(device, bool) \
+            else torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise FusionInputError(f"execute: device={device!r} is not a device ({err})") from None
+    if target.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (target.index or 0) >= count:
+            raise FusionInputError(f"execute: device={device!r}, but this machine has {count} CUDA device(s)")
+        if target.index is None:  # (as a tensor's device reads)
+            target = torch.device("cuda", torch.cuda.current_device())
+    for k, a in enumerate(inputs):
+        if isinstance(a, torch.Tensor) and a.device != target:
+            raise FusionInputError(f"execute: device={device!r}, but input {k} is on {a.device}: a fusion runs "
+                                   f"where its tensor inputs are")
+    return target

@@ -184,3 +184,34 @@ def test_a_kernels_header_names_its_scalar_parameters():
     x = make((4, 8))
     assert_eager(fd.execute([x, 2.0])[0], x.exp() * 2.0)
     assert f"# s0 = {s!r}" in fd.last_triton_code()
+
+
+def _full_only() -> FusionDefinition:
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.full([3], 2.0, DataType.Float))
+    return fd
+
+
+@pytest.mark.parametrize("device", [7, "cuda:5", "no-such-device", -1])
+def test_execute_names_a_device_it_cannot_run_on(device):
+    """`execute`'s device was accepted and ignored (a fusion without tensor inputs ran on the
+    CPU whatever it named)."""
+    with pytest.raises(fuser.FusionInputError, match=r"execute: device="):
+        _full_only().execute([], device=device)
+
+
+def test_execute_refuses_a_device_its_tensor_inputs_are_not_on():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.add(x, 1.0))
+    x = torch.randn(3)
+    torch.testing.assert_close(fd.execute([x], device="cpu")[0], x + 1)
+    with pytest.raises(fuser.FusionInputError, match="input 0 is on cpu"):
+        fd.execute([x], device="meta")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_execute_puts_a_tensorless_fusions_outputs_on_its_device():
+    (out,) = _full_only().execute([], device=0)
+    assert out.device == torch.device("cuda", 0) and torch.equal(out.cpu(), torch.full([3], 2.0))
