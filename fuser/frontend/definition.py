@@ -594,8 +594,9 @@ def _execution_device(device: Any, inputs: Sequence[Any]) -> Optional[torch.devi
     try:
         target = torch.device("cuda", device) if isinstance(device, int) and not isinstance(device, bool) \
             else torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise FusionInputError(f"execute: device={device!r} is not a device ({err})") from None
+    except (RuntimeError, TypeError, ValueError):
+        raise FusionInputError(f"execute: device={device!r} is not a device: expected a CUDA device's index, a "
+                               f"string such as 'cuda:0' or 'cpu', or a torch.device") from None
     if target.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (target.index or 0) >= count:

@@ -192,7 +192,7 @@ def _full_only() -> FusionDefinition:
     return fd
 
 
-@pytest.mark.parametrize("device", [7, "cuda:5", "no-such-device", -1])
+@pytest.mark.parametrize("device", [7, "cuda:5", "no-such-device", -1, True])
 def test_execute_names_a_device_it_cannot_run_on(device):
     """`execute`'s device was accepted and ignored (a fusion without tensor inputs ran on the
     CPU whatever it named)."""
