@@ -71,8 +71,8 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     # sums of x - max(x) (a log-softmax's row sum: label smoothing) take the pass too, each lane
     # relative to its running max (shifted_sums)
     shifted = [] if split is not None else shifted_sums(writer, pair)
+    count, top_now = f"{big}_n", f"{big}_new"  # (the lane's elements so far; its max with this chunk's)
     if shifted:
-        count, top_now = f"{big}_n", f"{big}_new"
         ps.lines.append(f"{count} = " + writer.block(shape, "0.0", "tl.float32"))
         body.lines.append(f"{top_now} = _max_nan({big}, {seen})")
         for f in shifted:
@@ -104,18 +104,17 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         ps.names[id(m.out)], ps.names[id(s.out)] = top, writer.tname(s.out)
         return
     ps.names[writer.key(m.out)] = top
+    # where the row's max is not finite, its sums are NaN, as eager's (0 for an empty row)
+    finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
+    empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
     if pair.zero_if_infinite:  # exp(x - 0) where the max is infinite: a row of -inf sums to 0
         writer.bind(ps, s.out, f"tl.where({top} == float('inf'), float('inf'), {small}_row)")
     else:
-        finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
-        empty = f"tl.where({writer.reduced_count()} > 0, float('nan'), 0.0)"
         writer.bind(ps, s.out, f"tl.where({finite}, {small}_row, {empty})")
     for f in shifted:  # each lane's sum moved to the row's max, as the pass moved it to the lane's
         acc = f"acc{f.out.name}"
-        moved = f"tl.where(({big}_n > 0) & ({big} != {top}), {big}_n * ({big} - {top}), 0.0)"
-        row = f"tl.sum({acc} + {moved}, axis={rd}, keep_dims=True)"
-        finite = f"({top} == {top}) & (tl.abs({top}) != float('inf'))"
-        writer.bind(ps, f.out, f"tl.where({finite}, {row}, tl.where({writer.reduced_count()} > 0, float('nan'), 0.0))")
+        moved = f"tl.where(({count} > 0) & ({big} != {top}), {count} * ({big} - {top}), 0.0)"
+        writer.bind(ps, f.out, f"tl.where({finite}, tl.sum({acc} + {moved}, axis={rd}, keep_dims=True), {empty})")
     # a factored sum's factors may read the pair's results: it finishes last
     for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
         finish()
