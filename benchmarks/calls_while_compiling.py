@@ -31,6 +31,7 @@ sys.path.append(os.path.join(os.path.dirname(__file__), ".."))
 
 import fuser  # noqa: E402
 from fuser.codegen import compile_pool, tuning  # noqa: E402
+from fuser.schedulers import heuristics  # noqa: E402
 
 
 def cross_entropy(logits, target):
@@ -96,7 +97,7 @@ def main() -> None:
     steady = statistics.median(call() * 1e6 for _ in range(100))
     print(f"switch interval {sys.getswitchinterval()} s; compiles done {done:.2f} s after the second call; "
           f"{len(calls)} calls meanwhile, median {statistics.median(us for _, us in calls):.0f} us; "
-          f"once tuned {steady:.0f} us")
+          f"once tuned {steady:.0f} us" + ("" if heuristics.autotuning() else " (FUSER_AUTOTUNE=0: the default forms)"))
     for k in range(int(done / 0.25) + 1):
         inside = [us for at, us in calls if k * 0.25 <= at < (k + 1) * 0.25]
         if inside:

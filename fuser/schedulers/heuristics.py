@@ -445,15 +445,20 @@ def row_loop_stages(params: LaunchParams, tile_bytes_per_element: int) -> int:
 
 
 COMBINE_MIN_COLS = 16  # the fewest columns a combine program takes
+# Two combine programs a processor: a hand-written combine of one program an output and 128
+# columns (512 programs) took 5.4 us at 32768 columns on the H200 where the generated one, 256
+# programs of 128 columns, took 8.6 (the forty-fifth session's record).
+COMBINE_PROGRAMS_PER_PROCESSOR = 2
 
 
 def inner_outer_combine(cols: int, programs: int, processors: int = 0) -> LaunchParams:
     """The combine step of an inner-outer kernel: programs own columns and sum the partial rows.
-    Columns are split finely enough for a program a processor (down to COMBINE_MIN_COLS): with
-    128 columns a program, the layernorm backward's combine at 16384x4096 ran 32 programs over
-    264 partial rows and took 10.5 us beside the 99.5 us row kernel (H200, 2026-12-01)."""
+    Columns are split finely enough for COMBINE_PROGRAMS_PER_PROCESSOR programs a processor
+    (down to COMBINE_MIN_COLS): with 128 columns a program, the layernorm backward's combine at
+    16384x4096 ran 32 programs over 264 partial rows and took 10.5 us beside the 99.5 us row
+    kernel (H200, 2026-12-01)."""
     b1 = min(next_pow2(cols), 128)
-    while b1 > COMBINE_MIN_COLS and -(-cols // b1) < processors:
+    while b1 > COMBINE_MIN_COLS and -(-cols // b1) < COMBINE_PROGRAMS_PER_PROCESSOR * processors:
         b1 //= 2
     b0 = max(1, min(next_pow2(programs), TILE_ELEMENTS // b1))
     return LaunchParams(b0, b1, False, _warps(b0 * b1), -(-cols // b1))

@@ -147,11 +147,13 @@ def test_several_programs_each_over_several_rows(monkeypatch):
 
 
 def test_combine_splits_columns_for_every_processor(monkeypatch):
-    """The combine step takes fewer columns a program (down to 16) until there is a program a
-    processor: 100 columns with 8 processors run 7 programs of 16 columns, and dw still matches."""
+    """The combine step takes fewer columns a program (down to 16) until there are two programs
+    a processor: 100 columns with 8 processors run 7 programs of 16 columns, and dw still
+    matches."""
     from fuser.codegen import launch
     assert heuristics.inner_outer_combine(4096, 264, 132).block1 == 16
-    assert heuristics.inner_outer_combine(8192, 264, 132).block1 == 32
+    assert heuristics.inner_outer_combine(8192, 264, 132).block1 == 16
+    assert heuristics.inner_outer_combine(32768, 264, 132).block1 == 64
     assert heuristics.inner_outer_combine(4096, 264, 0).block1 == 128
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 8)
     monkeypatch.setattr(heuristics, "INNER_OUTER_INTERPRETER_PROGRAMS", 3)
