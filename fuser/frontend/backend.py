@@ -303,13 +303,19 @@ def _mutated_inputs(n_inputs: int) -> list[int]:
 
 
 def _argument_inputs(gm: torch.fx.GraphModule, n_inputs: int) -> list[int]:
-    """The graph inputs that are the function's own arguments (Dynamo's local sources), not
-    parameters, buffers or globals, which a caller does not pass as views of one another;
-    every input where the sources are not recorded."""
+    """The graph inputs that come from the function's own arguments: a local, or an element or
+    attribute of one (`*args`, a list, a dict, an object), as Dynamo's guard source tells; not
+    a module's parameters or buffers, nor globals, which a caller does not pass as views of one
+    another. Every input where the sources are not recorded."""
     sources = [getattr(n.meta.get("grapharg"), "source", None) for n in gm.graph.nodes if n.op == "placeholder"]
     if len(sources) != n_inputs or any(s is None for s in sources):
         return list(range(n_inputs))
-    return [k for k, s in enumerate(sources) if type(s).__name__ == "LocalSource"]
+    return [k for k, s in enumerate(sources) if _guard_source(s) is torch._guards.GuardSource.LOCAL]
+
+
+def _guard_source(source: Any) -> Any:
+    found = source.guard_source  # (a method up to torch 2.11, a property since)
+    return found() if callable(found) else found
 
 
 class _AliasedWrites:

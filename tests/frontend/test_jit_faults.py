@@ -316,6 +316,38 @@ def test_an_argument_written_in_place_overlapping_another_reads_it_as_eager(view
     assert jf.cache_info().graphs == 1
 
 
+class _Holder:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def _scale_first(*xs):
+    xs[0].mul_(2)
+    return xs[1] + 1
+
+
+@pytest.mark.parametrize("how", ["varargs", "list", "dict", "attributes"])
+def test_arguments_written_in_place_through_a_container_overlapping_read_as_eager(how):
+    # the overlap check took only top-level arguments (Dynamo's LocalSource): a write through
+    # *args, a list, a dict or an object's attribute to memory another such argument reads
+    # read the value from before the write, silently (rows 0-1 written, rows 1-2 read)
+    fns = {
+        "varargs": (_scale_first, lambda f, a, b: f(a, b)),
+        "list": (lambda xs: _scale_first(*xs), lambda f, a, b: f([a, b])),
+        "dict": (lambda d: _scale_first(d["a"], d["b"]), lambda f, a, b: f({"a": a, "b": b})),
+        "attributes": (lambda o: _scale_first(o.a, o.b), lambda f, a, b: f(_Holder(a, b))),
+    }
+    fn, call = fns[how]
+    jf = fuser.jit(fn)
+    call(jf, torch.randn(2, 6), torch.randn(2, 6))  # traced for separate tensors
+    b1 = torch.randn(4, 6)
+    b2 = b1.clone()
+    got = call(jf, b1[0:2], b1[1:3])
+    expected = call(fn, b2[0:2], b2[1:3])
+    assert_eager(got, expected)
+    assert torch.equal(b1, b2)
+
+
 def test_an_eager_step_whose_cpu_kernel_gives_another_dtype_than_its_trace():
     # native batch norm of bf16 on the CPU returns bf16 statistics where its meta function
     # (the trace) says fp32: the fusion after it refused its input (FusionInputError naming
