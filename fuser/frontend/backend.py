@@ -79,6 +79,10 @@ def decompositions() -> dict:
     # masked_fill with a number has a lowering of its own, which checks the number against the
     # tensor's dtype as eager does (the decomposition's scalar_tensor does not)
     table.pop(aten.masked_fill.Scalar, None)
+    # _unsafe_view (a bias-free linear's or a matmul's 3-D result) stays itself: AOTAutograd
+    # takes its output for a new tensor, and decomposed into a view the program returned a view
+    # of the 2-D product, which autograd then forbade the caller to write in place (`y += r`)
+    table.pop(aten._unsafe_view.default, None)
     return table
 
 

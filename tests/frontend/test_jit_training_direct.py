@@ -3,6 +3,7 @@ instead of AOTAutograd's runtime layers; every call must still match eager, forw
 backward."""
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -104,6 +105,34 @@ def test_retain_graph_and_second_backward():
         expected = torch.exp(x) * (x + 1)
         assert_close_to_eager(g1, expected.detach())
         assert_close_to_eager(g2, expected.detach())
+
+
+@pytest.mark.parametrize("form", ["linear", "matmul"])
+def test_a_bias_free_3d_linear_output_can_be_written_in_place(form):
+    """Without a bias a linear (or `x @ w`) on a 3-D input ends in `_unsafe_view` of its 2-D
+    matmul, which AOTAutograd takes for a new tensor; decomposed into `view`, the program
+    returned a view of the product and autograd refused `y.mul_(2)` on it (eager allows it):
+    on the first call (AOTAutograd's function) and on later ones (`_Fused`)."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 6, requires_grad=True)
+
+    def project(x, w):
+        return F.linear(x, w) if form == "linear" else x @ w.t()
+
+    jitted = fuser.jit(project)
+    for k in range(3):
+        x = torch.randn(2, 5, 6, requires_grad=True)
+        y = jitted(x, w)
+        assert k == 0 or type(y.grad_fn).__name__ == "_FusedBackward"
+        y.mul_(2)
+        got = torch.autograd.grad(y.sum(), [x, w])
+        xe = x.detach().clone().requires_grad_()
+        ye = project(xe, w)
+        ye.mul_(2)
+        want = torch.autograd.grad(ye.sum(), [xe, w])
+        assert_close_to_eager(y.detach(), ye.detach())
+        for g, e in zip(got, want):
+            assert_close_to_eager(g, e)
 
 
 def test_create_graph_is_refused_rather_than_silently_wrong():
