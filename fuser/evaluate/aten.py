@@ -191,7 +191,9 @@ def _reduction(e: ReductionOp, args, ctx):
     if e.kind is ReductionOpType.sum:
         r = torch.sum(x, dim=axes)
     elif e.kind is ReductionOpType.prod:
-        r = x
+        # in fp32 for fp16 and bf16, as the kernels multiply (ATen's CPU prod of fp16 rounds
+        # each product to fp16: 2.6% off over 2000 factors near 1), and between axes
+        r = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         for a in sorted(axes, reverse=True):
             r = torch.prod(r, dim=a)
     elif e.kind is ReductionOpType.max:
@@ -207,6 +209,11 @@ def _var_mean(e: VarMeanOp, args, ctx):
     if not e.axes:
         return [torch.zeros_like(x), x.clone()]
     var, mean = torch.var_mean(x, dim=list(e.axes), correction=e.correction)
+    if mean.is_floating_point() and math.prod(x.shape[a] for a in e.axes) > 1:
+        # the kernels' rule (codegen/math.py `_welford_mean`): a row of more than one element
+        # holding an inf has NaN squared deviations, and so a NaN mean, where ATen keeps inf
+        # or NaN by its order of reduction (an inf mean comes only from an inf element)
+        mean = torch.where(torch.isinf(mean), float("nan"), mean)
     return [var, mean]
 
 

@@ -85,6 +85,13 @@ def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
     raise FusionDefinitionError(f"{op}: unsupported operand {v!r} (expected a tensor or a number)")
 
 
+def check_keepdim(op: str, keepdim: Any) -> None:
+    """keepdim as nvFuser's binding takes it: a bool (or an int); a string or None is refused
+    rather than read by its truth."""
+    if not isinstance(keepdim, int):
+        raise FusionDefinitionError(f"{op}: keepdim must be a bool, got {keepdim!r}")
+
+
 def axes_of(op: str, tv: TensorView, dims: Sequence[int] | int | None) -> tuple[int, ...]:
     """Normalise `dims` (negative allowed) against the tensor's non-reduction dims."""
     n = tv.ndim
@@ -94,7 +101,9 @@ def axes_of(op: str, tv: TensorView, dims: Sequence[int] | int | None) -> tuple[
         dims = [dims]
     out = []
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or not -max(n, 1) <= d < max(n, 1):
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise FusionDefinitionError(f"{op}: dim {d!r} must be an int (a dim of {tv!r})")
+        if not -max(n, 1) <= d < max(n, 1):
             raise FusionDefinitionError(
                 f"{op}: dim {d!r} is out of range for {tv!r} with {n} dims")
         out.append(d % n if n else 0)

@@ -4,7 +4,7 @@ with their neighbours."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import sympy
 
@@ -37,7 +37,7 @@ def triu(arg: TensorView, diagonal: Any = 0) -> TensorView:
     return ternary(TernaryOpType.where, keep, arg, python_value(0, arg.dtype))
 
 
-def welford(arg: TensorView, dims: Sequence[int]) -> tuple[TensorView, TensorView, TensorView]:
+def welford(arg: TensorView, dims: Optional[Sequence[int]] = None) -> tuple[TensorView, TensorView, TensorView]:
     """(avg, var_sum, n) over `dims`, as nvFuser's WelfordRaw: the mean, the sum of squared
     deviations from it (var_sum / n is the population variance) and the count of elements
     reduced (an Int tensor shaped like avg). One var_mean reduction computes the first two."""
@@ -47,7 +47,7 @@ def welford(arg: TensorView, dims: Sequence[int]) -> tuple[TensorView, TensorVie
         raise FusionDefinitionError(f"{op}: cannot reduce the 0-dim tensor {arg!r}")
     if not arg.dtype.is_floating:
         raise FusionDefinitionError(f"{op}: needs a floating tensor, got {arg.dtype} in {arg!r}")
-    if isinstance(dims, int) or not list(dims):
+    if dims is None or isinstance(dims, int) or not list(dims):
         raise FusionDefinitionError(f"{op}: dims must be a non-empty list of dims, got {dims!r}")
     axes = axes_of(op, arg, list(dims))
     f = arg.fusion

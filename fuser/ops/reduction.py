@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 from ..errors import FusionDefinitionError
 from ..ir import (BinaryOpType, BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType,
                   TensorView, VarMeanOp)
-from .common import axes_of, check_tensor, copy_id, given_dtype, new_tensor
+from .common import axes_of, check_keepdim, check_tensor, copy_id, given_dtype, new_tensor
 from .pointwise import binary, cast, computed
 from .shape import set as set_
 
@@ -43,6 +43,7 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
            keepdim: bool = False, dtype: Optional[DataType] = None, *, dim: Optional[int] = None) -> TensorView:
     op = kind.name
     check_tensor(op, tv)
+    check_keepdim(op, keepdim)
     if dim is not None:  # nvFuser's one-dim form, sum(t, dim=-1)
         if dims is not None:
             raise FusionDefinitionError(f"{op}: dims {dims!r} and dim {dim!r} both given; expected one of them")
@@ -86,6 +87,7 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
 def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
              keepdim: bool = False) -> tuple[TensorView, TensorView]:
     check_tensor("var_mean", tv)
+    check_keepdim("var_mean", keepdim)
     tv = computed("var_mean", tv)
     if tv.dtype.category != 2:
         raise FusionDefinitionError(f"var_mean: needs a floating tensor, got {tv.dtype} in {tv!r}")

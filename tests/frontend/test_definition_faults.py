@@ -215,3 +215,27 @@ def test_execute_refuses_a_device_its_tensor_inputs_are_not_on():
 def test_execute_puts_a_tensorless_fusions_outputs_on_its_device():
     (out,) = _full_only().execute([], device=0)
     assert out.device == torch.device("cuda", 0) and torch.equal(out.cpu(), torch.full([3], 2.0))
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda fd, a: fd.ops.sum(a, [1], keepdim="no"), "sum: keepdim must be a bool, got 'no'"),
+    (lambda fd, a: fd.ops.var_mean(a, [1], 1, "False"), "var_mean: keepdim must be a bool"),
+    (lambda fd, a: fd.ops.max(a, [1], keepdim=None), "max: keepdim must be a bool, got None"),
+    (lambda fd, a: fd.ops.sum(a, [1.0]), r"sum: dim 1.0 must be an int"),
+    (lambda fd, a: fd.ops.sum(a, [True]), r"sum: dim True must be an int"),
+    (lambda fd, a: fd.ops.welford(a), r"welford: dims must be a non-empty list of dims, got None"),
+])
+def test_reduction_arguments_of_the_wrong_type_are_refused(build, match):
+    # a truthy string kept the dim (any object counted as True), a float dim was called "out
+    # of range", and welford without dims was a raw TypeError
+    with pytest.raises(FusionDefinitionError, match=match):
+        with FusionDefinition() as fd:
+            build(fd, fd.define_tensor([-1, -1]))
+
+
+def test_an_int_keepdim_is_taken_as_nvfusers_binding_takes_it():
+    x = torch.randn(3, 4)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.sum(fd.from_pytorch(x), [1], keepdim=1))
+    (out,) = fd.execute([x])
+    assert_eager(out, x.sum(1, keepdim=True))
