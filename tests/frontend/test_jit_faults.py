@@ -316,7 +316,7 @@ def test_an_argument_written_in_place_overlapping_another_reads_it_as_eager(view
     assert jf.cache_info().graphs == 1
 
 
-class _Holder:
+class _TwoTensors:
     def __init__(self, a, b):
         self.a, self.b = a, b
 
@@ -335,7 +335,7 @@ def test_arguments_written_in_place_through_a_container_overlapping_read_as_eage
         "varargs": (_scale_first, lambda f, a, b: f(a, b)),
         "list": (lambda xs: _scale_first(*xs), lambda f, a, b: f([a, b])),
         "dict": (lambda d: _scale_first(d["a"], d["b"]), lambda f, a, b: f({"a": a, "b": b})),
-        "attributes": (lambda o: _scale_first(o.a, o.b), lambda f, a, b: f(_Holder(a, b))),
+        "attributes": (lambda o: _scale_first(o.a, o.b), lambda f, a, b: f(_TwoTensors(a, b))),
     }
     fn, call = fns[how]
     jf = fuser.jit(fn)
