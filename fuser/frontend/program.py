@@ -247,6 +247,7 @@ class GraphProgram:
         self._resolve_output = _output_reader(self.output)
         self._set_frees(out_node, slot_of)
         self._one_fusion = self._one_fusion_form(slot_of)
+        self._plain = _plain_outputs(out_node) if kind == "forward" else []
 
     def _one_fusion_form(self, slot_of: dict) -> Optional[tuple]:
         """For a graph that is one fusion of graph inputs whose outputs are the graph's (the
@@ -304,7 +305,11 @@ class GraphProgram:
                  f"    outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
                  f"    return {result}"]
         exec(compile("\n".join(lines), f"<fuser {self.kind} program>", "exec"), env)
-        return env["call"]
+        call = env["call"]
+        if self._plain:
+            plain = self._plain
+            return lambda *args: _made_plain(call(*args), plain)
+        return call
 
     def _set_frees(self, out_node: Node, slot_of: dict) -> None:
         last: dict[int, int] = {}
@@ -325,6 +330,8 @@ class GraphProgram:
             outs = step.execute([args[j] for j in take])
             result = [outs[k] if kind == "out" else args[k] if kind == "arg" else k for kind, k in give]
             args.clear()
+            if self._plain:
+                result = _made_plain(result, self._plain)
             return result if type(self.output) is list else tuple(result)
         env: list = [None] * self.n_slots
         for slot, a in zip(self.inputs, args):
@@ -336,6 +343,9 @@ class GraphProgram:
             step.run(env)
             for slot in step.frees:
                 env[slot] = None
+        if self._plain:
+            result = self._resolve_output(env)
+            return type(result)(_made_plain(result, self._plain))
         return self._resolve_output(env)
 
     # -- statistics and inspection -------------------------------------------------------------
@@ -359,6 +369,32 @@ class GraphProgram:
 
     def kernel_names(self) -> set[str]:
         return {name for f in self.fusion_steps for name in f.kernel_names()}
+
+
+def _plain_outputs(out_node: Node) -> list[int]:
+    """The positions of a forward graph's outputs made by `_unsafe_view` of an intermediate (a
+    bias-free linear's or a matmul's 3-D result), which AOTAutograd takes for new tensors and a
+    caller may write in place (`y += r`), where the runtime returns a view of the 2-D product."""
+    outs = out_node.args[0]
+    if not isinstance(outs, (list, tuple)):
+        return []
+    return [k for k, o in enumerate(outs) if isinstance(o, Node) and o.target is torch.ops.aten._unsafe_view.default
+            and isinstance(o.args[0], Node) and o.args[0].op != "placeholder"]
+
+
+def _made_plain(result: Any, positions: list[int]) -> list:
+    """`result` with the outputs at `positions` made plain tensors where the runtime gave views
+    (autograd forbids writing in place to a view a custom Function returns). A detached alias
+    keeps the version counter of the memory it views, which the values saved for the backward
+    on that memory (the 2-D product) share: a write to the output before a backward that reads
+    them raises autograd's error, as eager's does, rather than going unseen."""
+    out = list(result)
+    for k in positions:
+        t = out[k]
+        if getattr(t, "_base", None) is not None:
+            plain = t.detach()
+            out = [plain if s is t else s for s in out]
+    return out
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:

@@ -135,6 +135,41 @@ def test_a_bias_free_3d_linear_output_can_be_written_in_place(form):
             assert_close_to_eager(g, e)
 
 
+def test_a_bias_free_3d_linear_output_read_by_more_ops_can_be_written_in_place():
+    """The projection also feeds a softmax in the same function: the runtime returned a view
+    of the 2-D product beside the values saved for the backward, and autograd refused
+    `y.mul_(2)` where eager allows it (the softmax saved no y). Where the backward does read y
+    (`y.pow(3)`), the write raises autograd's in-place error, as eager's does, rather than
+    going unseen."""
+    torch.manual_seed(0)
+    w = torch.randn(5, 4, requires_grad=True)
+
+    def softmaxed(x, w):
+        y = x @ w.t()
+        return y, (torch.softmax(y, -1) * torch.arange(5.0)).sum()
+
+    def cubed(x, w):
+        y = x @ w.t()
+        return y, y.pow(3).sum()
+
+    jitted, jitted_cubed = fuser.jit(softmaxed), fuser.jit(cubed)
+    for k in range(3):  # AOTAutograd's function first, then `_Fused`
+        x = torch.randn(2, 3, 4, requires_grad=True)
+        y, total = jitted(x, w)
+        assert y._base is None
+        y.mul_(2)
+        got = torch.autograd.grad(total, [x, w])
+        ye, want_total = softmaxed(x, w)
+        ye.mul_(2)
+        assert_close_to_eager(y.detach(), ye.detach())
+        for g, e in zip(got, torch.autograd.grad(want_total, [x, w])):
+            assert_close_to_eager(g, e)
+        y, total = jitted_cubed(x, w)
+        y.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(total, [x, w])
+
+
 def test_create_graph_is_refused_rather_than_silently_wrong():
     """The fused backward runs fuser's kernels, which make no autograd graph: gradients taken
     with create_graph=True would be constants to a second backward (a gradient penalty added
