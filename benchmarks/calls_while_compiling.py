@@ -1,4 +1,4 @@
-"""Calls made while a launch's other forms compile in the background (open lead 13 of
+"""Calls made while a launch's other forms compile in the background (lead 13 of
 docs/performance.md): the jitted cross entropy of the llama example, forward and backward over
 [8, 1024, 32000] bf16 logits, called back to back from its second call (which starts the
 background compiles) until they are done, each call synchronized and timed; then the call
