@@ -85,6 +85,9 @@ def tensor_device(args: Sequence[Any]):
     return None
 
 
+_INT64_END = 2 ** 63  # sizes at or past it: the full check's error, naming the op and inputs
+
+
 def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> BindingTable:
     """`metas`: meta tensors stand for the tensors (a compile ahead of a call)."""
     import torch
@@ -140,13 +143,13 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
                 checks.append((e, size, where, None if factor is None else int(factor), f"{label} axis {axis}",
                                ids[axis].origin))
     table = BindingTable(values, sources)
+    for e, why in fusion.sizes:  # (first: a negative size is named by its op, not as a divisor)
+        table.extent(e, why)
     for numerator, denominator, why in fusion.divisible:
         n, d = table.extent(numerator), table.extent(denominator)
         if d and n % d:
             raise FusionInputError(f"{why}: {n} elements do not divide into {d} (with "
                                    f"{table.describe(numerator + denominator)})")
-    for e, why in fusion.sizes:
-        table.extent(e, why)
     for e, size, where, shards, axis_label, origin in checks:
         expected = table.extent(e, f"{where}: extent")
         if expected != size:
@@ -361,13 +364,13 @@ class InputBinder:
             for fa, fb in self.constraints:
                 if fa(values) != fb(values):
                     return bind_inputs(self.fusion, args, metas)
+            for fn in self.sizes:
+                v = fn(values)
+                if not 0 <= v < _INT64_END or v != int(v):  # (nan fails the first; past int64: named there)
+                    return bind_inputs(self.fusion, args, metas)
             for fa, fb in self.divisible:
                 d = fb(values)
                 if d and fa(values) % d:
-                    return bind_inputs(self.fusion, args, metas)
-            for fn in self.sizes:
-                v = fn(values)
-                if not v >= 0 or v != int(v):  # (nan fails the first)
                     return bind_inputs(self.fusion, args, metas)
         except (ArithmeticError, ValueError):  # (a division by zero): the full check names it
             return bind_inputs(self.fusion, args, metas)

@@ -317,6 +317,12 @@ class FusionDefinition:
             raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
         target = _execution_device(device, inputs)
         hook = _set_eval_frame(None)
+        # outside autograd, as nvFuser's kernels run: an ATen segment (a matmul) recorded a
+        # graph on an input needing grad where a kernel's output had none, and writing an
+        # output's alias into a leaf parameter raised autograd's in-place error
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
         try:
             cache = self._cache or self._make_cache("execute")
             if save_repro_inputs:
@@ -336,6 +342,8 @@ class FusionDefinition:
                 outs = [o.to(target) for o in outs]
             return self._visible(outs, inputs) if self._alias_of else outs
         finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
             _set_eval_frame(hook)
 
     def _aliased(self) -> dict[int, TensorView]:

@@ -118,10 +118,12 @@ class Fusion:
         return self._next("event")
 
     def add_size_check(self, e: Extent, why: str) -> None:
-        """Each execution checks that `e` is an integer >= 0 (`sizes`); not where sympy proves
-        it (a tensor's extents are non-negative symbols), so a size read off a tensor costs the
-        call path nothing."""
-        if not e.is_number and not e.is_nonnegative and all(x != e for x, _ in self.sizes):
+        """Each execution checks that `e` is an integer >= 0 within int64 (`sizes`); not where
+        sympy proves it non-negative of tensors' extents alone (non-negative symbols), so a size
+        read off a tensor costs the call path nothing. A scalar's square is non-negative but may
+        pass int64 (`full([n * n])`), so it is checked."""
+        of_extents = e.is_nonnegative and all(x.is_nonnegative for x in e.free_symbols)
+        if not e.is_number and not of_extents and all(x != e for x, _ in self.sizes):
             self.sizes.append((e, why))
 
     def log_schedule(self, entry: tuple) -> None:

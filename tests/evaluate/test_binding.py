@@ -264,3 +264,32 @@ def test_an_integer_scalar_beyond_int64_is_an_input_error():
     assert torch.equal(fd.execute([x, 2**62])[0], x + 2**62)
     with pytest.raises(fuser.FusionInputError, match="out of the range of a 64-bit integer"):
         fd.execute([x, 2**70])
+
+
+def test_a_size_past_int64_from_a_scalar_is_an_input_error_on_every_path():
+    # a Double size of 1e300 passed the fast binder (no range check) and a scalar's square
+    # (non-negative, so never checked) reached torch.empty_strided: a raw TypeError
+    with FusionDefinition() as fd:
+        f = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.full([f], 1.0, DataType.Float))
+    for _ in range(2):  # (the second call takes the fast binder)
+        with pytest.raises(fuser.FusionInputError, match=r"full: size .* 64-bit integer"):
+            fd.execute([1e300])
+        assert fd.execute([3.0])[0].shape == (3,)
+    with FusionDefinition() as fd2:
+        n = fd2.define_scalar(dtype=DataType.Int)
+        fd2.add_output(fd2.ops.full([fd2.ops.mul(n, n)], 1.0, DataType.Float))
+    assert fd2.execute([3])[0].shape == (9,)
+    with pytest.raises(fuser.FusionInputError, match=r"full: size \( i0 \* i0 \) = 1208925819614629174706176"):
+        fd2.execute([2 ** 40])
+
+
+def test_a_negative_reshape_size_beside_a_minus_one_names_the_reshape():
+    # the divisibility check of the -1 evaluated the size first, as an unnamed "extent"
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        n = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.reshape(x, [fd.ops.sub(n, 5), -1]))
+    with pytest.raises(fuser.FusionInputError, match=r"reshape: size \( i1 - 5 \) evaluates to -3"):
+        fd.execute([torch.randn(6), 2])
+    assert fd.execute([torch.randn(6), 7])[0].shape == (2, 3)

@@ -239,3 +239,29 @@ def test_an_int_keepdim_is_taken_as_nvfusers_binding_takes_it():
         fd.add_output(fd.ops.sum(fd.from_pytorch(x), [1], keepdim=1))
     (out,) = fd.execute([x])
     assert_eager(out, x.sum(1, keepdim=True))
+
+
+def test_execute_records_no_autograd_graph():
+    # an ATen segment (the matmul) recorded MmBackward0 on an input needing grad where the
+    # kernel's output had no graph; and an output's alias written into a leaf parameter raised
+    # autograd's in-place error: nvFuser's execute runs outside autograd
+    x = torch.randn(4, 3)
+    w = torch.nn.Parameter(torch.randn(3, 5))
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        mm = fd.ops.matmul(tx, tw)
+        fd.add_output(mm)
+        fd.add_output(fd.ops.exp(mm))
+        fd.add_output(fd.ops.permute(tw, [1, 0]))
+    outs = fd.execute([x, w])
+    assert all(o.grad_fn is None for o in outs)  # (the permute, a view of w, says requires_grad as torch's views do)
+    assert not outs[0].requires_grad and not outs[1].requires_grad
+    assert_eager(outs[1], torch.exp(x @ w).detach())
+    assert torch.is_grad_enabled()
+    with FusionDefinition() as step:
+        p = step.from_pytorch(w)
+        step.add_output(step.ops.mul(p, 0.5), alias_input=p)
+    before = w.detach().clone()
+    step.execute([w])
+    assert_eager(w.detach(), before * 0.5)
+    assert w.requires_grad and w.grad_fn is None
