@@ -85,6 +85,14 @@ def as_val(fusion: Fusion, v: Operand, op: str) -> Val:
     raise FusionDefinitionError(f"{op}: unsupported operand {v!r} (expected a tensor or a number)")
 
 
+def listed(op: str, name: str, value: Any) -> list:
+    """A list argument (a list or tuple) as a list; anything else refused by name (a number
+    given for a list was a raw TypeError from iterating it)."""
+    if not isinstance(value, (list, tuple)):
+        raise FusionDefinitionError(f"{op}: {name} must be a list, got {value!r}")
+    return list(value)
+
+
 def check_keepdim(op: str, keepdim: Any) -> None:
     """keepdim as nvFuser's binding takes it: a bool (or an int); a string or None is refused
     rather than read by its truth."""

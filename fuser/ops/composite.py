@@ -47,7 +47,7 @@ def welford(arg: TensorView, dims: Optional[Sequence[int]] = None) -> tuple[Tens
         raise FusionDefinitionError(f"{op}: cannot reduce the 0-dim tensor {arg!r}")
     if not arg.dtype.is_floating:
         raise FusionDefinitionError(f"{op}: needs a floating tensor, got {arg.dtype} in {arg!r}")
-    if dims is None or isinstance(dims, int) or not list(dims):
+    if not isinstance(dims, (list, tuple)) or not dims:
         raise FusionDefinitionError(f"{op}: dims must be a non-empty list of dims, got {dims!r}")
     axes = axes_of(op, arg, list(dims))
     f = arg.fusion

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 from ..errors import FusionDefinitionError
 from ..ir import (BinaryOpType, BroadcastOp, DataType, IterType, ReductionOp, ReductionOpType,
                   TensorView, VarMeanOp)
-from .common import axes_of, check_keepdim, check_tensor, copy_id, given_dtype, new_tensor
+from .common import axes_of, check_keepdim, check_tensor, listed, copy_id, given_dtype, new_tensor
 from .pointwise import binary, cast, computed
 from .shape import set as set_
 
@@ -16,6 +16,8 @@ from .shape import set as set_
 def _reduction_axes(op: str, tv: TensorView, dims) -> tuple[int, ...]:
     """The axes a reduction of `tv` takes: `dims` normalised, every axis for None. An empty
     list is refused (nvFuser's rule), but for a 0-dim tensor, whose reduction is its element."""
+    if dims is not None and not isinstance(dims, int):
+        dims = listed(op, "dims", dims)
     if dims is not None and not isinstance(dims, int) and len(dims) == 0 and tv.ndim:
         raise FusionDefinitionError(f"{op}: no dims to reduce of {tv!r}; give them, or None for every dim")
     return axes_of(op, tv, dims)

@@ -12,15 +12,16 @@ from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterType,
                   LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
                   SqueezeOp, TensorView, ceilDiv)
+from ..ir.printer import format_val
 from ..ir.symbolic import normIndex
 from ..ir.symbolic import is_static
-from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, new_tensor, value_dtype
+from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, listed, new_tensor, value_dtype
 from .pointwise import cast, result_type
 
 
 def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
     check_tensor("broadcast", tv)
-    flags = [bool(b) for b in is_broadcast_dim]
+    flags = [bool(b) for b in listed("broadcast", "is_broadcast_dim", is_broadcast_dim)]
     if sum(not b for b in flags) != tv.ndim:
         raise FusionDefinitionError(
             f"broadcast: {len(flags)} flags with {sum(not b for b in flags)} kept dims, but "
@@ -36,7 +37,7 @@ def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
 def broadcast_in_dim(tv: TensorView, shape: Sequence[Any], broadcast_dims: Sequence[int]) -> TensorView:
     op = "broadcast_in_dim"
     check_tensor(op, tv)
-    shape, bdims = list(shape), list(broadcast_dims)
+    shape, bdims = listed(op, "shape", shape), listed(op, "broadcast_dims", broadcast_dims)
     # a negative output dim counts from the end, as nvFuser wraps it
     bdims = [d + len(shape) if isinstance(d, int) and -len(shape) <= d < 0 else d for d in bdims]
     if len(bdims) != tv.ndim:
@@ -62,7 +63,7 @@ def _needs_expand(tv: TensorView, shape) -> bool:
 def expand(tv: TensorView, shape: Sequence[Any]) -> TensorView:
     op = "expand"
     check_tensor(op, tv)
-    shape = list(shape)
+    shape = listed(op, "shape", shape)
     if len(shape) != tv.ndim:
         raise FusionDefinitionError(f"{op}: shape has {len(shape)} entries but {tv!r} has {tv.ndim} dims")
     f = tv.fusion
@@ -107,8 +108,7 @@ def squeeze(tv: TensorView, dims: Sequence[int], squeeze_expanded: bool = False)
 
 def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
     n = tv.ndim
-    if isinstance(dims, int):
-        dims = [dims]
+    dims = [dims] if isinstance(dims, int) else listed(op, "dims", dims)
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int) or not -n <= d < n:
             raise FusionDefinitionError(f"{op}: dim {d!r} out of range for {tv!r} with {n} dims")
@@ -128,7 +128,7 @@ def reshape(tv: TensorView, new_shape: Sequence[Any]) -> TensorView:
     op = "reshape"
     check_tensor(op, tv)
     f = tv.fusion
-    new_shape = list(new_shape)
+    new_shape = listed(op, "new_shape", new_shape)
     if sum(1 for s in new_shape if isinstance(s, int) and s == -1) > 1:
         raise FusionDefinitionError(f"{op}: at most one -1 in new_shape {new_shape}")
     in_numel = math.prod([d.size for d in tv.domain.no_reductions()], start=sympy.Integer(1))
@@ -167,7 +167,7 @@ def permute(tv: TensorView, dims: Sequence[int]) -> TensorView:
     op = "permute"
     check_tensor(op, tv)
     n = tv.ndim
-    dims = [d % n if n else d for d in _check_dims(op, tv, list(dims))]
+    dims = [d % n if n else d for d in _check_dims(op, tv, listed(op, "dims", dims))]
     if sorted(dims) != list(range(n)):
         raise FusionDefinitionError(f"{op}: dims {list(dims)} is not a permutation of {n} dims of {tv!r}")
     f = tv.fusion
@@ -182,7 +182,8 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
     op = "slice"
     check_tensor(op, tv)
     n = tv.ndim
-    strides = list(strides) if strides is not None else [1] * len(start_indices)
+    start_indices, end_indices = listed(op, "start_indices", start_indices), listed(op, "end_indices", end_indices)
+    strides = listed(op, "strides", strides) if strides is not None else [1] * len(start_indices)
     if not len(start_indices) == len(end_indices) == len(strides) == n:
         raise FusionDefinitionError(
             f"{op}: start, end and strides need {n} entries for {tv!r}, got "
@@ -231,7 +232,7 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
     check_tensor(op, tv)
     # a defined scalar whose value is known (computed from constants) counts as its value
     widths = [w.value if isinstance(w, Scalar) and w.value is not None and w.dtype.is_integral else w
-              for w in pad_widths]
+              for w in listed(op, "pad_widths", pad_widths)]
     if len(widths) % 2 or len(widths) // 2 > tv.ndim:
         raise FusionDefinitionError(
             f"{op}: pad_widths {widths} needs an even count, at most 2 x {tv.ndim} for {tv!r}")
@@ -279,7 +280,7 @@ def _crop(tv: TensorView, widths: list[int]) -> TensorView:
 
 def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -> TensorView:
     op = "cat"
-    tensors = list(tensors)
+    tensors = listed(op, "tensors", tensors)
     if not tensors:
         raise FusionDefinitionError(f"{op}: needs at least one tensor")
     for t in tensors:
@@ -324,7 +325,7 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
         raise UnsupportedError(f"{op}: torch cannot fill a tensor of {dtype!r}")
     if isinstance(fill_value, TensorView):  # (nvFuser's fill_value is a scalar)
         raise FusionDefinitionError(f"{op}: fill_value must be a scalar, got the tensor {fill_value!r}")
-    ids = [fusion.new_id(extent_of(fusion, s, op)) for s in shape]
+    ids = [fusion.new_id(extent_of(fusion, s, op)) for s in listed(op, "shape", shape)]
     out = new_tensor(fusion, ids, dtype)
     fill = as_val(fusion, fill_value, op)
     if fill.value is None and fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex) \
@@ -341,6 +342,16 @@ def iota(fusion, length: Any, start: Any = None, step: Any = None,
     n = extent_of(fusion, length, op)
     vals = (as_val(fusion, length, op), as_val(fusion, 0 if start is None else start, op),
             as_val(fusion, 1 if step is None else step, op))
+    for name, v in (("start", vals[1]), ("step", vals[2])):
+        # nvFuser's rules: a start or step of the iota's kind (an Int iota of start 0.5 held
+        # 0.5 in a kernel and 0 through ATen), finite, and a step other than 0
+        if (v.dtype.is_complex and not dtype.is_complex) or (v.dtype.is_floating and dtype.is_integral):
+            raise FusionDefinitionError(f"{op}: {name} {format_val(v)} is {v.dtype}, which an iota of "
+                                        f"{dtype} cannot take; give an integer {name}")
+        if isinstance(v, Scalar) and v.is_constant and not v.dtype.is_complex and (
+                not math.isfinite(v.value) or (name == "step" and v.value == 0)):
+            raise FusionDefinitionError(f"{op}: {name} must be finite" + (" and not 0" if name == "step" else "")
+                                        + f", got {v.value!r}")
     out = new_tensor(fusion, [fusion.new_id(n)], dtype)
     fusion.add_expr(IotaOp(inputs=vals, outputs=(out,)))
     return out

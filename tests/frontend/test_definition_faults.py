@@ -265,3 +265,48 @@ def test_execute_records_no_autograd_graph():
     step.execute([w])
     assert_eager(w.detach(), before * 0.5)
     assert w.requires_grad and w.grad_fn is None
+
+
+@pytest.mark.parametrize("start, step, dtype, match", [
+    (0.5, 1, DataType.Int, r"iota: start 0.5 is DataType.Double, which an iota of DataType.Int cannot take"),
+    (0, 1.5, DataType.Int32, r"iota: step 1.5 is DataType.Double"),
+    (2, 0, DataType.Int, r"iota: step must be finite and not 0, got 0"),
+    (float("inf"), 1.0, DataType.Float, r"iota: start must be finite, got inf"),
+    (1j, 1, DataType.Float, r"iota: start .* which an iota of DataType.Float cannot take"),
+])
+def test_iota_refuses_what_nvfuser_refuses(start, step, dtype, match):
+    # an Int iota of start 0.5 held 0.5, 1.5, ... in a kernel and 0, 1, ... through ATen; a
+    # step of 0 or an infinite start gave a constant tensor
+    with pytest.raises(FusionDefinitionError, match=match):
+        with FusionDefinition() as fd:
+            fd.ops.iota(4, start, step, dtype)
+
+
+def test_an_integer_arange_from_a_fractional_start_rounds_as_eager():
+    # lowered to an Int iota of start 0.5, the kernel added 0.5, 1.5, ... where eager adds 0, 1, ...
+    def f(x):
+        return x + torch.arange(0.5, 4.5, dtype=torch.int64)
+    x = torch.randn(4)
+    assert_eager(fuser.jit(f)(x), f(x))
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda fd, t: fd.ops.sum(t, 3.0), "sum: dims must be a list, got 3.0"),
+    (lambda fd, t: fd.ops.var_mean(t, 3.0), "var_mean: dims must be a list"),
+    (lambda fd, t: fd.ops.welford(t, 1.0), "welford: dims must be a non-empty list"),
+    (lambda fd, t: fd.ops.permute(t, 1.0), "permute: dims must be a list"),
+    (lambda fd, t: fd.ops.squeeze(t, 1.0), "squeeze: dims must be a list"),
+    (lambda fd, t: fd.ops.broadcast(t, True), "broadcast: is_broadcast_dim must be a list"),
+    (lambda fd, t: fd.ops.broadcast_in_dim(t, [4, 1, 5], 2.0), "broadcast_in_dim: broadcast_dims must be a list"),
+    (lambda fd, t: fd.ops.expand(t, 3.0), "expand: shape must be a list"),
+    (lambda fd, t: fd.ops.reshape(t, 20.0), "reshape: new_shape must be a list"),
+    (lambda fd, t: fd.ops.cat(t, 0), "cat: tensors must be a list"),
+    (lambda fd, t: fd.ops.slice(t, 0, 2), "slice: start_indices must be a list"),
+    (lambda fd, t: fd.ops.pad(t, 1), "pad: pad_widths must be a list"),
+    (lambda fd, t: fd.ops.full(3, 1.0, DataType.Float), "full: shape must be a list"),
+])
+def test_a_number_given_for_a_list_is_refused_by_name(build, match):
+    # each was a raw TypeError from iterating the number (nvFuser's error tests pass such input)
+    with pytest.raises(FusionDefinitionError, match=match):
+        with FusionDefinition() as fd:
+            build(fd, fd.define_tensor([4, 1, 5]))
