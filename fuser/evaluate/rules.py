@@ -30,6 +30,8 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
     fn = RULES.get(type(expr))
     if fn is None:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
+    if type(expr).__name__ in _POINTWISE and ctx is not None:
+        args = _local_broadcasts(expr, args, ctx)
     try:
         return fn(expr, args, ctx)
     except NotImplementedError as err:  # (a RuntimeError: ATen lacks most kernels for uint64, fp8)
@@ -46,6 +48,31 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
             raise
         raise InternalError(f"ATen raised evaluating {expr.op_name} on {_describe(args)}: {err}\n"
                             f"{format_expr(expr)}") from err
+
+
+def _local_broadcasts(expr: Expr, args: list, ctx) -> list:
+    """The arguments of a pointwise op with each expanded broadcast whose size differs from the
+    output's local size on its axis narrowed to its one value. An expanded operand keeps the
+    extent it was expanded to while the op runs on a shard or a stream chunk of the others
+    (`x - broadcast_in_dim(max(x), x.shape())` with x's rows split onto streams): ATen refused
+    it, or broadcast a chunk of one row to the whole."""
+    axes = getattr(expr, "_expanded_operands", None)
+    if axes is None:
+        axes = expr._expanded_operands = [
+            (j, k) for j, v in enumerate(expr.inputs) if hasattr(v, "domain")
+            for k, d in enumerate(v.domain.no_reductions()) if d.is_broadcast and d.expanded_extent is not None]
+    if not axes:
+        return args
+    shape = ctx.shape(expr.outputs[0])
+    out = list(args)
+    for j, k in axes:
+        a = out[j]
+        if isinstance(a, torch.Tensor) and k < a.ndim and a.stride(k) == 0 and a.shape[k] not in (0, shape[k]):
+            out[j] = a.narrow(k, 0, 1)
+    return out
+
+
+_POINTWISE = {"UnaryOp", "BinaryOp", "TernaryOp"}
 
 
 def _describe(args: list) -> str:

@@ -270,6 +270,25 @@ def case_all_to_all(device):
     _collectives(fd, ["AllToAll"])
 
 
+def case_an_expanded_broadcast_meets_a_shard(device):
+    """`x - broadcast_in_dim(r, x.shape(), [0])` with x's columns sharded: the expanded operand
+    keeps x's global column count, and ATen refused it against the shard (an InternalError on
+    every rank); its one value a row now broadcasts to the local columns."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        r = fd.define_tensor([-1], contiguity=True)
+        fd.add_output(fd.ops.sub(x, fd.ops.broadcast_in_dim(r, x.shape(), [0])))
+        x.set_device_mesh(mesh)
+        r.set_device_mesh(mesh)
+        x.outer_split(1, d)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+    full, rows = ints(4, 3 * d, device=device), ints(4, device=device, seed=1)
+    out, = fd.execute([shard_rows(full, d, rank, axis=1).contiguous(), rows])
+    exact(out, shard_rows(full - rows[:, None], d, rank, axis=1), "sharded x minus an expanded row vector")
+
+
 def case_replicated_to_sharded(device):
     """Replicated to sharded: a local slice; then a sum over the sharded axis: an allreduce."""
     rank, d = world()
