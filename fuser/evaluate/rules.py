@@ -52,7 +52,8 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
 
 def _local_broadcasts(expr: Expr, args: list, ctx) -> list:
     """The arguments of a pointwise op with each expanded broadcast whose size differs from the
-    output's local size on its axis narrowed to its one value. An expanded operand keeps the
+    output's local size on its axis (where the output's axis is no broadcast) narrowed to its
+    one value. An expanded operand keeps the
     extent it was expanded to while the op runs on a shard or a stream chunk of the others
     (`x - broadcast_in_dim(max(x), x.shape())` with x's rows split onto streams): ATen refused
     it, or broadcast a chunk of one row to the whole."""
@@ -64,10 +65,15 @@ def _local_broadcasts(expr: Expr, args: list, ctx) -> list:
     if not axes:
         return args
     shape = ctx.shape(expr.outputs[0])
+    result = expr.outputs[0].domain.no_reductions()
     out = list(args)
     for j, k in axes:
         a = out[j]
-        if isinstance(a, torch.Tensor) and k < a.ndim and a.stride(k) == 0 and a.shape[k] not in (0, shape[k]):
+        # (a broadcast holds one value along its axis however ATen laid it out: an expand's
+        # stride 0, or an op's dense copy of it; an output broadcast on that axis keeps the
+        # size its operands give, for the output check to judge)
+        if isinstance(a, torch.Tensor) and k < a.ndim and a.shape[k] not in (0, shape[k]) \
+                and not result[k].is_broadcast:
             out[j] = a.narrow(k, 0, 1)
     return out
 
