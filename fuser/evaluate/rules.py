@@ -53,10 +53,9 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
 def _local_broadcasts(expr: Expr, args: list, ctx) -> list:
     """The arguments of a pointwise op with each expanded broadcast whose size differs from the
     output's local size on its axis (where the output's axis is no broadcast) narrowed to its
-    one value. An expanded operand keeps the
-    extent it was expanded to while the op runs on a shard or a stream chunk of the others
-    (`x - broadcast_in_dim(max(x), x.shape())` with x's rows split onto streams): ATen refused
-    it, or broadcast a chunk of one row to the whole."""
+    one value. An expanded operand keeps the extent it was expanded to while the op runs on a
+    shard or a stream chunk of the others (`x - broadcast_in_dim(max(x), x.shape())` with x's
+    rows split onto streams): ATen refused it, or broadcast a chunk of one row to the whole."""
     axes = getattr(expr, "_expanded_operands", None)
     if axes is None:
         axes = expr._expanded_operands = [
