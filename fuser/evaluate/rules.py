@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import InternalError, UnsupportedError
-from ..ir import Expr
+from ..ir import BinaryOp, Expr, TernaryOp, UnaryOp
 from ..ir.printer import format_expr
 
 RULES: dict[type, Callable[[Expr, list, Any], list]] = {}
@@ -30,7 +30,7 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
     fn = RULES.get(type(expr))
     if fn is None:
         raise UnsupportedError(f"no ATen evaluation for op {expr.op_name}")
-    if type(expr).__name__ in _POINTWISE and ctx is not None:
+    if isinstance(expr, _POINTWISE) and ctx is not None:
         args = _local_broadcasts(expr, args, ctx)
     try:
         return fn(expr, args, ctx)
@@ -77,7 +77,7 @@ def _local_broadcasts(expr: Expr, args: list, ctx) -> list:
     return out
 
 
-_POINTWISE = {"UnaryOp", "BinaryOp", "TernaryOp"}
+_POINTWISE = (UnaryOp, BinaryOp, TernaryOp)
 
 
 def _describe(args: list) -> str:

@@ -330,9 +330,8 @@ class GraphProgram:
             outs = step.execute([args[j] for j in take])
             result = [outs[k] if kind == "out" else args[k] if kind == "arg" else k for kind, k in give]
             args.clear()
-            if self._plain:
-                result = _made_plain(result, self._plain)
-            return result if type(self.output) is list else tuple(result)
+            result = result if type(self.output) is list else tuple(result)
+            return _made_plain(result, self._plain) if self._plain else result
         env: list = [None] * self.n_slots
         for slot, a in zip(self.inputs, args):
             env[slot] = a
@@ -343,10 +342,8 @@ class GraphProgram:
             step.run(env)
             for slot in step.frees:
                 env[slot] = None
-        if self._plain:
-            result = self._resolve_output(env)
-            return type(result)(_made_plain(result, self._plain))
-        return self._resolve_output(env)
+        result = self._resolve_output(env)
+        return _made_plain(result, self._plain) if self._plain else result
 
     # -- statistics and inspection -------------------------------------------------------------
 
@@ -382,7 +379,7 @@ def _plain_outputs(out_node: Node) -> list[int]:
             and isinstance(o.args[0], Node) and o.args[0].op != "placeholder"]
 
 
-def _made_plain(result: Any, positions: list[int]) -> list:
+def _made_plain(result: Any, positions: list[int]) -> Any:
     """`result` with the outputs at `positions` made plain tensors where the runtime gave views
     (autograd forbids writing in place to a view a custom Function returns). A detached alias
     keeps the version counter of the memory it views, which the values saved for the backward
@@ -394,7 +391,7 @@ def _made_plain(result: Any, positions: list[int]) -> list:
         if getattr(t, "_base", None) is not None:
             plain = t.detach()
             out = [plain if s is t else s for s in out]
-    return out
+    return out if type(result) is list else tuple(out)
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:

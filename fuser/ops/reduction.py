@@ -18,8 +18,8 @@ def _reduction_axes(op: str, tv: TensorView, dims) -> tuple[int, ...]:
     list is refused (nvFuser's rule), but for a 0-dim tensor, whose reduction is its element."""
     if dims is not None and not isinstance(dims, int):
         dims = listed(op, "dims", dims)
-    if dims is not None and not isinstance(dims, int) and len(dims) == 0 and tv.ndim:
-        raise FusionDefinitionError(f"{op}: no dims to reduce of {tv!r}; give them, or None for every dim")
+        if not dims and tv.ndim:
+            raise FusionDefinitionError(f"{op}: no dims to reduce of {tv!r}; give them, or None for every dim")
     return axes_of(op, tv, dims)
 
 

@@ -240,8 +240,7 @@ def _arange(b, node, *args, **kwargs):
     else:
         start = positional[0]
         step = positional[2] if len(positional) > 2 else kwargs.get("step", 1)
-    if any(isinstance(v, float) or isinstance(meta_val(v) if isinstance(v, Node) else None, (float, torch.SymFloat))
-           for v in (start, step)):
+    if any(isinstance(meta_val(v) if isinstance(v, Node) else v, (float, torch.SymFloat)) for v in (start, step)):
         # eager rounds each start + k * step down to the integer type; an iota takes integers
         raise LoweringError("arange of an integer type from a fractional start or step")
     (length,) = b.out_shape(node)
