@@ -6,8 +6,10 @@ broke its own invariants) are different classes, so a caller can tell "fix your 
 """
 
 
-class FuserError(Exception):
-    """Base class of all fuser errors."""
+class FuserError(RuntimeError):
+    """Base class of all fuser errors. A RuntimeError, as nvFuser's errors are in Python, so
+    that code written against nvfuser_direct (`except RuntimeError`, `pytest.raises(RuntimeError)`)
+    still catches them."""
 
 
 class FusionDefinitionError(FuserError):

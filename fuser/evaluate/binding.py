@@ -109,6 +109,9 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
             continue
         if not isinstance(arg, torch.Tensor):
             raise FusionInputError(f"{label}: expected a tensor, got {type(arg).__name__}")
+        if arg.is_nested:
+            raise FusionInputError(f"{label}: a nested tensor; fuser takes dense (strided) tensors of one "
+                                   f"shape (pad it with torch.nested.to_padded_tensor, or call per component)")
         if arg.layout is not torch.strided:
             raise FusionInputError(f"{label}: a tensor of layout {arg.layout}; fuser takes dense (strided) "
                                    f"tensors (call .to_dense() first)")
@@ -316,7 +319,7 @@ class InputBinder:
             env[f"D{i}"] = dtype
             lines += [f"    {a} = args[{i}]",
                       f"    if type({a}) not in PLAIN or {a}.dtype != D{i} or {a}.dim() != {ndim} "
-                      f"or {a}.layout is not STRIDED:",
+                      f"or {a}.layout is not STRIDED or {a}.is_nested:",
                       "        return None"]
             lines += ([f"    device = {a}.device"] if n == 0 else
                       [f"    if {a}.device != device:", "        return None"])

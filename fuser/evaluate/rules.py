@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import InternalError, UnsupportedError
+from ..errors import FuserError, InternalError, UnsupportedError
 from ..ir import BinaryOp, Expr, TernaryOp, UnaryOp
 from ..ir.printer import format_expr
 
@@ -34,6 +34,8 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
         args = _local_broadcasts(expr, args, ctx)
     try:
         return fn(expr, args, ctx)
+    except FuserError:  # (a rule's own error, which names the input: RuntimeErrors below are ATen's)
+        raise
     except NotImplementedError as err:  # (a RuntimeError: ATen lacks most kernels for uint64, fp8)
         dtypes = ", ".join(repr(v.dtype) for v in expr.inputs)
         raise UnsupportedError(f"{expr.op_name}: ATen has no kernel for it on {dtypes} operands "

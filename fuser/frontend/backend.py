@@ -17,6 +17,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -373,8 +374,17 @@ def _span(t: torch.Tensor) -> Optional[tuple[int, int]]:
 class FuserBackend:
     def __init__(self, **options: Any):
         self.options = dict(options)
-        self.records: list[GraphRecord] = []
+        # weak: a record lives while the compiled callables that run its programs do
+        # (GraphProgram.record); held strongly, every graph a process compiled stayed alive
+        # past torch._dynamo.reset()
+        self._records: list[weakref.ref] = []
         self._lock = threading.Lock()
+
+    @property
+    def records(self) -> list[GraphRecord]:
+        """The graphs compiled so far whose compiled callables still exist, oldest first."""
+        with self._lock:
+            return [r for r in (ref() for ref in self._records) if r is not None]
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, mode: Optional[str] = None,
                  options: Optional[dict] = None) -> Any:
@@ -445,7 +455,7 @@ class FuserBackend:
             compiled = _AliasedWrites(compiled, gm, written, arguments)
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead
         with self._lock:
-            self.records.append(record)
+            self._records = [r for r in self._records if r() is not None] + [weakref.ref(record)]
         stats = CURRENT_STATS.get()
         if stats is not None:
             stats.saw(record)

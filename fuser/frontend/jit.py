@@ -139,7 +139,7 @@ class JitFunction:
         counted in `stats` too."""
         stats.calls += 1
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
-        # whether it is sparse, quantized, nested or on another device)
+        # whether it is sparse, quantized or on another device; a nested one makes them raise)
         if direct and not kwargs and self._direct.remembered is not None and not self._failed \
                 and not torch.compiler.is_compiling():
             # no CURRENT_STATS here: the remembered entry's graphs were counted on the call
@@ -147,7 +147,9 @@ class JitFunction:
             try:
                 out = self._direct(args)
             except Exception as e:  # as on the path through Dynamo
-                return self._failure(e, args, kwargs)
+                if untraceable_argument(self._fn, args, kwargs) is None:
+                    return self._failure(e, args, kwargs)
+                out = MISS  # (a nested tensor's strides break the guards' check): named below
             if out is not MISS:
                 return out
         problem = untraceable_argument(self._fn, args, kwargs)

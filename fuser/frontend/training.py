@@ -147,10 +147,11 @@ class _Fused(torch.autograd.Function):
         user, saved = list(outs[:plan.n_user]), outs[plan.n_user:]
         tensors = [saved[k] for k in plan.saved_tensors]
         ctx.rebuilt = None
+        also = []  # further outputs in a saved value's storage: saved for their version checks only
         for k in plan.unsafe_views:
             user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
-            _save_through(ctx, tensors, user[k])
-        ctx.save_for_backward(*tensors)
+            _save_through(ctx, tensors, user[k], also)
+        ctx.save_for_backward(*tensors, *also)
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan
         if plan.non_differentiable:
@@ -196,16 +197,23 @@ class _Fused(torch.autograd.Function):
             set_eval_frame(hook)
 
 
-def _save_through(ctx: Any, tensors: list, output: torch.Tensor) -> None:
+def _save_through(ctx: Any, tensors: list, output: torch.Tensor, also: list) -> None:
     """Save `output` (an `_unsafe_view` the forward returns, a linear's 3-D result) in place of
     the saved values in its storage (the 2-D matmul result), to be rebuilt in the backward: the
     view has a version counter of its own, so an in-place change of the output (`y += r`) left
     the saved value's untouched and the gradient silently read the changed values, where eager
-    raises autograd's in-place error. Saved through the output, the check fires as in eager."""
+    raises autograd's in-place error. Saved through the output, the check fires as in eager.
+    A value saved through an earlier output already (the pieces of `exp(x).unbind(1)`) keeps
+    that one's geometry, and this output joins `also`, saved too, so that a write to any piece
+    fires the check."""
     storage = output.untyped_storage().data_ptr()
     for j, t in enumerate(tensors):
         if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == storage \
                 and t.dtype == output.dtype:
+            if ctx.rebuilt is not None and j in ctx.rebuilt:
+                if not any(a is output for a in also):
+                    also.append(output)
+                continue
             if ctx.rebuilt is None:
                 ctx.rebuilt = {}
             ctx.rebuilt[j] = (t.size(), t.stride(), t.storage_offset())

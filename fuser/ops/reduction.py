@@ -88,14 +88,20 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
 
 def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
              keepdim: bool = False) -> tuple[TensorView, TensorView]:
-    check_tensor("var_mean", tv)
-    check_keepdim("var_mean", keepdim)
-    tv = computed("var_mean", tv)
+    return _var_mean("var_mean", tv, dims, correction, keepdim)
+
+
+def _var_mean(op: str, tv: TensorView, dims: Optional[Sequence[int]], correction: int,
+              keepdim: bool) -> tuple[TensorView, TensorView]:
+    """var_mean, its errors naming `op` (`var` or `var_mean`)."""
+    check_tensor(op, tv)
+    check_keepdim(op, keepdim)
+    tv = computed(op, tv)
     if tv.dtype.category != 2:
-        raise FusionDefinitionError(f"var_mean: needs a floating tensor, got {tv.dtype} in {tv!r}")
+        raise FusionDefinitionError(f"{op}: needs a floating tensor, got {tv.dtype} in {tv!r}")
     if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
-        raise FusionDefinitionError(f"var_mean: correction must be a non-negative int, got {correction!r}")
-    axes = _reduction_axes("var_mean", tv, dims)
+        raise FusionDefinitionError(f"{op}: correction must be a non-negative int, got {correction!r}")
+    axes = _reduction_axes(op, tv, dims)
     if tv.ndim == 0:  # one element: its mean, and a variance of 0 (nan past 0 degrees of freedom)
         spread = binary(BinaryOpType.sub, tv, tv)  # (nan for an infinite element, as eager's)
         return binary(BinaryOpType.mul, spread, 1.0 if correction == 0 else math.nan), set_(tv)
@@ -110,4 +116,4 @@ def var_mean(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: i
 
 def var(tv: TensorView, dims: Optional[Sequence[int]] = None, correction: int = 1,
         keepdim: bool = False) -> TensorView:
-    return var_mean(tv, dims, correction, keepdim)[0]
+    return _var_mean("var", tv, dims, correction, keepdim)[0]

@@ -317,7 +317,8 @@ def compile_ready_key(binder: InputBinder) -> Callable[[Sequence[Any]], Optional
         a = f"a{i}"
         lines.append(f"    {a} = args[{i}]")
         if i in tensors:
-            lines += [f"    if type({a}) not in PLAIN or {a}.layout is not STRIDED or {a}.is_neg() or {a}.is_conj():",
+            lines += [f"    if type({a}) not in PLAIN or {a}.layout is not STRIDED or {a}.is_nested or {a}.is_neg() "
+                      f"or {a}.is_conj():",
                       "        return None"]
             parts.append(f"({a}.shape, {a}.stride(), {a}.dtype, {a}.device)")
         else:
@@ -360,13 +361,17 @@ def compile_ready_check(binder: InputBinder) -> Callable[[Sequence[Any]], Option
     scalars = [i for i in range(binder.count) if i not in tensors]
     tests = [f"type(args) in SEQUENCE and len(args) == {binder.count}"]
     if tensors:
+        # (Dynamo's check reads a nested tensor's strides before its dispatch keys, and its C++
+        # error then ends the process)
+        tests += [f"type(args[{i}]) in PLAIN and not args[{i}].is_nested" for i in tensors]
         tests.append(f"tensors_fit({''.join(f'args[{i}], ' for i in tensors)})")
     tests += [f"scalar_key(args[{i}]) == k{i}" for i in scalars]
     lines = [f"def make(tensors_fit, {''.join(f'k{i}, ' for i in scalars)}):",
              "    def fits(args):",
              f"        return {' and '.join(tests)}",
              "    return fits"]
-    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "scalar_key": scalar_key}
+    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "PLAIN": (torch.Tensor, torch.nn.Parameter),
+                           "scalar_key": scalar_key}
     exec(compile("\n".join(lines), f"<fuser ready check of {binder.count} inputs>", "exec"), env)
     make = env["make"]
 

@@ -43,3 +43,22 @@ def test_aten_out_of_memory_passes_through(monkeypatch):
     monkeypatch.setitem(rules.RULES, MatmulOp, refuse)
     with pytest.raises(torch.OutOfMemoryError):
         _matmul_fd().execute([make((2, 3)), make((3, 4))])
+
+
+def test_a_rules_own_error_passes_through(monkeypatch):
+    """A rule that names the input itself (indexing's out-of-range index) is not re-labelled
+    fuser's bug, though every fuser error is a RuntimeError."""
+    def refuse(e, args, ctx):
+        raise fuser.FusionInputError("matmul: the input is bad")
+
+    monkeypatch.setitem(rules.RULES, MatmulOp, refuse)
+    with pytest.raises(fuser.FusionInputError, match="the input is bad") as info:
+        _matmul_fd().execute([make((2, 3)), make((3, 4))])
+    assert not isinstance(info.value, fuser.InternalError)
+
+
+def test_fuser_errors_are_runtime_errors_as_nvfusers_are():
+    """Code written against nvfuser_direct catches its errors as RuntimeError."""
+    assert issubclass(fuser.FuserError, RuntimeError)
+    with pytest.raises(RuntimeError, match="extent i1 has two values"):
+        _matmul_fd().execute([make((2, 3)), make((4, 5))])

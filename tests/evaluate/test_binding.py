@@ -54,6 +54,9 @@ BAD = [  # (id, make the bad argument list, error class, regexes the message mus
      [r"input 1\b", r"axis 1", r"size 6", r"declares 5"]),
     ("extent-conflict", lambda: [make((3, 5)), make((4, 5)), 3], fuser.ExtentConflictError,
      [r"\bi0\b", r"\b3\b", r"\b4\b", r"input 0\b", r"input 1\b"]),
+    # (a strided nested tensor: Dynamo's check of a ready call's layout ended the process)
+    ("nested", lambda: [torch.nested.nested_tensor([make((3,)), make((5,))]), make((3, 5)), 3],
+     fuser.FusionInputError, [r"input 0\b", r"nested tensor"]),
     ("meta-device", lambda: [make((3, 5)), torch.empty(3, 5, device="meta"), 3], fuser.FusionInputError,
      [r"input 1\b", r"meta", r"cpu"]),
     ("not-contiguous", lambda: [make((3, 5)), make((5, 3)).t(), 3], fuser.FusionInputError,

@@ -49,3 +49,27 @@ def test_create_graph_error_names_both_ways_in():
     torch.autograd.grad(f(x), x)  # (the first call's backward is AOTAutograd's; later ones fuser's)
     with pytest.raises(fuser.UnsupportedError, match=r"compiled by fuser \(fuser.jit or torch.compile"):
         torch.autograd.grad(f(x), x, create_graph=True)
+
+
+def test_a_compiled_graph_is_freed_with_its_model():
+    """The backend held every graph it compiled (programs, definitions, kernels), so a process
+    that compiled models in a loop grew without bound (fifty-fifth session)."""
+    import gc
+    import weakref
+
+    from fuser.frontend.backend import backend_for
+
+    def one_model():
+        m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU())
+        c = _compiled(m)
+        x = make((4, 8))
+        out = c(x)
+        torch.testing.assert_close(out, m(x))
+        out.sum().backward()
+        assert backend_for().records, "the live model's graph is listed"
+        return weakref.ref(backend_for().records[-1])
+
+    record = one_model()
+    torch._dynamo.reset()
+    gc.collect()
+    assert record() is None

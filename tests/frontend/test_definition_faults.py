@@ -224,6 +224,10 @@ def test_execute_puts_a_tensorless_fusions_outputs_on_its_device():
     (lambda fd, a: fd.ops.sum(a, [1.0]), r"sum: dim 1.0 must be an int"),
     (lambda fd, a: fd.ops.sum(a, [True]), r"sum: dim True must be an int"),
     (lambda fd, a: fd.ops.welford(a), r"welford: dims must be a non-empty list of dims, got None"),
+    # var's errors named var_mean, which the user never called
+    (lambda fd, a: fd.ops.var(a, [1], correction=-1), r"^var: correction must be a non-negative int"),
+    (lambda fd, a: fd.ops.var(a, [5]), r"^var: dim 5 is out of range"),
+    (lambda fd, a: fd.ops.var(fd.ops.cast(a, DataType.Int), [0]), r"^var: needs a floating tensor"),
 ])
 def test_reduction_arguments_of_the_wrong_type_are_refused(build, match):
     # a truthy string kept the dim (any object counted as True), a float dim was called "out

@@ -206,6 +206,16 @@ def test_a_half_tensor_compared_with_a_python_number(dtype):
         torch.testing.assert_close(jitted(x), f(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("f", [lambda x: torch.fmod(x, 0.1), lambda x: torch.remainder(x, 0.1),
+                               lambda x: x % -0.3, lambda x: 2.5 % (x.abs() + 1)])
+def test_a_half_remainder_by_a_python_number(dtype, f):
+    """Eager's fmod and remainder take a Python number in the tensor's dtype (half(0.1) is
+    0.0999756); by the fp32 0.1 the remainder of 10.0 was 0.09998 where eager's is 0.00244."""
+    x = torch.cat([torch.tensor([10.0, 1.0, 3.0, -7.0], dtype=dtype), torch.randn(60, dtype=dtype) * 10])
+    torch.testing.assert_close(fuser.jit(f)(x), f(x), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("take", [lambda t: t[:, 2:5], lambda t: t[:, 1:100], lambda t: t[:, :9],
                                   lambda t: t[2:7]])
 def test_gradient_of_a_slice_whose_end_is_past_the_size(take):

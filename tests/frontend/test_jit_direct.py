@@ -155,6 +155,10 @@ def test_parameters_take_the_direct_path_and_odd_tensors_still_get_named():
     assert jitted._direct.hits == 2
     with pytest.raises(FusionInputError, match="argument 'x'"):
         jitted(x.to_sparse(), w)
+    # a (strided) nested tensor makes the guards' check itself raise: still named
+    nested = torch.nested.nested_tensor([torch.randn(2, 8), torch.randn(3, 8)])
+    with pytest.raises(FusionInputError, match="argument 'x' is a nested tensor"):
+        jitted(nested, w)
 
 
 def test_a_program_of_fusions_leaves_grad_mode_alone_and_outputs_need_no_grad():

@@ -274,6 +274,28 @@ def test_an_in_place_change_of_an_output_the_backward_reads_raises_as_in_eager()
         torch.testing.assert_close(p.grad, dict(ref.named_parameters())[name].grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("f", [lambda x: x.exp().unbind(1), lambda x: x.exp().unbind(0),
+                               lambda x: torch.sigmoid(x).chunk(2, 0), lambda x: x.softmax(-1).split([2, 4], 1)],
+                         ids=["unbind1", "unbind0", "chunk", "split"])
+def test_pieces_of_a_value_the_backward_saves(f):
+    """Each piece was saved through in turn, the saved value rebuilt as the last piece: the
+    backward's fusion got a tensor of the wrong shape (fifty-fifth session). A write to any
+    piece before the backward raises autograd's error, as eager refuses it."""
+    jitted = fuser.jit(f)
+    for _ in range(2):
+        x = make((4, 6)).requires_grad_()
+        outs, want = jitted(x), f(x)
+        dys = [torch.randn_like(w) for w in want]
+        torch.testing.assert_close(outs, want)
+        torch.testing.assert_close(torch.autograd.grad(outs, x, dys), torch.autograd.grad(want, x, dys))
+    x = make((4, 6)).requires_grad_()
+    outs = jitted(x)
+    with torch.no_grad():
+        outs[-1].mul_(0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        sum(o.sum() for o in outs).backward()
+
+
 @pytest.mark.parametrize("split", [lambda t: t.chunk(2, -1), lambda t: t.split([2, 2], 1)], ids=["chunk", "split"])
 def test_pieces_of_a_computed_tensor_keep_eagers_layout(split):
     # the pieces were ATen views of a row-major kernel output: strides (60, 15, 5, 1) where
@@ -367,3 +389,20 @@ def test_an_eager_step_whose_cpu_kernel_gives_another_dtype_than_its_trace():
     xe = x.clone().requires_grad_()
     (ge,) = torch.autograd.grad(copy.deepcopy(eager).train()(xe), xe, dy)
     assert_eager(gx, ge)
+
+
+def test_an_empty_batch_through_a_layer_norm_warns_nothing():
+    """ATen's var_mean warned about degrees of freedom for the empty batch of a layer norm the
+    user called, which eager's own layer norm does not (fifty-fifth session)."""
+    import warnings
+
+    def f(x, w, b):
+        return torch.nn.functional.layer_norm(x, (8,), w, b)
+
+    jitted, w, b = fuser.jit(f), make((8,)), make((8,))
+    x = make((3, 8))
+    torch.testing.assert_close(jitted(x, w, b), f(x, w, b))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = jitted(torch.randn(0, 8), w, b)
+    assert out.shape == (0, 8)

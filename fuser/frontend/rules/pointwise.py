@@ -80,11 +80,22 @@ def _comparison_rule(name):
     return rule
 
 
+def _number_in_tensor_type_rule(name):
+    """fmod and remainder of a half or bf16 tensor and a Python number: ATen's kernels take
+    both operands in the tensor's type (`fmod(x, 0.1)` divides by half(0.1)); in fp32 the
+    remainder near a multiple of 0.1 would differ by a whole divisor."""
+    def rule(b, node, x, y):
+        return getattr(b.fd.ops, name)(_number_as(x, y), _number_as(y, x))
+    rule.__name__ = f"lower_{name}"
+    return rule
+
+
+_RULE_OF = {**{name: _comparison_rule for name in _COMPARISONS},
+            "fmod": _number_in_tensor_type_rule, "remainder": _number_in_tensor_type_rule}
 for _op, _name in _BINARY.items():
-    for _overload in ("Tensor", "Scalar", "default"):
+    for _overload in ("Tensor", "Scalar", "Scalar_Tensor", "default"):
         if hasattr(_op, _overload):
-            register(getattr(_op, _overload))(
-                (_comparison_rule if _name in _COMPARISONS else _binary_rule)(_name))
+            register(getattr(_op, _overload))(_RULE_OF.get(_name, _binary_rule)(_name))
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
