@@ -108,8 +108,15 @@ class KernelLauncher:
             if any(s < 0 for s in shape):
                 raise FusionInputError(f"T{o.name} would have the negative shape {shape} in this "
                                        f"execution (its extents: {[str(e) for e in local_extents(o)]})")
-            outputs.append(torch.empty_strided(shape, dense_strides(shape, order), dtype=o.dtype.to_torch(),
-                                               device=device))
+            try:
+                outputs.append(torch.empty_strided(shape, dense_strides(shape, order), dtype=o.dtype.to_torch(),
+                                                   device=device))
+            except RuntimeError as err:
+                if "overflow" not in str(err):
+                    raise
+                raise FusionInputError(f"T{o.name} would have the shape {shape} in this execution, more bytes "
+                                       f"than a 64-bit size counts (its extents: "
+                                       f"{[str(e) for e in local_extents(o)]})") from None
         return outputs
 
     def strides(self, tensors: Sequence[torch.Tensor], n_axes: int, values) -> list[list[int]]:

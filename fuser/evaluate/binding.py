@@ -8,6 +8,7 @@ frozen afterwards: nothing binds during execution, and nothing survives the exec
 """
 from __future__ import annotations
 
+import math
 import types
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -37,8 +38,9 @@ class BindingTable:
             raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
                                    f"{err}") from None
         if type(v) is int and not fits_int64(v):  # (exact integer algebra): as eager refuses it
-            raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer "
-                                   f"(with {self.describe(e)})")
+            given = self.describe(e)
+            raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer"
+                                   + (f" (with {given})" if given else ""))
         return v
 
     def extent(self, e: Extent, what: str = "extent") -> int:
@@ -148,6 +150,11 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
     table = BindingTable(values, sources)
     for e, why in fusion.sizes:  # (first: a negative size is named by its op, not as a divisor)
         table.extent(e, why)
+    for e, why, nonzero in fusion.finite:
+        v = table.evaluate(e, why)
+        if not math.isfinite(v) or (nonzero and v == 0):
+            raise FusionInputError(f"{why} {format_extent(e)} = {v!r}, expected a finite value"
+                                   + (" other than 0" if nonzero else "") + f" (with {table.describe(e)})")
     for numerator, denominator, why in fusion.divisible:
         n, d = table.extent(numerator), table.extent(denominator)
         if d and n % d:
@@ -296,6 +303,7 @@ class InputBinder:
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
         self.divisible = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.divisible]
         self.sizes = [compile_extent(e) for e, _ in fusion.sizes]
+        self.finite = [(compile_extent(e), nonzero) for e, _, nonzero in fusion.finite]
         self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
         self._fast = self._compile_fast()
 
@@ -370,6 +378,10 @@ class InputBinder:
             for fn in self.sizes:
                 v = fn(values)
                 if not 0 <= v < _INT64_END or v != int(v):  # (nan fails the first; past int64: named there)
+                    return bind_inputs(self.fusion, args, metas)
+            for fn, nonzero in self.finite:
+                v = fn(values)
+                if not math.isfinite(v) or (nonzero and v == 0):
                     return bind_inputs(self.fusion, args, metas)
             for fa, fb in self.divisible:
                 d = fb(values)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import FuserError, InternalError, UnsupportedError
+from ..errors import FuserError, FusionInputError, InternalError, UnsupportedError
 from ..ir import BinaryOp, Expr, TernaryOp, UnaryOp
 from ..ir.printer import format_expr
 
@@ -48,6 +48,9 @@ def evaluate_expr(expr: Expr, args: list, ctx) -> list:
         # FusionInputError of their own); the CPU allocator's failure is no bug: it passes
         if "can't allocate memory" in str(err):
             raise
+        if "Storage size calculation overflowed" in str(err):  # (sizes from scalars: the caller's)
+            raise FusionInputError(f"{expr.op_name}: its output would have more bytes than a 64-bit size "
+                                   f"counts ({err}); check the sizes given") from None
         raise InternalError(f"ATen raised evaluating {expr.op_name} on {_describe(args)}: {err}\n"
                             f"{format_expr(expr)}") from err
 

@@ -386,8 +386,12 @@ class FusionDefinition:
         return outs
 
     def _reference(self, inputs: list) -> list:
+        # the aliases write into the copies the reference reads, as `execute` writes into its
+        # inputs: an output that is a view of a written input (a permute) then shows the
+        # written values in both, as nvFuser's view outputs do
         reference = FusionExecutorCache(self.fusion, use_kernels=False)
-        return self._visible(reference.execute([_layout_copy(t) for t in inputs]), list(inputs))
+        copies = [_layout_copy(t) for t in inputs]
+        return self._visible(reference.execute(copies), copies)
 
     def compile_ahead(self, inputs: Sequence[Any], device: Any = "cuda") -> int:
         """Compile the kernels that `execute` on inputs of these layouts would compile, before

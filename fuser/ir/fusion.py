@@ -48,6 +48,9 @@ class Fusion:
         # (extent, why): sizes given by scalars (full, expand, iota, ...), which each execution
         # checks are integers >= 0 (a kernel looping over a negative count runs no iteration)
         self.sizes: list[tuple[Extent, str]] = []
+        # (value, why, nonzero): an iota's start and step given by scalar inputs, which each
+        # execution checks are finite, and a step not 0 (a kernel would repeat one value)
+        self.finite: list[tuple[Extent, str, bool]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
         # scheduling calls made on tensors (event number, tensor, method, arguments), for printing
         # the definition in the order it was written
@@ -209,6 +212,7 @@ class Fusion:
         self.constraints = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints]
         self.divisible = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.divisible]
         self.sizes = [(x.xreplace(mapping), w) for x, w in self.sizes]
+        self.finite = [(x.xreplace(mapping), w, z) for x, w, z in self.finite]
         self._extent_scalars = {}
 
     # -- whole-fusion operations -----------------------------------------------------------
@@ -238,6 +242,8 @@ class Fusion:
             yield x
             yield y
         for x, _ in self.sizes:
+            yield x
+        for x, *_ in self.finite:
             yield x
 
     def structural_hash(self) -> str:

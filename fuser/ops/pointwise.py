@@ -187,7 +187,7 @@ def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
     else:
         dtype = x.dtype
     if x.value is not None:
-        return x.fusion.new_scalar(dtype, value=python_value(scalar_fn(code, x.value), dtype))
+        return _known(x.fusion, kind.value, dtype, python_value(scalar_fn(code, x.value), dtype))
     if kind in (U.neg, U.abs) and not dtype.is_floating:  # (integer algebra, for extents)
         return x.fusion.new_scalar(dtype, expr=-x.expr if kind is U.neg else sympy.Abs(x.expr))
     return x.fusion.new_scalar(dtype, expr=scalarFn(code, x.expr))
@@ -213,6 +213,8 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
             return fusion.new_scalar(dtype, expr=floatOp(code, a.expr, b.expr))
         if dtype.is_complex and a.value is not None and b.value is not None and kind in (B.add, B.sub, B.mul):
             return fusion.new_scalar(dtype, value=algebra(complex(a.value), complex(b.value)))  # (Python's)
+        if a.value is not None and b.value is not None and dtype.is_integral:
+            return _known(fusion, kind.value, dtype, int(algebra(a.expr, b.expr)))
         return fusion.new_scalar(dtype, expr=algebra(a.expr, b.expr))
     code = SCALAR_FUNCTION_CODES.get(kind.name)
     if code is None or compute.is_complex:
@@ -223,10 +225,26 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
             value = scalar_fn(code, a.value, b.value)
         except (ArithmeticError, ValueError) as err:  # an integer division by zero
             raise FusionDefinitionError(f"{kind.value} of the scalars {a.value} and {b.value}: {err}") from None
-        return fusion.new_scalar(dtype, value=python_value(value, dtype))
+        return _known(fusion, kind.value, dtype, python_value(value, dtype))
     if kind is B.div and not dtype.is_floating and a.expr.is_nonnegative and b.expr.is_nonnegative:
         return fusion.new_scalar(dtype, expr=sympy.floor(a.expr / b.expr))  # (truncation is floor here)
     return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
+
+
+_BITS = {DataType.Int32: (-2**31, 2**31), DataType.UInt64: (0, 2**64)}  # (else 64-bit signed)
+
+
+def _known(fusion, op: str, dtype: DataType, value) -> Scalar:
+    """A constant result. An integer beyond its type's range is refused, as a Python int past
+    64 bits is: a kernel's literal would wrap it where a cast to a float would not, two values
+    for one scalar (`1 << 63` as an Int operand and as a Double)."""
+    if dtype.is_integral and type(value) is int:
+        low, high = _BITS.get(dtype, (-2**63, 2**63))
+        if not low <= value < high:
+            raise FusionDefinitionError(f"{op}: the {dtype} scalar result {value} is out of its type's range "
+                                        f"[{low}, {high}); compute it in a tensor (whose integers wrap "
+                                        f"as eager's do) or as a Double")
+    return fusion.new_scalar(dtype, value=value)
 
 
 def _scalar_where(cond: Scalar, a: Scalar, b: Scalar) -> Scalar:

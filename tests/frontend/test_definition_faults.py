@@ -286,6 +286,25 @@ def test_iota_refuses_what_nvfuser_refuses(start, step, dtype, match):
             fd.ops.iota(4, start, step, dtype)
 
 
+@pytest.mark.parametrize("dtype, good, bad, match", [
+    (DataType.Int, [5, 3, -2], [5, 3, 0], r"iota: step i\d+ = 0, expected a finite value other than 0"),
+    (DataType.Float, [4, 0.5, 0.25], [4, 0.0, float("inf")], r"iota: step d\d+ = inf"),
+    (DataType.Float, [4, 0.5, 0.25], [4, float("nan"), 1.0], r"iota: start d\d+ = nan, expected a finite value "),
+])
+def test_iota_checks_scalar_inputs_as_it_checks_constants(dtype, good, bad, match):
+    # given by scalar inputs, a step of 0 gave a constant tensor and an infinite one NaNs
+    scalar = DataType.Int if dtype is DataType.Int else DataType.Double
+    with FusionDefinition() as fd:
+        n, start, step = fd.define_scalar(DataType.Int), fd.define_scalar(scalar), fd.define_scalar(scalar)
+        fd.add_output(fd.ops.iota(n, start, step, dtype))
+    for _ in range(2):  # (the second call binds on the fast path)
+        (out,) = fd.execute(good)
+        want = torch.arange(good[0], dtype=out.dtype) * good[2] + good[1]
+        assert_eager(out, want)
+        with pytest.raises(FusionInputError, match=match):
+            fd.execute(bad)
+
+
 def test_an_integer_arange_from_a_fractional_start_rounds_as_eager():
     # lowered to an Int iota of start 0.5, the kernel added 0.5, 1.5, ... where eager adds 0, 1, ...
     def f(x):

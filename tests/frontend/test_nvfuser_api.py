@@ -93,6 +93,24 @@ def test_outputs_of_an_aliased_value_return_the_input():
     assert_eager(x, expected)
 
 
+def test_a_view_output_of_a_written_input_shows_the_write_and_validates():
+    """A permute of an input that an alias writes is a view of it (as nvFuser's), showing the
+    written values; fd.validate's reference wrote into other tensors than its views read, and
+    refused the definition (fifty-fifth session)."""
+    x = make((4, 6))
+    before = x.clone()
+    with FusionDefinition() as fd:
+        t0 = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.add(t0, 1.0), alias_input=t0)
+        fd.add_output(fd.ops.permute(t0, [1, 0]))
+        fd.add_output(fd.ops.set(t0))
+    view, copy = fd.execute([x])
+    assert_eager(x, before + 1)
+    assert view.data_ptr() == x.data_ptr() and torch.equal(view, x.t())
+    assert torch.equal(copy, before)
+    fd.validate([make((4, 6))])
+
+
 def test_alias_into_a_strided_input():
     base = make((4, 8))
     x = base[:, ::2]
