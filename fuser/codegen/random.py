@@ -10,7 +10,8 @@ from the super-axis indices and strides of a dense row-major tensor of the outpu
 from __future__ import annotations
 
 from ..errors import InternalError
-from ..evaluate.philox import NORMAL_MIN_UNIFORM, TWO_PI
+from ..evaluate.philox import (DOUBLE_HIGH_SHIFT, DOUBLE_LOW_SHIFT, DOUBLE_SCALE, NORMAL_MIN_UNIFORM,
+                                TWO_PI)
 from ..ir import DataType, RNGOp, RNGOpType, Scalar, UnaryOpType
 from .math import unary_lowering
 from .scope import Scope
@@ -40,7 +41,16 @@ class RandomEmitter:
         scope.lines.append(f"{name}_counter = {index} + {offset}")
         compute = compute_type(out.dtype)
         a, b = (self.operand(scope, v, out.dtype) for v in e.params)
-        if e.kind is RNGOpType.uniform:
+        if compute == "tl.float64":  # 53 random bits a uniform, as a double holds
+            w = [f"{name}_w{k}" for k in range(4)]
+            scope.lines.append(f"{', '.join(w)} = tl.randint4x({seed}, {name}_counter)")
+            if e.kind is RNGOpType.uniform:
+                value = self.uniform_double(w[0], w[1])
+                code = value if e.standard else f"({a} + ({b} - {a}) * {value})"
+            else:
+                scope.lines.append(f"{name}_n = {self.standard_normal_double(w)}")
+                code = f"{name}_n" if e.standard else f"({a} + {b} * {name}_n)"
+        elif e.kind is RNGOpType.uniform:
             value = f"tl.rand({seed}, {name}_counter)"
             if compute != "tl.float32":
                 value = f"{value}.to({compute})"
@@ -69,6 +79,18 @@ class RandomEmitter:
         first: philox reads the seed's 64 bits)."""
         code = self.operand(scope, v, DataType.Int)
         return self.block("[1, 1]", code, "tl.int64") if isinstance(v, Scalar) and v.is_constant else code
+
+    def uniform_double(self, high: str, low: str) -> str:
+        """An fp64 in [0, 1) of two uint32 words' 53 bits (evaluate/philox.py uniform_double)."""
+        return (f"((({high} >> {DOUBLE_HIGH_SHIFT}).to(tl.int64) * {2 ** (32 - DOUBLE_LOW_SHIFT)} "
+                f"+ ({low} >> {DOUBLE_LOW_SHIFT}).to(tl.int64)).to(tl.float64) * {DOUBLE_SCALE!r})")
+
+    def standard_normal_double(self, words: list) -> str:
+        """N(0, 1) in fp64 from four words: Box-Muller on two 53-bit uniforms."""
+        log, sqrt, cos = (unary_lowering(k, self.target) for k in (UnaryOpType.log, UnaryOpType.sqrt, UnaryOpType.cos))
+        u1 = f"tl.maximum({self.uniform_double(words[0], words[1])}, {DOUBLE_SCALE!r})"
+        radius = sqrt.format(x=f"(-2.0 * {log.format(x=u1)})")
+        return f"{radius} * {cos.format(x=f'({TWO_PI!r} * {self.uniform_double(words[2], words[3])})')}"
 
     def standard_normal(self, first: str, second: str) -> str:
         """N(0, 1) in fp64 from two fp32 uniforms: Box-Muller as tl.randn, with the

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import ExtentConflictError, FusionInputError, InternalError
 from ..ir import DataType, Fusion, Scalar, TensorView
+from ..ir.domain import Merge, Split
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
 from ..ir.types import fits_int64
 from ..multidevice.sharding import local_extents, sharding_factors
@@ -240,10 +241,7 @@ def _check_contiguity(tv: TensorView, arg, label: str) -> None:
         return  # sharded layouts are checked by the multidevice layer
     if arg.numel() == 0:
         return  # (no element to address: any strides are a dense layout, as is_contiguous() says)
-    logical = dom.no_reductions()
-    order = [next(k for k, d in enumerate(logical) if d is a) for a in dom.maybe_allocation
-             if not a.is_reduction and any(a is d for d in logical)]
-    contiguity = [c for a, c in zip(dom.maybe_allocation, dom.contiguity) if not a.is_reduction]
+    order, contiguity = _allocation_axes(dom)
     expected_stride = 1
     strided_none = []  # inner axes declared None (stride 0, taking no room) that have a stride
     for axis, contiguous in reversed(list(zip(order, contiguity))):
@@ -260,6 +258,29 @@ def _check_contiguity(tv: TensorView, arg, label: str) -> None:
                 f"expected, got {stride} (strides {tuple(arg.stride())}{hint}); pass a tensor of that "
                 f"layout or declare contiguity=False")
         expected_stride = stride * size
+
+
+def _allocation_axes(dom) -> tuple[list[int], list]:
+    """The logical axes in allocation order, outer to inner, each with its contiguity flag: a
+    serial split's halves (next to each other, outer first) stand for their axis with the inner
+    half's flag, a merge for its two axes with its own (the flags were paired with the wrong
+    axes, or with none, where the allocation held a split or a merge)."""
+    position = {id(d): k for k, d in enumerate(dom.no_reductions())}
+    made_by = {id(o): t for t in dom.transforms for o in t.outputs}
+
+    def axes(d) -> list[int]:
+        if id(d) in position:
+            return [position[id(d)]]
+        t = made_by.get(id(d))
+        if isinstance(t, Merge):
+            return axes(t.outer) + axes(t.inner)
+        if isinstance(t, Split) and d is t.inner:  # (its outer half, just before, adds nothing)
+            return axes(t.input)
+        return []
+
+    pairs = [(k, flag) for d, flag in zip(dom.maybe_allocation, dom.contiguity) if not d.is_reduction
+             for k in axes(d)]
+    return [k for k, _ in pairs], [flag for _, flag in pairs]
 
 
 def local_shape(tv: TensorView, table: BindingTable, with_streams: bool = False) -> tuple[int, ...]:

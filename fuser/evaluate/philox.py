@@ -8,7 +8,8 @@ tensors too. The seed may be a Python int or a 0-dim int64 tensor (a seed drawn 
 per execution, read without a sync).
 
 The two-value transforms the kernels emit are spelled here once more, in the same operations
-and precisions: `uniform_float` as Triton's `uint_to_uniform_float` (fp32), `standard_normal`
+and precisions: `uniform_float` as Triton's `uint_to_uniform_float` (fp32), `uniform_double`
+two words' 53 bits for a double output, `standard_normal`
 as the Box-Muller of `tl.randn` with its transcendental part in fp64, rounded once to fp32
 (fp64 log, sqrt and cos of different libraries agree to far below fp32's rounding, which fp32
 ones need not).
@@ -63,6 +64,24 @@ def uniform_float(word: torch.Tensor) -> torch.Tensor:
     return positive.to(torch.float32) * torch.tensor(UNIFORM_SCALE, dtype=torch.float32, device=word.device)
 
 
+# a double's uniform: 27 and 26 bits of two words, scaled onto [0, 1) (53 bits, every double
+# k * 2^-53 reachable); Box-Muller's first one floored at the smallest, 2^-53
+DOUBLE_HIGH_SHIFT, DOUBLE_LOW_SHIFT, DOUBLE_SCALE = 5, 6, 2.0 ** -53
+
+
+def uniform_double(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """Two uint32 words (in int64) as an fp64 in [0, 1) of 53 random bits, as the kernels
+    compute it (codegen/random.py)."""
+    bits = (high >> DOUBLE_HIGH_SHIFT) * 2 ** (32 - DOUBLE_LOW_SHIFT) + (low >> DOUBLE_LOW_SHIFT)
+    return bits.to(torch.float64) * DOUBLE_SCALE
+
+
+def standard_normal_double(words: Sequence[torch.Tensor]) -> torch.Tensor:
+    """N(0, 1) in fp64 from four uint32 words: Box-Muller on two 53-bit uniforms."""
+    u1 = torch.clamp(uniform_double(words[0], words[1]), min=DOUBLE_SCALE)
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(TWO_PI * uniform_double(words[2], words[3]))
+
+
 def standard_normal(w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
     """N(0, 1) in fp64 from two uint32 words: Box-Muller on their uniforms (the first floored
     at NORMAL_MIN_UNIFORM in fp32, as tl.randn does)."""
@@ -90,12 +109,15 @@ def random_tensor(kind: str, shape: Sequence[int], params: tuple, seed: Any, off
                   dtype: torch.dtype, device) -> torch.Tensor:
     """A tensor of `shape` and `dtype` whose element i is drawn from counter `offset + i`
     (row-major): uniform in [a, b) or normal with mean a and standard deviation b, computed
-    in fp32 (fp64 for a double output) as the kernels compute it, then rounded once. (0, 1)
+    in fp32 as the kernels compute it, then rounded once; a double output from 53-bit uniforms. (0, 1)
     parameters, given as constants, skip the affine step (`standard`), as the kernels do."""
     a, b, standard = params
     words = philox(seed, row_major_counters(shape, offset, device))
     compute = torch.float64 if dtype == torch.float64 else torch.float32
-    value = uniform_float(words[0]) if kind == "uniform" else standard_normal(words[0], words[1])
+    if compute == torch.float64:  # (53 random bits a uniform, as a double holds)
+        value = uniform_double(words[0], words[1]) if kind == "uniform" else standard_normal_double(words)
+    else:
+        value = uniform_float(words[0]) if kind == "uniform" else standard_normal(words[0], words[1])
     value = value.to(compute)
     if not standard:
         a, b = (torch.tensor(float(v), dtype=compute, device=device) for v in (a, b))

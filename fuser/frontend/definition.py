@@ -220,6 +220,9 @@ class FusionDefinition:
         alloc = _allocation_order(shape, stride_order)
         if contiguity is None:
             contiguity = False
+        if not isinstance(contiguity, (bool, list, tuple)):
+            raise FusionDefinitionError(f"define_tensor: contiguity must be a bool, None or a list of them "
+                                        f"(one a dim), got {contiguity!r}")
         if not isinstance(contiguity, bool):
             contiguity = list(contiguity)  # (nvFuser's order: the allocation's, outermost first)
             if len(contiguity) != len(shape):
@@ -227,7 +230,7 @@ class FusionDefinition:
                     f"define_tensor: contiguity has {len(contiguity)} entries for {len(shape)} dims")
         alloc_ids = [ids[k] for k in alloc]
         domain = TensorDomain(logical=ids, allocation=alloc_ids if alloc != list(range(len(ids))) else None,
-                              contiguity=normalize_contiguity(contiguity, alloc_ids))
+                              contiguity=normalize_contiguity(contiguity, alloc_ids, "define_tensor"))
         tv = f.new_tensor(domain, dtype)
         f.add_input(tv)
         kwargs = dict(shape=shape, contiguity=list(tv.domain.contiguity), dtype=dtype, is_cpu=is_cpu)

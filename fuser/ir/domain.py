@@ -228,7 +228,7 @@ class TensorDomain:
             seen.add(id(d))
         self._check_covers_logical(list(ids))
         self.allocation = list(ids)
-        self.contiguity = normalize_contiguity(contiguity, self.allocation)
+        self.contiguity = normalize_contiguity(contiguity, self.allocation, "set_allocation_domain")
 
     def _check_covers_logical(self, ids: list[IterDomain]) -> None:
         """An allocation domain lays out every element once: undoing the splits (both halves
@@ -317,11 +317,14 @@ def default_contiguity(ids: Sequence[IterDomain], value: Optional[bool]) -> list
     return [None if (d.is_broadcast or d.is_reduction) else value for d in ids]
 
 
-def normalize_contiguity(contiguity, ids: Sequence[IterDomain]) -> list[Optional[bool]]:
+def normalize_contiguity(contiguity, ids: Sequence[IterDomain], op: str = "contiguity") -> list[Optional[bool]]:
     if contiguity is None or isinstance(contiguity, bool):
         return default_contiguity(ids, bool(contiguity))
+    if not isinstance(contiguity, (list, tuple)):
+        raise FusionDefinitionError(f"{op}: contiguity must be a bool, None or a list of them (one an "
+                                    f"axis), got {contiguity!r}")
     contiguity = list(contiguity)
     if len(contiguity) != len(ids):
         raise FusionDefinitionError(
-            f"contiguity has {len(contiguity)} entries but the domain has {len(ids)} axes")
+            f"{op}: contiguity has {len(contiguity)} entries but the domain has {len(ids)} axes")
     return [None if (d.is_broadcast or d.is_reduction) else c for c, d in zip(contiguity, ids)]

@@ -147,6 +147,12 @@ class TensorView(Val):
 
     def split(self, axis: int, factor, inner_split: bool = True) -> "TensorView":
         self.fusion.check_open("split")
+        if isinstance(factor, Scalar):  # (nvFuser takes a Val: here one whose value is known)
+            if not factor.is_constant or factor.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
+                raise FusionDefinitionError(f"split: factor {factor!r} is a {factor.dtype} scalar "
+                                            f"{'input' if not factor.is_constant else 'constant'}; give an "
+                                            f"int (or an integer scalar of a known value)")
+            factor = factor.value
         self.domain.split(self.fusion.new_id, axis, factor, inner_split)
         self.fusion.log_schedule((self, "split", (axis, factor, inner_split)))
         return self

@@ -128,6 +128,50 @@ def test_an_allocation_domain_is_checked():
     assert out.stride() == (4, 8, 1)
 
 
+def _input_allocated(schedule):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        fd.add_output(fd.ops.mul(x, 3.0))
+        schedule(x)
+    return fd
+
+
+def _split_in_place(x):
+    x.split(1, 5)
+    x.set_allocation_domain(x.get_loop_domain())
+
+
+def _columns_split(x):
+    x.split(0, 2)
+    loop = x.get_loop_domain()
+    x.set_allocation_domain([loop[2], loop[0], loop[1]])
+
+
+def _columns_merged(x):
+    x.reorder({0: 1})
+    x.merge(0)
+    x.set_allocation_domain(x.get_loop_domain())
+
+
+ROW_MAJOR, COLUMN_MAJOR = (lambda: make((6, 10))), (lambda: make((10, 6)).t())
+
+
+@pytest.mark.parametrize("schedule, good, bad", [
+    (_split_in_place, ROW_MAJOR, COLUMN_MAJOR),
+    (_columns_split, COLUMN_MAJOR, ROW_MAJOR),
+    (_columns_merged, COLUMN_MAJOR, lambda: make((12, 20))[::2, ::2]),
+], ids=["split-rows", "split-columns", "merged-columns"])
+def test_an_inputs_allocation_with_a_split_or_merge_checks_its_own_axes(schedule, good, bad):
+    """The contiguity flags were paired with the wrong axes (a row-major tensor refused for a
+    row-major allocation split in place, a column-major one for its own layout) or with none (a
+    merge: any strides passed) (fifty-fifth session)."""
+    fd = _input_allocated(schedule)
+    x = good()
+    assert_eager(fd.execute([x])[0], x * 3)
+    with pytest.raises(FusionInputError, match="declared contiguous"):
+        fd.execute([bad()])
+
+
 def test_reorder_refuses_one_axis_twice_and_axes_must_be_ints():
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1, -1])
@@ -178,3 +222,22 @@ def test_an_int32_scalar_out_of_its_range_is_refused():
     for bad in (2**31, -2**31 - 1):  # the second call takes the precompiled binder's path
         with pytest.raises(FusionInputError, match=f"{bad} is out of the range of a 32-bit integer"):
             fd.execute([x, bad])
+
+
+def test_a_split_by_a_scalar_and_contiguity_of_a_wrong_type():
+    """A constant Scalar factor splits as its value (an input's is refused by name: the message
+    said "must be an int, got 2"); a string contiguity was read letter by letter."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.exp(x)
+        fd.add_output(y)
+        y.split(1, fd.define_scalar(2))
+        with pytest.raises(FusionDefinitionError, match="split: factor .* scalar input; give an int"):
+            y.split(0, fd.define_scalar(dtype=DataType.Int))
+        with pytest.raises(FusionDefinitionError, match="set_allocation_domain: contiguity must be a bool"):
+            y.set_allocation_domain(y.get_loop_domain(), "yes")
+        with pytest.raises(FusionDefinitionError, match="define_tensor: contiguity must be a bool"):
+            fd.define_tensor([-1], contiguity="yes")
+    assert len(y.domain.loop) == 3 and y.domain.loop[2].extent == 2
+    x_in = make((3, 4))
+    assert_eager(fd.execute([x_in, 7])[0], x_in.exp())  # (the refused split's scalar stays an input)

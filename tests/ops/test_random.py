@@ -71,10 +71,26 @@ def test_half_width_is_fp32_rounded_once(kind, backend):
         assert torch.equal(out, expected)
 
 
-def test_double_output():
-    (x,) = _draw(_seeded([40, 30], dtype=DataType.Double), [1, 2], "kernel")
+@pytest.mark.parametrize("kind, a, b", [("uniform", 0.0, 1.0), ("uniform", -1.0, 3.0), ("normal", 0.0, 1.0),
+                                     ("normal", 2.0, 0.5)])
+def test_double_output_has_doubles_bits(kind, a, b):
+    """A double draws 53 random bits a uniform (two philox words), as eager's float64 rand and
+    nvFuser's Double uniform do; every draw was an fp32 value before (fifty-fifth session)."""
+    (x,) = _draw(_seeded([80, 50], kind, a, b, dtype=DataType.Double), [1, 2], "kernel")
     assert x.dtype == torch.float64
-    assert torch.equal(x, _draw(_seeded([40, 30], dtype=DataType.Double), [1, 2], "aten")[0])
+    reference = _draw(_seeded([80, 50], kind, a, b, dtype=DataType.Double), [1, 2], "aten")[0]
+    if kind == "uniform":
+        assert torch.equal(x, reference)
+    else:  # (fp64 log, sqrt and cos of two libraries: within an ulp or so)
+        torch.testing.assert_close(x, reference, rtol=1e-14, atol=1e-14)
+    assert (x.float().double() != x).float().mean() > 0.99  # (not fp32 values)
+    n = x.numel()
+    if kind == "uniform":
+        assert a <= x.min().item() and x.max().item() < b
+        assert abs(x.mean().item() - (a + b) / 2) < 5 * (b - a) / math.sqrt(12 * n)
+    else:
+        assert torch.isfinite(x).all() and abs(x.mean().item() - a) < 5 * b / math.sqrt(n)
+        assert abs(x.std().item() / b - 1) < 0.05
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
