@@ -319,16 +319,22 @@ def test_jit_random_ops_lower_without_fallback():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("kind", ["uniform", "normal"])
-def test_gpu_kernel_and_evaluator_agree(kind):
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.Double])
+def test_gpu_kernel_and_evaluator_agree(kind, dtype):
     """On the GPU the kernel's fp32 may fuse a multiply-add (uniform in [a, b)), and its fp64
-    cos and log are libdevice's: equal to the ATen evaluator's numbers within an ulp or two."""
+    cos and log are libdevice's: equal to the ATen evaluator's numbers within an ulp or two.
+    A double's are drawn from two words each (53 bits), the same on the GPU."""
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
-        fd.add_output(fd.ops.mul(x, getattr(fd.ops, kind)(0.0, 1.0, x.shape(), rng_seed=3, rng_offset=1)))
-    x = torch.ones(513, 1031, device="cuda")
+        x = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=dtype)
+        fd.add_output(fd.ops.mul(x, getattr(fd.ops, kind)(0.0, 1.0, x.shape(), rng_seed=3, rng_offset=1,
+                                                          dtype=dtype)))
+    x = torch.ones(513, 1031, device="cuda", dtype=dtype.to_torch())
     (kernel,) = fd.execute([x])
-    aten = _draw(_seeded([513, 1031], kind), [3, 1], "aten")[0]
-    torch.testing.assert_close(kernel.cpu(), aten, rtol=1e-6, atol=1e-6)
+    aten = _draw(_seeded([513, 1031], kind, dtype=dtype), [3, 1], "aten")[0]
+    tolerance = 1e-6 if dtype is DataType.Float else 1e-14
+    torch.testing.assert_close(kernel.cpu(), aten, rtol=tolerance, atol=tolerance)
+    if dtype is DataType.Double:
+        x = torch.ones(513, 1031, device="cuda")
     with FusionDefinition() as fd2:
         y = fd2.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
         fd2.add_output(fd2.ops.mul(y, fd2.ops.rand_like(y)))
