@@ -186,7 +186,7 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
 def _shard_mismatch(where: str, local: int, shards: int, expected: int, detail: str) -> str:
     """A sharded axis whose local size does not fit: both the local and the global sizes."""
     need = (f"each of the {shards} shards must have local size {expected // shards}"
-            if expected % shards == 0 else f"which does not split evenly into {shards} shards")
+            if expected % shards == 0 else f"{expected} does not split evenly into {shards} shards")
     return f"{where}: local size {local} x {shards} shards = {local * shards}, but the definition {detail}; {need}"
 
 

@@ -12,6 +12,7 @@ from team[k], whatever the ranks' numbers.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import threading
@@ -22,6 +23,19 @@ import torch
 from ..errors import FuserError
 
 _TIMEOUT_ENV = "FUSER_COLLECTIVE_TIMEOUT"  # seconds; the process group's timeout
+# whether a collective of this process failed: the group fuser made is then left to the
+# process's end, since tearing it down may wait on the peer that never answered
+_COLLECTIVE_FAILED = False
+
+
+def _destroy_at_exit() -> None:
+    """Tear down the process group fuser initialized, at exit: left to the interpreter's end,
+    gloo's teardown aborted a run that had succeeded now and then ("terminate called without an
+    active exception", torchrun's rc 1)."""
+    import torch.distributed as dist
+
+    if not _COLLECTIVE_FAILED and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class CollectiveError(FuserError):
@@ -103,6 +117,7 @@ class Communicator:
             timeout = _timeout()  # (a bad setting named as such, not as a failed rendezvous)
             try:
                 dist.init_process_group(backend=backend, timeout=timeout)
+                atexit.register(_destroy_at_exit)
             except Exception as err:  # noqa: BLE001 - any rendezvous failure
                 raise CollectiveError(
                     f"initializing torch.distributed ({backend}) from torchrun's environment "
@@ -178,6 +193,8 @@ class Communicator:
         except FuserError:
             raise
         except Exception as err:  # noqa: BLE001 - gloo and NCCL raise RuntimeError and friends
+            global _COLLECTIVE_FAILED
+            _COLLECTIVE_FAILED = True
             raise CollectiveError(f"{label} failed on rank {self.rank}: {err}") from err
 
     def _label(self, name: str, team) -> str:

@@ -26,8 +26,8 @@ import dataclasses
 from typing import Optional
 
 from ..errors import UnsupportedError
-from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, Expr, Fusion, IterDomain, IterType, LinearOp,
-                  LoadStoreOp, LoadStoreOpType, MatmulOp, ParallelType, ReductionOp,
+from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, DataType, Expr, Fusion, IterDomain, IterType,
+                  LinearOp, LoadStoreOp, LoadStoreOpType, MatmulOp, ParallelType, ReductionOp,
                   ReductionOpType, TensorView, tensor_domain)
 from ..multidevice.axis_map import axis_pairs, mapped_input_axis, mapped_output_axis
 from ..multidevice.communication import Collective, Communication
@@ -125,7 +125,11 @@ def _needed(e: Expr, p: TensorView, out: TensorView, contracted) -> dict[Paralle
     out_axes = _sharded_axes(out)
     for pt in set(_sharded_axes(p)) | set(out_axes) | set(contracted):
         if pt in contracted:
-            a = next((a for a, b in axis_pairs(e, p, out) if b.is_reduction), None)
+            # p's own split where it is on a reduced axis already (`sum(x, [0, 1])` of x split
+            # on axis 1: a local sum, then the allreduce), else the first reduced axis
+            reduced = [a for a, b in axis_pairs(e, p, out) if b.is_reduction]
+            have = _sharded_axes(p).get(pt)
+            a = have if any(have is r for r in reduced) else next(iter(reduced), None)
         else:
             b = out_axes.get(pt)
             a = None if b is None else mapped_input_axis(e, p, out, b)
@@ -217,7 +221,13 @@ def _partial_then_reduce(f: Fusion, e: Expr, inputs, out: TensorView, pt: Parall
     scatter = _sharded_axes(out).get(pt)
     skip = frozenset(id(d) for d in out.domain.logical if d.is_reduction) | (
         frozenset() if scatter is None else frozenset({id(scatter)}))
-    partial = like(out, keep=lambda x: x.parallel_type is not pt, skip_axes=skip)
+    # a half or bf16 sum's (or product's) partials and their collective stay fp32, rounded once
+    # after it, as the one-device kernel rounds: rounded before, [1000, 0.5 | -1000, 0.5] sums
+    # to 0 where eager gives 1
+    wide = isinstance(e, ReductionOp) and e.kind in (ReductionOpType.sum, ReductionOpType.prod) \
+        and out.dtype in (DataType.Half, DataType.BFloat16)
+    partial = like(out, keep=lambda x: x.parallel_type is not pt, skip_axes=skip,
+                   dtype=DataType.Float if wide else None)
     # the reduction axis of the partial keeps the contracted device split: "summed locally,
     # still to be summed over the mesh axis"
     src = next(p for p in inputs if isinstance(p, TensorView) and pt in device_axes(p))
@@ -230,10 +240,12 @@ def _partial_then_reduce(f: Fusion, e: Expr, inputs, out: TensorView, pt: Parall
     reduce = e.kind if isinstance(e, ReductionOp) else ReductionOpType.sum
     if not isinstance(e, (LinearOp, MatmulOp, ReductionOp)):
         raise UnsupportedError(f"{e.op_name} with a contraction sharded on {pt.value}")
-    target = out if bias is None else like(out)
+    target = out if bias is None and not wide else like(out, dtype=partial.dtype)
     kind = Collective.allreduce if scatter is None else Collective.reduce_scatter
     comm = Communication(inputs=(partial,), outputs=(target,), collective=kind, mesh=out.device_mesh,
                          parallel_type=pt, out_axis=_pos(out, scatter), reduce=reduce)
+    if wide:  # (a ReductionOp: no bias)
+        return [local, comm] + _decompose(f, CastOp(inputs=(target,), outputs=(out,), dtype=out.dtype))
     if bias is None:
         return [local, comm]
     # the bias is added once, after the sum: out = reduced + broadcast(bias)

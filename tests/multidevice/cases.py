@@ -773,6 +773,51 @@ def _collectives(fd, expected: list[str]) -> None:
 
 
 
+def _sum_over_columns_sharded(d, mesh, dtype, dims):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True, dtype=dtype)
+        y = fd.ops.sum(x, dims)
+        fd.add_output(y)
+        for tv in (x, y):
+            tv.set_device_mesh(mesh)
+        x.outer_split(1, d)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def case_a_half_sum_over_the_sharded_axis_rounds_once(device):
+    """A bf16 sum over the sharded axis: each rank's fp32 partial was rounded to bf16 before the
+    allreduce (in bf16), so [1000, 0.5 | -1000, 0.5] summed to 0 where eager gives 1 (fifty-
+    fifth session). The partials and the collective stay fp32; the sum is rounded once."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    fd = _sum_over_columns_sharded(d, mesh, DataType.BFloat16, [1])
+    pieces = [torch.tensor([1000.0 if k % 2 == 0 else -1000.0, 0.5]) for k in range(d)]
+    full = torch.cat(pieces).reshape(1, 2 * d).to(torch.bfloat16).to(device)
+    out, = fd.execute([shard(fd, 0, full)])
+    exact(out, full.float().sum(1).to(torch.bfloat16), "bf16 sum over the sharded axis")
+    g = torch.Generator().manual_seed(7)
+    full = torch.randn(3, 64 * d, generator=g).to(torch.bfloat16).to(device)
+    out, = fd.execute([shard(fd, 0, full)])
+    torch.testing.assert_close(out.float().cpu(), full.float().sum(1).to(torch.bfloat16).float().cpu(),
+                               rtol=1.6e-2, atol=1e-2)
+    _collectives(fd, ["Allreduce"])
+
+
+def case_a_reduction_over_two_axes_one_sharded(device):
+    """`sum(x, [0, 1])` of x sharded on axis 1: a local sum of each shard, then an allreduce.
+    The contraction's split was sought on the first reduced axis: an AllToAll moved the whole
+    tensor first, and refused rows that the mesh does not divide (fifty-fifth session)."""
+    rank, d = world()
+    mesh = DeviceMesh(torch.arange(d))
+    fd = _sum_over_columns_sharded(d, mesh, DataType.Float, [0, 1])
+    for rows in (5, 2 * d):
+        full = ints(rows, 4 * d, device=device, seed=rows)
+        out, = fd.execute([shard(fd, 0, full)])
+        exact(out, full.sum(), f"sum over both axes of {rows} rows")
+        _collectives(fd, ["Allreduce"])
+
+
 # ---------------------------------------------------------------------------------------------
 # Four ranks: a 2 x 2 mesh, whose collectives run in subgroups (rows or columns of the mesh).
 

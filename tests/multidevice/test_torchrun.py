@@ -73,3 +73,42 @@ def test_four_ranks_on_a_2x2_mesh_use_subgroups(tmp_path):
     for rank, res in enumerate(results):
         for name in list(CASES_4) + ["subgroup_timeout"]:
             assert res[name]["ok"], f"rank {rank}: {res[name].get('error')}"
+
+
+EXIT_SCRIPT = """
+import atexit, os, sys
+import torch, torch.distributed as dist
+out = sys.argv[1]
+# registered first, so it runs last: after fuser's own handler
+atexit.register(lambda: open(os.path.join(out, f"rank{os.environ['RANK']}.txt"), "w").write(
+    "destroyed" if not dist.is_initialized() else "still initialized"))
+from fuser import DataType, FusionDefinition, ParallelType
+from fuser.multidevice import DeviceMesh, shard_tensor
+with FusionDefinition() as fd:
+    x = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Float)
+    y = fd.ops.set(x)
+    fd.add_output(y)
+    x.set_device_mesh(DeviceMesh(torch.arange(2)))
+    y.set_device_mesh(DeviceMesh(torch.arange(2)))
+    x.outer_split(0, 2)
+    x.axis(0).parallelize(ParallelType.mesh_x)
+full = torch.arange(12.0).reshape(4, 3)
+out_, = fd.execute([shard_tensor(full, fd.fusion.inputs()[0])])
+assert torch.equal(out_, full)
+"""
+
+
+@pytest.mark.multidevice
+def test_the_process_group_fuser_made_is_destroyed_at_exit(tmp_path):
+    """Left to the interpreter's end, gloo's teardown aborted a run that had succeeded now and
+    then (torchrun's rc 1, "terminate called without an active exception"; fifty-fifth session)."""
+    script = tmp_path / "exit_check.py"
+    script.write_text(EXIT_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               FUSER_COLLECTIVE_TIMEOUT="20", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", str(script), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    for rank in range(2):
+        assert (tmp_path / f"rank{rank}.txt").read_text() == "destroyed"
