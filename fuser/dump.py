@@ -46,7 +46,7 @@ def env_switch(name: str, default: bool) -> bool:
 
 def env_int(name: str, default: int, minimum: int = 1) -> int:
     raw = os.environ.get(name, "").strip()
-    if raw.isdigit() and int(raw) >= minimum:
+    if raw.isdecimal() and int(raw) >= minimum:  # (isdigit takes "²", which int() refuses)
         return int(raw)
     if raw:
         what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"

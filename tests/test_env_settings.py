@@ -31,7 +31,7 @@ def test_a_malformed_setting_warns_once_and_keeps_the_default(monkeypatch):
     monkeypatch.setenv("FUSER_TEST_SWITCH", "maybe")
     with pytest.warns(UserWarning, match=r"FUSER_TEST_SWITCH='maybe' is not one of 1/true/on/yes"):
         assert env_switch("FUSER_TEST_SWITCH", True) is True
-    for raw in ("abc", "4.0", "0", "-3"):
+    for raw in ("abc", "4.0", "0", "-3", "\u00b2"):  # ("²": a digit to isdigit, which int() refuses)
         monkeypatch.setenv("FUSER_TEST_COUNT", raw)
         with pytest.warns(UserWarning, match="is not a positive integer; read as 8"):
             assert env_int("FUSER_TEST_COUNT", 8) == 8
@@ -60,8 +60,10 @@ def test_a_malformed_max_streams_does_not_break_the_import():
     assert out.stdout.strip() == "8" and "FUSER_MAX_STREAMS='abc'" in out.stderr
 
 
-@pytest.mark.parametrize("raw", ["abc", "-5", "0", "inf"])
+@pytest.mark.parametrize("raw", ["abc", "-5", "0", "inf", "1e308", "1e-9", "1e10"])
 def test_a_malformed_collective_timeout_is_named(monkeypatch, raw):
+    # (1e308: timedelta's raw OverflowError; under a millisecond: torch's 0 ms, a failed
+    # rendezvous at once; 1e10: torch's deadline overflows)
     # a failed rendezvous ("could not convert string to float") or a socket timeout of -5000 ms
     monkeypatch.setenv("FUSER_COLLECTIVE_TIMEOUT", raw)
     with pytest.raises(CollectiveError, match=f"FUSER_COLLECTIVE_TIMEOUT='{raw}': expected a positive number"):

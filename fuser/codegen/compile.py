@@ -13,6 +13,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import linecache
 import os
 import shutil
 import sys
@@ -30,6 +31,8 @@ from .canonical import canonical_form
 from .interpreter import Interpreted
 
 _lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a child forked mid-load would find the lock held for good
+    os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)
 _memory: dict[str, Any] = {}
 
 
@@ -70,7 +73,8 @@ def _private_dir() -> Path:
     """Where this process writes its kernels when the cache folder cannot take them (removed
     when it exits)."""
     folder = tempfile.mkdtemp(prefix="fuser-kernels-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    owner = os.getpid()  # (a forked child's exit runs the parent's atexit handlers too)
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
     return Path(folder)
 
 
@@ -95,11 +99,14 @@ def _write_kernel(path: Path, source: str) -> Path:
 _warned_unwritable: list = []
 
 
-def _import(path: Path, module_name: str):
+def _import(path: Path, module_name: str, source: str):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # triton resolves helper functions through the module
     spec.loader.exec_module(module)
+    # Triton reads a kernel's source again at its first launch (through inspect, so linecache):
+    # held there, a cache folder removed meanwhile costs nothing (mtime None: never re-checked)
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(True), str(path))
     return module
 
 
@@ -137,11 +144,11 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
         if stale:
             path = _write_kernel(path, source)
         try:
-            module = _import(path, module_name)
+            module = _import(path, module_name, source)
         except Exception:  # a half-written or corrupted file: write it again once
             path = _write_kernel(path, source)
             try:
-                module = _import(path, module_name)
+                module = _import(path, module_name, source)
             except SyntaxError as e:  # (the source as generated: codegen's fault, not the file's)
                 raise InternalError(f"the generated kernel {name} does not parse: {e.msg} at line "
                                     f"{e.lineno} of {path}") from e

@@ -6,12 +6,16 @@ each is installed once, the first time a kernel is interpreted.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
 
 import numpy
 
 _interpret_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a child forked mid-launch: the lock held, Triton's language patched
+    os.register_at_fork(before=_interpret_lock.acquire, after_in_parent=_interpret_lock.release,
+                        after_in_child=_interpret_lock.release)
 
 
 _rewritten: dict[int, Callable] = {}

@@ -65,8 +65,10 @@ def _timeout() -> datetime.timedelta:
         seconds = float(raw)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise CollectiveError(f"{_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
+    # torch counts whole milliseconds, and its deadline overflows past about 9e9 s
+    if not 0.001 <= seconds <= 1e9:
+        raise CollectiveError(f"{_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds "
+                              f"(from 0.001 to 1e9)")
     return datetime.timedelta(seconds=seconds)
 
 

@@ -111,3 +111,81 @@ def test_a_generated_kernel_that_does_not_parse_is_an_internal_error(tmp_path, m
     with pytest.raises(fuser.InternalError,
                        match=r"the generated kernel fuser_broken_k\w* does not parse: .* at line 7 of "):
         kcompile.load_kernel("fuser_broken_k", source, "interpreter")
+
+
+def test_a_cache_folder_removed_before_a_kernels_first_launch(tmp_path, monkeypatch):
+    """Triton's interpreter reads a kernel's source again at its first launch: the folder removed
+    in between (a cleaner, `rm -rf` of the cache) gave its raw ValueError ("@jit functions
+    should be defined in a Python file"; fifty-fifth session). The source is held in memory."""
+    import shutil
+
+    from triton.runtime import interpreter as triton_interpreter
+
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))
+    real = triton_interpreter.FunctionRewriter._get_jit_fn_file_line
+
+    def removed_meanwhile(self):
+        shutil.rmtree(tmp_path, ignore_errors=True)
+        return real(self)
+
+    monkeypatch.setattr(triton_interpreter.FunctionRewriter, "_get_jit_fn_file_line", removed_meanwhile)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        fd.add_output(fd.ops.exp(fd.ops.mul(x, -1.8125)))  # (a kernel no other test loads)
+    x = torch.randn(100)
+    torch.testing.assert_close(fd.execute([x])[0], torch.exp(x * -1.8125))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+@pytest.mark.parametrize("which", ["interpreter", "compile"])
+def test_a_child_forked_while_another_thread_holds_a_launch_lock(which):
+    """The child inherited the lock held, and its first fusion waited for good (fifty-fifth
+    session): fork now waits for the lock, so the child starts with it free."""
+    from fuser.codegen import interpreter
+
+    from tests.compile_jobs import passes_in_forked_child
+
+    lock = interpreter._interpret_lock if which == "interpreter" else kcompile._lock
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holding.wait(10)
+    threading.Timer(0.3, release.set).start()
+
+    def child_runs_a_new_fusion():
+        with FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+            fd.add_output(fd.ops.add(fd.ops.mul(x, 1.4375 if which == "compile" else 2.5625), 1.0))
+        x = torch.randn(50)
+        factor = 1.4375 if which == "compile" else 2.5625
+        return torch.allclose(fd.execute([x])[0], x * factor + 1.0)
+
+    assert passes_in_forked_child(child_runs_a_new_fusion, alarm_s=20)
+    holder.join(10)
+
+
+FORK_PRIVATE = textwrap.dedent("""
+    import os, sys
+    from fuser.codegen import compile as kcompile
+    folder = kcompile._private_dir()
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # a normal exit: the exit handlers run, the parent's among them
+    os.waitpid(pid, 0)
+    print(folder.exists())
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+def test_a_forked_childs_exit_leaves_the_parents_private_kernel_folder():
+    """The private folder's exit handler ran in a forked child too and removed the parent's
+    kernels (fifty-fifth session)."""
+    res = subprocess.run([sys.executable, "-c", FORK_PRIVATE], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "True"
