@@ -362,16 +362,18 @@ def compile_ready_check(binder: InputBinder) -> Callable[[Sequence[Any]], Option
     tests = [f"type(args) in SEQUENCE and len(args) == {binder.count}"]
     if tensors:
         # (Dynamo's check reads a nested tensor's strides before its dispatch keys, and its C++
-        # error then ends the process)
-        tests += [f"type(args[{i}]) in PLAIN and not args[{i}].is_nested" for i in tensors]
+        # error then ends the process; what has no is_nested is no tensor: it does not fit)
+        tests.append(f"not ({' or '.join(f'args[{i}].is_nested' for i in tensors)})")
         tests.append(f"tensors_fit({''.join(f'args[{i}], ' for i in tensors)})")
     tests += [f"scalar_key(args[{i}]) == k{i}" for i in scalars]
     lines = [f"def make(tensors_fit, {''.join(f'k{i}, ' for i in scalars)}):",
              "    def fits(args):",
-             f"        return {' and '.join(tests)}",
+             "        try:",
+             f"            return {' and '.join(tests)}",
+             "        except AttributeError:",
+             "            return False",
              "    return fits"]
-    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "PLAIN": (torch.Tensor, torch.nn.Parameter),
-                           "scalar_key": scalar_key}
+    env: dict[str, Any] = {"SEQUENCE": (list, tuple), "scalar_key": scalar_key}
     exec(compile("\n".join(lines), f"<fuser ready check of {binder.count} inputs>", "exec"), env)
     make = env["make"]
 
