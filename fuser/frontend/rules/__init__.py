@@ -27,9 +27,22 @@ class LoweringError(UnsupportedError):
     """This node cannot become IR ops (the reason says why); it runs through ATen instead."""
 
 
+# types a number bound at execution (an int argument, traced as a symbol) may not fit
+_NARROW = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.float16)
+
+
 def refuse_overflow(value, torch_dtype: torch.dtype, op: str) -> None:
-    """Eager refuses a fill value out of its tensor's range (a kernel would store inf, or wrap
-    an integer): through ATen, the node raises as eager does."""
+    """Eager refuses a fill value or bound out of its tensor's range (a kernel would store inf,
+    or wrap an integer): through ATen, the node raises as eager does. A number known only at
+    execution goes there too where the type is narrow enough to miss it."""
+    from ...ir import Scalar
+
+    if isinstance(value, Scalar):
+        if value.is_constant:
+            value = value.value
+        elif torch_dtype in _NARROW and not (value.dtype.is_floating or value.dtype.is_complex):
+            raise LoweringError(f"{op} with a number bound at execution, which {torch_dtype} may not "
+                                f"hold (eager checks it)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or torch_dtype is torch.bool:
         return
     if torch_dtype.is_floating_point:

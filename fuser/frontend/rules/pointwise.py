@@ -200,9 +200,12 @@ def _pow_scalar(b, node, x, e):
             return ops.reciprocal(x)
         if e == -2 and x.dtype.is_floating:
             return ops.reciprocal(ops.mul(x, x))
-    if isinstance(e, int) and not isinstance(e, bool) and e < 0 and not (x.dtype.is_floating or x.dtype.is_complex):
-        # through ATen the node raises as eager does ("Integers to negative integer powers")
-        raise LoweringError("an integer tensor to a negative integer power (eager refuses it)")
+    if not (x.dtype.is_floating or x.dtype.is_complex) and not isinstance(e, (float, bool)) \
+            and not (isinstance(e, int) and e >= 0):
+        # through ATen the node raises as eager does ("Integers to negative integer powers"),
+        # for an exponent known only at execution too (an int argument, traced as a symbol)
+        raise LoweringError("an integer tensor to a negative or execution-time integer power (eager "
+                            "refuses negative ones)")
     return ops.pow(x, e)
 
 
@@ -213,6 +216,10 @@ def _pow(b, node, x, e):
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(b, node, cond, x, y):
+    want = node.meta["val"].dtype
+    if not want.is_floating_point:  # (eager checks a number against an integer result; a float one takes inf)
+        for v in (x, y):
+            refuse_overflow(v, want, "where")
     if not isinstance(x, TensorView) and not isinstance(y, TensorView):
         # two numbers: the traced dtype (fd.ops.where keeps theirs, a Python float's Double)
         want = DataType.from_torch(node.meta["val"].dtype)
@@ -234,6 +241,8 @@ def _masked_fill(b, node, x, mask, value):
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(b, node, x, min=None, max=None):
+    for bound in (min, max):
+        refuse_overflow(bound, node.meta["val"].dtype, "clamp")
     out = x
     if min is not None:
         out = b.fd.ops.maximum(out, min)
@@ -244,11 +253,13 @@ def _clamp(b, node, x, min=None, max=None):
 
 @register(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(b, node, x, min):
+    refuse_overflow(min, node.meta["val"].dtype, "clamp_min")
     return b.fd.ops.maximum(x, min)
 
 
 @register(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(b, node, x, max):
+    refuse_overflow(max, node.meta["val"].dtype, "clamp_max")
     return b.fd.ops.minimum(x, max)
 
 

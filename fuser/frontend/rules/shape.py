@@ -226,6 +226,7 @@ def _ones(b, node, *args, **kwargs):
 
 @register(aten.scalar_tensor.default, kind=Kind.creation)
 def _scalar_tensor(b, node, value, **kwargs):
+    refuse_overflow(value, b.meta(node).dtype, "scalar_tensor")  # (`where(c, x, 2**40)` of int32 x)
     return _full(b, node, value)
 
 
