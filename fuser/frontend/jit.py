@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..codegen import compile_pool
-from ..errors import FuserError, FusionInputError, InternalError
+from ..errors import FuserError, FusionInputError, InternalError, UnsupportedError
 from .backend import GraphRecord, backend_for
 from .direct import MISS, DirectCall
 from .gc_pause import GC_PAUSE, Overlapped
@@ -193,6 +193,11 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         if isinstance(failure, FuserError):
             raise failure from (e if failure is not e else None)
+        if "NYI SymInt equality" in str(failure):  # (torch's own limit: torch.compile(dynamic=True) meets it)
+            raise UnsupportedError(
+                f"{_name(self._fn)}: its gradient goes through an op with an int argument traced as a "
+                f"symbol (`x ** p`, p an int argument), which torch's AOTAutograd cannot differentiate "
+                f"(\"NYI SymInt equality\"); pass the number as a float, or use fuser.jit(fn, dynamic=False)") from e
         raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
 
     def cache_info(self) -> CacheInfo:

@@ -441,3 +441,22 @@ def test_in_range_numbers_still_fuse_and_match():
     jitted = fuser.jit(f)
     for p, lo, v in ((2, -3, 4), (3, 0, -1)):
         torch.testing.assert_close(jitted(_INT32, p, lo, v), f(_INT32, p, lo, v))
+
+
+def test_the_gradient_through_an_int_argument_power_is_named():
+    """torch's AOTAutograd cannot differentiate `x ** p` with p an int argument traced as a
+    symbol (as torch.compile(dynamic=True)): an InternalError naming none of it before; with
+    dynamic=False the number is a constant and the gradient is eager's."""
+    def f(x, p):
+        return (x ** p).sum()
+
+    x = make((5,)).requires_grad_()
+    try:
+        fuser.jit(f)(x, 3).backward()
+    except fuser.UnsupportedError as e:  # (a torch that lifts the limit takes the else branch)
+        assert "p an int argument" in str(e) and "dynamic=False" in str(e)
+    else:
+        torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
+        x.grad = None
+    fuser.jit(f, dynamic=False)(x, 3).backward()
+    torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
