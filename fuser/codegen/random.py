@@ -87,16 +87,17 @@ class RandomEmitter:
 
     def standard_normal_double(self, words: list) -> str:
         """N(0, 1) in fp64 from four words: Box-Muller on two 53-bit uniforms."""
-        log, sqrt, cos = (unary_lowering(k, self.target) for k in (UnaryOpType.log, UnaryOpType.sqrt, UnaryOpType.cos))
         u1 = f"tl.maximum({self.uniform_double(words[0], words[1])}, {DOUBLE_SCALE!r})"
-        radius = sqrt.format(x=f"(-2.0 * {log.format(x=u1)})")
-        return f"{radius} * {cos.format(x=f'({TWO_PI!r} * {self.uniform_double(words[2], words[3])})')}"
+        return self.box_muller(u1, self.uniform_double(words[2], words[3]))
 
     def standard_normal(self, first: str, second: str) -> str:
         """N(0, 1) in fp64 from two fp32 uniforms: Box-Muller as tl.randn, with the
         transcendental part in fp64 (evaluate/philox.py)."""
+        return self.box_muller(f"tl.maximum({first}, {NORMAL_MIN_UNIFORM!r}).to(tl.float64)",
+                               f"{second}.to(tl.float64)")
+
+    def box_muller(self, u1: str, u2: str) -> str:
+        """sqrt(-2 log u1) cos(2 pi u2) of two fp64 uniforms, u1 > 0."""
         log, sqrt, cos = (unary_lowering(k, self.target) for k in (UnaryOpType.log, UnaryOpType.sqrt, UnaryOpType.cos))
-        u1 = f"tl.maximum({first}, {NORMAL_MIN_UNIFORM!r}).to(tl.float64)"
-        u2 = f"{second}.to(tl.float64)"
         radius = sqrt.format(x=f"(-2.0 * {log.format(x=u1)})")
         return f"{radius} * {cos.format(x=f'({TWO_PI!r} * {u2})')}"

@@ -209,13 +209,14 @@ def _var_mean(e: VarMeanOp, args, ctx):
     (x,) = args
     if not e.axes:
         return [torch.zeros_like(x), x.clone()]
-    if x.numel() and math.prod(x.shape[a] for a in e.axes) > e.correction:
+    count = math.prod(x.shape[a] for a in e.axes)
+    if x.numel() and count > e.correction:
         var, mean = torch.var_mean(x, dim=list(e.axes), correction=e.correction)
     else:  # NaN or empty, as the kernels give it, without ATen's warning (an op the user may not call)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             var, mean = torch.var_mean(x, dim=list(e.axes), correction=e.correction)
-    if mean.is_floating_point() and math.prod(x.shape[a] for a in e.axes) > 1:
+    if mean.is_floating_point() and count > 1:
         # the kernels' rule (codegen/math.py `_welford_mean`): a row of more than one element
         # holding an inf has NaN squared deviations, and so a NaN mean, where ATen keeps inf
         # or NaN by its order of reduction (an inf mean comes only from an inf element)

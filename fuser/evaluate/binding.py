@@ -13,10 +13,10 @@ import types
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import ExtentConflictError, FusionInputError, InternalError
-from ..ir import DataType, Fusion, Scalar, TensorView
+from ..ir import Fusion, Scalar, TensorView
 from ..ir.domain import Merge, Split
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
-from ..ir.types import fits_int64
+from ..ir.types import fits_int64, int_range
 from ..multidevice.sharding import local_extents, sharding_factors
 
 
@@ -62,14 +62,6 @@ class BindingTable:
 
     def __repr__(self) -> str:
         return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
-
-
-def int_range(dt: DataType) -> tuple[int, int]:
-    """[low, high) of an integer scalar of type `dt` (Index is 64-bit)."""
-    import torch
-
-    info = torch.iinfo(dt.to_torch())
-    return info.min, info.max + 1
 
 
 def meta_input_error(label: str) -> FusionInputError:

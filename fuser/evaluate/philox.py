@@ -79,7 +79,12 @@ def uniform_double(high: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
 def standard_normal_double(words: Sequence[torch.Tensor]) -> torch.Tensor:
     """N(0, 1) in fp64 from four uint32 words: Box-Muller on two 53-bit uniforms."""
     u1 = torch.clamp(uniform_double(words[0], words[1]), min=DOUBLE_SCALE)
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(TWO_PI * uniform_double(words[2], words[3]))
+    return _box_muller(u1, uniform_double(words[2], words[3]))
+
+
+def _box_muller(u1: torch.Tensor, u2: torch.Tensor) -> torch.Tensor:
+    """sqrt(-2 log u1) cos(2 pi u2) of two fp64 uniforms, u1 > 0."""
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(TWO_PI * u2)
 
 
 def standard_normal(w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
@@ -87,8 +92,7 @@ def standard_normal(w0: torch.Tensor, w1: torch.Tensor) -> torch.Tensor:
     at NORMAL_MIN_UNIFORM in fp32, as tl.randn does)."""
     floor = torch.tensor(NORMAL_MIN_UNIFORM, dtype=torch.float32, device=w0.device)
     u1 = torch.maximum(uniform_float(w0), floor).to(torch.float64)
-    u2 = uniform_float(w1).to(torch.float64)
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(TWO_PI * u2)
+    return _box_muller(u1, uniform_float(w1).to(torch.float64))
 
 
 def row_major_counters(shape: Sequence[int], offset: Any, device) -> torch.Tensor:

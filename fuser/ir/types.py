@@ -115,6 +115,14 @@ _FLOATING = (DataType.Double, DataType.Float, DataType.Half, DataType.BFloat16, 
 _INTEGRAL = (DataType.Int, DataType.Int32, DataType.UInt64, DataType.Index)
 
 
+def int_range(dt: DataType) -> tuple[int, int]:
+    """[low, high) of an integer scalar of type `dt` (Index is 64-bit)."""
+    import torch
+
+    info = torch.iinfo(dt.to_torch())
+    return info.min, info.max + 1
+
+
 def fits_int64(v: int) -> bool:
     """Whether a Python int is a 64-bit integer's value (what a scalar, a literal or a size holds)."""
     return -2**63 <= v < 2**63

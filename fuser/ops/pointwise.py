@@ -11,7 +11,7 @@ from ..ir.scalar_functions import SCALAR_FUNCTION_CODES, scalar_fn
 from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
                            FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast,
                            scalarFn)
-from ..ir.types import as_complex_of, default_dtype_of_category
+from ..ir.types import as_complex_of, default_dtype_of_category, int_range
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
                      new_tensor, value_dtype)
 
@@ -231,15 +231,12 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
 
 
-_BITS = {DataType.Int32: (-2**31, 2**31), DataType.UInt64: (0, 2**64)}  # (else 64-bit signed)
-
-
 def _known(fusion, op: str, dtype: DataType, value) -> Scalar:
     """A constant result. An integer beyond its type's range is refused, as a Python int past
     64 bits is: a kernel's literal would wrap it where a cast to a float would not, two values
     for one scalar (`1 << 63` as an Int operand and as a Double)."""
     if dtype.is_integral and type(value) is int:
-        low, high = _BITS.get(dtype, (-2**63, 2**63))
+        low, high = int_range(dtype)
         if not low <= value < high:
             raise FusionDefinitionError(f"{op}: the {dtype} scalar result {value} is out of its type's range "
                                         f"[{low}, {high}); compute it in a tensor (whose integers wrap "
