@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import types
 import warnings
 from dataclasses import dataclass
@@ -107,6 +108,25 @@ _DYNAMO_SETTINGS = _DynamoSettings({"record_runtime_overhead": False, "specializ
 _DUCK_SIZES = _DynamoSettings({"automatic_dynamic_shapes": False})
 
 
+class _QuietMetaFailures(Overlapped):
+    """While fuser.jit traces, torch's fake-tensor log keeps quiet about an op that fails on the
+    traced tensors (a traceback at ERROR level, written before Dynamo raises): the call then
+    runs the function eagerly, which raises the op's own error (`JitFunction._eager_verdict`)."""
+
+    def set(self) -> None:
+        logging.getLogger("torch._subclasses.fake_tensor").addFilter(_not_a_meta_failure)
+
+    def put_back(self) -> None:
+        logging.getLogger("torch._subclasses.fake_tensor").removeFilter(_not_a_meta_failure)
+
+
+def _not_a_meta_failure(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("failed while attempting to run meta")
+
+
+_QUIET_META_FAILURES = _QuietMetaFailures()
+
+
 class JitFunction:
     """A function compiled with fuser; call it like the function."""
 
@@ -167,7 +187,7 @@ class JitFunction:
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
             # collector waits until the compile (if this call compiles) is done
-            with _DYNAMO_SETTINGS, self._sizes, GC_PAUSE:
+            with _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember()
@@ -182,6 +202,8 @@ class JitFunction:
         """A call that raised `e`: the function's own error is raised as eager PyTorch raises
         it; fuser's failure is raised as a FuserError, or with fallback="eager" the function
         runs eagerly from now on."""
+        if _op_failed_while_tracing(e):
+            return self._eager_verdict(e, args, kwargs)
         failure = _backend_failure(e)
         if failure is None and not isinstance(e, FuserError):
             raise e
@@ -199,6 +221,27 @@ class JitFunction:
                 f"symbol (`x ** p`, p an int argument), which torch's AOTAutograd cannot differentiate "
                 f"(\"NYI SymInt equality\"); pass the number as a float, or use fuser.jit(fn, dynamic=False)") from e
         raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
+
+    def _eager_verdict(self, e: Exception, args: tuple, kwargs: dict) -> Any:
+        """An op failed on the traced tensors (Dynamo's fake tensors, sizes as symbols): the
+        function runs eagerly, once, so that an error of its own (shapes that do not broadcast,
+        `mean` of an int tensor) is raised as eager raises it, with the real sizes. Where eager
+        runs it, the failure was the tracer's: with fallback="eager" its result is returned and
+        later calls run eagerly; else an UnsupportedError says so."""
+        try:
+            out = self._fn(*args, **kwargs)
+        except Exception as own:
+            raise own from None
+        lines = [line.strip() for line in str(e).split("\n") if line.strip()]
+        reason = next((line[len("Explanation: "):] for line in lines if line.startswith("Explanation: ")),
+                      lines[0] if lines else type(e).__name__)
+        if self._fallback == "eager":
+            warnings.warn(f"fuser.jit: tracing {_name(self._fn)} failed ({reason}); running it eagerly from now on",
+                          stacklevel=4)
+            self._failed = True
+            return out
+        raise UnsupportedError(f"{_name(self._fn)}: tracing failed where eager PyTorch runs the function on "
+                               f"these arguments (it ran eagerly once, to tell): {reason}") from e
 
     def cache_info(self) -> CacheInfo:
         return self._stats.info()
@@ -456,6 +499,15 @@ def _backend_failure(e: Exception) -> Optional[Exception]:
     if isinstance(e, BackendCompilerFailed):
         return getattr(e, "inner_exception", None) or e
     return None
+
+
+def _op_failed_while_tracing(e: Exception) -> bool:
+    """Whether `e` is Dynamo's report of an op that raised on the traced tensors."""
+    try:
+        from torch._dynamo.exc import TorchRuntimeError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(e, TorchRuntimeError)
 
 
 def _name(fn: Any) -> str:

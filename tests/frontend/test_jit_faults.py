@@ -460,3 +460,43 @@ def test_the_gradient_through_an_int_argument_power_is_named():
         x.grad = None
     fuser.jit(f, dynamic=False)(x, 3).backward()
     torch.testing.assert_close(x.grad, 3 * x.detach() ** 2)
+
+
+@pytest.mark.parametrize("f, args", [
+    (lambda a, b: a + b, (make((3,)), make((4,)))),
+    (lambda a, b: (a @ b).relu(), (make((3, 4)), make((5, 6)))),
+    (lambda x: x.view(3, 7) * 2, (make((4, 5)),)),
+    (lambda x: x.sum(dim=(0, 0)), (make((4, 5)),)),
+    (lambda x: x.mean(), (torch.arange(6),)),
+], ids=["broadcast", "matmul", "view", "repeated-dim", "mean-of-int"])
+def test_an_op_failing_on_the_inputs_raises_eagers_error(f, args, capfd):
+    """An op that raises for these inputs raised Dynamo's TorchRuntimeError, its message about
+    fake tensors with the sizes as symbols (`input of size 5*s77`), after torch's log had
+    printed the meta function's traceback: now eager's own error, sizes and all, and no log."""
+    with pytest.raises(RuntimeError) as eager:
+        f(*args)
+    capfd.readouterr()
+    with pytest.raises(type(eager.value)) as got:
+        fuser.jit(f)(*args)
+    assert str(got.value) == str(eager.value)
+    assert got.value.__suppress_context__
+    assert "fake" not in capfd.readouterr().err
+
+
+def test_a_trace_that_fails_where_eager_runs_is_named_or_falls_back():
+    """A custom op without a fake implementation runs in eager but cannot be traced: an
+    UnsupportedError naming the op, or with fallback="eager" a warning and eager's result."""
+    @torch.library.custom_op("fuser_tests::twice_no_fake", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def f(x):
+        return twice(x).relu() + 1
+
+    x = make((4, 5))
+    with pytest.raises(fuser.UnsupportedError, match="twice_no_fake"):
+        fuser.jit(f)(x)
+    jitted = fuser.jit(f, fallback="eager")
+    with pytest.warns(UserWarning, match="running it eagerly"):
+        torch.testing.assert_close(jitted(x), f(x))
+    torch.testing.assert_close(jitted(x), f(x))
