@@ -14,9 +14,20 @@ from .aten import _dt, _to
 from .rules import FUNCTION_FORMS, INTO_RULES, rule
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """`t` in the type its math runs in: fp32 for 16-bit floats (and fp8), its own for fp32 and fp64."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _linear_call(x, w, bias=None):
+    if bias is not None and w.dim() == 1:  # (F.linear refuses a bias with a 1-D weight on a 2-D input)
+        return torch.matmul(x, w) + bias
+    return F.linear(x, w, bias)
+
+
 @rule(LinearOp)
 def _linear(e: LinearOp, args, ctx):
-    return [F.linear(*args)]
+    return [_linear_call(*args)]
 
 
 @rule(MatmulOp)
@@ -33,7 +44,7 @@ def _mm_into(a, b, d):
     return [torch.mm(a, b, out=d)]
 
 
-FUNCTION_FORMS.update({LinearOp: F.linear, MatmulOp: torch.matmul})
+FUNCTION_FORMS.update({LinearOp: _linear_call, MatmulOp: torch.matmul})
 
 INTO_RULES[LinearOp] = lambda e, args, ctx, dsts: (
     _mm_into(args[0], ctx.transposed(args[1]), dsts[0]) if len(args) == 2 and args[1].dim() == 2 else None)
@@ -66,9 +77,9 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
         except RuntimeError:
             pass  # shapes or dtypes flash does not take: the math form below
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * s
+    scores = torch.matmul(_wide(q), _wide(k).transpose(-2, -1)) * s
     for term in additive:  # a Bool mask keeps the scores where True, as nvFuser's
-        scores = scores.masked_fill(~term, float("-inf")) if term.dtype == torch.bool else scores + term.float()
+        scores = scores.masked_fill(~term, float("-inf")) if term.dtype == torch.bool else scores + _wide(term)
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
         mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
@@ -77,7 +88,7 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
     probs = torch.softmax(scores, dim=-1)
     if additive:  # a query whose keys are all masked attends to nothing (0, not NaN), as eager's SDPA
         probs = probs.masked_fill(torch.isneginf(lse).unsqueeze(-1), 0.0)
-    out = torch.matmul(probs, v.float()).to(q.dtype)
+    out = torch.matmul(probs, _wide(v)).to(q.dtype)
     zero = torch.zeros((), dtype=torch.int64, device=q.device)
     return [out, lse, zero, zero.clone()]
 
@@ -85,7 +96,7 @@ def _sdpa(e: SdpaFwdOp, args, ctx):
 @rule(SdpaBwdOp)
 def _sdpa_bwd(e: SdpaBwdOp, args, ctx):
     """The gradients of `_sdpa` above, by the same path: flash attention's backward where the
-    forward ran flash (CUDA), else the math form from the saved logsumexp, in fp32."""
+    forward ran flash (CUDA), else the math form from the saved logsumexp, in fp32 (fp64 for doubles)."""
     grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, scale = args
     scale = None if scale is None or (isinstance(scale, float) and math.isnan(scale)) else scale
     if dropout_p:
@@ -99,17 +110,17 @@ def _sdpa_bwd(e: SdpaBwdOp, args, ctx):
         except RuntimeError:
             pass  # what flash does not take: the math form below
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
+    qf, kf, vf, gf = _wide(q), _wide(k), _wide(v), _wide(grad)
     scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
     if is_causal:
         L, S = q.shape[-2], k.shape[-2]
         mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.exp(scores - lse.unsqueeze(-1))
+    probs = torch.exp(scores - lse.to(scores.dtype).unsqueeze(-1))
     grad_v = torch.matmul(probs.transpose(-2, -1), gf)
     grad_probs = torch.matmul(gf, vf.transpose(-2, -1))
     # d(softmax): probs * (grad_probs - rowsum(grad_out * out)), as flash computes it
-    grad_scores = probs * (grad_probs - (gf * out.float()).sum(-1, keepdim=True))
+    grad_scores = probs * (grad_probs - (gf * _wide(out)).sum(-1, keepdim=True))
     grad_q = torch.matmul(grad_scores, kf) * s
     grad_k = torch.matmul(grad_scores.transpose(-2, -1), qf) * s
     return [grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype)]
@@ -118,7 +129,7 @@ def _sdpa_bwd(e: SdpaBwdOp, args, ctx):
 # -- grouped and scaled matmuls (ops/grouped_mm.py) ----------------------------------------
 # torch's kernels where they take the operands (torch._grouped_mm: fp32 with 16-byte aligned
 # strides on the CPU, bf16 on Hopper; torch._scaled_mm: fp8); otherwise, and as the tests'
-# reference, the math form: upcast to fp32, scale, one matmul per group, cast.
+# reference, the math form: upcast to fp32 (doubles stay fp64), scale, one matmul per group, cast.
 
 
 def _grouped_extent(mat1: torch.Tensor, mat2: torch.Tensor) -> int:
@@ -139,16 +150,17 @@ def _group_ends(e: Expr, mat1, mat2, offsets) -> list[int]:
 
 
 def _grouped_mm_reference(e: Expr, mat1, mat2, offsets, scale1=None, scale2=None) -> torch.Tensor:
-    """In fp32, one matmul per group; a row scale (scale1) and a column scale (scale2) of a
+    """In fp32 (fp64 for doubles), one matmul per group; a row scale (scale1) and a column scale (scale2) of a
     group multiply its product, which is the product of the dequantized operands."""
     ends = _group_ends(e, mat1, mat2, offsets)
-    a, b = mat1.float(), mat2.float()
-    one = torch.ones((), device=a.device)
-    s1 = one if scale1 is None else scale1.float()
-    s2 = one if scale2 is None else scale2.float()
+    a, b = _wide(mat1), _wide(mat2)
+    one = torch.ones((), dtype=a.dtype, device=a.device)
+    s1 = one if scale1 is None else _wide(scale1)
+    s2 = one if scale2 is None else _wide(scale2)
     two_d = a.dim() == 2 and b.dim() == 2
     m, n = (a.shape[-2], b.shape[-1])
-    out = torch.zeros((len(ends), m, n) if two_d else (m, n), device=a.device)
+    out = torch.zeros((len(ends), m, n) if two_d else (m, n), dtype=torch.promote_types(a.dtype, b.dtype),
+                      device=a.device)
     for g, (lo, hi) in enumerate(zip([0] + ends[:-1], ends)):
         if two_d:  # groups split k
             out[g] = s1[g] * (a[:, lo:hi] @ b[lo:hi]) * s2[g] if scale1 is not None else a[:, lo:hi] @ b[lo:hi]
@@ -198,11 +210,11 @@ def _grouped_mm(e: GroupedMmOp, args, ctx):
 
 
 def _scaled_mm_reference(mat1, mat2, scale1, scale2, alpha, bias, beta) -> torch.Tensor:
-    out = (mat1.float() * scale1.float()) @ (mat2.float() * scale2.float())
+    out = (_wide(mat1) * _wide(scale1)) @ (_wide(mat2) * _wide(scale2))
     if alpha is not None:
-        out = out * alpha.float().reshape(())
+        out = out * _wide(alpha).reshape(())
     if bias is not None:
-        out = out + bias.float() * (1.0 if beta is None else beta.float().reshape(()))
+        out = out + _wide(bias) * (1.0 if beta is None else _wide(beta).reshape(()))
     return out
 
 

@@ -36,11 +36,13 @@ def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = N
         ids.append(copy_id(f, w_ids[0]))
     if bias is not None:
         check_tensor(op, bias, "bias")
-        if weight.ndim == 2 and bias.ndim == 1:
+        if bias.ndim > 1 or (weight.ndim == 1 and bias.ndim != 0):
+            # (a 1-D weight gives one value a row of input: its bias is one number)
+            raise FusionDefinitionError(f"{op}: bias must have at most 1 dim (0 with a 1-D weight {weight!r}), "
+                                        f"got {bias!r}")
+        if weight.ndim == 2 and bias.ndim == 1 and not bias.domain.no_reductions()[0].is_broadcast:
             f.unify(bias.domain.no_reductions()[0].extent, w_ids[0].extent,
                     f"{op}: bias {bias!r} and the rows of weight {weight!r}")
-        elif bias.ndim > 1:
-            raise FusionDefinitionError(f"{op}: bias must have at most 1 dim, got {bias!r}")
     ids.append(f.new_id(k, iter_type=IterType.Reduction))
     out = new_tensor(f, ids, dtype)
     inputs = (input, weight) if bias is None else (input, weight, bias)
@@ -66,13 +68,15 @@ def matmul(a: TensorView, b: TensorView) -> TensorView:
     for k_ in range(max(len(batch_a), len(batch_b)), 0, -1):
         da = batch_a[-k_] if k_ <= len(batch_a) else None
         db = batch_b[-k_] if k_ <= len(batch_b) else None
-        dims = [d for d in (da, db) if d is not None and not d.is_broadcast]
-        if not dims:
+        # a batch axis's size: its concrete extents', and an expanded broadcast's (which holds
+        # that many rows, as eager's expand does); a plain broadcast takes the other's
+        sizes = [d.size for d in (da, db) if d is not None and (not d.is_broadcast or d.expanded_extent is not None)]
+        if not sizes:
             ids.append(f.new_id(1, iter_type=IterType.Broadcast))
             continue
-        e = dims[0].extent
-        for d in dims[1:]:
-            e = f.unify(e, d.extent, f"{op}: batch axes of {a!r} and {b!r}")
+        e = sizes[0]
+        for other in sizes[1:]:
+            e = f.unify(e, other, f"{op}: batch axes of {a!r} and {b!r}")
         ids.append(f.new_id(e))
     if a.ndim >= 2:
         ids.append(copy_id(f, a_ids[-2]))
@@ -100,11 +104,12 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optio
     dtype = _same_float_dtype(op, query, key, value)
     q, k, v = (t.domain.no_reductions() for t in (query, key, value))
     heads = query.ndim - 3  # the axis of H; the batch axes come before it
+    # .size: an expanded broadcast (a query shared by the batch) counts its expanded size
     for ax in range(heads + 1):
-        f.unify(q[ax].extent, k[ax].extent, f"{op}: axis {ax} of query and key")
-        f.unify(q[ax].extent, v[ax].extent, f"{op}: axis {ax} of query and value")
-    f.unify(q[-1].extent, k[-1].extent, f"{op}: head size of query and key")
-    f.unify(k[-2].extent, v[-2].extent, f"{op}: sequence length of key and value")
+        f.unify(q[ax].size, k[ax].size, f"{op}: axis {ax} of query and key")
+        f.unify(q[ax].size, v[ax].size, f"{op}: axis {ax} of query and value")
+    f.unify(q[-1].size, k[-1].size, f"{op}: head size of query and key")
+    f.unify(k[-2].size, v[-2].size, f"{op}: sequence length of key and value")
     scores = (*q[:-1], k[-2])  # [N*, H, L, S]
     additive = []
     for name, t in (("bias", bias), ("mask", mask)):
@@ -112,7 +117,8 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optio
             _check_scores_operand(op, name, t, scores, bool_allowed=name == "mask")
             additive.append(t)
     out = new_tensor(f, [copy_id(f, d) for d in q[:-1]] + [copy_id(f, v[-1])], dtype)
-    lse = new_tensor(f, [copy_id(f, d) for d in q[:-1]], DataType.Float)
+    # (fp32 for 16- and 32-bit operands, as nvFuser's; a Double attention keeps doubles)
+    lse = new_tensor(f, [copy_id(f, d) for d in q[:-1]], DataType.Double if dtype is DataType.Double else DataType.Float)
     seed = new_tensor(f, [], DataType.Int)
     offset = new_tensor(f, [], DataType.Int)
     attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
@@ -133,8 +139,8 @@ def _check_scores_operand(op: str, name: str, t: TensorView, scores: tuple, bool
         raise FusionDefinitionError(f"{op}: {name} must be {kinds} tensor of at most {len(scores)} dims "
                                     f"broadcastable to [N*, H, L, S], got {t!r}")
     for d, s in zip(reversed(ids), reversed(scores)):
-        if not d.is_broadcast:
-            t.fusion.unify(d.extent, s.extent, f"{op}: {name} {t!r} against the scores [N*, H, L, S]")
+        if not d.is_broadcast or d.expanded_extent is not None:  # (a plain broadcast takes any size)
+            t.fusion.unify(d.size, s.size, f"{op}: {name} {t!r} against the scores [N*, H, L, S]")
 
 
 def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value: TensorView,
@@ -154,6 +160,13 @@ def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value
     if logsumexp.ndim != 3:
         raise FusionDefinitionError(f"{op}: logsumexp must be [N, H, L], got {logsumexp!r}")
     f = fusion_of(op, grad_output, query, key, value, output, logsumexp, philox_seed, philox_offset)
+    made = f.definition_of(logsumexp)
+    if isinstance(made, SdpaFwdOp) and (made.has_bias or made.has_mask):
+        # (a logsumexp from another fusion cannot be told: docs/nvfuser.md says so)
+        raise FusionDefinitionError(
+            f"{op}: logsumexp {logsumexp!r} comes from an sdpfa_fwd with a "
+            f"{'bias' if made.has_bias else 'mask'}, which sdpfa_bwd does not take (nvFuser's arguments): "
+            f"its gradients would leave it out; differentiate that attention outside the definition")
     _same_float_dtype(op, grad_output, query, key, value, output)
     q, k, v, o, g, lse = (t.domain.no_reductions() for t in (query, key, value, output, grad_output, logsumexp))
     for ax in (0, 1):

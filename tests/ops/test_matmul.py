@@ -107,7 +107,7 @@ def test_sdpfa_fwd(qs, s, ev, causal, scale, dtype, backend):
     fd, outs = run_and_check(build, lambda a, b, c: _sdpa_ref(a, b, c, causal, scale), [q, k, v], decl=decl,
                              backend=backend, rtol=2e-2 if dtype != f32 else 1e-5,
                              atol=2e-2 if dtype != f32 else 1e-5)
-    assert fd.fusion.outputs()[1].dtype is DataType.Float  # log-sum-exp is fp32 whatever the inputs
+    assert fd.fusion.outputs()[1].dtype is DataType.Float  # log-sum-exp is fp32 for 16- and 32-bit inputs
 
 
 @pytest.mark.parametrize("bias_shape,with_mask,causal", [
@@ -242,3 +242,104 @@ def test_sdpfa_fwd_several_batch_axes_through_flash_on_cuda(causal):
     if causal:
         scores = scores.masked_fill(~torch.ones(64, 64, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(scores, -1), rtol=1e-3, atol=1e-3)
+
+
+def _expanded(fd, t, size):
+    return fd.ops.expand(t, [size, *[t.size(k) for k in range(1, t.ndim)]])
+
+
+def test_matmul_of_an_operand_expanded_on_a_batch_axis():
+    """An expanded broadcast's size counts on a batch axis, as the contraction's did: the product
+    was refused with an InternalError (its batch axis taken as 1), and a declared batch that
+    disagrees with the expanded size is an ExtentConflictError naming both."""
+    x = make((1, 4, 6))
+    for w in (make((1, 6, 2)), make((3, 6, 2))):
+        with FusionDefinition() as fd:
+            tx = fd.define_tensor([1, -1, -1], contiguity=[None, True, True])
+            tw = fd.define_tensor([1 if w.shape[0] == 1 else -1, -1, -1], contiguity=True)
+            n = fd.define_scalar(dtype=DataType.Int)
+            fd.add_output(fd.ops.matmul(_expanded(fd, tx, n), tw))
+        out, = fd.execute([x, w, w.shape[0] if w.shape[0] > 1 else 4])
+        assert_eager(out, torch.matmul(x.expand(out.shape[0], 4, 6), w), rtol=1e-5, atol=1e-5)
+    with pytest.raises(fuser.ExtentConflictError, match="two values"):
+        fd.execute([x, make((3, 6, 2)), 4])
+
+
+def test_sdpfa_fwd_of_a_query_expanded_over_the_batch():
+    """A query shared by the batch (declared [1, ...], expanded to the key's batch): refused
+    as a size conflict on the key before, its batch axis taken as 1."""
+    q, k, v = make((1, 2, 4, 8)), make((3, 2, 5, 8)), make((3, 2, 5, 8))
+    with FusionDefinition() as fd:
+        tq = fd.define_tensor([1, -1, -1, -1], contiguity=[None, True, True, True])
+        tk, tv = (fd.define_tensor([-1, -1, -1, -1], contiguity=True) for _ in range(2))
+        out, _, _, _ = fd.ops.sdpfa_fwd(_expanded(fd, tq, tk.size(0)), tk, tv)
+        fd.add_output(out)
+    got, = fd.execute([q, k, v])
+    assert_eager(got, F.scaled_dot_product_attention(q.expand(3, 2, 4, 8), k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_sdpfa_bwd_refuses_a_logsumexp_made_with_a_bias_or_mask():
+    """sdpfa_bwd (nvFuser's arguments) takes no bias or mask: from a logsumexp that includes
+    one, its gradients left it out, silently wrong by up to 1.5."""
+    for which in ("bias", "mask"):
+        with FusionDefinition() as fd:
+            q, k, v, g = (fd.define_tensor([-1, -1, -1, -1], contiguity=True) for _ in range(4))
+            extra = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Bool if which == "mask" else DataType.Float)
+            out, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, **{which: extra})
+            with pytest.raises(fuser.FusionDefinitionError, match=f"sdpfa_fwd with a {which}"):
+                fd.ops.sdpfa_bwd(g, q, k, v, out, lse, 0.0, False, seed, offset, None)
+            fd.add_output(out)
+
+
+def test_double_attention_and_grouped_and_scaled_matmuls_keep_doubles():
+    """The evaluator's math forms ran Double operands in fp32 (errors of 2e-7 to 4e-7 against
+    eager in fp64); its log-sum-exp is Double too."""
+    f64 = torch.float64
+    q, k, v, g = (make((1, 2, 4, 8), f64) for _ in range(4))
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg = (fd.from_pytorch(t) for t in (q, k, v, g))
+        out, lse, seed, offset = fd.ops.sdpfa_fwd(tq, tk, tv)
+        grads = fd.ops.sdpfa_bwd(tg, tq, tk, tv, out, lse, 0.0, False, seed, offset, None)
+        for t in (out, lse, *grads):
+            fd.add_output(t)
+    got = fd.execute([q, k, v, g])
+    want = _eager_grads_f64(q, k, v, g)
+    assert got[1].dtype == f64
+    for a, b in zip([got[0], *got[2:]], want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    a, b, offsets = make((7, 5), f64), make((3, 5, 6), f64), torch.tensor([0, 4, 7], dtype=torch.int32)
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.grouped_mm(*(fd.from_pytorch(t) for t in (a, b, offsets))))
+    torch.testing.assert_close(fd.execute([a, b, offsets])[0], torch.cat([a[:4] @ b[1], a[4:] @ b[2]]),
+                               rtol=1e-12, atol=1e-12)
+    a, b = make((4, 5), f64), make((5, 3), f64)
+    s1, s2 = make((4, 1)).abs() + 0.5, make((1, 3)).abs() + 0.5
+    with FusionDefinition() as fd:
+        out, _, _ = fd.ops.scaled_mm(*(fd.from_pytorch(t) for t in (a, b, s1, s2)), dtype=DataType.Double)
+        fd.add_output(out)
+    torch.testing.assert_close(fd.execute([a, b, s1, s2])[0], (a * s1.double()) @ (b * s2.double()),
+                               rtol=1e-12, atol=1e-12)
+
+
+def _eager_grads_f64(q, k, v, g):
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v)
+    out.backward(g)
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+def test_linear_bias_of_one_element_and_a_vector_weights_bias():
+    """A [1] bias broadcasts over a 2-D weight's rows, as in eager (the weight's rows were
+    forced to 1); a 1-D weight takes a 0-dim bias (an InternalError from ATen at execute
+    before) and refuses a 1-D one by name."""
+    x, w, b = make((4, 6)), make((5, 6)), make((1,))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.linear(*(fd.from_pytorch(t) for t in (x, w, b))))
+    assert_eager(fd.execute([x, w, b])[0], F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    w1, b0 = make((6,)), make(())
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.linear(*(fd.from_pytorch(t) for t in (x, w1, b0))))
+    for _ in range(2):  # (the second execute takes the ready program's direct call)
+        assert_eager(fd.execute([x, w1, b0])[0], x @ w1 + b0, rtol=1e-5, atol=1e-5)
+    with pytest.raises(fuser.FusionDefinitionError, match="0 with a 1-D weight"), FusionDefinition() as fd:
+        fd.ops.linear(*(fd.from_pytorch(t) for t in (x, w1, make((3,)))))
