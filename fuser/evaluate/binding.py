@@ -64,6 +64,14 @@ class BindingTable:
         return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
 
 
+_RULE_TEXT = {"finite": "", "nonzero": " other than 0", "nonnegative": " of at least 0"}
+
+
+def breaks(v, rule: str) -> bool:
+    """Whether a checked scalar value `v` breaks its rule (Fusion.finite)."""
+    return not math.isfinite(v) or (rule == "nonzero" and v == 0) or (rule == "nonnegative" and v < 0)
+
+
 def meta_input_error(label: str) -> FusionInputError:
     return FusionInputError(f"{label}: a meta tensor, which holds no values to compute with; pass a CPU or CUDA tensor")
 
@@ -143,11 +151,11 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
     table = BindingTable(values, sources)
     for e, why in fusion.sizes:  # (first: a negative size is named by its op, not as a divisor)
         table.extent(e, why)
-    for e, why, nonzero in fusion.finite:
+    for e, why, rule in fusion.finite:
         v = table.evaluate(e, why)
-        if not math.isfinite(v) or (nonzero and v == 0):
+        if breaks(v, rule):
             raise FusionInputError(f"{why} {format_extent(e)} = {v!r}, expected a finite value"
-                                   + (" other than 0" if nonzero else "") + f" (with {table.describe(e)})")
+                                   + _RULE_TEXT[rule] + f" (with {table.describe(e)})")
     for numerator, denominator, why in fusion.divisible:
         n, d = table.extent(numerator), table.extent(denominator)
         if d and n % d:
@@ -316,7 +324,7 @@ class InputBinder:
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
         self.divisible = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.divisible]
         self.sizes = [compile_extent(e) for e, _ in fusion.sizes]
-        self.finite = [(compile_extent(e), nonzero) for e, _, nonzero in fusion.finite]
+        self.finite = [(compile_extent(e), rule) for e, _, rule in fusion.finite]
         self.sources = types.MappingProxyType(sources)  # fixed by the definition, read-only
         self._fast = self._compile_fast()
 
@@ -392,9 +400,8 @@ class InputBinder:
                 v = fn(values)
                 if not 0 <= v < _INT64_END or v != int(v):  # (nan fails the first; past int64: named there)
                     return bind_inputs(self.fusion, args, metas)
-            for fn, nonzero in self.finite:
-                v = fn(values)
-                if not math.isfinite(v) or (nonzero and v == 0):
+            for fn, rule in self.finite:
+                if breaks(fn(values), rule):
                     return bind_inputs(self.fusion, args, metas)
             for fa, fb in self.divisible:
                 d = fb(values)

@@ -16,7 +16,7 @@ from .rules import FUNCTION_FORMS, INTO_RULES, rule
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """`t` in the type its math runs in: fp32 for 16-bit floats (and fp8), its own for fp32 and fp64."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+    return t if t.dtype == torch.float64 else t.float()
 
 
 def _linear_call(x, w, bias=None):

@@ -45,8 +45,8 @@ class GraphRecord:
 
 @functools.cache
 def decompositions() -> dict:
-    """Core-ATen decompositions, plus softmax and log-softmax, less silu and the CPU
-    flash-attention forward.
+    """Core-ATen decompositions, plus softmax and log-softmax, less silu, the CPU
+    flash-attention forward and the few ops noted below.
 
     Softmax and log-softmax are decomposed (max, exp, sum) so that the partitioner can save the
     input and the per-row max and sum (or its log: softmax_backward.py) for the backward, which
@@ -84,6 +84,9 @@ def decompositions() -> dict:
     # takes its output for a new tensor, and decomposed into a view the program returned a view
     # of the 2-D product, which autograd then forbade the caller to write in place (`y += r`)
     table.pop(aten._unsafe_view.default, None)
+    # bernoulli of a probability tensor stays itself: its lowering gives NaN where a probability
+    # is outside [0, 1], where the decomposition's `rand < p` quietly gave 0 or 1 (eager raises)
+    table.pop(aten.bernoulli.default, None)
     return table
 
 

@@ -48,9 +48,10 @@ class Fusion:
         # (extent, why): sizes given by scalars (full, expand, iota, ...), which each execution
         # checks are integers >= 0 (a kernel looping over a negative count runs no iteration)
         self.sizes: list[tuple[Extent, str]] = []
-        # (value, why, nonzero): an iota's start and step given by scalar inputs, which each
-        # execution checks are finite, and a step not 0 (a kernel would repeat one value)
-        self.finite: list[tuple[Extent, str, bool]] = []
+        # (value, why, rule): values of scalar inputs each execution checks are finite, and, by
+        # `rule`, "nonzero" (an iota's step: a kernel would repeat one value) or "nonnegative"
+        # (a random op's std, its range); "finite" alone (an iota's start)
+        self.finite: list[tuple[Extent, str, str]] = []
         self._extent_scalars: dict[Extent, Scalar] = {}
         # scheduling calls made on tensors (event number, tensor, method, arguments), for printing
         # the definition in the order it was written

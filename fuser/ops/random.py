@@ -8,10 +8,12 @@ once; a double draws 53 random bits a uniform (two philox words).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from ..errors import FusionDefinitionError
 from ..ir import DataType, Fusion, IterType, RNGOp, RNGOpType, Scalar, TensorView, Val
+from ..ir.printer import format_val
 from ..ir.types import fits_int64
 from .common import as_val, check_tensor, copy_id, extent_of, new_tensor
 
@@ -41,6 +43,7 @@ def _random(fusion: Fusion, op: str, kind: RNGOpType, params: tuple, shape: Sequ
     if not isinstance(shape, (list, tuple)):
         raise FusionDefinitionError(f"{op}: shape must be a list or tuple of sizes, got {shape!r}")
     a, b = (_param(fusion, op, name, v) for name, v in zip(_PARAM_NAMES[kind], params))
+    _check_params(fusion, op, kind, a, b, dtype)
     stream = _stream(fusion, op, rng_seed, rng_offset)
     # a size 1 is a broadcast axis, as in nvFuser: the tensor meets others' axes of any extent
     extents = [extent_of(fusion, s, op) for s in shape]
@@ -62,6 +65,40 @@ def _like(op: str, kind: RNGOpType, x: TensorView, rng_seed: Any, rng_offset: An
 
 
 _PARAM_NAMES = {RNGOpType.uniform: ("minval", "maxval"), RNGOpType.normal: ("mean", "std")}
+# the largest finite value of each floating dtype (a uniform's bounds and range stay within it)
+_LARGEST = {DataType.Half: 65504.0, DataType.BFloat16: 3.3895313892515355e38, DataType.Float: 3.4028234663852886e38,
+            DataType.Double: 1.7976931348623157e308}
+
+
+def _check_params(fusion: Fusion, op: str, kind: RNGOpType, a: Val, b: Val, dtype: DataType) -> None:
+    """Finite parameters a draw can hold: a uniform's minval, maxval and their difference
+    within the dtype's range (a range of inf drew inf, which the step keeping draws off maxval
+    turned into minval: all zeros), a normal's finite mean and std. As in nvFuser, a reversed
+    range and a negative std are taken as written (minval + (maxval - minval) u, mean + std n),
+    where eager refuses them. Numbers are checked here, scalar inputs at each execution
+    (Fusion.finite)."""
+    names = _PARAM_NAMES[kind]
+    if kind is RNGOpType.uniform:
+        top = _LARGEST[dtype]
+        largest = f"{top:g} ({dtype.name}'s largest)"
+        span = b.expr - a.expr
+        rules = [(top - span, f"{largest} less maxval - minval"), (top + span, f"{largest} plus maxval - minval")]
+        rules += [(top + sign * v.expr, f"{largest} {word} {name}") for v, name in zip((a, b), names)
+                  for sign, word in ((-1, "less"), (1, "plus"))]
+        expects = f"minval, maxval and maxval - minval within +-{top:g} ({dtype.name})"
+    else:
+        rules = [(a.expr, "mean"), (b.expr, "std")]
+        expects = "a finite mean and std"
+    for expr, why in rules:
+        if getattr(expr, "free_symbols", None):
+            fusion.finite.append((expr, f"{op}: {why}", "nonnegative" if kind is RNGOpType.uniform else "finite"))
+        elif not _holds(float(expr), kind is RNGOpType.uniform):
+            raise FusionDefinitionError(f"{op}: expects {expects}, got {names[0]}={format_val(a)} and "
+                                        f"{names[1]}={format_val(b)}")
+
+
+def _holds(v: float, nonnegative: bool) -> bool:
+    return math.isfinite(v) and (not nonnegative or v >= 0)
 
 
 def _add(fusion: Fusion, kind: RNGOpType, out: TensorView, inputs: tuple[Val, ...]) -> TensorView:

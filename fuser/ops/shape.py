@@ -353,7 +353,7 @@ def iota(fusion, length: Any, start: Any = None, step: Any = None,
             raise FusionDefinitionError(f"{op}: {name} must be finite" + (" and not 0" if name == "step" else "")
                                         + f", got {v.value!r}")
         if isinstance(v, Scalar) and not v.is_constant and not v.dtype.is_complex:
-            fusion.finite.append((v.expr, f"{op}: {name}", name == "step"))  # (checked each execution)
+            fusion.finite.append((v.expr, f"{op}: {name}", "nonzero" if name == "step" else "finite"))  # (each execution)
     out = new_tensor(fusion, [fusion.new_id(n)], dtype)
     fusion.add_expr(IotaOp(inputs=vals, outputs=(out,)))
     return out

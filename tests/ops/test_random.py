@@ -342,3 +342,66 @@ def test_gpu_kernel_and_evaluator_agree(kind, dtype):
     first = fd2.execute([x])[0]
     torch.manual_seed(4)
     assert torch.equal(fd2.execute([x])[0], first)
+
+
+@pytest.mark.parametrize("build", [
+    lambda fd: fd.ops.uniform(0.0, float("inf"), [4]),
+    lambda fd: fd.ops.uniform(0.0, 1e39, [4]),
+    lambda fd: fd.ops.uniform(-3e38, 3e38, [4]),
+    lambda fd: fd.ops.uniform(0.0, 70000.0, [4], dtype=DataType.Half),
+    lambda fd: fd.ops.normal(float("nan"), 1.0, [4]),
+    lambda fd: fd.ops.normal(0.0, float("inf"), [4]),
+], ids=["inf", "past-float", "range-past-float", "past-half", "nan-mean", "inf-std"])
+def test_parameters_a_draw_cannot_hold_are_refused(build):
+    """uniform(0, inf) drew all zeros (inf, which the step keeping draws off maxval made
+    minval), (-3e38, 3e38) all inf: refused by name, as eager refuses them."""
+    with pytest.raises(FusionDefinitionError, match="expects"):
+        with FusionDefinition() as fd:
+            fd.add_output(build(fd))
+
+
+def test_parameters_from_scalar_inputs_are_checked_each_execution():
+    with FusionDefinition() as fd:
+        lo, hi, mean, std = (fd.define_scalar(dtype=DataType.Double) for _ in range(4))
+        fd.add_output(fd.ops.uniform(lo, hi, [64], dtype=DataType.Half))
+        fd.add_output(fd.ops.normal(mean, std, [64]))
+    u, n = fd.execute([-1.0, 2.0, 0.0, 1.0])
+    assert -1 <= u.min() and u.max() < 2 and n.isfinite().all()
+    for args, named in (([0.0, 70000.0, 0.0, 1.0], "Half's largest"), ([0.0, float("inf"), 0.0, 1.0], "minval"),
+                        ([0.0, 1.0, float("nan"), 1.0], "normal: mean"), ([0.0, 1.0, 0.0, float("inf")], "normal: std")):
+        with pytest.raises(FusionInputError, match=named):
+            fd.execute(args)
+    fd.execute([2.0, 1.0, 0.0, -1.0])  # a reversed range and a negative std: as written, as in nvFuser
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: F.dropout(x, float("nan")),
+    lambda x: torch.dropout(x, 1.5, True),
+    lambda x: torch.dropout(x, -0.5, True),
+    lambda x: torch.native_dropout(x, 1.5, True)[0],
+    lambda x: torch.bernoulli(x, 1.5),
+    lambda x: torch.bernoulli(x, float("nan")),
+], ids=["dropout-nan", "dropout-1.5", "dropout-neg", "native-dropout", "bernoulli-1.5", "bernoulli-nan"])
+def test_jit_probability_outside_zero_one_raises_as_eager(f):
+    """A dropout or bernoulli probability outside [0, 1] (or NaN) gave all NaN, all -0.0, a
+    scaled copy, all ones or all zeros: the node now runs through ATen, which raises."""
+    x = torch.rand(4, 8)
+    with pytest.raises(RuntimeError):
+        f(x)
+    with pytest.raises(RuntimeError, match="p"):
+        fuser.jit(f)(x)
+
+
+def test_jit_bernoulli_of_probabilities_outside_zero_one_gives_nan_there():
+    """A kernel cannot raise: a probability tensor's entries outside [0, 1] (or NaN) give NaN
+    (the decomposition's `rand < p` gave 1 or 0), where eager raises; the others draw as before."""
+    def f(p):
+        return torch.bernoulli(p)
+
+    p = torch.rand(64, 32)
+    p[0, :4] = torch.tensor([1.5, -0.25, float("nan"), 1.0])
+    out = fuser.jit(f)(p)
+    assert out[0, :3].isnan().all() and out[0, 3] == 1
+    rest = out.flatten()[3:]
+    assert not rest.isnan().any() and set(rest.unique().tolist()) <= {0.0, 1.0}
+    assert abs(rest.mean().item() - p.flatten()[3:].mean().item()) < 0.05

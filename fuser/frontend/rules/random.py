@@ -50,11 +50,18 @@ def _bernoulli(b, node, x, p=None, **kwargs):
     """1 where a uniform draw is below the probability (p, or x's elements), in x's dtype."""
     _no_generator(kwargs)
     dtype = _floating_dtype(b, node)
+    fd = b.fd
     if node.target is aten.bernoulli.default:
-        p = b.fd.ops.cast(x, DataType.Float)
-    elif isinstance(p, bool) or not isinstance(p, (int, float)):
+        # a probability outside [0, 1] (or NaN) gives NaN there, where eager raises (a kernel
+        # cannot): lt would quietly make it 0 or 1
+        p = fd.ops.cast(x, DataType.Float)
+        draw = fd.ops.cast(fd.ops.lt(_uniform_like(b, x), p), dtype)
+        return fd.ops.where(fd.ops.logical_and(fd.ops.ge(p, 0.0), fd.ops.le(p, 1.0)), draw, float("nan"))
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise LoweringError(f"bernoulli with probability {p!r}")
-    return b.fd.ops.cast(b.fd.ops.lt(_uniform_like(b, x), p), dtype)
+    if not 0 <= p <= 1:  # (NaN too) through ATen, which raises eager's error
+        raise LoweringError(f"bernoulli with probability {p!r} outside [0, 1]")
+    return fd.ops.cast(fd.ops.lt(_uniform_like(b, x), p), dtype)
 
 
 @register(aten.native_dropout.default)
@@ -62,6 +69,8 @@ def _native_dropout(b, node, x, p, train):
     """(x * mask / (1 - p), mask), mask kept with probability 1 - p, as ATen's decomposition."""
     if isinstance(p, bool) or not isinstance(p, (int, float)):
         raise LoweringError(f"dropout with probability {p!r}")
+    if not 0 <= p <= 1:  # (NaN too: all NaN; 1.5 gave -0.0, -0.5 scaled by 2/3) through ATen, which raises eager's error
+        raise LoweringError(f"dropout with probability {p!r} outside [0, 1]")
     if not x.dtype.is_floating:
         raise LoweringError(f"dropout of dtype {x.dtype}")
     fd = b.fd
