@@ -139,12 +139,24 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
         dtype = DataType.Float
     else:
         dtype = compute
+        a, b = _integers_rounded(compute, (a, b))
     tvs = _aligned([v for v in (a, b) if isinstance(v, TensorView)])
     it = iter(tvs)
     a, b = (next(it) if isinstance(v, TensorView) else v for v in (a, b))
     out = _elementwise_output(kind.value, tvs, dtype)
     fusion.add_expr(BinaryOp(inputs=(a, b), outputs=(out,), kind=kind))
     return out
+
+
+def _integers_rounded(compute: DataType, operands: tuple) -> tuple:
+    """Integer and bool tensors among `operands`, cast to a half or bf16 `compute` type first:
+    eager converts every tensor operand to the common type (int32 594 + bf16 1.117 is 592 +
+    1.117, 594 being 592 in bf16), where a kernel would widen the integer to fp32 directly.
+    Python numbers are not converted (eager keeps them at fp32 for half math)."""
+    if compute not in (DataType.Half, DataType.BFloat16):
+        return operands
+    return tuple(cast(v, compute) if isinstance(v, TensorView) and (v.dtype.is_integral or v.dtype.is_boolean)
+                 else v for v in operands)
 
 
 def _check_integer_operands(kind: BinaryOpType, compute: DataType, a: Operand, b: Operand) -> None:
@@ -282,6 +294,10 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
         dtype = result_type(a, b, c)
         if dtype.category < 2:
             raise FusionDefinitionError(f"lerp: needs floating operands, got {dtype}")
+    if kind is TernaryOpType.where:
+        b, c = _integers_rounded(dtype, (b, c))
+    else:
+        a, b, c = _integers_rounded(dtype, (a, b, c))
     tvs = [v for v in (a, b, c) if isinstance(v, TensorView)]
     if not tvs:
         raise UnsupportedError(f"{kind.value} of scalars only is not supported; use a tensor")

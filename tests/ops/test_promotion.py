@@ -74,3 +74,31 @@ def test_promotion_with_defined_scalar(tensor_dtype, scalar_dtype, value):
     assert out.dtype == expected.dtype
     assert fd.fusion.outputs()[0].dtype is TORCH_TO_DT[expected.dtype]
     torch.testing.assert_close(out, expected)
+
+
+_BIG_INTS = torch.tensor([594, 4097, 2**31 - 1, 2**31 - 1], dtype=i32)
+
+
+@pytest.mark.parametrize("half", [f16, bf16])
+@pytest.mark.parametrize("backend", ["kernel", "aten"])
+@pytest.mark.parametrize("op", ["add", "mul", "lerp"])
+def test_an_integer_tensor_is_rounded_to_a_half_type_first(half, backend, op):
+    """Eager converts an integer tensor to the common half or bf16 type before the math
+    (int32 594 + bf16 1.117 is 592 + 1.117); fuser widened it to fp32 directly: 596, and
+    `2**31 - 1` times a small fp16 gave 32768 where eager gives inf (then inf times 0, NaN)."""
+    other = torch.tensor([1.1171875, 0.5, 1.5e-5, 0.0], dtype=half)
+    build = {"add": lambda fd, a, b: fd.ops.add(a, b), "mul": lambda fd, a, b: fd.ops.mul(a, b),
+             "lerp": lambda fd, a, b: fd.ops.lerp(b, a, b)}[op]
+    ref = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "lerp": lambda a, b: torch.lerp(b, a.to(half), b)}[op]
+    _, (out,) = run(build, [_BIG_INTS, other], backend=backend)
+    torch.testing.assert_close(out, ref(_BIG_INTS, other), equal_nan=True, rtol=0, atol=0)
+
+
+def test_jit_integer_and_half_tensors_round_as_eager():
+    import fuser
+
+    def f(i, h):
+        return (i * h + i) / 2
+
+    h = torch.tensor([1.1171875, 0.5, 1.5e-5, 0.0], dtype=bf16)
+    torch.testing.assert_close(fuser.jit(f)(_BIG_INTS, h), f(_BIG_INTS, h), equal_nan=True, rtol=0, atol=0)
