@@ -87,7 +87,50 @@ def decompositions() -> dict:
     # bernoulli of a probability tensor stays itself: its lowering gives NaN where a probability
     # is outside [0, 1], where the decomposition's `rand < p` quietly gave 0 or 1 (eager raises)
     table.pop(aten.bernoulli.default, None)
+    # threshold has a rule of its own: the decomposition's where against a float took an
+    # integer tensor through fp32 (123456789 became 123456792)
+    table.pop(aten.threshold.default, None)
+    # so has addcmul (its decomposition refuses a float value with integer tensors, which
+    # eager truncates: an InternalError)
+    table.pop(aten.addcmul.default, None)
+    # ATen ops whose checks their decompositions drop: index_add and index_copy refuse a
+    # negative index, which index_put wraps (a KV-cache write to position -1 wrote the last
+    # row); index_fill refuses a value its tensor cannot hold, which scalar_tensor stores as inf
+    for name, overloads in (("index_add", ("default",)), ("index_copy", ("default",)),
+                            ("index_fill", ("int_Scalar", "int_Tensor"))):
+        for overload in overloads:
+            op = getattr(getattr(aten, name, None), overload, None)
+            if op is not None:
+                table.pop(op, None)
     return table
+
+
+# functions eager computes for floating tensors only: on an integer or bool one it raises
+# (NotImplementedError: "GeluKernelImpl" not implemented for 'Long'), where their lowerings and
+# decompositions (AOTAutograd's own for some: hardshrink's where) would compute integers; and
+# those it refuses for bool tensors only
+_FLOATING_ONLY = frozenset({
+    "gelu", "softplus", "logsigmoid", "log_sigmoid", "logaddexp", "logaddexp2", "hardswish", "hardsigmoid", "mish",
+    "hardshrink", "softshrink", "frac", "lerp", "addcdiv", "elu", "celu", "selu", "glu", "silu", "leaky_relu",
+    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss"})
+_NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold"})
+
+
+def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo's graph calls one of those functions on a tensor of a type eager
+    refuses: the graph then runs as traced, raising eager's own error."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
+        if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
+            continue
+        for a in (*node.args, *node.kwargs.values()):
+            v = a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
+            if isinstance(v, torch.Tensor) and (v.dtype is torch.bool if name in _NOT_FOR_BOOL else
+                                                not (v.is_floating_point() or v.is_complex())):
+                return True
+    return False
 
 
 def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: list) -> None:
@@ -402,6 +445,8 @@ class FuserBackend:
                                    f"settings; fuser takes none (compile with options=None)")
 
         _refuse_meta_inputs(gm, example_inputs)
+        if _eager_refuses_a_dtype(gm):
+            return gm.forward  # (run as traced: it raises eager's error)
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
 

@@ -500,3 +500,113 @@ def test_a_trace_that_fails_where_eager_runs_is_named_or_falls_back():
     with pytest.warns(UserWarning, match="running it eagerly"):
         torch.testing.assert_close(jitted(x), f(x))
     torch.testing.assert_close(jitted(x), f(x))
+
+
+_I32 = torch.tensor([[3, -4, 5], [1, 2, -6]], dtype=torch.int32)
+_H = torch.tensor([[0.5, -1.25, 2.0], [0.75, 3.0, -0.5]], dtype=torch.float16)
+
+
+@pytest.mark.parametrize("f, args", [
+    (lambda a: a * 2 + torch.full((2, 3), 1e12, dtype=torch.int32), (_I32,)),
+    (lambda a: a.masked_fill(a > 0, 1e12), (_I32,)),
+    (lambda a: torch.nn.functional.pad(a * 2, (1, 1), value=2**40), (_I32,)),
+    (lambda a: torch.nn.functional.pad(a * 2, (1, 1), value=float("nan")), (_I32,)),
+    (lambda h: torch.nn.functional.pad(h * 2, (1, 1), value=1e6), (_H,)),
+    (lambda h: torch.zeros_like(h).scatter(1, torch.tensor([[0], [2]]), 1e6), (_H,)),
+    (lambda h: h.index_fill(1, torch.tensor([0, 2]), 1e6), (_H,)),
+    (lambda h: torch.nn.functional.threshold(h, 0.1, 1e6), (_H,)),
+    (lambda h: torch.add(h, h, alpha=1e6), (_H,)),
+], ids=["full-float-into-int", "masked-fill-float-into-int", "pad-int", "pad-nan-int", "pad-half", "one-hot-half",
+        "index-fill-half", "threshold-half", "add-alpha-half"])
+def test_fill_values_the_result_cannot_hold_raise_as_in_eager(f, args):
+    """A float value into an integer result (1e12, NaN), or a value past a half result's range,
+    in full, masked_fill, pad, a one-hot scatter, index_fill, threshold and add's alpha: fuser
+    wrapped it, stored inf, or raised the interpreter's OverflowError, where eager raises."""
+    with pytest.raises(RuntimeError) as eager:
+        f(*args)
+    with pytest.raises(RuntimeError) as got:
+        fuser.jit(f)(*args)
+    assert str(eager.value).split("\n")[0] in str(got.value)
+
+
+@pytest.mark.parametrize("f", [
+    lambda c, p, v: c.index_copy(1, p, v),
+    lambda c, p, v: c.index_add(1, p, v),
+    lambda c, p, v: c.clone().index_copy_(1, p, v) * 2,
+], ids=["index-copy", "index-add", "index-copy-in-place"])
+def test_a_negative_index_into_index_copy_or_add_raises_as_in_eager(f):
+    """Their decomposition (index_put) wrapped -1 to the last position: a KV-cache write to
+    position -1 wrote the last row where eager raises."""
+    cache, kv = make((2, 6, 4)), make((2, 1, 4))
+    good, bad = torch.tensor([2]), torch.tensor([-1])
+    jitted = fuser.jit(f)
+    torch.testing.assert_close(jitted(cache, good, kv), f(cache, good, kv))
+    with pytest.raises(IndexError) as eager:
+        f(cache, bad, kv)
+    with pytest.raises(IndexError) as got:
+        jitted(cache, bad, kv)
+    assert str(got.value) == str(eager.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_threshold_of_an_integer_tensor_keeps_its_integers(dtype):
+    """The decomposition's where against a float took the integers through fp32
+    (123456789 became 123456792, INT64_MAX became INT64_MIN)."""
+    big = torch.iinfo(dtype).max
+    x = torch.tensor([big, 2**24 + 1, 123456789, -1, 3], dtype=dtype)
+    f = lambda x: torch.nn.functional.threshold(x, 0.5, -1.0)  # noqa: E731
+    torch.testing.assert_close(fuser.jit(f)(x), f(x), rtol=0, atol=0)
+
+
+_FLOATING_ONLY = {
+    "gelu": torch.nn.functional.gelu, "softplus": torch.nn.functional.softplus,
+    "logsigmoid": torch.nn.functional.logsigmoid, "logaddexp": lambda t: torch.logaddexp(t, t),
+    "logaddexp2": lambda t: torch.logaddexp2(t, t), "hardswish": torch.nn.functional.hardswish,
+    "hardsigmoid": torch.nn.functional.hardsigmoid, "mish": torch.nn.functional.mish,
+    "hardshrink": torch.nn.functional.hardshrink, "softshrink": torch.nn.functional.softshrink,
+    "frac": torch.frac, "lerp": lambda t: torch.lerp(t, t * 2, 0.5), "addcdiv": lambda t: torch.addcdiv(t, t, t),
+    "elu": torch.nn.functional.elu, "celu": torch.nn.functional.celu, "selu": torch.nn.functional.selu,
+    "silu": torch.nn.functional.silu, "leaky_relu": torch.nn.functional.leaky_relu,
+    "mse_loss": lambda t: torch.nn.functional.mse_loss(t, t * 2),
+    "smooth_l1_loss": lambda t: torch.nn.functional.smooth_l1_loss(t, t * 2),
+    "huber_loss": lambda t: torch.nn.functional.huber_loss(t, t * 2),
+    "hardtanh-of-bool": lambda t: torch.nn.functional.hardtanh(t > 0),
+    "threshold-of-bool": lambda t: torch.nn.functional.threshold(t > 0, 0.5, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FLOATING_ONLY))
+def test_ops_eager_computes_for_floats_only_raise_for_integers(name):
+    """gelu, softplus, logaddexp ... of an int64 tensor: eager raises NotImplementedError (or
+    addcdiv's RuntimeError); fuser returned integers (gelu([-3, -1, 0, 2, 5]) = [0, 0, 0, 1, 4]).
+    A float tensor still fuses."""
+    # a frame of its own (Dynamo traces no frame for a builtin jitted directly, and one code
+    # object shared by every case would meet Dynamo's recompile limit)
+    f = eval("lambda t: op(t)", {"op": _FLOATING_ONLY[name]})
+    x = torch.tensor([-3, -1, 0, 2, 5])
+    if name.endswith("of-bool"):  # (an integer or float tensor is fine: refused for bool only)
+        with pytest.raises((NotImplementedError, RuntimeError)) as eager:
+            f(x)
+        with pytest.raises(type(eager.value)) as got:
+            fuser.jit(f)(x)
+        assert str(got.value) == str(eager.value)
+        return
+    with pytest.raises((NotImplementedError, RuntimeError)) as eager:
+        f(x)
+    with pytest.raises(type(eager.value)) as got:
+        fuser.jit(f)(x)
+    assert str(got.value) == str(eager.value)
+    floats = make((4, 6))
+    jitted = fuser.jit(f)
+    torch.testing.assert_close(jitted(floats), f(floats))
+    assert jitted.cache_info().graphs == 1
+    if name not in ("elu", "selu"):  # (aten.elu has no lowering: an ATen step)
+        assert jitted.cache_info().fallback_ops == 0
+
+
+def test_addcmul_of_integer_tensors_truncates_a_float_value_as_eager():
+    """Eager converts value=0.5 to the integers' type (0); the core decomposition refused it,
+    an InternalError."""
+    f = lambda x, y: torch.addcmul(x, x, y, value=0.5) + torch.addcmul(x, x, y, value=2.7)  # noqa: E731
+    a, b = torch.tensor([1, 2, 3]), torch.tensor([4, -5, 6])
+    torch.testing.assert_close(fuser.jit(f)(a, b), f(a, b), rtol=0, atol=0)

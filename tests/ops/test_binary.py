@@ -324,3 +324,12 @@ def test_half_width_comparison_with_a_scalar_declared_in_its_type(dtype, backend
 
     run_and_check(build, lambda t, s: [t == 0.1, t < 0.1, t >= 0.1, t > 0.1], [x, 0.1],
                   decl=[None, {"dtype": dt}], backend=backend)
+
+
+def test_double_pow_is_exact_where_eager_is():
+    """On the CPU the interpreter's pow was exp2(b log2 |a|) at fp64: 7.0 ** 3.0 gave
+    343.00000000000017 and DBL_MAX ** 1 inf; fp64 pow runs through ATen there now."""
+    a = torch.tensor([7.0, 1e300, torch.finfo(torch.float64).max, 1.5, 2.5], dtype=torch.float64)
+    b = torch.tensor([3.0, 1.0, 1.0, 100.0, -7.0], dtype=torch.float64)
+    _, (out,) = run(lambda fd, x, y: fd.ops.pow(x, y), [a, b], backend="kernel")
+    torch.testing.assert_close(out, a ** b, rtol=0, atol=0)

@@ -179,6 +179,8 @@ def test_embedding_fwd_options_and_the_weight_stays_unchanged():
                           [index, w, 4, 2.0], decl=decl)
     assert torch.equal(w, before)
     check_roundtrip(fd, [index, make((10, 4)) * 3, 2, 1.0])
+    with pytest.raises(fuser.FusionInputError, match="embedding_fwd"):  # (F.embedding asserted: a raw error)
+        fd.execute([index, w, 12, 2.0])
 
 
 # -- symbolic sizes, repr ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from math import isfinite  # (not `import math`: it would hide the rules module math.py)
 from typing import Any, Callable, Optional
 
 import torch
@@ -50,7 +51,8 @@ def refuse_overflow(value, torch_dtype: torch.dtype, op: str) -> None:
         out = float("-inf") < value < float("inf") and not -big <= value <= big  # (inf and nan are kept)
     elif not torch_dtype.is_complex:
         info = torch.iinfo(torch_dtype)
-        out = isinstance(value, int) and not info.min <= value <= info.max
+        # (a float too: eager converts it checked, 1e12 or NaN into int32 raising)
+        out = not (isfinite(value) and info.min <= value <= info.max)
     else:
         out = False
     if out:

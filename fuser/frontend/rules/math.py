@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import TensorView
-from . import Kind, LoweringError, register
+from . import Kind, LoweringError, refuse_overflow, register
 from .pointwise import _binary_rule, _unary_rule
 from .shape import _zeros
 
@@ -46,6 +46,8 @@ def _addcmul(b, node, x, tensor1, tensor2, value=1):
 
 @register(aten.threshold.default)
 def _threshold(b, node, x, threshold, value):
+    for v in (threshold, value):  # (eager refuses numbers its tensor's type cannot hold)
+        refuse_overflow(v, node.meta["val"].dtype, "threshold")
     return b.fd.ops.threshold(x, threshold, value)
 
 

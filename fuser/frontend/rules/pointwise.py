@@ -98,9 +98,17 @@ for _op, _name in _BINARY.items():
             register(getattr(_op, _overload))(_RULE_OF.get(_name, _binary_rule)(_name))
 
 
+def _scaled(b, node, y, alpha, op: str):
+    """`y * alpha` of add's and sub's alpha (eager refuses an alpha its result type cannot hold)."""
+    if alpha == 1:
+        return y
+    refuse_overflow(alpha, node.meta["val"].dtype, op)
+    return b.fd.ops.mul(y, alpha)
+
+
 @register(aten.add.Tensor, aten.add.Scalar)
 def _add(b, node, x, y, alpha=1):
-    return b.fd.ops.add(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
+    return b.fd.ops.add(x, _scaled(b, node, y, alpha, "add"))
 
 
 def _no_bool_subtraction(x, y) -> None:
@@ -113,13 +121,13 @@ def _no_bool_subtraction(x, y) -> None:
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
-    return b.fd.ops.sub(x, y if alpha == 1 else b.fd.ops.mul(y, alpha))
+    return b.fd.ops.sub(x, _scaled(b, node, y, alpha, "sub"))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
-    return b.fd.ops.sub(y, x if alpha == 1 else b.fd.ops.mul(x, alpha))
+    return b.fd.ops.sub(y, _scaled(b, node, x, alpha, "rsub"))
 
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)

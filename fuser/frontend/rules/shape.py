@@ -186,6 +186,7 @@ def _cat(b, node, tensors, dim=0):
 def _pad(b, node, x, pad, value=0):
     if any(not isinstance(p, int) or p < 0 for p in pad):
         raise LoweringError(f"pad widths {list(pad)} (only non-negative static widths)")
+    refuse_overflow(value, b.meta(node).dtype, "constant_pad_nd")
     return b.fd.ops.pad(x, list(pad), value)
 
 
@@ -327,6 +328,7 @@ def _scatter_value(b, node, base, dim, index, value):
     """`full(f).scatter(dim, index, value)` with one index per row: a one-hot, as
     `where(iota == index, value, f)` (the cross-entropy gradient). Other scatters run through
     ATen."""
+    refuse_overflow(value, b.meta(node).dtype, "scatter")
     fill = _constant_fill(node.args[0])
     # (an integer one-hot could not mark an index out of range: ATen raises for it)
     if fill is None or not b.meta(node).dtype.is_floating_point \
