@@ -208,26 +208,31 @@ class JitFunction:
         if failure is None and not isinstance(e, FuserError):
             raise e
         failure = e if failure is None else failure
+        if "NYI SymInt equality" in str(failure) and self._fallback != "eager":  # (torch's own limit:
+            # torch.compile(dynamic=True) meets it)
+            raise UnsupportedError(
+                f"{_name(self._fn)}: its gradient goes through an op with an int argument traced as a "
+                f"symbol (`x ** p`, p an int argument), which torch's AOTAutograd cannot differentiate "
+                f"(\"NYI SymInt equality\"); pass the number as a float, or use fuser.jit(fn, dynamic=False)") from e
+        if not isinstance(failure, FuserError):
+            # torch's own error while compiling the graph (AOTAutograd tracing the function's
+            # ops: a backward that refuses a gradient's shape): eager tells whether the
+            # function's inputs are at fault
+            return self._eager_verdict(failure, args, kwargs, InternalError)
         if self._fallback == "eager":
             warnings.warn(f"fuser.jit: {_name(self._fn)} failed in fuser ({failure}); running "
                           f"it eagerly from now on", stacklevel=4)
             self._failed = True
             return self._fn(*args, **kwargs)
-        if isinstance(failure, FuserError):
-            raise failure from (e if failure is not e else None)
-        if "NYI SymInt equality" in str(failure):  # (torch's own limit: torch.compile(dynamic=True) meets it)
-            raise UnsupportedError(
-                f"{_name(self._fn)}: its gradient goes through an op with an int argument traced as a "
-                f"symbol (`x ** p`, p an int argument), which torch's AOTAutograd cannot differentiate "
-                f"(\"NYI SymInt equality\"); pass the number as a float, or use fuser.jit(fn, dynamic=False)") from e
-        raise InternalError(f"compiling {_name(self._fn)} failed: {failure}") from e
+        raise failure from (e if failure is not e else None)
 
-    def _eager_verdict(self, e: Exception, args: tuple, kwargs: dict) -> Any:
-        """An op failed on the traced tensors (Dynamo's fake tensors, sizes as symbols): the
-        function runs eagerly, once, so that an error of its own (shapes that do not broadcast,
-        `mean` of an int tensor) is raised as eager raises it, with the real sizes. Where eager
-        runs it, the failure was the tracer's: with fallback="eager" its result is returned and
-        later calls run eagerly; else an UnsupportedError says so."""
+    def _eager_verdict(self, e: Exception, args: tuple, kwargs: dict, error: type = UnsupportedError) -> Any:
+        """An op failed on the traced tensors (Dynamo's fake tensors, sizes as symbols), or
+        torch failed compiling the graph: the function runs eagerly, once, so that an error of
+        its own (shapes that do not broadcast, `mean` of an int tensor) is raised as eager
+        raises it, with the real sizes. Where eager runs it, the failure was the tracer's or
+        fuser's: with fallback="eager" its result is returned and later calls run eagerly;
+        else `error` says so."""
         try:
             out = self._fn(*args, **kwargs)
         except Exception as own:
@@ -235,13 +240,14 @@ class JitFunction:
         lines = [line.strip() for line in str(e).split("\n") if line.strip()]
         reason = next((line[len("Explanation: "):] for line in lines if line.startswith("Explanation: ")),
                       lines[0] if lines else type(e).__name__)
+        doing = "tracing" if error is UnsupportedError else "compiling"
         if self._fallback == "eager":
-            warnings.warn(f"fuser.jit: tracing {_name(self._fn)} failed ({reason}); running it eagerly from now on",
+            warnings.warn(f"fuser.jit: {doing} {_name(self._fn)} failed ({reason}); running it eagerly from now on",
                           stacklevel=4)
             self._failed = True
             return out
-        raise UnsupportedError(f"{_name(self._fn)}: tracing failed where eager PyTorch runs the function on "
-                               f"these arguments (it ran eagerly once, to tell): {reason}") from e
+        raise error(f"{_name(self._fn)}: {doing} failed where eager PyTorch runs the function on "
+                    f"these arguments (it ran eagerly once, to tell): {reason}") from e
 
     def cache_info(self) -> CacheInfo:
         return self._stats.info()

@@ -610,3 +610,18 @@ def test_addcmul_of_integer_tensors_truncates_a_float_value_as_eager():
     f = lambda x, y: torch.addcmul(x, x, y, value=0.5) + torch.addcmul(x, x, y, value=2.7)  # noqa: E731
     a, b = torch.tensor([1, 2, 3]), torch.tensor([4, -5, 6])
     torch.testing.assert_close(fuser.jit(f)(a, b), f(a, b), rtol=0, atol=0)
+
+
+def test_a_shape_eagers_forward_refuses_but_its_trace_passes_raises_eagers_error():
+    """diagonal_scatter with a src of the wrong size: the fake tensors let the forward through,
+    and AOTAutograd failed on the backward's gradient shape, an InternalError naming none of
+    it; eager refuses the forward, and now so does the call, with eager's error."""
+    def f(a, s):
+        return torch.diagonal_scatter(a * 2, s.exp(), -1)
+
+    a, s = make((4, 5)).requires_grad_(), make((5,)).requires_grad_()
+    with pytest.raises(RuntimeError) as eager:
+        f(a, s)
+    with pytest.raises(RuntimeError) as got:
+        fuser.jit(f)(a, s)
+    assert str(got.value) == str(eager.value)
