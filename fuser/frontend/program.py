@@ -369,14 +369,17 @@ class GraphProgram:
 
 
 def _plain_outputs(out_node: Node) -> list[int]:
-    """The positions of a forward graph's outputs made by `_unsafe_view` of an intermediate (a
-    bias-free linear's or a matmul's 3-D result), which AOTAutograd takes for new tensors and a
-    caller may write in place (`y += r`), where the runtime returns a view of the 2-D product."""
+    """The positions of a forward graph's outputs that AOTAutograd takes for new tensors and a
+    caller may write in place (`y += r`), where the runtime may return a view: an
+    `_unsafe_view` of an intermediate (a bias-free linear's or a matmul's 3-D result: a view of
+    the 2-D product), or any op that makes no view (a reshape the plan moved to the fusion's
+    edge returns a view of the kernel's output)."""
     outs = out_node.args[0]
     if not isinstance(outs, (list, tuple)):
         return []
-    return [k for k, o in enumerate(outs) if isinstance(o, Node) and o.target is torch.ops.aten._unsafe_view.default
-            and isinstance(o.args[0], Node) and o.args[0].op != "placeholder"]
+    return [k for k, o in enumerate(outs) if isinstance(o, Node) and o.op == "call_function" and (
+            (o.target is torch.ops.aten._unsafe_view.default and isinstance(o.args[0], Node)
+             and o.args[0].op != "placeholder") or not getattr(o.target, "is_view", True))]
 
 
 def _made_plain(result: Any, positions: list[int]) -> Any:

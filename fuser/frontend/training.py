@@ -152,6 +152,9 @@ class _Fused(torch.autograd.Function):
             user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
             _save_through(ctx, tensors, user[k], also)
         ctx.save_for_backward(*tensors, *also)
+        # (a value the forward computed comes back from ctx.saved_tensors not requiring grad,
+        # though it is a function of the inputs: the create_graph check below needs to know)
+        ctx.saves_computed = any(isinstance(t, torch.Tensor) and not any(t is a for a in args) for t in tensors)
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan
         if plan.non_differentiable:
@@ -161,7 +164,7 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor) -> tuple:
         if torch.is_grad_enabled():  # create_graph=True
-            if any(t.requires_grad for t in ctx.saved_tensors) or any(
+            if ctx.saves_computed or any(t.requires_grad for t in ctx.saved_tensors) or any(
                     g is not None and g.requires_grad for g in grads):
                 # the gradients would depend on values that need gradients, through kernels
                 # that record no autograd graph: differentiating them (a gradient penalty)
@@ -236,10 +239,10 @@ class TrainingCall:
             self._settle()
         if self.plan is None:
             return self.aot_compiled(*args)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             # a training graph called with grad off: the function turns it on inside (its
             # outputs require grad), so the node is recorded anyway, as AOTAutograd's runtime
-            # wrapper records it
+            # wrapper records it (not under inference_mode, where eager records nothing)
             with torch.enable_grad():
                 return _Fused.apply(self.plan, *args)
         return _Fused.apply(self.plan, *args)
