@@ -74,6 +74,7 @@ class KernelLauncher:
         # tensors made inside the kernel (iota) index their own loop axis: for folding the
         # layout they count as dense tensors, so their axis is never merged with a neighbour
         self.made_inside = [plan.axes.of(e.out) for e in plan.exprs if isinstance(e, IotaOp)]
+        self.iota_axes = frozenset(a for axis_map in self.made_inside for a in axis_map if a is not None)
         # random numbers (RNGOp) are numbered by their row-major index in their own output: for
         # folding they count as dense row-major tensors of the output's extents, and the kernel
         # takes these strides of theirs ("rng_stride") to compute the index
@@ -265,7 +266,7 @@ class KernelLauncher:
         # them all: an output laid out as its inputs are is one run, a plain stream)
         order_by = next((k for k, t in enumerate(self.tensors) if k >= len(inputs) and plan.axes.spans_all(t)), None)
         layout = make_layout(plan.dim0, plan.dim1, strides, extents, plan.template is Template.pointwise,
-                             plan.axes.resized, order_by)
+                             frozenset(plan.axes.resized), order_by, self.iota_axes)
         runs = layout.super_axes
         run_extents = [math.prod(extents[a] for a in run) for run in runs]
         rows = math.prod(run_extents[:len(layout.dim0)])

@@ -54,9 +54,11 @@ def run_stride(run: tuple[int, ...], strides: list[int], extents: list[int]) -> 
 
 
 def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], extents: list[int],
-                pointwise: bool, alone=frozenset(), order_by: Optional[int] = None) -> Layout:
+                pointwise: bool, alone=frozenset(), order_by: Optional[int] = None, own=frozenset()) -> Layout:
     """`strides[t][a]`: stride of tensor t along loop axis a (0 where it does not span a).
-    Axes in `alone` (those a slice, pad or cat shifts) are never merged with a neighbour.
+    Axes in `alone` (those a slice, pad or cat shifts) are never merged with a neighbour, nor
+    are those in `own` (an iota's: it numbers its own axis, which a merge with an axis of
+    extent 1 would number by the run's index: an iota of extent 1 beside n rows counted 0..n-1).
     `order_by`: a pointwise kernel iterates its axes in the memory order of tensor
     `strides[order_by]` (outermost first; axes it does not step along, outermost), so a
     tensor written in a permuted layout is written in runs, not across them."""
@@ -67,9 +69,9 @@ def make_layout(dim0: list[int], dim1: list[int], strides: list[list[int]], exte
             steps = [s[a] for a in axes if s[a] != 0 and extents[a] != 1]
             if steps != sorted(steps, reverse=True):  # a permuted layout (row-major: as it is)
                 axes = sorted(axes, key=lambda a: (s[a] != 0 and extents[a] != 1, -s[a]))
-        runs = _fold(axes, strides, extents, alone)
+        runs = _fold(axes, strides, extents, alone | own)
         return Layout(tuple(runs[:-1]), tuple(runs[-1:]))
-    return Layout(tuple(_fold(dim0, strides, extents, alone)), tuple(_fold(dim1, strides, extents, alone)))
+    return Layout(tuple(_fold(dim0, strides, extents, alone | own)), tuple(_fold(dim1, strides, extents, alone | own)))
 
 
 def row_alignment(layout: Layout, strides: list[list[int]], extents: list[int], element_sizes: list[int],

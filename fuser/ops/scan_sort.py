@@ -109,6 +109,9 @@ def topk(arg: TensorView, k: Any, dim: int = -1, largest: bool = True,
     is checked against the axis at execution)."""
     op = "topk"
     _check_order(op, arg)
+    if arg.dtype.is_boolean:  # (sort and argsort take bool; topk does not, on the CPU)
+        raise FusionDefinitionError(f"{op}: not defined for the bool tensor {arg!r} (PyTorch's topk refuses "
+                                    f"bool); cast it first")
     f = fusion_of(op, arg, *([k] if isinstance(k, Scalar) else []))
     d = _dim(op, arg, dim)
     if isinstance(k, Scalar):

@@ -290,3 +290,29 @@ def test_jit_cumsum_backward_and_flip_are_one_program_each():
     f(y).backward()
     torch.testing.assert_close(x.grad, y.grad)
     assert g.cache_info().fallback_ops == 0
+
+
+def test_topk_of_a_bool_tensor_is_refused_at_definition():
+    """ATen's topk refuses bool: an InternalError at execute before."""
+    with pytest.raises(fuser.FusionDefinitionError, match="topk: not defined for the bool"), FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], contiguity=True, dtype=DataType.Bool)
+        fd.ops.topk(t, 2, 1)
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (3, 1, 1), (2, 3, 1)])
+def test_jit_running_max_along_an_axis_of_one_element(shape):
+    """cummax's indices along a size-1 dim came back 0, 1, 2, ... (the iota over that axis was
+    numbered by the merged run's index) and its backward's scatter then raised."""
+    import fuser as _fuser
+
+    def f(x):
+        values, indices = torch.cummax(x * 2, -1)
+        return values, indices
+
+    x = make(shape).requires_grad_()
+    got = _fuser.jit(f)(x)
+    want = f(x)
+    assert torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0], want[0])
+    got[0].sum().backward()
+    torch.testing.assert_close(x.grad, torch.full(shape, 2.0))

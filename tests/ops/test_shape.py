@@ -269,6 +269,21 @@ def test_iota(backend):
                              torch.arange(5) + t], [x], backend=backend)
 
 
+def test_an_iota_of_one_element_beside_rows():
+    """An iota over an axis of extent 1 (broadcast against [n, 1], and triu's column iota on a
+    [n, 1] input) was numbered by the index of the run its axis merged into: 5, 6, 7, 8 where
+    every element is 5, and triu kept every row."""
+    x = torch.randint(0, 100, (4, 1))
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, 1], contiguity=True, dtype=DataType.Int)
+        fd.add_output(fd.ops.add(t, fd.ops.broadcast(fd.ops.iota(1, 5, 1, DataType.Int), [True, False])))
+    assert torch.equal(fd.execute([x])[0], x + 5)
+    y = make((4, 1))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.triu(fd.define_tensor([-1, -1], contiguity=True)))
+    assert_eager(fd.execute([y])[0], torch.triu(y))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_full_and_iota_from_defined_scalars(backend):
     def build(fd, n, v):
