@@ -287,5 +287,7 @@ class ElementwiseEmitter:
             code = f"tl.minimum(tl.maximum({x}, {lo}{nan}), {hi}{nan})"
         else:  # lerp, computed as ATen does for accuracy near both ends
             s, t, w = (self.operand(scope, v, dt) for v in (a, b, c))
-            code = f"tl.where({w} < 0.5, {s} + {w} * ({t} - {s}), {t} - ({t} - {s}) * (1.0 - {w}))"
+            # (|w| < 0.5 as ATen's: a weight of -0.5 or less with an infinite end gives NaN there)
+            code = (f"tl.where(({w} < 0.5) & ({w} > -0.5), {s} + {w} * ({t} - {s}), "
+                    f"{t} - ({t} - {s}) * (1.0 - {w}))")
         self.bind(scope, e.out, code)

@@ -279,7 +279,7 @@ def _slice(e: SliceOp, args, ctx):
 @rule(PadOp)
 def _pad(e: PadOp, args, ctx):
     x, value, widths = args[0], args[1], [int(w) for w in args[2:]]
-    return [F.pad(x, widths, mode="constant", value=value)]
+    return [torch.constant_pad_nd(x, widths, value)]  # (F.pad takes no complex value)
 
 
 @rule(CatOp)

@@ -93,6 +93,12 @@ def decompositions() -> dict:
     # so has addcmul (its decomposition refuses a float value with integer tensors, which
     # eager truncates: an InternalError)
     table.pop(aten.addcmul.default, None)
+    # all() decomposes to logical_not(any(logical_not(x))), and ATen has no logical_not for
+    # uint16 to uint64 (a raw NotImplementedError where eager's all computes): those stay whole
+    for overload in ("default", "dim", "dims"):
+        op = getattr(aten.all, overload, None)
+        if op in table:
+            table[op] = _whole_for_wide_unsigned(table[op])
     # ATen ops whose checks their decompositions drop: index_add and index_copy refuse a
     # negative index, which index_put wraps (a KV-cache write to position -1 wrote the last
     # row); index_fill refuses a value its tensor cannot hold, which scalar_tensor stores as inf
@@ -103,6 +109,19 @@ def decompositions() -> dict:
             if op is not None:
                 table.pop(op, None)
     return table
+
+
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
+
+
+def _whole_for_wide_unsigned(decomposition):
+    """`decomposition`, or the op kept whole (NotImplemented: make_fx then records the op
+    itself) for a uint16, uint32 or uint64 tensor."""
+    def decompose(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.dtype in _WIDE_UNSIGNED:
+            return NotImplemented
+        return decomposition(x, *args, **kwargs)
+    return decompose
 
 
 # functions eager computes for floating tensors only: on an integer or bool one it raises

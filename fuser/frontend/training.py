@@ -163,6 +163,17 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor) -> tuple:
+        # (a backward called inside a compiled frame runs on its thread with Dynamo's hook on:
+        # off before anything reads ctx.saved_tensors, which Dynamo would trace as fake tensors,
+        # and a complex view of a reshaped input among them failed there)
+        hook = set_eval_frame(None)
+        try:
+            return _Fused._backward(ctx, grads)
+        finally:
+            set_eval_frame(hook)
+
+    @staticmethod
+    def _backward(ctx, grads: tuple) -> tuple:
         if torch.is_grad_enabled():  # create_graph=True
             if ctx.saves_computed or any(t.requires_grad for t in ctx.saved_tensors) or any(
                     g is not None and g.requires_grad for g in grads):
@@ -192,12 +203,7 @@ class _Fused(torch.autograd.Function):
                 tensors[j] = tensors[j].as_strided(size, stride, offset)
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
-        # (a backward called inside a compiled frame runs on its thread, with Dynamo's hook on)
-        hook = set_eval_frame(None)
-        try:
-            return (None, *ctx.plan.run_backward(*args))
-        finally:
-            set_eval_frame(hook)
+        return (None, *ctx.plan.run_backward(*args))
 
 
 def _save_through(ctx: Any, tensors: list, output: torch.Tensor, also: list) -> None:

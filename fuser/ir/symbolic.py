@@ -62,6 +62,8 @@ def convert_scalar(code: int, v):
     """A Python number converted as a cast to that type converts it: bool, an integer
     truncated toward zero, a float rounded to the nearest fp32, half or bf16 value (to nearest,
     ties to even; beyond the largest finite value, inf)."""
+    if isinstance(v, complex) and code != CAST_BOOL:
+        v = v.real  # (a cast of a complex number to a real type keeps its real part, as torch's)
     if code == CAST_BOOL:
         return bool(v)
     if code == CAST_INT:
@@ -249,6 +251,8 @@ def _py(e: Extent) -> str:
         return f"env[{e.name!r}]"
     if e is sympy.true or e is sympy.false:  # a Bool constant's value
         return str(bool(e))
+    if e is sympy.I:  # (a complex constant's imaginary unit)
+        return "1j"
     if isinstance(e, ceilDiv):
         return f"(-(-{_py(e.args[0])} // {_py(e.args[1])}))"
     if isinstance(e, normIndex):

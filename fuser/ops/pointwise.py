@@ -99,6 +99,8 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
         return _scalar_unary(kind, x)
     x = computed(kind.value, x)
     dtype = x.dtype
+    if kind in (U.isposinf, U.isneginf) and dtype.is_complex:
+        raise FusionDefinitionError(f"{kind.value}: not defined for complex tensor {x!r} (eager refuses it too)")
     if kind in _BOOL_RESULT_UNARY:
         dtype = DataType.Bool
     elif kind in _FLOAT_RESULT and dtype.category < 2:
@@ -127,6 +129,9 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
         return _scalar_binary(kind, a, b)
     a, b = computed(kind.value, a), computed(kind.value, b)
     compute = result_type(a, b)
+    if kind in (B.maximum, B.minimum) and compute.is_complex:
+        raise FusionDefinitionError(f"{kind.value}: not defined for complex operands ({_dtypes(a, b)}); eager "
+                                    f"refuses it too")
     _check_integer_operands(kind, compute, a, b)
     if kind in _COMPARISON:
         dtype = DataType.Bool
