@@ -136,18 +136,23 @@ _NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold"})
 
 
 def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
-    """Whether Dynamo's graph calls one of those functions on a tensor of a type eager
-    refuses: the graph then runs as traced, raising eager's own error."""
+    """Whether Dynamo's graph calls one of those functions where its result (the type its
+    operands promote to) is one eager refuses: the graph then runs as traced, raising eager's
+    own error. (An integer target of mse_loss promotes with the float input: computed.)"""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
         if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
             continue
-        for a in (*node.args, *node.kwargs.values()):
-            v = a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
-            if isinstance(v, torch.Tensor) and (v.dtype is torch.bool if name in _NOT_FOR_BOOL else
-                                                not (v.is_floating_point() or v.is_complex())):
+        v = node.meta.get("example_value")
+        if isinstance(v, torch.Tensor) and (v.dtype is torch.bool if name in _NOT_FOR_BOOL else
+                                            not (v.is_floating_point() or v.is_complex())):
+            return True
+        if name == "addcdiv":  # (eager refuses an integer quotient whatever the input's type)
+            quotient = [a.meta.get("example_value") for a in node.args[1:3] if isinstance(a, torch.fx.Node)]
+            if len(quotient) == 2 and all(isinstance(q, torch.Tensor) and not (q.is_floating_point() or q.is_complex())
+                                          for q in quotient):
                 return True
     return False
 

@@ -232,9 +232,14 @@ class JitFunction:
         its own (shapes that do not broadcast, `mean` of an int tensor) is raised as eager
         raises it, with the real sizes. Where eager runs it, the failure was the tracer's or
         fuser's: with fallback="eager" its result is returned and later calls run eagerly;
-        else `error` says so."""
+        else `error` says so. With fallback="error" it runs on copies of the tensor arguments,
+        the random state put back after, so that a failed call changes nothing a caller
+        passed (an update in place would apply twice where the caller then runs it itself; a
+        module's own state is not copied)."""
+        keep = self._fallback == "eager"  # (its result is returned: the real call)
         try:
-            out = self._fn(*args, **kwargs)
+            with contextlib.nullcontext() if keep else _random_state_kept(args, kwargs):
+                out = self._fn(*args, **kwargs) if keep else self._fn(*_copies(args), **_copies(kwargs))
         except Exception as own:
             raise own from None
         lines = [line.strip() for line in str(e).split("\n") if line.strip()]
@@ -505,6 +510,27 @@ def _backend_failure(e: Exception) -> Optional[Exception]:
     if isinstance(e, BackendCompilerFailed):
         return getattr(e, "inner_exception", None) or e
     return None
+
+
+def _copies(tree: Any) -> Any:
+    """`tree` with each tensor copied: a leaf stays a leaf (an in-place write to one that
+    requires grad raises as it would), a tensor computed by autograd stays one."""
+    from torch.utils._pytree import tree_map
+
+    def copy(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        return t.detach().clone().requires_grad_(t.requires_grad) if t.is_leaf else t.clone()
+    return tree_map(copy, tree)
+
+
+def _random_state_kept(args: tuple, kwargs: dict):
+    """torch's random state (the CPU's and that of each GPU the arguments are on) put back on leaving."""
+    from torch.utils._pytree import tree_leaves
+
+    devices = sorted({t.device.index or 0 for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+                      and t.is_cuda})
+    return torch.random.fork_rng(devices=devices)
 
 
 def _op_failed_while_tracing(e: Exception) -> bool:

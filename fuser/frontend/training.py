@@ -97,6 +97,9 @@ class _Plan:
     saved_tensors: list[int]        # positions among the saved values
     saved_ints: list[int]
     sources: list[tuple[str, int]]  # per backward input: ("tensor"|"int", k) or ("tangent", output)
+    # the forward inputs that saved values the forward computed depend on: such a value comes
+    # back from ctx.saved_tensors not requiring grad, though a function of them (create_graph)
+    computed_from: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         # the programs as functions of positional arguments (straight-line for one fusion)
@@ -137,7 +140,24 @@ def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) ->
     if not isinstance(bw_out, (list, tuple)) or len(bw_out) != facts.n_inputs:
         return None
     non_diff = [k for k, d in enumerate(facts.differentiable) if not d]
-    return _Plan(forward, backward, facts.n_user, non_diff, facts.unsafe_views, tensors, ints, sources)
+    computed = [saved[k] for k in tensors if saved[k].op != "placeholder"]
+    return _Plan(forward, backward, facts.n_user, non_diff, facts.unsafe_views, tensors, ints, sources,
+                 _input_positions_under(computed, [n for n in fw_nodes if n.op == "placeholder"]))
+
+
+def _input_positions_under(nodes: list, placeholders: list) -> frozenset:
+    """The positions (among `placeholders`) of the graph inputs that `nodes` are computed from."""
+    position = {p: k for k, p in enumerate(placeholders)}
+    found, seen, stack = set(), set(), list(nodes)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in position:
+            found.add(position[n])
+        stack.extend(n.all_input_nodes)
+    return frozenset(found)
 
 
 class _Fused(torch.autograd.Function):
@@ -152,9 +172,6 @@ class _Fused(torch.autograd.Function):
             user[k] = torch.ops.aten._unsafe_view(user[k], user[k].shape)
             _save_through(ctx, tensors, user[k], also)
         ctx.save_for_backward(*tensors, *also)
-        # (a value the forward computed comes back from ctx.saved_tensors not requiring grad,
-        # though it is a function of the inputs: the create_graph check below needs to know)
-        ctx.saves_computed = any(isinstance(t, torch.Tensor) and not any(t is a for a in args) for t in tensors)
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan
         if plan.non_differentiable:
@@ -175,8 +192,10 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, grads: tuple) -> tuple:
         if torch.is_grad_enabled():  # create_graph=True
-            if ctx.saves_computed or any(t.requires_grad for t in ctx.saved_tensors) or any(
-                    g is not None and g.requires_grad for g in grads):
+            # (a saved value the forward computed from an input needing grad: plan.computed_from)
+            if any(ctx.needs_input_grad[1 + k] for k in ctx.plan.computed_from) \
+                    or any(t.requires_grad for t in ctx.saved_tensors) \
+                    or any(g is not None and g.requires_grad for g in grads):
                 # the gradients would depend on values that need gradients, through kernels
                 # that record no autograd graph: differentiating them (a gradient penalty)
                 # would treat them as constants, silently

@@ -157,10 +157,11 @@ def _integers_rounded(compute: DataType, operands: tuple) -> tuple:
     """Integer and bool tensors among `operands`, cast to a half or bf16 `compute` type first:
     eager converts every tensor operand to the common type (int32 594 + bf16 1.117 is 592 +
     1.117, 594 being 592 in bf16), where a kernel would widen the integer to fp32 directly.
-    Python numbers are not converted (eager keeps them at fp32 for half math)."""
+    Python numbers and 0-dim tensors are not converted (eager takes a 0-dim CPU tensor as a
+    number, kept at fp32 for half math)."""
     if compute not in (DataType.Half, DataType.BFloat16):
         return operands
-    return tuple(cast(v, compute) if isinstance(v, TensorView) and (v.dtype.is_integral or v.dtype.is_boolean)
+    return tuple(cast(v, compute) if isinstance(v, TensorView) and v.ndim and (v.dtype.is_integral or v.dtype.is_boolean)
                  else v for v in operands)
 
 

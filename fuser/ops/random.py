@@ -78,6 +78,8 @@ def _check_params(fusion: Fusion, op: str, kind: RNGOpType, a: Val, b: Val, dtyp
     where eager refuses them. Numbers are checked here, scalar inputs at each execution
     (Fusion.finite)."""
     names = _PARAM_NAMES[kind]
+    if kind is RNGOpType.uniform and dtype not in _LARGEST:  # (fp8: drawn in fp32, then cast)
+        dtype = DataType.Float
     if kind is RNGOpType.uniform:
         top = _LARGEST[dtype]
         largest = f"{top:g} ({dtype.name}'s largest)"

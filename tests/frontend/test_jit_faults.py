@@ -625,3 +625,44 @@ def test_a_shape_eagers_forward_refuses_but_its_trace_passes_raises_eagers_error
     with pytest.raises(RuntimeError) as got:
         fuser.jit(f)(a, s)
     assert str(got.value) == str(eager.value)
+
+
+def test_an_integer_operand_eager_promotes_keeps_the_graph_fused():
+    """A loss of a float prediction against int labels (mse_loss, smooth_l1_loss), logaddexp
+    of a float and an int, addcdiv with one int operand: eager computes them in float. A review
+    found the first check sent such a whole graph to eager; an integer quotient of addcdiv
+    still raises as eager does."""
+    pred, labels = make((4, 6)), torch.randint(0, 3, (4, 6))
+    for f in (lambda p, t: torch.nn.functional.mse_loss(p * 2, t),
+              lambda p, t: torch.nn.functional.smooth_l1_loss(p * 2, t),
+              lambda p, t: torch.logaddexp(p * 2, t),
+              lambda p, t: torch.addcdiv(p * 2, t, p)):
+        jitted = fuser.jit(f)
+        torch.testing.assert_close(jitted(pred, labels), f(pred, labels))
+        assert (jitted.cache_info().graphs, jitted.cache_info().fallback_ops) == (1, 0)
+
+    def g(p, t):
+        return torch.addcdiv(p * 2, t, t + 1)
+
+    with pytest.raises(RuntimeError, match="Integer division with addcdiv"):
+        fuser.jit(g)(pred, labels)
+
+
+def test_a_failed_call_changes_no_argument_with_fallback_error():
+    """To tell the function's error from the tracer's, the call runs it eagerly once: with
+    fallback="error" on copies of the tensors, the random state put back, so that an update
+    in place does not apply twice where the caller then runs the function itself."""
+    @torch.library.custom_op("fuser_tests::scaled_no_fake", mutates_args=())
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * 0.5
+
+    def step(w, g):
+        w.sub_(0.5 * g)
+        torch.rand(1)
+        return scaled(w)
+
+    w, g = torch.ones(4), torch.ones(4)
+    state = torch.random.get_rng_state()
+    with pytest.raises(fuser.UnsupportedError, match="scaled_no_fake"):
+        fuser.jit(step)(w, g)
+    assert torch.equal(w, torch.ones(4)) and torch.equal(torch.random.get_rng_state(), state)

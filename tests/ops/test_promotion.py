@@ -102,3 +102,12 @@ def test_jit_integer_and_half_tensors_round_as_eager():
 
     h = torch.tensor([1.1171875, 0.5, 1.5e-5, 0.0], dtype=bf16)
     torch.testing.assert_close(fuser.jit(f)(_BIG_INTS, h), f(_BIG_INTS, h), equal_nan=True, rtol=0, atol=0)
+
+
+def test_a_zero_dim_integer_tensor_stays_a_number_for_half_math():
+    """Eager takes a 0-dim CPU tensor as a number (fp32 for half math): h * tensor(2049) is
+    3 * 2049 = 6147, not 3 * 2048 (a review's find: the rounding above took it too)."""
+    h = torch.tensor([3.0, 1.0], dtype=f16)
+    n = torch.tensor(2049)
+    _, (out,) = run(lambda fd, a, b: fd.ops.mul(a, b), [h, n], backend="kernel")
+    torch.testing.assert_close(out, h * n, rtol=0, atol=0)
