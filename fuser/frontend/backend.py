@@ -131,8 +131,8 @@ def _whole_for_wide_unsigned(decomposition):
 _FLOATING_ONLY = frozenset({
     "gelu", "softplus", "logsigmoid", "log_sigmoid", "logaddexp", "logaddexp2", "hardswish", "hardsigmoid", "mish",
     "hardshrink", "softshrink", "frac", "lerp", "addcdiv", "elu", "celu", "selu", "glu", "silu", "leaky_relu",
-    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss"})
-_NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold"})
+    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss", "nextafter"})
+_NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold", "abs", "ceil", "floor", "round", "trunc", "pow"})
 
 
 def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:

@@ -109,8 +109,8 @@ def unary(kind: UnaryOpType, x: Operand) -> TensorView:
         dtype = DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
     elif kind is U.bitwise_not and not (dtype.is_integral or dtype.is_boolean):
         raise FusionDefinitionError(f"bitwise_not: needs an integer or bool tensor, got {x.dtype}")
-    elif kind in (U.relu, U.neg) and dtype.is_boolean:
-        raise FusionDefinitionError(f"{kind.value}: not defined for bool tensor {x!r}")
+    elif kind in (U.relu, U.neg, U.abs, U.ceil, U.floor, U.round, U.trunc) and dtype.is_boolean:
+        raise FusionDefinitionError(f"{kind.value}: not defined for bool tensor {x!r} (eager refuses it too)")
     elif kind is U.frac and not dtype.is_floating:
         raise FusionDefinitionError(f"frac: needs a floating tensor, got {x.dtype} tensor {x!r}")
     elif kind in (U.real, U.imag):

@@ -78,3 +78,25 @@ def test_a_backward_run_inside_a_jitted_function_over_a_complex_view():
 
     x = make((64,))
     torch.testing.assert_close(fuser.jit(step)(x), step(x))
+
+
+@pytest.mark.parametrize("build", [
+    lambda fd, b, i: fd.ops.abs(b), lambda fd, b, i: fd.ops.ceil(b), lambda fd, b, i: fd.ops.floor(b),
+    lambda fd, b, i: fd.ops.round(b), lambda fd, b, i: fd.ops.trunc(b)],
+    ids=["abs", "ceil", "floor", "round", "trunc"])
+def test_ops_eager_refuses_for_bool_are_refused(build):
+    """They computed a result where eager raises. (nextafter of integers stays Float, as in
+    nvFuser: tests/ops/test_math_ops.py.)"""
+    with pytest.raises(fuser.FusionDefinitionError, match="eager refuses it too"), FusionDefinition() as fd:
+        build(fd, fd.define_tensor([-1], dtype=DataType.Bool), fd.define_tensor([-1], dtype=DataType.Int))
+
+
+@pytest.mark.parametrize("f", [lambda t: torch.abs(t > 0), lambda t: torch.ceil(t > 0), lambda t: torch.pow(t > 0, t > 1),
+                               lambda t: torch.nextafter(t, t + 1)], ids=["abs", "ceil", "pow", "nextafter"])
+def test_jit_ops_eager_refuses_for_bool_or_integers_raise_eagers_error(f):
+    x = torch.tensor([3, -2, 5])
+    with pytest.raises(NotImplementedError) as eager:
+        f(x)
+    with pytest.raises(NotImplementedError) as got:
+        fuser.jit(eval("lambda t: f(t)", {"f": f}))(x)
+    assert str(got.value) == str(eager.value)
