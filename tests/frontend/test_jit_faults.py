@@ -600,8 +600,7 @@ def test_ops_eager_computes_for_floats_only_raise_for_integers(name):
     jitted = fuser.jit(f)
     torch.testing.assert_close(jitted(floats), f(floats))
     assert jitted.cache_info().graphs == 1
-    if name not in ("elu", "selu"):  # (aten.elu has no lowering: an ATen step)
-        assert jitted.cache_info().fallback_ops == 0
+    assert jitted.cache_info().fallback_ops == 0
 
 
 def test_addcmul_of_integer_tensors_truncates_a_float_value_as_eager():

@@ -493,3 +493,26 @@ def test_nextafter_on_cuda(dtype):
         fd.add_output(fd.ops.nextafter(x, y))
     (out,) = fd.execute([a, b])
     assert_eager(out, torch.nextafter(a, b))
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16])
+@pytest.mark.parametrize("act", ["elu", "selu", "celu"])
+def test_jit_elu_family_fuses_forward_and_backward(act, dtype):
+    """aten.elu had no lowering: ELU, SELU and CELU ran through ATen between fusions."""
+    f = {"elu": lambda x: F.elu(x * 2, alpha=0.7), "selu": lambda x: F.selu(x * 2),
+         "celu": lambda x: F.celu(x * 2, alpha=1.3)}[act]
+    x = make((8, 33), dtype)
+    # (zeros of both signs; not NaN: eager's CPU gradient there is NaN from its vectorized loop
+    # and finite from its scalar one, as on CUDA and in fuser)
+    x[0, :2] = torch.tensor([0.0, -0.0], dtype=dtype)
+    xj, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    jitted = fuser.jit(f)
+    y = jitted(xj)
+    want = f(xe)
+    tol = dict(rtol=1.6e-2, atol=1e-2) if dtype == bf16 else {}
+    torch.testing.assert_close(y, want, equal_nan=True, **tol)
+    g = make((8, 33), dtype)
+    y.backward(g)
+    want.backward(g)
+    torch.testing.assert_close(xj.grad, xe.grad, equal_nan=True, **tol)
+    assert jitted.cache_info().fallback_ops == 0

@@ -315,6 +315,20 @@ def _gelu(b, node, x, approximate="none"):
     return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y
 
 
+@register(aten.elu.default)
+def _elu(b, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """ELU (and SELU, CELU, which become it): scale x where x > 0, else alpha scale
+    expm1(input_scale x), as ATen's kernel computes it (in fp32 for half types)."""
+    for v in (alpha, scale, input_scale):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise LoweringError(f"elu with a parameter {v!r} that is not a number")
+    ops = b.fd.ops
+    xf = upcast(b, x)
+    negative = ops.mul(ops.expm1(ops.mul(xf, float(input_scale))), float(alpha) * float(scale))
+    y = ops.where(ops.le(xf, 0.0), negative, ops.mul(xf, float(scale)))
+    return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y
+
+
 # -- casts and copies ---------------------------------------------------------------------------
 
 
