@@ -84,30 +84,26 @@ def decompositions() -> dict:
     # takes its output for a new tensor, and decomposed into a view the program returned a view
     # of the 2-D product, which autograd then forbade the caller to write in place (`y += r`)
     table.pop(aten._unsafe_view.default, None)
-    # bernoulli of a probability tensor stays itself: its lowering gives NaN where a probability
-    # is outside [0, 1], where the decomposition's `rand < p` quietly gave 0 or 1 (eager raises)
-    table.pop(aten.bernoulli.default, None)
-    # threshold has a rule of its own: the decomposition's where against a float took an
-    # integer tensor through fp32 (123456789 became 123456792)
-    table.pop(aten.threshold.default, None)
-    # so has addcmul (its decomposition refuses a float value with integer tensors, which
-    # eager truncates: an InternalError)
-    table.pop(aten.addcmul.default, None)
+    # ops kept whole, for what their decompositions lose:
+    # - bernoulli of a probability tensor: its lowering gives NaN where a probability is outside
+    #   [0, 1], where `rand < p` quietly gave 0 or 1 (eager raises);
+    # - threshold and addcmul, which have rules of their own: threshold's where against a float
+    #   took an integer tensor through fp32 (123456789 became 123456792); addcmul's refused a
+    #   float value with integer tensors, which eager truncates (an InternalError);
+    # - index_add and index_copy refuse a negative index, which index_put wraps (a KV-cache
+    #   write to position -1 wrote the last row); index_fill refuses a value its tensor cannot
+    #   hold, which scalar_tensor stores as inf
+    for name, overloads in (("bernoulli", ("default",)), ("threshold", ("default",)), ("addcmul", ("default",)),
+                            ("index_add", ("default",)), ("index_copy", ("default",)),
+                            ("index_fill", ("int_Scalar", "int_Tensor"))):
+        for overload in overloads:
+            table.pop(getattr(getattr(aten, name, None), overload, None), None)
     # all() decomposes to logical_not(any(logical_not(x))), and ATen has no logical_not for
     # uint16 to uint64 (a raw NotImplementedError where eager's all computes): those stay whole
     for overload in ("default", "dim", "dims"):
         op = getattr(aten.all, overload, None)
         if op in table:
             table[op] = _whole_for_wide_unsigned(table[op])
-    # ATen ops whose checks their decompositions drop: index_add and index_copy refuse a
-    # negative index, which index_put wraps (a KV-cache write to position -1 wrote the last
-    # row); index_fill refuses a value its tensor cannot hold, which scalar_tensor stores as inf
-    for name, overloads in (("index_add", ("default",)), ("index_copy", ("default",)),
-                            ("index_fill", ("int_Scalar", "int_Tensor"))):
-        for overload in overloads:
-            op = getattr(getattr(aten, name, None), overload, None)
-            if op is not None:
-                table.pop(op, None)
     return table
 
 
