@@ -368,7 +368,8 @@ def _gather(e: GatherOp, args, ctx):
     x, index = args
     if e.take_along_axis:
         # (torch.take_along_dim reads out of bounds without a word): the broadcast, then gather
-        shape = [max(a, b) for a, b in zip(x.shape, index.shape)]
+        # (a size 1 takes the other's size, 0 included: max(0, 1) would be 1)
+        shape = [b if a == 1 else a for a, b in zip(x.shape, index.shape)]
         x = x.expand([n if k != e.dim else -1 for k, n in enumerate(shape)])
         index = index.expand([n if k != e.dim else -1 for k, n in enumerate(shape)])
     return _indexing(e, lambda: torch.gather(x, e.dim, _long(index)))

@@ -127,18 +127,41 @@ def _whole_for_wide_unsigned(decomposition):
 _FLOATING_ONLY = frozenset({
     "gelu", "softplus", "logsigmoid", "log_sigmoid", "logaddexp", "logaddexp2", "hardswish", "hardsigmoid", "mish",
     "hardshrink", "softshrink", "frac", "lerp", "addcdiv", "elu", "celu", "selu", "glu", "silu", "leaky_relu",
-    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss", "nextafter"})
+    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss", "nextafter", "softmax", "log_softmax"})
 _NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold", "abs", "ceil", "floor", "round", "trunc", "pow"})
+# what eager does with a float8 tensor: casts, moves and copies, comparisons for equality, abs
+# and isnan; it refuses arithmetic, reductions and promotion with another float type, which
+# the lowerings (computing in fp32, as nvFuser's ops do) would compute
+_FLOAT8_OPS = frozenset({
+    "to", "float", "half", "bfloat16", "double", "int", "long", "short", "bool", "char", "byte", "type", "type_as",
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "expand", "expand_as",
+    "squeeze", "unsqueeze", "flatten", "unflatten", "narrow", "select", "getitem", "setitem", "split",
+    "split_with_sizes", "chunk", "unbind", "movedim", "moveaxis", "as_strided", "clone", "detach", "cat", "concat",
+    "concatenate", "stack", "where", "eq", "ne", "abs", "isnan", "copy", "fill", "zero", "zeros_like", "ones_like",
+    "empty_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full", "index_select", "index_put", "flip",
+    "roll", "repeat", "pad", "size", "stride", "dim", "numel", "element_size", "_scaled_mm", "_scaled_grouped_mm"})
+_FLOAT8 = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
+
+
+def _reads_float8(node: torch.fx.Node) -> bool:
+    for a in node.all_input_nodes:
+        v = a.meta.get("example_value")
+        if isinstance(v, torch.Tensor) and v.dtype in _FLOAT8:
+            return True
+    return False
 
 
 def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
     """Whether Dynamo's graph calls one of those functions where its result (the type its
-    operands promote to) is one eager refuses: the graph then runs as traced, raising eager's
-    own error. (An integer target of mse_loss promotes with the float input: computed.)"""
+    operands promote to) is one eager refuses, or an op eager has no float8 form of on a
+    float8 tensor: the graph then runs as traced, raising eager's own error. (An integer
+    target of mse_loss promotes with the float input: computed.)"""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
+        if name not in _FLOAT8_OPS and _reads_float8(node):
+            return True
         if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
             continue
         v = node.meta.get("example_value")
@@ -224,6 +247,44 @@ def _save_reads_of_mutated_inputs(joint: torch.fx.GraphModule) -> None:
         for user in primal.users:
             if user.op == "call_function" and user not in backward and user.target is not torch.ops.aten.copy_.default:
                 user.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+
+
+def _clone_saved_inputs_written_after(graph: torch.fx.GraphModule) -> None:
+    """A forward graph that saves for the backward an input which AOTAutograd's runtime writes
+    into after it (`x.mul_(w)` with x needing grad: the write is applied outside the graph, by
+    `copy_`), or a view of one, saves a copy instead, as eager's in-place op keeps the value
+    from before the write: saved itself, the write bumps its version and autograd refuses the
+    backward where eager's runs."""
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    try:
+        from torch._functorch._aot_autograd.schemas import MutationType
+
+        info, start, tokens = meta.input_info, meta.num_forward, len(meta.tokens)
+        written_after = [i.mutates_data and i.mutation_type == MutationType.MUTATED_OUT_GRAPH for i in info]
+    except (AttributeError, ImportError, TypeError):  # no metadata, or another torch's
+        return
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    if not any(written_after) or tokens or len(placeholders) != len(info):
+        return
+    written = {p for p, w in zip(placeholders, written_after) if w}
+    out = next(n for n in graph.graph.nodes if n.op == "output")
+    values = list(out.args[0])
+    changed = False
+    for pos in range(start, len(values)):
+        value = base = values[pos]
+        while isinstance(base, torch.fx.Node) and base.op == "call_function" and getattr(base.target, "is_view", False):
+            base = base.args[0]
+        if base not in written:
+            continue
+        with graph.graph.inserting_after(value):
+            copy = graph.graph.call_function(torch.ops.aten.clone.default, (value,))
+        val = value.meta.get("val")
+        copy.meta["val"] = val.clone() if isinstance(val, torch.Tensor) else val
+        values[pos] = copy
+        changed = True
+    if changed:
+        out.args = (type(out.args[0])(values),)
+        graph.recompile()
 
 
 def _plan_backward_early(backward: torch.fx.GraphModule, record: "GraphRecord") -> Optional[tuple]:
@@ -373,6 +434,15 @@ def _mutated_inputs(n_inputs: int) -> list[int]:
     return [k for k, i in enumerate(info) if getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False)]
 
 
+def _traced_on_overlapping_arguments(n_inputs: int) -> bool:
+    """Whether AOTAutograd's metadata lists fewer inputs than the graph has, having merged
+    arguments that share memory, one of them written, into a synthetic base."""
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    info = getattr(meta, "input_info", None)
+    return info is not None and len(info) != n_inputs and any(
+        getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False) for i in info)
+
+
 def _argument_inputs(gm: torch.fx.GraphModule, n_inputs: int) -> list[int]:
     """The graph inputs that come from the function's own arguments: a local, or an element or
     attribute of one (`*args`, a list, a dict, an object), as Dynamo's guard source tells; not
@@ -482,6 +552,8 @@ class FuserBackend:
             def compile_graph(graph: torch.fx.GraphModule, inputs: list) -> GraphProgram:
                 # (the names AOTAutograd gave the outputs, which planning may give to copies:
                 # the backward's inputs are named after them)
+                if kind == "forward":
+                    _clone_saved_inputs_written_after(graph)
                 names = _output_names(graph)
                 early = kept.pop("early", None) if kind == "backward" else None
                 with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
@@ -512,14 +584,20 @@ class FuserBackend:
             except RuntimeError as e:
                 _raise_for_overlapping_writes(e, gm, example_inputs)
                 raise
-        if direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
+        if _traced_on_overlapping_arguments(n_inputs):
+            # AOTAutograd merged arguments sharing memory into one "synthetic base", and its
+            # runtime wrapper returns the wrong values for that case (a view of the argument
+            # not written, read before the write) and for any later call: the graph runs as
+            # traced, in-place ops in order
+            compiled = gm
+        elif direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
         elif len(facts) == 1 and facts[0] is not None:
             compiled = TrainingCall(compiled, record, facts[0])
         arguments = _argument_inputs(gm, n_inputs)
         written = [k for k in _mutated_inputs(n_inputs) if k in arguments]
-        if written:
+        if written and compiled is not gm:
             compiled = _AliasedWrites(compiled, gm, written, arguments)
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead
         with self._lock:

@@ -251,6 +251,15 @@ class JitFunction:
                           stacklevel=4)
             self._failed = True
             return out
+        if error is InternalError and "modified by an inplace operation" in reason:
+            # (AOTAutograd traces the backward with the forward: autograd's version check fires
+            # at that trace, where eager's forward runs and only its backward() would raise)
+            raise UnsupportedError(
+                f"{_name(self._fn)}: it writes in place to a value its own backward needs (autograd's "
+                f"warning above shows the op that saved it), so its gradient cannot be computed: eager "
+                f"PyTorch runs this forward and raises at backward(). Call it under torch.no_grad() "
+                f"where no gradient is wanted, or write that value out of place (y = y + 1 for "
+                f"y.add_(1)); autograd: {reason}") from e
         raise error(f"{_name(self._fn)}: {doing} failed where eager PyTorch runs the function on "
                     f"these arguments (it ran eagerly once, to tell): {reason}") from e
 
@@ -534,12 +543,14 @@ def _random_state_kept(args: tuple, kwargs: dict):
 
 
 def _op_failed_while_tracing(e: Exception) -> bool:
-    """Whether `e` is Dynamo's report of an op that raised on the traced tensors."""
+    """Whether `e` is Dynamo's report of an op that raised on the traced tensors: a
+    RuntimeError comes wrapped; an IndexError (`x[7]`, an index past a size) passes through
+    as the fake tensor raised it, its message naming symbols (`size s77`)."""
     try:
         from torch._dynamo.exc import TorchRuntimeError
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(e, TorchRuntimeError)
+    return isinstance(e, (TorchRuntimeError, IndexError))
 
 
 def _name(fn: Any) -> str:

@@ -230,6 +230,10 @@ class RegionBuilder:
         if tv.dtype is not want:
             if not (tv.dtype.is_floating and want.is_floating):
                 raise LoweringError(f"lowered to dtype {tv.dtype.name}, traced {fake.dtype}")
+            if want.itemsize > tv.dtype.itemsize:
+                # computed narrower than eager computes (integer math promoted to Float under a
+                # float64 default dtype): a widening cast would hide the digits lost
+                raise LoweringError(f"lowered to dtype {tv.dtype.name}, traced the wider {fake.dtype}")
             tv = self.fd.ops.cast(tv, want)
         ones = []
         for axis, (d, s) in enumerate(zip(tv.domain.no_reductions(), fake.shape)):

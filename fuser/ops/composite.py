@@ -57,4 +57,8 @@ def welford(arg: TensorView, dims: Optional[Sequence[int]] = None) -> tuple[Tens
     var_sum = binary(BinaryOpType.mul, var, count)
     n = new_tensor(f, [copy_id(f, d) for d in avg.domain.no_reductions()], DataType.Int)
     f.add_expr(FullOp(inputs=(count,), outputs=(n,)))
+    # over no element var is 0/0: the sum of squared deviations is 0 there, as nvFuser's
+    # Welford accumulates it from 0
+    empty = binary(BinaryOpType.eq, n, python_value(0, DataType.Int))
+    var_sum = ternary(TernaryOpType.where, empty, python_value(0.0, var_sum.dtype), var_sum)
     return avg, var_sum, n

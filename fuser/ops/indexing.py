@@ -12,14 +12,14 @@ from typing import Any
 import sympy
 
 from ..errors import FusionDefinitionError
-from ..ir import (EmbeddingFwdOp, GatherOp, IndexSelectOp, IterDomain, IterType, Scalar,
+from ..ir import (DataType, EmbeddingFwdOp, GatherOp, IndexSelectOp, IterDomain, IterType, Scalar,
                   ScatterOp, SelectOp, TensorView)
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
 
 
 def _check_index(op: str, index: Any, what: str = "index") -> None:
     dtype = index.dtype
-    if not dtype.is_integral:
+    if dtype not in (DataType.Int, DataType.Int32, DataType.Index):  # (as ATen's index ops: no uint64)
         raise FusionDefinitionError(
             f"{op}: {what} {index!r} must have an integer dtype (DataType.Int or DataType.Int32), "
             f"got {dtype!r}")

@@ -105,6 +105,9 @@ TAKES = [  # (id, x shape, index shape, dim): size 1 declared as broadcast
     ("index-broadcast-row", (4, 6), (1, 3), 1),
     ("arg-broadcast-row", (1, 6), (4, 3), -1),
     ("3d", (2, 5, 3), (2, 7, 3), 1),
+    # a size 1 broadcasts to 0 (max(0, 1) made it 1: an InternalError)
+    ("empty-arg-rows", (0, 6), (1, 3), 1),
+    ("empty-index-rows", (1, 6), (0, 3), 1),
 ]
 
 
@@ -241,6 +244,9 @@ def _definition_error(build, match):
     pytest.param(lambda fd, x, fi, i, v: fd.ops.embedding_fwd(fi, x), "embedding_fwd: input .* integer dtype",
                  id="float-index-embedding"),
     pytest.param(lambda fd, x, fi, i, v: fd.ops.select(x, 1.5, 0), "select: index", id="float-index-select"),
+    # (ATen's index ops take int32 and int64 only: uint64 passed as integral, wrapping past 2**63)
+    pytest.param(lambda fd, x, fi, i, v: fd.ops.gather(x, fd.ops.cast(i, DataType.UInt64), 1),
+                 "gather: index .* integer dtype", id="uint64-index-gather"),
     pytest.param(lambda fd, x, fi, i, v: fd.ops.index_select(x, v, 2), "index_select: dim 2 is out of range",
                  id="dim-out-of-range"),
     pytest.param(lambda fd, x, fi, i, v: fd.ops.scatter(x, i, x, -3), "scatter: dim -3 is out of range",

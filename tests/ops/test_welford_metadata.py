@@ -33,6 +33,20 @@ def test_welford(dtype, dims, backend):
     run_and_check(build, reference, [x], backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["kernel", "aten"])
+def test_welford_over_no_element(backend):
+    """var_sum is a sum over nothing: 0 (var is 0/0 there, and var_sum was var * 0 = NaN)."""
+    with backend_env(backend), FusionDefinition() as fd:
+        avg, var_sum, n = fd.ops.welford(fd.define_tensor([-1, -1], contiguity=True), [1])
+        for out in (avg, var_sum, n):
+            fd.add_output(out)
+    with backend_env(backend):
+        avg, var_sum, n = fd.execute([make((3, 0))])
+        assert var_sum.tolist() == [0.0] * 3 and n.tolist() == [0] * 3 and avg.isnan().all()
+        x = make((3, 5))
+        torch.testing.assert_close(fd.execute([x])[1], x.var(1, correction=0) * 5)
+
+
 def test_welford_fuses_into_one_normalization_kernel():
     """A layer norm written with welford: one generated kernel, and a second size reuses it."""
     def build(fd, t):

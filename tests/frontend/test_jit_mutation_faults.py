@@ -1,0 +1,201 @@
+"""Faults of `fuser.jit` and `torch.compile(backend="fuser")` found by probing in-place writes,
+indexing errors and dtypes as a user would (fifty-seventh session), each against eager."""
+import re
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+import fuser
+from tests.helpers import make
+
+
+def _ways():
+    torch._dynamo.reset()
+    return [("jit", fuser.jit), ("compile", lambda f: torch.compile(f, backend="fuser"))]
+
+
+def _add_and_read(t0, ta):  # ta is (or was traced as) a slice of t0
+    t0.add_(100)
+    return ta * 2
+
+
+@pytest.mark.parametrize("viewed", [False, True], ids=["plain", "a-view"])
+def test_a_write_to_an_argument_another_slices_reads_as_eager(viewed):
+    # AOTAutograd merges overlapping arguments into a synthetic base, and its wrapper read t0's
+    # rows where the slice's are (or raised an AssertionError for a t0 that is itself a view),
+    # and kept doing so for later calls with separate tensors
+    for name, compile_fn in _ways():
+        f = compile_fn(_add_and_read)
+        for call in range(3):
+            t0 = torch.arange(24.).view(4, 6) if viewed else torch.arange(24.).reshape(4, 6).clone()
+            ta = t0[1:] if call != 1 else t0[1:].clone()
+            e0 = t0.clone()
+            expected = _add_and_read(e0, e0[1:] if call != 1 else ta.clone())
+            got = f(t0, ta)
+            assert torch.equal(got, expected), (name, call)
+            assert torch.equal(t0, e0), (name, call)
+
+
+def test_a_training_write_to_overlapping_arguments_as_eager():
+    def f(a, b):
+        a.mul_(2)
+        return (a * b).sum()
+    for name, compile_fn in _ways():
+        g = compile_fn(f)
+        for call in range(3):
+            leaf = torch.randn(10, 4, requires_grad=True)
+            eleaf = leaf.detach().clone().requires_grad_()
+            base, ebase = leaf * 1, eleaf * 1
+            args = (base[:6], base[3:9]) if call != 1 else (base[:6].clone(), base[3:9].clone())
+            eargs = (ebase[:6], ebase[3:9]) if call != 1 else (ebase[:6].clone(), ebase[3:9].clone())
+            expected = f(*eargs)
+            expected.backward()
+            got = g(*args)
+            got.backward()
+            torch.testing.assert_close(got, expected)
+            torch.testing.assert_close(leaf.grad, eleaf.grad, msg=f"{name} call {call}")
+
+
+class _LayerScale(torch.nn.Module):  # timm's LayerScale(inplace=True)
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return x.mul_(self.gamma)
+
+
+def test_an_input_written_in_place_keeps_its_old_value_for_the_gradient():
+    # the forward saved x itself for gamma's gradient, and AOTAutograd's write-back of x.mul_
+    # bumped its version: autograd refused a backward that eager runs
+    torch.manual_seed(0)
+    eager = _LayerScale(8)
+    x = torch.randn(2, 3, 8)
+    w = torch.randn(8, 8, requires_grad=True)
+    expected_x = None
+    for name, compile_fn in [("eager", lambda m: m)] + _ways():
+        module = compile_fn(eager) if name != "eager" else eager
+        eager.gamma.grad, w.grad = None, None
+        for _ in range(2):
+            y = module(x @ w)  # a non-leaf input needing grad
+            y.square().sum().backward()
+        if expected_x is None:
+            expected_x, expected_g, expected_w = y.detach(), eager.gamma.grad.clone(), w.grad.clone()
+            continue
+        torch.testing.assert_close(y.detach(), expected_x)
+        torch.testing.assert_close(eager.gamma.grad, expected_g, msg=name)
+        torch.testing.assert_close(w.grad, expected_w, msg=name)
+
+
+def test_a_write_to_a_value_the_backward_needs_is_named():
+    def f(x):
+        y = x.exp()
+        y.add_(1)  # exp's backward reads y
+        return y
+    x = make((3, 4)).requires_grad_()
+    torch._dynamo.reset()
+    jitted = fuser.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (autograd's anomaly report of the op)
+        with pytest.raises(fuser.UnsupportedError, match="writes in place to a value its own backward needs"):
+            jitted(x)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(x), f(x))
+
+
+def test_an_index_past_a_size_raises_eagers_error_with_the_real_size():
+    # the fake tensor's IndexError passed Dynamo raw, naming the symbol `s77`
+    x = make((6, 5))
+    torch._dynamo.reset()
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 6"):
+        fuser.jit(lambda x: x[7] * 2)(x)
+    f = fuser.jit(lambda x, k: x[k] * 2)
+    torch.testing.assert_close(f(x, 2), x[2] * 2)
+    torch.testing.assert_close(f(x, 3), x[3] * 2)  # k now a symbol
+    with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 0 with size 6"):
+        f(x, 9)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda i: i / 3,
+    lambda i: i * 0.1,
+    lambda i: i.abs().sqrt(),
+    lambda i: (i > 0) * 0.1,
+    lambda i: i // 0.3 + i * 0.1,
+], ids=["div", "mul", "sqrt", "bool-mul", "floordiv"])
+def test_integer_math_under_a_double_default_dtype_is_double(fn):
+    # nvFuser's rule promotes integers to Float: the result was computed in fp32, then widened
+    i = torch.randint(-200000, 200000, (64,), dtype=torch.int32)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        expected = fn(i)
+        for name, compile_fn in _ways():
+            got = compile_fn(fn)(i)
+            assert got.dtype == expected.dtype == torch.float64
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=name)
+    finally:
+        torch.set_default_dtype(before)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: x * 2,
+    lambda x, y: x + x,
+    lambda x, y: -x,
+    lambda x, y: x.sum(),
+    lambda x, y: x * y,
+], ids=["mul", "add", "neg", "sum", "promote"])
+def test_float8_arithmetic_eager_refuses_raises_as_in_eager(fn):
+    x, y = make((4, 5)).to(torch.float8_e4m3fn), make((4, 5))
+    with pytest.raises((NotImplementedError, RuntimeError)) as expected:
+        fn(x, y)
+    torch._dynamo.reset()
+    with pytest.raises(type(expected.value), match=re.escape(str(expected.value).split(",")[0][:40])):
+        fuser.jit(fn)(x, y)
+
+
+def test_float8_casts_still_fuse():
+    def f(x8, scale):
+        return (x8.float() * scale).to(torch.float8_e4m3fn)
+    x8, scale = make((4, 5)).to(torch.float8_e4m3fn), make((5,))
+    torch._dynamo.reset()
+    jitted = fuser.jit(f)
+    out = jitted(x8, scale)
+    assert out.dtype == torch.float8_e4m3fn
+    assert torch.equal(out.view(torch.uint8), f(x8, scale).view(torch.uint8))
+    assert jitted.cache_info().fusions >= 1
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.softmax(x, -1),
+    lambda x: torch.nn.functional.log_softmax(x, -1),
+    lambda x: torch.softmax(x.cumsum(-1), 0),
+    lambda x: x.float().softmax(-1, dtype=torch.int64),
+    lambda x: (x > 0).softmax(-1),
+], ids=["softmax", "log_softmax", "dim0", "dtype", "bool"])
+def test_a_softmax_of_integers_raises_as_in_eager(fn):
+    # the decomposition computed exp of the integers in fp32, cast back: zeros
+    x = torch.randint(-5, 5, (2, 3))
+    with pytest.raises((NotImplementedError, RuntimeError)) as expected:
+        fn(x)
+    for name, compile_fn in _ways():
+        with pytest.raises(type(expected.value), match=re.escape(str(expected.value)[:30])):
+            compile_fn(fn)(x)
+
+
+@pytest.mark.parametrize("x_dtype,p_dtype", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float64)])
+def test_layer_norm_parameters_of_a_type_eager_refuses(x_dtype, p_dtype):
+    x, w, b = make((4, 8), x_dtype), make((8,), p_dtype), make((8,), p_dtype)
+
+    def f(x, w, b):
+        return torch.nn.functional.layer_norm(x, (8,), w, b)
+    with pytest.raises(RuntimeError, match="mixed dtype") as expected:
+        f(x, w, b)
+    for name, compile_fn in _ways():
+        with pytest.raises(RuntimeError, match=re.escape(str(expected.value)[:20])):
+            compile_fn(f)(x, w, b)
+    # (the mix eager takes still fuses: a half input with fp32 parameters)
+    x16 = make((4, 8), torch.bfloat16)
+    assert fuser.jit(f)(x16, make((8,)), make((8,))).dtype == torch.bfloat16
