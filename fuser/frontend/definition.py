@@ -164,7 +164,10 @@ class FusionDefinition:
         # per output as added: (the tensor, the input it is written into or None); positions
         # are kept, not identities, should a pass rewrite the fusion's outputs
         self._outputs: list[tuple[TensorView, Optional[TensorView]]] = []
-        self._vector_sizes: dict[int, int] = {}  # define_vector: its first input's position -> size
+        # define_vector: (its first input's position, its size), in definition order (a
+        # define_vector(0) shares its position with the input after it)
+        self._vectors: list[tuple[int, int]] = []
+        self._cpu_scalars: set[int] = set()  # positions of define_tensor(shape=[], is_cpu=True) inputs
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -231,8 +234,14 @@ class FusionDefinition:
         alloc_ids = [ids[k] for k in alloc]
         domain = TensorDomain(logical=ids, allocation=alloc_ids if alloc != list(range(len(ids))) else None,
                               contiguity=normalize_contiguity(contiguity, alloc_ids, "define_tensor"))
+        if is_cpu and shape:
+            raise FusionDefinitionError(f"define_tensor: is_cpu=True declares a CPU scalar tensor (shape []), "
+                                        f"got shape {shape!r}; a CPU tensor of more dims runs on the CPU, "
+                                        f"declared with is_cpu=False")
         tv = f.new_tensor(domain, dtype)
         f.add_input(tv)
+        if is_cpu:
+            self._cpu_scalars.add(len(f.inputs()) - 1)
         kwargs = dict(shape=shape, contiguity=list(tv.domain.contiguity), dtype=dtype, is_cpu=is_cpu)
         if stride_order is not None and alloc != list(range(len(shape))):
             kwargs["stride_order"] = list(stride_order)
@@ -246,7 +255,7 @@ class FusionDefinition:
             raise FusionDefinitionError(f"define_vector: size must be an int >= 0, got {size!r}")
         first = len(self.fusion.inputs())
         scalars = [self.define_scalar(None, DataType.Int) for _ in range(size)]
-        self._vector_sizes[first] = size  # (execute names a list of another length)
+        self._vectors.append((first, size))  # (execute names a list of another length)
         return scalars
 
     def define_scalar(self, value: Any = None, dtype: Optional[DataType] = None) -> Scalar:
@@ -271,7 +280,8 @@ class FusionDefinition:
 
     def from_pytorch(self, tensor, static_sizes: bool = False) -> TensorView:
         return self.define_tensor(sizes=list(tensor.shape), strides=list(tensor.stride()),
-                                  dtype=DataType.from_torch(tensor.dtype), static_sizes=static_sizes)
+                                  dtype=DataType.from_torch(tensor.dtype), static_sizes=static_sizes,
+                                  is_cpu=tensor.is_cpu and tensor.dim() == 0)
 
     def add_output(self, output: TensorView, alias_input: Optional[TensorView] = None) -> None:
         """An output; with `alias_input`, nvFuser's in-place update: the value is written into
@@ -318,7 +328,7 @@ class FusionDefinition:
         on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
         if not isinstance(inputs, (list, tuple)):
             raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
-        target = _execution_device(device, inputs)
+        target = _execution_device(device, inputs, bool(self._cpu_scalars))
         hook = _set_eval_frame(None)
         # outside autograd, as nvFuser's kernels run: an ATen segment (a matmul) recorded a
         # graph on an input needing grad where a kernel's output had none, and writing an
@@ -331,7 +341,9 @@ class FusionDefinition:
             if save_repro_inputs:
                 self._repro_inputs = describe_inputs(inputs)
             if self._takes_scalars:  # (known once the cache is made: the definition is final then)
-                inputs = _spread_vectors(inputs, self.fusion, self._vector_sizes)
+                inputs = _spread_vectors(inputs, self.fusion, self._vectors)
+            if self._cpu_scalars:
+                inputs = _cpu_scalars_moved(inputs, self._cpu_scalars)
             if isinstance(inputs, tuple):
                 inputs = list(inputs)
             profiler = active_profiler()
@@ -378,7 +390,7 @@ class FusionDefinition:
         against fuser's ATen evaluation of the same definition (the oracle its kernels are
         tested against), with tolerances by dtype and reduction size. A mismatch raises a
         ValidationError naming the output and the largest error."""
-        inputs = _spread_vectors(inputs, self.fusion, self._vector_sizes)
+        inputs = _spread_vectors(inputs, self.fusion, self._vectors)
         before = inputs
         if reference_outputs is None and self._aliased():  # (the outputs are checked, not the updates)
             before = [_layout_copy(t) for t in inputs]
@@ -416,7 +428,7 @@ class FusionDefinition:
     def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on
         self._alias_of = self._aliased()
-        self._takes_scalars = any(isinstance(v, Scalar) for v in self.fusion.inputs())
+        self._takes_scalars = bool(self._vectors) or any(isinstance(v, Scalar) for v in self.fusion.inputs())
         with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
             if self._cache is None or replace:
                 self._cache = cache
@@ -541,24 +553,44 @@ def _layout_copy(value: Any) -> Any:
     return copy.deepcopy(value.detach()) if isinstance(value, torch.Tensor) else value
 
 
-def _spread_vectors(inputs: Any, fusion: Fusion, vector_sizes: dict[int, int]) -> Any:
-    """Execution arguments with a list or tuple given where the definition expects a scalar
-    spread into that many scalars (a define_vector's, whose length is checked: `vector_sizes`,
-    its first input's position -> its size); anything else is left for the binder to check
-    (and report)."""
+def _spread_vectors(inputs: Any, fusion: Fusion, vectors: list[tuple[int, int]]) -> Any:
+    """Execution arguments with a list or tuple given where the definition has a define_vector
+    (`vectors`: (its first input's position, its size), in order; its length is checked) or
+    expects a scalar spread into that many scalars; anything else is left for the binder to
+    check (and report)."""
     if not isinstance(inputs, (list, tuple)) or not any(isinstance(a, (list, tuple)) for a in inputs):
         return inputs
     declared = fusion.inputs()
+    pending: dict[int, list[int]] = {}  # position -> sizes of the vectors there not yet given
+    for first, size in vectors:
+        pending.setdefault(first, []).append(size)
     out: list = []
     for a in inputs:
-        if isinstance(a, (list, tuple)) and len(out) < len(declared) and isinstance(declared[len(out)], Scalar):
-            size = vector_sizes.get(len(out))
-            if size is not None and len(a) != size:
+        sizes = pending.get(len(out))
+        if isinstance(a, (list, tuple)) and sizes:
+            size = sizes.pop(0)
+            if len(a) != size:
                 raise FusionInputError(f"input {len(out)}: a define_vector({size}) takes a list of {size} values, "
                                        f"got {len(a)}: {list(a)!r}")
             out.extend(a)
+        elif isinstance(a, (list, tuple)) and len(out) < len(declared) and isinstance(declared[len(out)], Scalar):
+            out.extend(a)
         else:
             out.append(a)
+    return out
+
+
+def _cpu_scalars_moved(inputs: list, positions: set[int]) -> list:
+    """nvFuser's CPU scalar tensors (define_tensor(shape=[], is_cpu=True)) given beside tensors
+    on a GPU, copied there: its kernels read device memory."""
+    device = next((a.device for k, a in enumerate(inputs) if k not in positions and isinstance(a, torch.Tensor)), None)
+    if device is None or device.type == "cpu":
+        return inputs
+    out = list(inputs)
+    for k in positions:
+        a = out[k] if k < len(out) else None
+        if isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() == 0:
+            out[k] = a.to(device, non_blocking=True)
     return out
 
 
@@ -600,7 +632,7 @@ def _from_sizes(sizes: list, strides: list, static_sizes: bool) -> tuple[list, l
     return shape, contiguity, stride_order
 
 
-def _execution_device(device: Any, inputs: Sequence[Any]) -> Optional[torch.device]:
+def _execution_device(device: Any, inputs: Sequence[Any], cpu_scalars: bool = False) -> Optional[torch.device]:
     """`execute`'s `device` (nvFuser's: an index of a CUDA device, or a device) as a torch device,
     None where not given. A fusion runs where its tensor inputs are: a device they are not on,
     or one this machine lacks, is a `FusionInputError` naming it."""
@@ -619,6 +651,8 @@ def _execution_device(device: Any, inputs: Sequence[Any]) -> Optional[torch.devi
         if target.index is None:  # (as a tensor's device reads)
             target = torch.device("cuda", torch.cuda.current_device())
     for k, a in enumerate(inputs):
+        if cpu_scalars and isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() == 0:
+            continue  # (a CPU scalar tensor, copied where the others are)
         if isinstance(a, torch.Tensor) and a.device != target:
             raise FusionInputError(f"execute: device={device!r}, but input {k} is on {a.device}: a fusion runs "
                                    f"where its tensor inputs are")

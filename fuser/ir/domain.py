@@ -327,4 +327,7 @@ def normalize_contiguity(contiguity, ids: Sequence[IterDomain], op: str = "conti
     if len(contiguity) != len(ids):
         raise FusionDefinitionError(
             f"{op}: contiguity has {len(contiguity)} entries but the domain has {len(ids)} axes")
+    for k, c in enumerate(contiguity):
+        if c is not None and not isinstance(c, bool):  # (a string or a number would count by its truth)
+            raise FusionDefinitionError(f"{op}: contiguity[{k}] is {c!r}; expected True, False or None")
     return [None if (d.is_broadcast or d.is_reduction) else c for c, d in zip(contiguity, ids)]

@@ -126,6 +126,10 @@ class TensorView(Val):
         return [self.fusion.extent_scalar(d.size) for d in self.domain.no_reductions()]  # (an expanded one's size)
 
     def size(self, axis: int) -> Scalar:
+        n = self.ndim
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -n <= axis < n:
+            raise FusionDefinitionError(f"size: axis {axis!r} is out of range for {self!r} with {n} dims "
+                                        f"(expected an int, {-n} <= axis < {n})")
         return self.shape()[axis]
 
     def get_logical_domain(self) -> list[IterDomain]:

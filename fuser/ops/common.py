@@ -180,6 +180,10 @@ def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
             raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an integer scalar")
         else:
             e = v.expr
+        if e.is_number:  # a constant scalar: checked now, as an int entry is (no execution checks it)
+            if e.is_negative:
+                raise FusionDefinitionError(f"{op}: shape entry {v!r} (the constant {e}) must be non-negative here")
+            return e
         fusion.add_size_check(e, f"{op}: size")
         return e
     if isinstance(v, bool) or not isinstance(v, int):

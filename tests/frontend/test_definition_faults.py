@@ -333,3 +333,68 @@ def test_a_number_given_for_a_list_is_refused_by_name(build, match):
     with pytest.raises(FusionDefinitionError, match=match):
         with FusionDefinition() as fd:
             build(fd, fd.define_tensor([4, 1, 5]))
+
+
+# -- fifty-seventh session's probe of the definition API --------------------------------------
+
+def test_is_cpu_declares_a_cpu_scalar_tensor():
+    # nvFuser's CPU scalar: shape [] only; from_pytorch marks a CPU 0-dim tensor so
+    with FusionDefinition() as fd:
+        with pytest.raises(FusionDefinitionError, match="is_cpu=True declares a CPU scalar tensor"):
+            fd.define_tensor([-1, -1], contiguity=True, is_cpu=True)
+        s = fd.from_pytorch(torch.tensor(2.0))
+        t = fd.define_tensor([-1], contiguity=True)
+        fd.add_output(fd.ops.mul(t, s))
+    assert "is_cpu=True" in repr(fd)
+    x, scale = make((5,)), torch.tensor(3.0)
+    assert_eager(fd.execute([scale, x])[0], x * scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cpu_scalar_tensor_beside_gpu_tensors():
+    with FusionDefinition() as fd:
+        s = fd.define_tensor([], dtype=DataType.Float, is_cpu=True)
+        t = fd.define_tensor([-1], contiguity=True)
+        fd.add_output(fd.ops.add(fd.ops.mul(t, s), s))
+    x, scale = make((7,)).cuda(), torch.tensor(1.5)
+    for _ in range(2):  # (the repeat call's ready path too)
+        out = fd.execute([scale, x])[0]
+        assert out.is_cuda
+        assert_eager(out, x * 1.5 + 1.5)
+    assert_eager(fd.execute([scale.cuda(), x])[0], x * 1.5 + 1.5)  # (on the GPU too)
+
+
+def test_define_vector_of_no_element_takes_an_empty_list():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([1], contiguity=True)
+        fd.add_output(fd.ops.reshape(x, fd.define_vector(0)))
+    x = make((1,))
+    assert_eager(fd.execute([x, []])[0], x.reshape([]))
+    with FusionDefinition() as fd:  # (it took the next vector's size: "a define_vector(2) ... got 0")
+        x = fd.define_tensor([-1], contiguity=True)
+        fd.define_vector(0)
+        fd.add_output(fd.ops.reshape(x, fd.define_vector(2)))
+    x = make((6,))
+    assert_eager(fd.execute([x, [], [2, 3]])[0], x.reshape(2, 3))
+    with pytest.raises(FusionInputError, match=r"input 1: a define_vector\(0\) takes a list of 0 values, got 1"):
+        fd.execute([x, [6], [2, 3]])
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda fd, x: fd.ops.full([fd.define_scalar(-2)], 1.0, DataType.Float),
+     r"full: shape entry .* \(the constant -2\) must be non-negative"),
+    (lambda fd, x: fd.ops.broadcast_in_dim(x, [fd.define_scalar(-2), x.size(0)], [1]),
+     r"shape entry .* \(the constant -2\) must be non-negative"),
+    (lambda fd, x: x.size(5), r"size: axis 5 is out of range .* with 1 dims"),
+    (lambda fd, x: x.size(True), r"size: axis True is out of range"),
+    (lambda fd, x: fd.define_tensor([-1, -1], contiguity=["no", "no"]), r"contiguity\[0\] is 'no'"),
+], ids=["full", "broadcast_in_dim", "size-past", "size-bool", "contiguity-string"])
+def test_definition_entries_checked_when_defined(build, match):
+    # a constant negative size failed at execute naming no op; size(5) raised a raw IndexError;
+    # contiguity "no" counted as contiguous
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True)
+        with pytest.raises(FusionDefinitionError, match=match):
+            build(fd, x)
+        fd.add_output(x)
