@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch
 
 from .. import timing
+from .gc_pause import Overlapped
 from .jit import JitFunction, JitModule, Stats, jit
 from .partition import ELEMENT, SIZE
 from .program import EagerStep, FusionStep, GraphProgram
@@ -119,14 +120,29 @@ class ExplainReport:
         return "".join(parts) + "</div>"
 
 
+class _PhaseTimes(Overlapped):
+    """The phase timer on while explain calls run (in several threads, the timer is process-wide:
+    each report's phases count the others' compiles too)."""
+
+    def set(self) -> None:
+        self.was_on = timing.enabled()
+        timing.enable()
+
+    def put_back(self) -> None:
+        timing.enable(self.was_on)
+
+
+_PHASE_TIMES = _PhaseTimes()
+
+
 def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
     """Run `fn(*args, **kwargs)` through fuser once (and its backward, if any output requires
     grad) and report what was captured, fused, cut and generated."""
     jitted = fn if isinstance(fn, (JitFunction, JitModule)) else jit(fn)
     target = jitted._jit if isinstance(jitted, JitModule) else jitted
     stats = Stats()
-    was_on, before = timing.enabled(), timing.totals()
-    timing.enable()
+    before = timing.totals()
+    _PHASE_TIMES.__enter__()
     start = time.perf_counter()
     try:
         with timing.phase("other"):
@@ -135,7 +151,7 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
         total = (time.perf_counter() - start) * 1e3
         after = timing.totals()
     finally:
-        timing.enable(was_on)
+        _PHASE_TIMES.__exit__()
         # the graphs are the function's own now: its later calls may take the direct path, which
         # counts only graphs a call through Dynamo recorded (cache_info read 0 graphs after it)
         for record in stats.records.values():

@@ -15,7 +15,11 @@ fuser.jit's Dynamo settings use too).
 from __future__ import annotations
 
 import gc
+import os
 import threading
+import weakref
+
+_SETTINGS: "weakref.WeakSet[Overlapped]" = weakref.WeakSet()  # for the fork handler below
 
 
 class Overlapped:
@@ -26,6 +30,7 @@ class Overlapped:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.depth = 0
+        _SETTINGS.add(self)
 
     def set(self) -> None:
         raise NotImplementedError
@@ -57,3 +62,18 @@ class GcPause(Overlapped):
 
 
 GC_PAUSE = GcPause()
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while calls held a setting (a DataLoader worker started while another
+    thread compiles): those calls are in threads the child does not have, and would never
+    leave it, so the child puts each setting back (its collector stayed off for good)."""
+    for setting in list(_SETTINGS):
+        setting.lock = threading.Lock()
+        if setting.depth:
+            setting.depth = 0
+            setting.put_back()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

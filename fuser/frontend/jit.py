@@ -19,6 +19,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import threading
 import types
 import warnings
 from dataclasses import dataclass
@@ -145,6 +146,11 @@ class JitFunction:
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._rows = dynamic == "rows"  # (each row length static in the first trace: _fix_row_lengths)
         self._traced = False  # a call went through Dynamo (and so may have left a graph)
+        # first calls racing in several threads wait for the first trace: Dynamo checks its
+        # cache before its compile lock, so each traced its own copy, and 8 of them filled its
+        # recompile limit (a later row length then ran eagerly for good). Reentrant: a jitted
+        # function may call itself
+        self._first_call = threading.RLock()
         self._compiled = torch.compile(fn, backend=backend_for(), dynamic=True if self._rows else dynamic)
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._direct = DirectCall(fn)
@@ -187,7 +193,8 @@ class JitFunction:
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
             # collector waits until the compile (if this call compiles) is done
-            with _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
+            with contextlib.nullcontext() if self._traced else self._first_call, \
+                    _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember()
