@@ -139,16 +139,28 @@ _FLOAT8_OPS = frozenset({
     "split_with_sizes", "chunk", "unbind", "movedim", "moveaxis", "as_strided", "clone", "detach", "cat", "concat",
     "concatenate", "stack", "where", "eq", "ne", "abs", "isnan", "copy", "fill", "zero", "zeros_like", "ones_like",
     "empty_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full", "index_select", "index_put", "flip",
-    "roll", "repeat", "pad", "size", "stride", "dim", "numel", "element_size", "_scaled_mm", "_scaled_grouped_mm"})
+    "roll", "repeat", "pad", "size", "stride", "dim", "numel", "element_size", "_scaled_mm", "_scaled_grouped_mm",
+    "getattr", "swapaxes", "swapdims", "ravel", "broadcast_to", "tensor_split", "diagonal", "tile",
+    "repeat_interleave", "unfold", "hstack", "vstack", "cpu", "cuda"})
+# of those, the ones that refuse a float8 operand beside one of another float type (promotion)
+_FLOAT8_SAME_TYPE = frozenset({"where", "eq", "ne", "cat", "concat", "concatenate", "stack", "hstack", "vstack"})
 _FLOAT8 = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
 
 
-def _reads_float8(node: torch.fx.Node) -> bool:
+def _float8_refused(node: torch.fx.Node, name: str) -> bool:
+    """Whether eager refuses `node` (named `name`) for the float8 tensors it reads."""
+    dtypes = set()
     for a in node.all_input_nodes:
         v = a.meta.get("example_value")
-        if isinstance(v, torch.Tensor) and v.dtype in _FLOAT8:
-            return True
-    return False
+        if isinstance(v, torch.Tensor):
+            dtypes.add(v.dtype)
+    if not dtypes & _FLOAT8:
+        return False
+    if name not in _FLOAT8_OPS:
+        return True
+    if name in _FLOAT8_SAME_TYPE:
+        return any(d.is_floating_point and d not in _FLOAT8 for d in dtypes)
+    return name == "setitem" and torch.bool in dtypes  # (a masked fill: eager has none for float8)
 
 
 def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
@@ -160,7 +172,7 @@ def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
-        if name not in _FLOAT8_OPS and _reads_float8(node):
+        if _float8_refused(node, name):
             return True
         if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
             continue
@@ -439,7 +451,7 @@ def _traced_on_overlapping_arguments(n_inputs: int) -> bool:
     arguments that share memory, one of them written, into a synthetic base."""
     meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
     info = getattr(meta, "input_info", None)
-    return info is not None and len(info) != n_inputs and any(
+    return info is not None and len(info) < n_inputs and any(
         getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False) for i in info)
 
 

@@ -620,7 +620,7 @@ def compute_tensor_descriptor(sizes: Sequence[int], strides: Sequence[int]) -> t
         k = order[pos]
         if strides[k] == 0 or sizes[k] == 1:
             continue
-        contiguity[pos] = strides[k] == expected
+        contiguity[pos] = bool(strides[k] == expected)
         expected = strides[k] * sizes[k]
     return contiguity, stride_order
 

@@ -46,6 +46,8 @@ class Overlapped:
 
     def __exit__(self, *exc) -> None:
         with self.lock:
+            if self.depth == 0:  # (entered before a fork, whose child put the setting back)
+                return
             self.depth -= 1
             if self.depth == 0:
                 self.put_back()

@@ -19,8 +19,11 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
+import re
 import threading
 import types
+import weakref
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -146,11 +149,12 @@ class JitFunction:
         self._failed = False  # fuser failed and fallback="eager": the function runs eagerly
         self._rows = dynamic == "rows"  # (each row length static in the first trace: _fix_row_lengths)
         self._traced = False  # a call went through Dynamo (and so may have left a graph)
-        # first calls racing in several threads wait for the first trace: Dynamo checks its
-        # cache before its compile lock, so each traced its own copy, and 8 of them filled its
-        # recompile limit (a later row length then ran eagerly for good). Reentrant: a jitted
-        # function may call itself
-        self._first_call = threading.RLock()
+        # calls through Dynamo racing in several threads take turns: Dynamo checks its cache
+        # before its compile lock, so each traced its own copy of a new shape, and 8 of them
+        # filled its recompile limit (a later row length then ran eagerly for good). Steady
+        # calls take the direct path, without it. Reentrant: a jitted function may call itself
+        self._tracing = threading.RLock()
+        _JITTED.add(self)
         self._compiled = torch.compile(fn, backend=backend_for(), dynamic=True if self._rows else dynamic)
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._direct = DirectCall(fn)
@@ -193,8 +197,7 @@ class JitFunction:
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
             # collector waits until the compile (if this call compiles) is done
-            with contextlib.nullcontext() if self._traced else self._first_call, \
-                    _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
+            with self._tracing, _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember()
@@ -413,16 +416,23 @@ def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
         return []
     from torch.utils._pytree import tree_leaves
 
+    leaves = tree_leaves((args, kwargs))
+    if any(isinstance(t, torch.Tensor) and getattr(t, "_dynamo_dynamic_indices", None) for t in leaves):
+        # the caller marked sizes dynamic (mark_dynamic): traced as dynamic=True traces, with no
+        # static row length that Dynamo would find duck-sized with a marked size and refuse
+        return []
     marked = []
-    for t in tree_leaves((args, kwargs)):
+    for t in leaves:
         if not isinstance(t, torch.Tensor) or t.dim() == 0 or not (t.is_floating_point() or t.is_complex()):
             continue
-        before = dict(t.__dict__)
+        # (copies of the sets: mark_static adds to a set the caller's own marks made)
+        before = {k: set(v) if isinstance(v, set) else v for k, v in t.__dict__.items()}
         try:
             torch._dynamo.mark_static(t, t.dim() - 1)
         except Exception:  # (a hint: a tensor Dynamo will not mark is traced as dynamic=True would)
             pass
-        changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items() if before.get(k, _ABSENT) is not v}
+        changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items()
+                   if (v != before[k] if isinstance(v, set) and k in before else before.get(k, _ABSENT) is not v)}
         if changed:
             marked.append((t, changed))
     return marked
@@ -552,12 +562,28 @@ def _random_state_kept(args: tuple, kwargs: dict):
 def _op_failed_while_tracing(e: Exception) -> bool:
     """Whether `e` is Dynamo's report of an op that raised on the traced tensors: a
     RuntimeError comes wrapped; an IndexError (`x[7]`, an index past a size) passes through
-    as the fake tensor raised it, its message naming symbols (`size s77`)."""
+    as the fake tensor raised it, its message naming symbols (`size s77`; the user's own
+    IndexError, a list's, is raised as it is, without running the function again)."""
     try:
         from torch._dynamo.exc import TorchRuntimeError
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(e, (TorchRuntimeError, IndexError))
+    return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and _SYMBOL.search(str(e)) is not None)
+
+
+_SYMBOL = re.compile(r"\b[su]\d+\b")  # a size symbol of Dynamo's (s77), or an unbacked one (u0)
+# every jitted callable, for the fork handler: a child forked while another thread held one's
+# lock (a DataLoader worker started during a first call) would wait on it for good
+_JITTED: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for jitted in list(_JITTED):
+        jitted._tracing = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _name(fn: Any) -> str:

@@ -328,6 +328,8 @@ def normalize_contiguity(contiguity, ids: Sequence[IterDomain], op: str = "conti
         raise FusionDefinitionError(
             f"{op}: contiguity has {len(contiguity)} entries but the domain has {len(ids)} axes")
     for k, c in enumerate(contiguity):
-        if c is not None and not isinstance(c, bool):  # (a string or a number would count by its truth)
+        # (a string or a number would count by its truth; numpy's bool is a bool)
+        if c is not None and not isinstance(c, bool) and not (type(c).__module__ == "numpy"
+                                                               and type(c).__name__ in ("bool", "bool_")):
             raise FusionDefinitionError(f"{op}: contiguity[{k}] is {c!r}; expected True, False or None")
-    return [None if (d.is_broadcast or d.is_reduction) else c for c, d in zip(contiguity, ids)]
+    return [None if (d.is_broadcast or d.is_reduction or c is None) else bool(c) for c, d in zip(contiguity, ids)]

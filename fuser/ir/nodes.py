@@ -7,6 +7,7 @@ emission, fusibility) live in registries keyed by the Expr class elsewhere.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -127,10 +128,14 @@ class TensorView(Val):
 
     def size(self, axis: int) -> Scalar:
         n = self.ndim
-        if isinstance(axis, bool) or not isinstance(axis, int) or not -n <= axis < n:
+        try:
+            k = None if isinstance(axis, bool) else operator.index(axis)  # (numpy's ints too)
+        except TypeError:
+            k = None
+        if k is None or not -n <= k < n:
             raise FusionDefinitionError(f"size: axis {axis!r} is out of range for {self!r} with {n} dims "
                                         f"(expected an int, {-n} <= axis < {n})")
-        return self.shape()[axis]
+        return self.shape()[k]
 
     def get_logical_domain(self) -> list[IterDomain]:
         return list(self.domain.logical)

@@ -398,3 +398,14 @@ def test_definition_entries_checked_when_defined(build, match):
         with pytest.raises(FusionDefinitionError, match=match):
             build(fd, x)
         fd.add_output(x)
+
+
+def test_numpy_contiguity_and_axes_are_taken():
+    # (the entries' check refused numpy's bools, which compute_tensor_descriptor itself made)
+    np = pytest.importorskip("numpy")
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(sizes=np.array([3, 4]), strides=np.array([4, 1]))
+        y = fd.define_tensor([-1, -1], contiguity=[np.True_, np.True_])
+        fd.add_output(fd.ops.add(x, fd.ops.broadcast_in_dim(fd.ops.sum(y, [1]), [x.size(np.int64(0)), 1], [0])))
+    a, b = make((3, 4)), make((3, 5))
+    assert_eager(fd.execute([a, b])[0], a + b.sum(1, keepdim=True))

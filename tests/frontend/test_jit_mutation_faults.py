@@ -146,7 +146,10 @@ def test_integer_math_under_a_double_default_dtype_is_double(fn):
     lambda x, y: -x,
     lambda x, y: x.sum(),
     lambda x, y: x * y,
-], ids=["mul", "add", "neg", "sum", "promote"])
+    lambda x, y: x == y,
+    lambda x, y: torch.where(y > 0, x, y),
+    lambda x, y: x.masked_fill(y > 0, 0.0),
+], ids=["mul", "add", "neg", "sum", "promote", "eq-promote", "where-promote", "masked_fill"])
 def test_float8_arithmetic_eager_refuses_raises_as_in_eager(fn):
     x, y = make((4, 5)).to(torch.float8_e4m3fn), make((4, 5))
     with pytest.raises((NotImplementedError, RuntimeError)) as expected:
@@ -158,7 +161,7 @@ def test_float8_arithmetic_eager_refuses_raises_as_in_eager(fn):
 
 def test_float8_casts_still_fuse():
     def f(x8, scale):
-        return (x8.float() * scale).to(torch.float8_e4m3fn)
+        return (x8.T.contiguous().T.ravel().view(4, 5).float() * scale).to(torch.float8_e4m3fn)
     x8, scale = make((4, 5)).to(torch.float8_e4m3fn), make((5,))
     torch._dynamo.reset()
     jitted = fuser.jit(f)
@@ -185,9 +188,11 @@ def test_a_softmax_of_integers_raises_as_in_eager(fn):
             compile_fn(fn)(x)
 
 
-@pytest.mark.parametrize("x_dtype,p_dtype", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float64)])
-def test_layer_norm_parameters_of_a_type_eager_refuses(x_dtype, p_dtype):
-    x, w, b = make((4, 8), x_dtype), make((8,), p_dtype), make((8,), p_dtype)
+@pytest.mark.parametrize("x_dtype,w_dtype,b_dtype", [
+    (torch.float32, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float64, torch.float64),
+    (torch.bfloat16, torch.float32, torch.bfloat16)], ids=["fp32-bf16", "bf16-fp64", "bf16-fp32-bf16"])
+def test_layer_norm_parameters_of_a_type_eager_refuses(x_dtype, w_dtype, b_dtype):
+    x, w, b = make((4, 8), x_dtype), make((8,), w_dtype), make((8,), b_dtype)
 
     def f(x, w, b):
         return torch.nn.functional.layer_norm(x, (8,), w, b)

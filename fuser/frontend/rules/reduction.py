@@ -184,12 +184,13 @@ def _log_softmax(b, node, x, dim, half_to_float=False):
 @register(aten.native_layer_norm.default, kind=Kind.reduction)
 def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
     ops = b.fd.ops
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and p.dtype is not x.dtype and not (
-                x.dtype in (DataType.Half, DataType.BFloat16) and p.dtype is DataType.Float):
-            # eager takes parameters of the input's type, or fp32 ones with a half input: any
-            # other mix is its error (raised by ATen, which runs the node)
-            raise LoweringError(f"layer norm of a {x.dtype.name} input with a {p.dtype.name} {name}")
+    params = [p for p in (weight, bias) if p is not None]
+    mixed = x.dtype in (DataType.Half, DataType.BFloat16) and any(p.dtype is DataType.Float for p in params)
+    if not all(p.dtype is (DataType.Float if mixed else x.dtype) for p in params):
+        # eager takes parameters of the input's type, or all fp32 with a half input: any other
+        # mix is its error (raised by ATen, which runs the node)
+        raise LoweringError(f"layer norm of a {x.dtype.name} input with parameters of "
+                            f"{', '.join(p.dtype.name for p in params)}")
     axes = list(range(x.ndim - len(normalized_shape), x.ndim))
     xf = upcast(b, x)
     var, mean = ops.var_mean(xf, axes, 0, True)
