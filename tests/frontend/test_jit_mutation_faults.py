@@ -204,3 +204,24 @@ def test_layer_norm_parameters_of_a_type_eager_refuses(x_dtype, w_dtype, b_dtype
     # (the mix eager takes still fuses: a half input with fp32 parameters)
     x16 = make((4, 8), torch.bfloat16)
     assert fuser.jit(f)(x16, make((8,)), make((8,))).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adams_in_place_updates_fuse(dtype):
+    # Dynamo writes addcmul_ and addcdiv_ with a value as Inductor's prims.fma, which had no
+    # lowering: two ATen calls between fusions a step
+    def f(v, g, p, d):
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        p.addcdiv_(g, v.sqrt() + 1e-8, value=-0.01)
+        return (p * d).sum(-1)
+    v, g, p, d = make((8, 16), dtype).abs(), make((8, 16), dtype), make((8, 16), dtype), make((8, 16), dtype)
+    ve, pe = v.clone(), p.clone()
+    torch._dynamo.reset()
+    jitted = fuser.jit(f)
+    out, expected = jitted(v, g, p, d), f(ve, g, pe, d)
+    tol = {} if dtype is torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out, expected, **tol)
+    torch.testing.assert_close(v, ve, **tol)
+    torch.testing.assert_close(p, pe, **tol)
+    report = str(fuser.explain(jitted, v.clone(), g, p.clone(), d))
+    assert "no lowering for prims.fma" not in report

@@ -94,6 +94,8 @@ def find_rule(target) -> Optional[Rule]:
     rule = RULES.get(target)
     if rule is None and hasattr(target, "overloadpacket"):
         rule = RULES.get(target.overloadpacket)
+    if rule is None and callable(getattr(target, "name", None)):
+        rule = RULES.get(target.name())  # (an op registered by name: "prims::fma")
     return rule
 
 

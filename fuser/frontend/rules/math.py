@@ -9,7 +9,7 @@ import torch
 
 from ...ir import TensorView
 from . import Kind, LoweringError, refuse_overflow, register
-from .pointwise import _binary_rule, _unary_rule
+from .pointwise import _binary_rule, _unary_rule, upcast
 from .shape import _zeros
 
 aten = torch.ops.aten
@@ -42,6 +42,15 @@ for _op, _name in _BINARY.items():
 @register(aten.addcmul.default)
 def _addcmul(b, node, x, tensor1, tensor2, value=1):
     return b.fd.ops.addcmul(x, tensor1, tensor2, value)
+
+
+@register("prims::fma")  # (by name: Inductor's prims exist only once it is imported)
+def _fma(b, node, a, x, c):
+    """a * x + c, rounded once to the traced type: Dynamo's own form of `addcmul_` and
+    `addcdiv_` with a value, and of `add_` with a tensor alpha (an AdamW step's updates)."""
+    ops = b.fd.ops
+    a, x, c = (upcast(b, v) if isinstance(v, TensorView) else v for v in (a, x, c))
+    return ops.add(ops.mul(a, x), c)
 
 
 @register(aten.threshold.default)
