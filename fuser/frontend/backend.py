@@ -92,9 +92,12 @@ def decompositions() -> dict:
     #   float value with integer tensors, which eager truncates (an InternalError);
     # - index_add and index_copy refuse a negative index, which index_put wraps (a KV-cache
     #   write to position -1 wrote the last row); index_fill refuses a value its tensor cannot
-    #   hold, which scalar_tensor stores as inf
+    #   hold, which scalar_tensor stores as inf;
+    # - max_unpool2d/3d check each index against its own plane, where the decomposition's
+    #   index_put over the flattened batch wrote an index past it into the next channel
     for name, overloads in (("bernoulli", ("default",)), ("threshold", ("default",)), ("addcmul", ("default",)),
                             ("index_add", ("default",)), ("index_copy", ("default",)),
+                            ("max_unpool2d", ("default",)), ("max_unpool3d", ("default",)),
                             ("index_fill", ("int_Scalar", "int_Tensor"))):
         for overload in overloads:
             table.pop(getattr(getattr(aten, name, None), overload, None), None)

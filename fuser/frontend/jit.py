@@ -101,7 +101,10 @@ class _DynamoSettings(Overlapped):
             setattr(torch._dynamo.config, name, value)
 
 
-_DYNAMO_SETTINGS = _DynamoSettings({"record_runtime_overhead": False, "specialize_float": True})
+# (and guards on submodules' hook dicts: a hook added to a submodule after the first call was
+# skipped, its old trace reused, where Dynamo's default leaves those guards out)
+_DYNAMO_SETTINGS = _DynamoSettings({"record_runtime_overhead": False, "specialize_float": True,
+                                    "skip_nnmodule_hook_guards": False})
 # Where every size is symbolic (dynamic=True, and "rows" but for the first trace's row lengths),
 # no automatic dynamic shapes either: a size it marks dynamic (one that changed since an earlier
 # trace of the same code, a new row length) gets a symbol of its own where dynamic=True's
@@ -203,6 +206,8 @@ class JitFunction:
             self._direct.remember()
             return out
         except Exception as e:
+            _unmark(marked)  # (before a retry: it traces the arguments as they came)
+            marked = ()
             return self._failure(e, args, kwargs)
         finally:
             _unmark(marked)
@@ -218,6 +223,11 @@ class JitFunction:
         if failure is None and not isinstance(e, FuserError):
             raise e
         failure = e if failure is None else failure
+        if self._rows and not self._traced and _CONCRETE_SIZES in str(failure):
+            # torch's backward of some ops (affine_grid's) cannot take a size static beside
+            # symbolic ones: traced again without the row lengths' static marks, from now on
+            self._rows = False
+            return self._call(self._stats, args, kwargs)
         if "NYI SymInt equality" in str(failure) and self._fallback != "eager":  # (torch's own limit:
             # torch.compile(dynamic=True) meets it)
             raise UnsupportedError(
@@ -571,6 +581,7 @@ def _op_failed_while_tracing(e: Exception) -> bool:
     return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and _SYMBOL.search(str(e)) is not None)
 
 
+_CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"
 _SYMBOL = re.compile(r"\b[su]\d+\b")  # a size symbol of Dynamo's (s77), or an unbacked one (u0)
 # every jitted callable, for the fork handler: a child forked while another thread held one's
 # lock (a DataLoader worker started during a first call) would wait on it for good

@@ -225,3 +225,54 @@ def test_adams_in_place_updates_fuse(dtype):
     torch.testing.assert_close(p, pe, **tol)
     report = str(fuser.explain(jitted, v.clone(), g, p.clone(), d))
     assert "no lowering for prims.fma" not in report
+
+
+def test_max_unpool_checks_each_index_against_its_plane():
+    # the decomposition's index_put over the flattened batch wrote an index past its plane
+    # into the next channel, silently
+    x = make((1, 2, 4, 4))
+    pooled, indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+    f = lambda y, i: torch.nn.functional.max_unpool2d(y * 2, i, 2)  # noqa: E731
+    torch._dynamo.reset()
+    jitted = fuser.jit(f)
+    torch.testing.assert_close(jitted(pooled, indices), f(pooled, indices))
+    bad = indices.clone()
+    bad[0, 0, 0, 0] = 20
+    with pytest.raises(RuntimeError, match="invalid max index: 20"):
+        f(pooled, bad)
+    with pytest.raises(RuntimeError, match="invalid max index: 20"):
+        jitted(pooled, bad)
+
+
+def test_affine_grid_trains_under_the_default_rows_mode():
+    # torch's backward of affine_grid refused the static row length beside symbolic sizes:
+    # an InternalError every call, each after an eager run
+    def f(t, x):
+        grid = torch.nn.functional.affine_grid(t * 2, x.shape, align_corners=False)
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+    t, x = make((2, 2, 3)).requires_grad_(), make((2, 3, 5, 6)).requires_grad_()
+    te, xe = t.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    jitted = fuser.jit(f)
+    for _ in range(2):
+        out, expected = jitted(t, x), f(te, xe)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(t.grad, te.grad, rtol=1e-4, atol=1e-4)  # (sums over pixels, reordered)
+    torch.testing.assert_close(x.grad, xe.grad, rtol=1e-4, atol=1e-4)
+    assert jitted.cache_info().graphs == 1
+
+
+def test_a_hook_added_to_a_submodule_after_the_first_call_runs():
+    # Dynamo leaves submodules' hook dicts unguarded by default: the old trace ran, hook unseen
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    torch._dynamo.reset()
+    jitted = fuser.jit(model)
+    x = make((3, 4))
+    jitted(x)
+    jitted(x)
+    handle = model[0].register_forward_hook(lambda mod, inputs, out: out * 0 + 1)
+    torch.testing.assert_close(jitted(x), model(x))
+    handle.remove()
+    torch.testing.assert_close(jitted(x), model(x))
