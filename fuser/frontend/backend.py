@@ -101,6 +101,19 @@ def decompositions() -> dict:
                             ("index_fill", ("int_Scalar", "int_Tensor"))):
         for overload in overloads:
             table.pop(getattr(getattr(aten, name, None), overload, None), None)
+    # the losses' dtype checks are their CPU kernels' (none in the meta functions or the
+    # decompositions): an int32 class target, a weight of another type than the input, an
+    # integer BCE target computed where eager refuses them; and the regression losses'
+    # backward divided by the element count in Python, failing on an empty batch
+    for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default):
+        if op in table:
+            table[op] = _checked_class_target(table[op])
+    if aten.binary_cross_entropy.default in table:
+        table[aten.binary_cross_entropy.default] = _checked_target_type(table[aten.binary_cross_entropy.default])
+    for name in ("mse_loss_backward", "smooth_l1_loss_backward", "huber_loss_backward"):
+        op = getattr(getattr(aten, name, None), "default", None)
+        if op in table:
+            table[op] = _empty_safe_loss_backward(table[op])
     # all() decomposes to logical_not(any(logical_not(x))), and ATen has no logical_not for
     # uint16 to uint64 (a raw NotImplementedError where eager's all computes): those stay whole
     for overload in ("default", "dim", "dims"):
@@ -108,6 +121,31 @@ def decompositions() -> dict:
         if op in table:
             table[op] = _whole_for_wide_unsigned(table[op])
     return table
+
+
+def _checked_class_target(decomposition):
+    def decompose(x, target, weight=None, *args, **kwargs):
+        torch._check(target.dtype in (torch.int64, torch.uint8),
+                     lambda: f"expected target dtype to be Long or Byte, but got {target.dtype}")
+        torch._check(weight is None or weight.dtype == x.dtype,
+                     lambda: f"expected scalar type {x.dtype} but found {weight.dtype}")
+        return decomposition(x, target, weight, *args, **kwargs)
+    return decompose
+
+
+def _checked_target_type(decomposition):
+    def decompose(x, target, *args, **kwargs):
+        torch._check(target.dtype == x.dtype, lambda: f"Found dtype {target.dtype} but expected {x.dtype}")
+        return decomposition(x, target, *args, **kwargs)
+    return decompose
+
+
+def _empty_safe_loss_backward(decomposition):
+    def decompose(grad_output, x, *args, **kwargs):
+        if x.numel() == 0:
+            return torch.zeros_like(x)
+        return decomposition(grad_output, x, *args, **kwargs)
+    return decompose
 
 
 _WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
@@ -189,6 +227,18 @@ def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
                                           for q in quotient):
                 return True
     return False
+
+
+# functions whose decompositions in torch itself (registered at the Autograd key too, so that
+# AOTAutograd's trace takes them whatever fuser's table) compute wrong values: the graph runs as
+# traced. multilabel_margin_loss counted the target slots after the first -1 as class 0.
+_DECOMPOSED_WRONGLY = frozenset({"multilabel_margin_loss"})
+
+
+def _decomposed_wrongly(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op in ("call_function", "call_method") and
+               (n.target if n.op == "call_method" else getattr(n.target, "__name__", "")) in _DECOMPOSED_WRONGLY
+               for n in gm.graph.nodes)
 
 
 def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: list) -> None:
@@ -550,7 +600,7 @@ class FuserBackend:
                                    f"settings; fuser takes none (compile with options=None)")
 
         _refuse_meta_inputs(gm, example_inputs)
-        if _eager_refuses_a_dtype(gm):
+        if _eager_refuses_a_dtype(gm) or _decomposed_wrongly(gm):
             return gm.forward  # (run as traced: it raises eager's error)
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)

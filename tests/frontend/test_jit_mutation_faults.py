@@ -276,3 +276,52 @@ def test_a_hook_added_to_a_submodule_after_the_first_call_runs():
     torch.testing.assert_close(jitted(x), model(x))
     handle.remove()
     torch.testing.assert_close(jitted(x), model(x))
+
+
+def test_multilabel_margin_loss_as_eager():
+    # torch's decomposition (at the Autograd key too) counted slots after the first -1 as class 0
+    x = make((2, 5)).requires_grad_()
+    target = torch.tensor([[3, 0, -1, 1, 4], [1, 2, 4, -1, 0]])
+    xe = x.detach().clone().requires_grad_()
+    for name, compile_fn in _ways():
+        x.grad = None
+        out = compile_fn(lambda x, t: torch.nn.functional.multilabel_margin_loss(x, t, reduction="sum"))(x, target)
+        out.backward()
+        expected = torch.nn.functional.multilabel_margin_loss(xe, target, reduction="sum")
+        xe.grad = None
+        expected.backward()
+        torch.testing.assert_close(out, expected, msg=name)
+        torch.testing.assert_close(x.grad, xe.grad, msg=name)
+
+
+@pytest.mark.parametrize("fn,args", [
+    (torch.nn.functional.cross_entropy, lambda: (make((4, 5)), torch.randint(0, 5, (4,), dtype=torch.int32))),
+    (torch.nn.functional.nll_loss, lambda: (make((4, 5)), torch.randint(0, 5, (4,), dtype=torch.int32))),
+    (lambda x, t: torch.nn.functional.cross_entropy(x, t, weight=torch.ones(5)),
+     lambda: (make((4, 5), torch.bfloat16), torch.randint(0, 5, (4,)))),
+    (torch.nn.functional.binary_cross_entropy, lambda: (make((4, 5)).sigmoid(), torch.randint(0, 2, (4, 5)))),
+], ids=["ce-int32", "nll-int32", "ce-weight-type", "bce-int-target"])
+def test_loss_types_eager_refuses_raise_as_in_eager(fn, args):
+    a = args()
+    with pytest.raises(RuntimeError) as expected:
+        fn(*a)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match=re.escape(str(expected.value)[:30])):
+        fuser.jit(fn)(*a)
+
+
+@pytest.mark.parametrize("loss", [torch.nn.functional.mse_loss, torch.nn.functional.smooth_l1_loss,
+                                  torch.nn.functional.huber_loss], ids=["mse", "smooth_l1", "huber"])
+def test_a_regression_loss_of_an_empty_batch_trains_as_eager(loss):
+    # its backward's decomposition divided by the element count in Python: ZeroDivisionError
+    torch._dynamo.reset()
+    jitted = fuser.jit(loss)
+    for rows in (6, 0):
+        x, t = make((rows, 3)).requires_grad_(), make((rows, 3))
+        out = jitted(x, t)
+        out.backward()
+        xe = x.detach().clone().requires_grad_()
+        expected = loss(xe, t)
+        expected.backward()
+        torch.testing.assert_close(out, expected, equal_nan=True)
+        torch.testing.assert_close(x.grad, xe.grad)
