@@ -1,5 +1,6 @@
-"""Faults of `fuser.jit` and `torch.compile(backend="fuser")` found by probing in-place writes,
-indexing errors and dtypes as a user would (fifty-seventh session), each against eager."""
+"""Faults of `fuser.jit` and `torch.compile(backend="fuser")` found by probing them as a user
+would (fifty-seventh session: in-place writes and aliasing, indexing errors, dtypes and
+float8, normalization and loss layers, ATen fallbacks, hooks), each against eager."""
 import re
 import warnings
 
