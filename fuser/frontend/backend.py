@@ -204,16 +204,22 @@ def _float8_refused(node: torch.fx.Node, name: str) -> bool:
     return name == "setitem" and torch.bool in dtypes  # (a masked fill: eager has none for float8)
 
 
-def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
-    """Whether Dynamo's graph calls one of those functions where its result (the type its
-    operands promote to) is one eager refuses, or an op eager has no float8 form of on a
-    float8 tensor: the graph then runs as traced, raising eager's own error. (An integer
-    target of mse_loss promotes with the float input: computed.)"""
+# functions whose decompositions in torch itself (registered at the Autograd key too, so that
+# AOTAutograd's trace takes them whatever fuser's table) compute wrong values: the graph runs as
+# traced. multilabel_margin_loss counted the target slots after the first -1 as class 0.
+_DECOMPOSED_WRONGLY = frozenset({"multilabel_margin_loss"})
+
+
+def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo's graph runs as traced, unfused: it calls one of those functions where
+    its result (the type its operands promote to) is one eager refuses, or an op eager has no
+    float8 form of on a float8 tensor (running it raises eager's own error; an integer target
+    of mse_loss promotes with the float input: computed), or one torch decomposes wrongly."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
-        if _float8_refused(node, name):
+        if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name):
             return True
         if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
             continue
@@ -227,18 +233,6 @@ def _eager_refuses_a_dtype(gm: torch.fx.GraphModule) -> bool:
                                           for q in quotient):
                 return True
     return False
-
-
-# functions whose decompositions in torch itself (registered at the Autograd key too, so that
-# AOTAutograd's trace takes them whatever fuser's table) compute wrong values: the graph runs as
-# traced. multilabel_margin_loss counted the target slots after the first -1 as class 0.
-_DECOMPOSED_WRONGLY = frozenset({"multilabel_margin_loss"})
-
-
-def _decomposed_wrongly(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op in ("call_function", "call_method") and
-               (n.target if n.op == "call_method" else getattr(n.target, "__name__", "")) in _DECOMPOSED_WRONGLY
-               for n in gm.graph.nodes)
 
 
 def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: list) -> None:
@@ -489,23 +483,29 @@ def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dic
         ahead.start(programs, device)
 
 
+def _input_info() -> Optional[list]:
+    """AOTAutograd's metadata of each input of the graph it last traced, None where not left."""
+    return getattr(getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None), "input_info", None)
+
+
+def _written(info: Any) -> bool:
+    return getattr(info, "mutates_data", False) or getattr(info, "mutates_metadata", False)
+
+
 def _mutated_inputs(n_inputs: int) -> list[int]:
     """The graph inputs AOTAutograd's metadata says the graph writes (in place, or their
     metadata); [] where it cannot tell."""
-    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-    info = getattr(meta, "input_info", None)
+    info = _input_info()
     if info is None or len(info) != n_inputs:
         return []
-    return [k for k, i in enumerate(info) if getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False)]
+    return [k for k, i in enumerate(info) if _written(i)]
 
 
 def _traced_on_overlapping_arguments(n_inputs: int) -> bool:
     """Whether AOTAutograd's metadata lists fewer inputs than the graph has, having merged
     arguments that share memory, one of them written, into a synthetic base."""
-    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-    info = getattr(meta, "input_info", None)
-    return info is not None and len(info) < n_inputs and any(
-        getattr(i, "mutates_data", False) or getattr(i, "mutates_metadata", False) for i in info)
+    info = _input_info()
+    return info is not None and len(info) < n_inputs and any(_written(i) for i in info)
 
 
 def _argument_inputs(gm: torch.fx.GraphModule, n_inputs: int) -> list[int]:
@@ -600,8 +600,8 @@ class FuserBackend:
                                    f"settings; fuser takes none (compile with options=None)")
 
         _refuse_meta_inputs(gm, example_inputs)
-        if _eager_refuses_a_dtype(gm) or _decomposed_wrongly(gm):
-            return gm.forward  # (run as traced: it raises eager's error)
+        if _runs_as_traced(gm):
+            return gm.forward
         _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
 

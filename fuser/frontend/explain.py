@@ -142,16 +142,15 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
     target = jitted._jit if isinstance(jitted, JitModule) else jitted
     stats = Stats()
     before = timing.totals()
-    _PHASE_TIMES.__enter__()
-    start = time.perf_counter()
     try:
-        with timing.phase("other"):
-            out = target._call(stats, args, kwargs, direct=False)
-            _run_backward(out, fn, args, kwargs, stats)
-        total = (time.perf_counter() - start) * 1e3
-        after = timing.totals()
+        with _PHASE_TIMES:
+            start = time.perf_counter()
+            with timing.phase("other"):
+                out = target._call(stats, args, kwargs, direct=False)
+                _run_backward(out, fn, args, kwargs, stats)
+            total = (time.perf_counter() - start) * 1e3
+            after = timing.totals()
     finally:
-        _PHASE_TIMES.__exit__()
         # the graphs are the function's own now: its later calls may take the direct path, which
         # counts only graphs a call through Dynamo recorded (cache_info read 0 graphs after it)
         for record in stats.records.values():

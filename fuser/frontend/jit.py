@@ -441,14 +441,18 @@ def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
             torch._dynamo.mark_static(t, t.dim() - 1)
         except Exception:  # (a hint: a tensor Dynamo will not mark is traced as dynamic=True would)
             pass
-        changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items()
-                   if (v != before[k] if isinstance(v, set) and k in before else before.get(k, _ABSENT) is not v)}
+        changed = {k: before.get(k, _ABSENT) for k, v in t.__dict__.items() if _changed(before.get(k, _ABSENT), v)}
         if changed:
             marked.append((t, changed))
     return marked
 
 
 _ABSENT = object()
+
+
+def _changed(before: Any, now: Any) -> bool:
+    """(A set compared by value: `before` holds a copy of it.)"""
+    return before != now if isinstance(now, set) and isinstance(before, set) else before is not now
 
 
 def _unmark(marked: list) -> None:
