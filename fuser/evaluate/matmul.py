@@ -233,6 +233,6 @@ def _scaled_mm(e: ScaledMmOp, args, ctx):
             # (it wants mat2 column-major)
             return [torch._scaled_mm(mat1.contiguous(), mat2.t().contiguous().t(), scale1, scale2,
                                      bias=bias, out_dtype=out_dtype)]
-        except RuntimeError:
+        except (RuntimeError, ValueError):
             pass  # scale shapes, bias dtype or a device it does not take: the math form
     return [_to(_scaled_mm_reference(mat1, mat2, scale1, scale2, alpha, bias, beta), out_dtype)]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
@@ -389,6 +390,9 @@ class _InferenceCall:
         self.run = program.positional_call()
 
     def __call__(self, *args: Any) -> Any:
+        if _forward_ad._current_level >= 0:
+            # forward-mode AD: the graph's ATen ops carry the tangents; the kernels would drop them
+            return self.program.plan.graph(*args)
         if not self.grad_off or not torch.is_grad_enabled():
             return self.run(*args)
         torch._C._set_grad_enabled(False)

@@ -10,6 +10,7 @@ Every call is recorded, so `repr(fd)` prints Python that rebuilds the definition
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import threading
 from functools import partial
@@ -122,7 +123,10 @@ class _Ops:
         def call(*args, **kwargs):
             if kwargs and not _NV_KEYWORDS.keys().isdisjoint(kwargs):
                 args, kwargs = _positional_keywords(name, fn, args, kwargs)
-            result = fn(*args, **kwargs)
+            fusion = self._fd.fusion
+            _check_call(name, fn, args, kwargs, fusion)
+            with fusion.all_or_nothing():
+                result = fn(*args, **kwargs)
             self._fd._recorder.record(result, f"fd.ops.{name}", args, kwargs)
             return result
 
@@ -138,11 +142,43 @@ class _Ops:
 _NV_KEYWORDS = {"arg": 0, "arg1": 0, "arg2": 1}
 
 
+# nvFuser's debugging keywords of execute, accepted and ignored (fuser has no such modes)
+_NV_EXECUTE_OPTIONS = frozenset({"override_user_schedule", "capture_debug_output", "print_repro", "profile",
+                                 "_enable_options", "_disable_options"})
+
+_SIGNATURES: dict[str, inspect.Signature] = {}
+
+
+def _check_call(name: str, fn, args: tuple, kwargs: dict, fusion: Fusion) -> None:
+    """The call's arguments against the op's parameters, and its operands against the
+    definition: `fd.ops.add(a)` would otherwise raise Python's TypeError naming an internal
+    function, and another definition's tensor would be recorded in this one's repr."""
+    sig = _SIGNATURES.get(name)
+    if sig is None:
+        sig = _SIGNATURES[name] = inspect.signature(fn)
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        plain = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                            return_annotation=sig.empty)
+        raise FusionDefinitionError(f"fd.ops.{name}{plain}: {e}") from None
+    for v in _operands(list(args) + list(kwargs.values())):
+        if v.fusion is not fusion:
+            raise FusionDefinitionError(f"fd.ops.{name}: the operand {v!r} belongs to another FusionDefinition; "
+                                        f"use that definition's fd.ops, or define it in this one")
+
+
+def _operands(values: Sequence[Any]):
+    for v in values:
+        if isinstance(v, (TensorView, Scalar)):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _operands(v)
+
+
 def _positional_keywords(name: str, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """nvFuser's keywords for leading operands as positional arguments, where fuser's op names
     that parameter otherwise (`tv`, `x`, `a`)."""
-    import inspect
-
     params = inspect.signature(fn).parameters
     args, kwargs = list(args), dict(kwargs)
     for key in sorted((k for k in kwargs if k in _NV_KEYWORDS and k not in params), key=_NV_KEYWORDS.get):
@@ -161,6 +197,7 @@ class FusionDefinition:
         self._repro_inputs: Optional[list[str]] = None  # (execute(save_repro_inputs=True))
         self._cache: Optional[FusionExecutorCache] = None
         self._cache_lock = threading.Lock()
+        self._with_raised: Optional[str] = None  # the error that left the with-block, if one did
         # per output as added: (the tensor, the input it is written into or None); positions
         # are kept, not identities, should a pass rewrite the fusion's outputs
         self._outputs: list[tuple[TensorView, Optional[TensorView]]] = []
@@ -182,6 +219,8 @@ class FusionDefinition:
                                     "that rebuilds it, and exec that instead")
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:  # (what the block defined is not the computation meant)
+            self._with_raised = f"{exc_type.__name__}: {exc}"
         if exc_type is None and not self.fusion.outputs():
             raise FusionDefinitionError("the definition has no outputs; call fd.add_output")
 
@@ -317,7 +356,7 @@ class FusionDefinition:
     # -- execution --------------------------------------------------------------------------
 
     def execute(self, inputs: Sequence[Any], device: Any = None, *, save_repro_inputs: bool = False,
-                **_unused) -> list:
+                **options) -> list:
         """Runs the definition on `inputs` (tensors and scalars in the order they were defined;
         a list or tuple stands for as many scalars, those of a define_vector).
         `save_repro_inputs`: remember the inputs' layouts for `last_repro_script()`.
@@ -328,6 +367,11 @@ class FusionDefinition:
         on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
         if not isinstance(inputs, (list, tuple)):
             raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
+        unknown = sorted(set(options) - _NV_EXECUTE_OPTIONS)
+        if unknown:
+            raise FusionInputError(f"execute: no keyword {unknown[0]!r}; it takes device, save_repro_inputs and "
+                                   f"nvFuser's debugging options, accepted and ignored: "
+                                   f"{', '.join(sorted(_NV_EXECUTE_OPTIONS))}")
         target = _execution_device(device, inputs, bool(self._cpu_scalars))
         hook = _set_eval_frame(None)
         # outside autograd, as nvFuser's kernels run: an ATen segment (a matmul) recorded a
@@ -421,6 +465,9 @@ class FusionDefinition:
         return cache.compile_ahead(list(inputs) if isinstance(inputs, tuple) else inputs, device)
 
     def _make_cache(self, verb: str) -> FusionExecutorCache:
+        if self._with_raised is not None:
+            raise FusionDefinitionError(f"{verb}: the definition's with-block raised ({self._with_raised}), so "
+                                        f"it holds part of the computation; define it again")
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
         return self._install(FusionExecutorCache(self.fusion), verb, replace=False)

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import threading
+import traceback
 import types
 import weakref
 import warnings
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from ..codegen import compile_pool
 from ..errors import FuserError, FusionInputError, InternalError, UnsupportedError
@@ -171,6 +173,10 @@ class JitFunction:
         Dynamo's frame even where a remembered entry would do, so that the graphs it runs are
         counted in `stats` too."""
         stats.calls += 1
+        if _forward_ad._current_level >= 0:
+            # inside torch.autograd.forward_ad.dual_level: Dynamo's guards do not see a tangent,
+            # and fuser's kernels read only the primal, so the tangents would be lost silently
+            return self._fn(*args, **kwargs)
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized or on another device; a nested one makes them raise)
         if direct and not kwargs and self._direct.remembered is not None and not self._failed \
@@ -582,7 +588,19 @@ def _op_failed_while_tracing(e: Exception) -> bool:
         from torch._dynamo.exc import TorchRuntimeError
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and _SYMBOL.search(str(e)) is not None)
+    return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and (
+        _SYMBOL.search(str(e)) is not None or _raised_in_torch_op(e)))
+
+
+def _raised_in_torch_op(e: BaseException) -> bool:
+    """Whether `e` was raised by torch's op code (a reference, decomposition or meta function:
+    `x.sum(dim=3)`'s dim out of range), not by Dynamo running the user's own code."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return False
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    innermost = frames[-1].filename
+    return innermost.startswith(torch_dir) and not innermost[len(torch_dir):].startswith("_dynamo")
 
 
 _CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"

@@ -151,12 +151,15 @@ _METHODS = {torch.ops.aten.view.default: torch.Tensor.view, torch.ops.aten.permu
 
 def _dtype_casts(value: Any, traced: Any) -> dict:
     """{output position (None: the value itself): traced dtype} where an eager op's tensor
-    output has another dtype than its trace."""
+    output has another dtype than its trace. Not a quantized tensor's (qint8), which the trace
+    records as float: the ops after it (dequantize) take it as it is, as in eager."""
+    def differs(v: Any, t: Any) -> bool:
+        return isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.dtype != t.dtype \
+            and not v.is_quantized
     if isinstance(value, torch.Tensor):
-        return {None: traced.dtype} if isinstance(traced, torch.Tensor) and traced.dtype != value.dtype else {}
+        return {None: traced.dtype} if differs(value, traced) else {}
     if isinstance(value, (tuple, list)) and isinstance(traced, (tuple, list)) and len(value) == len(traced):
-        return {k: t.dtype for k, (v, t) in enumerate(zip(value, traced))
-                if isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.dtype != t.dtype}
+        return {k: t.dtype for k, (v, t) in enumerate(zip(value, traced)) if differs(v, t)}
     return {}
 
 

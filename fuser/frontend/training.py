@@ -191,11 +191,14 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grads: tuple) -> tuple:
+        if any(g is not None and _is_batched(g) for g in grads):
+            # torch.autograd.grad(..., is_grads_batched=True) (a vectorized jacobian): vmap's
+            # batched tensors, which the kernels cannot read and the graph's ATen ops batch
+            return _Fused.run_backward(ctx, grads, eager=True)
         if torch.is_grad_enabled():  # create_graph=True
             # (a saved value the forward computed from an input needing grad: plan.computed_from)
             if any(ctx.needs_input_grad[1 + k] for k in ctx.plan.computed_from) \
-                    or any(t.requires_grad for t in ctx.saved_tensors) \
-                    or any(g is not None and g.requires_grad for g in grads):
+                    or any(t.requires_grad for t in ctx.saved_tensors):
                 # the gradients would depend on values that need gradients, through kernels
                 # that record no autograd graph: differentiating them (a gradient penalty)
                 # would treat them as constants, silently
@@ -205,6 +208,10 @@ class _Fused(torch.autograd.Function):
                     "runs generated kernels, which record no autograd graph, so gradients of its "
                     "gradients would be silently wrong; take the gradient of the eager function for "
                     "a higher-order term")
+            if any(g is not None and g.requires_grad for g in grads):
+                # the gradients depend on the incoming ones alone (a linear function's): the
+                # graph's ATen ops record how, for the gradient's own gradient
+                return _Fused.run_backward(ctx, grads, eager=True)
             return _Fused.backward_once(ctx, *grads)
         return _Fused.run_backward(ctx, grads)
 
@@ -214,7 +221,9 @@ class _Fused(torch.autograd.Function):
         return _Fused.run_backward(ctx, grads)
 
     @staticmethod
-    def run_backward(ctx, grads: tuple) -> tuple:
+    def run_backward(ctx, grads: tuple, eager: bool = False) -> tuple:
+        """The backward program on the saved values and `grads`; `eager`: its ATen graph run
+        op by op instead (the graph as AOTAutograd traced it, before planning)."""
         tensors, ints = ctx.saved_tensors, ctx.ints
         if ctx.rebuilt is not None:
             tensors = list(tensors)
@@ -222,7 +231,14 @@ class _Fused(torch.autograd.Function):
                 tensors[j] = tensors[j].as_strided(size, stride, offset)
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
+        if eager:
+            return (None, *ctx.plan.backward.plan.graph(*args))
         return (None, *ctx.plan.run_backward(*args))
+
+
+def _is_batched(t: torch.Tensor) -> bool:
+    """Whether `t` is a batched tensor of torch's vmap (autograd's is_grads_batched)."""
+    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
 
 
 def _save_through(ctx: Any, tensors: list, output: torch.Tensor, also: list) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from contextlib import contextmanager
 from typing import Any, Iterable, Optional, Sequence
 
 import sympy
@@ -61,6 +62,8 @@ class Fusion:
         # why the inputs, outputs and exprs can no longer change (a FusionDefinition that ran:
         # its compiled runtimes would go stale), or None
         self.final: Optional[str] = None
+        # (object, attribute, old value) of each change made inside all_or_nothing, else None
+        self._undo: Optional[list[tuple[Any, str, Any]]] = None
 
     def check_open(self, what: str) -> None:
         if self.final is not None:
@@ -170,6 +173,36 @@ class Fusion:
                 return e
         return None
 
+    @contextmanager
+    def all_or_nothing(self):
+        """An op's changes to this fusion, undone if the op raises part-way: an op that made
+        two extents one and then refused its operands' other axis must not leave them one,
+        where later inputs would be refused for it."""
+        if self._undo is not None:  # (an op inside another: the outer one undoes)
+            yield
+            return
+        lists = ("exprs", "_tvs", "_scalars", "_ids", "constraints", "divisible", "sizes", "finite", "schedule_log")
+        lengths = {name: len(getattr(self, name)) for name in lists}
+        self._undo = []
+        try:
+            yield
+        except BaseException:
+            for obj, attr, old in reversed(self._undo):
+                setattr(obj, attr, old)
+            dropped = {id(s) for s in self._scalars[lengths["_scalars"]:]}
+            for name, n in lengths.items():
+                del getattr(self, name)[n:]
+            self._extent_scalars = {e: s for e, s in self._extent_scalars.items() if id(s) not in dropped}
+            raise
+        finally:
+            self._undo = None
+
+    def _set(self, obj: Any, attr: str, value: Any) -> None:
+        """setattr, remembered for all_or_nothing."""
+        if self._undo is not None:
+            self._undo.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, value)
+
     # -- extent unification ----------------------------------------------------------------
 
     def unify(self, a: Extent, b: Extent, why: str) -> Extent:
@@ -198,23 +231,30 @@ class Fusion:
         origin of each IterDomain whose extent changes."""
         for d in self._ids:
             extent = d.extent.xreplace(mapping)
-            if why is not None and d.origin is None and extent is not d.extent:  # (xreplace: itself if unchanged)
-                d.origin = why
-            d.extent = extent
+            if extent is d.extent:  # (xreplace: itself if unchanged)
+                continue
+            if why is not None and d.origin is None:
+                self._set(d, "origin", why)
+            self._set(d, "extent", extent)
+        for d in self._ids:
             if d.expanded_extent is not None:
-                d.expanded_extent = d.expanded_extent.xreplace(mapping)
+                expanded = d.expanded_extent.xreplace(mapping)
+                if expanded is not d.expanded_extent:
+                    self._set(d, "expanded_extent", expanded)
         for s in self._scalars:
             if s.expr is not None and not s.is_constant:
-                s.expr = s.expr.xreplace(mapping)
+                expr = s.expr.xreplace(mapping)
+                if expr is not s.expr:
+                    self._set(s, "expr", expr)
         for tv in self._tvs:
             for t in tv.domain.root_transforms + tv.domain.transforms:
                 if hasattr(t, "factor"):
-                    t.factor = t.factor.xreplace(mapping)
-        self.constraints = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints]
-        self.divisible = [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.divisible]
-        self.sizes = [(x.xreplace(mapping), w) for x, w in self.sizes]
-        self.finite = [(x.xreplace(mapping), w, z) for x, w, z in self.finite]
-        self._extent_scalars = {}
+                    self._set(t, "factor", t.factor.xreplace(mapping))
+        self._set(self, "constraints", [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.constraints])
+        self._set(self, "divisible", [(x.xreplace(mapping), y.xreplace(mapping), w) for x, y, w in self.divisible])
+        self._set(self, "sizes", [(x.xreplace(mapping), w) for x, w in self.sizes])
+        self._set(self, "finite", [(x.xreplace(mapping), w, z) for x, w, z in self.finite])
+        self._set(self, "_extent_scalars", {})
 
     # -- whole-fusion operations -----------------------------------------------------------
 

@@ -22,8 +22,9 @@ def _same_float_dtype(op: str, *tvs: TensorView) -> DataType:
 
 def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = None) -> TensorView:
     op = "linear"
-    for name, t in (("input", input), ("weight", weight)):
-        check_tensor(op, t, name)
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
+        if t is not None or name != "bias":
+            check_tensor(op, t, name)
     f = fusion_of(op, input, weight, *( [bias] if bias is not None else []))
     dtype = _same_float_dtype(op, input, weight, *([bias] if bias is not None else []))
     if input.ndim < 1 or weight.ndim not in (1, 2):
@@ -35,7 +36,6 @@ def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = N
     if weight.ndim == 2:
         ids.append(copy_id(f, w_ids[0]))
     if bias is not None:
-        check_tensor(op, bias, "bias")
         if bias.ndim > 1 or (weight.ndim == 1 and bias.ndim != 0):
             # (a 1-D weight gives one value a row of input: its bias is one number)
             raise FusionDefinitionError(f"{op}: bias must have at most 1 dim (0 with a 1-D weight {weight!r}), "

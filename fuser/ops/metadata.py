@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from ..errors import FusionDefinitionError
 from ..ir import Scalar, TensorView
-from .common import check_tensor
+from .common import check_tensor, listed
 from .shape import set as _set
 
 
@@ -32,7 +32,7 @@ def stride_order(arg: TensorView, stride_order: Sequence[Any]) -> TensorView:  #
     fastest-moving), contiguous; an empty order keeps the default layout."""
     op = "stride_order"
     check_tensor(op, arg)
-    order = list(stride_order)
+    order = listed(op, "stride_order", stride_order)
     out = _set(arg)
     if not order:
         return out

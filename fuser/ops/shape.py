@@ -307,6 +307,8 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
 
 
 def set(tv: TensorView, kind: LoadStoreOpType = LoadStoreOpType.set) -> TensorView:  # noqa: A001
+    if not isinstance(kind, LoadStoreOpType):
+        raise FusionDefinitionError(f"set: kind must be a LoadStoreOpType, got {kind!r}")
     check_tensor(kind.value, tv)
     f = tv.fusion
     out = new_tensor(f, [copy_id(f, d) for d in tv.domain.no_reductions()], tv.dtype)

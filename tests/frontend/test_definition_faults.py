@@ -409,3 +409,86 @@ def test_numpy_contiguity_and_axes_are_taken():
         fd.add_output(fd.ops.add(x, fd.ops.broadcast_in_dim(fd.ops.sum(y, [1]), [x.size(np.int64(0)), 1], [0])))
     a, b = make((3, 4)), make((3, 5))
     assert_eager(fd.execute([a, b])[0], a + b.sum(1, keepdim=True))
+
+
+# -- fifty-eighth session: a probe of bad input through the definition API ---------------------
+
+@pytest.mark.parametrize("bad_op", [
+    lambda fd, a, b: fd.ops.add(a, b),
+    lambda fd, a, b: fd.ops.cat([a, b], 0),
+    lambda fd, a, b: fd.ops.where(fd.ops.gt(a, 0.0), a, b),
+], ids=["add", "cat", "where"])
+def test_an_op_that_fails_part_way_leaves_no_extent_merged(bad_op):
+    # add unified axis 0 of a and b, then refused axis 1: later inputs of other row counts
+    # were refused for an extent the user never asked to be one
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, 8], contiguity=True, dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, 9], contiguity=True, dtype=DataType.Float)
+        with pytest.raises(FusionDefinitionError, match="8 and 9"):
+            bad_op(fd, a, b)
+        fd.add_output(fd.ops.exp(a))
+        fd.add_output(fd.ops.exp(b))
+    x, y = make((3, 8)), make((5, 9))
+    ex, ey = fd.execute([x, y])
+    torch.testing.assert_close(ex, x.exp())
+    torch.testing.assert_close(ey, y.exp())
+    assert "fd.ops.add" not in repr(fd) and "fd.ops.cat" not in repr(fd)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda fd, a: fd.ops.add(a), r"fd\.ops\.add\(a, b\): missing a required argument: 'b'"),
+    (lambda fd, a: fd.ops.add(a, a, a), r"fd\.ops\.add\(a, b\): too many positional arguments"),
+    (lambda fd, a: fd.ops.sum(), r"fd\.ops\.sum\(tv, .*missing a required argument: 'tv'"),
+    (lambda fd, a: fd.ops.exp(a, y=a), r"fd\.ops\.exp\(x\): got an unexpected keyword argument 'y'"),
+    (lambda fd, a: fd.ops.linear(a, a, "bias"), "linear: bias must be a TensorView, got 'bias'"),
+    (lambda fd, a: fd.ops.set(a, a), "set: kind must be a LoadStoreOpType"),
+    (lambda fd, a: fd.ops.stride_order(a, 5), "stride_order: stride_order must be a list, got 5"),
+], ids=["too-few", "too-many", "none", "keyword", "linear-bias", "set-kind", "stride-order"])
+def test_a_call_with_wrong_arguments_names_the_op_and_its_parameters(call, match):
+    # Python's TypeError named an internal function and counted the fusion argument
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+        with pytest.raises(FusionDefinitionError, match=match):
+            call(fd, a)
+        fd.add_output(fd.ops.exp(a))
+
+
+def test_another_definitions_tensor_is_refused_by_name():
+    # f1.ops.exp(f2's tensor) went into f2's fusion while f1's repr recorded it: repr(f2)
+    # named a tensor it never defined
+    with FusionDefinition() as f2:
+        t = f2.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+        with FusionDefinition() as f1:
+            u = f1.define_tensor(shape=[-1], contiguity=True, dtype=DataType.Float)
+            with pytest.raises(FusionDefinitionError, match="belongs to another FusionDefinition"):
+                f1.ops.exp(t)
+            f1.add_output(f1.ops.exp(u))
+        f2.add_output(f2.ops.exp(t))
+    x = make((5,))
+    torch.testing.assert_close(f2.execute([x])[0], x.exp())
+    scope = {"FusionDefinition": FusionDefinition, "DataType": DataType}
+    exec(repr(f2), scope)  # the repr rebuilds the definition
+    with FusionDefinition() as again:
+        scope["nvfuser_fusion"](again)
+    torch.testing.assert_close(again.execute([x])[0], x.exp())
+    assert repr(f1).count("fd.ops.exp") == 1
+
+
+def test_a_definition_whose_block_raised_does_not_execute():
+    fd = FusionDefinition()
+    with pytest.raises(FusionDefinitionError, match="out of range"):
+        with fd:
+            a = fd.define_tensor(shape=[-1, -1], contiguity=True, dtype=DataType.Float)
+            fd.add_output(fd.ops.exp(a))
+            fd.ops.sum(a, [5])
+    with pytest.raises(FusionDefinitionError, match="with-block raised .*define it again"):
+        fd.execute([make((2, 3))])
+
+
+def test_execute_refuses_a_keyword_it_does_not_know():
+    fd = _define(lambda fd, t: fd.ops.exp(t), DataType.Float)
+    x = make((4,))
+    with pytest.raises(FusionInputError, match="no keyword 'devcie'"):
+        fd.execute([x], devcie="cuda:7")
+    # nvFuser's debugging options are taken and ignored
+    torch.testing.assert_close(fd.execute([x], print_repro=False, _enable_options=[])[0], x.exp())

@@ -326,3 +326,104 @@ def test_a_regression_loss_of_an_empty_batch_trains_as_eager(loss):
         expected.backward()
         torch.testing.assert_close(out, expected, equal_nan=True)
         torch.testing.assert_close(x.grad, xe.grad)
+
+
+@pytest.mark.parametrize("fn, dim", [(lambda x: x.sum(dim=3), 3), (lambda x: torch.softmax(x * 2, dim=2), 2)],
+                         ids=["sum", "softmax"])
+def test_a_dim_out_of_range_raises_eagers_error(fn, dim):
+    # torch's reference raised it on the fake tensors: Dynamo's or AOTAutograd's text followed
+    x = make((4, 8))
+    with pytest.raises(IndexError) as caught:
+        fuser.jit(fn)(x)
+    assert str(caught.value) == f"Dimension out of range (expected to be in range of [-2, 1], but got {dim})"
+
+
+# -- fifty-eighth session: probes of autograd's other modes and of quantized values -----------
+
+def test_forward_mode_tangents_are_carried():
+    # Dynamo keeps no guard on a dual tensor, and the kernels read the primal alone: the
+    # tangent came back None, silently (fuser.jit and torch.compile(backend="fuser"))
+    import torch.autograd.forward_ad as fwAD
+
+    def f(x, w):
+        return torch.nn.functional.layer_norm(x, (16,), w).sigmoid() * x
+
+    for jitted in (fuser.jit(f), torch.compile(f, backend="fuser")):
+        x, w, t = make((4, 16)), make((16,)), make((4, 16))
+        torch.testing.assert_close(jitted(x, w), f(x, w))  # compiled outside the dual level first
+        for _ in range(2):
+            with fwAD.dual_level():
+                y, tangent = fwAD.unpack_dual(jitted(fwAD.make_dual(x, t), w))
+                y_eager, tangent_eager = fwAD.unpack_dual(f(fwAD.make_dual(x, t), w))
+            torch.testing.assert_close(y, y_eager)
+            assert tangent is not None
+            torch.testing.assert_close(tangent, tangent_eager)
+
+
+def test_batched_gradients_run_through_the_backward():
+    # is_grads_batched=True hands vmap's batched tensors to the backward: the kernels raised
+    # "Cannot access storage of BatchedTensorImpl"
+    def f(x, w):
+        return torch.nn.functional.gelu(x * w).softmax(-1) * x
+
+    jitted = fuser.jit(f)
+    for _ in range(3):
+        x, w = make((3, 8)).requires_grad_(), make((8,)).requires_grad_()
+        v = make((5, 3, 8))
+        got = torch.autograd.grad(jitted(x, w), (x, w), v, is_grads_batched=True)
+        expected = torch.autograd.grad(f(x, w), (x, w), v, is_grads_batched=True)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b)
+    g = fuser.jit(lambda x: torch.nn.functional.layer_norm(x, (8,)).tanh())
+    x = make((2, 8))
+    torch.testing.assert_close(torch.autograd.functional.jacobian(g, x, vectorize=True),
+                               torch.autograd.functional.jacobian(lambda x: torch.nn.functional.layer_norm(x, (8,)).tanh(),
+                                                                  x, vectorize=True))
+
+
+def test_double_backward_of_a_linear_function_under_a_nonlinear_one():
+    # the incoming gradient needs grad (the square's), the backward (3 g) is linear in it: the
+    # gradient penalty's backward was refused from the second call on
+    def f(x):
+        return x * 3 + 1
+
+    jitted = fuser.jit(f)
+    for call in range(3):
+        x = make((8,)).requires_grad_()
+        x_eager = x.detach().clone().requires_grad_()
+        g_eager, = torch.autograd.grad((f(x_eager) ** 2).sum(), x_eager, create_graph=True)
+        g_eager.pow(2).sum().backward()
+        if call == 0:  # (the first call's backward is AOTAutograd's, which refuses it)
+            jitted(x).sum().backward()
+            continue
+        g, = torch.autograd.grad((jitted(x) ** 2).sum(), x, create_graph=True)
+        torch.testing.assert_close(g, g_eager)
+        g.pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, x_eager.grad)
+
+
+def test_a_quantized_tensor_between_ops():
+    # the trace records quantize_per_tensor's output as float: it was cast back with .to(), which
+    # torch refuses for a qint8 tensor
+    def f(x):
+        q = torch.quantize_per_tensor(x * 2, 0.05, 3, torch.qint8)
+        return q.dequantize() + 1
+
+    jitted = fuser.jit(f)
+    for shape in ((8, 32), (8, 32), (6, 32)):
+        x = make(shape)
+        torch.testing.assert_close(jitted(x), f(x), rtol=0, atol=0)
+
+
+def test_scaled_mm_with_scales_torch_refuses_raises_eagers_error():
+    a = (make((16, 32)) * 20).to(torch.float8_e4m3fn)
+    b = (make((24, 32)) * 20).to(torch.float8_e4m3fn).t()
+    sa, sb = make((16, 1)).abs(), make((1, 1)).abs()
+
+    def f(a, b, sa, sb):
+        return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16).float() + 1
+
+    with pytest.raises(ValueError, match="Invalid scaling configuration"):
+        f(a, b, sa, sb)
+    with pytest.raises(ValueError, match="Invalid scaling configuration"):
+        fuser.jit(f)(a, b, sa, sb)

@@ -343,3 +343,22 @@ def test_linear_bias_of_one_element_and_a_vector_weights_bias():
         assert_eager(fd.execute([x, w1, b0])[0], x @ w1 + b0, rtol=1e-5, atol=1e-5)
     with pytest.raises(fuser.FusionDefinitionError, match="0 with a 1-D weight"), FusionDefinition() as fd:
         fd.ops.linear(*(fd.from_pytorch(t) for t in (x, w1, make((3,)))))
+
+
+@pytest.mark.parametrize("s1_shape, s2_shape", [((16, 1), (1, 1)), ((1, 1), (1, 24))], ids=["row-tensor", "tensor-col"])
+def test_scaled_mm_with_a_per_tensor_scale_beside_a_row_or_column_one(s1_shape, s2_shape):
+    # torch._scaled_mm refuses the mix with a ValueError, which the math form's fallback missed
+    m, k, n = 16, 32, 24
+    g = torch.Generator().manual_seed(5)
+    a = (torch.randn(m, k, generator=g) * 20).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, generator=g) * 20).to(torch.float8_e4m3fn).t()
+    s1, s2 = torch.rand(s1_shape, generator=g) * 0.1, torch.rand(s2_shape, generator=g) * 0.1
+    with FusionDefinition() as fd:
+        A = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn, stride_order=[1, 0])
+        B = fd.define_tensor(shape=[-1, -1], dtype=DataType.Float8_e4m3fn, stride_order=[0, 1])
+        S1 = fd.define_tensor(shape=[-1 if d != 1 else 1 for d in s1_shape], dtype=DataType.Float)
+        S2 = fd.define_tensor(shape=[-1 if d != 1 else 1 for d in s2_shape], dtype=DataType.Float)
+        fd.add_output(fd.ops.scaled_mm(A, B, S1, S2, dtype=DataType.BFloat16)[0])
+    out, = fd.execute([a, b, s1, s2])
+    expected = ((a.float() * s1) @ (b.float() * s2)).to(torch.bfloat16)
+    torch.testing.assert_close(out, expected)

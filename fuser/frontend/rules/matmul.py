@@ -2,6 +2,8 @@
 inside the fusion, between the generated kernels of their producers and consumers."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...ir import DataType, PermuteOp
@@ -55,5 +57,12 @@ def _scaled_mm(b, node, x, y, scale_a, scale_b, bias=None, scale_result=None, ou
     a precision hint that the ATen segment does without."""
     if scale_result is not None:
         raise LoweringError("_scaled_mm with scale_result (the scale of an fp8 output)")
+    shapes = [tuple(a.meta["val"].shape) for a in node.args[2:4]]
+    per_tensor = all(math.prod(s) == 1 for s in shapes)
+    x_rows, y_cols = node.args[0].meta["val"].shape[0], node.args[1].meta["val"].shape[1]
+    if not per_tensor and shapes != [(x_rows, 1), (1, y_cols)]:
+        # (a per-row scale beside a per-tensor one: torch refuses the mix, whose error is eager's)
+        raise LoweringError(f"_scaled_mm with scales of shapes {shapes[0]} and {shapes[1]}: torch takes both "
+                            f"per tensor or per row and per column")
     dtype = x.dtype if out_dtype is None else DataType.from_torch(out_dtype)
     return b.fd.ops.scaled_mm(x, y, scale_a, scale_b, bias=bias, dtype=dtype)[0]
