@@ -160,6 +160,7 @@ class JitFunction:
         # calls take the direct path, without it. Reentrant: a jitted function may call itself
         self._tracing = threading.RLock()
         _JITTED.add(self)
+        self._dynamic = dynamic
         self._compiled = torch.compile(fn, backend=backend_for(), dynamic=True if self._rows else dynamic)
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._direct = DirectCall(fn)
@@ -233,6 +234,13 @@ class JitFunction:
             # torch's backward of some ops (affine_grid's) cannot take a size static beside
             # symbolic ones: traced again without the row lengths' static marks, from now on
             self._rows = False
+            return self._call(self._stats, args, kwargs)
+        if not self._traced and self._dynamic is not False and _STATIC_SIZES_ONLY in str(failure):
+            # torch's backward of some ops (bicubic interpolation with antialias) takes no
+            # symbolic size: traced with static sizes from now on (a new shape traces again)
+            self._rows, self._dynamic = False, False
+            self._compiled = torch.compile(self._fn, backend=backend_for(), dynamic=False)
+            self._sizes = contextlib.nullcontext()
             return self._call(self._stats, args, kwargs)
         if "NYI SymInt equality" in str(failure) and self._fallback != "eager":  # (torch's own limit:
             # torch.compile(dynamic=True) meets it)
@@ -604,6 +612,7 @@ def _raised_in_torch_op(e: BaseException) -> bool:
 
 
 _CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"
+_STATIC_SIZES_ONLY = "Expected IntList but got GenericList"  # (torch's assert, a symbolic size in an int list)
 _SYMBOL = re.compile(r"\b[su]\d+\b")  # a size symbol of Dynamo's (s77), or an unbacked one (u0)
 # every jitted callable, for the fork handler: a child forked while another thread held one's
 # lock (a DataLoader worker started during a first call) would wait on it for good

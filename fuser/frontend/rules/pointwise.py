@@ -99,16 +99,27 @@ for _op, _name in _BINARY.items():
 
 
 def _scaled(b, node, y, alpha, op: str):
-    """`y * alpha` of add's and sub's alpha (eager refuses an alpha its result type cannot hold)."""
+    """`y * alpha` of add's and sub's alpha (eager refuses an alpha its result type cannot hold),
+    in fp32 for a half or bf16 `y`: eager's kernel rounds `x + alpha y` once, where a product
+    of y's type was rounded before the sum too (an SGD step on bf16 parameters, 1 ulp off in a
+    sixth of them). `_rounded_once` casts the sum back."""
     if alpha == 1:
         return y
     refuse_overflow(alpha, node.meta["val"].dtype, op)
+    if isinstance(y, TensorView) and y.dtype in (DataType.BFloat16, DataType.Half):
+        y = b.fd.ops.cast(y, DataType.Float)
     return b.fd.ops.mul(y, alpha)
+
+
+def _rounded_once(b, node, out):
+    """`out` in the node's result type (an fp32 sum of `_scaled`'s product, cast once)."""
+    want = DataType.from_torch(node.meta["val"].dtype)
+    return out if not isinstance(out, TensorView) or out.dtype is want else b.fd.ops.cast(out, want)
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
 def _add(b, node, x, y, alpha=1):
-    return b.fd.ops.add(x, _scaled(b, node, y, alpha, "add"))
+    return _rounded_once(b, node, b.fd.ops.add(x, _scaled(b, node, y, alpha, "add")))
 
 
 def _no_bool_subtraction(x, y) -> None:
@@ -121,13 +132,13 @@ def _no_bool_subtraction(x, y) -> None:
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
-    return b.fd.ops.sub(x, _scaled(b, node, y, alpha, "sub"))
+    return _rounded_once(b, node, b.fd.ops.sub(x, _scaled(b, node, y, alpha, "sub")))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
-    return b.fd.ops.sub(y, _scaled(b, node, x, alpha, "rsub"))
+    return _rounded_once(b, node, b.fd.ops.sub(y, _scaled(b, node, x, alpha, "rsub")))
 
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -247,33 +258,44 @@ def _masked_fill(b, node, x, mask, value):
     return b.fd.ops.where(mask, value, x)
 
 
+def _bounded(b, x, bound, below: bool):
+    """x held at or above `bound` (`below` False: at or below), as eager's std::max(x, bound):
+    x itself on a tie, so -0.0 stays -0.0 against a bound of 0 (maximum gave +0.0), a NaN x
+    stays NaN, and a NaN bound gives NaN."""
+    ops = b.fd.ops
+    past = ops.lt(x, bound) if not below else ops.gt(x, bound)
+    if isinstance(bound, TensorView) and bound.dtype.is_floating:
+        past = ops.logical_or(past, ops.isnan(bound))
+    elif isinstance(bound, float) and math.isnan(bound):
+        past = ops.logical_or(past, True)
+    return ops.where(past, bound, x)
+
+
 @register(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(b, node, x, min=None, max=None):
     for bound in (min, max):
         refuse_overflow(bound, node.meta["val"].dtype, "clamp")
-    out = x
-    if min is not None:
-        out = b.fd.ops.maximum(out, min)
-    if max is not None:
-        out = b.fd.ops.minimum(out, max)
-    return out if out is not x else b.fd.ops.set(x)
+    if min is None and max is None:
+        return b.fd.ops.set(x)
+    out = x if min is None else _bounded(b, x, min, below=False)
+    return out if max is None else _bounded(b, out, max, below=True)
 
 
 @register(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(b, node, x, min):
     refuse_overflow(min, node.meta["val"].dtype, "clamp_min")
-    return b.fd.ops.maximum(x, min)
+    return _bounded(b, x, min, below=False)
 
 
 @register(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(b, node, x, max):
     refuse_overflow(max, node.meta["val"].dtype, "clamp_max")
-    return b.fd.ops.minimum(x, max)
+    return _bounded(b, x, max, below=True)
 
 
 @register(aten.hardtanh.default)
 def _hardtanh(b, node, x, min_val=-1.0, max_val=1.0):
-    return b.fd.ops.minimum(b.fd.ops.maximum(x, min_val), max_val)
+    return _bounded(b, _bounded(b, x, min_val, below=False), max_val, below=True)
 
 
 @register(aten.leaky_relu.default)
