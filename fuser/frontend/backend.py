@@ -28,6 +28,7 @@ from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
 from . import ahead
 from .cse import eliminate_common_subexpressions
+from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
@@ -69,6 +70,7 @@ def decompositions() -> dict:
     core = getattr(_decomp, "_core_aten_decompositions_post_autograd", None) or _decomp.core_aten_decompositions
     table = dict(core())
     table.update(get_decompositions([aten._softmax, aten._log_softmax]))
+    table.update(foreach_decompositions())
     # composite ops with a CPU kernel of their own: the dispatcher runs that kernel rather than
     # decomposing them, so their composite form is asked for here (export's table had it)
     for op in (getattr(aten, "native_channel_shuffle", None),):
