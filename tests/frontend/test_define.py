@@ -125,7 +125,7 @@ def test_ops_from_two_definitions_cannot_mix():
         fd1.add_output(a)
     with FusionDefinition() as fd2:
         b = fd2.define_tensor([-1], contiguity=True)
-        with pytest.raises(fuser.FusionDefinitionError, match="different fusion"):
+        with pytest.raises(fuser.FusionDefinitionError, match="belongs to another FusionDefinition"):
             fd2.ops.add(a, b)
         fd2.add_output(b)
 
