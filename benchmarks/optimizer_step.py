@@ -1,0 +1,66 @@
+"""An optimizer's step on the GPU: `Adam(foreach=True)` (torch's default on CUDA) over a
+llama-layer-like set of fp32 parameters, through fuser.jit, eager and torch.compile in one
+process, each checked against eager's parameters after three steps and timed by do_bench.
+`--no-foreach-decomposition` leaves torch's `_foreach_*` ops as ATen calls (the tree before
+frontend/foreach.py), for the comparison. Open lead 15 of docs/performance.md.
+
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.append(os.path.join(os.path.dirname(__file__), ".."))  # (after PYTHONPATH: a tree to compare comes first)
+
+import fuser  # noqa: E402
+
+SHAPES = [(4096, 4096)] * 8 + [(4096,)] * 8 + [(11008, 4096)] * 2
+PASSES = 7  # a step reads parameter, gradient and two moments, and writes parameter and moments
+
+
+def _setup(device: str):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in SHAPES]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    return params, torch.optim.Adam(params, lr=1e-3, foreach=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-foreach-decomposition", action="store_true")
+    options = parser.parse_args()
+    if options.no_foreach_decomposition:
+        import fuser.frontend.backend as backend
+        backend.foreach_decompositions = dict  # (read once, at the first jit compile)
+    from triton.testing import do_bench
+
+    reference = None
+    times = {}
+    for name in ("eager", "fuser.jit", "torch.compile"):
+        params, opt = _setup("cuda")
+        step = {"eager": opt.step, "fuser.jit": fuser.jit(lambda: opt.step()),
+                "torch.compile": torch.compile(lambda: opt.step())}[name]
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        if reference is None:
+            reference = [p.detach().clone() for p in params]
+        else:
+            error = max((a - b).abs().max().item() for a, b in zip(params, reference))
+            print(f"{name}: largest |parameter - eager's| after 3 steps {error:.3g}")
+        times[name] = do_bench(step, warmup=10, rep=200)
+        if name == "fuser.jit":
+            print(step.cache_info())
+    elements = sum(torch.Size(s).numel() for s in SHAPES)
+    for name, ms in times.items():
+        print(f"{name:14s} {ms * 1000:9.1f} us a step ({PASSES * elements * 4 / ms / 1e6:6.0f} GB/s of the "
+              f"{PASSES} passes a step needs)")
+
+
+if __name__ == "__main__":
+    main()
