@@ -238,6 +238,10 @@ def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+# torch.compile's modes, as of torch 2.13
+_MODES = frozenset({"default", "lite", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"})
+
+
 def _restart_with_floats_specialized(gm: torch.fx.GraphModule, example_inputs: list) -> None:
     """With dynamic shapes Dynamo turns each Python float into a 0-dim float64 CPU tensor input
     (a "tensorified" SymFloat), and on the GPU every op using it would mix devices and cut the
@@ -604,6 +608,9 @@ class FuserBackend:
         if options:
             raise UnsupportedError(f"torch.compile(backend=\"fuser\"): options {sorted(options)} are Inductor's "
                                    f"settings; fuser takes none (compile with options=None)")
+        if mode is not None and mode not in _MODES:
+            raise UnsupportedError(f"torch.compile(backend=\"fuser\"): no mode {mode!r}; torch.compile's modes are "
+                                   f"{', '.join(sorted(_MODES))}")
 
         _refuse_meta_inputs(gm, example_inputs)
         if _runs_as_traced(gm):

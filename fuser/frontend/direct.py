@@ -22,7 +22,9 @@ themselves, under names of its own.
 """
 from __future__ import annotations
 
+import itertools
 import types
+import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -98,6 +100,12 @@ class DirectCall:
             self.code = code
             self.names = code.co_varnames[:code.co_argcount]
             self._all_locals = _locals_of_full_call(fn)
+            # the names this call put in the function's globals, by the entry that reads them:
+            # dropped once Dynamo no longer holds the entry, and when this object goes (the
+            # module's globals would keep each compiled graph alive)
+            self._prefix = f"__fuser_direct{next(_NUMBERS)}"
+            self._installed: list[tuple[Any, list[str]]] = []
+            weakref.finalize(self, _drop_names, fn.__globals__, self._installed, ())
 
     @property
     def entry(self) -> Any:
@@ -173,8 +181,10 @@ class DirectCall:
                     or code.co_freevars != self.code.co_freevars:
                 self.remembered = None
                 return
-            run = types.FunctionType(_without_disable_wrappers(code, self.fn.__globals__),
-                                     self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
+            code, names = _without_disable_wrappers(code, self.fn.__globals__, self._prefix)
+            run = types.FunctionType(code, self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
+            self._installed.append((entry, names))
+            _drop_names(self.fn.__globals__, self._installed, found)
             self.remembered = (entry, entry.guard_manager, run, defaults)
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
@@ -217,10 +227,26 @@ class _UnwrappedUtils:
         return value
 
 
-def _without_disable_wrappers(code: types.CodeType, globals_: dict) -> types.CodeType:
+_NUMBERS = itertools.count()
+
+
+def _drop_names(globals_: dict, installed: list, live: Any) -> None:
+    """Removes from `globals_` the names installed for entries not in `live` (Dynamo's entries
+    of the code now), but those an entry still in it reads too."""
+    kept = [(entry, names) for entry, names in installed if any(entry is e for e in live)]
+    needed = {name for _, names in kept for name in names}
+    for _, names in installed:
+        for name in names:
+            if name not in needed:
+                globals_.pop(name, None)
+    installed[:] = kept
+
+
+def _without_disable_wrappers(code: types.CodeType, globals_: dict, prefix: str) -> tuple:
     """`code` reading the compiled graph and Dynamo's helpers from globals of its own that hold
-    them unwrapped (the same objects, minus the wrappers)."""
+    them unwrapped (the same objects, minus the wrappers), and those globals' names."""
     names = list(code.co_names)
+    installed = []
     for k, name in enumerate(names):
         if name.startswith("__compiled_fn") and name in globals_:
             target = _unwrapped(globals_[name])
@@ -228,7 +254,8 @@ def _without_disable_wrappers(code: types.CodeType, globals_: dict) -> types.Cod
             target = _UnwrappedUtils(globals_[name])
         else:
             continue
-        alias = f"__fuser_direct{name}"
+        alias = f"{prefix}{name}"
         globals_[alias] = target
         names[k] = alias
-    return code.replace(co_names=tuple(names))
+        installed.append(alias)
+    return code.replace(co_names=tuple(names)), installed

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import logging
 import os
 import re
@@ -161,12 +162,21 @@ class JitFunction:
         self._tracing = threading.RLock()
         _JITTED.add(self)
         self._dynamic = dynamic
-        self._compiled = torch.compile(fn, backend=backend_for(), dynamic=True if self._rows else dynamic)
+        self._frame = _own_frame(fn) if _frame_shared(fn) else fn  # (what Dynamo compiles)
+        self._compiled = torch.compile(self._frame, backend=backend_for(), dynamic=True if self._rows else dynamic)
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._direct = DirectCall(fn)
         functools.update_wrapper(self, fn, updated=())
+        # the function inside, as torch.compile's wrappers name it: torch.compiler.disable(jitted)
+        # runs it eagerly, and torch._dynamo.explain(jitted) explains it
+        self._torchdynamo_orig_callable = fn
+        self._torchdynamo_wrapper_id = id(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            # called from a function Dynamo traces (another jitted or compiled function): the
+            # function's ops join that trace, rather than break it at fuser's own call path
+            return self._fn(*args, **kwargs)
         return self._call(self._stats, args, kwargs)
 
     def _call(self, stats: Stats, args: tuple, kwargs: dict, direct: bool = True) -> Any:
@@ -239,7 +249,7 @@ class JitFunction:
             # torch's backward of some ops (bicubic interpolation with antialias) takes no
             # symbolic size: traced with static sizes from now on (a new shape traces again)
             self._rows, self._dynamic = False, False
-            self._compiled = torch.compile(self._fn, backend=backend_for(), dynamic=False)
+            self._compiled = torch.compile(self._frame, backend=backend_for(), dynamic=False)
             self._sizes = contextlib.nullcontext()
             return self._call(self._stats, args, kwargs)
         if "NYI SymInt equality" in str(failure) and self._fallback != "eager":  # (torch's own limit:
@@ -626,6 +636,31 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _frame_shared(fn: Any) -> bool:
+    """Whether torch.compile would run `fn`, a module of torch's own (nn.LayerNorm), through
+    its one shared frame (`wrap_inline`'s): Dynamo's cache and recompile limit are kept per
+    code object, so every such module jitted in a process shared one budget of 8 traces, and
+    the ninth ran eagerly for good."""
+    if not isinstance(fn, torch.nn.Module):
+        return False
+    try:
+        from torch._dynamo import trace_rules
+        return bool(trace_rules.check(fn.forward))
+    except (ImportError, AttributeError):  # pragma: no cover - another torch's internals
+        return False
+
+
+_FRAMES = itertools.count()
+
+
+def _own_frame(module: torch.nn.Module) -> Callable:
+    """A function that calls `module`, of a code object of its own (see `_frame_shared`)."""
+    name = f"fuser_jit_{type(module).__name__}_{next(_FRAMES)}"
+    env = {"module": module}
+    exec(compile(f"def {name}(*args, **kwargs):\n    return module(*args, **kwargs)", f"<{name}>", "exec"), env)
+    return env[name]
 
 
 def _name(fn: Any) -> str:

@@ -475,3 +475,74 @@ def test_bicubic_antialias_backward_traces_with_static_sizes():
         y.backward(g)
         f(x_eager).backward(g)
         torch.testing.assert_close(x.grad, x_eager.grad)
+
+
+# -- fifty-eighth session: a probe of graph breaks and Dynamo's features -----------------------
+
+def test_a_jitted_function_called_inside_a_traced_one_joins_its_trace():
+    # Dynamo traced into fuser's call path and broke the graph there (os.sched_getaffinity):
+    # two graphs, one kernel each, and a graph of fuser's own counters recompiled as they changed
+    inner = fuser.jit(lambda x: torch.tanh(x * 2 + 1))
+    outer = fuser.jit(lambda x: (inner(x).exp() * 2).sum(-1))
+    for _ in range(3):
+        x = make((8, 32))
+        torch.testing.assert_close(outer(x), (torch.tanh(x * 2 + 1).exp() * 2).sum(-1))
+    info = outer.cache_info()
+    assert info.graphs == 1 and info.kernels == 1, info
+    assert inner.cache_info().calls == 0
+
+
+def test_torch_compiler_disable_of_a_jitted_function_runs_it_eagerly():
+    def f(x):
+        return torch.rand_like(x) * x + 1  # (fuser's random numbers are not eager's)
+
+    jitted = fuser.jit(f)
+    x = make((8, 32))
+    torch.manual_seed(1)
+    got = torch.compiler.disable(jitted)(x)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, f(x), rtol=0, atol=0)
+    assert jitted.cache_info().graphs == 0
+
+
+def test_a_misspelt_compile_mode_is_refused():
+    with pytest.raises(Exception, match="no mode 'max-autotune-no-cudagrpahs'"):
+        torch.compile(lambda x: torch.tanh(x + 1), backend="fuser", mode="max-autotune-no-cudagrpahs")(make((4, 8)))
+
+
+def test_remembered_programs_leave_the_functions_globals_when_gone():
+    # the direct path's names for Dynamo's compiled graphs stayed in the module's globals,
+    # each keeping its program alive after torch._dynamo.reset() and the jitted function's end
+    import gc
+
+    def count():
+        return sum(1 for name in globals() if name.startswith("__fuser_direct"))
+
+    before = count()
+    for _ in range(3):
+        torch._dynamo.reset()
+        jitted = fuser.jit(_leak_probe)
+        for _ in range(3):
+            jitted(make((4, 8)))
+        assert count() > before
+        del jitted
+        gc.collect()
+    assert count() == before
+
+
+def _leak_probe(x):
+    return torch.tanh(x * 3) + 1
+
+
+def test_each_jitted_torch_module_has_its_own_recompile_budget():
+    # torch.compile runs each of torch's own modules through one shared frame (wrap_inline's),
+    # whose cache and recompile limit (8) every such module jitted in a process shared: the
+    # ninth ran eagerly, unfused
+    torch._dynamo.reset()
+    modules = [torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.ReLU(), torch.nn.SiLU(), torch.nn.Tanh(),
+               torch.nn.Softmax(-1), torch.nn.Sigmoid(), torch.nn.Hardswish(), torch.nn.Mish(), torch.nn.ELU()]
+    for module in modules:
+        jitted = fuser.jit(module)
+        x = make((4, 16))
+        torch.testing.assert_close(jitted(x), module(x))
+        assert jitted.cache_info().graphs == 1, (module, jitted.cache_info())
