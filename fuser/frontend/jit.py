@@ -304,6 +304,20 @@ class JitFunction:
                 f"PyTorch runs this forward and raises at backward(). Call it under torch.no_grad() "
                 f"where no gradient is wanted, or write that value out of place (y = y + 1 for "
                 f"y.add_(1)); autograd: {reason}") from e
+        if error is InternalError and "is not implemented" in reason and "derivative for" in reason:
+            # (the same trace of the backward: eager's forward runs, its backward() would raise)
+            raise UnsupportedError(
+                f"{_name(self._fn)}: its gradient goes through an op torch cannot differentiate, so "
+                f"AOTAutograd, which traces the backward with the forward, fails where eager PyTorch "
+                f"runs this forward and raises at backward(). Call it under torch.no_grad() or detach "
+                f"that op's input where no gradient is wanted, or use fuser.jit(fn, fallback=\"eager\"); "
+                f"torch: {reason}") from e
+        if error is InternalError and "data-dependent" in reason:
+            raise UnsupportedError(
+                f"{_name(self._fn)}: torch's AOTAutograd cannot trace it with a size that depends on "
+                f"tensor values (an unbacked size, from capture_dynamic_output_shape_ops or "
+                f"capture_scalar_outputs): turn those settings off, so that Dynamo breaks the graph "
+                f"there, or use fuser.jit(fn, fallback=\"eager\"); torch: {reason}") from e
         raise error(f"{_name(self._fn)}: {doing} failed where eager PyTorch runs the function on "
                     f"these arguments (it ran eagerly once, to tell): {reason}") from e
 

@@ -546,3 +546,18 @@ def test_each_jitted_torch_module_has_its_own_recompile_budget():
         x = make((4, 16))
         torch.testing.assert_close(jitted(x), module(x))
         assert jitted.cache_info().graphs == 1, (module, jitted.cache_info())
+
+
+def test_an_op_torch_cannot_differentiate_is_unsupported_not_internal():
+    # AOTAutograd traces the backward with the forward and fails on unique's missing
+    # derivative, where eager's forward runs: that was an InternalError, "a fuser bug"
+    def f(x):
+        return torch.unique((x * 2).floor()) + 1
+
+    x = make((64,)).requires_grad_()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(fuser.UnsupportedError, match="op torch cannot differentiate"):
+            fuser.jit(f)(x)
+        with torch.no_grad():
+            torch.testing.assert_close(fuser.jit(f)(x), f(x))
