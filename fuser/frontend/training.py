@@ -223,7 +223,7 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def run_backward(ctx, grads: tuple, eager: bool = False) -> tuple:
         """The backward program on the saved values and `grads`; `eager`: its ATen graph run
-        op by op instead (the graph as AOTAutograd traced it, before planning)."""
+        op by op instead (each op eager's: batched, and recorded where grad mode is on)."""
         tensors, ints = ctx.saved_tensors, ctx.ints
         if ctx.rebuilt is not None:
             tensors = list(tensors)
