@@ -143,7 +143,7 @@ _NV_KEYWORDS = {"arg": 0, "arg1": 0, "arg2": 1}
 
 
 # nvFuser's debugging keywords of execute, accepted and ignored (fuser has no such modes)
-_NV_EXECUTE_OPTIONS = frozenset({"override_user_schedule", "capture_debug_output", "print_repro", "profile",
+_NV_EXECUTE_OPTIONS = frozenset({"auto_schedule", "override_user_schedule", "capture_debug_output", "print_repro", "profile",
                                  "_enable_options", "_disable_options"})
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
@@ -367,6 +367,9 @@ class FusionDefinition:
         on the CPU into Triton's interpreter, Dynamo failed with an internal error)."""
         if not isinstance(inputs, (list, tuple)):
             raise FusionInputError(f"execute expects a list of inputs, got {type(inputs).__name__}")
+        if options.get("auto_schedule", True) is not True:
+            raise FusionDefinitionError("execute(auto_schedule=False): fuser has no user schedules; every "
+                                        "fusion is scheduled automatically")
         unknown = sorted(set(options) - _NV_EXECUTE_OPTIONS)
         if unknown:
             raise FusionInputError(f"execute: no keyword {unknown[0]!r}; it takes device, save_repro_inputs and "

@@ -101,11 +101,11 @@ class DirectCall:
             self.names = code.co_varnames[:code.co_argcount]
             self._all_locals = _locals_of_full_call(fn)
             # the names this call put in the function's globals, by the entry that reads them:
-            # dropped once Dynamo no longer holds the entry, and when this object goes (the
-            # module's globals would keep each compiled graph alive)
+            # dropped when this object goes (the module's globals would keep each compiled
+            # graph alive), not before: another thread may be running an entry's code
             self._prefix = f"__fuser_direct{next(_NUMBERS)}"
             self._installed: list[tuple[Any, list[str]]] = []
-            weakref.finalize(self, _drop_names, fn.__globals__, self._installed, ())
+            weakref.finalize(self, _drop_names, fn.__globals__, self._installed)
 
     @property
     def entry(self) -> Any:
@@ -184,7 +184,6 @@ class DirectCall:
             code, names = _without_disable_wrappers(code, self.fn.__globals__, self._prefix)
             run = types.FunctionType(code, self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
             self._installed.append((entry, names))
-            _drop_names(self.fn.__globals__, self._installed, found)
             self.remembered = (entry, entry.guard_manager, run, defaults)
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
@@ -230,16 +229,12 @@ class _UnwrappedUtils:
 _NUMBERS = itertools.count()
 
 
-def _drop_names(globals_: dict, installed: list, live: Any) -> None:
-    """Removes from `globals_` the names installed for entries not in `live` (Dynamo's entries
-    of the code now), but those an entry still in it reads too."""
-    kept = [(entry, names) for entry, names in installed if any(entry is e for e in live)]
-    needed = {name for _, names in kept for name in names}
+def _drop_names(globals_: dict, installed: list) -> None:
+    """Removes from `globals_` the names a DirectCall installed (`installed`: per entry)."""
     for _, names in installed:
         for name in names:
-            if name not in needed:
-                globals_.pop(name, None)
-    installed[:] = kept
+            globals_.pop(name, None)
+    installed.clear()
 
 
 def _without_disable_wrappers(code: types.CodeType, globals_: dict, prefix: str) -> tuple:

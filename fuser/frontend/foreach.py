@@ -26,8 +26,16 @@ def _norm(x: torch.Tensor, ord=2, dtype=None) -> torch.Tensor:
     return aten.linalg_vector_norm(x, ord, dtype=dtype)
 
 
-# ops whose per-tensor form has another name or other parameters
-_PER_TENSOR: dict[str, Callable] = {"norm": _norm}
+def _maximum(x: torch.Tensor, other) -> torch.Tensor:
+    return aten.maximum(x, other) if isinstance(other, torch.Tensor) else aten.clamp_min(x, other)
+
+
+def _minimum(x: torch.Tensor, other) -> torch.Tensor:
+    return aten.minimum(x, other) if isinstance(other, torch.Tensor) else aten.clamp_max(x, other)
+
+
+# ops whose per-tensor form has another name or other parameters (maximum takes no number)
+_PER_TENSOR: dict[str, Callable] = {"norm": _norm, "maximum": _maximum, "minimum": _minimum}
 # a foreach parameter's name in the per-tensor op, where it differs and is passed by keyword
 _RENAMED = {"addcdiv": {"scalars": "value"}, "addcmul": {"scalars": "value"}}
 

@@ -190,8 +190,7 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized or on another device; a nested one makes them raise)
-        if direct and not kwargs and self._direct.remembered is not None and not self._failed \
-                and not torch.compiler.is_compiling():
+        if direct and not kwargs and self._direct.remembered is not None and not self._failed:
             # no CURRENT_STATS here: the remembered entry's graphs were counted on the call
             # through Dynamo that remembered it
             try:
@@ -245,7 +244,7 @@ class JitFunction:
             # symbolic ones: traced again without the row lengths' static marks, from now on
             self._rows = False
             return self._call(self._stats, args, kwargs)
-        if not self._traced and self._dynamic is not False and _STATIC_SIZES_ONLY in str(failure):
+        if self._dynamic is not False and _STATIC_SIZES_ONLY in str(failure):
             # torch's backward of some ops (bicubic interpolation with antialias) takes no
             # symbolic size: traced with static sizes from now on (a new shape traces again)
             self._rows, self._dynamic = False, False
@@ -307,9 +306,10 @@ class JitFunction:
         if error is InternalError and "is not implemented" in reason and "derivative for" in reason:
             # (the same trace of the backward: eager's forward runs, its backward() would raise)
             raise UnsupportedError(
-                f"{_name(self._fn)}: its gradient goes through an op torch cannot differentiate, so "
-                f"AOTAutograd, which traces the backward with the forward, fails where eager PyTorch "
-                f"runs this forward and raises at backward(). Call it under torch.no_grad() or detach "
+                f"{_name(self._fn)}: an output needing grad comes from an op torch cannot "
+                f"differentiate, so AOTAutograd, which traces the backward of every such output with "
+                f"the forward, fails where eager PyTorch runs this forward (a backward() through that "
+                f"op would raise). Call it under torch.no_grad() or detach "
                 f"that op's input where no gradient is wanted, or use fuser.jit(fn, fallback=\"eager\"); "
                 f"torch: {reason}") from e
         if error is InternalError and "data-dependent" in reason:

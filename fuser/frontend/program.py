@@ -149,6 +149,11 @@ _METHODS = {torch.ops.aten.view.default: torch.Tensor.view, torch.ops.aten.permu
             torch.ops.aten.squeeze.dim: torch.Tensor.squeeze}
 
 
+def is_batched(t: torch.Tensor) -> bool:
+    """Whether `t` is a batched tensor of torch's vmap (autograd's is_grads_batched)."""
+    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
+
+
 def _dtype_casts(value: Any, traced: Any) -> dict:
     """{output position (None: the value itself): traced dtype} where an eager op's tensor
     output has another dtype than its trace. Not a quantized tensor's (qint8), which the trace
@@ -328,6 +333,12 @@ class GraphProgram:
         stats = CURRENT_STATS.get()
         if stats is not None and self.record is not None:
             stats.saw(self.record)
+        if self.kind == "backward" and any(isinstance(a, torch.Tensor) and is_batched(a) for a in args):
+            # (AOTAutograd's own backward, a training graph's first calls, given vmap's batched
+            # gradients, is_grads_batched=True: the graph's ATen ops batch them, no kernel can)
+            result = self.plan.graph(*args)
+            args.clear()
+            return result
         if self._one_fusion is not None:
             step, take, give = self._one_fusion
             outs = step.execute([args[j] for j in take])

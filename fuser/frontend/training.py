@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 
 from ..errors import UnsupportedError
 from .frame_hook import set_eval_frame
-from .program import GraphProgram
+from .program import GraphProgram, is_batched
 
 
 @dataclass
@@ -191,7 +191,7 @@ class _Fused(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, grads: tuple) -> tuple:
-        if any(g is not None and _is_batched(g) for g in grads):
+        if any(g is not None and is_batched(g) for g in grads):
             # torch.autograd.grad(..., is_grads_batched=True) (a vectorized jacobian): vmap's
             # batched tensors, which the kernels cannot read and the graph's ATen ops batch
             return _Fused.run_backward(ctx, grads, eager=True)
@@ -234,11 +234,6 @@ class _Fused(torch.autograd.Function):
         if eager:
             return (None, *ctx.plan.backward.plan.graph(*args))
         return (None, *ctx.plan.run_backward(*args))
-
-
-def _is_batched(t: torch.Tensor) -> bool:
-    """Whether `t` is a batched tensor of torch's vmap (autograd's is_grads_batched)."""
-    return torch._C._functorch.is_legacy_batchedtensor(t) or torch._C._functorch.is_batchedtensor(t)
 
 
 def _save_through(ctx: Any, tensors: list, output: torch.Tensor, also: list) -> None:

@@ -490,5 +490,8 @@ def test_execute_refuses_a_keyword_it_does_not_know():
     x = make((4,))
     with pytest.raises(FusionInputError, match="no keyword 'devcie'"):
         fd.execute([x], devcie="cuda:7")
-    # nvFuser's debugging options are taken and ignored
+    # nvFuser's debugging options are taken and ignored, and nvfuser_direct's auto_schedule
     torch.testing.assert_close(fd.execute([x], print_repro=False, _enable_options=[])[0], x.exp())
+    torch.testing.assert_close(fd.execute([x], auto_schedule=True)[0], x.exp())
+    with pytest.raises(FusionDefinitionError, match="no user schedules"):
+        fd.execute([x], auto_schedule=False)

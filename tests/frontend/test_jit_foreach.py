@@ -96,3 +96,42 @@ def test_bf16_parameters_step_with_fp32_state():
         opt_theirs.step()
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1.6e-2, atol=1e-2)
+
+
+def _example(argument, k: int):
+    kind = str(argument.type)
+    if kind == "List[Tensor]":
+        return [make((3, 4)).abs() + 0.5, make((5,)).abs() + 0.5]
+    if kind == "List[number]":
+        return [0.5, 1.5]
+    if kind == "number":
+        return 0.75
+    if kind == "Tensor":
+        return torch.tensor(0.7)
+    if kind == "bool":
+        return False
+    return None
+
+
+def test_every_decomposition_matches_its_foreach_op():
+    # maximum/minimum with a number had no per-tensor op (aten.maximum takes two tensors)
+    from fuser.frontend.foreach import foreach_decompositions
+
+    table = foreach_decompositions()
+    assert len(table) > 60
+    for op, decomposition in table.items():
+        args = []
+        for k, argument in enumerate(a for a in op._schema.arguments if not a.kwarg_only):
+            value = _example(argument, k)
+            if value is None:
+                break
+            args.append(value)
+        try:
+            expected = op(*args)
+        except (RuntimeError, TypeError):
+            continue  # (an op this CPU build lacks, or that refuses these values)
+        got = decomposition(*args)
+        assert len(got) == len(expected), op
+        for a, b in zip(got, expected):
+            assert a.dtype == b.dtype, op
+            torch.testing.assert_close(a, b, equal_nan=True, msg=str(op))

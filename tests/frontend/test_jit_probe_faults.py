@@ -561,3 +561,33 @@ def test_an_op_torch_cannot_differentiate_is_unsupported_not_internal():
             fuser.jit(f)(x)
         with torch.no_grad():
             torch.testing.assert_close(fuser.jit(f)(x), f(x))
+
+
+def test_batched_gradients_on_a_trace_s_first_call():
+    # AOTAutograd's own backward (a training graph's first calls) handed the batched gradients
+    # to the kernels: "Cannot access storage of BatchedTensorImpl"
+    def f(x, w):
+        return (x * w).sin() + x.cos() * 2
+
+    jitted = fuser.jit(f)
+    for n in (6, 9):
+        x, w = make((n,)).requires_grad_(), make((n,)).requires_grad_()
+        got = torch.autograd.grad(jitted(x, w), (x, w), torch.eye(n), is_grads_batched=True)
+        expected = torch.autograd.grad(f(x, w), (x, w), torch.eye(n), is_grads_batched=True)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b)
+
+
+def test_static_sizes_retrace_after_an_inference_trace():
+    def f(x):
+        return torch.nn.functional.interpolate(x, size=(3, 4), mode="bicubic", antialias=True)
+
+    jitted = fuser.jit(f)
+    with torch.no_grad():
+        x = make((2, 3, 8, 9))
+        torch.testing.assert_close(jitted(x), f(x))
+    x = make((2, 3, 8, 9)).requires_grad_()
+    x_eager = x.detach().clone().requires_grad_()
+    jitted(x).sum().backward()
+    f(x_eager).sum().backward()
+    torch.testing.assert_close(x.grad, x_eager.grad)
