@@ -142,20 +142,27 @@ class _Ops:
 _NV_KEYWORDS = {"arg": 0, "arg1": 0, "arg2": 1}
 
 
-# nvFuser's debugging keywords of execute, accepted and ignored (fuser has no such modes)
-_NV_EXECUTE_OPTIONS = frozenset({"auto_schedule", "override_user_schedule", "capture_debug_output", "print_repro", "profile",
-                                 "_enable_options", "_disable_options"})
+# execute's keywords of nvfuser_direct (auto_schedule) and of nvFuser's older frontend (its
+# debugging options), accepted and ignored: fuser has no such modes
+_NV_EXECUTE_OPTIONS = frozenset({"auto_schedule", "override_user_schedule", "capture_debug_output", "print_repro",
+                                 "profile", "_enable_options", "_disable_options"})
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
+
+
+def _signature(name: str, fn) -> inspect.Signature:
+    """fd.ops.<name>'s parameters (once an op: a partial's signature is rebuilt each time)."""
+    sig = _SIGNATURES.get(name)
+    if sig is None:
+        sig = _SIGNATURES[name] = inspect.signature(fn)
+    return sig
 
 
 def _check_call(name: str, fn, args: tuple, kwargs: dict, fusion: Fusion) -> None:
     """The call's arguments against the op's parameters, and its operands against the
     definition: `fd.ops.add(a)` would otherwise raise Python's TypeError naming an internal
     function, and another definition's tensor would be recorded in this one's repr."""
-    sig = _SIGNATURES.get(name)
-    if sig is None:
-        sig = _SIGNATURES[name] = inspect.signature(fn)
+    sig = _signature(name, fn)
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
@@ -179,7 +186,7 @@ def _operands(values: Sequence[Any]):
 def _positional_keywords(name: str, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """nvFuser's keywords for leading operands as positional arguments, where fuser's op names
     that parameter otherwise (`tv`, `x`, `a`)."""
-    params = inspect.signature(fn).parameters
+    params = _signature(name, fn).parameters
     args, kwargs = list(args), dict(kwargs)
     for key in sorted((k for k in kwargs if k in _NV_KEYWORDS and k not in params), key=_NV_KEYWORDS.get):
         if len(args) != _NV_KEYWORDS[key]:

@@ -100,11 +100,11 @@ class DirectCall:
             self.code = code
             self.names = code.co_varnames[:code.co_argcount]
             self._all_locals = _locals_of_full_call(fn)
-            # the names this call put in the function's globals, by the entry that reads them:
-            # dropped when this object goes (the module's globals would keep each compiled
-            # graph alive), not before: another thread may be running an entry's code
+            # the names this call put in the function's globals: dropped when this object goes
+            # (the module's globals would keep each compiled graph alive), not before: another
+            # thread may be running a remembered entry's code
             self._prefix = f"__fuser_direct{next(_NUMBERS)}"
-            self._installed: list[tuple[Any, list[str]]] = []
+            self._installed: list[str] = []
             weakref.finalize(self, _drop_names, fn.__globals__, self._installed)
 
     @property
@@ -181,9 +181,8 @@ class DirectCall:
                     or code.co_freevars != self.code.co_freevars:
                 self.remembered = None
                 return
-            code, names = _without_disable_wrappers(code, self.fn.__globals__, self._prefix)
+            code = _without_disable_wrappers(code, self.fn.__globals__, self._prefix, self._installed)
             run = types.FunctionType(code, self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
-            self._installed.append((entry, names))
             self.remembered = (entry, entry.guard_manager, run, defaults)
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
@@ -230,18 +229,16 @@ _NUMBERS = itertools.count()
 
 
 def _drop_names(globals_: dict, installed: list) -> None:
-    """Removes from `globals_` the names a DirectCall installed (`installed`: per entry)."""
-    for _, names in installed:
-        for name in names:
-            globals_.pop(name, None)
+    """Removes from `globals_` the names a DirectCall installed."""
+    for name in installed:
+        globals_.pop(name, None)
     installed.clear()
 
 
-def _without_disable_wrappers(code: types.CodeType, globals_: dict, prefix: str) -> tuple:
+def _without_disable_wrappers(code: types.CodeType, globals_: dict, prefix: str, installed: list) -> types.CodeType:
     """`code` reading the compiled graph and Dynamo's helpers from globals of its own that hold
-    them unwrapped (the same objects, minus the wrappers), and those globals' names."""
+    them unwrapped (the same objects, minus the wrappers); their names go to `installed`."""
     names = list(code.co_names)
-    installed = []
     for k, name in enumerate(names):
         if name.startswith("__compiled_fn") and name in globals_:
             target = _unwrapped(globals_[name])
@@ -250,7 +247,8 @@ def _without_disable_wrappers(code: types.CodeType, globals_: dict, prefix: str)
         else:
             continue
         alias = f"{prefix}{name}"
+        if alias not in globals_:
+            installed.append(alias)
         globals_[alias] = target
         names[k] = alias
-        installed.append(alias)
-    return code.replace(co_names=tuple(names)), installed
+    return code.replace(co_names=tuple(names))

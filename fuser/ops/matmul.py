@@ -22,11 +22,11 @@ def _same_float_dtype(op: str, *tvs: TensorView) -> DataType:
 
 def linear(input: TensorView, weight: TensorView, bias: Optional[TensorView] = None) -> TensorView:
     op = "linear"
-    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
-        if t is not None or name != "bias":
-            check_tensor(op, t, name)
-    f = fusion_of(op, input, weight, *( [bias] if bias is not None else []))
-    dtype = _same_float_dtype(op, input, weight, *([bias] if bias is not None else []))
+    operands = [input, weight] + ([] if bias is None else [bias])
+    for name, t in zip(("input", "weight", "bias"), operands):
+        check_tensor(op, t, name)
+    f = fusion_of(op, *operands)
+    dtype = _same_float_dtype(op, *operands)
     if input.ndim < 1 or weight.ndim not in (1, 2):
         raise FusionDefinitionError(f"{op}: input needs >= 1 dim and weight 1 or 2, got {input!r}, {weight!r}")
     x_ids, w_ids = input.domain.no_reductions(), weight.domain.no_reductions()
