@@ -6,7 +6,7 @@ prepared launch would do. About five Python calls and their lists fewer a kernel
 host time of a small call on the H200 machines (docs/performance-history.md, tenth session)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
@@ -32,6 +32,34 @@ def _fast_allocators() -> dict:
 
 
 FAST_EMPTY = _fast_allocators()
+
+
+def writable_into(t: torch.Tensor, layout: tuple, inputs: Sequence[Any]) -> bool:
+    """Whether a launch writing an output of `layout` (shape, strides, dtype) can write it into
+    `t`, an input it aliases (runtime/in_place.py planned that the kernel may): `t` has that
+    layout and a 16-byte aligned address (the kernels assume their outputs so), and no other
+    of the kernel's `inputs` overlaps it, but the same view of it (read where it is written)."""
+    shape, strides, dtype = layout
+    if t.dtype != dtype or t.stride() != strides or tuple(t.shape) != shape or t.data_ptr() % 16:
+        return False
+    return not any(isinstance(a, torch.Tensor) and a is not t and _overlap(a, t) for a in inputs)
+
+
+def _overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
+    """Whether `a` touches memory `t` holds, other than as the same view of it."""
+    if a.data_ptr() == t.data_ptr() and a.stride() == t.stride() and a.shape == t.shape:
+        return False
+    if a.device != t.device or a.numel() == 0 or t.numel() == 0:
+        return False
+    a0, a1 = _span(a)
+    t0, t1 = _span(t)
+    return a0 < t1 and t0 < a1
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.data_ptr()
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
 
 
 # what a generated launch reads of `_DirectStep.raw_parts`, by the name it has there
@@ -80,7 +108,7 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
 
 
 def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
-                 device: torch.device) -> Optional[list[str]]:
+                 device: torch.device, into: Optional[dict[int, str]] = None) -> Optional[list[str]]:
     """Lines of a generated function (a ready call's) that make `launch` on the tensors
     named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the
     outputs, take the stream's workspaces and call Triton's C launcher for each kernel
@@ -89,7 +117,8 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
     align what they make), the current device is another, a launch hook was installed
     since or a step's launcher rejected its arguments before, the lines take `fallback` (an
     expression whose value is the outputs) instead. Names the lines read go
-    into `env`, suffixed with `tag`. None: this launch has no such form (not compiled yet,
+    into `env`, suffixed with `tag`. `into`: {output position: the name of the input it is
+    written into, where `writable_into` says it can be at that call}. None: this launch has no such form (not compiled yet,
     another launcher)."""
     empty = FAST_EMPTY.get(device.type)
     if device.type != "cuda" or device.index is None or empty is None or launch.cold or not outs \
@@ -103,7 +132,12 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
     body = [f"stream{tag} = raw_stream({device.index})"]
     for k, (shape, strides, dtype) in enumerate(launch.out_layouts):
         env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
-        body.append(f"{outs[k]} = EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})")
+        allocated = f"EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})"
+        if into and k in into:
+            env["writable_into"], env[f"OL{tag}_{k}"] = writable_into, launch.out_layouts[k]
+            allocated = f"{into[k]} if writable_into({into[k]}, OL{tag}_{k}, ({''.join(i + ', ' for i in ins)})) " \
+                        f"else {allocated}"
+        body.append(f"{outs[k]} = {allocated}")
     scratch = []
     if launch.workspaces is not None or launch.semaphores is not None:
         body.append(f"key{tag} = stream_key(DEV{tag})")

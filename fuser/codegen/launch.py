@@ -61,6 +61,13 @@ def scalar_key(v: Any) -> tuple:
     return (type(v), v, None)
 
 
+def into_destinations(launch: Any, into: list, inputs: Sequence[Any]) -> Optional[list]:
+    """A launch's `dests` for outputs offered into their inputs (None: a launch of another
+    kind, which allocates them all)."""
+    destinations = getattr(launch, "destinations", None)
+    return destinations(into, inputs) if destinations is not None else None
+
+
 def target_for(device: torch.device) -> str:
     return "cuda" if device.type == "cuda" else "interpreter"
 
@@ -205,16 +212,17 @@ class KernelLauncher:
                             lambda: self.prepare(inputs, scalars, values, device, extents, out_shapes, dests))
 
     def run(self, inputs: Sequence[torch.Tensor], scalars: dict[int, Any], values, device,
-            used: Optional[list] = None) -> Optional[list]:
+            used: Optional[list] = None, into: Optional[list] = None) -> Optional[list]:
         """The outputs of the kernel(s) on whole tensors; None: an empty loop space (the caller
         evaluates through ATen). `used` gets the launch made (None for an empty loop space):
         what a ready call replays, which a lookup after the call could miss (another thread's
-        call may have cleared the launches)."""
+        call may have cleared the launches). `into`: (output position, input tensor) of outputs
+        to write into the inputs they alias where the launch can (`Launch.destinations`)."""
         return self._launch(self._key(inputs, scalars, values), inputs, device, None,
-                            lambda: self.prepare(inputs, scalars, values, device), used)
+                            lambda: self.prepare(inputs, scalars, values, device), used, into)
 
     def _launch(self, key: tuple, inputs, device, dests, prepare: Callable,
-                used: Optional[list] = None) -> Optional[list]:
+                used: Optional[list] = None, into: Optional[list] = None) -> Optional[list]:
         """Launch the prepared launch of `key`, preparing it on first use (None, an empty loop
         space, is kept too)."""
         launch = self.launches.get(key, _MISSING)
@@ -228,6 +236,8 @@ class KernelLauncher:
             used.append(launch)
         if launch is None:
             return None
+        if into:
+            dests = into_destinations(launch, into, inputs)
         try:
             if first:  # the first launch compiles the kernel (Triton's JIT)
                 with phase("first launch"):

@@ -13,7 +13,7 @@ import torch
 
 from . import compile_pool, inline, parallel_compile, tuning
 from .ahead import CompileJobs, stand_ins
-from .inline import inline_lines
+from .inline import inline_lines, writable_into
 from .scratch import Semaphores, Workspaces, stream_key
 from .shared_row import misaligned
 from .steps import _DirectStep, current_device, step_args
@@ -69,10 +69,23 @@ class Launch:
             step(args)
         return outputs
 
+    def destinations(self, into: Sequence[tuple[int, torch.Tensor]], inputs: Sequence[Any]) -> Optional[list]:
+        """`dests` for outputs offered `into` the inputs they alias, (output position, input
+        tensor): each taken where this launch can write it there (`writable_into`), else None
+        (allocated; the caller copies)."""
+        out: Optional[list] = None
+        for k, t in into:
+            if writable_into(t, self.out_layouts[k], inputs):
+                if out is None:
+                    out = [None] * len(self.out_layouts)
+                out[k] = t
+        return out
+
     def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
-                     device: torch.device) -> Optional[list[str]]:
-        """This launch inline in a ready call's generated code (`codegen/inline.py`)."""
-        return inline_lines(self, ins, outs, fallback, env, tag, device)
+                     device: torch.device, into: Optional[dict[int, str]] = None) -> Optional[list[str]]:
+        """This launch inline in a ready call's generated code (`codegen/inline.py`); `into`:
+        {output position: the name of the input it is written into where it can be}."""
+        return inline_lines(self, ins, outs, fallback, env, tag, device, into)
 
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:
         """(every tensor the steps read: inputs, outputs, workspaces; the outputs), the outputs
@@ -226,3 +239,4 @@ class SharedRowLaunch(Wrapper):
         if self.compiling is not None:
             return self._stand_in(inputs).jobs_for(inputs, device)
         return self.launch.jobs_for(inputs, device)
+

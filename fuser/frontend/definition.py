@@ -431,7 +431,9 @@ class FusionDefinition:
                     raise FusionInputError(f"input {where[id(target)]} ({target!r}) is written in place (an "
                                            f"output's alias) but is expanded: stride 0 on an axis of size "
                                            f"> 1, one element for many; pass a dense tensor")
-                if dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
+                if value is dst:  # (its kernel wrote it there: runtime/in_place.py)
+                    torch._C._increment_version((dst,))
+                elif dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
                     if _overlaps(dst, value):  # (a view of the input itself, a transpose say)
                         value = value.clone()
                     dst.copy_(value)
@@ -480,7 +482,9 @@ class FusionDefinition:
                                         f"it holds part of the computation; define it again")
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
-        return self._install(FusionExecutorCache(self.fusion), verb, replace=False)
+        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
+        aliases = {k: where[id(target)] for k, (_, target) in enumerate(self._outputs) if target is not None}
+        return self._install(FusionExecutorCache(self.fusion, aliases=aliases), verb, replace=False)
 
     def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on

@@ -25,6 +25,7 @@ from torch.fx import Node
 from ..errors import FuserError, UnsupportedError
 from ..ir import DataType, Scalar, SliceOp, TensorView
 from .definition import FusionDefinition
+from .host_scalars import is_host_scalar
 from .meta import EqualSizes, equal_sizes, is_size_node, is_tensor_node, meta_val, node_device, size_expr
 from .rules import Kind, LoweringError, find_rule
 from .sizes import RuntimeSymbols, SizeInput, opaque_parts, size_exprs
@@ -49,6 +50,11 @@ class Region:
     inputs: list[Union[Node, SizeInput]]
     # graph nodes the fusion produces: node -> output index, or the input node it aliases
     outputs: dict[Node, Union[int, Node]] = field(default_factory=dict)
+    # where it runs (partition's device key; None: no tensor says); an input elsewhere is a
+    # 0-dim CPU tensor, copied there at each call (host_scalars.py)
+    device: Optional[torch.device] = None
+    # (fusion output, graph input): the output is written into the input (write_backs.py)
+    write_backs: list[tuple[int, Node]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +443,8 @@ def _check_devices(node: Node) -> None:
     device = node_device(node)
     for inp in node.all_input_nodes:
         d = node_device(inp)
-        if d is not None and device is not None and d != device:
+        if d is not None and device is not None and d != device and not is_host_scalar(inp):
+            # (a 0-dim CPU tensor joins an op elsewhere as a number, as in ATen)
             raise LoweringError(f"mixes devices ({inp.name} on {d}, result on {device})")
 
 

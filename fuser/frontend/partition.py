@@ -31,10 +31,12 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..errors import InternalError
+from .host_scalars import has_gpu_tensors, lifted, scalars_only
 from .lowering import NodeLoweringError, Region, RegionBuilder
 from .sizes import RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device, size_expr
 from .recompute import recompute_shared_pointwise
+from .write_backs import fold_write_backs
 from .rules import find_rule
 
 aten = torch.ops.aten
@@ -89,19 +91,21 @@ def plan_graph(gm: GraphModule) -> Plan:
             why = _refusal(symbols, node, refused)
             if why is not None:
                 refused[node] = why
+    on_gpu = has_gpu_tensors(nodes)
     for _ in range(len(nodes) + 1):
         eager = dict(refused)
-        phase, groups = _phases(nodes, eager)
+        phase, groups = _phases(nodes, eager, lifted(nodes, eager) if on_gpu else {})
         _sink_tail_views(groups, phase, eager)
-        _drop_idle_regions(groups, phase, eager)
+        _drop_idle_regions(groups, phase, eager, on_gpu)
         try:
-            regions = {key: _build(symbols, members) for key, members in groups.items() if members}
+            regions = {key: _build(symbols, members, key[1]) for key, members in groups.items() if members}
         except NodeLoweringError as e:
             refused[e.node] = Eager(e.node, UNSUPPORTED, e.reason)
             for user in e.node.users:
                 if user.target is operator.getitem:
                     refused[user] = Eager(user, ELEMENT, f"an element of {e.node.name}")
             continue
+        fold_write_backs(regions, eager, phase, next(n for n in nodes if n.op == "output"))
         order = {n: k for k, n in enumerate(nodes)}
         steps: list = [(key[0], order[r.nodes[0]], r) for key, r in regions.items()]
         steps += [(phase[n], order[n], e) for n, e in eager.items()]
@@ -223,20 +227,29 @@ def _refusal(symbols: RuntimeSymbols, node: Node, eager: dict) -> Eager | None:
     return None
 
 
-def _phases(nodes: list[Node], eager: dict):
-    """Phase of each node (see the module docstring) and the fusible nodes per (phase, device)."""
+def _phases(nodes: list[Node], eager: dict, lift: dict):
+    """Phase of each node (see the module docstring) and the fusible nodes per (phase, device);
+    a lifted 0-dim CPU node (`host_scalars`) with the GPU fusions that read it. A fusible node
+    reading one of another device's fusion (a GPU op reading a CPU scalar) takes a later phase."""
     phase: dict[Node, int] = {}
+    device: dict[Node, str] = {}
     groups: dict[tuple, list[Node]] = {}
     for node in nodes:
         if node.op in ("placeholder", "get_attr"):
             phase[node] = -1
         elif node.op == "call_function" and node in eager:
             m = max((phase[p] for p in node.all_input_nodes), default=-1)
+            if node.target is aten.copy_.default and isinstance(node.args[0], Node):
+                # a write-back runs after every read of the value it replaces (a fusion's read
+                # in phase k: k + 1; an eager read in phase k: k, later in graph order)
+                m = max([m] + [phase[u] for u in node.args[0].users if u is not node and u in phase])
             phase[node] = m if m % 2 else m + 1
         elif node.op == "call_function":
-            m = max((phase[p] for p in node.all_input_nodes if not is_size_node(p)), default=-1)
+            here = device[node] = str(lift.get(node) or node_device(node))
+            m = max((phase[p] + (2 if device.get(p, here) != here else 0)
+                     for p in node.all_input_nodes if not is_size_node(p)), default=-1)
             phase[node] = 2 * max(0, (m + 1) // 2)
-            groups.setdefault((phase[node], str(node_device(node))), []).append(node)
+            groups.setdefault((phase[node], here), []).append(node)
     return phase, groups
 
 
@@ -251,22 +264,26 @@ def _sink_tail_views(groups: dict, phase: dict, eager: dict) -> None:
         members[:] = [n for n in members if n in inside]
 
 
-def _drop_idle_regions(groups: dict, phase: dict, eager: dict) -> None:
+def _drop_idle_regions(groups: dict, phase: dict, eager: dict, on_gpu: bool) -> None:
     for key, members in groups.items():
         inside = set(members)
         computes = any(node.target is not operator.getitem and find_rule(node.target).compute
                        for node in members)
         reads = any(p not in inside and not is_size_node(p) for n in members for p in n.all_input_nodes)
-        if computes and reads:
+        host_scalars = on_gpu and key[1] == "cpu" and scalars_only(members)
+        if computes and reads and not host_scalars:
             continue
         why = "nothing to fuse (only views, matmuls or creation)" if not computes else \
-            "no tensor input (creation only)"
+            "no tensor input (creation only)" if not reads else \
+            "0-dim CPU tensors in a GPU graph: ATen's CPU ops, cheaper than a kernel of Triton's interpreter"
         for node in members:
             eager[node] = Eager(node, NOT_WORTH, why)
             phase[node] = key[0] + 1
         members.clear()
 
 
-def _build(symbols: RuntimeSymbols, members: list[Node]) -> Region:
+def _build(symbols: RuntimeSymbols, members: list[Node], device: str) -> Region:
     inside = set(members)
-    return RegionBuilder(symbols, members).build(lambda n: any(u not in inside for u in n.users))
+    region = RegionBuilder(symbols, members).build(lambda n: any(u not in inside for u in n.users))
+    region.device = torch.device(device) if device != "None" else None
+    return region

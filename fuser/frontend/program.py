@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import Node
 
+from .host_scalars import is_host_scalar
 from .lowering import Region
 from .partition import UNSUPPORTED, Eager, Plan
 
@@ -93,11 +94,16 @@ def _output_reader(output: Any) -> Callable[[list], Any]:
     return env["read"]
 
 
-def _reader(src, slot_of: dict):
-    """A function of the environment giving one fusion input: a graph value, or a size
-    computed from sizes of graph inputs."""
+def _reader(src, slot_of: dict, device: Optional[torch.device]):
+    """A function of the environment giving one fusion input: a graph value (a 0-dim CPU
+    tensor copied to the fusion's GPU: host_scalars.py), or a size computed from sizes of
+    graph inputs."""
     if isinstance(src, Node):
-        return operator.itemgetter(slot_of[src])
+        slot = slot_of[src]
+        if device is not None and device.type != "cpu" and is_host_scalar(src):
+            # (from pageable memory: staged before the call returns, no wait for the GPU)
+            return lambda env: env[slot].to(device, non_blocking=True)
+        return operator.itemgetter(slot)
     reads = [(slot_of[n], axis) for n, axis in src.reads]
     fn = src.fn
     return lambda env: fn(*[env[s] if axis is None else env[s].shape[axis] for s, axis in reads])
@@ -107,9 +113,12 @@ class FusionStep:
     def __init__(self, region: Region, slot_of: dict):
         self.region = region
         self.fd = region.fd
-        self.readers = [_reader(src, slot_of) for src in region.inputs]  # env -> fusion input
+        self.readers = [_reader(src, slot_of, region.device) for src in region.inputs]  # env -> fusion input
+        self.moves = any(type(r) is not operator.itemgetter for r, src in zip(self.readers, region.inputs)
+                         if isinstance(src, Node))
         self.writes = [(slot_of[n], i) for n, i in region.outputs.items() if isinstance(i, int)]
         self.aliases = [(slot_of[n], slot_of[i]) for n, i in region.outputs.items() if isinstance(i, Node)]
+        self.write_backs = [(k, slot_of[n]) for k, n in region.write_backs]
         self.frees: list[int] = []
 
     def run(self, env: list) -> None:
@@ -118,6 +127,13 @@ class FusionStep:
             env[slot] = outs[i]
         for slot, src in self.aliases:
             env[slot] = env[src]
+        if self.write_backs and len(outs) > self.write_backs[0][0]:  # (else `fd.execute` wrote them: a first call)
+            for k, slot in self.write_backs:
+                dst, value = env[slot], outs[k]
+                if value is dst:  # (the kernel wrote it there: runtime/in_place.py)
+                    torch._C._increment_version((dst,))
+                else:
+                    dst.copy_(value)
 
     def execute(self, inputs: list) -> list:
         cache = self.fd.cache  # (made by the first call)
@@ -267,7 +283,7 @@ class GraphProgram:
         step = self.steps[0]
         position = {slot: j for j, slot in enumerate(self.inputs)}
         sources = step.region.inputs
-        if not all(isinstance(src, Node) for src in sources) or step.aliases:
+        if not all(isinstance(src, Node) for src in sources) or step.aliases or step.moves or step.write_backs:
             return None
         take = [position.get(slot_of[src]) for src in sources]
         if None in take or type(self.output) not in (list, tuple):

@@ -33,6 +33,7 @@ from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
+from .in_place import plan_in_place
 from .profile import FusionProfile, KernelProfile, SegmentTimer, fusion_id_of
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
@@ -53,7 +54,8 @@ def signature(args: Sequence[Any], device: Optional[torch.device] = None) -> tup
 class FusionRuntime:
     """The segments of one fusion for one input signature, and how to run them."""
 
-    def __init__(self, fusion: Fusion, device: torch.device, use_kernels: bool = True):
+    def __init__(self, fusion: Fusion, device: torch.device, use_kernels: bool = True,
+                 aliases: Optional[dict[int, int]] = None):
         if use_kernels:  # reshapes between fusible ops moved to the fusion's edges (a clone)
             fusion = move_reshapes(fusion)
         self.fusion = fusion
@@ -75,6 +77,8 @@ class FusionRuntime:
                     add_chosen_parts(seg.params, lowerable)
         else:
             self.segments = segment_fusion(fusion)
+        # per kernel segment, its outputs written into the inputs they alias (in_place.py)
+        self.in_place = plan_in_place(fusion, self.segments, aliases) if use_kernels and aliases else {}
         self.launchers: dict[int, KernelLauncher] = {}
         # per segment, the non-constant scalars its kernel takes and their compiled values
         self.kernel_scalars: dict[int, list[tuple[int, Any]]] = {}
@@ -151,7 +155,9 @@ class FusionRuntime:
             launcher = self.launchers[id(seg)]
             scalars = self.scalars_of(seg, table)
             launched = [] if keep is not None else None
-            outs = launcher.run([args[k] for k in take], scalars, values, self.device, launched)
+            into = self.in_place.get(id(seg))
+            outs = launcher.run([args[k] for k in take], scalars, values, self.device, launched,
+                                into and [(k, args[j]) for k, j in into])
             if launched:
                 keep["launch"] = launched[0]
             if outs is not None:
@@ -193,7 +199,9 @@ class FusionRuntime:
                 pending = False
                 self._claim_compile_ahead(index, env, table)
             launched = [] if used is not None else None
-            outs = launcher.run(inputs, scalars, values, self.device, launched)
+            into = self.in_place.get(id(seg))
+            outs = launcher.run(inputs, scalars, values, self.device, launched,
+                                into and [(k, args[j]) for k, j in into])
             if launched:
                 used[id(seg)] = launched[0]
             if outs is None:  # an empty loop space: nothing for a kernel to do
@@ -254,7 +262,7 @@ class FusionRuntime:
         if launch is None:
             return None
         seg, take, give = self.single
-        return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)])
+        return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], self.in_place.get(id(seg), ()))
 
     def triton_code(self) -> list[str]:
         return [l.last_source for l in self.launchers.values() if l.last_source]
@@ -429,9 +437,12 @@ def _slug(seg: Segment) -> str:
 
 
 class FusionExecutorCache:
-    def __init__(self, fusion: Fusion, use_kernels: Optional[bool] = None):
+    def __init__(self, fusion: Fusion, use_kernels: Optional[bool] = None, aliases: Optional[dict[int, int]] = None):
+        """`aliases`: {output position: input position} of outputs a caller writes into their
+        inputs (nvFuser's alias_input), which kernels may write there themselves (in_place.py)."""
         self.fusion = fusion
         self.use_kernels = use_kernels
+        self.aliases = aliases or {}
         # the pre-segmentation passes; a fusion with no mesh, device or stream axis comes back
         # as it is and keeps the single-device runtime
         # random ops left unseeded read a seed drawn for each execution: one more input, last
@@ -610,8 +621,10 @@ class FusionExecutorCache:
                         raise meta_input_error(input_label(k, self.prepared.inputs()[k]))
                     if device.type == "cuda":
                         compile_pool.start()  # the compile workers start while this runtime is planned
-                    kind = HostRuntime if self._host else FusionRuntime
-                    runtime = kind(self.prepared, device, self.kernels_enabled(device))
+                    if self._host:
+                        runtime = HostRuntime(self.prepared, device, self.kernels_enabled(device))
+                    else:
+                        runtime = FusionRuntime(self.prepared, device, self.kernels_enabled(device), self.aliases)
                     if warming:
                         runtime.warming = threading.Event()
                     self._runtimes[key] = runtime

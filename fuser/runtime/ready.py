@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
+from ..codegen.launch import into_destinations
 from ..dump import dump_flags
 from ..errors import InternalError
 from ..evaluate.aten import method_form
@@ -60,12 +61,14 @@ class ReadyCall:
     (`codegen/inline.py`); elsewhere, or where the launch has no such form, it calls the
     prepared launch."""
 
-    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "run")
+    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "into", "run")
 
     def __init__(self, runtime: "FusionRuntime", launch: Any, take: list[int], give: list[tuple[bool, int]],
-                 seg: Segment, launcher: "KernelLauncher"):
+                 seg: Segment, launcher: "KernelLauncher", into: Sequence[tuple[int, int]] = ()):
+        """`into`: (output position, argument position) of outputs written into the inputs
+        they alias where the launch can (runtime/in_place.py)."""
         self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
-        self.seg, self.launcher = seg, launcher
+        self.seg, self.launcher, self.into = seg, launcher, list(into)
         self.run = self._direct() or self._call
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
@@ -73,7 +76,9 @@ class ReadyCall:
 
     def _call(self, args: Sequence[Any]) -> list[torch.Tensor]:
         launch = self.launch
-        outs = launch([args[k] for k in self.take], self.runtime.device)
+        ins = [args[k] for k in self.take]
+        dests = into_destinations(launch, [(k, args[j]) for k, j in self.into], ins) if self.into else None
+        outs = launch(ins, self.runtime.device, dests)
         _follow(self.launcher, self.seg, launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
 
@@ -83,7 +88,10 @@ class ReadyCall:
         outs = [f"o{k}" for k in range(len(self.seg.outputs))]
         env: dict[str, Any] = {"K": launch, "device": self.runtime.device, "LR": self.launcher, "SG": self.seg,
                                "SRC": launch.source, "follow": _follow}
-        body = launch.direct_lines(ins, outs, f"K([{', '.join(ins)}], device)", env, "", self.runtime.device)
+        position = {j: f"i{m}" for m, j in enumerate(self.take)}
+        into = {k: position.get(j, f"args[{j}]") for k, j in self.into}
+        body = launch.direct_lines(ins, outs, f"K([{', '.join(ins)}], device)", env, "", self.runtime.device,
+                                   into)
         if body is None:
             return None
         lines = ["def run(args):"] + [f"    {name} = args[{k}]" for name, k in zip(ins, self.take)]
@@ -95,12 +103,15 @@ class ReadyCall:
 
 
 class _KernelStep:
-    """A kernel segment's prepared launch, reading slots `ins`, writing slots `outs`."""
+    """A kernel segment's prepared launch, reading slots `ins`, writing slots `outs`; `into`:
+    (output position, slot of the input it is written into where the launch can)."""
 
-    __slots__ = ("launch", "ins", "outs", "seg", "launcher")
+    __slots__ = ("launch", "ins", "outs", "seg", "launcher", "into")
 
-    def __init__(self, launch, ins: list[int], outs: list[int], seg: Segment, launcher: "KernelLauncher"):
+    def __init__(self, launch, ins: list[int], outs: list[int], seg: Segment, launcher: "KernelLauncher",
+                 into: Sequence[tuple[int, int]] = ()):
         self.launch, self.ins, self.outs, self.seg, self.launcher = launch, ins, outs, seg, launcher
+        self.into = list(into)
 
 
 class _AtenStep:
@@ -136,9 +147,14 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     for i, step in enumerate(steps):
         if isinstance(step, _KernelStep):
             env[f"K{i}"], env[f"L{i}"], env[f"G{i}"] = step.launch, step.launcher, step.seg
-            call = f"K{i}([{', '.join(f's{k}' for k in step.ins)}], device)"
+            ins = f"[{', '.join(f's{k}' for k in step.ins)}]"
+            call = f"K{i}({ins}, device)"
             inline = step.launch.direct_lines([f"s{k}" for k in step.ins], [f"s{k}" for k in step.outs], call, env,
-                                              f"_{i}", device)
+                                              f"_{i}", device, {k: f"s{slot}" for k, slot in step.into})
+            if inline is None and step.into:
+                env[f"D{i}"], env["into_destinations"] = step.launch, into_destinations
+                offered = ", ".join(f"({k}, s{slot})" for k, slot in step.into)
+                call = f"K{i}({ins}, device, into_destinations(D{i}, [{offered}], {ins}))"
             lines += [f"    {line}" for line in inline] if inline is not None else [f"    r = {call}"]
             lines.append(f"    if L{i}.last_source is not K{i}.source:")
             lines.append(f"        follow(L{i}, G{i}, K{i}.source)")
@@ -278,7 +294,7 @@ def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
                 return None
         if launch is not None:
             steps.append(_KernelStep(launch, [index[id(v)] for v in seg.inputs],
-                                     [slot(o) for o in seg.outputs], seg, launcher))
+                                     [slot(o) for o in seg.outputs], seg, launcher, runtime.in_place.get(id(seg), ())))
             continue
         made = aten_steps(seg.exprs)  # an ATen segment, or a kernel's empty loop space
         if made is None:

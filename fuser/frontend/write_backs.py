@@ -1,0 +1,58 @@
+"""Write-backs into graph inputs made by the fusion that computes the value.
+
+A graph that updates its inputs in place (an optimizer step: parameters, moments, step
+counters) ends, once functionalized, with `copy_(input, new)` for each. As an ATen call after
+the fusion, each reads the new value and writes it again: an Adam step's seven passes over
+its tensors became thirteen. Folded into the fusion instead, the value is an output aliased
+to the input (`fd.add_output(new, alias_input=input)`, nvFuser's in-place update), and the
+runtime has the kernel write it into the input's memory where that is safe
+(`runtime/in_place.py`), else copies it there after the fusion, as the ATen call did.
+
+A write-back is folded where the fusion reads the input itself, the value has the input's
+dtype and shape, and nothing outside the fusion reads the input after the fusion's phase
+(the partition orders every eager write-back after the input's last reader).
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+
+from ..errors import FuserError
+from .lowering import Region
+from .meta import meta_val, size_expr
+
+aten = torch.ops.aten
+
+
+def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> None:
+    """Moves each eager `copy_` into a graph input that a region can write (see the module
+    docstring) into that region: removed from `eager`, added to the region's `write_backs`."""
+    region_of = {n: (key, r) for key, r in regions.items() for n in r.nodes}
+    returned = set(output.all_input_nodes)
+    for node in [n for n in eager if n.target is aten.copy_.default]:
+        dst, src = node.args[0], node.args[1]
+        if not isinstance(dst, Node) or not isinstance(src, Node) or dst.op != "placeholder" \
+                or node.users or dst in returned or src not in region_of or node.kwargs.get("non_blocking"):
+            continue
+        key, region = region_of[src]
+        index = region.outputs.get(src)
+        if type(index) is not int or dst not in region.inputs or any(dst is w for _, w in region.write_backs) \
+                or not _same_layout_kind(meta_val(dst), meta_val(src)):
+            continue
+        inside = set(region.nodes)
+        if any(u is not node and u not in inside and phase.get(u, key[0]) >= key[0] for u in dst.users):
+            continue  # (read outside the fusion after it: the write must wait)
+        fusion = region.fd.fusion
+        try:
+            with fusion.all_or_nothing():
+                region.fd.add_output(fusion.outputs()[index], alias_input=fusion.inputs()[region.inputs.index(dst)])
+        except FuserError:
+            continue
+        region.write_backs.append((len(fusion.outputs()) - 1, dst))
+        del eager[node]
+
+
+def _same_layout_kind(dst, src) -> bool:
+    return isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and dst.dtype == src.dtype \
+        and dst.device == src.device and dst.dim() == src.dim() \
+        and all(size_expr(a) == size_expr(b) for a, b in zip(dst.shape, src.shape))

@@ -1,0 +1,52 @@
+"""Outputs a kernel writes into the inputs they alias (nvFuser's in-place update:
+`fd.add_output(out, alias_input=x)`; a jitted graph's write-back into its input).
+
+Without this an aliased output is a new tensor, copied into its input after the run. A
+kernel can write it there itself where no read of the input can see the write too early:
+- the kernel is pointwise with no resize (slice, pad, cat), and the input, where the kernel
+  reads it, maps its axes onto the loop as the output does: each loop point writes the
+  address it alone reads;
+- the kernel reads the input through elementwise ops only (a gather would read elsewhere);
+- no later segment reads the input.
+And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the launch writes (shape, strides,
+dtype), a 16-byte aligned address (the kernels assume their outputs so), and no other input
+of the kernel overlaps it, but for the same view of it (read at the same addresses).
+"""
+from __future__ import annotations
+
+from ..ir import BinaryOp, CastOp, Fusion, TensorView, TernaryOp, UnaryOp
+from ..schedulers.plan import Template
+from ..segment import Segment, SegmentKind
+
+_ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp)
+
+
+def plan_in_place(fusion: Fusion, segments: list[Segment], aliases: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """{id(segment): [(its output position, the fusion input position it is written into)]}
+    for the aliased outputs (`aliases`: fusion output position -> input position) a kernel
+    may write in place (see the module docstring)."""
+    outputs, inputs = fusion.outputs(), fusion.inputs()
+    found: dict[int, list[tuple[int, int]]] = {}
+    for out_pos, in_pos in aliases.items():
+        out, source = outputs[out_pos], inputs[in_pos]
+        at = next((k for k, seg in enumerate(segments) if any(o is out for o in seg.outputs)), None)
+        if at is None or not isinstance(source, TensorView):
+            continue
+        seg = segments[at]
+        if not _writable(seg, out, source) or any(any(v is source for v in s.inputs) for s in segments[at + 1:]):
+            continue
+        entry = (next(k for k, o in enumerate(seg.outputs) if o is out), in_pos)
+        if entry not in found.setdefault(id(seg), []):
+            found[id(seg)].append(entry)
+    return found
+
+
+def _writable(seg: Segment, out: TensorView, source: TensorView) -> bool:
+    plan = seg.params
+    if seg.kind is not SegmentKind.kernel or plan is None or plan.template is not Template.pointwise \
+            or plan.axes.resized or not plan.axes.spans_all(out):
+        return False
+    readers = [e for e in seg.exprs if any(v is source for v in e.inputs)]
+    if not readers:
+        return True
+    return all(isinstance(e, _ELEMENTWISE) for e in readers) and plan.axes.of(source) == plan.axes.of(out)

@@ -1,0 +1,109 @@
+"""Aliased outputs written by their kernel into the input (runtime/in_place.py): where it is
+safe, and the copy after the run where it is not; each checked against eager."""
+import pytest
+import torch
+
+import fuser.codegen.inline as inline
+import fuser.codegen.launches as launches
+from fuser import DataType, FusionDefinition
+from tests.helpers import make
+
+
+@pytest.fixture
+def written_in_place(monkeypatch):
+    """Each answer of `writable_into` (True: the kernel wrote the output into its input)."""
+    answers = []
+    check = inline.writable_into
+
+    def spy(t, layout, inputs):
+        answers.append(check(t, layout, inputs))
+        return answers[-1]
+    monkeypatch.setattr(inline, "writable_into", spy)
+    monkeypatch.setattr(launches, "writable_into", spy)
+    return answers
+
+
+def _sgd(rank: int = 2, contiguous: bool = True):
+    with FusionDefinition() as fd:
+        p = fd.define_tensor(shape=[-1] * rank, contiguity=[contiguous] * rank, dtype=DataType.Float)
+        g = fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=DataType.Float)
+        new = fd.ops.sub(p, fd.ops.mul(g, 0.1))
+        fd.add_output(new, alias_input=p)
+        fd.add_output(fd.ops.mul(new, 2.0))
+    return fd
+
+
+def test_a_pointwise_update_is_written_into_its_input(written_in_place):
+    fd = _sgd()
+    p, g = make((16, 8)), make((16, 8))
+    for _ in range(3):  # (the first call, then the ready call)
+        before, version = p.clone(), p._version
+        (doubled,) = fd.execute([p, g])
+        torch.testing.assert_close(p, before - g * 0.1)
+        torch.testing.assert_close(doubled, 2 * p)
+        assert p._version > version  # (as copy_ bumps it: autograd sees the write)
+    assert written_in_place == [True] * 3
+
+
+def test_an_input_overlapping_the_written_one_gets_a_copy_instead(written_in_place):
+    fd = _sgd()
+    base = make((17 * 8,))
+    p, g = base[8:].view(16, 8), base[:128].view(16, 8)  # (g is p one row earlier)
+    expected = p - g * 0.1
+    fd.execute([p, g])
+    torch.testing.assert_close(p, expected)
+    assert written_in_place == [False]
+
+
+def test_the_same_tensor_twice_is_written_in_place(written_in_place):
+    fd = _sgd()
+    p = make((16, 8))
+    expected = p - p * 0.1
+    fd.execute([p, p])
+    torch.testing.assert_close(p, expected)
+    assert written_in_place == [True]
+
+
+def test_a_misaligned_or_strided_input_gets_a_copy(written_in_place):
+    fd = _sgd(1, contiguous=False)
+    for p in (make((65,))[1:], make((128,))[::2]):
+        g = make((64,))
+        expected = p - g * 0.1
+        fd.execute([p, g])
+        torch.testing.assert_close(p, expected)
+    assert True not in written_in_place
+
+
+def test_an_input_read_transposed_is_not_written_in_place(written_in_place):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(x, fd.ops.permute(x, [1, 0])), alias_input=x)
+    x = make((8, 8))
+    expected = x + x.t()
+    fd.execute([x])
+    torch.testing.assert_close(x, expected)
+    assert True not in written_in_place  # (the transpose, a view of x, overlaps it)
+
+
+def test_an_input_read_by_a_later_kernel_is_not_written_early(written_in_place):
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        y = fd.ops.exp(x)
+        fd.add_output(y, alias_input=x)
+        fd.add_output(fd.ops.sum(fd.ops.mul(x, y), [1]))  # (reads x after y is made)
+    x = make((8, 16))
+    y = x.exp()
+    expected = (x * y).sum(1)
+    (total,) = fd.execute([x])
+    torch.testing.assert_close(x, y)
+    torch.testing.assert_close(total, expected)
+
+
+def test_a_write_before_a_saved_read_is_caught_by_autograd():
+    fd = _sgd()
+    w = make((4, 4)).requires_grad_()
+    loss = (w * w).sum()  # (saves w)
+    with torch.no_grad():
+        fd.execute([w.detach(), make((4, 4))])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
