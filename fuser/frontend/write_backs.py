@@ -18,7 +18,6 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError
-from .lowering import Region
 from .meta import meta_val, size_expr
 
 aten = torch.ops.aten
