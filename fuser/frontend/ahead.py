@@ -37,6 +37,7 @@ from ..codegen import compile_pool, parallel_compile, target_for
 from ..codegen.background import DaemonQueue
 from ..dump import env_switch
 from ..runtime import ahead as runtime_ahead
+from .host_scalars import is_host_scalar
 from .meta import meta_val
 from .program import FusionStep, GraphProgram
 
@@ -48,7 +49,7 @@ def wanted(graph: torch.fx.GraphModule) -> Optional[torch.device]:
         return None
     for node in graph.graph.nodes:
         val = meta_val(node) if node.op == "placeholder" else None
-        if isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor) and not is_host_scalar(node):  # (a step counter: host_scalars.py)
             device = val.device
             return device if target_for(device) in runtime_ahead.COMPILE_AHEAD_TARGETS else None
     return None
@@ -118,7 +119,8 @@ def start(programs: list[GraphProgram], device: torch.device) -> int:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     work = [(step, layouts, device) for program in programs for step in program.fusion_steps
-            if (layouts := _input_layouts(step)) is not None]
+            if (step.region.device is None or step.region.device.type == device.type)
+            and (layouts := _input_layouts(step)) is not None]
     if work:
         parallel_compile.start_triton_driver()  # here: its lazy start is not for two threads at once
         _queue.put(work)

@@ -161,9 +161,13 @@ class DirectCall:
                 return None
         return local
 
-    def remember(self) -> None:
-        """After a call through Dynamo: remember the entry it ran (its list is most recently
-        used first), unless the transformed code resumes in a frame Dynamo must compile."""
+    def remember(self, graphs_run: int = 0) -> None:
+        """After a call through Dynamo that ran `graphs_run` compiled graphs: remember the
+        entry it ran (its list is most recently used first), unless the transformed code
+        resumes in a frame Dynamo must compile, or a frame it calls ran graphs of its own (a
+        graph break inside a call that ends the function, `return opt.step()`, leaves the call
+        in the transformed code with no resume function: called without Dynamo's callback,
+        that frame would run eagerly)."""
         if not self.usable:
             return
         try:
@@ -177,8 +181,9 @@ class DirectCall:
                     and known[3] is defaults:
                 return
             code = entry.code
+            own_graphs = sum(name.startswith("__compiled_fn") for name in code.co_names) if code is not None else 0
             if code is None or any(name.startswith("__resume_at") for name in code.co_names) \
-                    or code.co_freevars != self.code.co_freevars:
+                    or code.co_freevars != self.code.co_freevars or graphs_run > own_graphs:
                 self.remembered = None
                 return
             code = _without_disable_wrappers(code, self.fn.__globals__, self._prefix, self._installed)

@@ -61,8 +61,10 @@ class Stats:
     def __init__(self) -> None:
         self.calls = 0
         self.records: dict[int, GraphRecord] = {}
+        self.this_call: set[int] = set()  # the graphs run by the current call through Dynamo
 
     def saw(self, record: GraphRecord) -> None:
+        self.this_call.add(id(record))
         if id(record) not in self.records:
             self.records[id(record)] = record
 
@@ -212,6 +214,7 @@ class JitFunction:
         if compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
+        stats.this_call = set()
         marked = _fix_row_lengths(args, kwargs) if self._rows and not self._traced else ()
         try:
             # Dynamo's settings are read while it traces and writes the frame's code; the
@@ -219,7 +222,7 @@ class JitFunction:
             with self._tracing, _DYNAMO_SETTINGS, self._sizes, GC_PAUSE, _QUIET_META_FAILURES:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
-            self._direct.remember()
+            self._direct.remember(len(stats.this_call))
             return out
         except Exception as e:
             _unmark(marked)  # (before a retry: it traces the arguments as they came)
