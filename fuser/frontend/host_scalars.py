@@ -25,6 +25,7 @@ import torch
 from torch.fx import Node
 
 from .meta import meta_val, node_device
+from .rules import Kind, find_rule
 
 
 def is_host_scalar(node: Node) -> bool:
@@ -44,6 +45,9 @@ def lifted(nodes: list[Node], eager: dict) -> dict[Node, torch.device]:
     for node in reversed(nodes):
         if node.op != "call_function" or node in eager or not is_host_scalar(node):
             continue
+        rule = find_rule(node.target)
+        if rule is None or rule.kind is not Kind.pointwise or rule.fn.__module__.endswith(".random"):
+            continue  # (elementwise math only: a random number drawn on the GPU would not be the CPU's)
         if not all(is_host_scalar(i) for i in node.all_input_nodes if isinstance(meta_val(i), torch.Tensor)):
             continue  # (a sum of a CPU vector: the vector would be copied to the GPU)
         device = _only_gpu_reader(node, eager, out)

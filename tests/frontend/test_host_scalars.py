@@ -119,3 +119,12 @@ def test_an_adam_step_on_the_gpu_with_cpu_step_counters_fuses_whole():
     info = step.cache_info()
     # one fusion for every parameter's update (was a fusion per piece between eager divisions)
     assert info.fusions == 1 and info.fallback_ops == len(shapes), info
+
+
+def test_a_random_cpu_scalar_is_drawn_on_the_cpu():
+    def f(x, p):
+        return x * torch.bernoulli(p)  # (lifted, it would be drawn from the GPU's generator)
+
+    plan = plan_graph(_traced(f, ((8, 4), "cuda"), ((), "cpu")))
+    (region,) = [r for r in plan.regions if r.device.type == "cuda"]
+    assert [n.name for n in region.nodes] == ["mul"]
