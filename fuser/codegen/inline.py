@@ -34,21 +34,20 @@ def _fast_allocators() -> dict:
 FAST_EMPTY = _fast_allocators()
 
 
-def writable_into(t: torch.Tensor, layout: tuple, inputs: Sequence[Any]) -> bool:
+def writable_into(t: torch.Tensor, layout: tuple, others: Sequence[Any]) -> bool:
     """Whether a launch writing an output of `layout` (shape, strides, dtype) can write it into
-    `t`, an input it aliases (runtime/in_place.py planned that the kernel may): `t` has that
-    layout and a 16-byte aligned address (the kernels assume their outputs so), and no other
-    of the kernel's `inputs` overlaps it, but the same view of it (read where it is written)."""
+    `t`, the input it aliases (runtime/in_place.py planned that the kernel may): `t` has that
+    layout and a 16-byte aligned address (the kernels assume their outputs so), and none of
+    the fusion's `others` arguments touches its memory (the same tensor passed twice
+    included: it may be read transposed, or by a later kernel)."""
     shape, strides, dtype = layout
     if t.dtype != dtype or t.stride() != strides or tuple(t.shape) != shape or t.data_ptr() % 16:
         return False
-    return not any(isinstance(a, torch.Tensor) and a is not t and _overlap(a, t) for a in inputs)
+    return not any(isinstance(a, torch.Tensor) and _overlap(a, t) for a in others)
 
 
 def _overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
-    """Whether `a` touches memory `t` holds, other than as the same view of it."""
-    if a.data_ptr() == t.data_ptr() and a.stride() == t.stride() and a.shape == t.shape:
-        return False
+    """Whether `a` touches memory `t` holds."""
     if a.device != t.device or a.numel() == 0 or t.numel() == 0:
         return False
     a0, a1 = _span(a)
@@ -117,8 +116,9 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
     align what they make), the current device is another, a launch hook was installed
     since or a step's launcher rejected its arguments before, the lines take `fallback` (an
     expression whose value is the outputs) instead. Names the lines read go
-    into `env`, suffixed with `tag`. `into`: {output position: the name of the input it is
-    written into, where `writable_into` says it can be at that call}. None: this launch has no such form (not compiled yet,
+    into `env`, suffixed with `tag`. `into`: {output position: (the name of the input it is
+    written into where `writable_into` says it can be at that call, the names of the
+    fusion's other arguments)}. None: this launch has no such form (not compiled yet,
     another launcher)."""
     empty = FAST_EMPTY.get(device.type)
     if device.type != "cuda" or device.index is None or empty is None or launch.cold or not outs \
@@ -134,8 +134,9 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
         env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
         allocated = f"EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})"
         if into and k in into:
+            dest, others = into[k]
             env["writable_into"], env[f"OL{tag}_{k}"] = writable_into, launch.out_layouts[k]
-            allocated = f"{into[k]} if writable_into({into[k]}, OL{tag}_{k}, ({''.join(i + ', ' for i in ins)})) " \
+            allocated = f"{dest} if writable_into({dest}, OL{tag}_{k}, ({''.join(o + ', ' for o in others)})) " \
                         f"else {allocated}"
         body.append(f"{outs[k]} = {allocated}")
     scratch = []

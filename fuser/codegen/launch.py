@@ -61,11 +61,11 @@ def scalar_key(v: Any) -> tuple:
     return (type(v), v, None)
 
 
-def into_destinations(launch: Any, into: list, inputs: Sequence[Any]) -> Optional[list]:
-    """A launch's `dests` for outputs offered into their inputs (None: a launch of another
-    kind, which allocates them all)."""
+def into_destinations(launch: Any, into: list) -> Optional[list]:
+    """A launch's `dests` for outputs offered into their inputs (`Launch.destinations`; None:
+    a launch of another kind, which allocates them all)."""
     destinations = getattr(launch, "destinations", None)
-    return destinations(into, inputs) if destinations is not None else None
+    return destinations(into) if destinations is not None else None
 
 
 def target_for(device: torch.device) -> str:
@@ -216,8 +216,9 @@ class KernelLauncher:
         """The outputs of the kernel(s) on whole tensors; None: an empty loop space (the caller
         evaluates through ATen). `used` gets the launch made (None for an empty loop space):
         what a ready call replays, which a lookup after the call could miss (another thread's
-        call may have cleared the launches). `into`: (output position, input tensor) of outputs
-        to write into the inputs they alias where the launch can (`Launch.destinations`)."""
+        call may have cleared the launches). `into`: (output position, input tensor, the fusion's
+        other arguments) of outputs to write into the inputs they alias where the launch can
+        (`Launch.destinations`)."""
         return self._launch(self._key(inputs, scalars, values), inputs, device, None,
                             lambda: self.prepare(inputs, scalars, values, device), used, into)
 
@@ -237,7 +238,7 @@ class KernelLauncher:
         if launch is None:
             return None
         if into:
-            dests = into_destinations(launch, into, inputs)
+            dests = into_destinations(launch, into)
         try:
             if first:  # the first launch compiles the kernel (Triton's JIT)
                 with phase("first launch"):

@@ -69,22 +69,23 @@ class Launch:
             step(args)
         return outputs
 
-    def destinations(self, into: Sequence[tuple[int, torch.Tensor]], inputs: Sequence[Any]) -> Optional[list]:
+    def destinations(self, into: Sequence[tuple]) -> Optional[list]:
         """`dests` for outputs offered `into` the inputs they alias, (output position, input
-        tensor): each taken where this launch can write it there (`writable_into`), else None
-        (allocated; the caller copies)."""
+        tensor, the fusion's other arguments): each taken where this launch can write it there
+        (`writable_into`), else None (allocated; the caller copies)."""
         out: Optional[list] = None
-        for k, t in into:
-            if writable_into(t, self.out_layouts[k], inputs):
+        for k, t, others in into:
+            if writable_into(t, self.out_layouts[k], others):
                 if out is None:
                     out = [None] * len(self.out_layouts)
                 out[k] = t
         return out
 
     def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
-                     device: torch.device, into: Optional[dict[int, str]] = None) -> Optional[list[str]]:
+                     device: torch.device, into: Optional[dict] = None) -> Optional[list[str]]:
         """This launch inline in a ready call's generated code (`codegen/inline.py`); `into`:
-        {output position: the name of the input it is written into where it can be}."""
+        {output position: (the name of the input it is written into where it can be, the names
+        of the fusion's other arguments)}."""
         return inline_lines(self, ins, outs, fallback, env, tag, device, into)
 
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:

@@ -534,6 +534,23 @@ def _guard_source(source: Any) -> Any:
     return found() if callable(found) else found
 
 
+class _Counted:
+    """A graph run as traced (its ATen ops in order), counted as its programs count a call in
+    the statistics of the jitted callable calling it (CURRENT_STATS): the direct path compares
+    the graphs a call ran with those of the frame it remembers (direct.py)."""
+
+    __slots__ = ("run", "record")
+
+    def __init__(self, run: Any, record: GraphRecord):
+        self.run, self.record = run, record
+
+    def __call__(self, *args: Any) -> Any:
+        stats = CURRENT_STATS.get()
+        if stats is not None:
+            stats.saw(self.record)
+        return self.run(*args)
+
+
 class _AliasedWrites:
     """A graph that writes some inputs in place was traced for inputs that share no memory
     (Dynamo guards the identity of a tensor passed twice, not two views of one storage), and
@@ -613,10 +630,10 @@ class FuserBackend:
                                    f"{', '.join(sorted(_MODES))}")
 
         _refuse_meta_inputs(gm, example_inputs)
-        if _runs_as_traced(gm):
-            return gm.forward
-        _restart_with_floats_specialized(gm, example_inputs)
         record = GraphRecord(dynamo_code=gm.code)
+        if _runs_as_traced(gm):
+            return _Counted(gm.forward, record)
+        _restart_with_floats_specialized(gm, example_inputs)
 
         direct: list[GraphProgram] = []
         facts: list = []  # the forward graph's ForwardFacts (training only)
@@ -667,7 +684,7 @@ class FuserBackend:
             # runtime wrapper returns the wrong values for that case (a view of the argument
             # not written, read before the write) and for any later call: the graph runs as
             # traced, in-place ops in order
-            compiled = gm
+            compiled = _Counted(gm, record)
         elif direct and len(record.programs) == 1 and record.programs[0] is direct[0]:
             compiled = _InferenceCall(direct[0], any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
@@ -675,8 +692,8 @@ class FuserBackend:
             compiled = TrainingCall(compiled, record, facts[0])
         arguments = _argument_inputs(gm, n_inputs)
         written = [k for k in _mutated_inputs(n_inputs) if k in arguments]
-        if written and compiled is not gm:
-            compiled = _AliasedWrites(compiled, gm, written, arguments)
+        if written and not isinstance(compiled, _Counted):
+            compiled = _AliasedWrites(compiled, _Counted(gm, record), written, arguments)
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead
         with self._lock:
             self._records = [r for r in self._records if r() is not None] + [weakref.ref(record)]

@@ -482,9 +482,12 @@ class FusionDefinition:
                                         f"it holds part of the computation; define it again")
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
+        return self._install(FusionExecutorCache(self.fusion, aliases=self._alias_positions()), verb, replace=False)
+
+    def _alias_positions(self) -> dict[int, int]:
+        """{output position: input position} of the aliased outputs."""
         where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
-        aliases = {k: where[id(target)] for k, (_, target) in enumerate(self._outputs) if target is not None}
-        return self._install(FusionExecutorCache(self.fusion, aliases=aliases), verb, replace=False)
+        return {k: where[id(target)] for k, (_, target) in enumerate(self._outputs) if target is not None}
 
     def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on
@@ -514,6 +517,11 @@ class FusionDefinition:
                                         f"result), got {type(cache).__name__}")
         if cache.fusion is not self.fusion and cache.fusion.structural_hash() != self.fusion.structural_hash():
             raise FusionDefinitionError("fd.fec: the cache was compiled for another fusion than this definition's")
+        if cache.aliases and cache.aliases != self._alias_positions():
+            # (its kernels write those outputs into their inputs: runtime/in_place.py)
+            raise FusionDefinitionError(f"fd.fec: the cache writes outputs into inputs {cache.aliases} "
+                                        f"(output position: input position), this definition "
+                                        f"{self._alias_positions() or 'none'}")
         self._install(cache, "cache_compile", replace=True)
 
     @property

@@ -36,7 +36,7 @@ from .lowering import NodeLoweringError, Region, RegionBuilder
 from .sizes import RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device, size_expr
 from .recompute import recompute_shared_pointwise
-from .write_backs import fold_write_backs
+from .write_backs import fold_write_backs, readers_of_memory
 from .rules import find_rule
 
 aten = torch.ops.aten
@@ -240,9 +240,10 @@ def _phases(nodes: list[Node], eager: dict, lift: dict):
         elif node.op == "call_function" and node in eager:
             m = max((phase[p] for p in node.all_input_nodes), default=-1)
             if node.target is aten.copy_.default and isinstance(node.args[0], Node):
-                # a write-back runs after every read of the value it replaces (a fusion's read
-                # in phase k: k + 1; an eager read in phase k: k, later in graph order)
-                m = max([m] + [phase[u] for u in node.args[0].users if u is not node and u in phase])
+                # a write-back runs after every read of the value it replaces, through a view
+                # too (a fusion's read in phase k: k + 1; an eager read in phase k: k, later in
+                # graph order)
+                m = max([m] + [phase[u] for u in readers_of_memory(node.args[0]) if u is not node and u in phase])
             phase[node] = m if m % 2 else m + 1
         elif node.op == "call_function":
             here = device[node] = str(lift.get(node) or node_device(node))

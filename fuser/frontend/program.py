@@ -101,12 +101,18 @@ def _reader(src, slot_of: dict, device: Optional[torch.device]):
     if isinstance(src, Node):
         slot = slot_of[src]
         if device is not None and device.type != "cpu" and is_host_scalar(src):
-            # (from pageable memory: staged before the call returns, no wait for the GPU)
-            return lambda env: env[slot].to(device, non_blocking=True)
+            return lambda env: _moved(env[slot], device)
         return operator.itemgetter(slot)
     reads = [(slot_of[n], axis) for n, axis in src.reads]
     fn = src.fn
     return lambda env: fn(*[env[s] if axis is None else env[s].shape[axis] for s, axis in reads])
+
+
+def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A 0-dim CPU tensor copied to `device` without waiting for it: from pageable memory the
+    value is staged before the call returns; pinned memory is read by the copy later, after a
+    write-back may have changed it (the step counter's), so a pageable copy of it goes."""
+    return (t.clone() if t.is_pinned() else t).to(device, non_blocking=True)
 
 
 class FusionStep:

@@ -14,6 +14,8 @@ dtype and shape, and nothing outside the fusion reads the input after the fusion
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch.fx import Node
 
@@ -39,8 +41,8 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
                 or not _same_layout_kind(meta_val(dst), meta_val(src)):
             continue
         inside = set(region.nodes)
-        if any(u is not node and u not in inside and phase.get(u, key[0]) >= key[0] for u in dst.users):
-            continue  # (read outside the fusion after it: the write must wait)
+        if any(u is not node and u not in inside and phase.get(u, key[0]) >= key[0] for u in readers_of_memory(dst)):
+            continue  # (read outside the fusion after it, itself or through a view: the write must wait)
         fusion = region.fd.fusion
         try:
             with fusion.all_or_nothing():
@@ -49,6 +51,30 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
             continue
         region.write_backs.append((len(fusion.outputs()) - 1, dst))
         del eager[node]
+
+
+def readers_of_memory(node: Node) -> list[Node]:
+    """Every node that reads `node`'s memory: its users, and the users of every view of it
+    (ATen ops whose result aliases their input, `diagonal`, `t`, `as_strided`; the pieces of a
+    split), views of views included."""
+    found: dict[Node, None] = {}
+    pending = [node]
+    while pending:
+        for user in pending.pop().users:
+            if user not in found:
+                found[user] = None
+                if _is_view(user):
+                    pending.append(user)
+    return list(found)
+
+
+def _is_view(node: Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:  # (a piece of a split: the split's schema says it aliases)
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
 def _same_layout_kind(dst, src) -> bool:

@@ -33,7 +33,7 @@ from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
-from .in_place import plan_in_place
+from .in_place import offered, plan_in_place
 from .profile import FusionProfile, KernelProfile, SegmentTimer, fusion_id_of
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
@@ -157,7 +157,7 @@ class FusionRuntime:
             launched = [] if keep is not None else None
             into = self.in_place.get(id(seg))
             outs = launcher.run([args[k] for k in take], scalars, values, self.device, launched,
-                                into and [(k, args[j]) for k, j in into])
+                                into and offered(into, args))
             if launched:
                 keep["launch"] = launched[0]
             if outs is not None:
@@ -201,7 +201,7 @@ class FusionRuntime:
             launched = [] if used is not None else None
             into = self.in_place.get(id(seg))
             outs = launcher.run(inputs, scalars, values, self.device, launched,
-                                into and [(k, args[j]) for k, j in into])
+                                into and offered(into, args))
             if launched:
                 used[id(seg)] = launched[0]
             if outs is None:  # an empty loop space: nothing for a kernel to do

@@ -7,10 +7,12 @@ kernel can write it there itself where no read of the input can see the write to
   reads it, maps its axes onto the loop as the output does: each loop point writes the
   address it alone reads;
 - the kernel reads the input through elementwise ops only (a gather would read elsewhere);
-- no later segment reads the input.
-And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the launch writes (shape, strides,
-dtype), a 16-byte aligned address (the kernels assume their outputs so), and no other input
-of the kernel overlaps it, but for the same view of it (read at the same addresses).
+- no later segment reads the input, nor a value an ATen segment made of it (a view), and the
+  kernel reads no such value.
+And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the
+launch writes (shape, strides, dtype), a 16-byte aligned address (the kernels assume their
+outputs so), and no other argument of the fusion overlaps its memory at all (the same tensor
+passed twice may be read elsewhere, transposed, or by a later kernel).
 """
 from __future__ import annotations
 
@@ -33,11 +35,25 @@ def plan_in_place(fusion: Fusion, segments: list[Segment], aliases: dict[int, in
         if at is None or not isinstance(source, TensorView):
             continue
         seg = segments[at]
-        if not _writable(seg, out, source) or any(any(v is source for v in s.inputs) for s in segments[at + 1:]):
+        views = _views_of(source, segments)  # (values an ATen segment may make of its memory)
+        if not _writable(seg, out, source) or any(id(v) in views for v in seg.inputs if v is not source) \
+                or any(id(v) in views for s in segments[at + 1:] for v in s.inputs):
             continue
         entry = (next(k for k, o in enumerate(seg.outputs) if o is out), in_pos)
         if entry not in found.setdefault(id(seg), []):
             found[id(seg)].append(entry)
+    return found
+
+
+def _views_of(source: TensorView, segments: list[Segment]) -> set[int]:
+    """ids of `source` and of every value an ATen segment computes from it (any may be a view)."""
+    found = {id(source)}
+    for seg in segments:
+        if seg.kind is SegmentKind.kernel:
+            continue
+        for e in seg.exprs:
+            if any(id(v) in found for v in e.inputs):
+                found.update(id(o) for o in e.outputs)
     return found
 
 
@@ -50,3 +66,9 @@ def _writable(seg: Segment, out: TensorView, source: TensorView) -> bool:
     if not readers:
         return True
     return all(isinstance(e, _ELEMENTWISE) for e in readers) and plan.axes.of(source) == plan.axes.of(out)
+
+
+def offered(entries: list[tuple[int, int]], args) -> list:
+    """A call's offer for a segment's `entries` (runtime's `in_place`): (output position, the
+    input written into, every other argument of the fusion: none may overlap it)."""
+    return [(k, args[j], [a for m, a in enumerate(args) if m != j]) for k, j in entries]

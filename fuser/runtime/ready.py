@@ -32,6 +32,7 @@ from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
 from ..segment import Segment
+from .in_place import offered
 
 if TYPE_CHECKING:
     from ..codegen import KernelLauncher
@@ -77,7 +78,7 @@ class ReadyCall:
     def _call(self, args: Sequence[Any]) -> list[torch.Tensor]:
         launch = self.launch
         ins = [args[k] for k in self.take]
-        dests = into_destinations(launch, [(k, args[j]) for k, j in self.into], ins) if self.into else None
+        dests = into_destinations(launch, offered(self.into, args)) if self.into else None
         outs = launch(ins, self.runtime.device, dests)
         _follow(self.launcher, self.seg, launch.source)
         return [outs[k] if made else args[k] for made, k in self.give]
@@ -88,8 +89,8 @@ class ReadyCall:
         outs = [f"o{k}" for k in range(len(self.seg.outputs))]
         env: dict[str, Any] = {"K": launch, "device": self.runtime.device, "LR": self.launcher, "SG": self.seg,
                                "SRC": launch.source, "follow": _follow}
-        position = {j: f"i{m}" for m, j in enumerate(self.take)}
-        into = {k: position.get(j, f"args[{j}]") for k, j in self.into}
+        n = len(self.runtime.fusion.inputs())
+        into = {k: (f"args[{j}]", [f"args[{m}]" for m in range(n) if m != j]) for k, j in self.into}
         body = launch.direct_lines(ins, outs, f"K([{', '.join(ins)}], device)", env, "", self.runtime.device,
                                    into)
         if body is None:
@@ -150,11 +151,12 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             ins = f"[{', '.join(f's{k}' for k in step.ins)}]"
             call = f"K{i}({ins}, device)"
             inline = step.launch.direct_lines([f"s{k}" for k in step.ins], [f"s{k}" for k in step.outs], call, env,
-                                              f"_{i}", device, {k: f"s{slot}" for k, slot in step.into})
+                                              f"_{i}", device, {k: (f"s{j}", _others(j, n_inputs)) for k, j in step.into})
             if inline is None and step.into:
                 env[f"D{i}"], env["into_destinations"] = step.launch, into_destinations
-                offered = ", ".join(f"({k}, s{slot})" for k, slot in step.into)
-                call = f"K{i}({ins}, device, into_destinations(D{i}, [{offered}], {ins}))"
+                offer = ", ".join(f"({k}, s{j}, ({''.join(o + ', ' for o in _others(j, n_inputs))}))"
+                                  for k, j in step.into)
+                call = f"K{i}({ins}, device, into_destinations(D{i}, [{offer}]))"
             lines += [f"    {line}" for line in inline] if inline is not None else [f"    r = {call}"]
             lines.append(f"    if L{i}.last_source is not K{i}.source:")
             lines.append(f"        follow(L{i}, G{i}, K{i}.source)")
@@ -190,6 +192,11 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     source = "\n".join(line for line in lines if line is not None)
     exec(compile(source, f"<fuser ready program of {len(steps)} steps>", "exec"), env)
     return env["run"]
+
+
+def _others(j: int, n_inputs: int) -> list[str]:
+    """The names of a ready program's arguments but argument j."""
+    return [f"s{m}" for m in range(n_inputs) if m != j]
 
 
 def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, read_once: set,

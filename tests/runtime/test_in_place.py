@@ -55,13 +55,42 @@ def test_an_input_overlapping_the_written_one_gets_a_copy_instead(written_in_pla
     assert written_in_place == [False]
 
 
-def test_the_same_tensor_twice_is_written_in_place(written_in_place):
+def test_the_same_tensor_passed_twice_gets_a_copy(written_in_place):
     fd = _sgd()
     p = make((16, 8))
     expected = p - p * 0.1
     fd.execute([p, p])
     torch.testing.assert_close(p, expected)
-    assert written_in_place == [True]
+    assert written_in_place == [False]
+
+
+def test_the_same_tensor_read_transposed_as_another_input_gets_a_copy(written_in_place):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.add(a, fd.ops.permute(b, [1, 0])), alias_input=a)
+    for _ in range(2):
+        x = make((64, 64))
+        expected = x + x.t()
+        fd.execute([x, x])
+        torch.testing.assert_close(x, expected)
+    assert True not in written_in_place
+
+
+def test_another_input_read_by_a_later_segment_keeps_the_old_values(written_in_place):
+    with FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        b = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        y = fd.ops.exp(a)
+        fd.add_output(y, alias_input=a)
+        fd.add_output(fd.ops.matmul(b, y))  # (an ATen segment reading b after y is written)
+    for same in (True, False):
+        x = make((16, 16))
+        b = x if same else x.clone()
+        expected = x @ x.exp()
+        (total,) = fd.execute([x, b])
+        torch.testing.assert_close(total, expected)
+    assert written_in_place == [False, True]
 
 
 def test_a_misaligned_or_strided_input_gets_a_copy(written_in_place):
@@ -107,3 +136,18 @@ def test_a_write_before_a_saved_read_is_caught_by_autograd():
         fd.execute([w.detach(), make((4, 4))])
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_a_cache_that_writes_in_place_is_refused_by_a_definition_without_the_alias():
+    from fuser import FusionDefinitionError
+
+    with_alias = _sgd()
+    with FusionDefinition() as without:
+        p = without.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        g = without.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        new = without.ops.sub(p, without.ops.mul(g, 0.1))
+        without.add_output(new)
+        without.add_output(without.ops.mul(new, 2.0))
+    with_alias.execute([make((4, 4)), make((4, 4))])
+    with pytest.raises(FusionDefinitionError, match="writes outputs into inputs"):
+        without.fec = with_alias.fec
