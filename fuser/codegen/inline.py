@@ -40,8 +40,7 @@ def writable_into(t: torch.Tensor, layout: tuple, others: Sequence[Any]) -> bool
     layout and a 16-byte aligned address (the kernels assume their outputs so), and none of
     the fusion's `others` arguments touches its memory (the same tensor passed twice
     included: it may be read transposed, or by a later kernel)."""
-    shape, strides, dtype = layout
-    if t.dtype != dtype or t.stride() != strides or tuple(t.shape) != shape or t.data_ptr() % 16:
+    if not layout_fits(t, layout) or t.data_ptr() % 16:
         return False
     return not any(isinstance(a, torch.Tensor) and _overlap(a, t) for a in others)
 
@@ -53,6 +52,31 @@ def _overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
     a0, a1 = _span(a)
     t0, t1 = _span(t)
     return a0 < t1 and t0 < a1
+
+
+def span_lengths(args: Sequence[Any]) -> tuple[int, ...]:
+    """The bytes each argument spans from its address (0: not a tensor, or empty): fixed by a
+    call's layout, so a ready call computes them once."""
+    return tuple(_span(a)[1] - a.data_ptr() if isinstance(a, torch.Tensor) and a.numel() else 0 for a in args)
+
+
+def disjoint(args: Sequence[Any], lengths: Sequence[int]) -> bool:
+    """Whether no two of the tensor arguments share a byte (`lengths`: `span_lengths`), by one
+    sort of their address ranges. Tensors of two devices may compare as overlapping: a copy
+    where none was needed, never a missed overlap."""
+    spans = sorted((a.data_ptr(), n) for a, n in zip(args, lengths) if n)
+    end = None
+    for start, n in spans:
+        if end is not None and start < end:
+            return False
+        end = start + n if end is None else max(end, start + n)
+    return True
+
+
+def layout_fits(t: Any, layout: tuple) -> bool:
+    """Whether tensor `t` has the (shape, strides, dtype) of `layout`."""
+    shape, strides, dtype = layout
+    return isinstance(t, torch.Tensor) and t.dtype == dtype and t.stride() == strides and tuple(t.shape) == shape
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
@@ -107,7 +131,7 @@ def _raw_launch_lines(raw: dict, template: list, slots: list, ins: list[str], te
 
 
 def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
-                 device: torch.device, into: Optional[dict[int, str]] = None) -> Optional[list[str]]:
+                 device: torch.device, into: Optional[dict[int, tuple[str, str]]] = None) -> Optional[list[str]]:
     """Lines of a generated function (a ready call's) that make `launch` on the tensors
     named `ins` and leave its outputs in the names `outs`: on a GPU they allocate the
     outputs, take the stream's workspaces and call Triton's C launcher for each kernel
@@ -117,8 +141,8 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
     since or a step's launcher rejected its arguments before, the lines take `fallback` (an
     expression whose value is the outputs) instead. Names the lines read go
     into `env`, suffixed with `tag`. `into`: {output position: (the name of the input it is
-    written into where `writable_into` says it can be at that call, the names of the
-    fusion's other arguments)}. None: this launch has no such form (not compiled yet,
+    written into, the condition under which it is at that call: its layout fixed by the ready
+    key, `disjoint` arguments and an aligned address)}. None: this launch has no such form (not compiled yet,
     another launcher)."""
     empty = FAST_EMPTY.get(device.type)
     if device.type != "cuda" or device.index is None or empty is None or launch.cold or not outs \
@@ -134,10 +158,8 @@ def inline_lines(launch: "Launch", ins: list[str], outs: list[str], fallback: st
         env[f"OS{tag}_{k}"], env[f"OT{tag}_{k}"], env[f"OD{tag}_{k}"] = shape, strides, dtype
         allocated = f"EMPTY{tag}(OS{tag}_{k}, OT{tag}_{k}, OD{tag}_{k})"
         if into and k in into:
-            dest, others = into[k]
-            env["writable_into"], env[f"OL{tag}_{k}"] = writable_into, launch.out_layouts[k]
-            allocated = f"{dest} if writable_into({dest}, OL{tag}_{k}, ({''.join(o + ', ' for o in others)})) " \
-                        f"else {allocated}"
+            dest, condition = into[k]
+            allocated = f"{dest} if {condition} else {allocated}"
         body.append(f"{outs[k]} = {allocated}")
     scratch = []
     if launch.workspaces is not None or launch.semaphores is not None:

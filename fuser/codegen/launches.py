@@ -84,8 +84,8 @@ class Launch:
     def direct_lines(self, ins: list[str], outs: list[str], fallback: str, env: dict, tag: str,
                      device: torch.device, into: Optional[dict] = None) -> Optional[list[str]]:
         """This launch inline in a ready call's generated code (`codegen/inline.py`); `into`:
-        {output position: (the name of the input it is written into where it can be, the names
-        of the fusion's other arguments)}."""
+        {output position: (the name of the input it is written into, the condition under which
+        it is)}."""
         return inline_lines(self, ins, outs, fallback, env, tag, device, into)
 
     def tensors_for(self, inputs: Sequence[torch.Tensor], device, dests=None) -> tuple[list, list]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ..codegen import KernelLauncher, compile_pool, target_for
+from ..codegen.inline import span_lengths
 from ..dump import dump_flags, env_choice
 from ..errors import FusionInputError
 from ..codegen.launch import scalar_key
@@ -33,7 +34,7 @@ from ..passes.move_reshapes import move_reshapes
 from ..schedulers.plan import add_chosen_parts, plan_kernel
 from ..segment import Segment, SegmentKind, segment_fusion
 from . import ahead
-from .in_place import offered, plan_in_place
+from .in_place import argument_layouts, fitting, offered, plan_in_place
 from .profile import FusionProfile, KernelProfile, SegmentTimer, fusion_id_of
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
@@ -149,6 +150,8 @@ class FusionRuntime:
         warming = self.warming
         if warming is not None:
             warming.wait()
+        if keep is not None and self.in_place:  # (what a ready call's in-place writes check)
+            keep["layouts"], keep["lengths"] = argument_layouts(args), span_lengths(args)
         values = table.values
         if self.single is not None:
             seg, take, give = self.single
@@ -257,12 +260,13 @@ class FusionRuntime:
         otherwise the steps of the run (None: none is made). Made from what the run kept, not
         from lookups after it: another thread's call may clear a launcher's launches."""
         if self.single is None:
-            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"]) if "env" in kept else None
+            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept) if "env" in kept else None
         launch = kept.get("launch")
         if launch is None:
             return None
         seg, take, give = self.single
-        return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], self.in_place.get(id(seg), ()))
+        into = fitting(self.in_place.get(id(seg), []), kept.get("layouts"), launch) if self.in_place else []
+        return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], into, kept.get("lengths"))
 
     def triton_code(self) -> list[str]:
         return [l.last_source for l in self.launchers.values() if l.last_source]

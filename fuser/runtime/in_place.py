@@ -16,6 +16,11 @@ passed twice may be read elsewhere, transposed, or by a later kernel).
 """
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
+from ..codegen.inline import disjoint, span_lengths
 from ..ir import BinaryOp, CastOp, Fusion, TensorView, TernaryOp, UnaryOp
 from ..schedulers.plan import Template
 from ..segment import Segment, SegmentKind
@@ -70,5 +75,22 @@ def _writable(seg: Segment, out: TensorView, source: TensorView) -> bool:
 
 def offered(entries: list[tuple[int, int]], args) -> list:
     """A call's offer for a segment's `entries` (runtime's `in_place`): (output position, the
-    input written into, every other argument of the fusion: none may overlap it)."""
-    return [(k, args[j], [a for m, a in enumerate(args) if m != j]) for k, j in entries]
+    input written into, the other arguments it must not overlap: none where no two arguments
+    share memory, found by one sort)."""
+    free = disjoint(args, span_lengths(args))
+    return [(k, args[j], () if free else [a for m, a in enumerate(args) if m != j]) for k, j in entries]
+
+
+def fitting(entries: list[tuple[int, int]], layouts: list, launch: Any) -> list[tuple[int, int]]:
+    """The `entries` a ready call of this layout may write in place: the input's layout (fixed
+    by the ready key; `layouts`, each argument's) is the one `launch` writes."""
+    out_layouts = getattr(launch, "out_layouts", None)
+    if out_layouts is None:
+        return []
+    return [(k, j) for k, j in entries if layouts[j] is not None and layouts[j] == out_layouts[k]]
+
+
+def argument_layouts(args) -> list:
+    """(shape, strides, dtype) of each tensor argument (None for a number), as launches list
+    their outputs'."""
+    return [(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else None for a in args]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
+from ..codegen.inline import disjoint
 from ..codegen.launch import into_destinations
 from ..dump import dump_flags
 from ..errors import InternalError
@@ -32,7 +33,7 @@ from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
 from ..segment import Segment
-from .in_place import offered
+from .in_place import fitting, offered
 
 if TYPE_CHECKING:
     from ..codegen import KernelLauncher
@@ -62,14 +63,16 @@ class ReadyCall:
     (`codegen/inline.py`); elsewhere, or where the launch has no such form, it calls the
     prepared launch."""
 
-    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "into", "run")
+    __slots__ = ("runtime", "launch", "take", "give", "seg", "launcher", "into", "lengths", "run")
 
     def __init__(self, runtime: "FusionRuntime", launch: Any, take: list[int], give: list[tuple[bool, int]],
-                 seg: Segment, launcher: "KernelLauncher", into: Sequence[tuple[int, int]] = ()):
+                 seg: Segment, launcher: "KernelLauncher", into: Sequence[tuple[int, int]] = (),
+                 lengths: Optional[tuple] = None):
         """`into`: (output position, argument position) of outputs written into the inputs
-        they alias where the launch can (runtime/in_place.py)."""
+        they alias where the launch can (runtime/in_place.py: those whose layout it writes);
+        `lengths`: the arguments' `span_lengths`."""
         self.runtime, self.launch, self.take, self.give = runtime, launch, take, give
-        self.seg, self.launcher, self.into = seg, launcher, list(into)
+        self.seg, self.launcher, self.into, self.lengths = seg, launcher, list(into), lengths
         self.run = self._direct() or self._call
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
@@ -89,13 +92,15 @@ class ReadyCall:
         outs = [f"o{k}" for k in range(len(self.seg.outputs))]
         env: dict[str, Any] = {"K": launch, "device": self.runtime.device, "LR": self.launcher, "SG": self.seg,
                                "SRC": launch.source, "follow": _follow}
-        n = len(self.runtime.fusion.inputs())
-        into = {k: (f"args[{j}]", [f"args[{m}]" for m in range(n) if m != j]) for k, j in self.into}
+        into = {k: (f"args[{j}]", f"free and args[{j}].data_ptr() % 16 == 0") for k, j in self.into}
         body = launch.direct_lines(ins, outs, f"K([{', '.join(ins)}], device)", env, "", self.runtime.device,
                                    into)
         if body is None:
             return None
         lines = ["def run(args):"] + [f"    {name} = args[{k}]" for name, k in zip(ins, self.take)]
+        if into:
+            env["disjoint"], env["LENGTHS"] = disjoint, self.lengths
+            lines.append("    free = disjoint(args, LENGTHS)")
         lines += ["    " + line for line in body]
         lines += ["    if LR.last_source is not SRC:", "        follow(LR, SG, SRC)",
                   f"    return [{', '.join(outs[k] if made else f'args[{k}]' for made, k in self.give)}]"]
@@ -126,13 +131,16 @@ class _AtenStep:
         self.rule, self.expr, self.template, self.fill, self.outs = RULES[type(expr)], expr, template, fill, outs
 
 
-def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes) -> Any:
+def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes, lengths=None) -> Any:
     """The steps as one generated function of the arguments (a local a slot), as the ready
     key and the binder are: no loop over step objects, no list of slots."""
     env: dict[str, Any] = {"EvalContext": EvalContext, "device": device, "sizes": sizes, "follow": _follow}
     lines: list[Optional[str]] = ["def run(args):"]
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
+    if any(isinstance(step, _KernelStep) and step.into for step in steps):  # (once: the arguments' overlap)
+        env["disjoint"], env["LENGTHS"] = disjoint, lengths
+        lines.append(f"    free = disjoint(({''.join(f's{m}, ' for m in range(n_inputs))}), LENGTHS)")
     readers: dict[int, list] = collections.defaultdict(list)
     for step in steps:
         for k in step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill]:
@@ -151,12 +159,13 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             ins = f"[{', '.join(f's{k}' for k in step.ins)}]"
             call = f"K{i}({ins}, device)"
             inline = step.launch.direct_lines([f"s{k}" for k in step.ins], [f"s{k}" for k in step.outs], call, env,
-                                              f"_{i}", device, {k: (f"s{j}", _others(j, n_inputs)) for k, j in step.into})
+                                              f"_{i}", device, {k: (f"s{j}", f"free and s{j}.data_ptr() % 16 == 0")
+                                                                for k, j in step.into})
             if inline is None and step.into:
-                env[f"D{i}"], env["into_destinations"] = step.launch, into_destinations
-                offer = ", ".join(f"({k}, s{j}, ({''.join(o + ', ' for o in _others(j, n_inputs))}))"
-                                  for k, j in step.into)
-                call = f"K{i}({ins}, device, into_destinations(D{i}, [{offer}]))"
+                env[f"D{i}"], env[f"E{i}"], env["into_destinations"], env["offered"] = \
+                    step.launch, step.into, into_destinations, offered
+                arguments = f"({''.join(f's{m}, ' for m in range(n_inputs))})"
+                call = f"K{i}({ins}, device, into_destinations(D{i}, offered(E{i}, {arguments})))"
             lines += [f"    {line}" for line in inline] if inline is not None else [f"    r = {call}"]
             lines.append(f"    if L{i}.last_source is not K{i}.source:")
             lines.append(f"        follow(L{i}, G{i}, K{i}.source)")
@@ -192,11 +201,6 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     source = "\n".join(line for line in lines if line is not None)
     exec(compile(source, f"<fuser ready program of {len(steps)} steps>", "exec"), env)
     return env["run"]
-
-
-def _others(j: int, n_inputs: int) -> list[str]:
-    """The names of a ready program's arguments but argument j."""
-    return [f"s{m}" for m in range(n_inputs) if m != j]
 
 
 def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, read_once: set,
@@ -240,10 +244,11 @@ class ReadyProgram:
 
     __slots__ = ("runtime", "steps", "device_type", "_run")
 
-    def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, outputs: list[int]):
+    def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, outputs: list[int],
+                 lengths: Optional[tuple] = None):
         self.runtime, self.steps = runtime, steps
         self.device_type = runtime.device.type
-        self._run = _straight_line(steps, len(runtime.fusion.inputs()), outputs, runtime.device, sizes)
+        self._run = _straight_line(steps, len(runtime.fusion.inputs()), outputs, runtime.device, sizes, lengths)
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         if torch.is_autocast_enabled(self.device_type):
@@ -257,11 +262,12 @@ _NOT_RUN = object()
 
 
 def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
-                  launches: dict) -> Optional[ReadyProgram]:
+                  launches: dict, kept: Optional[dict] = None) -> Optional[ReadyProgram]:
     """The steps of the run that left `env` (every value it made, a call with this layout),
     `sizes` (the local sizes its ATen ops asked, by tensor) and `launches` (the launch each
     kernel segment made: None for an empty loop space, run through ATen), or None where a step
-    cannot be made."""
+    cannot be made. `kept`: the rest of what the run kept (its arguments' layouts and lengths,
+    for in-place writes)."""
     # a Val's slot: its input position (the last one for a Val listed twice, which is the
     # value a run binds), then a fresh slot for each value made
     inputs = runtime.fusion.inputs()
@@ -300,8 +306,10 @@ def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
             if launch is _NOT_RUN or any(not isinstance(v, TensorView) or id(v) not in index for v in seg.inputs):
                 return None
         if launch is not None:
+            into = fitting(runtime.in_place.get(id(seg), []), kept["layouts"], launch) \
+                if runtime.in_place and kept and "layouts" in kept else []
             steps.append(_KernelStep(launch, [index[id(v)] for v in seg.inputs],
-                                     [slot(o) for o in seg.outputs], seg, launcher, runtime.in_place.get(id(seg), ())))
+                                     [slot(o) for o in seg.outputs], seg, launcher, into))
             continue
         made = aten_steps(seg.exprs)  # an ATen segment, or a kernel's empty loop space
         if made is None:
@@ -309,7 +317,8 @@ def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
         steps += made
     if any(id(o) not in index for o in runtime.fusion.outputs()):
         return None
-    return ReadyProgram(runtime, _FixedSizes(dict(sizes)), steps, [index[id(o)] for o in runtime.fusion.outputs()])
+    return ReadyProgram(runtime, _FixedSizes(dict(sizes)), steps, [index[id(o)] for o in runtime.fusion.outputs()],
+                        (kept or {}).get("lengths"))
 
 
 class BoundCall:
