@@ -2,9 +2,12 @@
 llama-layer-like set of fp32 parameters, through fuser.jit, eager and torch.compile in one
 process, each checked against eager's parameters after three steps and timed by do_bench.
 `--no-foreach-decomposition` leaves torch's `_foreach_*` ops as ATen calls (the tree before
-frontend/foreach.py), for the comparison. Open lead 15 of docs/performance.md.
+frontend/foreach.py), for the comparison. `--eager-first` takes one eager step before the
+compiled ones: the state then keeps its step counters on the CPU (`capturable=False`), where a
+traced first step (Dynamo's) puts them on the GPU (frontend/host_scalars.py is the CPU form's
+path). Open lead 15 of docs/performance.md.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition]
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition] [--eager-first]
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ def _setup(device: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-foreach-decomposition", action="store_true")
+    parser.add_argument("--eager-first", action="store_true")
     options = parser.parse_args()
     if options.no_foreach_decomposition:
         import fuser.frontend.backend as backend
@@ -43,6 +47,8 @@ def main() -> None:
     times = {}
     for name in ("eager", "fuser.jit", "torch.compile"):
         params, opt = _setup("cuda")
+        if options.eager_first:
+            opt.step()
         step = {"eager": opt.step, "fuser.jit": fuser.jit(lambda: opt.step()),
                 "torch.compile": torch.compile(lambda: opt.step())}[name]
         for _ in range(3):
@@ -55,7 +61,7 @@ def main() -> None:
             print(f"{name}: largest |parameter - eager's| after 3 steps {error:.3g}")
         times[name] = do_bench(step, warmup=10, rep=200)
         if name == "fuser.jit":
-            print(step.cache_info())
+            print(step.cache_info(), "step counters on", opt.state[params[0]]["step"].device)
     elements = sum(torch.Size(s).numel() for s in SHAPES)
     for name, ms in times.items():
         print(f"{name:14s} {ms * 1000:9.1f} us a step ({PASSES * elements * 4 / ms / 1e6:6.0f} GB/s of the "

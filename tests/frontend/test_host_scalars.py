@@ -105,6 +105,11 @@ def test_an_adam_step_on_the_gpu_with_cpu_step_counters_fuses_whole():
     theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
     opt_ours = torch.optim.Adam(ours, lr=1e-2, foreach=True)
     opt_theirs = torch.optim.Adam(theirs, lr=1e-2, foreach=True)
+    for a, b in zip(ours, theirs):  # (a first step eagerly: its state keeps CPU step counters, where a
+        g = make(a.shape).cuda()    # traced first step makes them the GPU's, capturable)
+        a.grad, b.grad = g.clone(), g.clone()
+    opt_ours.step()
+    opt_theirs.step()
     step = fuser.jit(lambda: opt_ours.step())
     for _ in range(3):
         for a, b in zip(ours, theirs):
