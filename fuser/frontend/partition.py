@@ -9,8 +9,11 @@
    graph order within a phase. A fusible node joins the earliest even phase after all its
    tensor inputs are available; an eager node the earliest odd phase. So a fusion never waits
    for itself: every value it reads comes from an earlier phase or from inside it, and fusible
-   nodes are only split where an eager node really stands between them. Nodes of one phase on
-   one device form one region (they may be unconnected; the segmenter cuts them apart).
+   nodes are only split where an eager node really stands between them. A fusible node that
+   only fusions of a later phase read (on its device) joins the first of them instead, so no
+   intermediate is written between the two. A write-back (`copy_` into a graph input) runs
+   after every read of the input, through its views too. Nodes of one phase on one device form
+   one region (they may be unconnected; the segmenter cuts them apart).
 3. Views at the end of a region whose results only leave it (a `permute` saved for backward)
    run as ATen views after the fusion instead of being written out a second time.
 4. A region with no arithmetic (only views, matmuls, creation) or no tensor input runs eagerly:
@@ -239,18 +242,29 @@ def _phases(nodes: list[Node], eager: dict, lift: dict):
             phase[node] = -1
         elif node.op == "call_function" and node in eager:
             m = max((phase[p] for p in node.all_input_nodes), default=-1)
-            if node.target is aten.copy_.default and isinstance(node.args[0], Node):
-                # a write-back runs after every read of the value it replaces, through a view
-                # too (a fusion's read in phase k: k + 1; an eager read in phase k: k, later in
-                # graph order)
-                m = max([m] + [phase[u] for u in readers_of_memory(node.args[0]) if u is not node and u in phase])
             phase[node] = m if m % 2 else m + 1
         elif node.op == "call_function":
             here = device[node] = str(lift.get(node) or node_device(node))
             m = max((phase[p] + (2 if device.get(p, here) != here else 0)
                      for p in node.all_input_nodes if not is_size_node(p)), default=-1)
             phase[node] = 2 * max(0, (m + 1) // 2)
-            groups.setdefault((phase[node], here), []).append(node)
+    # a fusible node read only by fusions of a later phase on its device joins the first of them
+    # (`g * 0.1` before an eager op whose result it meets): no intermediate written and read
+    for node in reversed(nodes):
+        here = device.get(node)
+        if here is None or not node.users or any(device.get(u) != here for u in node.users):
+            continue
+        phase[node] = max(phase[node], min(phase[u] for u in node.users))
+    for node in nodes:
+        if node.target is aten.copy_.default and node in eager and isinstance(node.args[0], Node):
+            # a write-back runs after every read of the value it replaces, through a view too
+            # (a fusion's read in phase k: k + 1; an eager read in phase k: k, later in graph
+            # order); nothing reads the write-back itself
+            m = max([phase[node]] + [phase[u] for u in readers_of_memory(node.args[0]) if u is not node and u in phase])
+            phase[node] = m if m % 2 else m + 1
+    for node in nodes:
+        if node in device:
+            groups.setdefault((phase[node], device[node]), []).append(node)
     return phase, groups
 
 

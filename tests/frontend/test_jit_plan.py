@@ -21,7 +21,23 @@ def _kernel_segments(program):
 def test_an_eager_op_cuts_only_what_depends_on_it():
     def f(x, y):
         a = torch.logcumsumexp(x.exp(), -1)  # no lowering: runs through ATen
-        b = torch.tanh(y) * 2.0              # independent of it: fused before it
+        b = torch.tanh(y) * 2.0              # independent of it, read after it: fused there
+        return a.sigmoid() + b.sum(-1, keepdim=True), b
+
+    jitted = fuser.jit(f)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    assert_close_to_eager(jitted(x, y), f(x, y))
+    (program,) = _programs(jitted)
+    kinds = [type(s).__name__ for s in program.steps]
+    assert kinds == ["FusionStep", "EagerStep", "FusionStep"], kinds
+    first = program.steps[0].region.nodes  # (b, an output, is made as early as it can be)
+    assert {n.target for n in first} >= {torch.ops.aten.exp.default, torch.ops.aten.tanh.default}
+
+
+def test_a_value_read_only_after_an_eager_op_is_computed_there():
+    def f(x, y):
+        a = torch.logcumsumexp(x.exp(), -1)
+        b = torch.tanh(y) * 2.0  # read only by the fusion after the eager op
         return a.sigmoid() + b.sum(-1, keepdim=True)
 
     jitted = fuser.jit(f)
@@ -30,8 +46,8 @@ def test_an_eager_op_cuts_only_what_depends_on_it():
     (program,) = _programs(jitted)
     kinds = [type(s).__name__ for s in program.steps]
     assert kinds == ["FusionStep", "EagerStep", "FusionStep"], kinds
-    first = program.steps[0].region.nodes
-    assert {n.target for n in first} >= {torch.ops.aten.exp.default, torch.ops.aten.tanh.default}
+    assert torch.ops.aten.tanh.default in {n.target for n in program.steps[2].region.nodes}
+    assert torch.ops.aten.tanh.default not in {n.target for n in program.steps[0].region.nodes}
 
 
 def test_views_of_fusion_outputs_are_aten_views():
