@@ -37,3 +37,21 @@ def recorded(monkeypatch):
     from tests.compile_jobs import record
 
     yield from record(monkeypatch)
+
+
+@pytest.fixture
+def written_in_place(monkeypatch):
+    """Each answer of `writable_into` (True: the kernel wrote an aliased output into its input:
+    runtime/in_place.py), for tests of in-place writes."""
+    import fuser.codegen.inline as inline
+    import fuser.codegen.launches as launches
+
+    answers = []
+    check = inline.writable_into
+
+    def spy(t, layout, others):
+        answers.append(check(t, layout, others))
+        return answers[-1]
+    monkeypatch.setattr(inline, "writable_into", spy)
+    monkeypatch.setattr(launches, "writable_into", spy)
+    return answers

@@ -3,24 +3,8 @@ safe, and the copy after the run where it is not; each checked against eager."""
 import pytest
 import torch
 
-import fuser.codegen.inline as inline
-import fuser.codegen.launches as launches
 from fuser import DataType, FusionDefinition
 from tests.helpers import make
-
-
-@pytest.fixture
-def written_in_place(monkeypatch):
-    """Each answer of `writable_into` (True: the kernel wrote the output into its input)."""
-    answers = []
-    check = inline.writable_into
-
-    def spy(t, layout, inputs):
-        answers.append(check(t, layout, inputs))
-        return answers[-1]
-    monkeypatch.setattr(inline, "writable_into", spy)
-    monkeypatch.setattr(launches, "writable_into", spy)
-    return answers
 
 
 def _sgd(rank: int = 2, contiguous: bool = True):
