@@ -40,7 +40,7 @@ from .sizes import RuntimeSymbols
 from .meta import is_size_node, meta_val, node_device, size_expr
 from .recompute import recompute_shared_pointwise
 from .write_backs import fold_write_backs, readers_of_memory
-from .rules import find_rule
+from .rules import Kind, find_rule
 
 aten = torch.ops.aten
 
@@ -249,10 +249,14 @@ def _phases(nodes: list[Node], eager: dict, lift: dict):
                      for p in node.all_input_nodes if not is_size_node(p)), default=-1)
             phase[node] = 2 * max(0, (m + 1) // 2)
     # a fusible node read only by fusions of a later phase on its device joins the first of them
-    # (`g * 0.1` before an eager op whose result it meets): no intermediate written and read
+    # (`g * 0.1` before an eager op whose result it meets): no intermediate written and read.
+    # Not a reduction (its input, larger, would cross instead), nor a node of several results
+    # or one of them (a tuple's elements go together)
     for node in reversed(nodes):
         here = device.get(node)
-        if here is None or not node.users or any(device.get(u) != here for u in node.users):
+        if here is None or not node.users or any(device.get(u) != here for u in node.users) \
+                or node.target is operator.getitem or not isinstance(meta_val(node), torch.Tensor) \
+                or find_rule(node.target).kind is Kind.reduction:
             continue
         phase[node] = max(phase[node], min(phase[u] for u in node.users))
     for node in nodes:

@@ -6,7 +6,10 @@ kernel can write it there itself where no read of the input can see the write to
 - the kernel is pointwise with no resize (slice, pad, cat), and the input, where the kernel
   reads it, maps its axes onto the loop as the output does: each loop point writes the
   address it alone reads;
-- the kernel reads the input through elementwise ops only (a gather would read elsewhere);
+- the kernel reads the input through elementwise ops only (a gather would read elsewhere),
+  and the output is computed from it (each value is loaded where first needed and each
+  output stored once computed: an output that does not read the input could be stored
+  before another output's load of it);
 - no later segment reads the input, nor a value an ATen segment made of it (a view), and the
   kernel reads no such value.
 And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the
@@ -70,7 +73,25 @@ def _writable(seg: Segment, out: TensorView, source: TensorView) -> bool:
     readers = [e for e in seg.exprs if any(v is source for v in e.inputs)]
     if not readers:
         return True
-    return all(isinstance(e, _ELEMENTWISE) for e in readers) and plan.axes.of(source) == plan.axes.of(out)
+    # (a kernel loads a value where it is first needed and stores each output once computed:
+    # only an output computed from the input is stored after the input's load)
+    return all(isinstance(e, _ELEMENTWISE) for e in readers) and plan.axes.of(source) == plan.axes.of(out) \
+        and _depends_on(out, source, seg.exprs)
+
+
+def _depends_on(out: TensorView, source: TensorView, exprs) -> bool:
+    producer = {id(o): e for e in exprs for o in e.outputs}
+    pending, seen = [out], set()
+    while pending:
+        v = pending.pop()
+        if v is source:
+            return True
+        e = producer.get(id(v))
+        if e is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        pending.extend(w for w in e.inputs if isinstance(w, TensorView))
+    return False
 
 
 def offered(entries: list[tuple[int, int]], args) -> list:

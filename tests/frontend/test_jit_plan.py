@@ -24,7 +24,7 @@ def test_an_eager_op_cuts_only_what_depends_on_it(b_returned):
     def f(x, y):
         a = torch.logcumsumexp(x.exp(), -1)  # no lowering: runs through ATen
         b = torch.tanh(y) * 2.0              # independent of it
-        out = a.sigmoid() + b.sum(-1, keepdim=True)
+        out = a.sigmoid() + b
         return (out, b) if b_returned else out
 
     jitted = fuser.jit(f)
@@ -135,3 +135,17 @@ def test_a_program_output_reader_builds_the_graph_outputs():
     for _ in range(300):
         (value,) = value
     assert value == "a"
+
+
+def test_a_reduction_read_after_an_eager_op_stays_with_its_input():
+    # (moved after the eager op, its full-size input would be written out instead of its sums)
+    def f(x):
+        h = x.exp()
+        s = h.sum(-1, keepdim=True)
+        return torch.logcumsumexp(h * 2, -1) + s
+
+    jitted = fuser.jit(f)
+    x = torch.randn(4, 16)
+    assert_close_to_eager(jitted(x), f(x))
+    (program,) = _programs(jitted)
+    assert torch.ops.aten.sum.dim_IntList in {n.target for n in program.steps[0].region.nodes}
