@@ -62,8 +62,7 @@ def _plain_function(fn: Any) -> bool:
     if type(fn) is not types.FunctionType or not _load_dynamo_internals():
         return False
     code = fn.__code__
-    return not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_kwonlyargcount
-                or code.co_cellvars)
+    return not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_kwonlyargcount)
 
 
 def _hooks_free(module: torch.nn.Module) -> bool:

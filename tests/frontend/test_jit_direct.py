@@ -276,3 +276,28 @@ def test_overlapping_calls_restore_dynamos_settings_when_the_last_leaves():
     assert not config.record_runtime_overhead and config.specialize_float  # still compiling
     second.__exit__(None, None, None)
     assert config.record_runtime_overhead and not config.specialize_float
+
+
+def test_a_function_with_cell_variables_takes_the_direct_path():
+    # (a local read by a comprehension or an inner function is a cell on Python 3.11; the
+    # entry's code makes its own cells)
+    def scaled(x, ws):
+        return [x * w for w in ws]
+
+    def with_inner(x, k):
+        def g(y):
+            return y * k + x.sum()
+        return x.cos(), g
+
+    for f, make_args in ((scaled, lambda: (torch.randn(4, 8), [1.5, 2.5])),
+                         (with_inner, lambda: (torch.randn(3), 2.0))):
+        jitted = fuser.jit(f)
+        for _ in range(4):
+            args = make_args()
+            got, expected = jitted(*args), f(*args)
+            if f is with_inner:
+                y = torch.randn(3)
+                got, expected = [got[0], got[1](y)], [expected[0], expected[1](y)]
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b)
+        assert jitted._direct.hits >= 2, f.__name__
