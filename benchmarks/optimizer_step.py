@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -33,6 +34,20 @@ def _setup(device: str):
     return params, torch.optim.Adam(params, lr=1e-3, foreach=True)
 
 
+def _host_us(step, calls: int = 5) -> float:
+    """The host's time a step (to its last launch, the GPU left to finish: a few steps' kernels
+    stay far below the launch queue's depth), best of 3."""
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-foreach-decomposition", action="store_true")
@@ -44,7 +59,7 @@ def main() -> None:
     from triton.testing import do_bench
 
     reference = None
-    times = {}
+    times, hosts = {}, {}
     for name in ("eager", "fuser.jit", "torch.compile"):
         params, opt = _setup("cuda")
         if options.eager_first:
@@ -60,12 +75,13 @@ def main() -> None:
             error = max((a - b).abs().max().item() for a, b in zip(params, reference))
             print(f"{name}: largest |parameter - eager's| after 3 steps {error:.3g}")
         times[name] = do_bench(step, warmup=10, rep=200)
+        hosts[name] = _host_us(step)
         if name == "fuser.jit":
             print(step.cache_info(), "step counters on", opt.state[params[0]]["step"].device)
     elements = sum(torch.Size(s).numel() for s in SHAPES)
     for name, ms in times.items():
         print(f"{name:14s} {ms * 1000:9.1f} us a step ({PASSES * elements * 4 / ms / 1e6:6.0f} GB/s of the "
-              f"{PASSES} passes a step needs)")
+              f"{PASSES} passes a step needs), the host {hosts[name]:7.1f} us a step")
 
 
 if __name__ == "__main__":
