@@ -47,17 +47,17 @@ def writable_into(t: torch.Tensor, layout: tuple, others: Sequence[Any]) -> bool
 
 def _overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
     """Whether `a` touches memory `t` holds."""
-    if a.device != t.device or a.numel() == 0 or t.numel() == 0:
+    if a.device != t.device:
         return False
-    a0, a1 = _span(a)
-    t0, t1 = _span(t)
-    return a0 < t1 and t0 < a1
+    sa, st = address_span(a), address_span(t)
+    return sa is not None and st is not None and sa[0] < st[1] and st[0] < sa[1]
 
 
 def span_lengths(args: Sequence[Any]) -> tuple[int, ...]:
     """The bytes each argument spans from its address (0: not a tensor, or empty): fixed by a
     call's layout, so a ready call computes them once."""
-    return tuple(_span(a)[1] - a.data_ptr() if isinstance(a, torch.Tensor) and a.numel() else 0 for a in args)
+    spans = [address_span(a) if isinstance(a, torch.Tensor) else None for a in args]
+    return tuple(0 if span is None else span[1] - span[0] for span in spans)
 
 
 def disjoint(args: Sequence[Any], lengths: Sequence[int]) -> bool:
@@ -79,9 +79,16 @@ def layout_fits(t: Any, layout: tuple) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype == dtype and t.stride() == strides and tuple(t.shape) == shape
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    start = t.data_ptr()
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+def address_span(t: torch.Tensor) -> Optional[tuple[int, int]]:
+    """[first, last + 1) of the addresses `t` reads (strides >= 0, as views give); None when
+    it holds no element."""
+    try:
+        if t.numel() == 0:
+            return None
+        start = t.data_ptr()
+    except RuntimeError:  # (a tensor subclass without storage)
+        return None
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
     return start, start + (last + 1) * t.element_size()
 
 

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
+from ..codegen.inline import address_span
 from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
 from . import ahead
@@ -574,7 +575,7 @@ class _AliasedWrites:
 def _overlap_any(args: tuple, written: list[int], arguments: list[int]) -> bool:
     """Whether an argument in `written` shares memory with another of `arguments` (by the
     address ranges they span: distinct allocations never overlap)."""
-    spans = {k: _span(args[k]) for k in arguments if k < len(args) and isinstance(args[k], torch.Tensor)}
+    spans = {k: address_span(args[k]) for k in arguments if k < len(args) and isinstance(args[k], torch.Tensor)}
     for k in written:
         span = spans.get(k)
         if span is None:
@@ -584,19 +585,6 @@ def _overlap_any(args: tuple, written: list[int], arguments: list[int]) -> bool:
                     and args[j] is not args[k]:
                 return True
     return False
-
-
-def _span(t: torch.Tensor) -> Optional[tuple[int, int]]:
-    """[first, last + 1) of the addresses `t` reads (strides >= 0, as views give); None when
-    it holds no element."""
-    try:
-        if t.numel() == 0:
-            return None
-        start = t.data_ptr()
-    except RuntimeError:  # (a tensor subclass without storage)
-        return None
-    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-    return start, start + (last + 1) * t.element_size()
 
 
 class FuserBackend:

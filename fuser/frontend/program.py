@@ -125,6 +125,7 @@ class FusionStep:
         self.writes = [(slot_of[n], i) for n, i in region.outputs.items() if isinstance(i, int)]
         self.aliases = [(slot_of[n], slot_of[i]) for n, i in region.outputs.items() if isinstance(i, Node)]
         self.write_backs = [(k, slot_of[n]) for k, n in region.write_backs]
+        self.n_outputs = len(region.fd.fusion.outputs())  # (aliased ones included)
         self.frees: list[int] = []
 
     def run(self, env: list) -> None:
@@ -133,7 +134,7 @@ class FusionStep:
             env[slot] = outs[i]
         for slot, src in self.aliases:
             env[slot] = env[src]
-        if self.write_backs and len(outs) > self.write_backs[0][0]:  # (else `fd.execute` wrote them: a first call)
+        if self.write_backs and len(outs) == self.n_outputs:  # (else `fd.execute` wrote them: a first call)
             for k, slot in self.write_backs:
                 dst, value = env[slot], outs[k]
                 if value is dst:  # (the kernel wrote it there: runtime/in_place.py)
