@@ -5,9 +5,10 @@ process, each checked against eager's parameters after three steps and timed by 
 frontend/foreach.py), for the comparison. `--eager-first` takes one eager step before the
 compiled ones: the state then keeps its step counters on the CPU (`capturable=False`), where a
 traced first step (Dynamo's) puts them on the GPU (frontend/host_scalars.py is the CPU form's
-path). Open lead 15 of docs/performance.md.
+path). `--kernels` adds each contender's GPU time a step by kernel (the profiler's, no flush).
+Open lead 15 of docs/performance.md.
 
-    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition] [--eager-first]
+    FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition] [--eager-first] [--kernels]
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-foreach-decomposition", action="store_true")
     parser.add_argument("--eager-first", action="store_true")
+    parser.add_argument("--kernels", action="store_true")
     options = parser.parse_args()
     if options.no_foreach_decomposition:
         import fuser.frontend.backend as backend
@@ -76,6 +78,12 @@ def main() -> None:
             print(f"{name}: largest |parameter - eager's| after 3 steps {error:.3g}")
         times[name] = do_bench(step, warmup=10, rep=200)
         hosts[name] = _host_us(step)
+        if options.kernels:
+            from benchmarks.harness import kernel_times
+            busy = sorted(kernel_times(step, torch.device("cuda")).items(), key=lambda kv: -kv[1])
+            print(f"{name}: {sum(t for _, t in busy):.1f} us of kernels a step")
+            for kernel, us in busy[:12]:
+                print(f"   {kernel:80s} {us:8.1f} us")
         if name == "fuser.jit":
             print(step.cache_info(), "step counters on", opt.state[params[0]]["step"].device)
     elements = sum(torch.Size(s).numel() for s in SHAPES)

@@ -41,17 +41,18 @@ def recorded(monkeypatch):
 
 @pytest.fixture
 def written_in_place(monkeypatch):
-    """Each answer of `writable_into` (True: the kernel wrote an aliased output into its input:
-    runtime/in_place.py), for tests of in-place writes."""
-    import fuser.codegen.inline as inline
-    import fuser.codegen.launches as launches
+    """For tests of in-place writes (runtime/in_place.py): at the end of each call with aliased
+    outputs, True for each its kernel wrote into its input, then False for each copied there
+    after the run."""
+    import fuser.frontend.definition as definition
+    import fuser.frontend.program as program
 
     answers = []
-    check = inline.writable_into
+    write_back = definition.write_back
 
-    def spy(t, layout, others):
-        answers.append(check(t, layout, others))
-        return answers[-1]
-    monkeypatch.setattr(inline, "writable_into", spy)
-    monkeypatch.setattr(launches, "writable_into", spy)
+    def spy(written, dsts, values):
+        answers.extend([True] * len(written) + [False] * len(dsts))
+        write_back(written, dsts, values)
+    monkeypatch.setattr(definition, "write_back", spy)
+    monkeypatch.setattr(program, "write_back", spy)
     return answers

@@ -25,6 +25,7 @@ from ..ir.types import fits_int64
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
+from ..runtime.in_place import write_back
 from .frame_hook import set_eval_frame as _set_eval_frame
 from .profiler import active as active_profiler
 from .repro import describe_inputs, repro_script
@@ -423,6 +424,7 @@ class FusionDefinition:
         """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
         where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
         aliased, written = self._alias_of, {}
+        bumped, dsts, values = [], [], []
         for (tv, _), value in zip(self._outputs, outs):
             target = aliased.get(id(tv))
             if target is not None and id(tv) not in written:
@@ -432,12 +434,14 @@ class FusionDefinition:
                                            f"output's alias) but is expanded: stride 0 on an axis of size "
                                            f"> 1, one element for many; pass a dense tensor")
                 if value is dst:  # (its kernel wrote it there: runtime/in_place.py)
-                    torch._C._increment_version((dst,))
+                    bumped.append(dst)
                 elif dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
                     if _overlaps(dst, value):  # (a view of the input itself, a transpose say)
                         value = value.clone()
-                    dst.copy_(value)
+                    dsts.append(dst)
+                    values.append(value)
                 written[id(tv)] = dst
+        write_back(bumped, dsts, values)
         return [written.get(id(tv), value) for (tv, target), value in zip(self._outputs, outs) if target is None]
 
     def validate(self, inputs: Sequence[Any], reference_outputs: Optional[Sequence[Any]] = None,

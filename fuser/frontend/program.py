@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import Node
 
+from ..runtime.in_place import write_back
 from .host_scalars import is_host_scalar
 from .lowering import Region
 from .partition import UNSUPPORTED, Eager, Plan
@@ -135,12 +136,15 @@ class FusionStep:
         for slot, src in self.aliases:
             env[slot] = env[src]
         if self.write_backs and len(outs) == self.n_outputs:  # (else `fd.execute` wrote them: a first call)
+            written, dsts, values = [], [], []
             for k, slot in self.write_backs:
                 dst, value = env[slot], outs[k]
                 if value is dst:  # (the kernel wrote it there: runtime/in_place.py)
-                    torch._C._increment_version((dst,))
+                    written.append(dst)
                 else:
-                    dst.copy_(value)
+                    dsts.append(dst)
+                    values.append(value)
+            write_back(written, dsts, values)
 
     def execute(self, inputs: list) -> list:
         cache = self.fd.cache  # (made by the first call)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
-from ..codegen.inline import disjoint
+from ..codegen.inline import Disjoint
 from ..codegen.launch import into_destinations
 from ..dump import dump_flags
 from ..errors import InternalError
@@ -99,8 +99,8 @@ class ReadyCall:
             return None
         lines = ["def run(args):"] + [f"    {name} = args[{k}]" for name, k in zip(ins, self.take)]
         if into:
-            env["disjoint"], env["LENGTHS"] = disjoint, self.lengths
-            lines.append("    free = disjoint(args, LENGTHS)")
+            env["disjoint"] = Disjoint(self.lengths)
+            lines.append("    free = disjoint(args)")
         lines += ["    " + line for line in body]
         lines += ["    if LR.last_source is not SRC:", "        follow(LR, SG, SRC)",
                   f"    return [{', '.join(outs[k] if made else f'args[{k}]' for made, k in self.give)}]"]
@@ -139,8 +139,8 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
     if any(isinstance(step, _KernelStep) and step.into for step in steps):  # (once: the arguments' overlap)
-        env["disjoint"], env["LENGTHS"] = disjoint, lengths
-        lines.append(f"    free = disjoint(({''.join(f's{m}, ' for m in range(n_inputs))}), LENGTHS)")
+        env["disjoint"] = Disjoint(lengths)
+        lines.append(f"    free = disjoint(({''.join(f's{m}, ' for m in range(n_inputs))}))")
     readers: dict[int, list] = collections.defaultdict(list)
     for step in steps:
         for k in step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill]:

@@ -21,7 +21,11 @@ def test_a_write_back_waits_for_a_later_read_of_the_old_value():
     torch.testing.assert_close(ours, theirs)
 
 
-def test_an_optimizer_step_writes_its_state_in_place(written_in_place):
+def test_an_optimizer_step_writes_its_state_in_place(written_in_place, monkeypatch):
+    copies = []  # (each call of torch._foreach_copy_: the step counters' write-backs)
+    foreach_copy = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda dsts, values: copies.append(len(dsts)) or
+                        foreach_copy(dsts, values))
     ours = [torch.nn.Parameter(make(s)) for s in ((16, 8), (8,))]
     theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
     opt_ours = torch.optim.Adam(ours, lr=1e-2, foreach=True)
@@ -40,8 +44,13 @@ def test_an_optimizer_step_writes_its_state_in_place(written_in_place):
         for key, value in opt_theirs.state[b].items():
             torch.testing.assert_close(opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)
     assert step.cache_info().fallback_ops == 0  # (no ATen copy_ left)
-    # parameters and both moments of each tensor, at every call after the first (its copies)
-    assert written_in_place and all(written_in_place) and len(written_in_place) >= 2 * 3 * 2, written_in_place
+    # parameters and both moments of each tensor, at every call after the first (its copies),
+    # then the two step counters, copied
+    assert written_in_place[-8:] == [True] * 6 + [False] * 2, written_in_place
+    assert written_in_place.count(True) >= 2 * 6, written_in_place
+    # the counters (0-dim, read by every program of their tensor's kernel: copied after the
+    # kernels) in one launch a call
+    assert copies == [2, 2, 2], copies
 
 
 def test_a_jitted_write_into_a_saved_tensor_is_caught_by_autograd():

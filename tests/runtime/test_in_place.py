@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from fuser import DataType, FusionDefinition
+from fuser.codegen.inline import Disjoint, span_lengths
+from fuser.runtime.in_place import write_back
 from tests.helpers import make
+
+# the ready call's inline launch (codegen/inline.py) on a GPU, the prepared launch elsewhere
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
 
 
 def _sgd(rank: int = 2, contiguous: bool = True):
@@ -17,9 +23,10 @@ def _sgd(rank: int = 2, contiguous: bool = True):
     return fd
 
 
-def test_a_pointwise_update_is_written_into_its_input(written_in_place):
+@DEVICES
+def test_a_pointwise_update_is_written_into_its_input(written_in_place, device):
     fd = _sgd()
-    p, g = make((16, 8)), make((16, 8))
+    p, g = make((16, 8)).to(device), make((16, 8)).to(device)
     for _ in range(3):  # (the first call, then the ready call)
         before, version = p.clone(), p._version
         (doubled,) = fd.execute([p, g])
@@ -39,13 +46,61 @@ def test_an_input_overlapping_the_written_one_gets_a_copy_instead(written_in_pla
     assert written_in_place == [False]
 
 
-def test_the_same_tensor_passed_twice_gets_a_copy(written_in_place):
+@DEVICES
+def test_arguments_that_overlap_on_a_later_call_get_a_copy_then(written_in_place, device):
     fd = _sgd()
-    p = make((16, 8))
-    expected = p - p * 0.1
-    fd.execute([p, p])
-    torch.testing.assert_close(p, expected)
-    assert written_in_place == [False]
+    base = make((17 * 8,)).to(device)
+    apart = (make((16, 8)).to(device), make((16, 8)).to(device))
+    for k in range(5):  # (ready calls remember their last arguments' overlap by address)
+        p, g = apart if k % 2 == 0 else (base[8:].view(16, 8), base[:128].view(16, 8))
+        expected = p - g * 0.1
+        fd.execute([p, g])
+        torch.testing.assert_close(p, expected)
+    assert written_in_place == [True, False, True, False, True]
+
+
+def test_the_overlap_check_remembers_its_answer_by_address_alone():
+    a, b = make((16,)), make((16,))
+    both = torch.cat([a, b])
+    check = Disjoint(span_lengths([a, b, 2.0]))  # (a number spans nothing)
+    assert check([a, b, 2.0]) and check([a, b, 3.0])
+    assert not check([a, a, 2.0])
+    assert not check([both[:16], both[4:20], 2.0]) and check([both[:16], both[16:], 2.0])
+    assert check([a, b, 2.0])
+    assert not check([both[:16], both[4:20], 2.0])
+
+
+def test_write_backs_apart_are_one_foreach_copy_and_overlapping_ones_go_in_order(monkeypatch):
+    calls = []
+    foreach_copy = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda d, v: calls.append(len(d)) or foreach_copy(d, v))
+    dsts, values = [make((8,)), make(()), make((2, 3))], [make((8,)), make(()), make((2, 3))]
+    versions = [d._version for d in dsts]
+    write_back([], dsts, values)
+    assert calls == [3] and all(d._version > v for d, v in zip(dsts, versions))
+    for d, v in zip(dsts, values):
+        torch.testing.assert_close(d, v)
+    # the second value is the first input: copies in order give it the first value's new contents
+    first, second = make((8,)), make((8,))
+    new = make((8,))
+    write_back([], [first, second], [new, first])
+    assert calls == [3]
+    torch.testing.assert_close(second, new)
+    written = make((4,))
+    version = written._version
+    write_back([written], [], [])
+    assert written._version > version
+
+
+@DEVICES
+def test_the_same_tensor_passed_twice_gets_a_copy(written_in_place, device):
+    fd = _sgd()
+    for _ in range(2):  # (the first call, then the ready call)
+        p = make((16, 8)).to(device)
+        expected = p - p * 0.1
+        fd.execute([p, p])
+        torch.testing.assert_close(p, expected)
+    assert written_in_place == [False, False]
 
 
 def test_the_same_tensor_read_transposed_as_another_input_gets_a_copy(written_in_place):
