@@ -40,7 +40,7 @@ def install() -> bool:
     try:
         import triton.runtime.interpreter as interpreter
 
-        from fuser.codegen import interpreter as fuser_interpreter
+        from fuser.codegen import batched, interpreter as fuser_interpreter
 
         builder = interpreter.InterpreterBuilder
         load, store = builder.create_masked_load, builder.create_masked_store
@@ -56,7 +56,8 @@ def install() -> bool:
         inner = getitem(self, grid)
 
         def launch(*args, **kwargs):
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            # (and those a batched launch reaches through its table: codegen/batched.py)
+            tensors = [a for a in args if isinstance(a, torch.Tensor)] + (getattr(batched.REACHED, "tensors", None) or [])
             _launch.ranges = [(s.data_ptr(), s.data_ptr() + s.nbytes()) for s in (t.untyped_storage() for t in tensors)]
             _launch.name = getattr(getattr(self.fn, "fn", None), "__name__", str(self.fn))
             _launch.args = [("tensor", tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a

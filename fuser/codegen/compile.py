@@ -126,6 +126,13 @@ def load_canonical(name: str, source: str, target: str, scalar_params: Sequence[
         return cname, _load_kernel(cname, code, target, params)
 
 
+def load_plain(name: str, source: str, target: str) -> Callable:
+    """The kernel `name` of a module `source` as written (no canonical form: a batched
+    kernel, batched.py, names its member's helpers and body as its module does)."""
+    with phase("load"):
+        return _load_kernel(name, source, target, ())
+
+
 def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str]) -> Callable:
     key = source_key(source, target)
     fn = _memory.get(key)

@@ -26,7 +26,7 @@ class _Step:
 
     def __init__(self, fn, grid: int, kwargs: dict):
         self.launch = fn[(grid,)]
-        self.kwargs = kwargs
+        self.fn, self.grid, self.kwargs = fn, grid, kwargs
 
     def __call__(self, args: list) -> None:
         self.launch(*args, **self.kwargs)
@@ -133,7 +133,6 @@ class _DirectStep(_Step):
     def __init__(self, fn, grid: int, kwargs: dict):
         kwargs = {**kwargs, **compile_options()}  # (compiled kernels only: the interpreter takes none)
         super().__init__(fn, grid, kwargs)
-        self.fn, self.grid = fn, grid
         self.compiled = None
         # the tensor arguments whose pointers were 16-byte aligned when the kernel compiled:
         # Triton specializes each pointer on that, so a later call must keep them aligned

@@ -33,6 +33,7 @@ from ..evaluate.binding import InputBinder
 from ..evaluate.evaluator import EvalContext, Environment
 from ..ir import Expr, Scalar, TensorView
 from ..segment import Segment
+from .batching import BatchStep, batch_steps
 from .in_place import fitting, offered
 
 if TYPE_CHECKING:
@@ -138,22 +139,29 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
     lines: list[Optional[str]] = ["def run(args):"]
     if n_inputs:
         lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
-    if any(isinstance(step, _KernelStep) and step.into for step in steps):  # (once: the arguments' overlap)
+    frees = any(isinstance(step, (_KernelStep, BatchStep)) and step.into for step in steps)
+    if frees:  # (once: the arguments' overlap)
         env["disjoint"] = Disjoint(lengths)
         lines.append(f"    free = disjoint(({''.join(f's{m}, ' for m in range(n_inputs))}))")
     readers: dict[int, list] = collections.defaultdict(list)
     for step in steps:
-        for k in step.ins if isinstance(step, _KernelStep) else [k for _, k in step.fill]:
+        for k in step.ins if isinstance(step, (_KernelStep, BatchStep)) else [k for _, k in step.fill]:
             readers[k].append(step)
     read_once = {k for k, found in readers.items() if len(found) == 1 and k not in outputs}
     # slots whose readers all make new tensors of them (a kernel, a matmul, a linear): an
     # identity permute there can be its source (other ops may hand their input back, as an
     # empty squeeze does, and an output is a new view)
     aliasable = {k for k, found in readers.items() if k not in outputs and all(
-        isinstance(r, _KernelStep) or function_form(r.expr) is not None for r in found)}
+        isinstance(r, (_KernelStep, BatchStep)) or function_form(r.expr) is not None for r in found)}
     permuted: dict[int, tuple] = {}  # slot -> (its source slot, dims, its line, its dims' name)
     uses_rules = False
     for i, step in enumerate(steps):
+        if isinstance(step, BatchStep):  # (its members read the arguments only)
+            env[f"B{i}"] = step
+            lines.append(f"    r = B{i}({'free' if frees else 'True'}, args)")
+            for n, member in enumerate(step.members):
+                lines.append(f"    {''.join(f's{k}, ' for k in member.outs)}= r[{n}]")
+            continue
         if isinstance(step, _KernelStep):
             env[f"K{i}"], env[f"L{i}"], env[f"G{i}"] = step.launch, step.launcher, step.seg
             ins = f"[{', '.join(f's{k}' for k in step.ins)}]"
@@ -246,9 +254,12 @@ class ReadyProgram:
 
     def __init__(self, runtime: "FusionRuntime", sizes: _FixedSizes, steps: list, outputs: list[int],
                  lengths: Optional[tuple] = None):
+        n_inputs = len(runtime.fusion.inputs())
+        # (one launch for the kernel steps that launch one kernel side by side: batching.py)
+        steps = batch_steps(steps, n_inputs, runtime.device, lambda s: isinstance(s, _KernelStep), _follow)
         self.runtime, self.steps = runtime, steps
         self.device_type = runtime.device.type
-        self._run = _straight_line(steps, len(runtime.fusion.inputs()), outputs, runtime.device, sizes, lengths)
+        self._run = _straight_line(steps, n_inputs, outputs, runtime.device, sizes, lengths)
 
     def __call__(self, args: Sequence[Any]) -> list[torch.Tensor]:
         if torch.is_autocast_enabled(self.device_type):
