@@ -84,31 +84,40 @@ class BatchedLaunch:
         """Launches every member (`members[m]`: its tensors, in the order its slots index them;
         `grids[m]`: its programs) at once; False, with nothing launched, where the kernel has
         no batched form, a tensor is not 16-byte aligned or the stream captures a CUDA graph."""
-        if self.declined or (self.target == "cuda" and _capturing()):
-            # (a CUDA graph would keep the table's address, which a later call may free)
+        if self.declined or (self.target == "cuda" and _capturing()):  # (see `launch`)
             return False
         addresses = [t.data_ptr() for tensors in members for t in tensors]
         if any(a % 16 for a in addresses):
             return False
         if self.step is None and not self._build(members, grids):
             return False
-        key = tuple(addresses)
-        last = self.last
-        table = last[1] if last[0] == key else None
-        if table is None:
-            table = self._table(addresses, members[0][0].device)
-            self.last = (key, table)
         if self.target == "cuda":
-            self.step([table])
-            return True
+            return self.launch(tuple(addresses), members[0][0].device)
         REACHED.tensors = [t for tensors in members for t in tensors]
         try:
-            self.step([table])
+            self.step([self._table_for(tuple(addresses), members[0][0].device)])
         finally:
             REACHED.tensors = None
         return True
 
-    def _table(self, addresses: list, device: torch.device) -> torch.Tensor:
+    def launch(self, addresses: tuple, device: torch.device) -> bool:
+        """A GPU call's launch, its kernel built, its `addresses` (every member's tensors in
+        order) 16-byte aligned; False, with nothing launched, while the stream captures a CUDA
+        graph (it would keep the table's address, which a later call may free)."""
+        if _capturing():
+            return False
+        self.step([self._table_for(addresses, device)])
+        return True
+
+    def _table_for(self, addresses: tuple, device: torch.device) -> torch.Tensor:
+        last = self.last
+        if last[0] == addresses:
+            return last[1]
+        table = self._table(addresses, device)
+        self.last = (addresses, table)
+        return table
+
+    def _table(self, addresses: Sequence[int], device: torch.device) -> torch.Tensor:
         """The starts of the members' programs, then each member's row of arguments."""
         values = list(self.starts)
         at = 0

@@ -30,7 +30,7 @@ class BatchStep:
     """Kernel steps (ready.py's `_KernelStep`) run as one batched launch; `ins`, `outs` and
     `into` are theirs together, as the program reads a step's."""
 
-    __slots__ = ("members", "batched", "grids", "device", "follow", "ins", "outs", "into", "empty")
+    __slots__ = ("members", "batched", "grids", "device", "follow", "ins", "outs", "into", "empty", "run")
 
     def __init__(self, members: list, device: torch.device, follow: Callable):
         self.members, self.device, self.follow = members, device, follow
@@ -47,10 +47,15 @@ class BatchStep:
         self.into = [entry for m in members for entry in m.into]
         self.empty = FAST_EMPTY.get(device.type) or (
             lambda shape, strides, dtype: torch.empty_strided(shape, strides, dtype=dtype, device=device))
+        self.run = self._first
 
     def __call__(self, free: bool, args: Sequence[Any]) -> list[list[torch.Tensor]]:
         """Each member's outputs, for the call's arguments `args` (`free`: no two of them share
         memory, so an output may be written into the argument it aliases)."""
+        return self.run(free, args)
+
+    def _first(self, free: bool, args: Sequence[Any]) -> list[list[torch.Tensor]]:
+        """A call through lists (the interpreter's, and the GPU's until its kernel is built)."""
         device = self.device
         if device.type == "cuda" and device.index != current_device():  # (the allocator's device)
             return self._one_by_one(free, args, None)
@@ -67,7 +72,50 @@ class BatchStep:
         for m in self.members:
             if m.launcher.last_source is not m.launch.source:
                 self.follow(m.launcher, m.seg, m.launch.source)
+        if device.type == "cuda" and FAST_EMPTY.get("cuda") is not None:
+            self.run = self._straight()
         return outputs
+
+    def _straight(self) -> Callable:
+        """The call as one generated function of the arguments (a GPU's, its kernel built): each
+        address read once, the members' outputs allocated by name, no list a member; the
+        arguments' alignment checked before anything is made."""
+        env: dict[str, Any] = {"B": self.batched, "DEV": self.device, "DEVI": self.device.index, "S": self,
+                               "EMPTY": self.empty, "follow": self.follow, "current_device": current_device}
+        reads = sorted({k for m in self.members for k in m.ins})
+        lines = ["def run(free, args):", "    if DEVI != current_device():  # (the allocator's device)",
+                 "        return S._one_by_one(free, args, None)"]
+        lines += [f"    p{k} = (a{k} := args[{k}]).data_ptr()" for k in reads]
+        lines += [f"    if ({' | '.join(f'p{k}' for k in reads)}) & 15:  # (the allocators align what they make)",
+                  "        return S._one_by_one(free, args, None)"]
+        in_place, not_in_place, fresh, key, returned = [], [], [], [], []
+        for n, m in enumerate(self.members):
+            into = dict(m.into)
+            names = []
+            for k, (shape, strides, dtype) in enumerate(m.launch.out_layouts):
+                o, r = f"o{n}_{k}", f"r{n}_{k}"
+                env[f"S{n}_{k}"], env[f"T{n}_{k}"], env[f"D{n}_{k}"] = shape, strides, dtype
+                allocate = [f"{o} = EMPTY(S{n}_{k}, T{n}_{k}, D{n}_{k})", f"{r} = {o}.data_ptr()"]
+                if k in into:
+                    in_place.append(f"{o}, {r} = a{into[k]}, p{into[k]}")
+                    not_in_place += allocate
+                else:
+                    fresh += allocate
+                names.append(o)
+            key += [f"p{k}" for k in m.ins] + [f"r{n}_{k}" for k in range(len(names))]
+            returned.append(f"[{', '.join(names)}]")
+            env[f"K{n}"], env[f"L{n}"], env[f"G{n}"] = m.launch, m.launcher, m.seg
+        if in_place:
+            lines += ["    if free:"] + [f"        {line}" for line in in_place]
+            lines += ["    else:"] + [f"        {line}" for line in not_in_place]
+        lines += [f"    {line}" for line in fresh]
+        lines += [f"    if not B.launch(({''.join(f'{name}, ' for name in key)}), DEV):",
+                  "        return S._one_by_one(free, args, None)"]
+        for n in range(len(self.members)):
+            lines += [f"    if L{n}.last_source is not K{n}.source:", f"        follow(L{n}, G{n}, K{n}.source)"]
+        lines.append(f"    return [{', '.join(returned)}]")
+        exec(compile("\n".join(lines), f"<fuser batched launch of {len(self.members)} kernels>", "exec"), env)
+        return env["run"]
 
     @staticmethod
     def _dests(m, free: bool, args: Sequence[Any]) -> list:
