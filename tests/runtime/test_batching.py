@@ -28,10 +28,18 @@ def launches(monkeypatch):
 
     def batched_spy(self, members, grids):
         done = launch(self, members, grids)
-        if done:
+        if done and self.target != "cuda":  # (a GPU's goes through `launch`)
             made["batched"].append(len(members))
         return done
     monkeypatch.setattr(batched.BatchedLaunch, "__call__", batched_spy)
+    launch_built = batched.BatchedLaunch.launch
+
+    def launch_spy(self, addresses, device):  # (a GPU's generated call, its kernel built)
+        done = launch_built(self, addresses, device)
+        if done:
+            made["batched"].append(len(self.rows))
+        return done
+    monkeypatch.setattr(batched.BatchedLaunch, "launch", launch_spy)
     return made
 
 
