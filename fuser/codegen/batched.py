@@ -100,6 +100,14 @@ class BatchedLaunch:
             REACHED.tensors = None
         return True
 
+    def kernel_source(self) -> str:
+        """The batched kernel as users read it: a line naming its members, then its function
+        (its module also holds the member kernel and helpers, printed with the members)."""
+        text = self.source or ""
+        at = text.rfind("\ndef ")
+        return (f"# one launch of {len(self.templates)} launches of {_raw(self.kernel).__name__} (codegen/batched.py)"
+                + text[at:])
+
     def launch(self, addresses: tuple, device: torch.device) -> bool:
         """A GPU call's launch, its kernel built, its `addresses` (every member's tensors in
         order) 16-byte aligned; False, with nothing launched, while the stream captures a CUDA

@@ -30,7 +30,8 @@ class BatchStep:
     """Kernel steps (ready.py's `_KernelStep`) run as one batched launch; `ins`, `outs` and
     `into` are theirs together, as the program reads a step's."""
 
-    __slots__ = ("members", "batched", "grids", "device", "follow", "ins", "outs", "into", "empty", "run")
+    __slots__ = ("members", "batched", "grids", "device", "follow", "ins", "outs", "into", "empty", "run",
+                 "__weakref__")
 
     def __init__(self, members: list, device: torch.device, follow: Callable):
         self.members, self.device, self.follow = members, device, follow

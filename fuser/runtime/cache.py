@@ -103,6 +103,8 @@ class FusionRuntime:
         # set while another thread compiles this runtime's kernels before its first call
         # (FusionExecutorCache.compile_ahead): that call waits rather than compile them twice
         self.warming: Optional[threading.Event] = None
+        # the batched launches of its ready programs (runtime/batching.py), for `triton_code`
+        self.batches: "weakref.WeakSet" = weakref.WeakSet()
         flags = dump_flags()
         if "fusion_ir" in flags:
             print(fusion)
@@ -269,7 +271,9 @@ class FusionRuntime:
         return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], into, kept.get("lengths"))
 
     def triton_code(self) -> list[str]:
-        return [l.last_source for l in self.launchers.values() if l.last_source]
+        """The source of each kernel launched last, then of each batched kernel built."""
+        batched = [b.batched.kernel_source() for b in list(self.batches) if b.batched.source]
+        return [l.last_source for l in self.launchers.values() if l.last_source] + batched
 
 
 class KnownSizes:

@@ -257,6 +257,7 @@ class ReadyProgram:
         n_inputs = len(runtime.fusion.inputs())
         # (one launch for the kernel steps that launch one kernel side by side: batching.py)
         steps = batch_steps(steps, n_inputs, runtime.device, lambda s: isinstance(s, _KernelStep), _follow)
+        runtime.batches.update(step for step in steps if isinstance(step, BatchStep))
         self.runtime, self.steps = runtime, steps
         self.device_type = runtime.device.type
         self._run = _straight_line(steps, n_inputs, outputs, runtime.device, sizes, lengths)

@@ -193,3 +193,12 @@ def test_a_cuda_graph_captures_the_members_one_by_one(launches):
         torch.cuda.synchronize()
         for p, e in zip(params, expected):
             torch.testing.assert_close(p, e)
+
+
+def test_the_batched_kernel_is_printed_with_the_members():
+    fd = _updates(2)
+    for _ in range(2):
+        fd.execute([make((8, 128)) for _ in range(4)])
+    code = fd.last_triton_code()
+    assert "# one launch of 2 launches of fuser_pointwise_" in code
+    assert "_batched_" in code and "batch_member" in code
