@@ -243,3 +243,30 @@ def prefer_the_last_form_timed(monkeypatch, tmp_path):
         return 10.0 - len(times)
     monkeypatch.setattr(autotune, "cuda_time_ms", timer)
     return tmp_path / "autotune.json"
+
+
+class OptimizerTwins:
+    """A jitted optimizer step (`make_optimizer` over parameters of `shapes`) beside the same
+    optimizer run eagerly on copies: `step()` gives both fresh gradients and steps both;
+    `assert_same()` compares parameters and state."""
+
+    def __init__(self, make_optimizer: Callable, shapes: Sequence[Sequence[int]]):
+        import fuser
+
+        self.ours = [torch.nn.Parameter(make(s)) for s in shapes]
+        self.theirs = [torch.nn.Parameter(p.detach().clone()) for p in self.ours]
+        self.opt_ours, self.opt_theirs = make_optimizer(self.ours), make_optimizer(self.theirs)
+        self.jitted = fuser.jit(lambda: self.opt_ours.step())
+
+    def step(self) -> None:
+        for a, b in zip(self.ours, self.theirs):
+            g = make(a.shape)
+            a.grad, b.grad = g.clone(), g.clone()
+        self.jitted()
+        self.opt_theirs.step()
+
+    def assert_same(self, state: bool = True) -> None:
+        for a, b in zip(self.ours, self.theirs):
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
+            for key, value in (self.opt_theirs.state[b].items() if state else ()):
+                torch.testing.assert_close(self.opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)

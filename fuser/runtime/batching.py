@@ -83,7 +83,7 @@ class BatchStep:
         arguments' alignment checked before anything is made."""
         env: dict[str, Any] = {"B": self.batched, "DEV": self.device, "DEVI": self.device.index, "S": self,
                                "EMPTY": self.empty, "follow": self.follow, "current_device": current_device}
-        reads = sorted({k for m in self.members for k in m.ins})
+        reads = sorted({k for m in self.members for k in m.ins} | {j for m in self.members for _, j in m.into})
         lines = ["def run(free, args):", "    if DEVI != current_device():  # (the allocator's device)",
                  "        return S._one_by_one(free, args, None)"]
         lines += [f"    p{k} = (a{k} := args[{k}]).data_ptr()" for k in reads]

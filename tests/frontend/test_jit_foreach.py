@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fuser
-from tests.helpers import make
+from tests.helpers import OptimizerTwins, make
 
 OPTIMIZERS = {
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
@@ -19,28 +19,21 @@ OPTIMIZERS = {
 }
 
 
+SHAPES = ((16, 8), (8,), (3, 5))
+
+
 def _parameters(dtype=torch.float32):
-    return [torch.nn.Parameter(make(s, dtype=dtype)) for s in ((16, 8), (8,), (3, 5))]
+    return [torch.nn.Parameter(make(s, dtype=dtype)) for s in SHAPES]
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_a_foreach_optimizer_step_fuses_and_matches_eager(name):
-    ours, theirs = _parameters(), None
-    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    opt_ours, opt_theirs = OPTIMIZERS[name](ours), OPTIMIZERS[name](theirs)
-    step = fuser.jit(lambda: opt_ours.step())
+    twins = OptimizerTwins(OPTIMIZERS[name], SHAPES)
     for _ in range(3):
-        for a, b in zip(ours, theirs):
-            g = make(a.shape)
-            a.grad, b.grad = g.clone(), g.clone()
-        step()
-        opt_theirs.step()
-        for a, b in zip(ours, theirs):
-            torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
-    for a, b in zip(ours, theirs):
-        for key, value in opt_theirs.state[b].items():
-            torch.testing.assert_close(opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)
-    info = step.cache_info()
+        twins.step()
+        twins.assert_same(state=False)
+    twins.assert_same()
+    info = twins.jitted.cache_info()
     assert info.fusions >= 1 and info.kernels >= 1, info
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import fuser
-from tests.helpers import make
+from tests.helpers import OptimizerTwins, make
 
 
 def test_a_write_back_waits_for_a_later_read_of_the_old_value():
@@ -26,24 +26,13 @@ def test_an_optimizer_step_writes_its_state_in_place(written_in_place, monkeypat
     foreach_copy = torch._foreach_copy_
     monkeypatch.setattr(torch, "_foreach_copy_", lambda dsts, values: copies.append(len(dsts)) or
                         foreach_copy(dsts, values))
-    ours = [torch.nn.Parameter(make(s)) for s in ((16, 8), (8,))]
-    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    opt_ours = torch.optim.Adam(ours, lr=1e-2, foreach=True)
-    opt_theirs = torch.optim.Adam(theirs, lr=1e-2, foreach=True)
-    step = fuser.jit(lambda: opt_ours.step())
+    twins = OptimizerTwins(lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True), ((16, 8), (8,)))
     for _ in range(3):
-        for a, b in zip(ours, theirs):
-            g = make(a.shape)
-            a.grad, b.grad = g.clone(), g.clone()
-        versions = [p._version for p in ours]
-        step()
-        opt_theirs.step()
-        assert all(p._version > v for p, v in zip(ours, versions))
-    for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
-        for key, value in opt_theirs.state[b].items():
-            torch.testing.assert_close(opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)
-    assert step.cache_info().fallback_ops == 0  # (no ATen copy_ left)
+        versions = [p._version for p in twins.ours]
+        twins.step()
+        assert all(p._version > v for p, v in zip(twins.ours, versions))
+    twins.assert_same()
+    assert twins.jitted.cache_info().fallback_ops == 0  # (no ATen copy_ left)
     # parameters and both moments of each tensor, at every call after the first (its copies),
     # then the two step counters, copied
     assert written_in_place[-8:] == [True] * 6 + [False] * 2, written_in_place

@@ -4,10 +4,9 @@ eager."""
 import pytest
 import torch
 
-import fuser
 from fuser import DataType, FusionDefinition
 from fuser.codegen import batched, steps
-from tests.helpers import make
+from tests.helpers import OptimizerTwins, make
 
 DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
@@ -119,21 +118,10 @@ def test_a_kernel_reading_another_kernels_output_is_not_batched(launches):
 
 
 def test_a_jitted_optimizer_step_batches_its_parameters(launches):
-    ours = [torch.nn.Parameter(make(s)) for s in ((16, 8), (16, 8), (8,), (24, 8))]
-    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    opt_ours = torch.optim.Adam(ours, lr=1e-2, foreach=True)
-    opt_theirs = torch.optim.Adam(theirs, lr=1e-2, foreach=True)
-    step = fuser.jit(lambda: opt_ours.step())
+    twins = OptimizerTwins(lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True), ((16, 8), (16, 8), (8,), (24, 8)))
     for _ in range(3):
-        for a, b in zip(ours, theirs):
-            g = make(a.shape)
-            a.grad, b.grad = g.clone(), g.clone()
-        step()
-        opt_theirs.step()
-    for a, b in zip(ours, theirs):
-        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
-        for key, value in opt_theirs.state[b].items():
-            torch.testing.assert_close(opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)
+        twins.step()
+    twins.assert_same()
     assert launches["batched"] and sum(launches["batched"][-2:]) >= 3, launches
 
 
