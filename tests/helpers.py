@@ -253,6 +253,9 @@ class OptimizerTwins:
     def __init__(self, make_optimizer: Callable, shapes: Sequence[Sequence[int]]):
         import fuser
 
+        # (each test's optimizer adds entries to Dynamo's cache of torch's own step frames: past
+        # its recompile limit, in a process that ran many such tests, the step runs eagerly)
+        torch._dynamo.reset()
         self.ours = [torch.nn.Parameter(make(s)) for s in shapes]
         self.theirs = [torch.nn.Parameter(p.detach().clone()) for p in self.ours]
         self.opt_ours, self.opt_theirs = make_optimizer(self.ours), make_optimizer(self.theirs)
