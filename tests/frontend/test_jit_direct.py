@@ -1,5 +1,7 @@
 """The direct call path of `fuser.jit` (frontend/direct.py): repeat calls skip Dynamo's wrapper
 but never its guards, so every change Dynamo would notice still reaches Dynamo."""
+import sys
+
 import pytest
 import torch
 
@@ -261,6 +263,36 @@ def test_floats_are_traced_once_as_constants(monkeypatch):
         torch.testing.assert_close(jitted(x, eps), f(x, eps))
     assert restarts == []
     assert not torch._dynamo.config.specialize_float  # Dynamo's own default outside fuser.jit
+
+def test_dynamos_settings_are_set_only_while_dynamo_compiles(monkeypatch):
+    """A call through Dynamo (keywords take no direct path) sets fuser's Dynamo settings only
+    where Dynamo compiles a frame: a compiled call leaves torch's config alone, and a call that
+    compiles anew (another dtype) traces under the settings (its floats constants)."""
+    jit_module = sys.modules["fuser.frontend.jit"]  # (the package's `jit` is the function)
+    seen = []  # each time the settings are set: whether Dynamo's own float default was changed
+    original = jit_module._DynamoSettings.set
+
+    def spy(self):
+        original(self)
+        seen.append(torch._dynamo.config.specialize_float)
+    monkeypatch.setattr(jit_module._DynamoSettings, "set", spy)
+
+    def f(x, scale=1.0):
+        return torch.relu(x * scale).sum(-1)
+
+    jitted = fuser.jit(f)
+    x = torch.randn(4, 9)
+    torch.testing.assert_close(jitted(x, scale=0.5), f(x, scale=0.5))
+    compiled = len(seen)
+    assert compiled >= 1 and all(seen)
+    for _ in range(3):
+        torch.testing.assert_close(jitted(x, scale=0.5), f(x, scale=0.5))
+    assert len(seen) == compiled  # (compiled: Dynamo's callback was not called)
+    y = torch.randn(4, 9, dtype=torch.float64)
+    torch.testing.assert_close(jitted(y, scale=0.5), f(y, scale=0.5))
+    assert len(seen) > compiled and all(seen)
+    assert not torch._dynamo.config.specialize_float  # Dynamo's own default outside the compiles
+
 
 def test_overlapping_calls_restore_dynamos_settings_when_the_last_leaves():
     """Calls in several threads overlap: the first to leave must not restore the settings under
