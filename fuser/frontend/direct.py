@@ -9,8 +9,10 @@ the development CPU).
 `DirectCall` remembers the cache entry Dynamo used last for a function and, on the next call,
 evaluates that entry's guards itself (the same C++ guard manager Dynamo calls, which covers the
 arguments, the globals and closure values the function read, grad mode and the other global
-state) and runs the entry's transformed code as a function. Anything it cannot vouch for goes
-through Dynamo as before: keyword arguments, a guard that fails, an entry Dynamo invalidated or
+state) and runs the entry's transformed code as a function. Keyword arguments are placed by
+name as Python would (Dynamo's guards read the frame's locals, however they were passed).
+Anything it cannot vouch for goes through Dynamo as before: a keyword Python would refuse, a
+guard that fails, an entry Dynamo invalidated or
 replaced, reassigned defaults, transformed code that resumes after a graph break (the resumed frames must be compiled
 too), a non-default compiler stance, tracing in progress, or a torch whose internals differ.
 
@@ -110,7 +112,7 @@ class DirectCall:
     def entry(self) -> Any:
         return None if self.remembered is None else self.remembered[0]
 
-    def __call__(self, args: tuple) -> Any:
+    def __call__(self, args: tuple, kwargs: Optional[dict] = None) -> Any:
         remembered = self.remembered
         if remembered is None:
             return MISS
@@ -132,11 +134,35 @@ class DirectCall:
             if not _hooks_free(module) or torch._C._get_tracing_state() is not None:
                 return MISS  # Module.__call__ would run hooks, or trace for torch.jit
             args = (module, *args)
+        if kwargs:
+            args = self._placed(args, kwargs, defaults or ())
+            if args is None:  # (Python's TypeError, raised through Dynamo)
+                return MISS
         local = self._locals(args, defaults or ())
         if local is None or not guards.check(local):
             return MISS
         self.hits += 1
         return run(*args)
+
+    def _placed(self, args: tuple, kwargs: dict, defaults: tuple) -> Optional[tuple]:
+        """Every argument by position, the keywords placed by name and the defaults filled in
+        between; None for a call Python would refuse (an unknown or repeated keyword, a
+        positional-only one, a required argument missing)."""
+        names, n = self.names, len(args)
+        first_default = len(names) - len(defaults)
+        placed, used = list(args), 0
+        for k in range(n, len(names)):
+            name = names[k]
+            if name in kwargs:
+                if k < self.code.co_posonlyargcount:
+                    return None
+                placed.append(kwargs[name])
+                used += 1
+            elif k >= first_default:
+                placed.append(defaults[k - first_default])
+            else:
+                return None
+        return tuple(placed) if used == len(kwargs) else None
 
     def _locals(self, args: tuple, defaults: tuple) -> Optional[dict]:
         """The frame's locals at entry, as Dynamo's guards read them: the arguments (defaults

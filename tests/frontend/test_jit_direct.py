@@ -27,6 +27,78 @@ def test_repeat_calls_take_the_direct_path_and_match_eager():
     assert jitted.cache_info().compiles == 1
 
 
+def test_keyword_arguments_take_the_direct_path_placed_by_name():
+    def affine(x, w, bias=None, scale=1.0):
+        y = x * w * scale
+        return y if bias is None else y + bias
+
+    jitted = fuser.jit(affine)
+    x, w, b = torch.randn(6, 9), torch.randn(9), torch.randn(9)
+    for _ in range(3):
+        assert_close_to_eager(jitted(x, w=w, bias=b), affine(x, w=w, bias=b))
+    assert jitted._direct.hits == 2
+    hits = jitted._direct.hits
+    assert_close_to_eager(jitted(x, bias=b, w=w), affine(x, bias=b, w=w))  # (any order)
+    assert_close_to_eager(jitted(w=w, x=x, bias=b), affine(w=w, x=x, bias=b))
+    assert jitted._direct.hits == hits + 2
+    assert_close_to_eager(jitted(x, w, b), affine(x, w, b))  # (the same locals, positionally)
+    assert jitted._direct.hits == hits + 3
+    assert_close_to_eager(jitted(x, w=w), affine(x, w=w))  # (bias None: another entry)
+    assert_close_to_eager(jitted(x, w=w, scale=3.0), affine(x, w=w, scale=3.0))
+
+
+@pytest.mark.parametrize("call", [
+    lambda f, x, w: f(x, w=w, colour=1),  # an unknown keyword
+    lambda f, x, w: f(x, w, w=w),  # a repeated one
+    lambda f, x, w: f(x),  # a required argument missing
+])
+def test_keywords_python_refuses_raise_its_error(call):
+    def affine(x, w, bias=None):
+        return x * w if bias is None else x * w + bias
+
+    jitted = fuser.jit(affine)
+    x, w = torch.randn(4, 8), torch.randn(8)
+    jitted(x, w=w)
+    jitted(x, w=w)  # (remembered: the next call tries the direct path first)
+    with pytest.raises(TypeError) as ours:
+        call(jitted, x, w)
+    with pytest.raises(TypeError) as eager:
+        call(affine, x, w)
+    assert str(ours.value) == str(eager.value)
+
+
+def test_a_positional_only_argument_given_by_keyword_is_refused():
+    def scaled(x, s, /, t=1.0):
+        return x * s * t
+
+    jitted = fuser.jit(scaled)
+    x, s = torch.randn(4, 8), torch.randn(8)
+    jitted(x, s, t=2.0)
+    assert_close_to_eager(jitted(x, s, t=2.0), scaled(x, s, t=2.0))
+    assert jitted._direct.hits == 1
+    with pytest.raises(TypeError, match="positional-only"):
+        jitted(x, s=s)
+
+
+def test_a_module_called_with_keywords_takes_the_direct_path():
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8))
+
+        def forward(self, x, mask=None):
+            y = torch.sigmoid(x * self.w)
+            return y if mask is None else y * mask
+
+    module = Gate()
+    jitted = fuser.jit(module)
+    x, mask = torch.randn(4, 8), torch.rand(4, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_close_to_eager(jitted(x, mask=mask), module(x, mask=mask))
+    assert jitted._jit._direct.hits == 2
+
+
 def test_a_changed_global_is_seen():
     global SCALE
     jitted = fuser.jit(scaled)
@@ -265,9 +337,9 @@ def test_floats_are_traced_once_as_constants(monkeypatch):
     assert not torch._dynamo.config.specialize_float  # Dynamo's own default outside fuser.jit
 
 def test_dynamos_settings_are_set_only_while_dynamo_compiles(monkeypatch):
-    """A call through Dynamo (keywords take no direct path) sets fuser's Dynamo settings only
-    where Dynamo compiles a frame: a compiled call leaves torch's config alone, and a call that
-    compiles anew (another dtype) traces under the settings (its floats constants)."""
+    """A call through Dynamo's wrapper (as `fuser.explain` makes) sets fuser's Dynamo settings
+    only where Dynamo compiles a frame: a compiled call leaves torch's config alone, and a call
+    that compiles anew (another dtype) traces under the settings (its floats constants)."""
     jit_module = sys.modules["fuser.frontend.jit"]  # (the package's `jit` is the function)
     seen = []  # each time the settings are set: whether Dynamo's own float default was changed
     original = jit_module._DynamoSettings.set
@@ -281,15 +353,18 @@ def test_dynamos_settings_are_set_only_while_dynamo_compiles(monkeypatch):
         return torch.relu(x * scale).sum(-1)
 
     jitted = fuser.jit(f)
+
+    def through_dynamo(x):
+        return jitted._call(jitted._stats, (x,), {"scale": 0.5}, direct=False)
     x = torch.randn(4, 9)
-    torch.testing.assert_close(jitted(x, scale=0.5), f(x, scale=0.5))
+    torch.testing.assert_close(through_dynamo(x), f(x, scale=0.5))
     compiled = len(seen)
     assert compiled >= 1 and all(seen)
     for _ in range(3):
-        torch.testing.assert_close(jitted(x, scale=0.5), f(x, scale=0.5))
+        torch.testing.assert_close(through_dynamo(x), f(x, scale=0.5))
     assert len(seen) == compiled  # (compiled: Dynamo's callback was not called)
     y = torch.randn(4, 9, dtype=torch.float64)
-    torch.testing.assert_close(jitted(y, scale=0.5), f(y, scale=0.5))
+    torch.testing.assert_close(through_dynamo(y), f(y, scale=0.5))
     assert len(seen) > compiled and all(seen)
     assert not torch._dynamo.config.specialize_float  # Dynamo's own default outside the compiles
 
