@@ -7,10 +7,11 @@ docs/performance.md). A batched launch runs them all in one grid: its programs a
 programs end to end, and each program finds its member by the grid's running starts, then reads
 that member's arguments (addresses, and the sizes that differ) from a table in device memory.
 
-The batched kernel is the member kernel's own body under a prologue that loads those arguments;
-what every member passes alike (a stride of 1, an extent) is written in as a constant, as
-Triton's specialization would have made it, and the addresses are asserted 16-byte aligned (a
-call whose tensors are not runs the members one by one). The table is remade only when an
+The batched kernel is the member kernel's own body under a prologue that loads those arguments,
+specialized as Triton specializes a kernel's: a stride of 1 every member passes is the constant
+1, a size every member passes a multiple of 16 is said to be, and the addresses are asserted
+16-byte aligned (a call whose tensors are not runs the members one by one); other values are
+read, so one batched kernel serves every size. The table is remade only when an
 address changes: a training loop passes the same parameters every step.
 """
 from __future__ import annotations
@@ -140,7 +141,8 @@ class BatchedLaunch:
     def _build(self, members: Sequence[Sequence[torch.Tensor]], grids: Sequence[int]) -> bool:
         raw = _raw(self.kernel)
         lines = linecache.getlines(raw.__code__.co_filename) if raw is not None else []
-        made = batched_source("".join(lines), raw.__name__, members, self.templates, self.slots) if lines else None
+        made = batched_source("".join(lines), raw.__name__, members, self.templates, self.slots,
+                              _unspecialized(self.kernel)) if lines else None
         if made is None:
             self.declined = True
             return False
@@ -169,11 +171,22 @@ class BatchedLaunch:
         return True
 
 
+def _unspecialized(kernel: Any) -> set:
+    """The parameters Triton does not specialize on their value (a kernel's scalar inputs)."""
+    names = getattr(kernel, "do_not_specialize", None) or ()
+    params = [p.name for p in getattr(kernel, "params", ())]
+    return {params[n] if isinstance(n, int) and n < len(params) else n for n in names}
+
+
 def batched_source(module: str, name: str, members: Sequence[Sequence[torch.Tensor]],
-                   templates: Sequence[list], slots: Sequence[list]) -> Optional[tuple[str, str]]:
-    """(name, module source) of the batched form of
-    kernel `name` defined in `module` (its generated module: helpers included) for these
-    members, or None where the kernel has no such form (not one program index read once)."""
+                   templates: Sequence[list], slots: Sequence[list],
+                   unspecialized: Sequence[str] = ()) -> Optional[tuple[str, str]]:
+    """(name, module source) of the batched form of kernel `name` defined in `module` (its
+    generated module: helpers included) for these members, or None where the kernel has no
+    such form (not one program index read once). An int argument is specialized as Triton
+    specializes it (a 1 every member passes is the constant 1; one every member passes a
+    multiple of 16 is said to be), not on other values: one batched kernel serves every size,
+    and `unspecialized` parameters (scalar inputs) are never specialized."""
     try:
         tree = ast.parse(module)
     except SyntaxError:
@@ -210,13 +223,14 @@ def batched_source(module: str, name: str, members: Sequence[Sequence[torch.Tens
             prologue.append(f"{param} = tl.multiple_of(tl.load(batch_row + {pos}).to(tl.pointer_type({pointee})), 16)")
             continue
         values = [t[pos] for t in templates]
-        if len(set(values)) == 1:
-            prologue.append(f"{param} = {values[0]}")  # (as every member passes it)
+        specialized = param not in unspecialized
+        if specialized and all(v == 1 for v in values):
+            prologue.append(f"{param} = 1")  # (as Triton makes a 1 a constant)
             continue
         loaded = f"tl.load(batch_row + {pos})"
         if all(-_INT32 <= v < _INT32 for v in values):  # (as Triton passes such an int: int32)
             loaded += ".to(tl.int32)"
-        if all(v % 16 == 0 for v in values):  # (as Triton's specialization tells it)
+        if specialized and all(v % 16 == 0 for v in values):  # (as Triton's specialization tells it)
             loaded = f"tl.multiple_of({loaded}, 16)"
         prologue.append(f"{param} = {loaded}")
     program = found[0]

@@ -133,6 +133,16 @@ def test_a_kernel_without_one_program_index_has_no_batched_form():
     name, text = batched.batched_source(one, "k", [[x], [x]], [[None, 4], [None, 8]], [[(0, 0)], [(0, 0)]])
     assert f"def {name}(TABLE, BLOCK: tl.constexpr, COUNT: tl.constexpr, COUNT_BLOCK: tl.constexpr):" in text
     assert "N = tl.load(batch_row + 1).to(tl.int32)" in text  # (differs: read from the table)
+    # specialized as Triton specializes: a 1 is a constant, a multiple of 16 said to be, other
+    # values read (one batched kernel for every size), a scalar input never specialized
+    three = "def k(X_ptr, N, S, M, BLOCK: tl.constexpr):\n    pid = tl.program_id(0)\n"
+    name, text = batched.batched_source(three, "k", [[x], [x]], [[None, 1, 7, 32], [None, 1, 7, 32]],
+                                        [[(0, 0)], [(0, 0)]], unspecialized=("M",))
+    assert "    N = 1\n" in text and "    S = tl.load(batch_row + 2).to(tl.int32)\n" in text
+    assert "    M = tl.load(batch_row + 3).to(tl.int32)\n" in text
+    name, text = batched.batched_source(three, "k", [[x], [x]], [[None, 1, 7, 32], [None, 1, 7, 64]],
+                                        [[(0, 0)], [(0, 0)]])
+    assert "    M = tl.multiple_of(tl.load(batch_row + 3).to(tl.int32), 16)\n" in text
 
 
 def test_an_update_moved_to_the_batch_keeps_an_earlier_read_of_its_parameter(launches):
