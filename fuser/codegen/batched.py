@@ -5,7 +5,7 @@ once (canonical.py) and launched once per tensor: 18 launches for a llama layer'
 each with its own ramp-up and tail, where Inductor's combined kernel makes one (open lead 15 of
 docs/performance.md). A batched launch runs them all in one grid: its programs are the members'
 programs end to end, and each program finds its member by the grid's running starts, then reads
-that member's arguments (addresses, and the sizes that differ) from a table in device memory.
+that member's arguments (addresses and sizes) from a table in device memory.
 
 The batched kernel is the member kernel's own body under a prologue that loads those arguments,
 specialized as Triton specializes a kernel's: a stride of 1 every member passes is the constant
