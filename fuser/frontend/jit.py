@@ -160,7 +160,10 @@ class _WhileCompiling:
             return self.inner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # (anything else Dynamo asks of its callback)
-        return getattr(self.__dict__["inner"], name)
+        inner = self.__dict__.get("inner")
+        if inner is None:  # (an object being copied has no attributes yet)
+            raise AttributeError(name)
+        return getattr(inner, name)
 
 
 def _compiled_frame(owner: "JitFunction", dynamic: "Optional[bool]") -> Callable:
