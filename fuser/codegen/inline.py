@@ -42,10 +42,10 @@ def writable_into(t: torch.Tensor, layout: tuple, others: Sequence[Any]) -> bool
     included: it may be read transposed, or by a later kernel)."""
     if not layout_fits(t, layout) or t.data_ptr() % 16:
         return False
-    return not any(isinstance(a, torch.Tensor) and _overlap(a, t) for a in others)
+    return not any(isinstance(a, torch.Tensor) and overlap(a, t) for a in others)
 
 
-def _overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
+def overlap(a: torch.Tensor, t: torch.Tensor) -> bool:
     """Whether `a` touches memory `t` holds."""
     if a.device != t.device:
         return False

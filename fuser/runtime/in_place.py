@@ -11,7 +11,7 @@ kernel can write it there itself where no read of the input can see the write to
   output stored once computed: an output that does not read the input could be stored
   before another output's load of it);
 - no later segment reads the input, nor a value an ATen segment made of it (a view), and the
-  kernel reads no such value.
+  kernel reads no such value; and no other output of the fusion is the input or such a value.
 And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the
 launch writes (shape, strides, dtype), a 16-byte aligned address (the kernels assume their
 outputs so), and no other argument of the fusion overlaps its memory at all (the same tensor
@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from ..codegen.inline import apart, disjoint, span_lengths
+from ..codegen.inline import apart, disjoint, overlap, span_lengths
+from ..evaluate.rules import function_form
 from ..ir import BinaryOp, CastOp, Fusion, TensorView, TernaryOp, UnaryOp
 from ..schedulers.plan import Template
 from ..segment import Segment, SegmentKind
@@ -45,7 +46,11 @@ def plan_in_place(fusion: Fusion, segments: list[Segment], aliases: dict[int, in
         seg = segments[at]
         views = _views_of(source, segments)  # (values an ATen segment may make of its memory)
         if not _writable(seg, out, source) or any(id(v) in views for v in seg.inputs if v is not source) \
-                or any(id(v) in views for s in segments[at + 1:] for v in s.inputs):
+                or any(id(v) in views for s in segments[at + 1:] for v in s.inputs) \
+                or any(id(o) in views for o in outputs if o is not out):
+            # (an output that is the input itself or a view of it, handed back or copied into
+            # another input after the run, is its old value: nvFuser's outputs are all computed
+            # from the inputs as they came)
             continue
         entry = (next(k for k, o in enumerate(seg.outputs) if o is out), in_pos)
         if entry not in found.setdefault(id(seg), []):
@@ -54,13 +59,14 @@ def plan_in_place(fusion: Fusion, segments: list[Segment], aliases: dict[int, in
 
 
 def _views_of(source: TensorView, segments: list[Segment]) -> set[int]:
-    """ids of `source` and of every value an ATen segment computes from it (any may be a view)."""
+    """ids of `source` and of every value an ATen segment computes from it (any may be a view,
+    but for a matmul's or a linear's: new tensors)."""
     found = {id(source)}
     for seg in segments:
         if seg.kind is SegmentKind.kernel:
             continue
         for e in seg.exprs:
-            if any(id(v) in found for v in e.inputs):
+            if function_form(e) is None and any(id(v) in found for v in e.inputs):
                 found.update(id(o) for o in e.outputs)
     return found
 
@@ -122,9 +128,15 @@ def write_back(written: list, dsts: list, values: list) -> None:
     place (`written`), and copies each other value into its input (`dsts`), as `copy_` after
     `copy_` would: one `_foreach_copy_` launch where no value or input shares memory with
     another (an optimizer's step writes back a counter per parameter: 18 `copy_` calls, the
-    host about 10 us each, became one; open lead 15), else one `copy_` at a time, in order."""
+    host about 10 us each, became one; open lead 15), else one `copy_` at a time, in order,
+    each value that shares memory with an input written here copied first."""
     if written:
         torch._C._increment_version(written)
+    if len(dsts) > 1 and not _apart(dsts + values):
+        # a value that shares memory with an input written here (another input handed over,
+        # a swap, a view) is read before any write: outputs are computed from the inputs' old
+        # values, and a copy in order would hand on the new one
+        values = [v.clone() if any(overlap(v, d) for d in dsts) else v for v in values]
     if len(dsts) > 1 and _apart(dsts + values):
         torch._foreach_copy_(dsts, values)
     else:

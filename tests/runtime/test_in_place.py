@@ -70,7 +70,7 @@ def test_the_overlap_check_remembers_its_answer_by_address_alone():
     assert not check([both[:16], both[4:20], 2.0])
 
 
-def test_write_backs_apart_are_one_foreach_copy_and_overlapping_ones_go_in_order(monkeypatch):
+def test_write_backs_are_one_foreach_copy_and_read_the_inputs_old_values(monkeypatch):
     calls = []
     foreach_copy = torch._foreach_copy_
     monkeypatch.setattr(torch, "_foreach_copy_", lambda d, v: calls.append(len(d)) or foreach_copy(d, v))
@@ -80,12 +80,19 @@ def test_write_backs_apart_are_one_foreach_copy_and_overlapping_ones_go_in_order
     assert calls == [3] and all(d._version > v for d, v in zip(dsts, versions))
     for d, v in zip(dsts, values):
         torch.testing.assert_close(d, v)
-    # the second value is the first input: copies in order give it the first value's new contents
+    # the second value is the first input: it gets the first input's old contents, as every
+    # output is computed from the inputs as they came (a copy in order would hand on the new)
     first, second = make((8,)), make((8,))
-    new = make((8,))
+    new, old = make((8,)), first.clone()
     write_back([], [first, second], [new, first])
-    assert calls == [3]
-    torch.testing.assert_close(second, new)
+    torch.testing.assert_close(first, new)
+    torch.testing.assert_close(second, old)
+    # a swap
+    a, b = make((8,)), make((8,))
+    old_a, old_b = a.clone(), b.clone()
+    write_back([], [a, b], [b, a])
+    torch.testing.assert_close(a, old_b)
+    torch.testing.assert_close(b, old_a)
     written = make((4,))
     version = written._version
     write_back([written], [], [])
@@ -208,4 +215,36 @@ def test_an_aliased_output_not_computed_from_its_input_is_copied(written_in_plac
         _, got = fd.execute([xs, y])
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close(xs, y)
+    assert True not in written_in_place
+
+
+def _vector(fd, rank=1):
+    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=DataType.Float)
+
+
+@pytest.mark.parametrize("case", ["swap", "handed_on_first", "handed_on_last", "view_handed_on"])
+@DEVICES
+def test_an_input_handed_to_another_alias_gives_its_old_value(case, device, written_in_place):
+    """Every output is computed from the inputs as they came: an input handed to another
+    input's alias (itself or a view of it) gives its old value, where the input is updated in
+    the same call too (its kernel then does not write it in place)."""
+    with FusionDefinition() as fd:
+        a, b = _vector(fd), _vector(fd, 1 if case != "view_handed_on" else 2)
+        if case == "swap":
+            fd.add_output(b, alias_input=a)
+            fd.add_output(a, alias_input=b)
+        elif case == "view_handed_on":
+            fd.add_output(fd.ops.reshape(b, [64]), alias_input=a)
+            fd.add_output(fd.ops.mul(b, 3.0), alias_input=b)
+        else:
+            pairs = [(b, a), (fd.ops.mul(b, 3.0), b)]
+            for value, target in pairs if case == "handed_on_first" else pairs[::-1]:
+                fd.add_output(value, alias_input=target)
+    for _ in range(3):
+        x = make((64,)).to(device)
+        y = make((8, 8) if case == "view_handed_on" else (64,)).to(device)
+        old_x, old_y = x.clone(), y.clone()
+        fd.execute([x, y])
+        torch.testing.assert_close(x, old_y.reshape(64))
+        torch.testing.assert_close(y, old_x if case == "swap" else 3 * old_y)
     assert True not in written_in_place
