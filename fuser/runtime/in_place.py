@@ -11,7 +11,8 @@ kernel can write it there itself where no read of the input can see the write to
   output stored once computed: an output that does not read the input could be stored
   before another output's load of it);
 - no later segment reads the input, nor a value an ATen segment made of it (a view), and the
-  kernel reads no such value; and no other output of the fusion is the input or such a value.
+  kernel reads no such value; and no other aliased output is the input or such a value (it is
+  copied into its own input as it came).
 And at each call (`codegen/launches.py`, `Launch.destinations`): the input has the layout the
 launch writes (shape, strides, dtype), a 16-byte aligned address (the kernels assume their
 outputs so), and no other argument of the fusion overlaps its memory at all (the same tensor
@@ -47,10 +48,10 @@ def plan_in_place(fusion: Fusion, segments: list[Segment], aliases: dict[int, in
         views = _views_of(source, segments)  # (values an ATen segment may make of its memory)
         if not _writable(seg, out, source) or any(id(v) in views for v in seg.inputs if v is not source) \
                 or any(id(v) in views for s in segments[at + 1:] for v in s.inputs) \
-                or any(id(o) in views for o in outputs if o is not out):
-            # (an output that is the input itself or a view of it, handed back or copied into
-            # another input after the run, is its old value: nvFuser's outputs are all computed
-            # from the inputs as they came)
+                or any(id(outputs[k]) in views for k in aliases if outputs[k] is not out):
+            # (the input itself or a view of it, copied into another input after the run, is
+            # copied as it came: a swap; an output handed back as a view shows the new values
+            # either way, as nvFuser's do)
             continue
         entry = (next(k for k, o in enumerate(seg.outputs) if o is out), in_pos)
         if entry not in found.setdefault(id(seg), []):
