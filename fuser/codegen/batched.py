@@ -29,7 +29,7 @@ from ..dump import dump_flags
 from .compile import load_plain
 from .launches import Launch
 from .scratch import _capturing
-from .steps import _DirectStep, _Step
+from .steps import _DirectStep, _Step, raw_stream
 
 _POINTEE = {torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
             torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
@@ -115,15 +115,17 @@ class BatchedLaunch:
         graph (it would keep the table's address, which a later call may free)."""
         if _capturing():
             return False
-        self.step([self._table_for(addresses, device)])
+        self.step([self._table_for(addresses, device, raw_stream(device.index))])
         return True
 
-    def _table_for(self, addresses: tuple, device: torch.device) -> torch.Tensor:
-        last = self.last
-        if last[0] == addresses:
+    def _table_for(self, addresses: tuple, device: torch.device, stream: int = 0) -> torch.Tensor:
+        """The table for these addresses: the last one where they and the stream are the last
+        call's (a table copied on another stream may not have arrived yet)."""
+        key, last = (stream, addresses), self.last
+        if last[0] == key:
             return last[1]
         table = self._table(addresses, device)
-        self.last = (addresses, table)
+        self.last = (key, table)
         return table
 
     def _table(self, addresses: Sequence[int], device: torch.device) -> torch.Tensor:

@@ -200,3 +200,25 @@ def test_the_batched_kernel_is_printed_with_the_members():
     code = fd.last_triton_code()
     assert "# one launch of 2 launches of fuser_pointwise_" in code
     assert "_batched_" in code and "batch_member" in code
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_call_on_another_stream_copies_its_own_table(monkeypatch):
+    """The table is remembered with the stream it was copied on: a call on another stream, the
+    same tensors passed, copies its own (the first stream's copy may not have arrived)."""
+    made = []
+    table = batched.BatchedLaunch._table
+    monkeypatch.setattr(batched.BatchedLaunch, "_table", lambda self, a, d: made.append(1) or table(self, a, d))
+    fd = _updates(2)
+    params = [make((8, 128)).cuda() for _ in range(2)]
+    grads = [make((8, 128)).cuda() for _ in range(2)]
+    side = torch.cuda.Stream()
+    for stream in (None, None, side, side, None):
+        expected = _expected(params, grads)
+        with torch.cuda.stream(stream) if stream is not None else torch.cuda.stream(torch.cuda.current_stream()):
+            fd.execute(params + grads)
+        torch.cuda.synchronize()
+        for p, e in zip(params, expected):
+            torch.testing.assert_close(p, e)
+    assert len(made) == 3  # (the second call's, the side stream's, the default stream's again)
