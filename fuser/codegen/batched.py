@@ -12,7 +12,7 @@ specialized as Triton specializes a kernel's: a stride of 1 every member passes 
 1, a size every member passes a multiple of 16 is said to be, and the addresses are asserted
 16-byte aligned (a call whose tensors are not runs the members one by one); other values are
 read, so one batched kernel serves every size. The table is remade only when an
-address changes: a training loop passes the same parameters every step.
+address or the stream changes: a training loop passes the same parameters every step.
 """
 from __future__ import annotations
 
