@@ -126,11 +126,12 @@ def argument_layouts(args) -> list:
 
 def write_back(written: list, dsts: list, values: list) -> None:
     """Ends a call's aliased outputs: bumps the version of each input its kernel wrote in
-    place (`written`), and copies each other value into its input (`dsts`), as `copy_` after
-    `copy_` would: one `_foreach_copy_` launch where no value or input shares memory with
+    place (`written`), and copies each other value into its input (`dsts`), each value as the
+    inputs came: one `_foreach_copy_` launch where no value or input shares memory with
     another (an optimizer's step writes back a counter per parameter: 18 `copy_` calls, the
-    host about 10 us each, became one; open lead 15), else one `copy_` at a time, in order,
-    each value that shares memory with an input written here copied first."""
+    host about 10 us each, became one; open lead 15), else one `copy_` at a time, in order
+    (inputs that overlap: the last write wins), each value that shares memory with an input
+    written here copied first."""
     if written:
         torch._C._increment_version(written)
     if len(dsts) > 1 and not _apart(dsts + values):
