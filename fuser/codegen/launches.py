@@ -240,4 +240,3 @@ class SharedRowLaunch(Wrapper):
         if self.compiling is not None:
             return self._stand_in(inputs).jobs_for(inputs, device)
         return self.launch.jobs_for(inputs, device)
-

@@ -13,6 +13,11 @@ DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
 
 
+def _dense(fd, rank: int = 1):
+    """A contiguous fp32 input of `rank` symbolic extents."""
+    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=DataType.Float)
+
+
 def _sgd(rank: int = 2, contiguous: bool = True):
     with FusionDefinition() as fd:
         p = fd.define_tensor(shape=[-1] * rank, contiguity=[contiguous] * rank, dtype=DataType.Float)
@@ -110,23 +115,25 @@ def test_the_same_tensor_passed_twice_gets_a_copy(written_in_place, device):
     assert written_in_place == [False, False]
 
 
-def test_the_same_tensor_read_transposed_as_another_input_gets_a_copy(written_in_place):
+@pytest.mark.parametrize("twice", [False, True], ids=["one input", "the same tensor as two inputs"])
+def test_an_input_read_transposed_is_not_written_in_place(written_in_place, twice):
+    # (the transpose, a view of x, overlaps it)
     with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        b = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        fd.add_output(fd.ops.add(a, fd.ops.permute(b, [1, 0])), alias_input=a)
+        x = _dense(fd, 2)
+        other = _dense(fd, 2) if twice else x
+        fd.add_output(fd.ops.add(x, fd.ops.permute(other, [1, 0])), alias_input=x)
     for _ in range(2):
         x = make((64, 64))
         expected = x + x.t()
-        fd.execute([x, x])
+        fd.execute([x, x] if twice else [x])
         torch.testing.assert_close(x, expected)
     assert True not in written_in_place
 
 
 def test_another_input_read_by_a_later_segment_keeps_the_old_values(written_in_place):
     with FusionDefinition() as fd:
-        a = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        b = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        a = _dense(fd, 2)
+        b = _dense(fd, 2)
         y = fd.ops.exp(a)
         fd.add_output(y, alias_input=a)
         fd.add_output(fd.ops.matmul(b, y))  # (an ATen segment reading b after y is written)
@@ -149,20 +156,9 @@ def test_a_misaligned_or_strided_input_gets_a_copy(written_in_place):
     assert True not in written_in_place
 
 
-def test_an_input_read_transposed_is_not_written_in_place(written_in_place):
-    with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
-        fd.add_output(fd.ops.add(x, fd.ops.permute(x, [1, 0])), alias_input=x)
-    x = make((8, 8))
-    expected = x + x.t()
-    fd.execute([x])
-    torch.testing.assert_close(x, expected)
-    assert True not in written_in_place  # (the transpose, a view of x, overlaps it)
-
-
 def test_an_input_read_by_a_later_kernel_is_not_written_early(written_in_place):
     with FusionDefinition() as fd:
-        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        x = _dense(fd, 2)
         y = fd.ops.exp(x)
         fd.add_output(y, alias_input=x)
         fd.add_output(fd.ops.sum(fd.ops.mul(x, y), [1]))  # (reads x after y is made)
@@ -218,10 +214,6 @@ def test_an_aliased_output_not_computed_from_its_input_is_copied(written_in_plac
     assert True not in written_in_place
 
 
-def _vector(fd, rank=1):
-    return fd.define_tensor(shape=[-1] * rank, contiguity=[True] * rank, dtype=DataType.Float)
-
-
 @pytest.mark.parametrize("case", ["swap", "handed_on_first", "handed_on_last", "view_handed_on"])
 @DEVICES
 def test_an_input_handed_to_another_alias_gives_its_old_value(case, device, written_in_place):
@@ -229,7 +221,7 @@ def test_an_input_handed_to_another_alias_gives_its_old_value(case, device, writ
     input's alias (itself or a view of it) gives its old value, where the input is updated in
     the same call too (its kernel then does not write it in place)."""
     with FusionDefinition() as fd:
-        a, b = _vector(fd), _vector(fd, 1 if case != "view_handed_on" else 2)
+        a, b = _dense(fd), _dense(fd, 1 if case != "view_handed_on" else 2)
         if case == "swap":
             fd.add_output(b, alias_input=a)
             fd.add_output(a, alias_input=b)
