@@ -5,7 +5,9 @@ process, each checked against eager's parameters after three steps and timed by 
 frontend/foreach.py), for the comparison. `--eager-first` takes one eager step before the
 compiled ones: the state then keeps its step counters on the CPU (`capturable=False`), where a
 traced first step (Dynamo's) puts them on the GPU (frontend/host_scalars.py is the CPU form's
-path). `--kernels` adds each contender's GPU time a step by kernel (the profiler's, no flush).
+path). Each contender's first three steps are timed (the first traces and compiles; at
+fuser's second its ready program batches launches: the batched kernel compiles). `--kernels`
+adds each contender's GPU time a step by kernel (the profiler's, no flush).
 Open lead 15 of docs/performance.md.
 
     FUSER_SYSTEM_PYTHON=1 PYTHONPATH=. python3 benchmarks/optimizer_step.py [--no-foreach-decomposition] [--eager-first] [--kernels]
@@ -68,9 +70,13 @@ def main() -> None:
             opt.step()
         step = {"eager": opt.step, "fuser.jit": fuser.jit(lambda: opt.step()),
                 "torch.compile": torch.compile(lambda: opt.step())}[name]
+        firsts = []  # (the first call traces and compiles; a ready program's second batches, compiling)
         for _ in range(3):
+            start = time.perf_counter()
             step()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            firsts.append((time.perf_counter() - start) * 1e3)
+        print(f"{name}: the first three steps {' / '.join(f'{ms:.1f}' for ms in firsts)} ms")
         if reference is None:
             reference = [p.detach().clone() for p in params]
         else:
