@@ -21,6 +21,7 @@ import hashlib
 import linecache
 import threading
 import types
+import warnings
 from typing import Any, Optional, Sequence
 
 import torch
@@ -70,7 +71,7 @@ class BatchedLaunch:
     the call's tensors at its `slots[m]` (position, index into the member's tensors)."""
 
     __slots__ = ("kernel", "kwargs", "templates", "slots", "target", "step", "rows", "starts", "last",
-                 "declined", "source")
+                 "declined", "launched", "source")
 
     def __init__(self, kernel: Any, kwargs: dict, templates: Sequence[list], slots: Sequence[list],
                  target: str):
@@ -79,6 +80,7 @@ class BatchedLaunch:
         self.step = None
         self.last: tuple = ((), None)  # (addresses, table): one attribute, read and set whole
         self.declined = False  # the kernel has no batched form: the members run one by one
+        self.launched = False  # a GPU launch has compiled the batched kernel
         self.source: Optional[str] = None
 
     def __call__(self, members: Sequence[Sequence[torch.Tensor]], grids: Sequence[int]) -> bool:
@@ -112,10 +114,23 @@ class BatchedLaunch:
     def launch(self, addresses: tuple, device: torch.device) -> bool:
         """A GPU call's launch, its kernel built, its `addresses` (every member's tensors in
         order) 16-byte aligned; False, with nothing launched, while the stream captures a CUDA
-        graph (it would keep the table's address, which a later call may free)."""
-        if _capturing():
+        graph (it would keep the table's address, which a later call may free) and where the
+        batched kernel failed to compile (a warning says so once)."""
+        if self.declined or _capturing():
             return False
-        self.step([self._table_for(addresses, device, raw_stream(device.index))])
+        table = self._table_for(addresses, device, raw_stream(device.index))
+        if self.launched:
+            self.step([table])
+            return True
+        try:  # (the first launch compiles the kernel)
+            self.step([table])
+        except Exception as e:  # noqa: BLE001 - the members, compiled already, run one by one
+            self.declined = True
+            warnings.warn(f"fuser: the batched form of {_raw(self.kernel).__name__} failed to compile "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); its "
+                          f"{len(self.templates)} launches run one by one", stacklevel=2)
+            return False
+        self.launched = True
         return True
 
     def _table_for(self, addresses: tuple, device: torch.device, stream: int = 0) -> torch.Tensor:

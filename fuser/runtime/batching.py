@@ -5,7 +5,8 @@ Kernel steps join a batch where they launch the same compiled kernel with the sa
 read only the call's arguments, and moving each to the batch's place (the first member's) and
 running them side by side changes nothing any step reads:
 - no step between the first member and a later one writes an argument that member reads, or
-  reads an argument the member writes in place (runtime/in_place.py);
+  reads an argument the member writes in place (runtime/in_place.py), itself or through a view
+  an ATen step made of it;
 - no member writes in place an argument another member reads or writes.
 The first call of a layout runs its launches one by one; its ready program (ready.py) batches.
 """
@@ -18,6 +19,7 @@ import torch
 from ..codegen.batched import BatchedLaunch, batchable
 from ..codegen.inline import FAST_EMPTY
 from ..codegen.steps import _DirectStep, current_device
+from ..evaluate.rules import function_form
 from ..schedulers.plan import Template
 
 
@@ -143,12 +145,13 @@ def batch_steps(steps: list, n_inputs: int, device: torch.device, is_kernel: Cal
     a BatchStep at the first one's place."""
     groups: dict[tuple, list[int]] = {}  # the open group of each kernel and constants: step indices
     chosen: list[list[int]] = []
+    reached = _arguments_reached(steps, n_inputs, is_kernel)
     for i, step in enumerate(steps):
         key = _key(step, n_inputs) if is_kernel(step) else None
         if key is None:
             continue
         group = groups.get(key)
-        if group is not None and _joins(steps, group, i):
+        if group is not None and _joins(steps, group, i, reached):
             group.append(i)
             continue
         group = groups[key] = [i]
@@ -180,12 +183,31 @@ def _reads(step) -> set:
     return set(step.ins) if hasattr(step, "ins") else {k for _, k in step.fill}
 
 
+def _arguments_reached(steps: list, n_inputs: int, is_kernel: Callable[[Any], bool]) -> list[set]:
+    """Per step, the arguments whose memory it reads: those it reads, and those behind the
+    values it reads that may share their memory (an ATen op's output other than a matmul's or
+    a linear's may be a view; a kernel's output written into an argument is that argument)."""
+    behind: dict[int, set] = {k: {k} for k in range(n_inputs)}
+    reached = []
+    for step in steps:
+        reads = _reads(step)
+        reached.append(set().union(*(behind.get(k, ()) for k in reads)))
+        if is_kernel(step):
+            for k, j in step.into:
+                behind[step.outs[k]] = {j}
+        elif function_form(step.expr) is None:
+            for k in step.outs:
+                behind[k] = reached[-1]
+    return reached
+
+
 def _written(step) -> set:
     return {j for _, j in getattr(step, "into", ())}
 
 
-def _joins(steps: list, group: list[int], i: int) -> bool:
-    """Whether step i may run at the place of `group`'s first step, beside its members."""
+def _joins(steps: list, group: list[int], i: int, reached: list[set]) -> bool:
+    """Whether step i may run at the place of `group`'s first step, beside its members
+    (`reached`: the arguments each step reads, `_arguments_reached`)."""
     step = steps[i]
     reads, writes = set(step.ins), _written(step)
     members = set(group)
@@ -194,6 +216,6 @@ def _joins(steps: list, group: list[int], i: int) -> bool:
         if k in members:
             if writes & (set(other.ins) | _written(other)) or _written(other) & reads:
                 return False
-        elif _written(other) & reads or writes & _reads(other):
+        elif _written(other) & reads or writes & reached[k]:
             return False
     return True

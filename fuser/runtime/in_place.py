@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..codegen.inline import apart, disjoint, overlap, span_lengths
+from ..codegen.inline import address_span, apart, disjoint, overlap, span_lengths
 from ..evaluate.rules import function_form
 from ..ir import BinaryOp, CastOp, Fusion, TensorView, TernaryOp, UnaryOp
 from ..schedulers.plan import Template
@@ -147,7 +147,7 @@ def write_back(written: list, dsts: list, values: list) -> None:
 
 
 def _apart(tensors: list) -> bool:
-    """Whether no two of `tensors` share a byte, each taken as `nbytes` from its address: its
-    span where it is dense, the only case `_foreach_copy_` copies all at once (otherwise it
-    copies one pair at a time, in order, whatever this says)."""
-    return apart([(t.data_ptr(), t.nbytes) for t in tensors])
+    """Whether no two of `tensors` share a byte, each taken as the addresses it spans (a
+    strided view's reach past its `nbytes`: a column slice's rows meet the rows below)."""
+    spans = [address_span(t) for t in tensors]
+    return apart([(span[0], span[1] - span[0]) for span in spans if span is not None])

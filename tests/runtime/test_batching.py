@@ -168,6 +168,28 @@ def test_an_update_moved_to_the_batch_keeps_an_earlier_read_of_its_parameter(lau
     assert launches["batched"] == []
 
 
+@DEVICES
+def test_an_update_moved_to_the_batch_keeps_an_earlier_read_through_a_view(launches, device):
+    # as above, B reading a reshape of C's parameter (an ATen view made before A): C stays
+    # after B, so B sums the parameter as it came
+    with FusionDefinition() as fd:
+        ps = [fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float) for _ in range(2)]
+        gs = [fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float) for _ in range(2)]
+        flat = fd.ops.reshape(ps[1], [1024])
+        fd.add_output(fd.ops.sub(ps[0], fd.ops.mul(gs[0], 0.1)), alias_input=ps[0])
+        fd.add_output(fd.ops.sum(flat, [0]))
+        fd.add_output(fd.ops.sub(ps[1], fd.ops.mul(gs[1], 0.1)), alias_input=ps[1])
+    for _ in range(3):
+        params = [make((8, 128)).to(device) for _ in range(2)]
+        grads = [make((8, 128)).to(device) for _ in range(2)]
+        total, expected = params[1].sum(), _expected(params, grads)
+        (got,) = fd.execute(params + grads)
+        torch.testing.assert_close(got, total)
+        for p, e in zip(params, expected):
+            torch.testing.assert_close(p, e)
+    assert launches["batched"] == []
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_cuda_graph_captures_the_members_one_by_one(launches):
@@ -222,3 +244,28 @@ def test_a_call_on_another_stream_copies_its_own_table(monkeypatch):
         for p, e in zip(params, expected):
             torch.testing.assert_close(p, e)
     assert len(made) == 3  # (the second call's, the side stream's, the default stream's again)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_batched_kernel_that_fails_to_compile_leaves_the_members_one_by_one(launches, monkeypatch):
+    """A batched form that does not compile (here made so) warns once; its members run one by
+    one at that call and every later one."""
+    made = batched.batched_source
+
+    def broken(*args, **kwargs):
+        name, text = made(*args, **kwargs)
+        return name, text.replace("    batch_program = tl.program_id(0)",
+                                  "    tl.static_assert(COUNT < 0)\n    batch_program = tl.program_id(0)")
+    monkeypatch.setattr(batched, "batched_source", broken)
+    fd = _updates(3)
+    params = [make((8, 128)).cuda() for _ in range(3)]
+    with pytest.warns(UserWarning, match="failed to compile") as caught:
+        for _ in range(4):
+            grads = [make((8, 128)).cuda() for _ in range(3)]
+            expected = _expected(params, grads)
+            fd.execute(params + grads)
+            for p, e in zip(params, expected):
+                torch.testing.assert_close(p, e)
+    assert sum("failed to compile" in str(w.message) for w in caught) == 1
+    assert launches["batched"] == []

@@ -240,3 +240,23 @@ def test_an_input_handed_to_another_alias_gives_its_old_value(case, device, writ
         torch.testing.assert_close(x, old_y.reshape(64))
         torch.testing.assert_close(y, old_x if case == "swap" else 3 * old_y)
     assert True not in written_in_place
+
+
+@DEVICES
+def test_a_strided_input_handed_on_gives_its_old_value_where_its_span_meets_a_written_one(device):
+    """x, a column slice of a buffer, spans rows that y, a later row slice of it, covers:
+    x handed to z is copied as it came, before y's new value is written (x's `nbytes` alone
+    ends before y begins)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[False, True], dtype=DataType.Float)
+        y, z, v = (fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float) for _ in range(3))
+        fd.add_output(fd.ops.mul(v, 2.0), alias_input=y)
+        fd.add_output(x, alias_input=z)
+    for _ in range(3):
+        buffer = make((8, 8)).to(device)
+        x, y = buffer[:, :4], buffer[6:8, :]
+        z, v = make((8, 4)).to(device), make((2, 8)).to(device)
+        old_x = x.clone()
+        fd.execute([x, y, z, v])
+        torch.testing.assert_close(z, old_x)
+        torch.testing.assert_close(y, 2 * v)
