@@ -336,6 +336,9 @@ class FusionDefinition:
         as an aliased one returns that input)."""
         if alias_input is not None:
             self._check_alias(output, alias_input)
+            if any(o is output and a is not None for o, a in self._outputs):
+                # (one value into a second input: a copy of its own, as nvFuser writes each alias)
+                output = self.ops.set(output)
         self.fusion.add_output(output)
         self._outputs.append((output, alias_input))
         self._recorder.record(None, "fd.add_output", (output,),
@@ -397,6 +400,9 @@ class FusionDefinition:
                 self._repro_inputs = describe_inputs(inputs)
             if self._takes_scalars:  # (known once the cache is made: the definition is final then)
                 inputs = _spread_vectors(inputs, self.fusion, self._vectors)
+            given = inputs  # (an alias of a CPU scalar is written into the caller's tensor)
+            if self._alias_of:  # (before anything runs: a kernel may write another alias in place)
+                self._check_writable(inputs)
             if self._cpu_scalars:
                 inputs = _cpu_scalars_moved(inputs, self._cpu_scalars)
             if isinstance(inputs, tuple):
@@ -410,7 +416,7 @@ class FusionDefinition:
             if target is not None and not any(isinstance(a, torch.Tensor) for a in inputs):
                 # (no tensor says where: computed on the CPU, as without `device`, then moved)
                 outs = [o.to(target) for o in outs]
-            return self._visible(outs, inputs) if self._alias_of else outs
+            return self._visible(outs, given) if self._alias_of else outs
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
@@ -419,6 +425,24 @@ class FusionDefinition:
     def _aliased(self) -> dict[int, TensorView]:
         """id(output tensor) -> the input an alias writes it into."""
         return {id(tv): target for tv, target in self._outputs if target is not None}
+
+    def _check_writable(self, inputs: list) -> None:
+        """Refuses an aliased input that is expanded, or an inference tensor outside inference
+        mode (eager's in-place ops refuse it), before any kernel writes another alias."""
+        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
+        for target in self._alias_of.values():
+            k = where[id(target)]
+            dst = inputs[k] if k < len(inputs) else None
+            if not isinstance(dst, torch.Tensor):
+                continue
+            if 0 in dst.stride() and any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+                raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
+                                       f"is expanded: stride 0 on an axis of size > 1, one element for many; "
+                                       f"pass a dense tensor")
+            if dst.is_inference() and not torch.is_inference_mode_enabled():
+                raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
+                                       f"is an inference tensor, which only torch.inference_mode() may write "
+                                       f"in place; execute inside it, or pass a clone")
 
     def _visible(self, outs: list, inputs: list) -> list:
         """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
@@ -429,10 +453,6 @@ class FusionDefinition:
             target = aliased.get(id(tv))
             if target is not None and id(tv) not in written:
                 dst = inputs[where[id(target)]]
-                if any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
-                    raise FusionInputError(f"input {where[id(target)]} ({target!r}) is written in place (an "
-                                           f"output's alias) but is expanded: stride 0 on an axis of size "
-                                           f"> 1, one element for many; pass a dense tensor")
                 if value is dst:  # (its kernel wrote it there: runtime/in_place.py)
                     bumped.append(dst)
                 elif dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():

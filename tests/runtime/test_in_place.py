@@ -3,7 +3,7 @@ safe, and the copy after the run where it is not; each checked against eager."""
 import pytest
 import torch
 
-from fuser import DataType, FusionDefinition
+from fuser import DataType, FusionDefinition, FusionInputError
 from fuser.codegen.inline import Disjoint, span_lengths
 from fuser.runtime.in_place import write_back
 from tests.helpers import make
@@ -260,3 +260,73 @@ def test_a_strided_input_handed_on_gives_its_old_value_where_its_span_meets_a_wr
         fd.execute([x, y, z, v])
         torch.testing.assert_close(z, old_x)
         torch.testing.assert_close(y, 2 * v)
+
+
+@DEVICES
+def test_one_value_aliased_to_two_inputs_is_written_into_both(device):
+    """The second alias of one output gets a copy of its own (the first kept one destination
+    per output, and the other input stayed as it came)."""
+    with FusionDefinition() as fd:
+        p, q = _dense(fd), _dense(fd)
+        new = fd.ops.add(p, q)
+        fd.add_output(new, alias_input=p)
+        fd.add_output(new, alias_input=q)
+        fd.add_output(new)
+    assert "fd.ops.set(" in repr(fd)
+    for layout in (lambda: make((64,)), lambda: make((65,))[1:]):  # (written in place, copied)
+        for _ in range(3):
+            x, y = layout().to(device), layout().to(device)
+            expected = x + y
+            (returned,) = fd.execute([x, y])
+            torch.testing.assert_close(x, expected)
+            torch.testing.assert_close(y, expected)
+            assert returned is x  # (an output that is an aliased one returns its input)
+
+
+def test_an_expanded_alias_is_refused_before_another_alias_is_written():
+    with FusionDefinition() as fd:
+        p = _dense(fd, 2)
+        q = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        fd.add_output(fd.ops.mul(p, 2.0), alias_input=p)
+        fd.add_output(fd.ops.mul(q, 2.0), alias_input=q)
+    for _ in range(3):
+        x = make((4, 8))
+        before, version = x.clone(), x._version
+        with pytest.raises(FusionInputError, match=r"input 1 .* is written in place .* but is expanded"):
+            fd.execute([x, make((1, 8)).expand(4, 8)])
+        assert torch.equal(x, before) and x._version == version
+        fd.execute([x, make((4, 8))])  # (and a dense one runs)
+        torch.testing.assert_close(x, 2 * before)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_alias_of_a_cpu_scalar_beside_gpu_tensors_is_written_into_the_callers_tensor():
+    """The scalar is copied to the GPU for the kernels; its new value goes back into the
+    CPU tensor the caller passed (it went into that copy, and was lost)."""
+    with FusionDefinition() as fd:
+        x = _dense(fd)
+        count = fd.define_tensor(shape=[], dtype=DataType.Float, is_cpu=True)
+        step = fd.define_tensor(shape=[], dtype=DataType.Float, is_cpu=True)
+        fd.add_output(fd.ops.mul(x, count))
+        fd.add_output(fd.ops.add(count, 1.0), alias_input=count)
+        fd.add_output(fd.ops.add(step, 2.0), alias_input=step)
+    x, count, step = make((8,)).cuda(), torch.tensor(2.0), torch.tensor(5.0)
+    for k in range(3):
+        (out,) = fd.execute([x, count, step])
+        torch.testing.assert_close(out, x * (2.0 + k))
+        assert count.device.type == "cpu" and count.item() == 3.0 + k and step.item() == 5.0 + 2 * (k + 1)
+
+
+def test_an_inference_tensor_alias_is_refused_outside_inference_mode_as_eager_refuses():
+    fd = _sgd(rank=1)
+    for layout in (lambda: make((64,)), lambda: make((65,))[1:]):  # (written in place, copied)
+        with torch.inference_mode():
+            p, g = layout(), make((64,))
+        before = p.clone()
+        with pytest.raises(FusionInputError, match="is an inference tensor"):
+            fd.execute([p, g])
+        assert torch.equal(p, before)
+        with torch.inference_mode():
+            fd.execute([p, g])
+        torch.testing.assert_close(p, before - g * 0.1)
