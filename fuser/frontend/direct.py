@@ -78,6 +78,17 @@ def _hooks_free(module: torch.nn.Module) -> bool:
                 or nn_module._global_backward_pre_hooks)
 
 
+_MODULE_CALLS = tuple((name, getattr(torch.nn.Module, name)) for name in ("__call__", "_wrapped_call_impl", "_call_impl"))
+
+
+def _plain_call(module: torch.nn.Module) -> bool:
+    """Whether calling `module` goes straight to its forward, as `nn.Module`'s call does: its
+    class overrides none of the call's methods (a `__call__` counting steps before
+    `super().__call__`), and `module.compile()` has not set a compiled call."""
+    cls = type(module)
+    return module._compiled_call_impl is None and all(getattr(cls, name) is impl for name, impl in _MODULE_CALLS)
+
+
 class DirectCall:
     """The last Dynamo cache entry of one plain function (or of an nn.Module's forward, whose
     frame is the one Dynamo compiles for a module), callable without Dynamo."""
@@ -97,16 +108,20 @@ class DirectCall:
         self.remembered: Optional[tuple] = None
         self.hits = 0
         if self.usable:
-            code = fn.__code__
-            self.code = code
-            self.names = code.co_varnames[:code.co_argcount]
-            self._all_locals = _locals_of_full_call(fn)
+            self._adopt_code()
             # the names this call put in the function's globals: dropped when this object goes
             # (the module's globals would keep each compiled graph alive), not before: another
             # thread may be running a remembered entry's code
             self._prefix = f"__fuser_direct{next(_NUMBERS)}"
             self._installed: list[str] = []
             weakref.finalize(self, _drop_names, fn.__globals__, self._installed)
+
+    def _adopt_code(self) -> None:
+        """Reads the function's code: at first, and where it was replaced (`fn.__code__ = ...`,
+        as IPython's autoreload replaces an edited function's)."""
+        code = self.code = self.fn.__code__
+        self.names = code.co_varnames[:code.co_argcount]
+        self._all_locals = _locals_of_full_call(self.fn)
 
     @property
     def entry(self) -> Any:
@@ -118,9 +133,10 @@ class DirectCall:
             return MISS
         entry, guards, run, defaults = remembered
         found = _entries(self.code)
-        # reassigned defaults are arguments Dynamo has not seen (and `run` does not have)
+        # reassigned defaults are arguments Dynamo has not seen (and `run` does not have); a
+        # replaced code is another function
         if not found or found[0] is not entry or entry.guard_manager is not guards \
-                or self.fn.__defaults__ is not defaults:
+                or self.fn.__defaults__ is not defaults or self.fn.__code__ is not self.code:
             return MISS
         if _callback() not in (None, False) or _eval_frame._stance.stance != "default" \
                 or torch._guards.TracingContext.try_get() is not None:
@@ -129,7 +145,7 @@ class DirectCall:
             module = self.module
             # Module.__call__ calls `module.forward`: an instance attribute (a patched forward)
             # or a reassigned class forward is not the frame whose entry is remembered
-            if "forward" in module.__dict__ or type(module).forward is not self.fn:
+            if "forward" in module.__dict__ or type(module).forward is not self.fn or not _plain_call(module):
                 return MISS
             if not _hooks_free(module) or torch._C._get_tracing_state() is not None:
                 return MISS  # Module.__call__ would run hooks, or trace for torch.jit
@@ -195,6 +211,11 @@ class DirectCall:
         that frame would run eagerly)."""
         if not self.usable:
             return
+        if self.fn.__code__ is not self.code:
+            if not _plain_function(self.fn):
+                self.remembered = None
+                return
+            self._adopt_code()
         try:
             found = _entries(self.code)
             if not found:

@@ -408,3 +408,52 @@ def test_a_function_with_cell_variables_takes_the_direct_path():
             for a, b in zip(got, expected):
                 torch.testing.assert_close(a, b)
         assert jitted._direct.hits >= 2, f.__name__
+
+
+def test_a_replaced_code_is_another_function():
+    """`fn.__code__ = ...` (IPython's autoreload replaces an edited function's code so) is not
+    the remembered entry's frame: the new code is traced, then taken directly itself."""
+    def edited(x):
+        return x * 2 + 1
+
+    def new_version(x):
+        return x * 3 - 1
+    jitted = fuser.jit(edited)
+    for _ in range(3):
+        x = torch.randn(5, 7)
+        assert_close_to_eager(jitted(x), x * 2 + 1)
+    edited.__code__ = new_version.__code__
+    for _ in range(3):
+        x = torch.randn(5, 7)
+        assert_close_to_eager(jitted(x), x * 3 - 1)
+    assert jitted._direct.hits == 4 and jitted.cache_info().graphs == 2
+
+
+class _Counted(torch.nn.Module):
+    """A class whose `__call__` does work of its own before `nn.Module`'s (and whose forward
+    ends in a graph break: its frame then has an entry of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return super().__call__(*args, **kwargs)
+
+    @torch.compiler.disable
+    def _logged(self, y):
+        return y
+
+    def forward(self, x):
+        return self._logged(x.sin() * self.calls)
+
+
+def test_a_module_class_with_its_own_call_runs_it_each_call():
+    eager, jitted_block = _Counted(), _Counted()
+    jitted = fuser.jit(jitted_block)
+    for k in range(4):
+        x = torch.randn(8, 16)
+        assert_close_to_eager(jitted(x), eager(x))
+        assert jitted_block.calls == eager.calls == k + 1
+    assert jitted._jit._direct.hits == 0
