@@ -53,12 +53,19 @@ _MISSING = object()
 def scalar_key(v: Any) -> tuple:
     """A scalar as a cache key: its type and value, and for floats the sign (0.0 == -0.0, but a
     launch made for one computes 1 / (x * s) with the wrong sign for the other). Subclasses of
-    float (numpy.float64, which binding accepts) and complex parts too."""
+    float (numpy.float64, which binding accepts) and complex parts too. A NaN is one key
+    (NaN != NaN: each call's fresh `float("nan")` missed every cache)."""
     if isinstance(v, float):
-        return (type(v), v, math.copysign(1.0, v))
+        return (type(v), v if v == v else _NAN, math.copysign(1.0, v))
     if isinstance(v, complex):
+        if v != v:
+            return (type(v), _NAN, v.real if v.real == v.real else _NAN, v.imag if v.imag == v.imag else _NAN,
+                    math.copysign(1.0, v.real), math.copysign(1.0, v.imag))
         return (type(v), v, math.copysign(1.0, v.real), math.copysign(1.0, v.imag))
     return (type(v), v, None)
+
+
+_NAN = "nan"  # (a NaN's value in a key)
 
 
 def into_destinations(launch: Any, into: list) -> Optional[list]:

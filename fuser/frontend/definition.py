@@ -456,6 +456,11 @@ class FusionDefinition:
                 if value is dst:  # (its kernel wrote it there: runtime/in_place.py)
                     bumped.append(dst)
                 elif dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
+                    if value.shape != dst.shape:  # (copy_ would broadcast a shard into every row)
+                        raise FusionDefinitionError(
+                            f"add_output: output {tv!r} is written into input {where[id(target)]} ({target!r}), "
+                            f"but its shape here is {tuple(value.shape)} and the input's {tuple(dst.shape)}: an "
+                            f"aliased output must be sharded across the device mesh as its input is")
                     if _overlaps(dst, value):  # (a view of the input itself, a transpose say)
                         value = value.clone()
                     dsts.append(dst)

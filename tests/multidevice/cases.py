@@ -386,6 +386,32 @@ def case_an_op_between_two_meshes_is_refused(device):
         raise AssertionError("an op between two meshes was accepted")
 
 
+def case_an_alias_sharded_otherwise_than_its_input_is_refused(device):
+    """add_output(y, alias_input=x) with y replicated and x sharded, or the other way: a
+    FusionDefinitionError on every rank (copy_ raised torch's size error, or broadcast the
+    rank's row of y into every row of x)."""
+    rank, d = world()
+    if d == 1:
+        return  # (one device: a shard is the whole tensor)
+    mesh = DeviceMesh(torch.arange(d))
+    for sharded_input in (True, False):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], contiguity=True)
+            y = fd.ops.set(fd.ops.mul(x, 2.0))
+            fd.add_output(y, alias_input=x)
+            x.set_device_mesh(mesh)
+            y.set_device_mesh(mesh)
+            _split_on_mesh(x if sharded_input else y, 0, mesh, d)
+        full = ints(2 * d, 3, device=device)
+        given = shard(fd, 0, full) if sharded_input else full.clone()
+        try:
+            fd.execute([given])
+        except fuser.FusionDefinitionError as err:
+            assert "must be sharded across the device mesh as its input is" in str(err), str(err)
+        else:
+            raise AssertionError(f"an alias sharded otherwise than its input ran (input sharded: {sharded_input})")
+
+
 def case_sharded_attention(device):
     """sdpfa_fwd with q, k, v sharded on heads (tensor-parallel attention), and with q sharded
     on its sequence, causal or not (the causal mask reads each row's global position, so a

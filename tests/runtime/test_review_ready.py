@@ -29,6 +29,25 @@ def test_scalar_keys_tell_signed_zeros_apart():
     assert scalar_key(1.5) == scalar_key(1.5)
 
 
+
+def test_a_fresh_nan_each_call_finds_the_ready_call_and_its_launch():
+    # NaN != NaN: a key holding the float matched only the same object, so each call's fresh
+    # float("nan") bound, looked up and prepared its launch again (tables of 256 and 1024)
+    assert scalar_key(float("nan")) == scalar_key(float("nan")) != scalar_key(-float("nan"))
+    assert scalar_key(complex(float("nan"), 1.0)) == scalar_key(complex(float("nan"), 1.0))
+    assert scalar_key(complex(float("nan"), 1.0)) != scalar_key(complex(1.0, float("nan")))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], contiguity=True)
+        s = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.mul(x, s))
+    x = torch.randn(64)
+    for _ in range(5):
+        (out,) = fd.execute([x, float("nan")])
+        assert out.isnan().all()
+    (runtime,) = fd.fec.runtimes()
+    assert len(fd.fec._ready) == 1
+    assert sum(len(launcher.launches) for launcher in runtime.launchers.values()) == 1
+
 def exp_definition():
     with FusionDefinition() as fd:
         a = fd.define_tensor([-1, -1], contiguity=False, dtype=DataType.Float)
