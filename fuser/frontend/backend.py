@@ -118,6 +118,10 @@ def decompositions() -> dict:
         op = getattr(getattr(aten, name, None), "default", None)
         if op in table:
             table[op] = _empty_safe_loss_backward(table[op])
+    # logit's backward with eps: torch's where(lo <= x <= hi, ...) gave 0 at a NaN input,
+    # where eager's kernels give NaN (0 only outside the bounds)
+    if aten.logit_backward.default in table:
+        table[aten.logit_backward.default] = _logit_backward
     # all() decomposes to logical_not(any(logical_not(x))), and ATen has no logical_not for
     # uint16 to uint64 (a raw NotImplementedError where eager's all computes): those stay whole
     for overload in ("default", "dim", "dims"):
@@ -125,6 +129,15 @@ def decompositions() -> dict:
         if op in table:
             table[op] = _whole_for_wide_unsigned(table[op])
     return table
+
+
+def _logit_backward(grad_output: torch.Tensor, x: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
+    """d logit(x) as eager's kernels compute it: 0 outside [eps, 1 - eps] (with eps), NaN where
+    x is NaN or (without eps) outside [0, 1]."""
+    derivative = grad_output / (x * (1.0 - x))
+    if eps is None:
+        return torch.where((x < 0.0) | (x > 1.0), float("nan"), derivative)
+    return torch.where((x < eps) | (x > 1.0 - eps), 0.0, derivative)
 
 
 def _checked_class_target(decomposition):
@@ -172,8 +185,13 @@ def _whole_for_wide_unsigned(decomposition):
 _FLOATING_ONLY = frozenset({
     "gelu", "softplus", "logsigmoid", "log_sigmoid", "logaddexp", "logaddexp2", "hardswish", "hardsigmoid", "mish",
     "hardshrink", "softshrink", "frac", "lerp", "addcdiv", "elu", "celu", "selu", "glu", "silu", "leaky_relu",
-    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss", "nextafter", "softmax", "log_softmax"})
+    "rrelu", "mse_loss", "smooth_l1_loss", "huber_loss", "nextafter", "softmax", "log_softmax", "softmin",
+    "special_softmax", "special_log_softmax", "_softmax", "_log_softmax"})
 _NOT_FOR_BOOL = frozenset({"hardtanh", "relu6", "threshold", "abs", "ceil", "floor", "round", "trunc", "pow"})
+# by their input's type: those that refuse a bool input whose result is a float; and one eager
+# has no half or bfloat16 kernel of (its decomposition computes any float)
+_INPUT_REFUSED = {"mvlgamma": frozenset({torch.bool}), "special_multigammaln": frozenset({torch.bool}),
+                  "special_log_ndtr": frozenset({torch.float16, torch.bfloat16})}
 # what eager does with a float8 tensor: casts, moves and copies, comparisons for equality, abs
 # and isnan; it refuses arithmetic, reductions and promotion with another float type, which
 # the lowerings (computing in fp32, as nvFuser's ops do) would compute
@@ -225,6 +243,11 @@ def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
         if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name):
             return True
+        refused = _INPUT_REFUSED.get(name)
+        if refused is not None and node.args and isinstance(node.args[0], torch.fx.Node):
+            v = node.args[0].meta.get("example_value")
+            if isinstance(v, torch.Tensor) and v.dtype in refused:
+                return True
         if name not in _FLOATING_ONLY and name not in _NOT_FOR_BOOL:
             continue
         v = node.meta.get("example_value")

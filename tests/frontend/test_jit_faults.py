@@ -665,3 +665,40 @@ def test_a_failed_call_changes_no_argument_with_fallback_error():
     with pytest.raises(fuser.UnsupportedError, match="scaled_no_fake"):
         fuser.jit(step)(w, g)
     assert torch.equal(w, torch.ones(4)) and torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("fn,x", [
+    (torch.special.softmax, lambda: make((3, 5), torch.int64)),
+    (torch.special.log_softmax, lambda: make((3, 5), torch.int32)),
+    (lambda x: torch._softmax(x, 1, False), lambda: make((3, 5), torch.int64)),
+    (lambda x: torch._log_softmax(x, 1, False), lambda: make((3, 5), torch.int64)),
+    (torch.nn.functional.softmin, lambda: make((3, 5), torch.int64)),
+    (torch.special.log_ndtr, lambda: make((3, 5), torch.float16)),
+    (torch.special.log_ndtr, lambda: make((3, 5), torch.bfloat16)),
+    (lambda x: torch.mvlgamma(x, 1), lambda: make((3, 5)) > 0),
+    (lambda x: torch.special.multigammaln(x, 1), lambda: make((3, 5)) > 0),
+])
+def test_functions_eager_has_no_kernel_of_for_the_type_raise_as_in_eager(fn, x):
+    # softmax's other names (its first lists held softmax and log_softmax only) computed
+    # integers, log_ndtr half floats and mvlgamma bools, each of which eager refuses
+    softmax_dim = {"dim": 1} if fn in (torch.special.softmax, torch.special.log_softmax,
+                                       torch.nn.functional.softmin) else {}
+    call = (lambda t: fn(t, **softmax_dim))
+    with pytest.raises((RuntimeError, NotImplementedError)) as eager:
+        call(x())
+    with pytest.raises((RuntimeError, NotImplementedError)) as jitted:
+        fuser.jit(call)(x())
+    assert str(eager.value).splitlines()[0] in str(jitted.value)
+
+
+def test_the_logit_gradient_with_eps_is_nan_at_a_nan_input_as_eager_gives():
+    # torch's decomposition, where(eps <= x <= 1 - eps, ...), gave 0 at NaN
+    x = torch.tensor([float("nan"), 0.01, 0.5, 0.99, 0.3], requires_grad=True)
+    jitted = torch.tensor(x.detach().tolist(), requires_grad=True)
+    torch.logit(x, eps=0.05).sum().backward()
+    fuser.jit(lambda t: torch.logit(t, eps=0.05))(jitted).sum().backward()
+    assert_eager(jitted.grad, x.grad)
+    y, y_jitted = (torch.tensor([float("nan"), -0.5, 0.25, 1.5], requires_grad=True) for _ in range(2))
+    torch.logit(y).sum().backward()
+    fuser.jit(torch.logit)(y_jitted).sum().backward()
+    assert_eager(y_jitted.grad, y.grad)
