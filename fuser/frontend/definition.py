@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 import threading
 from functools import partial
 from typing import Any, Optional, Sequence
@@ -28,7 +27,7 @@ from ..runtime import FusionExecutorCache
 from ..runtime.in_place import write_back
 from .frame_hook import set_eval_frame as _set_eval_frame
 from .profiler import active as active_profiler
-from .repro import describe_inputs, repro_script
+from .repro import describe_inputs, python_number, repro_script
 from .validate import check_outputs
 
 
@@ -49,7 +48,7 @@ class _Recorder:
             if id(v) in self.scalar_names:
                 return self.scalar_names[id(v)]
             if v.is_constant:
-                return _python_literal(v.value)
+                return python_number(v.value)
             for tv in self.defined:  # an extent of a tensor the code has already made
                 for k, d in enumerate(tv.domain.no_reductions()):
                     if d.size == v.expr and not (d.is_broadcast and d.expanded_extent is None):
@@ -60,7 +59,7 @@ class _Recorder:
             return f"[{inner}]"
         if isinstance(v, dict):
             return "{" + ", ".join(f"{k!r}: {self.name(x)}" for k, x in v.items()) + "}"
-        return _python_literal(v)
+        return python_number(v)
 
     def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
         parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
@@ -100,11 +99,6 @@ class _Recorder:
         return lines
 
 
-def _python_literal(v: Any) -> str:
-    """Python source for a value; non-finite floats as float('inf') (repr gives a bare name)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return f"float('{v}')"
-    return repr(v)
 
 
 class _Ops:

@@ -99,6 +99,10 @@ class Scalar(Val):
     value: Optional[Any] = None  # the Python value of a constant
     fusion: "Fusion" = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        if type(self.value).__module__ == "numpy":  # (np.float64, a float to ops: one printed constant)
+            self.value = self.value.item()
+
     @property
     def is_constant(self) -> bool:
         return self.value is not None

@@ -173,7 +173,10 @@ def format_extent(e: Extent) -> str:
     return _fmt(e, top=True)
 
 
+@functools.lru_cache(maxsize=8192)
 def _fmt(e: Extent, top: bool = False) -> str:
+    # (memoized: an expression that holds one subexpression twice, a chain of slices by scalar
+    # starts say, printed it once per path, doubling the work per slice)
     if isinstance(e, sympy.Float):
         # sympy writes 15 digits; a double those lose (2.0**53 + 2) prints all of its own, since
         # the printed IR is the structural hash's key

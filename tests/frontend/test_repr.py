@@ -130,3 +130,35 @@ def test_repr_roundtrip_of_broadcast_in_dim():
         fd.add_output(fd.ops.add(fd.ops.broadcast_in_dim(x, y.shape(), [1]), y))
     assert "tv1.shape()" in repr(fd)
     check_roundtrip(fd, [make((5,)), make((3, 5))])
+
+
+@pytest.mark.parametrize("constant", [complex(float("inf"), 1.0), complex(float("nan"), 0.0), complex(-0.0, 0.0),
+                                      "numpy"])
+def test_repr_roundtrip_of_complex_and_numpy_constants(constant):
+    # complex's repr, `(inf+1j)`, names nothing, and `(-0+0j)` reads back as 0j; numpy's,
+    # `np.float64(2.5)`, names a module the printed code lacks
+    import numpy as np
+    complex_input = constant != "numpy"
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], contiguity=True, dtype=DataType.ComplexFloat if complex_input else DataType.Float)
+        fd.add_output(fd.ops.add(x, constant if complex_input else np.float64(2.5)))
+    x = torch.full((2,), -0.0, dtype=torch.complex64 if complex_input else torch.float32)
+    check_roundtrip(fd, [x])
+    (out,) = fd.execute([x])
+    (again,) = rebuild(fd).execute([x])
+    real = (lambda t: torch.view_as_real(t)) if complex_input else (lambda t: t)
+    assert torch.equal(torch.signbit(real(out)), torch.signbit(real(again)))
+
+
+def test_an_extent_reached_twice_by_each_of_many_slices_prints_in_linear_work():
+    # each slice by a scalar start holds the extent before it twice: printed as a tree, the
+    # work doubled per slice (12 slices took seconds)
+    from fuser.ir import symbolic
+    with FusionDefinition() as fd:
+        y = fd.define_tensor([-1], contiguity=True)
+        for _ in range(12):
+            y = fd.ops.slice(y, [fd.define_scalar(dtype=DataType.Int)], [y.size(0)])
+        fd.add_output(fd.ops.exp(y))
+    symbolic._fmt.cache_clear()
+    str(fd.fusion)
+    assert symbolic._fmt.cache_info().misses < 500
