@@ -63,8 +63,16 @@ class ExplainReport:
         phases = [(k, v) for k, v in self.times.items() if k not in ("total", "other") and v >= 0.05]
         rest = total - sum(v for _, v in phases)
         inner = ", ".join(f"{k} {v:.1f}" for k, v in phases)
-        return (f"this call: {total:.1f} ms; fuser's phases: {inner or 'none (compiled before)'}; "
+        return (f"this call: {total:.1f} ms; fuser's phases: {inner or 'none (nothing compiled in this call)'}; "
                 f"Dynamo, AOTAutograd and the rest: {rest:.1f} ms")
+
+    def eager_note(self) -> str:
+        """Why a call that reached no fuser graph ran as it did (empty where one ran)."""
+        if self.graphs:
+            return ""
+        return ("no graph of this call ran through fuser: Dynamo ran it eagerly (a frame it skips, its "
+                "recompile limit reached, torch.compiler.disable) or it computes nothing; "
+                "TORCH_LOGS=recompiles,graph_breaks says which")
 
     @property
     def fusions(self) -> list[FusionReport]:
@@ -74,6 +82,8 @@ class ExplainReport:
         out = [f"fuser.explain: {len(self.graphs)} captured graph(s); {self.info}"]
         if self.times:
             out.append(self.time_line())
+        if not self.graphs:
+            out.append(self.eager_note())
         for gi, g in enumerate(self.graphs):
             out += [_rule(f"graph {gi}: captured by Dynamo"), g.dynamo_code.strip()]
             for p in g.programs:
@@ -93,7 +103,8 @@ class ExplainReport:
         esc = html.escape
         pre = lambda text: f"<pre style='font-size:85%'>{esc(text.strip())}</pre>"  # noqa: E731
         parts = [f"<div><b>fuser.explain</b>: {len(self.graphs)} captured graph(s)<br>"
-                 f"<code>{esc(str(self.info))}</code>" + (f"<br>{esc(self.time_line())}" if self.times else "")]
+                 f"<code>{esc(str(self.info))}</code>" + (f"<br>{esc(self.time_line())}" if self.times else "")
+                 + (f"<br>{esc(self.eager_note())}" if not self.graphs else "")]
         for gi, g in enumerate(self.graphs):
             parts.append(f"<details open><summary><b>graph {gi}</b></summary>")
             parts.append(f"<details><summary>captured by Dynamo</summary>{pre(g.dynamo_code)}</details>")

@@ -1,6 +1,7 @@
 """`fuser.explain`: the captured graphs, the fusions in nvFuser notation, the segments and why
 they were cut, the generated Triton, and the ATen ops run between fusions."""
 import torch
+import torch._dynamo
 
 import fuser
 
@@ -78,3 +79,19 @@ def test_explain_of_a_jitted_function_that_ran_reports_what_its_call_runs():
     assert report.info.graphs == 1 and len(report.fusions) == 1, report.info
     assert "tl.store" in str(report)
     assert jitted.cache_info().graphs == 1  # (no new trace: the explained call reused the graph)
+
+
+def test_a_call_dynamo_runs_eagerly_is_reported_so():
+    # past the recompile limit (a new float each call) no graph runs: the report said only
+    # "0 captured graph(s)" and "none (compiled before)"
+    def f(x, a):
+        return (x * a).exp()
+    jitted, x = fuser.jit(f), torch.randn(3, 4)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        jitted(x, 0.5)
+        report = fuser.explain(jitted, x, 1.5)
+    assert not report.graphs
+    text = str(report)
+    assert "no graph of this call ran through fuser: Dynamo ran it eagerly" in text
+    assert "compiled before" not in text
+    assert "ran it eagerly" in report._repr_html_()
