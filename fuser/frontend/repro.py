@@ -27,7 +27,7 @@ def python_number(v: Any) -> str:
     return repr(v)
 
 
-def _tensor(t: torch.Tensor) -> str:
+def _tensor(t: torch.Tensor, index_bound: int) -> str:
     size, stride, device = tuple(t.shape), tuple(t.stride()), str(t.device)
     dense = t.is_contiguous()
     # the elements a strided view spans: a flat tensor of that many, viewed with t's strides
@@ -35,17 +35,22 @@ def _tensor(t: torch.Tensor) -> str:
     drawn = size if dense else (span,)
     if t.dtype in _CONVERTED:
         text = f"torch.testing.make_tensor({drawn}, dtype=torch.float32, device={device!r}).to({t.dtype})"
-    else:
+    elif t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool:
         text = f"torch.testing.make_tensor({drawn}, dtype={t.dtype}, device={device!r})"
+    else:  # (an index, likely: drawn where every input's axes have a place)
+        text = f"torch.testing.make_tensor({drawn}, dtype={t.dtype}, device={device!r}, low=0, high={index_bound})"
     return text if dense else f"{text}.as_strided({size}, {stride})"
 
 
 def describe_inputs(inputs: Sequence[Any]) -> list[str]:
-    """One Python expression per input: a tensor's layout, a scalar's value, a vector's list."""
+    """One Python expression per input: a tensor's layout, a scalar's value, a vector's list.
+    Integer tensors are drawn in [0, the inputs' shortest axis): index tensors then index."""
+    sizes = [n for v in inputs if isinstance(v, torch.Tensor) for n in v.shape if n > 0]
+    index_bound = max(1, min(sizes, default=1))
     lines = []
     for v in inputs:
         if isinstance(v, torch.Tensor):
-            lines.append(_tensor(v))
+            lines.append(_tensor(v, index_bound))
         elif isinstance(v, (list, tuple)):
             lines.append("[" + ", ".join(python_number(x) for x in v) + "]")
         else:

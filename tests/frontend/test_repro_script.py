@@ -78,3 +78,18 @@ def test_repro_script_draws_fp8_and_vectors():
     ns = _run_script(fd.repro_script_for(inputs))
     assert ns["inputs"][0].dtype == torch.float8_e4m3fn and ns["inputs"][1] == [2, 3]
     assert ns["fd"].execute(ns["inputs"])[0].shape == (2, 3)
+
+
+def test_a_repro_script_draws_index_tensors_that_index():
+    # integer tensors were drawn in [-9, 10): an index_select's script failed on its own inputs
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        index = fd.define_tensor([-1], contiguity=True, dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(x, index, 0))
+    inputs = [torch.randn(6, 3), torch.tensor([5, 0, 2, 1, 4, 3, 0])]
+    (out,) = fd.execute(inputs)
+    for _ in range(5):
+        ns = _run_script(fd.repro_script_for(inputs))
+        assert 0 <= ns["inputs"][1].min() and ns["inputs"][1].max() < 3
+        (again,) = ns["fd"].execute(ns["inputs"])
+        assert (again.shape, again.dtype) == (out.shape, out.dtype)
