@@ -22,6 +22,11 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: writes unlocked
+    fcntl = None
+
 import torch
 
 from ..dump import dump_flags
@@ -48,32 +53,43 @@ class Choices:
 
     def _load(self) -> dict[str, int]:
         if self.memory is None:
-            self.memory = {}
-            path = self.path or cache_dir() / "autotune.json"
-            try:
-                found = json.loads(path.read_text())
-                if isinstance(found, dict):
-                    self.memory = {k: v for k, v in found.items() if isinstance(v, int)}
-            except (OSError, ValueError):
-                pass  # no file yet, or an unreadable one: time again
+            self.memory = self._read()
         return self.memory
+
+    def _read(self) -> dict[str, int]:
+        path = self.path or cache_dir() / "autotune.json"
+        try:
+            found = json.loads(path.read_text())
+            if isinstance(found, dict):
+                return {k: v for k, v in found.items() if type(v) is int}
+        except (OSError, ValueError):
+            pass  # no file yet, or an unreadable one: time again
+        return {}
 
     def get(self, key: str) -> Optional[int]:
         with _lock:
             return self._load().get(key)
 
     def put(self, key: str, choice: int) -> None:
+        """Stores a winner: in memory, and in the file merged with what other processes stored
+        there since this one read it (under a lock file: two jobs tuning at once each rewrote
+        the file from their own memory, dropping the other's winners)."""
         with _lock:
             memory = self._load()
             memory[key] = choice
             path = self.path or cache_dir() / "autotune.json"
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(memory, indent=0, sort_keys=True))
-                os.replace(tmp, path)
+                with open(path.with_suffix(".lock"), "a") as lock:
+                    if fcntl is not None:
+                        fcntl.flock(lock, fcntl.LOCK_EX)
+                    merged = {**self._read(), **memory}
+                    tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
+                    os.replace(tmp, path)
+                memory.update(merged)
             except OSError:
-                pass  # a read-only cache: the choice holds for this process
+                tmp.unlink(missing_ok=True)  # a read-only or full cache: the choice holds for this process
 
 
 CHOICES = Choices()

@@ -37,9 +37,11 @@ _memory: dict[str, Any] = {}
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("FUSER_CACHE_DIR") or os.path.join(
+    """FUSER_CACHE_DIR (a `~` expanded: an ENV line or a .env file leaves it as written), else
+    $XDG_CACHE_HOME/fuser or ~/.cache/fuser; its `kernels` folder."""
+    base = (os.environ.get("FUSER_CACHE_DIR") or "").strip() or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fuser")
-    return Path(base) / "kernels"
+    return Path(os.path.expanduser(base)) / "kernels"
 
 
 @functools.cache
@@ -144,8 +146,8 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
             return fn
         path = cache_dir() / f"{name}_{key}.py"
         module_name = f"fuser_kernels.{name}_{key}"
-        try:
-            stale = not path.exists() or path.read_text() != source
+        try:  # (only a regular file is read: a FIFO in its place would block the read)
+            stale = not path.is_file() or path.read_text() != source
         except (OSError, UnicodeDecodeError):
             stale = True
         if stale:

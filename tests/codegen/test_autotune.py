@@ -304,3 +304,16 @@ def test_a_column_sum_with_a_program_a_processor_also_times_unsplit_forms(winner
     (y2,) = fd.execute([x2])
     assert launched[-1] is chosen
     torch.testing.assert_close(y2, x2.float().sum(0), rtol=1e-4, atol=1e-3)
+
+
+def test_two_processes_storing_winners_keep_each_others(tmp_path):
+    # each wrote the file from its own memory, read once: the other's winners were dropped
+    path = tmp_path / "autotune.json"
+    first, second = autotune.Choices(path), autotune.Choices(path)
+    assert first.get("a") is None and second.get("b") is None  # (both read the empty file)
+    second.put("b", 2)
+    first.put("a", 1)
+    assert json.loads(path.read_text()) == {"a": 1, "b": 2}
+    assert first.get("b") == 2  # (what it merged it remembers)
+    path.write_text(json.dumps({"c": True, "d": 3}))  # (a bool is no form)
+    assert autotune.Choices(path).get("c") is None and autotune.Choices(path).get("d") == 3

@@ -189,3 +189,24 @@ def test_a_forked_childs_exit_leaves_the_parents_private_kernel_folder():
     res = subprocess.run([sys.executable, "-c", FORK_PRIVATE], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "True"
+
+
+def test_the_cache_dir_expands_a_tilde_and_ignores_blanks(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FUSER_CACHE_DIR", "~/fuser-cache ")
+    assert kcompile.cache_dir() == tmp_path / "fuser-cache" / "kernels"
+    monkeypatch.setenv("FUSER_CACHE_DIR", "  ")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert kcompile.cache_dir() == tmp_path / "xdg" / "fuser" / "kernels"
+
+
+def test_an_entry_that_is_no_regular_file_is_replaced_without_reading_it(tmp_path, monkeypatch):
+    # a FIFO in a kernel's place blocked the read forever
+    import os
+    monkeypatch.setenv("FUSER_CACHE_DIR", str(tmp_path))
+    run_script(tmp_path)
+    (path,) = (tmp_path / "kernels").glob("*.py")
+    path.unlink()
+    os.mkfifo(path)
+    assert run_script(tmp_path) == "1"
+    assert path.is_file()
