@@ -27,7 +27,7 @@ from ..runtime import FusionExecutorCache
 from ..runtime.in_place import write_back
 from .frame_hook import set_eval_frame as _set_eval_frame
 from .profiler import active as active_profiler
-from .repro import describe_inputs, python_number, repro_script
+from .repro import describe_inputs, python_literal, repro_script
 from .validate import check_outputs
 
 
@@ -48,7 +48,7 @@ class _Recorder:
             if id(v) in self.scalar_names:
                 return self.scalar_names[id(v)]
             if v.is_constant:
-                return python_number(v.value)
+                return python_literal(v.value)
             for tv in self.defined:  # an extent of a tensor the code has already made
                 for k, d in enumerate(tv.domain.no_reductions()):
                     if d.size == v.expr and not (d.is_broadcast and d.expanded_extent is None):
@@ -59,7 +59,7 @@ class _Recorder:
             return f"[{inner}]"
         if isinstance(v, dict):
             return "{" + ", ".join(f"{k!r}: {self.name(x)}" for k, x in v.items()) + "}"
-        return python_number(v)
+        return python_literal(v)
 
     def record(self, result: Any, call: str, args: Sequence[Any], kwargs: dict) -> None:
         parts = [self.name(a) for a in args] + [f"{k}={self.name(v)}" for k, v in kwargs.items()]
@@ -97,8 +97,6 @@ class _Recorder:
                 if d.parallel_type is not ParallelType.serial:
                     lines.append((last, f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})"))
         return lines
-
-
 
 
 class _Ops:

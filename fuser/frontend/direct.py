@@ -78,7 +78,8 @@ def _hooks_free(module: torch.nn.Module) -> bool:
                 or nn_module._global_backward_pre_hooks)
 
 
-_MODULE_CALLS = tuple((name, getattr(torch.nn.Module, name)) for name in ("__call__", "_wrapped_call_impl", "_call_impl"))
+_MODULE_CALLS = tuple((name, getattr(torch.nn.Module, name)) for name in ("__call__", "_wrapped_call_impl", "_call_impl")
+                      if hasattr(torch.nn.Module, name))
 
 
 def _plain_call(module: torch.nn.Module) -> bool:
@@ -86,7 +87,8 @@ def _plain_call(module: torch.nn.Module) -> bool:
     class overrides none of the call's methods (a `__call__` counting steps before
     `super().__call__`), and `module.compile()` has not set a compiled call."""
     cls = type(module)
-    return module._compiled_call_impl is None and all(getattr(cls, name) is impl for name, impl in _MODULE_CALLS)
+    return getattr(module, "_compiled_call_impl", None) is None \
+        and all(getattr(cls, name) is impl for name, impl in _MODULE_CALLS)
 
 
 class DirectCall:

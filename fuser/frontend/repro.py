@@ -13,14 +13,14 @@ _CONVERTED = {t for t in (getattr(torch, n, None) for n in (
     "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "uint16", "uint32", "uint64")) if t is not None}
 
 
-def python_number(v: Any) -> str:
-    """Python source that rebuilds a number exactly: a non-finite float as float('inf'), a
+def python_literal(v: Any) -> str:
+    """Python source that rebuilds a value (a number exactly: a non-finite float as float('inf'), a
     complex one part at a time (`(-0+0j)` read back as 0j, `(inf+1j)` not at all), a numpy
-    float as the Python float it subclasses (`np.float64(2.5)` names a module the code lacks).
+    float as the Python float it subclasses: `np.float64(2.5)` names a module the code lacks).
     Anything else, an enum included, as its repr."""
     if type(v) in (int, float, complex, bool) or type(v).__module__ == "numpy":
         if isinstance(v, complex):
-            return f"complex({python_number(v.real)}, {python_number(v.imag)})"
+            return f"complex({python_literal(v.real)}, {python_literal(v.imag)})"
         if isinstance(v, float):
             v = float(v)
             return repr(v) if math.isfinite(v) else f"float({str(v)!r})"
@@ -52,9 +52,9 @@ def describe_inputs(inputs: Sequence[Any]) -> list[str]:
         if isinstance(v, torch.Tensor):
             lines.append(_tensor(v, index_bound))
         elif isinstance(v, (list, tuple)):
-            lines.append("[" + ", ".join(python_number(x) for x in v) + "]")
+            lines.append("[" + ", ".join(python_literal(x) for x in v) + "]")
         else:
-            lines.append(python_number(v))
+            lines.append(python_literal(v))
     return lines
 
 
