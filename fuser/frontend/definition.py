@@ -427,7 +427,7 @@ class FusionDefinition:
             dst = inputs[k] if k < len(inputs) else None
             if not isinstance(dst, torch.Tensor):
                 continue
-            if 0 in dst.stride() and any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+            if 0 in dst.stride() and dst.numel() and any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
                 raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
                                        f"is expanded: stride 0 on an axis of size > 1, one element for many; "
                                        f"pass a dense tensor")

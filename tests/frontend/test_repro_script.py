@@ -93,3 +93,10 @@ def test_a_repro_script_draws_index_tensors_that_index():
         assert 0 <= ns["inputs"][1].min() and ns["inputs"][1].max() < 3
         (again,) = ns["fd"].execute(ns["inputs"])
         assert (again.shape, again.dtype) == (out.shape, out.dtype)
+
+
+def test_numpy_scalars_are_written_as_python_numbers():
+    import numpy as np
+    from fuser.frontend.repro import python_literal
+    assert [python_literal(v) for v in (np.float32(2.0), np.int64(3), np.bool_(True), np.float64(-0.0))] == \
+        ["2.0", "3", "True", "-0.0"]

@@ -330,3 +330,10 @@ def test_an_inference_tensor_alias_is_refused_outside_inference_mode_as_eager_re
         with torch.inference_mode():
             fd.execute([p, g])
         torch.testing.assert_close(p, before - g * 0.1)
+
+
+def test_an_empty_expanded_alias_runs_as_eager_runs_it():
+    fd = _sgd(rank=2, contiguous=False)
+    p, g = torch.empty(1, 0).expand(3, 0), torch.empty(3, 0)
+    (doubled,) = fd.execute([p, g])
+    assert doubled.shape == (3, 0)
