@@ -421,9 +421,7 @@ class FusionDefinition:
     def _check_writable(self, inputs: list) -> None:
         """Refuses an aliased input that is expanded, or an inference tensor outside inference
         mode (eager's in-place ops refuse it), before any kernel writes another alias."""
-        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
-        for target in self._alias_of.values():
-            k = where[id(target)]
+        for k, target in self._written_inputs:
             dst = inputs[k] if k < len(inputs) else None
             if not isinstance(dst, torch.Tensor):
                 continue
@@ -513,6 +511,8 @@ class FusionDefinition:
     def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on
         self._alias_of = self._aliased()
+        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
+        self._written_inputs = [(where[id(target)], target) for target in self._alias_of.values()]
         self._takes_scalars = bool(self._vectors) or any(isinstance(v, Scalar) for v in self.fusion.inputs())
         with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
             if self._cache is None or replace:
