@@ -4,7 +4,6 @@ the same results."""
 import pytest
 import torch
 
-import fuser
 from fuser import DataType, FusionDefinition
 from tests.helpers import backend_env, make
 
