@@ -118,13 +118,11 @@ class BatchedLaunch:
         batched kernel failed to compile (a warning says so once)."""
         if self.declined or _capturing():
             return False
-        table = self._table_for(addresses, device, raw_stream(device.index))
-        if self.launched:
-            self.step([table])
-            return True
         try:  # (the first launch compiles the kernel)
-            self.step([table])
+            self.step([self._table_for(addresses, device, raw_stream(device.index))])
         except Exception as e:  # noqa: BLE001 - the members, compiled already, run one by one
+            if self.launched:
+                raise
             self.declined = True
             warnings.warn(f"fuser: the batched form of {_raw(self.kernel).__name__} failed to compile "
                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); its "

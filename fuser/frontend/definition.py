@@ -393,7 +393,7 @@ class FusionDefinition:
             if self._takes_scalars:  # (known once the cache is made: the definition is final then)
                 inputs = _spread_vectors(inputs, self.fusion, self._vectors)
             given = inputs  # (an alias of a CPU scalar is written into the caller's tensor)
-            if self._alias_of:  # (before anything runs: a kernel may write another alias in place)
+            if self._alias_at:  # (before anything runs: a kernel may write another alias in place)
                 self._check_writable(inputs)
             if self._cpu_scalars:
                 inputs = _cpu_scalars_moved(inputs, self._cpu_scalars)
@@ -408,7 +408,7 @@ class FusionDefinition:
             if target is not None and not any(isinstance(a, torch.Tensor) for a in inputs):
                 # (no tensor says where: computed on the CPU, as without `device`, then moved)
                 outs = [o.to(target) for o in outs]
-            return self._visible(outs, given) if self._alias_of else outs
+            return self._visible(outs, given) if self._alias_at else outs
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
@@ -421,7 +421,7 @@ class FusionDefinition:
     def _check_writable(self, inputs: list) -> None:
         """Refuses an aliased input that is expanded, or an inference tensor outside inference
         mode (eager's in-place ops refuse it), before any kernel writes another alias."""
-        for k, target in self._written_inputs:
+        for k, target in self._alias_at.values():
             dst = inputs[k] if k < len(inputs) else None
             if not isinstance(dst, torch.Tensor):
                 continue
@@ -436,19 +436,19 @@ class FusionDefinition:
 
     def _visible(self, outs: list, inputs: list) -> list:
         """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
-        where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
-        aliased, written = self._alias_of, {}
+        aliased, written = self._alias_at, {}
         bumped, dsts, values = [], [], []
         for (tv, _), value in zip(self._outputs, outs):
-            target = aliased.get(id(tv))
-            if target is not None and id(tv) not in written:
-                dst = inputs[where[id(target)]]
+            alias = aliased.get(id(tv))
+            if alias is not None and id(tv) not in written:
+                position, target = alias
+                dst = inputs[position]
                 if value is dst:  # (its kernel wrote it there: runtime/in_place.py)
                     bumped.append(dst)
                 elif dst.data_ptr() != value.data_ptr() or dst.stride() != value.stride():
                     if value.shape != dst.shape:  # (copy_ would broadcast a shard into every row)
                         raise FusionDefinitionError(
-                            f"add_output: output {tv!r} is written into input {where[id(target)]} ({target!r}), "
+                            f"add_output: output {tv!r} is written into input {position} ({target!r}), "
                             f"but its shape here is {tuple(value.shape)} and the input's {tuple(dst.shape)}: an "
                             f"aliased output must be sharded across the device mesh as its input is")
                     if _overlaps(dst, value):  # (a view of the input itself, a transpose say)
@@ -510,9 +510,9 @@ class FusionDefinition:
 
     def _install(self, cache: FusionExecutorCache, verb: str, replace: bool) -> FusionExecutorCache:
         # what each execute asks of the definition, fixed from here on
-        self._alias_of = self._aliased()
         where = {id(v): k for k, v in enumerate(self.fusion.inputs())}
-        self._written_inputs = [(where[id(target)], target) for target in self._alias_of.values()]
+        # id(output tensor) -> (position, tensor) of the input an alias writes it into
+        self._alias_at = {i: (where[id(target)], target) for i, target in self._aliased().items()}
         self._takes_scalars = bool(self._vectors) or any(isinstance(v, Scalar) for v in self.fusion.inputs())
         with self._cache_lock:  # compile_ahead may run in another thread than execute: one cache kept
             if self._cache is None or replace:

@@ -135,14 +135,14 @@ def write_back(written: list, dsts: list, values: list) -> None:
     if written:
         torch._C._increment_version(written)
     if len(dsts) > 1:
-        if _apart(dsts + values):
-            torch._foreach_copy_(dsts, values)
-            return
-        # a value that shares memory with an input written here (another input handed over,
-        # a swap, a view) is read before any write: outputs are computed from the inputs' old
-        # values, and a copy in order would hand on the new one
-        values = [v.clone() if any(overlap(v, d) for d in dsts) else v for v in values]
-        if _apart(dsts + values):
+        separate = _apart(dsts + values)
+        if not separate:
+            # a value that shares memory with an input written here (another input handed
+            # over, a swap, a view) is read before any write: outputs are computed from the
+            # inputs' old values, and a copy in order would hand on the new one
+            values = [v.clone() if any(overlap(v, d) for d in dsts) else v for v in values]
+            separate = _apart(dsts + values)
+        if separate:
             torch._foreach_copy_(dsts, values)
             return
     for dst, value in zip(dsts, values):
@@ -150,15 +150,7 @@ def write_back(written: list, dsts: list, values: list) -> None:
 
 
 def _apart(tensors: list) -> bool:
-    """Whether no two of `tensors` share a byte, each taken as the addresses it spans: its
-    `nbytes` from its address where it is contiguous, else its reach (a column slice's rows
-    meet the rows below; the reach took an optimizer step's 36 counters a third of the time)."""
-    spans = []
-    for t in tensors:
-        if t.is_contiguous():
-            spans.append((t.data_ptr(), t.nbytes))
-        else:
-            span = address_span(t)
-            if span is not None:
-                spans.append((span[0], span[1] - span[0]))
-    return apart(spans)
+    """Whether no two of `tensors` share a byte, each taken as the addresses it spans (a
+    column slice's rows meet the rows below, past its `nbytes`)."""
+    spans = [address_span(t) for t in tensors]
+    return apart([(start, end - start) for start, end in filter(None, spans)])
