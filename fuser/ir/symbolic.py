@@ -53,6 +53,55 @@ class normIndex(sympy.Function):
         return None
 
 
+
+class sliceLen(sympy.Function):
+    """The length of `x[start:stop]` on an axis of `extent` (args: the raw bounds, the extent):
+    max(normIndex(stop) - normIndex(start), 0). One function of the raw bounds, so the extent
+    appears once: a chain of slices grows linearly, where the difference of two normIndex
+    terms held the extent twice and doubled per slice. Integer bounds become closed forms."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, start, stop, extent):
+        if start.is_Integer and stop.is_Integer and extent.is_Integer:
+            return sympy.Integer(max(_norm_index(int(stop), int(extent)) - _norm_index(int(start), int(extent)), 0))
+        if stop == extent:
+            return tailLen(start, extent)
+        if not (start.is_Integer and stop.is_Integer):
+            return None
+        a, b = int(start), int(stop)
+        if (a >= 0) == (b >= 0) and b <= a:
+            return sympy.Integer(0)
+        if a >= 0 and b >= 0:  # min(b, n) - min(a, n)
+            return sympy.Min(b, extent) if a == 0 else sympy.Min(b - a, sympy.Max(extent - a, 0))
+        if a < 0 and b < 0:  # max(n + b, 0) - max(n + a, 0)
+            return sympy.Min(b - a, sympy.Max(extent + b, 0))
+        if a >= 0:  # b < 0: max(n + b, 0) - min(a, n)
+            return sympy.Max(extent + b - a, 0)
+        return None  # a < 0 <= b: max(min(b, n) - max(n + a, 0), 0) holds n twice
+
+
+class tailLen(sympy.Function):
+    """The length of `x[start:]` on an axis of `extent`: extent - normIndex(start, extent),
+    the extent held once (see sliceLen)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, start, extent):
+        if not start.is_Integer:
+            return None
+        a = int(start)  # n - a clamped at 0, or the last -a of n
+        if extent.is_Integer:
+            return sympy.Integer(int(extent) - _norm_index(a, int(extent)))
+        if a > 0 and isinstance(extent, sympy.Max) and len(extent.args) == 2 and 0 in extent.args:
+            extent = extent.args[0] if extent.args[1] == 0 else extent.args[1]  # x[1:][1:]: max(n - 2, 0)
+        return extent if a == 0 else sympy.Max(extent - a, 0) if a > 0 else sympy.Min(-a, extent)
+
+
 # what a runtime scalar is cast to (scalarCast's second argument)
 CAST_BOOL, CAST_INT, CAST_FLOAT, CAST_HALF, CAST_BFLOAT16, CAST_DOUBLE = range(6)
 _CAST_NAMES = ("bool", "int64_t", "float", "half", "bfloat16", "double")
@@ -140,6 +189,10 @@ def _norm_index(i: int, n: int) -> int:
     return min(max(i + n if i < 0 else i, 0), n)
 
 
+def _slice_len(start: int, stop: int, n: int) -> int:
+    return max(_norm_index(stop, n) - _norm_index(start, n), 0)
+
+
 def as_extent(value: ExtentLike) -> Extent:
     if isinstance(value, sympy.Basic):
         return value
@@ -192,6 +245,10 @@ def _fmt_inner(e: Extent) -> str:
         return f"ceilDiv({_fmt(e.args[0])}, {_fmt(e.args[1])})"
     if isinstance(e, normIndex):
         return f"normIndex({_fmt(e.args[0])}, {_fmt(e.args[1])})"
+    if isinstance(e, sliceLen):
+        return f"sliceLen({_fmt(e.args[0])}, {_fmt(e.args[1])}, {_fmt(e.args[2])})"
+    if isinstance(e, tailLen):
+        return f"tailLen({_fmt(e.args[0])}, {_fmt(e.args[1])})"
     if isinstance(e, scalarCast):
         return f"({_CAST_NAMES[int(e.args[1])]})({_fmt(e.args[0])})"
     if isinstance(e, scalarFn):
@@ -260,6 +317,10 @@ def _py(e: Extent) -> str:
         return f"(-(-{_py(e.args[0])} // {_py(e.args[1])}))"
     if isinstance(e, normIndex):
         return f"_norm_index({_py(e.args[0])}, {_py(e.args[1])})"
+    if isinstance(e, sliceLen):
+        return f"_slice_len({_py(e.args[0])}, {_py(e.args[1])}, {_py(e.args[2])})"
+    if isinstance(e, tailLen):
+        return f"(lambda n: n - _norm_index({_py(e.args[0])}, n))({_py(e.args[1])})"
     if isinstance(e, scalarCast):
         return f"_convert({int(e.args[1])}, {_py(e.args[0])})"
     if isinstance(e, floatOp):
@@ -306,7 +367,7 @@ def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
         value = int(e)
         return lambda env: value
     src = f"lambda env: {_py(e)}"
-    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_convert": convert_scalar,
+    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_slice_len": _slice_len, "_convert": convert_scalar,
                      "_float_op": float_op, "_scalar_fn": scalar_fn})  # noqa: S307 - source built above
 
 

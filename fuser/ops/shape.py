@@ -13,7 +13,7 @@ from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterTy
                   LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
                   SqueezeOp, TensorView, ceilDiv)
 from ..ir.printer import format_val
-from ..ir.symbolic import normIndex
+from ..ir.symbolic import normIndex, sliceLen
 from ..ir.symbolic import is_static
 from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, listed, new_tensor, value_dtype
 from .pointwise import cast, result_type
@@ -196,7 +196,7 @@ def slice(tv: TensorView, start_indices: Sequence[Any], end_indices: Sequence[An
         ext = d.size
         lo, hi = (_normalize_index(f, v, ext, op) for v in (a, b))
         hi = hi if _at_most(lo, hi) else sympy.Max(lo, hi)
-        length = ceilDiv(hi - lo, sympy.Integer(s))
+        length = ceilDiv(sliceLen(_raw_index(a), _raw_index(b), ext), sympy.Integer(s))
         ids.append(f.new_id(length, iter_type=IterType.Broadcast if d.is_broadcast and length == 1
                             else IterType.Iteration))  # an expanded axis sliced: a real axis
         bounds += [_int_scalar(f, lo), _int_scalar(f, hi), f.new_scalar(DataType.Int, value=s)]
@@ -223,8 +223,11 @@ def _normalize_index(f, v, ext, op):
         return normIndex(v.expr, ext)
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: index {v!r} must be an int or an integer scalar")
-    e = sympy.Integer(v) + ext if v < 0 else sympy.Integer(v)
-    return sympy.Min(sympy.Max(e, 0), ext)
+    return sympy.Max(ext + v, 0) if v < 0 else sympy.Min(v, ext)
+
+
+def _raw_index(v) -> sympy.Expr:
+    return v.expr if isinstance(v, Scalar) else sympy.Integer(v)
 
 
 def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorView:
