@@ -68,6 +68,8 @@ class ElementwiseEmitter:
 
     def literal(self, s: Scalar, dtype: DataType) -> str:
         v = s.value
+        if dtype.is_boolean and isinstance(v, (bool, int)):
+            return repr(bool(v))  # (an int1, as tl.where's condition must be: 1 is an int32)
         if isinstance(v, bool):
             v = int(v)
         if dtype.category >= 2 or isinstance(v, float):

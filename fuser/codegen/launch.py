@@ -243,6 +243,7 @@ class KernelLauncher:
         if used is not None:
             used.append(launch)
         if launch is None:
+            self.last_source = None  # (nothing launched: last_triton_code shows no stale kernel)
             return None
         if into:
             dests = into_destinations(launch, into)

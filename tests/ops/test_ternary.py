@@ -152,3 +152,16 @@ def test_cast_noncontiguous_and_size1(backend):
     b = make((1, 5), torch.float32)
     run_and_check(lambda fd, x, y: fd.ops.add(fd.ops.cast(x, TORCH_TO_DT[f32]), y),
                   lambda x, y: x.float() + y, [a, b], decl=[{"stride_order": [0, 1]}, None], backend=backend)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_where_constant_bool_condition_is_a_boolean(flag):
+    """A constant Bool condition is written True/False: as the int 1 Triton warned that a
+    non-boolean condition will be refused by a later release."""
+    import warnings
+
+    x, y = make((4, 5)), make((4, 5))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*non-boolean.*")
+        run_and_check(lambda fd, a, b: fd.ops.where(fd.define_scalar(flag), a, b),
+                      lambda a, b: a if flag else b, [x, y], backend="kernel")

@@ -84,3 +84,14 @@ def test_fuser_dump_triton_prints_the_kernel_a_ready_call_switches_to(monkeypatc
     assert "def fuser_" in capsys.readouterr().out
     fd.execute([dense])  # the same kernel again: nothing new to show
     assert capsys.readouterr().out == ""
+
+
+def test_last_triton_code_is_empty_after_an_execution_that_launched_nothing():
+    fd = exp_definition()
+    fd.execute([torch.randn(4, 6)])
+    assert "def fuser_" in fd.last_triton_code()
+    (out,) = fd.execute([torch.randn(0, 6)])  # an empty loop space: ATen, no kernel
+    assert out.shape == (0, 6) and fd.last_triton_code() == ""
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(fd.execute([x])[0], x.exp())
+    assert "def fuser_" in fd.last_triton_code()
