@@ -31,6 +31,23 @@ def _to(x, dtype):
     return x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype != dtype else x
 
 
+def _wanted_order(tv: TensorView, rank: int) -> "list[int] | None":
+    """The memory order (logical axes, outer to inner) `tv`'s allocation domain asks of a
+    result of `rank` axes; None for row-major (fuser.jit's outputs take eager's layout so)."""
+    order = tv.domain.allocation_order()
+    return order if order is not None and len(order) == rank else None
+
+
+def _dense_in(t: torch.Tensor, order: list[int]) -> bool:
+    """Whether `t` is laid out densely in `order` (a size-1 axis's stride does not count)."""
+    expected = 1
+    for k in reversed(order):
+        if t.shape[k] != 1 and t.stride(k) != expected:
+            return False
+        expected *= t.shape[k]
+    return True
+
+
 _U = UnaryOpType
 _UNARY = {
     _U.abs: torch.abs, _U.neg: torch.neg, _U.exp: torch.exp, _U.exp2: torch.exp2,
@@ -353,8 +370,16 @@ def _long(index: torch.Tensor) -> torch.Tensor:
 @rule(IndexSelectOp)
 def _index_select(e: IndexSelectOp, args, ctx):
     x, index = args
-    # a 0-D index, or one broadcast to x's rank on the other axes: torch's 1-D form
-    return _indexing(e, lambda: torch.index_select(x, e.dim, index.reshape(-1)))
+    index = index.reshape(-1)  # a 0-D index, or one broadcast to x's rank on the other axes: torch's 1-D form
+    order = _wanted_order(e.out, x.dim())
+    if order is None:
+        return _indexing(e, lambda: torch.index_select(x, e.dim, index))
+    # ATen's result is row-major: selecting from x's axes in the wanted memory order and
+    # permuting back lays it out in that order with no copy (a flip of a channels-last tensor,
+    # as eager's flip keeps its input's layout)
+    back = sorted(range(len(order)), key=order.__getitem__)
+    picked = _indexing(e, lambda: torch.index_select(x.permute(order), order.index(e.dim % x.dim()), index))
+    return [picked[0].permute(back)]
 
 
 @rule(SelectOp)
@@ -414,7 +439,13 @@ def _scan(e: ScanOp, args, ctx):
 
 @rule(SortOp)
 def _sort(e: SortOp, args, ctx):
-    values, indices = torch.sort(args[0], dim=e.dim, descending=e.descending, stable=e.stable)
+    x = args[0]
+    order = next((o for o in (_wanted_order(out, x.dim()) for out in e.outputs) if o is not None), None)
+    if order is not None and not _dense_in(x, order):
+        # ATen's sort lays both results out as its input: an input in the wanted order (the
+        # lowering lays a computed input out so, so this copies only what ATen made otherwise)
+        x = torch.empty_permuted(x.shape, order, dtype=x.dtype, device=x.device).copy_(x)
+    values, indices = torch.sort(x, dim=e.dim, descending=e.descending, stable=e.stable)
     return [values, indices]
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError, UnsupportedError
-from ..ir import DataType, Scalar, SliceOp, TensorView
+from ..ir import DataType, Scalar, SliceOp, SortOp, TensorView
 from .definition import FusionDefinition
 from .host_scalars import is_host_scalar
 from .meta import EqualSizes, equal_sizes, is_size_node, is_tensor_node, meta_val, node_device, size_expr
@@ -366,6 +366,7 @@ class RegionBuilder:
                     value.set_allocation_domain([dims[k] for k in order], True)
             region.outputs[node] = index_of[id(value)]
         self._lay_out_sliced_sources()
+        self._lay_out_sorted_sources()
         _drop_dead_exprs(self.fd.fusion)
         return region
 
@@ -387,6 +388,21 @@ class RegionBuilder:
             if order is not None:
                 dims = source.domain.no_reductions()
                 source.set_allocation_domain([dims[k] for k in order], True)
+
+    def _lay_out_sorted_sources(self) -> None:
+        """A computed tensor that a sort reads takes the layout of the sort's output: ATen's
+        sort lays its results out as its input, so the kernel computing it writes it in the
+        order eager's sort of a channels-last or transposed tensor returns, and the sort's
+        evaluator does not copy it."""
+        inputs = {id(v) for v in self.fd.fusion.inputs()}
+        for e in reversed(self.fd.fusion.exprs):  # (a sort of a sort: the later one's first)
+            if not isinstance(e, SortOp) or id(e.inputs[0]) in inputs or e.inputs[0].domain.allocation is not None:
+                continue
+            order = next((o.domain.allocation_order() for o in e.outputs
+                          if o.domain.allocation_order() is not None), None)
+            if order is not None:
+                dims = e.inputs[0].domain.no_reductions()
+                e.inputs[0].set_allocation_domain([dims[k] for k in order], True)
 
 
 _WHERE = {torch.ops.aten.where.self, torch.ops.aten.where.ScalarSelf,
