@@ -4,7 +4,8 @@ torch.gather, torch.take_along_dim, torch.scatter and F.embedding. None of them 
 generated kernel: the segmenter sends them to ATen, between the kernels of their neighbours.
 
 Index values are data, so their range is checked when ATen runs (a FusionInputError naming
-the op); here only shapes and dtypes are."""
+the op); here only shapes and dtypes are. An index lies in [0, n) as torch.gather's (a negative
+index too is refused: torch.take_along_dim reads one, and one past n, unchecked)."""
 from __future__ import annotations
 
 from typing import Any
