@@ -354,6 +354,12 @@ class JitFunction:
                 f"op would raise). Call it under torch.no_grad() or detach "
                 f"that op's input where no gradient is wanted, or use fuser.jit(fn, fallback=\"eager\"); "
                 f"torch: {reason}") from e
+        if error is InternalError and "returned an invalid gradient" in reason:
+            raise UnsupportedError(
+                f"{_name(self._fn)}: torch's own backward of an op here fails for these arguments (a "
+                f"backward() in eager would raise the same), and AOTAutograd traces the backward "
+                f"with the forward. Call it under torch.no_grad() or detach that op's input where no "
+                f"gradient is wanted, or use fuser.jit(fn, fallback=\"eager\"); torch: {reason}") from e
         if error is InternalError and "data-dependent" in reason:
             raise UnsupportedError(
                 f"{_name(self._fn)}: torch's AOTAutograd cannot trace it with a size that depends on "

@@ -702,3 +702,19 @@ def test_the_logit_gradient_with_eps_is_nan_at_a_nan_input_as_eager_gives():
     torch.logit(y).sum().backward()
     fuser.jit(torch.logit)(y_jitted).sum().backward()
     assert_eager(y_jitted.grad, y.grad)
+
+
+def test_an_op_whose_own_backward_fails_is_unsupported_not_internal():
+    """scatter of a src longer than its index, src needing grad: torch's ScatterBackward
+    returns a gradient of the wrong shape, which AOTAutograd's trace of the backward meets
+    at the forward (eager's forward runs; its backward() raises). Not a fuser bug: an
+    UnsupportedError that says what to do, not an InternalError."""
+    def f(x, i, s):
+        return torch.scatter(x * 2, 1, i, s)
+
+    x, s = make((3, 6)).requires_grad_(), make((3, 6)).requires_grad_()
+    i = torch.stack([torch.randperm(6)[:3] for _ in range(3)])
+    with pytest.raises(fuser.UnsupportedError, match="torch.no_grad"):
+        fuser.jit(f)(x, i, s)
+    with torch.no_grad():
+        assert_eager(fuser.jit(f)(x, i, s), f(x, i, s))
