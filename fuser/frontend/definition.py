@@ -469,9 +469,16 @@ class FusionDefinition:
         before = inputs
         if reference_outputs is None and self._aliased():  # (the outputs are checked, not the updates)
             before = [_layout_copy(t) for t in inputs]
+        drawn_from = _rng_states()
         outs = self.execute(inputs, device=device, **kwargs)
         if reference_outputs is None:
-            reference_outputs = self._reference(before)
+            # the reference draws the seed the execution drew (a random op without rng_seed)
+            after = _rng_states()
+            _set_rng_states(drawn_from)
+            try:
+                reference_outputs = self._reference(before)
+            finally:
+                _set_rng_states(after)
         check_outputs(self.fusion, outs, list(reference_outputs), inputs)
         return outs
 
@@ -637,6 +644,19 @@ def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> lis
     return sorted(range(n), key=lambda k: -order[k])
 
 
+def _rng_states() -> tuple:
+    """PyTorch's generators' states: the CPU's, and the GPUs' where CUDA is in use."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.random.get_rng_state(), cuda
+
+
+def _set_rng_states(states: tuple) -> None:
+    cpu, cuda = states
+    torch.random.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
 def _layout_copy(value: Any) -> Any:
     """A tensor's copy with its sizes and strides (`clone` makes an expanded tensor dense, which
     its definition may refuse); anything else as it is."""
@@ -740,6 +760,8 @@ def _execution_device(device: Any, inputs: Sequence[Any], cpu_scalars: bool = Fa
             raise FusionInputError(f"execute: device={device!r}, but this machine has {count} CUDA device(s)")
         if target.index is None:  # (as a tensor's device reads)
             target = torch.device("cuda", torch.cuda.current_device())
+    elif target.type == "cpu":
+        target = torch.device("cpu")  # ('cpu:0' is the CPU, as a tensor's device reads 'cpu')
     for k, a in enumerate(inputs):
         if cpu_scalars and isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() == 0:
             continue  # (a CPU scalar tensor, copied where the others are)

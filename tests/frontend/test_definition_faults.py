@@ -206,6 +206,7 @@ def test_execute_refuses_a_device_its_tensor_inputs_are_not_on():
         fd.add_output(fd.ops.add(x, 1.0))
     x = torch.randn(3)
     torch.testing.assert_close(fd.execute([x], device="cpu")[0], x + 1)
+    torch.testing.assert_close(fd.execute([x], device="cpu:0")[0], x + 1)  # (the CPU, as x.to("cpu:0"))
     with pytest.raises(fuser.FusionInputError, match="input 0 is on cpu"):
         fd.execute([x], device="meta")
 

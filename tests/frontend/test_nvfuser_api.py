@@ -170,6 +170,23 @@ def test_validate_against_the_aten_evaluation_and_given_references():
         fd.validate([x, w], [(x * w).sum(1)])
 
 
+def test_validate_a_random_op_without_a_seed_draws_the_executions_numbers():
+    """The ATen reference drew its own seed from PyTorch's generator, so validate refused every
+    unseeded random definition; it now draws the execution's, and leaves the generator where
+    one execution leaves it."""
+    x = make((4, 6))
+    with FusionDefinition() as fd:
+        t = fd.from_pytorch(x)
+        fd.add_output(fd.ops.add(fd.ops.rand_like(t), t))
+        fd.add_output(fd.ops.uniform(fd.define_scalar(-1.0), fd.define_scalar(2.0), [3, 5]))
+    torch.manual_seed(7)
+    first = fd.validate([x])
+    after_validate = torch.rand(3)
+    torch.manual_seed(7)
+    assert all(torch.equal(a, b) for a, b in zip(fd.execute([x]), first))
+    assert torch.equal(torch.rand(3), after_validate)
+
+
 def test_validate_with_an_alias_compares_with_the_inputs_before_the_update():
     x = make((3, 4))
     before = x.clone()
