@@ -222,6 +222,12 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
         dtype = compute
     algebra = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
                B.maximum: sympy.Max, B.minimum: sympy.Min}.get(kind)
+    if algebra is not None and dtype.is_boolean:
+        if kind is B.sub:  # (as torch refuses True - True)
+            raise FusionDefinitionError("sub of two Bool scalars is not supported (as torch's); use "
+                                        "logical_xor, or cast them to Int first")
+        # True + True is True, as eager's bool tensors add: computed in Int, then converted
+        return cast(_scalar_binary(kind, cast(a, DataType.Int), cast(b, DataType.Int)), DataType.Bool)
     if algebra is not None:
         if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
             code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,
@@ -326,7 +332,11 @@ def cast(x: Operand, dtype: DataType):
         if dtype.is_float8:
             raise UnsupportedError(f"cast: scalars of {dtype!r} are not supported; cast a tensor")
         if x.value is not None:
-            return fusion.new_scalar(dtype, value=python_value(x.value, dtype))
+            try:
+                value = python_value(x.value, dtype)
+            except (ValueError, OverflowError) as err:  # nan or inf to an integer
+                raise FusionDefinitionError(f"cast: the scalar {x.value} cannot become {dtype}: {err}") from None
+            return _known(fusion, "cast", dtype, value)  # (an integer beyond the type's range refused)
         if dtype is x.dtype or dtype.is_complex:
             return fusion.new_scalar(dtype, expr=x.expr)
         return fusion.new_scalar(dtype, expr=scalarCast(x.expr, _cast_code(dtype)))

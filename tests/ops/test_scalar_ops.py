@@ -178,3 +178,34 @@ def test_where_of_scalars_only(known):
         s = fd.ops.where(fd.define_scalar(dtype=DataType.Bool), fd.define_scalar(dtype=DataType.Int), 2.5)
         fd.add_output(_scaled(fd, fd.define_tensor([-1], dtype=DataType.Double), s))
     assert s.dtype is DataType.Double
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["constants", "inputs"])
+def test_arithmetic_of_bool_scalars_is_bool_as_eager(known):
+    """True + True is True (eager's bool tensors): known pairs raised sympy's raw TypeError,
+    pairs bound at execution held 2. sub is refused, as torch refuses it."""
+    t = torch.randn(3)
+    for op, want in (("add", True), ("mul", False), ("maximum", True), ("minimum", False)):
+        with FusionDefinition() as fd:
+            x = fd.from_pytorch(t)
+            a, b = ((fd.define_scalar(True, dtype=DataType.Bool), fd.define_scalar(False, dtype=DataType.Bool))
+                    if known else (fd.define_scalar(dtype=DataType.Bool), fd.define_scalar(dtype=DataType.Bool)))
+            s = getattr(fd.ops, op)(a, b)
+            assert s.dtype == DataType.Bool
+            fd.add_output(fd.ops.add(x, fd.ops.cast(s, DataType.Float)))
+        (out,) = fd.execute([t] if known else [t, True, False])
+        want_t = getattr(torch, op)(torch.tensor(True), torch.tensor(False)) if op != "add" else \
+            torch.tensor(True) + torch.tensor(False)
+        assert bool(want_t) is want
+        torch.testing.assert_close(out, t + float(want))
+    with pytest.raises(fuser.FusionDefinitionError, match="sub of two Bool scalars"):
+        with FusionDefinition() as fd:
+            a = fd.define_scalar(True, dtype=DataType.Bool)
+            fd.ops.sub(a, a)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e30])
+def test_a_known_scalar_cast_to_int_outside_its_range_is_refused(value):
+    with pytest.raises(fuser.FusionDefinitionError, match="cast"):
+        with FusionDefinition() as fd:
+            fd.ops.cast(fd.define_scalar(value, dtype=DataType.Double), DataType.Int)
