@@ -16,12 +16,14 @@ import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional, Sequence
 
+import sympy
+
 from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
 from ..segment.segments import NO_SPANNING_TENSOR
-from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes
+from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes, pad_widths, resized_dims
 from .inner_outer import (FP32_COMPUTED, GroupGraph, InnerOuterAxes, InnerOuterSplit, apart_output, reduced_axes_of,
                           split_inner_outer)
 
@@ -309,6 +311,9 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
         # a reduction's output then never spans a shifted axis: it is computed once, at the
         # row's own indices (codegen/resize.py), for every view that reads it
         return None, "slice, pad and cat beside a reduction move only along the reduced axes"
+    if axes.resized and shifted_values(exprs, axes, outputs) > SHIFTED_VALUES_PER_OP * len(exprs):
+        return None, (f"slices, pads and cats read values at so many shifts that the kernel would compute "
+                      f"more than {SHIFTED_VALUES_PER_OP} values an op")
     if not axes.axes:
         return None, "no loop axes (a 0-dim computation)"
     if sets and any(isinstance(e, RNGOp) for e in exprs):
@@ -345,6 +350,82 @@ def plan_kernel(exprs: Sequence[Expr], inputs: list[Val], outputs: list[TensorVi
     else:
         plan = KernelPlan(Template.outer_reduction, axes, list(exprs), inputs, outputs, reduced, kept)
     return plan, ""
+
+
+# A kernel computes a value once for each view (codegen/resize.py: shifted loop axes, each
+# read at its own index) that reads it. Views at sums of shifts that differ (a doubling scan's
+# x + x shifted by 1, 2, 4, ...; rotates by amounts not provably equal, on rows of a symbolic
+# length) double with each step, and the kernel's source with them (1024 loads of x at ten
+# steps): past this many values per op of the group on average, the segmenter cuts the chain.
+SHIFTED_VALUES_PER_OP = 16
+
+
+def shifted_values(exprs: Sequence[Expr], axes: KernelAxes, outputs: Sequence[TensorView]) -> int:
+    """How many values a kernel of `exprs` computes or loads: each tensor once per view it is
+    read under (its outputs under the identity), a shifted axis keyed by the sum it is read at,
+    as codegen/resize.py keys it; counted up to one past the bound."""
+    bound = SHIFTED_VALUES_PER_OP * len(exprs)
+    read: dict[int, set] = {id(o): {()} for o in outputs}
+    count = len(read)
+    for e in reversed(exprs):  # (in the fusion's order: a tensor's readers before it)
+        wanted = set().union(*(read.get(id(o), ()) for o in e.outputs))
+        for position, t in enumerate(e.inputs):
+            if not isinstance(t, TensorView):
+                continue
+            found = wanted
+            if isinstance(e, RESIZE_OPS):
+                moves = list(_moves(e, position, axes))
+                found = [_moved(view, moves) for view in wanted]
+            if any(found):  # (a value depends on the indices of the axes it spans only)
+                spans = axes.spans(t)
+                found = {tuple(entry for entry in view if entry[0] in spans) for view in found}
+            views = read.setdefault(id(t), set())
+            count -= len(views)
+            views.update(found)
+            count += len(views)
+            if count > bound:
+                return count
+    return count
+
+
+# An index as the sum codegen/resize.py keys it by: frozenset of (term, coefficient), a term
+# 1 (the integer part), a symbolic size or scalar (a parameter of the kernel), or ("index", axis),
+# the output's index along a loop axis. Plain integers and dicts: sympy's arithmetic, at each
+# of the planner's tries of a growing group, cost a second for a chain of 200 ops.
+
+
+def _moved(view: tuple, moves: list) -> tuple:
+    """`view` with each of `moves` (axis, output's axis, step, offset) applied: the input read
+    at `step * i + offset`, i the output's index."""
+    at = dict(view)
+    for axis, out_axis, step, offset in moves:
+        terms = dict(offset)
+        for term, c in at.get(out_axis, ((("index", out_axis), 1),)):
+            terms[term] = terms.get(term, 0) + step * c
+        at[axis] = frozenset((term, c) for term, c in terms.items() if c)
+    return tuple(sorted(at.items(), key=lambda entry: entry[0]))
+
+
+def _moves(e: Expr, position: int, axes: KernelAxes):
+    """(input's loop axis, output's loop axis, step, offset as {term: coefficient}) of each dim
+    a resize moves its input at `position` along."""
+    inp, out, dims = axes.of(e.inputs[position]), axes.of(e.out), resized_dims(e)
+    if isinstance(e, SliceOp):
+        steps = [(k, int(e.ranges[k][2].value), _term(e.ranges[k][0].expr)) for k in sorted(dims)]
+    elif isinstance(e, PadOp):
+        steps = [(k, 1, {1: -left}) for k, (left, _) in pad_widths(e).items() if k in dims]
+    else:  # a cat: its input at `position` starts after those before it
+        before = [t.domain.no_reductions()[e.dim] for t in e.inputs[:position]]
+        start = sum((d.expanded_extent if d.expanded_extent is not None else d.extent for d in before),
+                    sympy.Integer(0))
+        steps = [(e.dim, 1, {term: -c for term, c in _term(start).items()})] if dims else []
+    for k, step, offset in steps:
+        if inp[k] is not None and out[k] is not None:
+            yield inp[k], out[k], step, offset
+
+
+def _term(value: sympy.Expr) -> dict:
+    return {1: int(value)} if value.is_Integer else {value: 1}
 
 
 def recomputed_reduction(axes: KernelAxes, reductions: list) -> str:
