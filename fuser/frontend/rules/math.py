@@ -6,6 +6,7 @@ where); their rules here take them where they arrive whole (other decomposition 
 from __future__ import annotations
 
 import torch
+from torch.fx import Node
 
 from ...ir import TensorView
 from . import Kind, LoweringError, refuse_overflow, register
@@ -49,8 +50,39 @@ def _fma(b, node, a, x, c):
     """a * x + c, rounded once to the traced type: Dynamo's own form of `addcmul_` and
     `addcdiv_` with a value, and of `add_` with a tensor alpha (an AdamW step's updates)."""
     ops = b.fd.ops
+    unrounded = _product_for_fma(b, node)
     a, x, c = (upcast(b, v) if isinstance(v, TensorView) else v for v in (a, x, c))
-    return ops.add(ops.mul(a, x), c)
+    return ops.add(ops.mul(a if unrounded is None else unrounded, x), c)
+
+
+_HALF_WIDTH = (torch.float16, torch.bfloat16)
+
+
+def _product_for_fma(b, node):
+    """The fma's first operand computed again from its operands in fp32, where it is the 16-bit
+    product or quotient Dynamo made for `addcmul_` or `addcdiv_` with a value (`torch.mul(t1,
+    t2)`, then the fma): eager's kernels compute `self + value * (t1 op t2)` in fp32 and round
+    once, where the traced mul rounded the product to the 16-bit type first (1-17% of the
+    elements a unit off). Dynamo's node has the fma's own source position, a product the user
+    wrote (`a.add_(b * c, alpha=t)`, whose rounding eager keeps) its own; a number for the
+    fma's factor is a value (`add_`'s fma has a tensor alpha), which tells them apart where no
+    source positions were recorded (code without a source file). None otherwise."""
+    src = node.args[0]
+    if not (isinstance(src, Node) and src.target in (aten.mul.Tensor, aten.div.Tensor) and len(src.users) == 1):
+        return None
+    traced = src.meta.get("val")
+    if not (isinstance(traced, torch.Tensor) and traced.dtype in _HALF_WIDTH):
+        return None
+    position = src.meta.get("stack_trace")
+    made_by_dynamo = isinstance(node.args[1], (int, float)) or (
+        position is not None and position == node.meta.get("stack_trace"))
+    if not made_by_dynamo:
+        return None
+    operands = [b.values.get(v) if isinstance(v, Node) else None for v in src.args]
+    if not all(isinstance(v, TensorView) for v in operands):
+        return None  # (a number operand, or one computed outside this fusion)
+    lhs, rhs = (upcast(b, v) for v in operands)
+    return b.fd.ops.mul(lhs, rhs) if src.target is aten.mul.Tensor else b.fd.ops.div(lhs, rhs)
 
 
 @register(aten.threshold.default)

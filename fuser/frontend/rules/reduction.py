@@ -1,11 +1,13 @@
 """Reductions and the normalizations built from them: sum, mean, amax, var_mean, softmax,
-log_softmax, layer norm. Half and bf16 inputs compute in fp32 where ATen does."""
+log_softmax, layer norm, group norm. Half and bf16 inputs compute in fp32 where ATen does."""
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 from torch.fx import Node
 
-from ...ir import DataType
+from ...ir import DataType, Scalar
 from ..meta import meta_val
 from . import Kind, LoweringError, register
 from .pointwise import upcast
@@ -134,22 +136,48 @@ def _amin(b, node, x, dim=(), keepdim=False):
     return b.fd.ops.min(x, reduce_dims(x, dim), keepdim)
 
 
-def _correction(correction) -> int:
+def _correction(correction) -> Optional[int]:
+    """The correction as the IR's var_mean takes it, a non-negative int (None means 1); None for
+    one it does not take: a fraction, a negative number (eager divides by n - correction all
+    the same), or an int argument known only at execution (a symbol)."""
     if correction is None:
         return 1
+    if isinstance(correction, Scalar):
+        if not correction.is_constant:
+            return None
+        correction = correction.value
     if float(correction) != int(correction) or correction < 0:
-        raise LoweringError(f"correction {correction!r} is not a non-negative integer")
+        return None
     return int(correction)
+
+
+def _corrected_var_mean(b, node, x, dim, correction, keepdim):
+    """var and mean with eager's correction: the squared deviations over max(n - correction, 0)
+    (inf or NaN past the element count, as eager). A correction the IR's var_mean does not
+    take is applied to the biased variance, in the compute type, the result rounded once."""
+    ops = b.fd.ops
+    dims = reduce_dims(x, dim)
+    fixed = _correction(correction)
+    if fixed is not None:
+        return ops.var_mean(x, dims, fixed, keepdim)
+    var, mean = ops.var_mean(upcast(b, x), dims, 0, keepdim)
+    n = reduced_count(b, node, dims)
+    if isinstance(n, int) and not isinstance(correction, Scalar):  # (numbers: Python's arithmetic)
+        divisor = max(n - correction, 0)
+    else:
+        divisor = ops.maximum(ops.sub(n, correction), 0)
+    var = ops.div(ops.mul(var, n), divisor)
+    return tuple(v if v.dtype is x.dtype else ops.cast(v, x.dtype) for v in (var, mean))
 
 
 @register(aten.var_mean.correction, kind=Kind.reduction)
 def _var_mean(b, node, x, dim=None, *, correction=None, keepdim=False):
-    return b.fd.ops.var_mean(x, reduce_dims(x, dim), _correction(correction), keepdim)
+    return _corrected_var_mean(b, node, x, dim, correction, keepdim)
 
 
 @register(aten.var.correction, kind=Kind.reduction)
 def _var(b, node, x, dim=None, *, correction=None, keepdim=False):
-    return b.fd.ops.var(x, reduce_dims(x, dim), _correction(correction), keepdim)
+    return _corrected_var_mean(b, node, x, dim, correction, keepdim)[0]
 
 
 @register(aten.std.correction, kind=Kind.reduction)
@@ -181,16 +209,20 @@ def _log_softmax(b, node, x, dim, half_to_float=False):
     return b.fd.ops.sub(shifted, b.fd.ops.log(total))
 
 
-@register(aten.native_layer_norm.default, kind=Kind.reduction)
-def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
-    ops = b.fd.ops
+def _check_norm_params(x, weight, bias, norm: str) -> None:
+    """Eager takes a norm's parameters of the input's type, or all fp32 with a half input: any
+    other mix is its error (raised by ATen, which runs the node)."""
     params = [p for p in (weight, bias) if p is not None]
     mixed = x.dtype in (DataType.Half, DataType.BFloat16) and any(p.dtype is DataType.Float for p in params)
     if not all(p.dtype is (DataType.Float if mixed else x.dtype) for p in params):
-        # eager takes parameters of the input's type, or all fp32 with a half input: any other
-        # mix is its error (raised by ATen, which runs the node)
-        raise LoweringError(f"layer norm of a {x.dtype.name} input with parameters of "
+        raise LoweringError(f"{norm} of a {x.dtype.name} input with parameters of "
                             f"{', '.join(p.dtype.name for p in params)}")
+
+
+@register(aten.native_layer_norm.default, kind=Kind.reduction)
+def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
+    ops = b.fd.ops
+    _check_norm_params(x, weight, bias, "layer norm")
     axes = list(range(x.ndim - len(normalized_shape), x.ndim))
     xf = upcast(b, x)
     var, mean = ops.var_mean(xf, axes, 0, True)
@@ -201,6 +233,48 @@ def _layer_norm(b, node, x, normalized_shape, weight, bias, eps):
     if bias is not None:
         y = ops.add(y, upcast(b, bias))
     return ops.cast(y, x.dtype) if y.dtype is not x.dtype else y, mean, rstd
+
+
+@register(aten.native_group_norm.default, kind=Kind.reduction)
+def _group_norm(b, node, x, weight, bias, batch_size, channels, inner_size, groups, eps):
+    """Group norm as the core-ATen table leaves it (whole; torch's own decomposition takes a
+    CPU input through as_strided, which runs through ATen): the input viewed as [N, groups,
+    channels per group, *spatial], its statistics a var_mean in fp32 over all but the first
+    two axes, the output rounded once to the traced type. Returns the output and the [N,
+    groups] mean and 1/std the backward reads, of their traced types."""
+    ops = b.fd.ops
+    _check_norm_params(x, weight, bias, "group norm")
+    shape = [b.size(s) for s in b.input_meta(node).shape]
+    per_group = _channels_per_group(shape, groups)
+    grouped = [shape[0], groups, per_group, *shape[2:]]
+    axes = list(range(2, len(grouped)))
+    xg = ops.reshape(upcast(b, x), grouped)
+    var, mean = ops.var_mean(xg, axes, 0, False)
+    rstd = ops.rsqrt(ops.add(var, eps))
+    spread = [False, False] + [True] * len(axes)
+    y = ops.mul(ops.sub(xg, ops.broadcast(mean, spread)), ops.broadcast(rstd, spread))
+    per_channel = [1, groups, per_group] + [1] * len(axes[1:])
+    if weight is not None:
+        y = ops.mul(y, ops.reshape(upcast(b, weight), per_channel))
+    if bias is not None:
+        y = ops.add(y, ops.reshape(upcast(b, bias), per_channel))
+    out = ops.reshape(y, shape)
+    traced = [DataType.from_torch(v.dtype) for v in meta_val(node)]
+    return tuple(v if v.dtype is t else ops.cast(v, t) for v, t in zip((out, mean, rstd), traced))
+
+
+def _channels_per_group(shape: list, groups) -> int:
+    """Group norm's channel count over its group count: an int, or -1 for reshape to infer
+    (a channel count known only at execution: reshape checks the division when the inputs are
+    bound). Counts eager refuses go through ATen, which raises its error."""
+    channels = shape[1]
+    if not isinstance(groups, int) or groups <= 0 or (isinstance(channels, int) and channels % groups):
+        raise LoweringError(f"group norm of {channels} channels in {groups} groups")
+    if isinstance(channels, int):
+        return channels // groups
+    if any(isinstance(s, int) and s == 0 for s in shape):  # (reshape cannot infer -1 of no elements)
+        raise LoweringError("group norm of an empty input with a channel count known only at execution")
+    return -1
 
 
 @register(aten.max.default, kind=Kind.reduction)
