@@ -298,7 +298,7 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
     for k in range(n):
         dims = [t.domain.no_reductions()[k] for t in tensors]
         if k == dim:
-            ids.append(f.new_id(sum((d.size for d in dims), sympy.Integer(0))))
+            ids.append(f.new_id(_joined_size([d.size for d in dims])))
         else:
             e = dims[0].size
             for other in dims[1:]:
@@ -307,6 +307,31 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
     out = new_tensor(f, ids, dtype)
     f.add_expr(CatOp(inputs=tuple(tensors), outputs=(out,), dim=dim))
     return out
+
+
+def _joined_size(sizes: list) -> sympy.Expr:
+    """The sum of a cat's pieces' sizes, where a piece x[:a] meets x[a:] (a rotate,
+    `cat([x[a:], x[:a]])`) the extent n itself: min(a, n) + max(n - a, 0), which sympy leaves
+    as written, is n for every n (a dynamic rotate's sizes grew per level, not staying n)."""
+    terms = list(sizes)
+    for i, low in enumerate(terms):
+        if not (isinstance(low, sympy.Min) and len(low.args) == 2):
+            continue
+        for j, high in enumerate(terms):
+            rest = _max_with_zero(high)
+            whole = next((n for a, n in (low.args, low.args[::-1])
+                          if rest is not None and sympy.expand(rest - (n - a)) == 0), None)
+            if whole is not None:
+                left = [t for k, t in enumerate(terms) if k not in (i, j)]
+                return _joined_size(left + [whole])
+    return sum(terms, sympy.Integer(0))
+
+
+def _max_with_zero(e):
+    """`e` of max(e, 0), else None."""
+    if isinstance(e, sympy.Max) and len(e.args) == 2 and sympy.Integer(0) in e.args:
+        return e.args[0] if e.args[1] == 0 else e.args[1]
+    return None
 
 
 def set(tv: TensorView, kind: LoadStoreOpType = LoadStoreOpType.set) -> TensorView:  # noqa: A001

@@ -83,3 +83,25 @@ def test_jitted_slice_loop_retraces_quickly_with_dynamic_shapes():
         elapsed = time.perf_counter() - start
         assert_eager(out, x[12:] * 1.5 ** 12)
     assert elapsed < 15, elapsed  # the dynamic retrace (37 s before, under 1 s now)
+
+
+@pytest.mark.parametrize("a", [3, -3])
+def test_a_rotate_joins_back_to_its_extent(a):
+    """cat([x[a:], x[:a]]) has x's extent itself: min(a, n) + max(n - a, 0), left as written,
+    grew per level of a chain of rotates (and its kernel carried the sizes, 1 MB of comments
+    at ten levels under dynamic shapes)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], contiguity=[True, True], dtype=DataType.Float)
+        y = x
+        for _ in range(4):
+            n = fd.ops.size(y, 1)
+            y = fd.ops.sin(fd.ops.cat([fd.ops.slice(y, [0, a], [fd.ops.size(y, 0), n]),
+                                       fd.ops.slice(y, [0, 0], [fd.ops.size(y, 0), a])], 1))
+        fd.add_output(y)
+    assert fd.fusion.outputs()[0].domain.no_reductions()[1].size == x.domain.no_reductions()[1].size
+    for cols in (8, 2):  # (2 < |a|: the pieces are the whole row and nothing)
+        t = torch.randn(3, cols)
+        want = t
+        for _ in range(4):
+            want = torch.cat([want[:, a:], want[:, :a]], 1).sin()
+        assert_eager(fd.execute([t])[0], want)
