@@ -23,7 +23,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError, UnsupportedError
-from ..ir import DataType, Scalar, SliceOp, SortOp, TensorView
+from ..ir import BroadcastOp, DataType, Scalar, SliceOp, SortOp, SqueezeOp, TensorView
 from .definition import FusionDefinition
 from .host_scalars import is_host_scalar
 from .meta import EqualSizes, equal_sizes, is_size_node, is_tensor_node, meta_val, node_device, size_expr
@@ -371,11 +371,14 @@ class RegionBuilder:
         return region
 
     def _lay_out_sliced_sources(self) -> None:
-        """A computed tensor that outputs slice (the pieces of a `split` or `chunk`) takes its
-        traced layout: the pieces are ATen views of it where they do not join its kernel, and
+        """A computed tensor that outputs slice (the pieces of a `split` or `chunk`, a piece of
+        one element a slice squeezed and unsqueezed) takes its traced layout: the pieces are ATen views of it where they do not join its kernel, and
         eager's pieces of a channels-last or transposed value keep that layout (their own
         traced strides have the gaps of a slice, which `traced_order` leaves row-major)."""
         outputs = {id(o) for o in self.fd.fusion.outputs()}
+        for e in reversed(self.fd.fusion.exprs):  # (a piece of one element: a slice squeezed, unsqueezed)
+            if isinstance(e, (SqueezeOp, BroadcastOp)) and id(e.outputs[0]) in outputs:
+                outputs.add(id(e.inputs[0]))
         inputs = {id(v) for v in self.fd.fusion.inputs()}
         node_of = {id(v): n for n, v in self.values.items()}
         for e in self.fd.fusion.exprs:

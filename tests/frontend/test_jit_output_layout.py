@@ -129,3 +129,18 @@ def test_channels_last_on_the_gpu_through_the_ready_path():
         got, want = jf(x, b), f(x, b)
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
         assert got.stride() == want.stride()
+
+
+def test_pieces_of_one_element_keep_the_layout_of_what_they_split():
+    """Every piece of one element along the split axis (a slice squeezed, then unsqueezed)
+    left the split value row-major: a channels-last (x * 2).chunk(4, -1) came back with
+    row-major pieces, and a view that eager's pieces allow raised."""
+    def f(x):
+        return (x * 2).chunk(4, -1)
+
+    x = torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    want, got = f(x), fuser.jit(f)(x)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+        assert g.stride()[:3] == w.stride()[:3]  # (the size-1 axis's own stride is ATen's unsqueeze's)
+        torch.testing.assert_close(g.squeeze(-1).transpose(1, 2).view(8, 3), w.squeeze(-1).transpose(1, 2).view(8, 3))
