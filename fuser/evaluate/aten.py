@@ -446,7 +446,10 @@ def _sort(e: SortOp, args, ctx):
         # lowering lays a computed input out so, so this copies only what ATen made otherwise)
         x = torch.empty_permuted(x.shape, order, dtype=x.dtype, device=x.device).copy_(x)
     values, indices = torch.sort(x, dim=e.dim, descending=e.descending, stable=e.stable)
-    return [values, indices]
+    if order is None:
+        return [values, indices]
+    # (an output that asks no layout stays row-major, whatever its sibling asked)
+    return [t if _wanted_order(out, x.dim()) is not None else t.contiguous() for t, out in zip((values, indices), e.outputs)]
 
 
 @rule(TopKOp)

@@ -222,12 +222,14 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
         dtype = compute
     algebra = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
                B.maximum: sympy.Max, B.minimum: sympy.Min}.get(kind)
-    if algebra is not None and dtype.is_boolean:
-        if kind is B.sub:  # (as torch refuses True - True)
-            raise FusionDefinitionError("sub of two Bool scalars is not supported (as torch's); use "
-                                        "logical_xor, or cast them to Int first")
-        # True + True is True, as eager's bool tensors add: computed in Int, then converted
-        return cast(_scalar_binary(kind, cast(a, DataType.Int), cast(b, DataType.Int)), DataType.Bool)
+    if algebra is not None and (a.dtype.is_boolean or b.dtype.is_boolean):
+        if kind is B.sub:  # (as torch refuses a Bool operand of a subtraction)
+            raise FusionDefinitionError("sub with a Bool scalar is not supported (as torch's); use "
+                                        "logical_xor, or cast it to Int first")
+        if dtype.is_boolean:  # True + True is True, as eager's bool tensors add: in Int, converted
+            return cast(_scalar_binary(kind, cast(a, DataType.Int), cast(b, DataType.Int)), DataType.Bool)
+        if not (dtype.is_floating or dtype.is_complex):  # (sympy's True has no integer algebra)
+            a, b = (cast(v, dtype) if v.dtype.is_boolean else v for v in (a, b))
     if algebra is not None:
         if dtype.is_floating:  # IEEE doubles, not sympy's exact algebra (see floatOp)
             code = {B.add: FLOAT_ADD, B.sub: FLOAT_SUB, B.mul: FLOAT_MUL, B.maximum: FLOAT_MAX,

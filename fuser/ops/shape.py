@@ -11,7 +11,7 @@ import sympy
 from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterType,
                   LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReshapeOp, Scalar, SliceOp,
-                  SqueezeOp, TensorView, ceilDiv)
+                  SqueezeOp, TensorView, Val, ceilDiv)
 from ..ir.printer import format_val
 from ..ir.symbolic import normIndex, sliceLen
 from ..ir.symbolic import is_static
@@ -249,7 +249,7 @@ def pad(tv: TensorView, pad_widths: Sequence[int], value: Any = None) -> TensorV
         widths = [max(w, 0) for w in widths]
     if isinstance(value, TensorView):  # (nvFuser's value is a scalar; a tensor read out of bounds)
         raise FusionDefinitionError(f"{op}: value must be a scalar, got the tensor {value!r}")
-    value = as_val(f, 0 if value is None else value, op)
+    value = _fill_value(f, 0 if value is None else value, tv.dtype, op)
     ids = [copy_id(f, d) for d in tv.domain.no_reductions()]
     for k in range(len(widths) // 2):
         axis = tv.ndim - 1 - k
@@ -357,12 +357,22 @@ def full(fusion, shape: Sequence[Any], fill_value: Any, dtype: DataType) -> Tens
         raise FusionDefinitionError(f"{op}: fill_value must be a scalar, got the tensor {fill_value!r}")
     ids = [fusion.new_id(extent_of(fusion, s, op)) for s in listed(op, "shape", shape)]
     out = new_tensor(fusion, ids, dtype)
-    fill = as_val(fusion, fill_value, op)
-    if fill.value is None and fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex) \
-            and not fill.dtype.is_complex:
-        fill = cast(fill, dtype)  # (an input's value converted as a cast checks it: NaN to an integer)
+    fill = _fill_value(fusion, fill_value, dtype, op)
     fusion.add_expr(FullOp(inputs=(fill,), outputs=(out,)))
     return out
+
+
+def _fill_value(fusion, value: Any, dtype: DataType, op: str) -> Val:
+    """A fill of an integer or Bool tensor converted as a cast converts it, which checks it: a
+    known NaN or a number past the type's range is a FusionDefinitionError (a kernel wrapped
+    2**40 into an Int32 as 0), an input's value at each execution."""
+    fill = as_val(fusion, value, op)
+    if fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex or fill.dtype.is_complex):
+        try:
+            return cast(fill, dtype)
+        except FusionDefinitionError as err:
+            raise FusionDefinitionError(f"{op}: the fill value {format_val(fill)} does not fit {dtype} ({err})") from None
+    return fill
 
 
 def iota(fusion, length: Any, start: Any = None, step: Any = None,

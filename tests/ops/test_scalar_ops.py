@@ -198,7 +198,7 @@ def test_arithmetic_of_bool_scalars_is_bool_as_eager(known):
             torch.tensor(True) + torch.tensor(False)
         assert bool(want_t) is want
         torch.testing.assert_close(out, t + float(want))
-    with pytest.raises(fuser.FusionDefinitionError, match="sub of two Bool scalars"):
+    with pytest.raises(fuser.FusionDefinitionError, match="sub with a Bool scalar"):
         with FusionDefinition() as fd:
             a = fd.define_scalar(True, dtype=DataType.Bool)
             fd.ops.sub(a, a)
@@ -209,3 +209,27 @@ def test_a_known_scalar_cast_to_int_outside_its_range_is_refused(value):
     with pytest.raises(fuser.FusionDefinitionError, match="cast"):
         with FusionDefinition() as fd:
             fd.ops.cast(fd.define_scalar(value, dtype=DataType.Double), DataType.Int)
+
+
+@pytest.mark.parametrize("op, want", [("add", 3), ("mul", 2), ("maximum", 2)])
+@pytest.mark.parametrize("known", [True, False], ids=["constants", "inputs"])
+def test_a_bool_scalar_beside_an_int_counts_as_its_0_or_1(op, want, known):
+    """torch.tensor(True) + 2 is 3: sympy's True has no integer algebra (a raw TypeError)."""
+    t = torch.randn(3)
+    with FusionDefinition() as fd:
+        x = fd.from_pytorch(t)
+        a = fd.define_scalar(True, dtype=DataType.Bool) if known else fd.define_scalar(dtype=DataType.Bool)
+        s = getattr(fd.ops, op)(a, fd.define_scalar(2, dtype=DataType.Int))
+        fd.add_output(fd.ops.add(x, fd.ops.cast(s, DataType.Float)))
+    torch.testing.assert_close(fd.execute([t] if known else [t, True])[0], t + want)
+
+
+def test_a_runtime_cast_to_int_outside_64_bits_is_refused():
+    t = torch.randn(2, dtype=torch.float64)
+    with FusionDefinition() as fd:
+        x = fd.from_pytorch(t)
+        d = fd.define_scalar(dtype=DataType.Double)
+        fd.add_output(fd.ops.add(x, fd.ops.cast(fd.ops.cast(d, DataType.Int), DataType.Double)))
+    torch.testing.assert_close(fd.execute([t, 2.5])[0], t + 2)
+    with pytest.raises(fuser.FusionInputError, match="1e\\+30"):
+        fd.execute([t, 1e30])

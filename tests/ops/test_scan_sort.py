@@ -316,3 +316,21 @@ def test_jit_running_max_along_an_axis_of_one_element(shape):
     torch.testing.assert_close(got[0], want[0])
     got[0].sum().backward()
     torch.testing.assert_close(x.grad, torch.full(shape, 2.0))
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["input", "computed"])
+def test_a_sort_output_without_an_allocation_domain_stays_row_major(computed):
+    """ATen's sort lays both results out as its input, laid out in the order its values asked
+    for: the indices, which asked none, came back in that order too."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, -1], contiguity=[True] * 3, dtype=DataType.Float)
+        v, i = fd.ops.sort(fd.ops.add(x, 1.0) if computed else x, 1, False, True)
+        v.set_allocation_domain([v.get_logical_domain()[k] for k in (0, 2, 1)], True)
+        fd.add_output(v)
+        fd.add_output(i)
+    t = torch.randn(2, 3, 4)
+    values, indices = fd.execute([t])
+    want = torch.sort(t + 1.0 if computed else t, dim=1, stable=True)
+    torch.testing.assert_close(values, want.values)
+    assert torch.equal(indices, want.indices)
+    assert values.stride() == (12, 1, 3) and indices.stride() == (12, 4, 1)

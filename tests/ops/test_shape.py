@@ -368,3 +368,18 @@ def test_crop_beyond_a_static_axis_is_a_definition_error():
         with FusionDefinition() as fd:
             t = fd.define_tensor([2, 5], contiguity=True)
             fd.add_output(fd.ops.pad(t, [-3, -4]))
+
+
+@pytest.mark.parametrize("value, dtype", [(2**40, DataType.Int32), (1e30, DataType.Int), (float("nan"), DataType.Int),
+                                          (-2**31 - 1, DataType.Int32)])
+@pytest.mark.parametrize("op", ["full", "pad"])
+def test_a_known_fill_value_past_its_integer_type_is_refused(value, dtype, op):
+    """As eager's torch.full and F.pad refuse it: a kernel wrapped 2**40 into an Int32 as 0, and
+    a NaN or 1e30 raised the interpreter's raw error."""
+    with pytest.raises(fuser.FusionDefinitionError, match=f"{op}: the fill value"):
+        with FusionDefinition() as fd:
+            if op == "full":
+                fd.add_output(fd.ops.full([3], fd.define_scalar(value), dtype))
+            else:
+                t = fd.define_tensor(shape=[-1], contiguity=[True], dtype=dtype)
+                fd.add_output(fd.ops.pad(t, [1, 1], fd.define_scalar(value)))

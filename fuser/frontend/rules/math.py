@@ -52,15 +52,21 @@ def _fma(b, node, a, x, c):
     ops = b.fd.ops
     unrounded = _product_for_fma(b, node)
     a, x, c = (upcast(b, v) if isinstance(v, TensorView) else v for v in (a, x, c))
-    return ops.add(ops.mul(a if unrounded is None else unrounded, x), c)
+    if unrounded is None:
+        return ops.add(ops.mul(a, x), c)
+    is_product, t1, t2 = unrounded
+    # in eager's kernels' order: addcmul's (value * t1) * t2 (CPU and CUDA alike), addcdiv's
+    # value * (t1 / t2) (CUDA's; the CPU's (value * t1) / t2 may differ in the last bit)
+    scaled = ops.mul(ops.mul(x, t1), t2) if is_product else ops.mul(x, ops.div(t1, t2))
+    return ops.add(scaled, c)
 
 
 _HALF_WIDTH = (torch.float16, torch.bfloat16)
 
 
 def _product_for_fma(b, node):
-    """The fma's first operand computed again from its operands in fp32, where it is the 16-bit
-    product or quotient Dynamo made for `addcmul_` or `addcdiv_` with a value (`torch.mul(t1,
+    """(whether it multiplies, t1, t2 in fp32) of the fma's first operand, where it is the
+    16-bit product or quotient Dynamo made for `addcmul_` or `addcdiv_` with a value (`torch.mul(t1,
     t2)`, then the fma): eager's kernels compute `self + value * (t1 op t2)` in fp32 and round
     once, where the traced mul rounded the product to the 16-bit type first (1-17% of the
     elements a unit off). Dynamo's node has the fma's own source position, a product the user
@@ -82,7 +88,7 @@ def _product_for_fma(b, node):
     if not all(isinstance(v, TensorView) for v in operands):
         return None  # (a number operand, or one computed outside this fusion)
     lhs, rhs = (upcast(b, v) for v in operands)
-    return b.fd.ops.mul(lhs, rhs) if src.target is aten.mul.Tensor else b.fd.ops.div(lhs, rhs)
+    return src.target is aten.mul.Tensor, lhs, rhs
 
 
 @register(aten.threshold.default)
