@@ -10,6 +10,8 @@ stream waits for all of them after the loop. On the CPU the same steps run in or
 """
 from __future__ import annotations
 
+import hashlib
+
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -17,7 +19,7 @@ import torch
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
 from ..dump import dump_flags, env_switch
-from ..errors import ExtentConflictError, FuserError
+from ..errors import ExtentConflictError, FuserError, FusionInputError
 from ..evaluate.binding import BindingTable
 from ..ir import Fusion, Scalar, TensorView
 from ..ir.symbolic import is_symbol
@@ -49,6 +51,7 @@ class HostRunner:
         # meshes' ranks before each call (ranks that pass shards of different sizes would
         # otherwise each run with a table of their own: a wrong mean, a hang)
         self.check_shards = env_switch("FUSER_CHECK_SHARDS", False)
+        self._program_hash: Optional[int] = None
         self._shard_extents = list(dict.fromkeys(
             d.extent.name for tv in program.inputs if isinstance(tv, TensorView)
             for d in tv.domain.no_reductions() if is_symbol(d.extent)))
@@ -89,6 +92,15 @@ class HostRunner:
         """Raise ExtentConflictError on every rank where the ranks bound an extent to different
         values (one blocking allgather of the extents)."""
         names = self._shard_extents
+        # first who runs what: a rank whose input was refused before its exchange (caught, and
+        # on to the next fusion) or that runs its fusions in another order would pair this
+        # exchange with another fusion's, and their collectives after it (wrong values, no error)
+        heads = comm.agree([self._fingerprint(), len(names)], self._team, device)
+        if len({tuple(h) for h in heads}) > 1:
+            raise FusionInputError(
+                f"the ranks {self._team} reached this fusion's shard check from different fusions (a rank "
+                f"whose input was refused before it, or that runs its fusions in another order): every "
+                f"rank must run the same fusions in the same order (FUSER_CHECK_SHARDS)")
         rows = comm.agree([table.values[n] for n in names], self._team, device)
         for k, name in enumerate(names):
             seen = [row[k] for row in rows]
@@ -98,6 +110,13 @@ class HostRunner:
                     f"extent {name} differs between ranks ({each}; on rank {comm.rank} from "
                     f"{table.sources.get(name, '?')}): every rank must pass shards of one size "
                     f"(FUSER_CHECK_SHARDS)")
+
+    def _fingerprint(self) -> int:
+        """The program's printed form hashed to 60 bits: the same on every rank of one program
+        (Python's own hash of a string differs per process)."""
+        if self._program_hash is None:
+            self._program_hash = int(hashlib.sha256(str(self.program).encode()).hexdigest()[:15], 16)
+        return self._program_hash
 
     def _check_world(self, comm: Communicator) -> None:
         for tv in self.program.inputs + self.program.outputs:

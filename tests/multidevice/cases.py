@@ -478,6 +478,52 @@ def case_shard_sizes_checked_across_ranks(device):
             os.environ["FUSER_CHECK_SHARDS"] = before
 
 
+def case_a_rank_refused_before_the_shard_check_fails_every_rank(device):
+    """With FUSER_CHECK_SHARDS=1, a rank whose input is refused before its exchange (a wrong
+    dtype) and that goes on to the next fusion paired its exchange with the other rank's first
+    fusion: their collectives then mixed a sum with a max, wrong values and no error. The
+    exchange now starts with the program's fingerprint: both ranks raise, and stay in step."""
+    import os
+
+    rank, d = world()
+    if d == 1:
+        return
+    mesh = DeviceMesh(torch.arange(d))
+
+    def definition(op):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1, -1], contiguity=True)
+            fd.add_output(getattr(fd.ops, op)(x, [1]))
+            _split_on_mesh(x, 1, mesh, d)
+        return fd
+
+    full = ints(4, 2 * d, device=device)
+    mine = shard_rows(full, d, rank, axis=1).contiguous()
+    before = os.environ.get("FUSER_CHECK_SHARDS")
+    os.environ["FUSER_CHECK_SHARDS"] = "1"
+    try:
+        first, second = definition("sum"), definition("max")
+
+        def refused(fd, arg, pattern):
+            try:
+                fd.execute([arg])
+            except fuser.FusionInputError as err:
+                assert re.search(pattern, str(err)), f"{pattern!r} not in: {err}"
+            else:
+                raise AssertionError(f"rank {rank}: no error where {pattern!r} was expected")
+
+        if rank == 1:
+            refused(first, mine.double(), "expected dtype")
+        refused(second if rank == 1 else first, mine, "different fusions")
+        (out,) = second.execute([mine])
+        exact(out, full.amax(1), "the next fusion, every rank in step again")
+    finally:
+        if before is None:
+            del os.environ["FUSER_CHECK_SHARDS"]
+        else:
+            os.environ["FUSER_CHECK_SHARDS"] = before
+
+
 def case_weight_sharding_wins(device):
     """x sharded on rows, the weight on the contraction: the output follows the weight (a
     partial sum, allreduced) and x is resharded onto the contraction by an all-to-all."""
