@@ -8,6 +8,8 @@ A case raises (AssertionError, FuserError) to fail. Nothing here starts processe
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 
 import torch
@@ -439,8 +441,6 @@ def case_shard_sizes_checked_across_ranks(device):
     (the sizes are not exchanged), each rank bound its own column count and divided a mean by
     it. With FUSER_CHECK_SHARDS=1 every rank raises an ExtentConflictError naming each rank's
     value, and matching shards still run."""
-    import os
-
     rank, d = world()
     if d == 1:
         return
@@ -457,9 +457,7 @@ def case_shard_sizes_checked_across_ranks(device):
 
     full = ints(3, 4 * d, device=device)
     mine = full[:, :4 - rank] if rank < 2 else shard_rows(full, d, rank, axis=1)  # rank 1: 3 columns
-    before = os.environ.get("FUSER_CHECK_SHARDS")
-    os.environ["FUSER_CHECK_SHARDS"] = "1"
-    try:
+    with _check_shards_on():
         fd = definition()
         try:
             fd.execute([mine.contiguous()])
@@ -471,6 +469,15 @@ def case_shard_sizes_checked_across_ranks(device):
             raise AssertionError("shards of different sizes on the ranks were accepted")
         (out,) = fd.execute([shard_rows(full, d, rank, axis=1).contiguous()])
         exact(out, full.sum(1), "matching shards after a mismatch")
+
+
+@contextlib.contextmanager
+def _check_shards_on():
+    """FUSER_CHECK_SHARDS=1 for the runtimes made inside (it is read when one is made)."""
+    before = os.environ.get("FUSER_CHECK_SHARDS")
+    os.environ["FUSER_CHECK_SHARDS"] = "1"
+    try:
+        yield
     finally:
         if before is None:
             del os.environ["FUSER_CHECK_SHARDS"]
@@ -483,8 +490,6 @@ def case_a_rank_refused_before_the_shard_check_fails_every_rank(device):
     dtype) and that goes on to the next fusion paired its exchange with the other rank's first
     fusion: their collectives then mixed a sum with a max, wrong values and no error. The
     exchange now starts with the program's fingerprint: both ranks raise, and stay in step."""
-    import os
-
     rank, d = world()
     if d == 1:
         return
@@ -499,9 +504,7 @@ def case_a_rank_refused_before_the_shard_check_fails_every_rank(device):
 
     full = ints(4, 2 * d, device=device)
     mine = shard_rows(full, d, rank, axis=1).contiguous()
-    before = os.environ.get("FUSER_CHECK_SHARDS")
-    os.environ["FUSER_CHECK_SHARDS"] = "1"
-    try:
+    with _check_shards_on():
         first, second = definition("sum"), definition("max")
 
         def refused(fd, arg, pattern):
@@ -517,11 +520,6 @@ def case_a_rank_refused_before_the_shard_check_fails_every_rank(device):
         refused(second if rank == 1 else first, mine, "different fusions")
         (out,) = second.execute([mine])
         exact(out, full.amax(1), "the next fusion, every rank in step again")
-    finally:
-        if before is None:
-            del os.environ["FUSER_CHECK_SHARDS"]
-        else:
-            os.environ["FUSER_CHECK_SHARDS"] = before
 
 
 def case_weight_sharding_wins(device):
