@@ -76,6 +76,22 @@ def _expand(b, node, x, size, implicit=False):
     return expand_to(b, x, b.out_shape(node))
 
 
+@register(aten.repeat.default, kind=Kind.movement)
+def _repeat(b, node, x, repeats):
+    """x.repeat(r0, r1, ...): each axis k broadcast along a new axis before it to [r_k, s_k],
+    then merged into r_k * s_k (leading counts beyond x's rank add axes)."""
+    repeats = [b.size(meta_val(r)) if isinstance(r, Node) else r for r in repeats]
+    if any(isinstance(r, int) and r < 1 for r in repeats):
+        raise LoweringError(f"repeat by {repeats} (a count of 0 empties the tensor)")
+    n = len(repeats)
+    sizes = [1] * (n - x.ndim) + [b.size(s) for s in b.input_meta(node).shape]
+    if x.ndim < n:
+        x = b.fd.ops.broadcast(x, [True] * (n - x.ndim) + [False] * x.ndim)
+    spread = b.fd.ops.broadcast(x, [k % 2 == 0 for k in range(2 * n)])
+    tiled = expand_to(b, spread, [v for r, s in zip(repeats, sizes) for v in (r, s)])
+    return b.fd.ops.reshape(tiled, b.out_shape(node))
+
+
 @register(aten.unsqueeze.default, kind=Kind.view)
 def _unsqueeze(b, node, x, dim):
     n = x.ndim + 1
