@@ -116,8 +116,10 @@ def convert_scalar(code: int, v):
     if code == CAST_BOOL:
         return bool(v)
     if code == CAST_INT:
-        if isinstance(v, float) and not (math.isfinite(v) and -2.0**63 <= v < 2.0**64):
-            raise ValueError(f"cannot cast {v} to an integer")  # (2**64 for a UInt64's, wrapped by it)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"cannot cast {v} to an integer")
+        if isinstance(v, float) and not -2.0**63 <= v < 2.0**64:  # (2**64 for a UInt64's, wrapped by it)
+            raise ValueError(f"{v} is out of the range of a 64-bit integer")
         return int(v)
     v = float(v)
     if code == CAST_DOUBLE or not math.isfinite(v):

@@ -231,5 +231,5 @@ def test_a_runtime_cast_to_int_outside_64_bits_is_refused():
         d = fd.define_scalar(dtype=DataType.Double)
         fd.add_output(fd.ops.add(x, fd.ops.cast(fd.ops.cast(d, DataType.Int), DataType.Double)))
     torch.testing.assert_close(fd.execute([t, 2.5])[0], t + 2)
-    with pytest.raises(fuser.FusionInputError, match="1e\\+30"):
+    with pytest.raises(fuser.FusionInputError, match="1e\\+30 is out of the range"):
         fd.execute([t, 1e30])
