@@ -92,7 +92,9 @@ def _decompose(f: Fusion, e: Expr) -> list[Expr]:
     inputs = tuple(replaced.get(id(v), v) for v in e.inputs)
     if contracted:
         if len(outs) > 1:
-            raise UnsupportedError(f"{e.op_name}: a sharded reduction with {len(outs)} outputs")
+            raise UnsupportedError(
+                f"{e.op_name} (var, var_mean, std or welford) over a sharded axis is not supported: "
+                f"write it with sums over that axis (the means of x and of x * x), which shard")
         return before + _partial_then_reduce(f, e, inputs, out, next(iter(contracted)), bias)
     missing = _underived(dataclasses.replace(e, inputs=inputs), inputs, out)  # (the op as it will read them)
     if not missing:

@@ -114,3 +114,18 @@ def test_device_axis_without_a_mesh_is_a_definition_error():
         x.outer_split(1, 1).axis(1).parallelize(ParallelType.mesh_x)
     with pytest.raises(fuser.FusionDefinitionError, match="no device mesh; call set_device_mesh"):
         fd.execute([torch.ones(4, 8)])
+
+
+@pytest.mark.parametrize("op", ["var", "var_mean"])
+def test_a_variance_over_a_sharded_axis_names_itself_and_the_way_round(op):
+    """It said "a sharded reduction with 2 outputs" for a var, which has one."""
+    mesh = DeviceMesh(torch.arange(2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        out = getattr(fd.ops, op)(x, [1], 1)
+        fd.add_output(out if op == "var" else out[0])
+        x.set_device_mesh(mesh)
+        x.outer_split(1, 2)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+    with pytest.raises(fuser.UnsupportedError, match=r"var, var_mean, std or welford\) over a sharded axis.*sums"):
+        run_passes(fd.fusion)
