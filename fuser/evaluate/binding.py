@@ -64,11 +64,21 @@ class BindingTable:
         return "BindingTable{" + ", ".join(f"{k}={v}" for k, v in self.values.items()) + "}"
 
 
-_RULE_TEXT = {"finite": "", "nonzero": " other than 0", "nonnegative": " of at least 0"}
+# a number bound at execution that an op converts to a narrow type: eager's checked conversion
+# (the range, and the C++ type eager's error names)
+_HOLDS = {"int8": (-2**7, 2**7 - 1, "int8_t"), "uint8": (0, 2**8 - 1, "uint8_t"),
+          "int16": (-2**15, 2**15 - 1, "int16_t"), "int32": (-2**31, 2**31 - 1, "int"),
+          "float16": (-65504.0, 65504.0, "c10::Half")}
+_RULE_TEXT = {"finite": "", "nonzero": " other than 0", "nonnegative": " of at least 0",
+              **{f"holds {t}": f" that {t} holds, within [{lo}, {hi}] (as eager: value cannot be converted "
+                               f"to type {c} without overflow)" for t, (lo, hi, c) in _HOLDS.items()}}
 
 
 def breaks(v, rule: str) -> bool:
     """Whether a checked scalar value `v` breaks its rule (Fusion.finite)."""
+    if rule.startswith("holds "):
+        lo, hi, _ = _HOLDS[rule[len("holds "):]]
+        return not (math.isfinite(v) and lo <= v <= hi)
     return not math.isfinite(v) or (rule == "nonzero" and v == 0) or (rule == "nonnegative" and v < 0)
 
 

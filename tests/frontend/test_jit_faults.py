@@ -206,8 +206,12 @@ def test_masked_fill_fuses_and_matches_eager(dtype, value):
     f = fuser.jit(lambda x, m, v: x.masked_fill(m, v) * 2)
     x, m = (make((3, 4)) * 5).to(dtype), make((3, 4)) > 0
     assert torch.equal(f(x, m, value), x.masked_fill(m, value) * 2)
-    # (an int argument into an int32 result runs through ATen, which checks its range each call)
-    assert f.cache_info().fallback_ops == (1 if dtype is torch.int32 else 0)
+    # (an int argument into an int32 result fuses, its range checked at each call as eager's)
+    assert f.cache_info().fallback_ops == 0
+    if dtype is torch.int32:
+        assert torch.equal(f(x, m, -9), x.masked_fill(m, -9) * 2)
+        with pytest.raises(fuser.FusionInputError, match="masked_fill: a number bound at execution.*int32 holds"):
+            f(x, m, 2**40)  # (eager: "value cannot be converted to type int without overflow")
 
 
 @pytest.mark.parametrize("fn", [lambda x, m: x.masked_fill(m, -1e9), lambda x, m: torch.full_like(x, 7e4) + x],
@@ -718,3 +722,22 @@ def test_an_op_whose_own_backward_fails_is_unsupported_not_internal():
         fuser.jit(f)(x, i, s)
     with torch.no_grad():
         assert_eager(fuser.jit(f)(x, i, s), f(x, i, s))
+
+
+def test_an_integer_dampening_in_a_half_sgd_step_fuses():
+    """SGD's default dampening=0 is an int, traced as a symbol: `1 - dampening` into a half
+    add went to ATen (two fallbacks, three fusions); its range is now checked each call."""
+    params = [make((8, 4)).half().requires_grad_() for _ in range(2)]
+    twins = [p.detach().clone().requires_grad_() for p in params]
+    for p, t in zip(params, twins):
+        p.grad = make(p.shape).half()
+        t.grad = p.grad.clone()
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
+    ref = torch.optim.SGD(twins, lr=0.1, momentum=0.9, foreach=False)
+    step = fuser.jit(lambda: opt.step())
+    for _ in range(3):
+        step()
+        ref.step()
+    for p, t in zip(params, twins):
+        torch.testing.assert_close(p, t, rtol=2e-3, atol=2e-3)
+    assert step.cache_info().fallback_ops == 0

@@ -35,15 +35,18 @@ _NARROW = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.float16)
 def refuse_overflow(value, torch_dtype: torch.dtype, op: str) -> None:
     """Eager refuses a fill value or bound out of its tensor's range (a kernel would store inf,
     or wrap an integer): through ATen, the node raises as eager does. A number known only at
-    execution goes there too where the type is narrow enough to miss it."""
+    execution is checked when bound, where the type is narrow enough to miss it."""
     from ...ir import Scalar
 
     if isinstance(value, Scalar):
         if value.is_constant:
             value = value.value
         elif torch_dtype in _NARROW and not (value.dtype.is_floating or value.dtype.is_complex):
-            raise LoweringError(f"{op} with a number bound at execution, which {torch_dtype} may not "
-                                f"hold (eager checks it)")
+            # checked at each execution, as eager converts it checked (SGD's integer dampening
+            # into a half step); the kernel takes it as it is
+            value.fusion.finite.append((value.expr, f"{op}: a number bound at execution",
+                                        f"holds {str(torch_dtype).removeprefix('torch.')}"))
+            return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or torch_dtype is torch.bool:
         return
     if torch_dtype.is_floating_point:
