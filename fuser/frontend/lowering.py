@@ -303,18 +303,25 @@ class RegionBuilder:
             raise
 
     def _arithmetic(self, e: sympy.Expr) -> Union[int, Scalar]:
-        """`e` as scalar arithmetic (+, *, max, min) on sizes `scalar` computes."""
+        """`e` as scalar arithmetic (+, *, max, min, floor division) on sizes `scalar` computes."""
         ops = self.fd.ops
-        combine = {sympy.Add: (operator.add, ops.add), sympy.Mul: (operator.mul, ops.mul),
-                   sympy.Max: (max, ops.maximum), sympy.Min: (min, ops.minimum)}
-        for cls, (py, ir) in combine.items():
-            if isinstance(e, cls):
-                acc = None
-                for a in e.args:
-                    v = self.scalar(a)
-                    both_int = isinstance(acc, int) and isinstance(v, int)
-                    acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
-                return acc
+        # (by name: torch's sizes hold its own Max and Min, torch.utils._sympy.functions', as
+        # well as sympy's)
+        combine = {"Add": (operator.add, ops.add), "Mul": (operator.mul, ops.mul),
+                   "Max": (max, ops.maximum), "Min": (min, ops.minimum)}
+        kind = type(e).__name__
+        if kind in combine:
+            py, ir = combine[kind]
+            acc = None
+            for a in e.args:
+                v = self.scalar(a)
+                both_int = isinstance(acc, int) and isinstance(v, int)
+                acc = v if acc is None else py(acc, v) if both_int else ir(acc, v)
+            return acc
+        if kind in ("FloorDiv", "CleanDiv") and all(a.is_nonnegative for a in e.args):
+            # (Dynamo's `(s + 1) // 2`, a chunk's size; on sizes, truncation is the floor)
+            n, d = (self.scalar(a) for a in e.args)
+            return n // d if isinstance(n, int) and isinstance(d, int) else ops.div(n, d)
         raise LoweringError(f"size {e} is neither an input size nor computable from graph inputs")
 
     def _equal_sizes(self) -> EqualSizes:
