@@ -176,7 +176,7 @@ class ResizeEmitter:
             if k not in resized_dims(e):
                 continue
             i, axis = self.resized_axes(e, k, e.inp)
-            valid.append(f"({i} >= {left}) & ({i} < {left} + {self.extent_code(_size(sizes[k]))})")
+            valid.append(f"({i} >= {left}) & ({i} < {left} + {self.extent_code(sizes[k].size)})")
             if axis is not None:
                 view = self.moved(view, axis, i, 1, sympy.Integer(-left))
         inner = self.under(view, lambda: self.operand(scope, e.inp, e.out.dtype))
@@ -188,7 +188,7 @@ class ResizeEmitter:
             return self.operand(scope, e.inputs[0], e.out.dtype)
         ends, total = [], sympy.Integer(0)
         for t in e.inputs:
-            total = total + _size(t.domain.no_reductions()[e.dim])
+            total = total + t.domain.no_reductions()[e.dim].size  # (an expanded one's expanded size)
             ends.append(total)
         values, start = [], sympy.Integer(0)
         for t, end in zip(e.inputs, ends):
@@ -207,6 +207,3 @@ def _with_index(view: View, axis: int, var: str) -> View:
     return tuple(sorted([(a, v) for a, v in view if a != axis] + [(axis, var)]))
 
 
-def _size(d) -> sympy.Expr:
-    """A dim's size: an expanded broadcast's expanded extent (cat of x.expand(3, n) adds 3 rows)."""
-    return d.expanded_extent if d.expanded_extent is not None else d.extent

@@ -367,10 +367,8 @@ class RegionBuilder:
             if id(value) not in index_of:
                 index_of[id(value)] = len(self.fd.fusion.outputs())
                 self.fd.add_output(value)
-                order = traced_order(meta_val(node))
-                if order is not None and value.domain.allocation is None:
-                    dims = value.domain.no_reductions()
-                    value.set_allocation_domain([dims[k] for k in order], True)
+                if value.domain.allocation is None:
+                    _lay_out(value, traced_order(meta_val(node)))
             region.outputs[node] = index_of[id(value)]
         self._lay_out_sliced_sources()
         self._lay_out_sorted_sources()
@@ -379,9 +377,10 @@ class RegionBuilder:
 
     def _lay_out_sliced_sources(self) -> None:
         """A computed tensor that outputs slice (the pieces of a `split` or `chunk`, a piece of
-        one element a slice squeezed and unsqueezed) takes its traced layout: the pieces are ATen views of it where they do not join its kernel, and
-        eager's pieces of a channels-last or transposed value keep that layout (their own
-        traced strides have the gaps of a slice, which `traced_order` leaves row-major)."""
+        one element a slice squeezed and unsqueezed) takes its traced layout: the pieces are
+        ATen views of it where they do not join its kernel, and eager's pieces of a
+        channels-last or transposed value keep that layout (their own traced strides have the
+        gaps of a slice, which `traced_order` leaves row-major)."""
         outputs = {id(o) for o in self.fd.fusion.outputs()}
         for e in reversed(self.fd.fusion.exprs):  # (a piece of one element: a slice squeezed, unsqueezed)
             if isinstance(e, (SqueezeOp, BroadcastOp)) and id(e.outputs[0]) in outputs:
@@ -394,10 +393,7 @@ class RegionBuilder:
             source = e.inputs[0]
             if id(source) in inputs or source.domain.allocation is not None or id(source) not in node_of:
                 continue
-            order = traced_order(meta_val(node_of[id(source)]))
-            if order is not None:
-                dims = source.domain.no_reductions()
-                source.set_allocation_domain([dims[k] for k in order], True)
+            _lay_out(source, traced_order(meta_val(node_of[id(source)])))
 
     def _lay_out_sorted_sources(self) -> None:
         """A computed tensor that a sort reads takes the layout of the sort's output: ATen's
@@ -408,11 +404,15 @@ class RegionBuilder:
         for e in reversed(self.fd.fusion.exprs):  # (a sort of a sort: the later one's first)
             if not isinstance(e, SortOp) or id(e.inputs[0]) in inputs or e.inputs[0].domain.allocation is not None:
                 continue
-            order = next((o.domain.allocation_order() for o in e.outputs
-                          if o.domain.allocation_order() is not None), None)
-            if order is not None:
-                dims = e.inputs[0].domain.no_reductions()
-                e.inputs[0].set_allocation_domain([dims[k] for k in order], True)
+            _lay_out(e.inputs[0], next((o.domain.allocation_order() for o in e.outputs
+                                        if o.domain.allocation_order() is not None), None))
+
+
+def _lay_out(tv: TensorView, order: Optional[list[int]]) -> None:
+    """`tv` allocated in `order` (its logical axes, outer to inner); None leaves it row-major."""
+    if order is not None:
+        dims = tv.domain.no_reductions()
+        tv.set_allocation_domain([dims[k] for k in order], True)
 
 
 _WHERE = {torch.ops.aten.where.self, torch.ops.aten.where.ScalarSelf,

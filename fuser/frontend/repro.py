@@ -16,7 +16,7 @@ _CONVERTED = {t for t in (getattr(torch, n, None) for n in (
 def python_literal(v: Any) -> str:
     """Python source that rebuilds a value (a number exactly: a non-finite float as float('inf'), a
     complex one part at a time (`(-0+0j)` read back as 0j, `(inf+1j)` not at all), a numpy
-    numpy scalar as the Python number it holds: `np.float32(2.0)` names a module the code
+    scalar as the Python number it holds: `np.float32(2.0)` names a module the code
     lacks). Anything else, an enum included, as its repr."""
     if type(v).__module__ == "numpy" and hasattr(v, "item"):
         v = v.item()
@@ -24,7 +24,6 @@ def python_literal(v: Any) -> str:
         if isinstance(v, complex):
             return f"complex({python_literal(v.real)}, {python_literal(v.imag)})"
         if isinstance(v, float):
-            v = float(v)
             return repr(v) if math.isfinite(v) else f"float({str(v)!r})"
     return repr(v)
 

@@ -11,7 +11,6 @@ stream waits for all of them after the loop. On the CPU the same steps run in or
 from __future__ import annotations
 
 import hashlib
-
 from typing import Any, Callable, Optional, Sequence
 
 import torch

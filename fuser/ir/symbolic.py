@@ -53,7 +53,6 @@ class normIndex(sympy.Function):
         return None
 
 
-
 class sliceLen(sympy.Function):
     """The length of `x[start:stop]` on an axis of `extent` (args: the raw bounds, the extent):
     max(normIndex(stop) - normIndex(start), 0). One function of the raw bounds, so the extent
@@ -66,7 +65,7 @@ class sliceLen(sympy.Function):
     @classmethod
     def eval(cls, start, stop, extent):
         if start.is_Integer and stop.is_Integer and extent.is_Integer:
-            return sympy.Integer(max(_norm_index(int(stop), int(extent)) - _norm_index(int(start), int(extent)), 0))
+            return sympy.Integer(_slice_len(int(start), int(stop), int(extent)))
         if stop == extent:
             return tailLen(start, extent)
         if not (start.is_Integer and stop.is_Integer):
@@ -96,7 +95,7 @@ class tailLen(sympy.Function):
             return None
         a = int(start)  # n - a clamped at 0, or the last -a of n
         if extent.is_Integer:
-            return sympy.Integer(int(extent) - _norm_index(a, int(extent)))
+            return sympy.Integer(_tail_len(a, int(extent)))
         if a > 0 and isinstance(extent, sympy.Max) and len(extent.args) == 2 and 0 in extent.args:
             extent = extent.args[0] if extent.args[1] == 0 else extent.args[1]  # x[1:][1:]: max(n - 2, 0)
         return extent if a == 0 else sympy.Max(extent - a, 0) if a > 0 else sympy.Min(-a, extent)
@@ -193,6 +192,10 @@ def _norm_index(i: int, n: int) -> int:
 
 def _slice_len(start: int, stop: int, n: int) -> int:
     return max(_norm_index(stop, n) - _norm_index(start, n), 0)
+
+
+def _tail_len(start: int, n: int) -> int:
+    return n - _norm_index(start, n)
 
 
 def as_extent(value: ExtentLike) -> Extent:
@@ -322,7 +325,7 @@ def _py(e: Extent) -> str:
     if isinstance(e, sliceLen):
         return f"_slice_len({_py(e.args[0])}, {_py(e.args[1])}, {_py(e.args[2])})"
     if isinstance(e, tailLen):
-        return f"(lambda n: n - _norm_index({_py(e.args[0])}, n))({_py(e.args[1])})"
+        return f"_tail_len({_py(e.args[0])}, {_py(e.args[1])})"
     if isinstance(e, scalarCast):
         return f"_convert({int(e.args[1])}, {_py(e.args[0])})"
     if isinstance(e, floatOp):
@@ -369,7 +372,8 @@ def compile_extent(e: Extent) -> Callable[[Mapping[str, int]], int]:
         value = int(e)
         return lambda env: value
     src = f"lambda env: {_py(e)}"
-    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_slice_len": _slice_len, "_convert": convert_scalar,
+    return eval(src, {"_div": _div, "_floor": _floor, "_norm_index": _norm_index, "_slice_len": _slice_len,
+                     "_tail_len": _tail_len, "_convert": convert_scalar,
                      "_float_op": float_op, "_scalar_fn": scalar_fn})  # noqa: S307 - source built above
 
 

@@ -319,8 +319,9 @@ def _joined_size(sizes: list) -> sympy.Expr:
             continue
         for j, high in enumerate(terms):
             rest = _max_with_zero(high)
-            whole = next((n for a, n in (low.args, low.args[::-1])
-                          if rest is not None and sympy.expand(rest - (n - a)) == 0), None)
+            if rest is None:
+                continue
+            whole = next((n for a, n in (low.args, low.args[::-1]) if sympy.expand(rest - (n - a)) == 0), None)
             if whole is not None:
                 left = [t for k, t in enumerate(terms) if k not in (i, j)]
                 return _joined_size(left + [whole])

@@ -416,8 +416,7 @@ def _moves(e: Expr, position: int, axes: KernelAxes):
         steps = [(k, 1, {1: -left}) for k, (left, _) in pad_widths(e).items() if k in dims]
     else:  # a cat: its input at `position` starts after those before it
         before = [t.domain.no_reductions()[e.dim] for t in e.inputs[:position]]
-        start = sum((d.expanded_extent if d.expanded_extent is not None else d.extent for d in before),
-                    sympy.Integer(0))
+        start = sum((d.size for d in before), sympy.Integer(0))
         steps = [(e.dim, 1, {term: -c for term, c in _term(start).items()})] if dims else []
     for k, step, offset in steps:
         if inp[k] is not None and out[k] is not None:

@@ -83,11 +83,10 @@ def _repeat(b, node, x, repeats):
     repeats = [b.size(meta_val(r)) if isinstance(r, Node) else r for r in repeats]
     if any(isinstance(r, int) and r < 1 for r in repeats):
         raise LoweringError(f"repeat by {repeats} (a count of 0 empties the tensor)")
-    n = len(repeats)
-    sizes = [1] * (n - x.ndim) + [b.size(s) for s in b.input_meta(node).shape]
-    if x.ndim < n:
-        x = b.fd.ops.broadcast(x, [True] * (n - x.ndim) + [False] * x.ndim)
-    spread = b.fd.ops.broadcast(x, [k % 2 == 0 for k in range(2 * n)])
+    n, new = len(repeats), len(repeats) - x.ndim
+    sizes = [1] * new + [b.size(s) for s in b.input_meta(node).shape]
+    # [r0, s0, r1, s1, ...]: a count's axis before each of x's, and x's own for the counts past its rank
+    spread = b.fd.ops.broadcast(x, [k % 2 == 0 or k // 2 < new for k in range(2 * n)])
     tiled = expand_to(b, spread, [v for r, s in zip(repeats, sizes) for v in (r, s)])
     return b.fd.ops.reshape(tiled, b.out_shape(node))
 
