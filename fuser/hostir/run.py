@@ -18,9 +18,9 @@ import torch
 from ..codegen import KernelLauncher, target_for
 from ..codegen.kernel import can_emit
 from ..dump import dump_flags, env_switch
-from ..errors import ExtentConflictError, FuserError, FusionInputError
+from ..errors import ExtentConflictError, FuserError, FusionInputError, UnsupportedError
 from ..evaluate.binding import BindingTable
-from ..ir import Fusion, Scalar, TensorView
+from ..ir import DeviceMesh, Fusion, Scalar, TensorView
 from ..ir.symbolic import is_symbol
 from ..multidevice.communicator import Communicator, Pending
 from ..multidevice.sharding import LocalSizes
@@ -43,7 +43,8 @@ class HostRunner:
         self.program = program
         self.device = device
         self.streams = streams if streams is not None else streams_for(device)
-        self._checked_world: Optional[int] = None
+        self._meshes = _meshes_of(program)
+        self._checked_rank: Optional[tuple[int, int]] = None  # (world size, rank) the meshes fit
         self.sizes = LocalSizes()  # every tensor's local sizes, compiled on first use
         self._plans: dict[tuple, Plan] = {}
         # FUSER_CHECK_SHARDS=1: the extents bound from tensor inputs, compared across the
@@ -66,8 +67,8 @@ class HostRunner:
             device=None, trace: Optional[Trace] = None, values_key: Optional[tuple] = None) -> list:
         """`values_key`: `values_key(table)`, where the caller keeps it for this table."""
         comm = comm or Communicator.default()
-        if self._checked_world != comm.world_size:
-            self._check_world(comm)
+        if self._checked_rank != (comm.world_size, comm.rank):
+            self._check_meshes(comm)
         device = device or self.device
         if self.check_shards and len(self._team) > 1 and comm.is_distributed and device.type != "meta":
             self._check_shards(table, comm, device)
@@ -117,15 +118,39 @@ class HostRunner:
             self._program_hash = int(hashlib.sha256(str(self.program).encode()).hexdigest()[:15], 16)
         return self._program_hash
 
-    def _check_world(self, comm: Communicator) -> None:
-        for tv in self.program.inputs + self.program.outputs:
-            mesh = getattr(tv, "device_mesh", None)
-            if mesh is not None and max(mesh.devices) >= comm.world_size:
+    def _check_meshes(self, comm: Communicator) -> None:
+        """Every mesh of the program fits the world and holds this rank. A rank outside a
+        tensor's mesh does not hold that tensor (nvFuser leaves it undefined there); fuser runs
+        no idle ranks, so such a rank is refused rather than computing as if it were in the mesh."""
+        for mesh, tv in self._meshes.items():
+            if max(mesh.devices) >= comm.world_size:
                 raise FuserError(
                     f"T{tv.name} lives on {mesh!r}, which needs {max(mesh.devices) + 1} processes, "
                     f"but this program runs {comm.world_size}; launch it with "
                     f"torchrun --nproc-per-node={max(mesh.devices) + 1}, or use a mesh of one device")
-        self._checked_world = comm.world_size
+        for mesh, tv in self._meshes.items():
+            if comm.rank not in mesh.devices:
+                raise UnsupportedError(
+                    f"T{tv.name} lives on {mesh!r}, which does not hold rank {comm.rank}: a rank "
+                    f"outside a tensor's mesh does not hold that tensor, and fuser runs no idle ranks; "
+                    f"run this fusion on the ranks {list(mesh.devices)} only, or put T{tv.name} on a "
+                    f"mesh of every rank that runs it")
+        self._checked_rank = (comm.world_size, comm.rank)
+
+
+def _meshes_of(program: HostProgram) -> dict[DeviceMesh, TensorView]:
+    """Each mesh of the program's tensors (inputs, outputs, those of its segments), with the
+    first tensor found on it: the one an error names."""
+    tvs = list(program.inputs) + list(program.outputs)
+    for seg in program.segments:
+        for e in seg.exprs:
+            tvs += list(e.inputs) + list(e.outputs)
+    found: dict[DeviceMesh, TensorView] = {}
+    for tv in tvs:
+        mesh = getattr(tv, "device_mesh", None)
+        if mesh is not None:
+            found.setdefault(mesh, tv)
+    return found
 
 
 def _values_key(values) -> tuple:

@@ -1,0 +1,172 @@
+"""A rank outside a tensor's DeviceMesh does not hold that tensor (nvFuser's semantics); fuser
+runs no idle ranks, so such a rank gets an UnsupportedError naming the tensor, the mesh and the
+rank, where it computed as if it were in the mesh. Ranks in the mesh still compute the result.
+Meshes with ranks beyond the world, or the same rank twice, are refused too.
+
+The two-rank cases run under torchrun (gloo on CPU tensors): this file is also the script each
+rank runs (`main`), writing `rank<N>.json` with the result of every case.
+"""
+import json
+import os
+import subprocess
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import fuser  # noqa: E402
+from fuser import FusionDefinition, ParallelType  # noqa: E402
+from fuser.evaluate import bind_inputs  # noqa: E402
+from fuser.multidevice import Communicator, DeviceMesh, shard_tensor  # noqa: E402
+from tests.multidevice.test_torchrun import ROOT, free_port  # noqa: E402
+
+
+def relu_sum(mesh: DeviceMesh, sharded: bool = False) -> FusionDefinition:
+    """y = relu(x) and z = sum(x, 1), every tensor on `mesh`; with `sharded`, x's rows split
+    onto the mesh (y and z replicated: an allgather over the mesh brings them back whole)."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.relu(x)
+        z = fd.ops.sum(x, [1])
+        fd.add_output(y)
+        fd.add_output(z)
+        for tv in (x, y, z):
+            tv.set_device_mesh(mesh)
+        if sharded:
+            x.outer_split(0, mesh.size)
+            x.axis(0).parallelize(ParallelType.mesh_x)
+    return fd
+
+
+def random_input(seed: int) -> torch.Tensor:
+    """The same random tensor on every rank."""
+    return torch.randn(6, 5, generator=torch.Generator().manual_seed(seed))
+
+
+def expect_refused(fd, args, error, *named) -> None:
+    try:
+        fd.execute(args)
+    except error as err:
+        missing = [n for n in named if n not in str(err)]
+        assert not missing, f"the error does not name {missing}: {err}"
+    else:
+        raise AssertionError(f"ran without an error; expected a {error.__name__} naming {named}")
+
+
+def run_on(devices: list, sharded: bool, seed: int) -> None:
+    """On a rank in `devices`: the eager result; on any other: the refusal naming T0, the mesh
+    and the rank."""
+    rank = Communicator.default().rank
+    mesh = DeviceMesh(devices)
+    fd = relu_sum(mesh, sharded)
+    full = random_input(seed)
+    if rank not in devices:
+        expect_refused(fd, [full], fuser.UnsupportedError, "T0", repr(mesh), f"rank {rank}")
+        return
+    given = shard_tensor(full, fd.fusion.inputs()[0], rank) if sharded else full
+    y, z = fd.execute([given])
+    torch.testing.assert_close(y, torch.relu(full), rtol=1.3e-6, atol=1e-5)
+    torch.testing.assert_close(z, full.sum(1), rtol=1.3e-6, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases for two ranks (each runs on both).
+
+
+def case_replicated_on_rank_0_only():
+    run_on([0], sharded=False, seed=1)
+
+
+def case_replicated_on_rank_1_only():
+    run_on([1], sharded=False, seed=2)
+
+
+def case_sharded_on_rank_1_only():
+    run_on([1], sharded=True, seed=3)
+
+
+def case_sharded_on_both_ranks_still_runs():
+    run_on([0, 1], sharded=True, seed=4)
+
+
+def case_a_mesh_beyond_the_world_is_refused():
+    for devices in ([0, 2], [1, 2], [[0, 1], [2, 3]]):
+        fd = relu_sum(DeviceMesh(devices))
+        expect_refused(fd, [random_input(5)], fuser.FuserError, "T0", "needs", "runs 2")
+
+
+def case_a_mesh_naming_a_rank_twice_is_refused():
+    for devices in ([0, 0], [1, 1], [[0, 1], [1, 0]]):
+        try:
+            DeviceMesh(devices)
+        except fuser.FusionDefinitionError as err:
+            assert "distinct" in str(err) and str(devices) in str(err), str(err)
+        else:
+            raise AssertionError(f"DeviceMesh({devices}) was accepted")
+
+
+CASES = {name[len("case_"):]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
+
+
+def main(out_dir: str) -> None:
+    comm = Communicator.default()  # initializes torch.distributed from torchrun's environment
+    results = {"world_size": comm.world_size}
+    for name, case in CASES.items():
+        try:
+            case()
+            results[name] = {"ok": True}
+        except Exception:  # noqa: BLE001 - reported, not raised: the other cases still run
+            results[name] = {"ok": False, "error": traceback.format_exc()}
+        comm.barrier()
+    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests.
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("mesh_rank")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               FUSER_COLLECTIVE_TIMEOUT="20", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", os.path.abspath(__file__), str(out_dir)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    results = []
+    for rank in range(2):
+        with open(out_dir / f"rank{rank}.json") as f:
+            results.append(json.load(f))
+    return results
+
+
+@pytest.mark.multidevice
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_ranks(two_rank_results, name):
+    for rank, results in enumerate(two_rank_results):
+        assert results["world_size"] == 2
+        assert results[name]["ok"], f"rank {rank}: {results[name].get('error')}"
+
+
+def test_meta_inference_as_a_rank_outside_the_mesh_is_refused():
+    """The same check in one process: meta inference of a mesh-[0] fusion as rank 2 of a world
+    of 3 is refused; as rank 0 it gives the shapes."""
+    fd = relu_sum(DeviceMesh([0]))
+    x = random_input(6)
+    y, _ = fd.execute([x])
+    torch.testing.assert_close(y, torch.relu(x), rtol=1.3e-6, atol=1e-5)
+    runtime = fd.cache.last_runtime
+    table = bind_inputs(fd.cache.prepared, [x])
+    with pytest.raises(fuser.UnsupportedError, match=r"T0 lives on DeviceMesh\{0\}, which does not hold rank 2"):
+        runtime.infer_meta([x], table, rank=2, world_size=3)
+    y, z = runtime.infer_meta([x], table, rank=0, world_size=3)
+    assert y.device.type == "meta" and y.shape == x.shape and z.shape == (6,)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
