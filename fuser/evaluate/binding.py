@@ -65,9 +65,11 @@ class BindingTable:
 
 
 # a number bound at execution that an op converts to a narrow type: eager's checked conversion
-# (the range, and the C++ type eager's error names)
+# (the range, and the C++ type eager's error names); an integer scalar computed at execution
+# that becomes a float, within its own type (ops/pointwise.py _check_integers_fit)
 _HOLDS = {"int8": (-2**7, 2**7 - 1, "int8_t"), "uint8": (0, 2**8 - 1, "uint8_t"),
           "int16": (-2**15, 2**15 - 1, "int16_t"), "int32": (-2**31, 2**31 - 1, "int"),
+          "int64": (-2**63, 2**63 - 1, "int64_t"), "uint64": (0, 2**64 - 1, "uint64_t"),
           "float16": (-65504.0, 65504.0, "c10::Half")}
 _RULE_TEXT = {"finite": "", "nonzero": " other than 0", "nonnegative": " of at least 0",
               **{f"holds {t}": f" that {t} holds, within [{lo}, {hi}] (as eager: value cannot be converted "

@@ -10,6 +10,7 @@ collapsible sections in a notebook.
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -17,6 +18,7 @@ from typing import Any, Optional
 import torch
 
 from .. import timing
+from ..ir import TensorView
 from .gc_pause import Overlapped
 from .jit import JitFunction, JitModule, Stats, jit
 from .partition import ELEMENT, SIZE
@@ -212,7 +214,7 @@ def _program_report(program: GraphProgram) -> ProgramReport:
             rt = step.fd.cache.last_runtime if step.fd.cache is not None else None
             report.fusions.append(FusionReport(
                 name=f"fusion {fusions}", nodes=[n.name for n in step.region.nodes],
-                fusion=str(step.fd.fusion), definition=repr(step.fd),
+                fusion=str(step.fd.fusion), definition=definition_as_run(step.fd),
                 segments=[s.describe() for s in rt.segments] if rt else [],
                 triton=rt.triton_code() if rt else []))
             fusions += 1
@@ -220,6 +222,33 @@ def _program_report(program: GraphProgram) -> ProgramReport:
             node = step.eager.node
             report.eager.append((node.name, str(node.target), step.eager.reason))
     return report
+
+
+# a recorded line's results: `tv3 = `, `tv3, _ = `, `[s1, s2] = ` (fd.ops.shape)
+_RESULTS = re.compile(r"^\s*\[?(\w+(?:, \w+)*)\]? = ")
+_NAME = re.compile(r"\b(?:tv|s)\d+\b")
+DEAD_MARK = "# not run, no output reads it: "
+
+
+def definition_as_run(fd) -> str:
+    """`repr(fd)` with each op whose results nothing reads commented out as not run. The
+    lowering drops such ops from the fusion (a constant inlined into its users, the zeros a
+    scatter does not read), but the recorded definition still lists them. A line stays where
+    a result is a fusion input, an op's output in the fusion, or named by a line that stays
+    (`tv2.shape()[0]`, a scalar); inputs and constants (`fd.define_*`) always stay."""
+    fusion = fd.fusion
+    live = {f"tv{v.name}" for v in fusion.inputs() if isinstance(v, TensorView)}
+    live |= {f"tv{o.name}" for e in fusion.exprs for o in e.outputs if isinstance(o, TensorView)}
+    lines = repr(fd).splitlines()
+    for k in range(len(lines) - 1, 0, -1):  # (backwards: a line's readers come after it)
+        line = lines[k]
+        results = _RESULTS.match(line)
+        names = set(results.group(1).split(", ")) - {"_"} if results else set()
+        if names and "fd.ops." in line and live.isdisjoint(names):
+            lines[k] = line.replace(line.lstrip(), DEAD_MARK + line.lstrip(), 1)
+        else:
+            live |= set(_NAME.findall(line))
+    return "\n".join(lines) + "\n"
 
 
 def _rule(title: str) -> str:

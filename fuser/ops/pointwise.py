@@ -204,6 +204,7 @@ def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
         dtype = DataType.Double
     else:
         dtype = x.dtype
+    _check_integers_fit(kind.value, dtype, x)
     if x.value is not None:
         return _known(x.fusion, kind.value, dtype, python_value(scalar_fn(code, x.value), dtype))
     if kind in (U.neg, U.abs) and not dtype.is_floating:  # (integer algebra, for extents)
@@ -220,6 +221,7 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
         dtype = DataType.Double
     else:
         dtype = compute
+    _check_integers_fit(kind.value, dtype, a, b)
     algebra = {B.add: lambda x, y: x + y, B.sub: lambda x, y: x - y, B.mul: lambda x, y: x * y,
                B.maximum: sympy.Max, B.minimum: sympy.Min}.get(kind)
     if algebra is not None and (a.dtype.is_boolean or b.dtype.is_boolean):
@@ -255,6 +257,26 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     if kind is B.div and not dtype.is_floating and a.expr.is_nonnegative and b.expr.is_nonnegative:
         return fusion.new_scalar(dtype, expr=sympy.floor(a.expr / b.expr))  # (truncation is floor here)
     return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
+
+
+def _check_integers_fit(op: str, result: DataType, *operands: Scalar) -> None:
+    """Integer scalars computed at execution are exact Python integers, and only a result's
+    value is checked against 64 bits when it is bound (BindingTable.evaluate). One that turns
+    into a float here (a cast, float arithmetic, a float function) hides from that check: an
+    Int product past 64 bits would be rounded to a double where the same constant is refused
+    (_known). So each execution checks the integer itself fits its type (Fusion.finite), where
+    it depends on a scalar input (extents alone are sizes of tensors that exist)."""
+    if not (result.is_floating or result.is_complex):
+        return
+    fusion = operands[0].fusion
+    inputs = {v.expr for v in fusion.inputs() if isinstance(v, Scalar)}
+    for v in operands:
+        if (v.dtype.is_integral and v.value is None and not isinstance(v.expr, sympy.Symbol)
+                and not inputs.isdisjoint(v.expr.free_symbols)):
+            held = str(v.dtype.to_torch()).removeprefix("torch.")  # (binding.py's rule names)
+            check = (v.expr, f"{op}: the {v.dtype.name} scalar", f"holds {held}")
+            if check not in fusion.finite:
+                fusion.finite.append(check)
 
 
 def _known(fusion, op: str, dtype: DataType, value) -> Scalar:
@@ -339,6 +361,7 @@ def cast(x: Operand, dtype: DataType):
             except (ValueError, OverflowError) as err:  # nan or inf to an integer
                 raise FusionDefinitionError(f"cast: the scalar {x.value} cannot become {dtype}: {err}") from None
             return _known(fusion, "cast", dtype, value)  # (an integer beyond the type's range refused)
+        _check_integers_fit("cast", dtype, x)
         if dtype is x.dtype or dtype.is_complex:
             return fusion.new_scalar(dtype, expr=x.expr)
         return fusion.new_scalar(dtype, expr=scalarCast(x.expr, _cast_code(dtype)))
