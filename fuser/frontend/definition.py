@@ -205,6 +205,9 @@ class FusionDefinition:
         # define_vector(0) shares its position with the input after it)
         self._vectors: list[tuple[int, int]] = []
         self._cpu_scalars: set[int] = set()  # positions of define_tensor(shape=[], is_cpu=True) inputs
+        # an aliased input was an inference tensor: callers that go to the executor cache
+        # directly (frontend/program.py) check each call, as `execute` does, from then on
+        self.writes_inference = False
 
     def __enter__(self) -> "FusionDefinition":
         return self
@@ -429,6 +432,8 @@ class FusionDefinition:
                 raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
                                        f"is expanded: stride 0 on an axis of size > 1, one element for many; "
                                        f"pass a dense tensor")
+            if dst.is_inference():
+                self.writes_inference = True
             if dst.is_inference() and not torch.is_inference_mode_enabled():
                 raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
                                        f"is an inference tensor, which only torch.inference_mode() may write "

@@ -148,7 +148,11 @@ class FusionStep:
 
     def execute(self, inputs: list) -> list:
         cache = self.fd.cache  # (made by the first call)
-        return cache.execute(inputs) if cache is not None else self.fd.execute(inputs)
+        if cache is None:
+            return self.fd.execute(inputs)
+        if self.fd.writes_inference:  # (fd.execute's check, which the cache's call skips)
+            self.fd._check_writable(inputs)
+        return cache.execute(inputs)
 
     @property
     def kernels(self) -> int:
@@ -337,7 +341,10 @@ class GraphProgram:
                  "    if stats is not None and record is not None:",
                  "        stats.saw(record)",
                  "    cache = fd.cache",  # made by the first call
-                 f"    outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
+                 "    if cache is None or fd.writes_inference:",  # (execute's checks: an inference
+                 f"        outs = fd.execute([{inputs}])",  # tensor written in place)
+                 "    else:",
+                 f"        outs = cache.execute([{inputs}])",
                  f"    return {result}"]
         exec(compile("\n".join(lines), f"<fuser {self.kind} program>", "exec"), env)
         call = env["call"]
