@@ -8,9 +8,12 @@ to the input (`fd.add_output(new, alias_input=input)`, nvFuser's in-place update
 runtime has the kernel write it into the input's memory where that is safe
 (`runtime/in_place.py`), else copies it there after the fusion, as the ATen call did.
 
-A write-back is folded where the fusion reads the input itself, the value has the input's
-dtype and shape, and nothing outside the fusion reads the input after the fusion's phase
-(the partition orders every eager write-back after the input's last reader).
+A write-back is folded where the fusion computes the value, the value has the input's dtype
+and shape, and nothing outside the fusion reads the input after the fusion's phase (the
+partition orders every eager write-back after the input's last reader). The value may reach
+the `copy_` through views that change nothing, run by ATen after the fusion (InstanceNorm's
+running statistics: `copy_(buffer, alias(copy(alias(buffer), mean)))`); an input the fusion
+does not read (spectral norm's `v`, only written) becomes one, to be written.
 """
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError
+from ..ir import DataType
 from .meta import meta_val, size_expr
 
 aten = torch.ops.aten
+
+_UNCHANGING_VIEWS = {aten.alias.default, aten.view.default, aten._unsafe_view.default}
 
 
 def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> None:
@@ -33,24 +39,59 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
     for node in [n for n in eager if n.target is aten.copy_.default]:
         dst, src = node.args[0], node.args[1]
         if not isinstance(dst, Node) or not isinstance(src, Node) or dst.op != "placeholder" \
-                or node.users or dst in returned or src not in region_of or node.kwargs.get("non_blocking"):
+                or node.users or dst in returned or node.kwargs.get("non_blocking"):
             continue
-        key, region = region_of[src]
-        index = region.outputs.get(src)
-        if type(index) is not int or dst not in region.inputs or any(dst is w for _, w in region.write_backs) \
-                or not _same_layout_kind(meta_val(dst), meta_val(src)):
+        views = _unchanging_views(src, eager)
+        value = views[-1].args[0] if views else src
+        if value not in region_of:
+            continue
+        key, region = region_of[value]
+        index = region.outputs.get(value)
+        if type(index) is not int or any(dst is w for _, w in region.write_backs) \
+                or not _same_layout_kind(meta_val(dst), meta_val(value)):
             continue
         inside = set(region.nodes)
         if any(u is not node and u not in inside and phase.get(u, key[0]) >= key[0] for u in readers_of_memory(dst)):
             continue  # (read outside the fusion after it, itself or through a view: the write must wait)
         fusion = region.fd.fusion
+        alias = _fusion_input(region, dst)  # (not undone by all_or_nothing: an input stays listed)
         try:
             with fusion.all_or_nothing():
-                region.fd.add_output(fusion.outputs()[index], alias_input=fusion.inputs()[region.inputs.index(dst)])
+                region.fd.add_output(fusion.outputs()[index], alias_input=alias)
         except FuserError:
             continue
         region.write_backs.append((len(fusion.outputs()) - 1, dst))
         del eager[node]
+        for view in views:  # (read by the write-back alone: nothing left to take them for)
+            if all(u is node or u in views and u not in eager for u in view.users):
+                del eager[view]
+
+
+def _unchanging_views(src: Node, eager: dict) -> list[Node]:
+    """The eager views from `src` back to the value they show, outermost first, where each
+    leaves its input as it is (`alias`, a `view` to the same shape): the partition sinks a
+    view at the end of a fusion out of it, so `copy_(dst, alias(value))` reads ATen's view of
+    the fusion's output."""
+    chain = []
+    while src in eager and src.target in _UNCHANGING_VIEWS and isinstance(src.args[0], Node) \
+            and _same_shape(meta_val(src), meta_val(src.args[0])):
+        chain.append(src)
+        src = src.args[0]
+    return chain
+
+
+def _fusion_input(region, dst: Node):
+    """The fusion input that holds graph input `dst`; one defined for it where the fusion does
+    not read it (its value only written). It stays an input should the write-back be refused,
+    as region.inputs lists it: unread, it changes nothing."""
+    inputs = region.fd.fusion.inputs()
+    if dst in region.inputs:
+        return inputs[region.inputs.index(dst)]
+    fake = meta_val(dst)
+    shape = [int(e) if e.is_Integer else -1 for e in map(size_expr, fake.shape)]
+    tv = region.fd.define_tensor(shape=shape, contiguity=None, dtype=DataType.from_torch(fake.dtype))
+    region.inputs.append(dst)
+    return tv
 
 
 def readers_of_memory(node: Node) -> list[Node]:
@@ -79,5 +120,9 @@ def _is_view(node: Node) -> bool:
 
 def _same_layout_kind(dst, src) -> bool:
     return isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and dst.dtype == src.dtype \
-        and dst.device == src.device and dst.dim() == src.dim() \
-        and all(size_expr(a) == size_expr(b) for a, b in zip(dst.shape, src.shape))
+        and dst.device == src.device and _same_shape(dst, src)
+
+
+def _same_shape(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() \
+        and all(size_expr(x) == size_expr(y) for x, y in zip(a.shape, b.shape))
