@@ -93,14 +93,18 @@ def _plain_call(module: torch.nn.Module) -> bool:
 
 class DirectCall:
     """The last Dynamo cache entry of one plain function (or of an nn.Module's forward, whose
-    frame is the one Dynamo compiles for a module), callable without Dynamo."""
+    frame is the one Dynamo compiles for a module, or of a function bound to a module: the
+    frame of its own fuser gives one of torch's modules), callable without Dynamo."""
 
     def __init__(self, fn: Callable):
         # a module: its class's forward, called with the module as `self`, while the module
-        # has no hooks (Module.__call__ runs those around forward, outside Dynamo's frame)
-        self.module = fn if isinstance(fn, torch.nn.Module) else None
-        if self.module is not None:
-            fn = type(fn).forward
+        # has no hooks (Module.__call__ runs those around forward, outside Dynamo's frame). A
+        # function bound to a module (jit.py `_own_frame`) calls the module inside the frame,
+        # hooks included, which Dynamo's guards cover; the same checks send such calls through
+        # Dynamo all the same (rare calls, and the guards' cover of them is Dynamo's to keep)
+        self.module, fn = _module_and_function(fn)
+        # (the class forward the module's call runs: a reassigned one is another frame's)
+        self.forward = None if self.module is None else type(self.module).forward
         self.usable = _plain_function(fn)
         self.fn = fn
         # (Dynamo's CacheEntry, its guard manager when remembered (Dynamo swaps it to
@@ -147,7 +151,7 @@ class DirectCall:
             module = self.module
             # Module.__call__ calls `module.forward`: an instance attribute (a patched forward)
             # or a reassigned class forward is not the frame whose entry is remembered
-            if "forward" in module.__dict__ or type(module).forward is not self.fn or not _plain_call(module):
+            if "forward" in module.__dict__ or type(module).forward is not self.forward or not _plain_call(module):
                 return MISS
             if not _hooks_free(module) or torch._C._get_tracing_state() is not None:
                 return MISS  # Module.__call__ would run hooks, or trace for torch.jit
@@ -240,6 +244,16 @@ class DirectCall:
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
             self.remembered = None
+
+
+def _module_and_function(fn: Callable) -> tuple[Optional[torch.nn.Module], Any]:
+    """The module a frame is called with as `self` (None for a plain function), and the
+    frame's function."""
+    if isinstance(fn, torch.nn.Module):
+        return fn, type(fn).forward
+    if isinstance(fn, types.MethodType) and isinstance(fn.__self__, torch.nn.Module):
+        return fn.__self__, fn.__func__
+    return None, fn
 
 
 def _locals_of_full_call(fn: types.FunctionType) -> Callable[[tuple], dict]:

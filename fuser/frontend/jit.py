@@ -169,12 +169,17 @@ class _WhileCompiling:
 def _compiled_frame(owner: "JitFunction", dynamic: "Optional[bool]") -> Callable:
     """`torch.compile(owner._frame, backend=fuser, dynamic=dynamic)`, its frame callback
     wrapped in `_WhileCompiling` (a torch without the callback where it is looked for gets
-    the plain one, the settings then applying to Dynamo's defaults: correct, slower to trace)."""
+    the plain one, the settings then applying to Dynamo's defaults: correct, slower to trace).
+    A frame bound to a module (`_own_frame`) is compiled as its function, then bound: Dynamo
+    would run a method with no source file through its shared `wrap_inline` frame."""
     context = torch._dynamo.optimize(backend=backend_for(), dynamic=dynamic)
     inner = getattr(context, "callback", None)
     if callable(inner) and not isinstance(inner, _WhileCompiling):
         context.callback = _WhileCompiling(inner, owner)
-    return context(owner._frame)
+    frame = owner._frame
+    if isinstance(frame, types.MethodType):
+        return types.MethodType(context(frame.__func__), frame.__self__)
+    return context(frame)
 
 
 class JitFunction:
@@ -205,7 +210,7 @@ class JitFunction:
         self._frame = _own_frame(fn) if _frame_shared(fn) else fn  # (what Dynamo compiles)
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._compiled = _compiled_frame(self, True if self._rows else dynamic)
-        self._direct = DirectCall(fn)
+        self._direct = DirectCall(self._frame)
         functools.update_wrapper(self, fn, updated=())
         # the function inside, as torch.compile's wrappers name it: torch.compiler.disable(jitted)
         # runs it eagerly, and torch._dynamo.explain(jitted) explains it
@@ -718,11 +723,46 @@ _FRAMES = itertools.count()
 
 
 def _own_frame(module: torch.nn.Module) -> Callable:
-    """A function that calls `module`, of a code object of its own (see `_frame_shared`)."""
+    """A forward of `module`'s own, bound to it: a function of a code object of its own (see
+    `_frame_shared`) that calls the module (its hooks included) with the forward's parameters
+    and defaults (the same objects), so that a repeat call takes the direct path (`DirectCall`
+    reads the frame's arguments by name), and named as the forward: a call Python refuses
+    raises eager's TypeError, word for word (`self` counted as in the forward). A forward
+    with *args, **kwargs or keyword-only parameters gets `(self, *args, **kwargs)`, which
+    only Dynamo's path takes."""
     name = f"fuser_jit_{type(module).__name__}_{next(_FRAMES)}"
-    env = {"module": module}
-    exec(compile(f"def {name}(*args, **kwargs):\n    return module(*args, **kwargs)", f"<{name}>", "exec"), env)
-    return env[name]
+    parameters = _positional_parameters(module.forward)
+    if parameters is None:
+        source = f"def {name}(self, *args, **kwargs):\n    return self(*args, **kwargs)"
+        defaults = None
+    else:
+        names = [p.name for p in parameters]
+        listed = ["self", *names]
+        positional_only = sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in parameters)
+        if positional_only:
+            listed.insert(1 + positional_only, "/")
+        source = f"def {name}({', '.join(listed)}):\n    return self({', '.join(names)})"
+        defaults = tuple(p.default for p in parameters if p.default is not inspect.Parameter.empty) or None
+    env: dict = {}
+    exec(compile(source, f"<{name}>", "exec"), env)
+    frame = env[name]
+    frame.__defaults__ = defaults
+    frame.__qualname__ = getattr(module.forward, "__qualname__", name)
+    return types.MethodType(frame, module)
+
+
+def _positional_parameters(forward: Callable) -> "Optional[list[inspect.Parameter]]":
+    """The parameters of a bound `forward`, all positional (positional-only or not); None where
+    it has others (*args, **kwargs, keyword-only), a parameter named `self` (the frame's own),
+    or no signature to read."""
+    try:
+        parameters = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind not in positional or p.name == "self" for p in parameters):
+        return None
+    return parameters
 
 
 def _name(fn: Any) -> str:
