@@ -25,6 +25,7 @@ from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
 from ..runtime.in_place import write_back
+from .allocation_order import infer_allocation_order
 from .frame_hook import set_eval_frame as _set_eval_frame
 from .profiler import active as active_profiler
 from .repro import describe_inputs, python_literal, repro_script
@@ -226,6 +227,11 @@ class FusionDefinition:
             self._with_raised = f"{exc_type.__name__}: {exc}"
         if exc_type is None and not self.fusion.outputs():
             raise FusionDefinitionError("the definition has no outputs; call fd.add_output")
+        if exc_type is None and self.fusion.final is None:
+            # nvFuser's finalize: outputs without a layout of their own take their inputs' (a
+            # definition made without the block, fuser.jit's, lays its outputs out itself; one
+            # executed inside it has compiled its layouts)
+            infer_allocation_order(self.fusion, keep=[tv for tv, target in self._outputs if target is not None])
 
     # -- definition -------------------------------------------------------------------------
 

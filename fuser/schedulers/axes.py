@@ -25,7 +25,7 @@ from ..segment.segments import RESIZED_OUTPUTS
 _ELEMENTWISE = (UnaryOp, BinaryOp, TernaryOp, CastOp, LoadStoreOp, ExpandOp)
 
 
-class _UnionFind:
+class UnionFind:
     def __init__(self):
         self.parent: dict[int, int] = {}
         self.ids: dict[int, IterDomain] = {}
@@ -49,7 +49,7 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def _axis_pairs(e: Expr):
+def axis_pairs(e: Expr):
     """Pairs of (output id, input id) that are the same loop axis."""
     if isinstance(e, _ELEMENTWISE):
         outs = [o.domain.no_reductions() for o in e.outputs if isinstance(o, TensorView)]
@@ -198,7 +198,7 @@ class KernelAxes:
     aligned_outputs: bool = False  # analysed with `align_outputs` (outputs share their axes)
     # the analysis's union-find of axes, and per (broadcast class, extent) the first concrete
     # axis that class met: what `PointwiseAxes` extends
-    links: Optional[tuple["_UnionFind", dict]] = field(default=None, repr=False, compare=False)
+    links: Optional[tuple["UnionFind", dict]] = field(default=None, repr=False, compare=False)
 
     def of(self, tv: TensorView) -> list[Optional[int]]:
         return self.tensor_axes[id(tv)]
@@ -231,7 +231,7 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     `outputs` set the extents of resized axes. `align_outputs`: outputs of one rank and the
     same extents share their loop axes position by position (independent computations, rope
     of q and of k, iterated together rather than as an outer product)."""
-    uf = _UnionFind()
+    uf = UnionFind()
     tensors = group_tensors(exprs)
     reduced = {id(o) for e in exprs if isinstance(e, (ReductionOp, VarMeanOp)) for o in e.outputs}
 
@@ -247,7 +247,7 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     # axis for [m, n] and [m, m * n] read the first out of bounds)
     met: list[tuple[IterDomain, IterDomain]] = []
     for e in exprs:
-        for a, b in _axis_pairs(e):
+        for a, b in axis_pairs(e):
             if (concrete_extent(a) is None) == (concrete_extent(b) is None):
                 uf.union(a, b)
             else:
@@ -403,7 +403,7 @@ class PointwiseAxes:
             return ("class", self.broadcast_of[id(d)]) if id(d) in self.broadcast_of else None
 
         met = []
-        for a, b in _axis_pairs(e):
+        for a, b in axis_pairs(e):
             na, nb = node(a), node(b)
             if na is None or nb is None:
                 return None  # a squeezed axis
