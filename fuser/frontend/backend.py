@@ -29,6 +29,7 @@ from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
 from . import ahead
 from .cse import eliminate_common_subexpressions
+from .eager_checks import check_dynamo_rewrites, writes_uncastable_result
 from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
 from .partition import plan_graph
@@ -256,13 +257,14 @@ _DECOMPOSED_WRONGLY = frozenset({"multilabel_margin_loss"})
 def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
     """Whether Dynamo's graph runs as traced, unfused: it calls one of those functions where
     its result (the type its operands promote to) is one eager refuses, or an op eager has no
-    float8 form of on a float8 tensor (running it raises eager's own error; an integer target
-    of mse_loss promotes with the float input: computed), or one torch decomposes wrongly."""
+    float8 form of on a float8 tensor, or an in-place op whose result its tensor cannot hold
+    (running it raises eager's own error; an integer target of mse_loss promotes with the
+    float input: computed), or one torch decomposes wrongly."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
-        if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name):
+        if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name) or writes_uncastable_result(node):
             return True
         refused = _INPUT_REFUSED.get(name)
         if refused is not None and node.args and isinstance(node.args[0], torch.fx.Node):
@@ -662,6 +664,7 @@ class FuserBackend:
                                    f"{', '.join(sorted(_MODES))}")
 
         _refuse_meta_inputs(gm, example_inputs)
+        check_dynamo_rewrites(gm)
         record = GraphRecord(dynamo_code=gm.code)
         if _runs_as_traced(gm):
             return _Counted(gm.forward, record)

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
-from ...ir import DataType, TensorView
+from ...ir import DataType, Scalar, TensorView
 from ...ops.pointwise import python_value
 from . import Kind, LoweringError, refuse_overflow, register
 
@@ -103,12 +104,38 @@ def _scaled(b, node, y, alpha, op: str):
     in fp32 for a half or bf16 `y`: eager's kernel rounds `x + alpha y` once, where a product
     of y's type was rounded before the sum too (an SGD step on bf16 parameters, 1 ulp off in a
     sixth of them). `_rounded_once` casts the sum back."""
+    _refuse_alpha_kind(alpha, node.meta["val"].dtype, op)
     if alpha == 1:
         return y
     refuse_overflow(alpha, node.meta["val"].dtype, op)
     if isinstance(y, TensorView) and y.dtype in (DataType.BFloat16, DataType.Half):
         y = b.fd.ops.cast(y, DataType.Float)
     return b.fd.ops.mul(y, alpha)
+
+
+def _alpha_kind(alpha) -> Optional[str]:
+    """"bool", "int", "float" or "complex": the kind of number `alpha` is (a number bound at
+    execution: its dtype's); None for anything else."""
+    if isinstance(alpha, Scalar):
+        dt = alpha.dtype
+        return "bool" if dt.is_boolean else "int" if dt.is_integral else "complex" if dt.is_complex else "float"
+    for kind in (bool, int, float, complex):  # (bool first: a bool is an int too)
+        if isinstance(alpha, kind):
+            return kind.__name__
+    return None
+
+
+def _refuse_alpha_kind(alpha, result: torch.dtype, op: str) -> None:
+    """Eager checks alpha's kind against the result type (its alpha_check) before anything
+    else, alpha 1 included: a bool alpha only for a bool result, a float one for a floating or
+    complex result, a complex one for a complex result. Through ATen the node raises eager's
+    error, where a kernel would truncate `y * 2.5` into an integer sum."""
+    kind = _alpha_kind(alpha)
+    refused = (kind == "bool" and result is not torch.bool) or \
+        (kind == "float" and not (result.is_floating_point or result.is_complex)) or \
+        (kind == "complex" and not result.is_complex)
+    if refused:
+        raise LoweringError(f"{op} with alpha={alpha!r}, a {kind} alpha for a {result} result (eager refuses it)")
 
 
 def _rounded_once(b, node, out):
