@@ -10,10 +10,12 @@ runtime has the kernel write it into the input's memory where that is safe
 
 A write-back is folded where the fusion computes the value, the value has the input's dtype
 and shape, and nothing outside the fusion reads the input after the fusion's phase (the
-partition orders every eager write-back after the input's last reader). The value may reach
-the `copy_` through views that change nothing, run by ATen after the fusion (InstanceNorm's
-running statistics: `copy_(buffer, alias(copy(alias(buffer), mean)))`); an input the fusion
-does not read (spectral norm's `v`, only written) becomes one, to be written.
+partition orders every eager write-back after the input's last reader) but the graph's
+return, which hands on the input as the write left it (`return x.add_(y)` returns the
+`copy_`, which is the input; a training forward, an updated buffer's input itself). The value
+may reach the `copy_` through views that change nothing, run by ATen after the fusion
+(InstanceNorm's running statistics: `copy_(buffer, alias(copy(alias(buffer), mean)))`); an
+input the fusion does not read (spectral norm's `v`, only written) becomes one, to be written.
 """
 from __future__ import annotations
 
@@ -35,12 +37,11 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
     """Moves each eager `copy_` into a graph input that a region can write (see the module
     docstring) into that region: removed from `eager`, added to the region's `write_backs`."""
     region_of = {n: (key, r) for key, r in regions.items() for n in r.nodes}
-    returned = set(output.all_input_nodes)
     for node in [n for n in eager if n.target is aten.copy_.default]:
         dst, src = node.args[0], node.args[1]
         if not isinstance(dst, Node) or not isinstance(src, Node) or dst.op != "placeholder" \
-                or node.users or dst in returned or node.kwargs.get("non_blocking"):
-            continue
+                or any(u is not output for u in node.users) or node.kwargs.get("non_blocking"):
+            continue  # (a `copy_` returned is the input, written: `return x.add_(y)`)
         views = _unchanging_views(src, eager)
         value = views[-1].args[0] if views else src
         if value not in region_of:
@@ -51,8 +52,10 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
                 or not _same_layout_kind(meta_val(dst), meta_val(value)):
             continue
         inside = set(region.nodes)
-        if any(u is not node and u not in inside and phase.get(u, key[0]) >= key[0] for u in readers_of_memory(dst)):
-            continue  # (read outside the fusion after it, itself or through a view: the write must wait)
+        if any(u is not node and u is not output and u not in inside and phase.get(u, key[0]) >= key[0]
+               for u in readers_of_memory(dst)):
+            continue  # (read outside the fusion after it, itself or through a view: the write must
+            # wait; the graph's return reads it after every step, as it is when the call ends)
         fusion = region.fd.fusion
         alias = _fusion_input(region, dst)  # (not undone by all_or_nothing: an input stays listed)
         try:
@@ -61,6 +64,8 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
         except FuserError:
             continue
         region.write_backs.append((len(fusion.outputs()) - 1, dst))
+        if node.users:
+            region.outputs[node] = dst  # (the step hands on the input itself, which it wrote)
         del eager[node]
         for view in views:  # (read by the write-back alone: nothing left to take them for)
             if all(u is node or u in views and u not in eager for u in view.users):
