@@ -218,7 +218,7 @@ class JitFunction:
         self._torchdynamo_wrapper_id = id(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if _compiling_here():
             # called from a function Dynamo traces (another jitted or compiled function): the
             # function's ops join that trace, rather than break it at fuser's own call path
             return self._fn(*args, **kwargs)
@@ -507,13 +507,23 @@ def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: s
 # dynamic="rows": each row length fixed in the first trace
 
 
+def _compiling_here() -> bool:
+    """Whether this thread is inside a compile: Dynamo tracing the caller (it folds
+    `is_dynamo_compiling()` to True), or a trace of another kind (torch.export's non-strict
+    one). Not `torch.compiler.is_compiling()` alone: that flag is one global, set while any
+    thread's Dynamo compiles a frame, and calls in other threads ran the function eagerly,
+    unfused and uncounted, for as long as that compile took."""
+    return torch.compiler.is_dynamo_compiling() or (
+        torch.compiler.is_compiling() and torch._guards.TracingContext.try_get() is not None)
+
+
 def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
     """Mark each floating-point tensor argument's last size static for Dynamo (the length of
     its rows: a hidden size, a vocabulary), leaving its other sizes symbolic (dynamic=True's
     duck-sized symbols, so that equal sizes stay one symbol). Returns what `_unmark` needs to
     take the marks off the tensors again once the call is done, leaving the caller's tensors
     as they came; a later trace (a new row length: a guard fails) then has them all symbolic."""
-    if torch.compiler.is_compiling():  # (inside another compile: its own shapes apply)
+    if _compiling_here():  # (inside another compile: its own shapes apply)
         return []
     from torch.utils._pytree import tree_leaves
 
