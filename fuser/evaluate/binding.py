@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import ExtentConflictError, FusionInputError, InternalError
 from ..ir import Fusion, Scalar, TensorView
 from ..ir.domain import Merge, Split
-from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol
+from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol, scalarCast
 from ..ir.types import fits_int64, int_range
 from ..multidevice.sharding import local_extents, sharding_factors
 
@@ -38,7 +38,9 @@ class BindingTable:
         except (ArithmeticError, ValueError) as err:  # a division by zero, a cast of nan to an integer
             raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
                                    f"{err}") from None
-        if type(v) is int and not fits_int64(v):  # (exact integer algebra): as eager refuses it
+        # (exact integer algebra past int64: as eager refuses it); a cast's value is in its
+        # type's range, a UInt64's past int64's
+        if type(v) is int and not fits_int64(v) and not isinstance(e, scalarCast):
             given = self.describe(e)
             raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer"
                                    + (f" (with {given})" if given else ""))

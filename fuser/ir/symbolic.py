@@ -101,25 +101,24 @@ class tailLen(sympy.Function):
         return extent if a == 0 else sympy.Max(extent - a, 0) if a > 0 else sympy.Min(-a, extent)
 
 
-# what a runtime scalar is cast to (scalarCast's second argument)
-CAST_BOOL, CAST_INT, CAST_FLOAT, CAST_HALF, CAST_BFLOAT16, CAST_DOUBLE = range(6)
-_CAST_NAMES = ("bool", "int64_t", "float", "half", "bfloat16", "double")
+# what a runtime scalar is cast to (scalarCast's second argument; new codes go last, so that
+# the others keep their numbers)
+CAST_BOOL, CAST_INT, CAST_FLOAT, CAST_HALF, CAST_BFLOAT16, CAST_DOUBLE, CAST_INT32, CAST_UINT64 = range(8)
+_CAST_NAMES = ("bool", "int64_t", "float", "half", "bfloat16", "double", "int", "uint64_t")
+# the integer types' (bits, signed)
+_INTEGER_CASTS = {CAST_INT: (64, True), CAST_INT32: (32, True), CAST_UINT64: (64, False)}
 
 
 def convert_scalar(code: int, v):
-    """A Python number converted as a cast to that type converts it: bool, an integer
-    truncated toward zero, a float rounded to the nearest fp32, half or bf16 value (to nearest,
+    """A Python number converted as a cast to that type converts it: bool, an integer type
+    (see _to_integer), a float rounded to the nearest fp32, half or bf16 value (to nearest,
     ties to even; beyond the largest finite value, inf)."""
     if isinstance(v, complex) and code != CAST_BOOL:
         v = v.real  # (a cast of a complex number to a real type keeps its real part, as torch's)
     if code == CAST_BOOL:
         return bool(v)
-    if code == CAST_INT:
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError(f"cannot cast {v} to an integer")
-        if isinstance(v, float) and not -2.0**63 <= v < 2.0**64:  # (2**64 for a UInt64's, wrapped by it)
-            raise ValueError(f"{v} is out of the range of a 64-bit integer")
-        return int(v)
+    if code in _INTEGER_CASTS:
+        return _to_integer(v, *_INTEGER_CASTS[code])
     v = float(v)
     if code == CAST_DOUBLE or not math.isfinite(v):
         return v
@@ -133,6 +132,25 @@ def convert_scalar(code: int, v):
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         (r,) = struct.unpack("<f", struct.pack("<I", bits))
     return r
+
+
+def _to_integer(v, bits: int, signed: bool) -> int:
+    """`v` cast to an integer type of `bits` bits, as torch converts it: an integer wraps
+    (two's complement: int32 of 2**31 + 5 is -2**31 + 5, uint64 of -1 is 2**64 - 1), so that a
+    scalar has the value a kernel's argument of that type has; a float is truncated toward
+    zero, and one the type cannot hold is an error (eager's conversion of it is undefined: x86
+    gives int32 of 3e9 as -2**31, a GPU saturates). A float reaches an unsigned type through
+    int64, as eager's does (uint64 of -1.0 is 2**64 - 1)."""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot cast {v} to an integer")
+        low, high = (-2**(bits - 1), 2**(bits - 1)) if signed else (-2**63, 2**64)
+        if not low <= int(v) < high:
+            raise ValueError(f"{v} is out of the range of a{'' if signed else 'n unsigned'} {bits}-bit integer")
+    elif not -2**63 <= v < 2**64:  # (an exact integer past a 64-bit type's: no type held it)
+        raise ValueError(f"{v} is out of the range of a 64-bit integer")
+    v = int(v) % (1 << bits)
+    return v - (1 << bits) if signed and v >> (bits - 1) else v
 
 
 class scalarCast(sympy.Function):

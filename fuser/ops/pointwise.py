@@ -8,9 +8,9 @@ from ..errors import FusionDefinitionError, UnsupportedError
 from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Scalar, TensorView, TernaryOp,
                   TernaryOpType, UnaryOp, UnaryOpType, promote)
 from ..ir.scalar_functions import SCALAR_FUNCTION_CODES, scalar_fn
-from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, FLOAT_ADD,
-                           FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar, float_op, floatOp, scalarCast,
-                           scalarFn)
+from ..ir.symbolic import (CAST_BFLOAT16, CAST_BOOL, CAST_DOUBLE, CAST_FLOAT, CAST_HALF, CAST_INT, CAST_INT32,
+                           CAST_UINT64, FLOAT_ADD, FLOAT_MAX, FLOAT_MIN, FLOAT_MUL, FLOAT_SUB, convert_scalar,
+                           float_op, floatOp, scalarCast, scalarFn)
 from ..ir.types import as_complex_of, default_dtype_of_category, int_range
 from .common import (Operand, as_val, broadcast_ids, broadcast_to_rank, check_computable, fusion_of,
                      new_tensor, value_dtype)
@@ -177,6 +177,12 @@ def _check_integer_operands(kind: BinaryOpType, compute: DataType, a: Operand, b
     if kind is B.div and compute.is_boolean:
         raise FusionDefinitionError("div: truncating division of two bool operands is not defined "
                                     "(eager refuses it too); cast them to an integer type, or use truediv")
+    if kind is B.sub and (a.dtype.is_boolean or b.dtype.is_boolean):  # (a bool beside any type, as eager's)
+        raise FusionDefinitionError(f"sub: not defined for a bool operand ({_dtypes(a, b)}; eager refuses it "
+                                    f"too); use logical_xor for two bools, or cast to an integer type first")
+    if kind is B.pow and compute.is_boolean and isinstance(b, TensorView):  # (x ** True is x in eager)
+        raise FusionDefinitionError(f"pow: not defined for bool operands with a tensor exponent ({_dtypes(a, b)}; "
+                                    f"eager refuses it too); cast them to an integer type")
 
 
 def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
@@ -259,14 +265,15 @@ def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     return fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr))
 
 
-def _check_integers_fit(op: str, result: DataType, *operands: Scalar) -> None:
+def _check_integers_fit(op: str, result: DataType, *operands: Scalar, wrapped: bool = False) -> None:
     """Integer scalars computed at execution are exact Python integers, and only a result's
     value is checked against 64 bits when it is bound (BindingTable.evaluate). One that turns
-    into a float here (a cast, float arithmetic, a float function) hides from that check: an
-    Int product past 64 bits would be rounded to a double where the same constant is refused
+    into a float here (a cast, float arithmetic, a float function), or that a cast to another
+    integer type wraps into that type's range (`wrapped`), hides from that check: an Int
+    product past 64 bits would be rounded to a double where the same constant is refused
     (_known). So each execution checks the integer itself fits its type (Fusion.finite), where
     it depends on a scalar input (extents alone are sizes of tensors that exist)."""
-    if not (result.is_floating or result.is_complex):
+    if not (result.is_floating or result.is_complex or wrapped):
         return
     fusion = operands[0].fusion
     inputs = {v.expr for v in fusion.inputs() if isinstance(v, Scalar)}
@@ -358,10 +365,10 @@ def cast(x: Operand, dtype: DataType):
         if x.value is not None:
             try:
                 value = python_value(x.value, dtype)
-            except (ValueError, OverflowError) as err:  # nan or inf to an integer
+            except (ValueError, OverflowError) as err:  # nan, inf, or a float the integer type cannot hold
                 raise FusionDefinitionError(f"cast: the scalar {x.value} cannot become {dtype}: {err}") from None
             return _known(fusion, "cast", dtype, value)  # (an integer beyond the type's range refused)
-        _check_integers_fit("cast", dtype, x)
+        _check_integers_fit("cast", dtype, x, wrapped=dtype.is_integral and dtype is not x.dtype)
         if dtype is x.dtype or dtype.is_complex:
             return fusion.new_scalar(dtype, expr=x.expr)
         return fusion.new_scalar(dtype, expr=scalarCast(x.expr, _cast_code(dtype)))
@@ -371,21 +378,24 @@ def cast(x: Operand, dtype: DataType):
 
 
 def python_value(value, dtype: DataType):
-    """A Python number converted as a cast to `dtype` converts it (bool, int, float rounded to
-    the dtype's precision, complex)."""
+    """A Python number converted as a cast to `dtype` converts it (bool, a float truncated to
+    an integer or rounded to the dtype's precision, complex). An integer stays whole where a
+    runtime scalar's cast to a signed type wraps it (convert_scalar): a constant beyond the
+    type's range is refused by _known (an Int32 `1 << 31`, an Int32 fill of 2**40 as eager's
+    torch.full refuses it), never given a value; a UInt64 one wraps, as torch converts -1."""
     if dtype.is_complex:
         return complex(value)
     if isinstance(value, complex) and not dtype.is_boolean:
         value = value.real  # (eager keeps the real part, with a warning)
-    if dtype is DataType.UInt64:  # (truncated toward zero, wrapped as torch converts)
-        return convert_scalar(CAST_INT, value) % (1 << 64)
+    if dtype.is_integral and type(value) is int:
+        return value % (1 << 64) if dtype is DataType.UInt64 else value
     return convert_scalar(_cast_code(dtype), value)
 
 
 def _cast_code(dtype: DataType) -> int:
     if dtype.is_boolean:
         return CAST_BOOL
-    if dtype.is_integral:
-        return CAST_INT
+    if dtype.is_integral:  # (Index is an int64)
+        return {DataType.Int32: CAST_INT32, DataType.UInt64: CAST_UINT64}.get(dtype, CAST_INT)
     return {DataType.Float: CAST_FLOAT, DataType.Half: CAST_HALF,
             DataType.BFloat16: CAST_BFLOAT16}.get(dtype, CAST_DOUBLE)
