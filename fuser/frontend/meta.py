@@ -1,6 +1,7 @@
 """Reading the traced metadata of FX nodes: the fake tensor or SymInt each node produced."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional, Union
 
 import sympy
@@ -76,13 +77,13 @@ def equal_sizes(shape_env: Any) -> EqualSizes:
     guards = getattr(shape_env, "guards", None)
     if not guards:
         return _NONE
-    key = (id(shape_env), len(guards))
-    found = _EQUAL_SIZES.get(key)
-    if found is None:
-        found = _classes(guards)
-        if len(_EQUAL_SIZES) > 64:
-            _EQUAL_SIZES.clear()
-        _EQUAL_SIZES[key] = found
+    # (kept per ShapeEnv object, not its id: a freed one's address may serve another trace,
+    # whose symbols Dynamo names alike, with as many guards)
+    known = _EQUAL_SIZES.get(shape_env)
+    if known is not None and known[0] == len(guards):
+        return known[1]
+    found = _classes(guards)
+    _EQUAL_SIZES[shape_env] = (len(guards), found)
     return found
 
 
@@ -121,5 +122,5 @@ def _classes(guards) -> EqualSizes:
     return found
 
 
-_EQUAL_SIZES: dict = {}
+_EQUAL_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ShapeEnv -> (guards, classes)
 _NONE = EqualSizes()
