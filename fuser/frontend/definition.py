@@ -20,7 +20,7 @@ import torch
 from ..errors import FusionDefinitionError, FusionInputError, UnsupportedError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import TensorDomain, normalize_contiguity
-from ..ir.types import fits_int64
+from ..ir.types import fits_int64, int_range
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
 from ..runtime import FusionExecutorCache
@@ -632,6 +632,13 @@ def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     if type(value) is int and not dtype.is_floating and not dtype.is_complex and not fits_int64(value):
         raise FusionDefinitionError(f"define_scalar: the integer {value} does not fit in 64 bits, so no "
                                     f"{dtype!r} scalar holds it (eager refuses it too)")
+    if type(value) is int and dtype.is_integral and dtype is not DataType.UInt64 \
+            and not int_range(dtype)[0] <= value < int_range(dtype)[1]:
+        # (a kernel's literal would wrap it where the host's value would not: one scalar, two
+        # values; eager's torch.tensor(value, dtype=...) refuses it)
+        low, high = int_range(dtype)
+        raise FusionDefinitionError(f"define_scalar: the integer {value} is out of the range of a {dtype!r} "
+                                    f"scalar, [{low}, {high - 1}] (eager refuses it too); give a wider dtype")
     try:
         return float(value) if dtype.is_floating else python_value(value, dtype)
     except (OverflowError, ValueError) as err:  # (inf or nan as an integer)

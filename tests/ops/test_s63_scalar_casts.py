@@ -192,3 +192,25 @@ def test_a_bool_tensor_to_a_bool_scalar_power_is_computed_as_eager(exponent):
         fd.add_output(fd.ops.pow(a, exponent))
         fd.add_output(fd.ops.pow(a, fd.define_scalar(exponent, dtype=DataType.Bool)))
     _check(fd.execute([x]), [x ** exponent] * 2)
+
+
+@pytest.mark.parametrize("value", [2**31, -2**31 - 1, 2**40])
+def test_a_defined_int32_constant_beyond_its_range_is_refused(value):
+    """define_scalar(2**31 + 5, Int32) was accepted: the kernel's literal wrapped it while a
+    host use of the same scalar would not (eager's torch.tensor(value, dtype=int32) refuses)."""
+    with pytest.raises(RuntimeError):
+        torch.tensor(value, dtype=torch.int32)
+    with pytest.raises(FusionDefinitionError, match="out of the range"):
+        with FusionDefinition() as fd:
+            fd.define_scalar(value, dtype=DataType.Int32)
+
+
+def test_a_defined_int32_constant_at_its_bounds_is_kept():
+    with FusionDefinition() as fd:
+        t = fd.define_tensor(shape=[-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.add(t, fd.define_scalar(2**31 - 1, dtype=DataType.Int32)))
+        fd.add_output(fd.ops.add(t, fd.define_scalar(-2**31, dtype=DataType.Int32)))
+    x = torch.randint(-5, 5, (7,), dtype=torch.int32)
+    hi, lo = fd.execute([x])
+    assert torch.equal(hi, x + torch.tensor(2**31 - 1, dtype=torch.int32))
+    assert torch.equal(lo, x + torch.tensor(-2**31, dtype=torch.int32))
