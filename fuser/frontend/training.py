@@ -14,9 +14,18 @@ AOTAutograd; the direct form takes over once both programs exist. Saved values a
 between the two graphs by node name (the partitioner names the backward's inputs after the
 forward values they receive), and tangents by their order among outputs that require grad;
 anything that does not match keeps AOTAutograd's path.
+
+A backward run from some outputs only (`la.backward()` of a module returning two losses) gives
+no gradient (None) to the inputs that reach none of those outputs, as eager does, where
+AOTAutograd fills zero incoming gradients and returns zeros for them (AdamW then decays and
+moves a parameter eager leaves untouched): `UnusedGradients`, applied by `_Fused` and, on
+AOTAutograd's path, by a hook on its autograd node. A graph that is no TrainingCall (one that
+writes an input or a buffer, BatchNorm's running statistics; one returning a view of an input)
+keeps AOTAutograd's zeros.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -87,6 +96,59 @@ def forward_facts(graph: torch.fx.GraphModule, n_inputs: int) -> Optional[Forwar
                         [k for k, o in enumerate(outputs) if o.output_type == OutputType.unsafe_view_alias])
 
 
+class UnusedGradients:
+    """Which inputs of a forward graph get no gradient when only some of its user outputs get
+    one: those whose values reach none of these outputs through differentiable ops (as eager's
+    autograd graph connects them), found from the graph once, per pattern of outputs given."""
+
+    def __init__(self, graph: torch.fx.GraphModule, facts: ForwardFacts):
+        self.graph = graph
+        self.n_inputs = facts.n_inputs
+        self.n_user = facts.n_user
+        self.differentiable = tuple(facts.differentiable)
+        self._reached: Optional[list[frozenset]] = None  # per user output: the inputs it reaches
+        self._unused: dict[tuple, frozenset] = {}
+
+    def unused(self, given: tuple) -> frozenset:
+        """The input positions that reach none of the user outputs whose entry in `given` is
+        true (the outputs with an incoming gradient)."""
+        found = self._unused.get(given)
+        if found is None:
+            if self._reached is None:
+                self._reached = self._inputs_reached()
+            kept = frozenset().union(*(r for r, g in zip(self._reached, given) if g))
+            found = self._unused[given] = frozenset(range(self.n_inputs)) - kept
+        return found
+
+    def _inputs_reached(self) -> list[frozenset]:
+        nodes = list(self.graph.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        out = next(n for n in nodes if n.op == "output").args[0]
+        if len(placeholders) != self.n_inputs:  # (cannot tell: every input reaches every output)
+            return [frozenset(range(self.n_inputs))] * self.n_user
+        return [_input_positions_under([o], placeholders, _carries_gradient) if isinstance(o, torch.fx.Node)
+                else frozenset() for o in out[:self.n_user]]
+
+    def drop(self, grads: tuple, given: tuple) -> tuple:
+        """`grads` (one per input) with None for the inputs that reach no output `given`."""
+        unused = self.unused(given)
+        if not unused:
+            return grads
+        return tuple(None if k in unused else g for k, g in enumerate(grads))
+
+
+def _carries_gradient(node: torch.fx.Node) -> bool:
+    """Whether a gradient flows through `node` to its inputs in eager: not through a detach, an
+    integer or bool tensor (a comparison, an argmax) or a size; where the value is not
+    recorded, assumed to (an input then keeps its gradient, possibly zeros, as before)."""
+    if node.target is torch.ops.aten.detach.default:
+        return False
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() or value.is_complex()
+    return value is None or isinstance(value, (list, tuple))
+
+
 @dataclass
 class _Plan:
     forward: GraphProgram
@@ -100,6 +162,9 @@ class _Plan:
     # the forward inputs that saved values the forward computed depend on: such a value comes
     # back from ctx.saved_tensors not requiring grad, though a function of them (create_graph)
     computed_from: frozenset = frozenset()
+    # the inputs to give no gradient when some outputs get none (None: materialized zeros
+    # throughout, where this torch's autograd nodes do not tell the outputs' sizes)
+    unused: Optional[UnusedGradients] = None
 
     def __post_init__(self) -> None:
         # the programs as functions of positional arguments (straight-line for one fusion)
@@ -107,7 +172,8 @@ class _Plan:
         self.run_backward = self.backward.positional_call()
 
 
-def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) -> Optional[_Plan]:
+def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram,
+          unused: Optional[UnusedGradients] = None) -> Optional[_Plan]:
     fw_nodes = list(forward.plan.graph.graph.nodes)
     out = next(n for n in fw_nodes if n.op == "output").args[0]
     if not isinstance(out, (list, tuple)) or len(out) < facts.n_user:
@@ -142,11 +208,13 @@ def _link(facts: ForwardFacts, forward: GraphProgram, backward: GraphProgram) ->
     non_diff = [k for k, d in enumerate(facts.differentiable) if not d]
     computed = [saved[k] for k in tensors if saved[k].op != "placeholder"]
     return _Plan(forward, backward, facts.n_user, non_diff, facts.unsafe_views, tensors, ints, sources,
-                 _input_positions_under(computed, [n for n in fw_nodes if n.op == "placeholder"]))
+                 _input_positions_under(computed, [n for n in fw_nodes if n.op == "placeholder"]),
+                 unused if _OUTPUT_METADATA else None)
 
 
-def _input_positions_under(nodes: list, placeholders: list) -> frozenset:
-    """The positions (among `placeholders`) of the graph inputs that `nodes` are computed from."""
+def _input_positions_under(nodes: list, placeholders: list, through: Any = None) -> frozenset:
+    """The positions (among `placeholders`) of the graph inputs that `nodes` are computed from;
+    `through`: only along nodes for which it is true."""
     position = {p: k for k, p in enumerate(placeholders)}
     found, seen, stack = set(), set(), list(nodes)
     while stack:
@@ -154,6 +222,8 @@ def _input_positions_under(nodes: list, placeholders: list) -> frozenset:
         if n in seen:
             continue
         seen.add(n)
+        if through is not None and not through(n):
+            continue
         if n in position:
             found.add(position[n])
         stack.extend(n.all_input_nodes)
@@ -174,6 +244,8 @@ class _Fused(torch.autograd.Function):
         ctx.save_for_backward(*tensors, *also)
         ctx.ints = [saved[k] for k in plan.saved_ints]
         ctx.plan = plan
+        if plan.unused is not None:
+            ctx.set_materialize_grads(False)  # (run_backward fills the missing ones)
         if plan.non_differentiable:
             ctx.mark_non_differentiable(*[user[k] for k in plan.non_differentiable])
         return tuple(user)
@@ -224,6 +296,10 @@ class _Fused(torch.autograd.Function):
     def run_backward(ctx, grads: tuple, eager: bool = False) -> tuple:
         """The backward program on the saved values and `grads`; `eager`: its ATen graph run
         op by op instead (each op eager's: batched, and recorded where grad mode is on)."""
+        given = None
+        if _NoneType in map(type, grads) and ctx.plan.unused is not None:  # (not materialized)
+            given = tuple(g is not None for g in grads)
+            grads = _with_zeros(ctx, grads)
         tensors, ints = ctx.saved_tensors, ctx.ints
         if ctx.rebuilt is not None:
             tensors = list(tensors)
@@ -232,8 +308,31 @@ class _Fused(torch.autograd.Function):
         pick = {"tensor": tensors, "int": ints, "tangent": grads}
         args = [pick[kind][k] for kind, k in ctx.plan.sources]
         if eager:
-            return (None, *ctx.plan.backward.plan.graph(*args))
-        return (None, *ctx.plan.run_backward(*args))
+            result = ctx.plan.backward.plan.graph(*args)
+        else:
+            result = ctx.plan.run_backward(*args)
+        if given is not None and given != ctx.plan.unused.differentiable:
+            result = ctx.plan.unused.drop(tuple(result), given)
+        return (None, *result)
+
+
+_NoneType = type(None)
+# whether a backward's ctx tells the sizes of the outputs' gradients (to fill those not given)
+_OUTPUT_METADATA = hasattr(torch._C._FunctionBase, "_input_metadata")
+
+
+def _with_zeros(ctx: Any, grads: tuple) -> tuple:
+    """`grads` with the missing gradients of differentiable outputs filled with zeros, as
+    autograd would have materialized them: the backward program takes one per such output
+    (the inputs that reach only these outputs get None after it, `UnusedGradients`)."""
+    differentiable = ctx.plan.unused.differentiable
+    missing = [k for k, g in enumerate(grads) if g is None and differentiable[k]]
+    if not missing:
+        return grads
+    grads, outputs = list(grads), ctx._input_metadata  # (the node's inputs: the forward's outputs)
+    for k in missing:
+        grads[k] = torch.zeros(outputs[k].shape, dtype=outputs[k].dtype, device=outputs[k].device)
+    return tuple(grads)
 
 
 def _save_through(ctx: Any, tensors: list, output: torch.Tensor, also: list) -> None:
@@ -269,12 +368,14 @@ class TrainingCall:
         self.facts = facts
         self.plan: Optional[_Plan] = None
         self.settled = False  # the direct form was built, or can never be
+        forward = [p for p in record.programs if p.kind == "forward"]
+        self.unused = UnusedGradients(forward[0].plan.graph, facts) if len(forward) == 1 else None
 
     def __call__(self, *args: Any) -> Any:
         if not self.settled:
             self._settle()
         if self.plan is None:
-            return self.aot_compiled(*args)
+            return self._through_aot(args)
         if not torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
             # a training graph called with grad off: the function turns it on inside (its
             # outputs require grad), so the node is recorded anyway, as AOTAutograd's runtime
@@ -290,5 +391,38 @@ class TrainingCall:
         if len(forward) != 1 or len(backward) > 1:
             self.settled = True
         elif backward:
-            self.plan = _link(self.facts, forward[0], backward[0])
+            self.plan = _link(self.facts, forward[0], backward[0], self.unused)
             self.settled = True
+
+    def _through_aot(self, args: tuple) -> Any:
+        """AOTAutograd's compiled function, its autograd node hooked to give no gradient to the
+        inputs that reach no output given one (AOTAutograd's backward returns zeros for them)."""
+        outs = self.aot_compiled(*args)
+        if self.unused is not None:
+            node = _aot_node(outs, self.facts)
+            if node is not None:
+                node.register_hook(functools.partial(_drop_unused, self.unused))
+        return outs
+
+
+def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
+    """The autograd node of AOTAutograd's CompiledFunction behind `outs` (an output returned as
+    a plain tensor hangs from it through its `_unsafe_view`), None where there is none."""
+    for k, out in enumerate(outs if isinstance(outs, (list, tuple)) else ()):
+        node = getattr(out, "grad_fn", None)
+        if node is not None and k in facts.unsafe_views and node.next_functions:
+            node = node.next_functions[0][0]
+        if node is not None and type(node).__name__ == "CompiledFunctionBackward" \
+                and len(node.next_functions) == facts.n_inputs:
+            return node
+    return None
+
+
+def _drop_unused(unused: UnusedGradients, grad_inputs: tuple, grad_outputs: tuple) -> Optional[tuple]:
+    """A post-hook of AOTAutograd's node: its gradients (`grad_inputs`, one per input) with None
+    for the inputs that reach none of the outputs given a gradient (`grad_outputs`, as given:
+    None where AOTAutograd's backward took zeros)."""
+    if len(grad_inputs) != unused.n_inputs or len(grad_outputs) != unused.n_user:
+        return None
+    given = tuple(g is not None for g in grad_outputs)
+    return None if given == unused.differentiable else unused.drop(grad_inputs, given)
