@@ -121,13 +121,25 @@ class HostRunner:
     def _check_meshes(self, comm: Communicator) -> None:
         """Every mesh of the program fits the world and holds this rank. A rank outside a
         tensor's mesh does not hold that tensor (nvFuser leaves it undefined there); fuser runs
-        no idle ranks, so such a rank is refused rather than computing as if it were in the mesh."""
+        no idle ranks, so such a rank is refused rather than computing as if it were in the
+        mesh. Meshes that differ are refused on every rank of them alike (each rank reads the
+        same program): refused on the rank outside one mesh alone, the ranks in every mesh went
+        on into a collective and waited for it."""
         for mesh, tv in self._meshes.items():
             if max(mesh.devices) >= comm.world_size:
                 raise FuserError(
                     f"T{tv.name} lives on {mesh!r}, which needs {max(mesh.devices) + 1} processes, "
                     f"but this program runs {comm.world_size}; launch it with "
                     f"torchrun --nproc-per-node={max(mesh.devices) + 1}, or use a mesh of one device")
+        ranks = sorted({d for mesh in self._meshes for d in mesh.devices})
+        for mesh, tv in self._meshes.items():
+            outside = [r for r in ranks if r not in mesh.devices]
+            if outside:
+                raise UnsupportedError(
+                    f"T{tv.name} lives on {mesh!r}, which does not hold rank{'s' if len(outside) > 1 else ''} "
+                    f"{', '.join(map(str, outside))} of the fusion's other meshes: a rank outside a tensor's "
+                    f"mesh does not hold that tensor, and fuser runs no idle ranks; put every tensor of "
+                    f"the fusion on one mesh, or split it into fusions of one mesh each")
         for mesh, tv in self._meshes.items():
             if comm.rank not in mesh.devices:
                 raise UnsupportedError(

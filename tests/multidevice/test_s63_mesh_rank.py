@@ -98,6 +98,29 @@ def case_a_mesh_beyond_the_world_is_refused():
         expect_refused(fd, [random_input(5)], fuser.FuserError, "T0", "needs", "runs 2")
 
 
+def case_meshes_that_differ_are_refused_on_every_rank():
+    """x sharded on [0, 1] (an allgather brings y back whole) beside w on [0]: refused on both
+    ranks before any collective (found by review: refused on rank 1 alone, rank 0 went on into
+    the allgather and waited for rank 1 as long as its process lived)."""
+    both, zero = DeviceMesh([0, 1]), DeviceMesh([0])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        w = fd.define_tensor([-1, -1], contiguity=True)
+        y, v = fd.ops.relu(x), fd.ops.neg(w)
+        fd.add_output(y)
+        fd.add_output(v)
+        for tv in (x, y):
+            tv.set_device_mesh(both)
+        for tv in (w, v):
+            tv.set_device_mesh(zero)
+        x.outer_split(0, 2)
+        x.axis(0).parallelize(ParallelType.mesh_x)
+    full = random_input(6)
+    rank = Communicator.default().rank
+    given = shard_tensor(full, fd.fusion.inputs()[0], rank)
+    expect_refused(fd, [given, full], fuser.UnsupportedError, repr(zero), "rank 1", "one mesh")
+
+
 def case_a_mesh_naming_a_rank_twice_is_refused():
     for devices in ([0, 0], [1, 1], [[0, 1], [1, 0]]):
         try:
