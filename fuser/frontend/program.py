@@ -340,11 +340,9 @@ class GraphProgram:
                  "    stats = CURRENT_STATS.get()",
                  "    if stats is not None and record is not None:",
                  "        stats.saw(record)",
-                 "    cache = fd.cache",  # made by the first call
-                 "    if cache is None or fd.writes_inference:",  # (execute's checks: an inference
-                 f"        outs = fd.execute([{inputs}])",  # tensor written in place)
-                 "    else:",
-                 f"        outs = cache.execute([{inputs}])",
+                 "    cache = fd.cache",  # made by the first call (a step with write-backs, whose
+                 # inputs FusionStep.execute checks, is no one-fusion program)
+                 f"    outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
                  f"    return {result}"]
         exec(compile("\n".join(lines), f"<fuser {self.kind} program>", "exec"), env)
         call = env["call"]
