@@ -31,6 +31,15 @@ from .rules import Kind, LoweringError, find_rule
 from .sizes import RuntimeSymbols, SizeInput, opaque_parts, size_exprs
 
 
+
+def define_input_like(fd: FusionDefinition, fake: torch.Tensor) -> tuple[TensorView, list]:
+    """A fusion input for a traced tensor: its dtype and rank, each size a number where the
+    trace fixed it, else symbolic (its layout bound at execution); with the sizes' expressions."""
+    exprs = [size_expr(s) for s in fake.shape]
+    tv = fd.define_tensor(shape=[int(e) if e.is_Integer else -1 for e in exprs], contiguity=None,
+                          dtype=DataType.from_torch(fake.dtype))
+    return tv, exprs
+
 class NodeLoweringError(UnsupportedError):
     def __init__(self, node: Node, reason: str):
         super().__init__(f"{node.name}: {reason}")
@@ -133,12 +142,9 @@ class RegionBuilder:
         for node in tensor_nodes:
             fake = meta_val(node)
             try:
-                dtype = DataType.from_torch(fake.dtype)
+                tv, exprs = define_input_like(self.fd, fake)
             except FuserError as e:
                 raise NodeLoweringError(_first_user(node, self.members), str(e)) from None
-            exprs = [size_expr(s) for s in fake.shape]
-            shape = [int(e) if e.is_Integer else -1 for e in exprs]
-            tv = self.fd.define_tensor(shape=shape, contiguity=None, dtype=dtype)
             self.values[node] = tv
             if node in self.symbols.constants:
                 self.constants[id(tv)] = self.symbols.constants[node]

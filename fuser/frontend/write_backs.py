@@ -25,7 +25,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import FuserError
-from ..ir import DataType
+from .lowering import define_input_like
 from .meta import meta_val, size_expr
 
 aten = torch.ops.aten
@@ -92,9 +92,7 @@ def _fusion_input(region, dst: Node):
     inputs = region.fd.fusion.inputs()
     if dst in region.inputs:
         return inputs[region.inputs.index(dst)]
-    fake = meta_val(dst)
-    shape = [int(e) if e.is_Integer else -1 for e in map(size_expr, fake.shape)]
-    tv = region.fd.define_tensor(shape=shape, contiguity=None, dtype=DataType.from_torch(fake.dtype))
+    tv, _ = define_input_like(region.fd, meta_val(dst))
     region.inputs.append(dst)
     return tv
 
