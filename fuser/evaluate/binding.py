@@ -75,13 +75,17 @@ _HOLDS = {"int8": (-2**7, 2**7 - 1, "int8_t"), "uint8": (0, 2**8 - 1, "uint8_t")
           "float16": (-65504.0, 65504.0, "c10::Half")}
 _RULE_TEXT = {"finite": "", "nonzero": " other than 0", "nonnegative": " of at least 0",
               **{f"holds {t}": f" that {t} holds, within [{lo}, {hi}] (as eager: value cannot be converted "
-                               f"to type {c} without overflow)" for t, (lo, hi, c) in _HOLDS.items()}}
+                               f"to type {c} without overflow)" for t, (lo, hi, c) in _HOLDS.items()},
+              # (fuser's own rule: its host computes integer scalars exactly, where a kernel's
+              # arithmetic would wrap them, so a value past its type is refused, not given two values)
+              **{f"fits {t}": f" within [{lo}, {hi}], the range of its type (fuser refuses an integer scalar "
+                              f"computed past it rather than wrap it)" for t, (lo, hi, _) in _HOLDS.items()}}
 
 
 def breaks(v, rule: str) -> bool:
     """Whether a checked scalar value `v` breaks its rule (Fusion.finite)."""
-    if rule.startswith("holds "):
-        lo, hi, _ = _HOLDS[rule[len("holds "):]]
+    if rule.startswith(("holds ", "fits ")):
+        lo, hi, _ = _HOLDS[rule.split(" ", 1)[1]]
         return not (math.isfinite(v) and lo <= v <= hi)
     return not math.isfinite(v) or (rule == "nonzero" and v == 0) or (rule == "nonnegative" and v < 0)
 

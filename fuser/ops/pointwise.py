@@ -281,7 +281,7 @@ def _check_integers_fit(op: str, result: DataType, *operands: Scalar, wrapped: b
         if (v.dtype.is_integral and v.value is None and not isinstance(v.expr, sympy.Symbol)
                 and not inputs.isdisjoint(v.expr.free_symbols)):
             held = str(v.dtype.to_torch()).removeprefix("torch.")  # (binding.py's rule names)
-            check = (v.expr, f"{op}: the {v.dtype.name} scalar", f"holds {held}")
+            check = (v.expr, f"{op}: the {v.dtype.name} scalar", f"fits {held}")
             if check not in fusion.finite:
                 fusion.finite.append(check)
 

@@ -84,7 +84,7 @@ def test_a_call_in_range_then_past_64_bits_then_in_range_again():
 def test_an_int32_product_past_32_bits_made_a_float_is_refused():
     fd = _definition(_cast_to_double, DataType.Int32)
     with pytest.raises(FusionInputError, match=r"cast: the Int32 scalar \( i1 \* i2 \) = 4294967296, expected "
-                                               r"a finite value that int32 holds"):
+                                               r"a finite value within \[-2147483648, 2147483647\], the range of its type \(fuser refuses"):
         fd.execute([_tensor(), 2**16, 2**16, 0.0])
     t = _tensor(4)
     torch.testing.assert_close(fd.execute([t, 2**15, 2**15, 0.0])[0], t + 2.0**30)
