@@ -84,14 +84,17 @@ def check_dynamo_rewrites(gm: torch.fx.GraphModule) -> None:
     eagerly, which raises it for the user), and an integer addcmul_'s float value becomes the
     integer eager takes. Once per trace; an AdamW step's addcmul_ and addcdiv_ run no probe."""
     changed = False
-    for node in gm.graph.nodes:
+    for node in list(gm.graph.nodes):
         call = _rewritten_call(node)
         if call is None:
             continue
         eager_op, operands, value = call
         values = [_example_operand(a) for a in operands]
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        if any(v is None for v in values) or all(t.is_floating_point() for t in tensors):
+        if any(v is None for v in values):
+            continue
+        if all(t.is_floating_point() for t in tensors):
+            changed |= _addcdiv_again(gm, node)
             continue
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -102,6 +105,27 @@ def check_dynamo_rewrites(gm: torch.fx.GraphModule) -> None:
             changed = True
     if changed:
         gm.recompile()
+
+
+def _addcdiv_again(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Puts Dynamo's `add(x, mul(div(t1, t2), v))` of a floating `torch.addcdiv(x, t1, t2,
+    value=v)` back as that call: eager's kernel rounds `x + v * (t1 / t2)` once, where the three
+    traced ops of a half or bf16 type round thrice (a fifth of the elements a unit off). The
+    call's lowering (torch's decomposition) computes in fp32 and rounds once. False where
+    `node` is not that add, or `v` is not a number."""
+    if node.target is not torch.add:
+        return False
+    x, scaled = node.args
+    quotient, value = scaled.args
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(torch.addcdiv, (x, *quotient.args), {"value": value})
+    call.meta.update(node.meta)
+    node.replace_all_uses_with(call)
+    for dead in (node, scaled, quotient):
+        gm.graph.erase_node(dead)
+    return True
 
 
 def _rewritten_call(node: torch.fx.Node) -> Optional[tuple]:
