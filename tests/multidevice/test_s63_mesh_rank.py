@@ -6,11 +6,8 @@ Meshes with ranks beyond the world, or the same rank twice, are refused too.
 The two-rank cases run under torchrun (gloo on CPU tensors): this file is also the script each
 rank runs (`main`), writing `rank<N>.json` with the result of every case.
 """
-import json
 import os
-import subprocess
 import sys
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -21,7 +18,7 @@ import fuser  # noqa: E402
 from fuser import FusionDefinition, ParallelType  # noqa: E402
 from fuser.evaluate import bind_inputs  # noqa: E402
 from fuser.multidevice import Communicator, DeviceMesh, shard_tensor  # noqa: E402
-from tests.multidevice.test_torchrun import ROOT, free_port  # noqa: E402
+from tests.multidevice.rank_script import cases_of, check_case, run_cases, torchrun_results  # noqa: E402
 
 
 def relu_sum(mesh: DeviceMesh, sharded: bool = False) -> FusionDefinition:
@@ -131,49 +128,18 @@ def case_a_mesh_naming_a_rank_twice_is_refused():
             raise AssertionError(f"DeviceMesh({devices}) was accepted")
 
 
-CASES = {name[len("case_"):]: fn for name, fn in list(globals().items()) if name.startswith("case_")}
-
-
-def main(out_dir: str) -> None:
-    comm = Communicator.default()  # initializes torch.distributed from torchrun's environment
-    results = {"world_size": comm.world_size}
-    for name, case in CASES.items():
-        try:
-            case()
-            results[name] = {"ok": True}
-        except Exception:  # noqa: BLE001 - reported, not raised: the other cases still run
-            results[name] = {"ok": False, "error": traceback.format_exc()}
-        comm.barrier()
-    with open(os.path.join(out_dir, f"rank{comm.rank}.json"), "w") as f:
-        json.dump(results, f, indent=1)
-
-
-# ---------------------------------------------------------------------------------------------
-# The tests.
+CASES = cases_of(globals())
 
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("mesh_rank")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               FUSER_COLLECTIVE_TIMEOUT="20", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", os.path.abspath(__file__), str(out_dir)]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"torchrun failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    results = []
-    for rank in range(2):
-        with open(out_dir / f"rank{rank}.json") as f:
-            results.append(json.load(f))
-    return results
+    return torchrun_results(__file__, tmp_path_factory.mktemp("mesh_rank"), world=2)
 
 
 @pytest.mark.multidevice
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_ranks(two_rank_results, name):
-    for rank, results in enumerate(two_rank_results):
-        assert results["world_size"] == 2
-        assert results[name]["ok"], f"rank {rank}: {results[name].get('error')}"
+    check_case(two_rank_results, name)
 
 
 def test_meta_inference_as_a_rank_outside_the_mesh_is_refused():
@@ -192,4 +158,4 @@ def test_meta_inference_as_a_rank_outside_the_mesh_is_refused():
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    run_cases(CASES, sys.argv[1])
