@@ -13,11 +13,16 @@ they keep. A broadcast axis is not the concrete axis it meets (a bias's broadcas
 axis of the bias), and a reshape maps nothing: its output stays row-major.
 
 The reference of an output is the input it depends on with the most non-broadcast axes mapping
-onto the output's axes (the first such input on a tie). Walking the reference's allocation from
-its innermost axis out, each axis that maps onto an output axis becomes the next-innermost of the
-output; the walk stops at the first non-broadcast axis that maps onto none (a reshape's, a
-reduced one that a keepdim broadcast put back), and the output's unmapped axes go outermost in
-logical order. So a sum over H of a channels-last [N, C, H, W] is laid out [N, W, C].
+onto the output's axes. Inputs tied at the most that would lay the output out differently give
+none, as in nvFuser (`a.t() + b` has no better guess in either operand's order), and an output
+whose reference is row-major stays row-major, as eager's result of row-major operands is (an
+outer product's broadcast axis stays innermost, so its `.view` works; nvFuser's pass would move
+that axis outermost). A fusion of row-major inputs alone, the common case, is left as it is at
+once. Walking the reference's allocation from its innermost axis out, each axis that maps onto
+an output axis becomes the next-innermost of the output; the walk stops at the first
+non-broadcast axis that maps onto none (a reshape's, a reduced one that a keepdim broadcast put
+back), and the output's unmapped axes go outermost in logical order. So a sum over H of a
+channels-last [N, C, H, W] is laid out [N, W, C].
 """
 from __future__ import annotations
 
@@ -35,9 +40,11 @@ def infer_allocation_order(fusion: Fusion, keep: Sequence[TensorView] = ()) -> N
     (outputs written into an input) and is not an input, where its reference input's order
     gives it one other than row-major. A distributed fusion is left as it is: its allocations
     are the sharding passes' to lay out."""
+    inputs = [v for v in fusion.inputs() if isinstance(v, TensorView)]
+    if all(_is_row_major(tv) for tv in inputs):
+        return  # (no reference to follow: checked first, as it costs nothing)
     if any(is_distributed(tv) for tv in fusion.tensors()):
         return
-    inputs = [v for v in fusion.inputs() if isinstance(v, TensorView)]
     exprs = live_exprs(fusion.exprs, fusion.outputs())
     axes = _axis_classes(exprs)
     depends = _input_dependencies(exprs, inputs)
@@ -46,12 +53,24 @@ def infer_allocation_order(fusion: Fusion, keep: Sequence[TensorView] = ()) -> N
         if id(out) in skipped or out.domain.allocation is not None or out.domain.loop != out.domain.logical:
             continue  # (an explicit layout, an alias, or a loop the user scheduled)
         ref = _reference(out, [tv for tv in inputs if id(tv) in depends.get(id(out), ())], axes)
-        if ref is not None:
-            order = _mapped_order(ref, out, axes)
-            if order != out.domain.no_reductions():
-                # the domain's own setter: `set_allocation_domain` would be recorded, and repr(fd)
-                # prints what the user wrote (the rebuilt definition infers the same order)
-                out.domain.set_allocation(order, True)
+        if ref is None or _is_row_major(ref):
+            continue
+        order = _mapped_order(ref, out, axes)
+        if order != out.domain.no_reductions():
+            # the domain's own setter: `set_allocation_domain` would be recorded, and repr(fd)
+            # prints what the user wrote (the rebuilt definition infers the same order)
+            out.domain.set_allocation(order, True)
+
+
+def _is_row_major(tv: TensorView) -> bool:
+    """Whether tv's non-broadcast axes lie in memory in logical order (a broadcast axis holds
+    no elements to lay out, so where it lies is no matter)."""
+    order = tv.domain.allocation_order()
+    if order is None:
+        return True
+    logical = tv.domain.no_reductions()
+    kept = [k for k in order if not logical[k].is_broadcast]
+    return kept == sorted(kept)
 
 
 def _axis_classes(exprs: Sequence) -> UnionFind:
@@ -89,7 +108,9 @@ def _axes_by_class(tv: TensorView, classes: UnionFind) -> Optional[dict[int, Ite
 
 def _reference(out: TensorView, inputs: Sequence[TensorView], classes: UnionFind) -> Optional[TensorView]:
     """Of the inputs `out` is computed from, the one with the most non-broadcast axes mapping
-    onto its non-reduction axes (the first on a tie); None where none maps an axis."""
+    onto its non-reduction axes; None where none maps an axis, or where inputs tied at the most
+    would lay `out` out differently (nvFuser's rule: then only an input mapping more axes is
+    a reference)."""
     targets = _axes_by_class(out, classes)
     if targets is None:
         return None
@@ -101,7 +122,14 @@ def _reference(out: TensorView, inputs: Sequence[TensorView], classes: UnionFind
         count = sum(1 for d in found if d is not None and not d.is_reduction)
         if count > most:
             best, most = tv, count
+        elif count == most and best is not None and not _same_order(tv, best, out, classes):
+            best = None
     return best
+
+
+def _same_order(a: TensorView, b: TensorView, out: TensorView, classes: UnionFind) -> bool:
+    """Whether references `a` and `b` lay `out` out alike."""
+    return all(x is y for x, y in zip(_mapped_order(a, out, classes), _mapped_order(b, out, classes)))
 
 
 def _allocated(tv: TensorView) -> list[IterDomain]:

@@ -209,8 +209,12 @@ class FusionDefinition:
         # an aliased input was an inference tensor: callers that go to the executor cache
         # directly (frontend/program.py) check each call, as `execute` does, from then on
         self.writes_inference = False
+        # the outputs' layouts are to be inferred when the fusion is finalized: set by the
+        # with-block (a definition made without one, fuser.jit's, lays its outputs out itself)
+        self._layouts_pending = False
 
     def __enter__(self) -> "FusionDefinition":
+        self._layouts_pending = True
         return self
 
     def __deepcopy__(self, memo: dict) -> "FusionDefinition":
@@ -227,11 +231,17 @@ class FusionDefinition:
             self._with_raised = f"{exc_type.__name__}: {exc}"
         if exc_type is None and not self.fusion.outputs():
             raise FusionDefinitionError("the definition has no outputs; call fd.add_output")
-        if exc_type is None and self.fusion.final is None:
-            # nvFuser's finalize: outputs without a layout of their own take their inputs' (a
-            # definition made without the block, fuser.jit's, lays its outputs out itself; one
-            # executed inside it has compiled its layouts)
-            infer_allocation_order(self.fusion, keep=[tv for tv, target in self._outputs if target is not None])
+        if exc_type is None:
+            self._infer_layouts()
+
+    def _infer_layouts(self) -> None:
+        """nvFuser's finalize: outputs without a layout of their own take their inputs', once,
+        when the block closes or at the first execute or compile_ahead inside it, whichever
+        comes first (a fusion compiled without them would keep row-major outputs for good)."""
+        with self._cache_lock:  # (compile_ahead in another thread may get here as execute does)
+            if self._layouts_pending and self.fusion.final is None:
+                infer_allocation_order(self.fusion, keep=[tv for tv, target in self._outputs if target is not None])
+            self._layouts_pending = False
 
     # -- definition -------------------------------------------------------------------------
 
@@ -519,6 +529,7 @@ class FusionDefinition:
                                         f"it holds part of the computation; define it again")
         if not self.fusion.outputs():
             raise FusionDefinitionError(f"{verb}: the definition has no outputs")
+        self._infer_layouts()  # (before the cache: it compiles the fusion as it is now)
         return self._install(FusionExecutorCache(self.fusion, aliases=self._alias_positions()), verb, replace=False)
 
     def _alias_positions(self) -> dict[int, int]:

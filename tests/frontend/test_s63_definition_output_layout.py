@@ -109,3 +109,85 @@ def test_the_inferred_layout_is_not_printed_as_a_user_call():
         scope["nvfuser_fusion"](again)
     (out,) = again.execute([x])
     assert out.stride() == (1, 8)
+
+
+def test_an_outer_product_of_row_major_inputs_stays_row_major():
+    """The broadcast axis maps onto no axis of the row-major reference: putting it outermost
+    (as the reference's walk would) gave strides (6, 1, 30), where eager's result is row-major
+    and `.view(5, 18)` of it works."""
+    x, w = make((5, 6)), make((3,))
+    with FusionDefinition() as fd:
+        tx, tw = fd.from_pytorch(x), fd.from_pytorch(w)
+        bx = fd.ops.broadcast_in_dim(tx, [5, 6, 3], [0, 1])
+        bw = fd.ops.broadcast_in_dim(tw, [5, 6, 3], [2])
+        fd.add_output(fd.ops.mul(bx, bw))
+    (out,) = fd.execute([x, w])
+    want = x[:, :, None] * w
+    torch.testing.assert_close(out, want)
+    assert out.stride() == want.stride() == (18, 3, 1)
+    torch.testing.assert_close(out.view(5, 18), want.view(5, 18))
+
+
+def test_a_permute_of_a_row_major_input_comes_back_row_major():
+    """A row-major reference leaves its outputs row-major, whatever the fusion permutes."""
+    x = make((4, 6))
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.permute(fd.ops.exp(fd.from_pytorch(x)), [1, 0]))
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x.exp().t())
+    assert out.stride() == (4, 1)
+
+
+def _sum_of(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.add(fd.from_pytorch(a), fd.from_pytorch(b)))
+    (out,) = fd.execute([a, b])
+    torch.testing.assert_close(out, a + b)
+    return out
+
+
+def test_tied_references_that_disagree_leave_the_output_row_major():
+    """nvFuser's rule: two inputs mapping as many axes, laid out differently, give no reference
+    (the first one's order is no better a guess than the second's)."""
+    a_t, b = make((6, 4)).t(), make((4, 6))
+    assert _sum_of(a_t, b).stride() == (6, 1)
+    assert _sum_of(b, a_t).stride() == (6, 1)
+
+
+def test_tied_references_that_agree_give_their_order():
+    a_t, b_t = make((6, 4)).t(), make((6, 4)).t()
+    assert _sum_of(a_t, b_t).stride() == (1, 4)
+
+
+def test_a_definition_executed_inside_its_block_infers_its_layout_once():
+    """Executed before the block closes, the fusion became final with row-major outputs, and
+    stayed so; a fresh identical definition gave the input's order."""
+    x = make((6, 5)).t()
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.relu(fd.from_pytorch(x)))
+        (inside,) = fd.execute([x])
+    (after,) = fd.execute([x])
+    want = x.relu()
+    torch.testing.assert_close(inside, want)
+    torch.testing.assert_close(after, want)
+    assert inside.stride() == after.stride() == want.stride() == (1, 5)
+
+
+def test_a_definition_compiled_ahead_inside_its_block_infers_its_layout():
+    x = make((6, 5)).t()
+    with FusionDefinition() as fd:
+        fd.add_output(fd.ops.relu(fd.from_pytorch(x)))
+        fd.compile_ahead([x.to("meta")], device="cpu")
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x.relu())
+    assert out.stride() == (1, 5)
+
+
+def test_a_definition_built_without_a_block_infers_no_layout():
+    """fuser.jit builds its definitions so, and lays their outputs out itself (lowering.py)."""
+    x = make((6, 5)).t()
+    fd = FusionDefinition()
+    fd.add_output(fd.ops.relu(fd.from_pytorch(x)))
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x.relu())
+    assert out.stride() == (6, 1)
