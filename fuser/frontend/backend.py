@@ -533,6 +533,18 @@ def _aot_refuses_overlapping_writes(e: AssertionError) -> bool:
     return str(e).startswith(_AOT_OVERLAPPING_WRITE_LIMITS)
 
 
+def _not_differentiable(e: NotImplementedError) -> UnsupportedError:
+    """AOTAutograd traces the backward of every output needing grad with the forward, so an op
+    torch has no derivative of fails the compile where eager's forward runs (its backward()
+    would raise)."""
+    return UnsupportedError(
+        f"an output needing grad comes from an op torch cannot differentiate, so AOTAutograd, which "
+        f"traces the backward of every such output with the forward, fails where eager PyTorch runs "
+        f"this forward (a backward() through that op would raise). Call it under torch.no_grad() or "
+        f"detach that op's input where no gradient is wanted (fuser.jit: or fallback=\"eager\"); "
+        f"torch: {e}")
+
+
 def _compile_ahead(program: GraphProgram, graph: torch.fx.GraphModule, kept: dict, record: GraphRecord) -> None:
     """Where the graph's device compiles ahead, start compiling kernels in the background
     (frontend/ahead.py): for a forward, the backward's, its graph (`kept["backward"]`, from
@@ -726,6 +738,10 @@ class FuserBackend:
                     inference_compiler=compiler("inference"), decompositions=decompositions(),
                     partition_fn=functools.partial(_partition_joint, keep=kept),
                     keep_inference_input_mutations=True)
+            except NotImplementedError as e:  # (a RuntimeError: before that clause)
+                if "derivative for" in str(e):
+                    raise _not_differentiable(e) from e
+                raise
             except RuntimeError as e:
                 _raise_for_overlapping_writes(e, gm, example_inputs)
                 raise

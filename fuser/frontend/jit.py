@@ -350,15 +350,6 @@ class JitFunction:
                 f"PyTorch runs this forward and raises at backward(). Call it under torch.no_grad() "
                 f"where no gradient is wanted, or write that value out of place (y = y + 1 for "
                 f"y.add_(1)); autograd: {reason}") from e
-        if error is InternalError and "is not implemented" in reason and "derivative for" in reason:
-            # (the same trace of the backward: eager's forward runs, its backward() would raise)
-            raise UnsupportedError(
-                f"{_name(self._fn)}: an output needing grad comes from an op torch cannot "
-                f"differentiate, so AOTAutograd, which traces the backward of every such output with "
-                f"the forward, fails where eager PyTorch runs this forward (a backward() through that "
-                f"op would raise). Call it under torch.no_grad() or detach "
-                f"that op's input where no gradient is wanted, or use fuser.jit(fn, fallback=\"eager\"); "
-                f"torch: {reason}") from e
         if error is InternalError and "returned an invalid gradient" in reason:
             raise UnsupportedError(
                 f"{_name(self._fn)}: torch's own backward of an op here fails for these arguments (a "
