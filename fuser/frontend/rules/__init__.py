@@ -103,8 +103,8 @@ def find_rule(target) -> Optional[Rule]:
 
 
 def _load() -> None:
-    from . import (indexing, math, matmul, pointwise, random, reduction,  # noqa: F401 - they register their rules
-                   scan_sort, shape)
+    from . import (argreduce, indexing, math, matmul, pointwise, random,  # noqa: F401 - they register their rules
+                   reduction, scan_sort, shape)
 
 
 _load()
