@@ -1,14 +1,17 @@
 """ATen math ops with nvFuser counterparts of ops/math.py's group: inverse trigonometric and
 hyperbolic functions, special functions, float classification, nextafter, gcd, shifts,
-addcmul and threshold. AOTAutograd's core-ATen decompositions already rewrite some of them
-(frac to trunc, isneginf and isreal to comparisons, addcmul and threshold to mul, add, le and
-where); their rules here take them where they arrive whole (other decomposition tables)."""
+addcmul and threshold; and copysign and hypot, composed of other ops. AOTAutograd's core-ATen
+decompositions already rewrite some of them (frac to trunc, isneginf and isreal to
+comparisons, addcmul and threshold to mul, add, le and where); their rules here take them
+where they arrive whole (other decomposition tables)."""
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.fx import Node
 
-from ...ir import TensorView
+from ...ir import DataType, TensorView
 from . import Kind, LoweringError, refuse_overflow, register
 from .pointwise import _binary_rule, _unary_rule, upcast
 from .shape import _zeros
@@ -38,6 +41,42 @@ for _op, _name in _BINARY.items():
     for _overload in ("default", "Tensor", "Scalar", "Tensor_Scalar", "Scalar_Tensor"):
         if hasattr(_op, _overload):
             register(getattr(_op, _overload))(_binary_rule(_name))
+
+
+# composed of other ops (fuser has no op of their own)
+
+
+def _in_result_type(b, node, v):
+    """v in the node's traced result type (a number or a tensor: cast where it differs)."""
+    want = DataType.from_torch(b.meta(node).dtype)
+    return v if isinstance(v, TensorView) and v.dtype is want else b.fd.ops.cast(v, want)
+
+
+@register(aten.copysign.Tensor, aten.copysign.Scalar)
+def _copysign(b, node, x, y):
+    """|x| with y's sign bit (that of a -0.0 or a NaN included), in eager's promoted type:
+    integers become floats."""
+    ops = b.fd.ops
+    magnitude = ops.abs(_in_result_type(b, node, x))
+    if isinstance(y, (bool, int, float)):
+        return ops.neg(magnitude) if math.copysign(1.0, y) < 0 else magnitude
+    return ops.where(ops.signbit(y), ops.neg(magnitude), magnitude)
+
+
+@register(aten.hypot.default)
+def _hypot(b, node, x, y):
+    """sqrt(x^2 + y^2) without squaring x or y, which overflows past 1.8e19 in fp32 and
+    underflows below 1e-19: the larger magnitude times sqrt(1 + r^2), r the smaller over it
+    (within a few ulp of eager's). inf where either is infinite (beside a NaN too, as IEEE's
+    hypot), else NaN where either is NaN, 0 for two zeros. Half and bf16 compute in fp32."""
+    ops = b.fd.ops
+    ax, ay = (ops.abs(upcast(b, _in_result_type(b, node, v))) for v in (x, y))
+    big, small = ops.maximum(ax, ay), ops.minimum(ax, ay)
+    ratio = ops.truediv(small, big)
+    scaled = ops.mul(big, ops.sqrt(ops.add(ops.mul(ratio, ratio), 1.0)))
+    finite = ops.where(ops.eq(big, 0.0), big, scaled)  # (0 / 0 for two zeros)
+    out = ops.where(ops.logical_or(ops.isinf(ax), ops.isinf(ay)), math.inf, finite)
+    return _in_result_type(b, node, out)
 
 
 @register(aten.addcmul.default)

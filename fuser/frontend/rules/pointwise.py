@@ -325,6 +325,44 @@ def _hardtanh(b, node, x, min_val=-1.0, max_val=1.0):
     return _bounded(b, _bounded(b, x, min_val, below=False), max_val, below=True)
 
 
+@register(aten.logical_xor.default)
+def _logical_xor(b, node, x, y):
+    """Whether exactly one of x and y is nonzero (NaN is nonzero), of any dtypes."""
+    ops = b.fd.ops
+    x, y = (v if _is_bool(v) else ops.ne(rounded(b, v), 0) for v in (x, y))
+    return ops.ne(x, y)
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, bool) or (isinstance(v, TensorView) and v.dtype is DataType.Bool)
+
+
+def _nan_ignoring(b, node, x, y, larger: bool):
+    """fmax (`larger`) or fmin: the larger (smaller) operand, the one that is not NaN where the
+    other is (NaN only where both are), in the node's promoted type. On a tie of 0.0 and -0.0
+    either is right (IEEE's fmax; eager's CPU kernels return x in fp32, y in bf16): x here."""
+    ops = b.fd.ops
+    x, y = rounded(b, x), rounded(b, y)
+    take_y = ops.lt(x, y) if larger else ops.gt(x, y)
+    if isinstance(x, TensorView) and x.dtype.is_floating:
+        take_y = ops.logical_or(take_y, ops.isnan(x))
+    elif isinstance(x, float) and math.isnan(x):
+        take_y = ops.logical_or(take_y, True)
+    out = ops.where(take_y, y, x)
+    want = DataType.from_torch(b.meta(node).dtype)
+    return out if out.dtype is want else ops.cast(out, want)
+
+
+@register(aten.fmax.default)
+def _fmax(b, node, x, y):
+    return _nan_ignoring(b, node, x, y, larger=True)
+
+
+@register(aten.fmin.default)
+def _fmin(b, node, x, y):
+    return _nan_ignoring(b, node, x, y, larger=False)
+
+
 @register(aten.leaky_relu.default)
 def _leaky_relu(b, node, x, negative_slope=0.01):
     ops = b.fd.ops

@@ -1,5 +1,5 @@
-"""Reductions and the normalizations built from them: sum, mean, amax, var_mean, softmax,
-log_softmax, layer norm, group norm. Half and bf16 inputs compute in fp32 where ATen does."""
+"""Reductions and the normalizations built from them: sum, mean, amax, any, all, var_mean,
+softmax, log_softmax, layer norm, group norm. Half and bf16 inputs compute in fp32 where ATen does."""
 from __future__ import annotations
 
 from typing import Optional
@@ -10,7 +10,7 @@ from torch.fx import Node
 from ...ir import DataType, Scalar
 from ..meta import meta_val
 from . import Kind, LoweringError, register
-from .pointwise import upcast
+from .pointwise import rounded, upcast
 from .shape import one_hot_row_sum
 
 aten = torch.ops.aten
@@ -275,6 +275,50 @@ def _channels_per_group(shape: list, groups) -> int:
     if any(isinstance(s, int) and s == 0 for s in shape):  # (reshape cannot infer -1 of no elements)
         raise LoweringError("group norm of an empty input with a channel count known only at execution")
     return -1
+
+
+def _truth(b, x):
+    """x != 0 as bool, the test eager's any and all make of each element (NaN is true); a half
+    or bf16 value rounded to its dtype first, as eager stores it."""
+    if x.dtype is DataType.Bool:
+        return x
+    return b.fd.ops.ne(rounded(b, x), 0)
+
+
+def _any_or_all(b, node, x, dim, keepdim: bool, every: bool):
+    """any (`every` False) or all of x over dim: the max (min) of its elements' truth, a bool
+    reduction. Over no elements, any is False and all True (a max refuses an empty axis).
+    An empty dim list tests each element and reduces nothing (eager's any.dims, unlike sum's).
+    (A uint8 x, whose any eager returns as uint8, has no fuser DataType: it runs through ATen.)"""
+    ops = b.fd.ops
+    truth = _truth(b, x)
+    dims = [] if isinstance(dim, (list, tuple)) and len(dim) == 0 else reduce_dims(x, dim)
+    extents = [d.extent for d in x.domain.no_reductions()]
+    if not dims:
+        return ops.set(truth)
+    if any(extents[d % x.ndim] == 0 for d in dims):
+        return ops.full(b.out_shape(node), every, DataType.Bool)
+    return (ops.min if every else ops.max)(truth, dims, keepdim)
+
+
+@register(aten.any.default, kind=Kind.reduction)
+def _any_all_dims(b, node, x):
+    return _any_or_all(b, node, x, None, False, every=False)
+
+
+@register(aten.any.dim, aten.any.dims, kind=Kind.reduction)
+def _any(b, node, x, dim=None, keepdim=False):
+    return _any_or_all(b, node, x, dim, keepdim, every=False)
+
+
+@register(aten.all.default, kind=Kind.reduction)
+def _all_all_dims(b, node, x):
+    return _any_or_all(b, node, x, None, False, every=True)
+
+
+@register(aten.all.dim, aten.all.dims, kind=Kind.reduction)
+def _all(b, node, x, dim=None, keepdim=False):
+    return _any_or_all(b, node, x, dim, keepdim, every=True)
 
 
 @register(aten.max.default, kind=Kind.reduction)
