@@ -11,6 +11,7 @@ IterDomains are identities (eq=False): the same object appears in several domain
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -19,6 +20,34 @@ import sympy
 from ..errors import FusionDefinitionError
 from .symbolic import Extent, ExtentLike, as_extent, ceilDiv, is_static
 from .types import IterType, ParallelType
+
+
+class CallableBool(int):
+    """A flag that nvFuser's method spelling can also call: fuser reads `id.is_reduction` as a
+    bool where nvfuser_direct binds `id.is_reduction()`, and both give it. Python's bool admits
+    no subclasses, so this is an int of 0 or 1 that prints, compares and hashes as the bool."""
+
+    def __call__(self) -> bool:
+        return bool(self)
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+    __str__ = __repr__
+
+
+_TRUE, _FALSE = CallableBool(1), CallableBool(0)
+
+
+def as_int(value: Any, what: str, name: str = "axis") -> int:
+    """`value` as a Python int, numpy's integers included (nvFuser's int64_t arguments take
+    anything with __index__); a bool is refused, as it is no axis or factor."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise FusionDefinitionError(f"{what}: {name} must be an int, got {value!r}")
 
 
 @dataclass(eq=False)
@@ -41,12 +70,12 @@ class IterDomain:
         return self.expanded_extent if self.expanded_extent is not None else self.extent
 
     @property
-    def is_reduction(self) -> bool:
-        return self.iter_type is IterType.Reduction
+    def is_reduction(self) -> CallableBool:
+        return _TRUE if self.iter_type is IterType.Reduction else _FALSE
 
     @property
-    def is_broadcast(self) -> bool:
-        return self.iter_type is IterType.Broadcast
+    def is_broadcast(self) -> CallableBool:
+        return _TRUE if self.iter_type is IterType.Broadcast else _FALSE
 
     @property
     def is_device_dim(self) -> bool:
@@ -143,8 +172,7 @@ class TensorDomain:
 
     def _loop_axis(self, axis: int, what: str) -> int:
         n = len(self.loop)
-        if isinstance(axis, bool) or not isinstance(axis, int):
-            raise FusionDefinitionError(f"{what}: axis must be an int, got {axis!r}")
+        axis = as_int(axis, what)
         if not -n <= axis < n:
             raise FusionDefinitionError(
                 f"{what}: axis {axis} is out of range for a loop domain of {n} axes "
@@ -153,15 +181,17 @@ class TensorDomain:
 
     def split(self, new_id: IdFactory, axis: int, factor: ExtentLike, inner_split: bool) -> None:
         axis = self._loop_axis(axis, "split")
-        if isinstance(factor, bool) or not isinstance(factor, (int, sympy.Basic)):
-            raise FusionDefinitionError(f"split: factor must be an int, got {factor!r}")
+        if not isinstance(factor, sympy.Basic):  # (an extent where a split is replayed)
+            factor = as_int(factor, "split", "factor")
         factor = as_extent(factor)
         if is_static(factor) and int(factor) < 1:
             raise FusionDefinitionError(f"split: factor must be at least 1, got {factor}")
         src = self.loop[axis]
         rest = ceilDiv(src.extent, factor)
         outer_extent, inner_extent = (rest, factor) if inner_split else (factor, rest)
-        make = lambda e: new_id(e, iter_type=src.iter_type, is_rfactor=src.is_rfactor)  # noqa: E731
+        # both halves keep the input's parallel type, as nvFuser's IterDomain::split gives them
+        make = lambda e: new_id(e, iter_type=src.iter_type, parallel_type=src.parallel_type,  # noqa: E731
+                                is_rfactor=src.is_rfactor)
         outer, inner = make(outer_extent), make(inner_extent)
         if src.expanded_extent is not None:  # its halves are expanded broadcasts too
             rest = ceilDiv(src.expanded_extent, factor)
@@ -187,12 +217,14 @@ class TensorDomain:
             iter_type = IterType.Iteration
         # an expanded broadcast counts its expanded size (as in nvFuser)
         size = outer.size * inner.size
+        # the output keeps the outer axis's parallel type, as nvFuser's IterDomain::merge gives it
+        parallel_type, is_rfactor = outer.parallel_type, outer.is_rfactor or inner.is_rfactor
         if iter_type is IterType.Broadcast:
             expanded = size if outer.expanded_extent is not None or inner.expanded_extent is not None else None
-            out = new_id(sympy.Integer(1), iter_type=iter_type, expanded_extent=expanded,
-                         is_rfactor=outer.is_rfactor or inner.is_rfactor)
+            out = new_id(sympy.Integer(1), iter_type=iter_type, parallel_type=parallel_type,
+                         expanded_extent=expanded, is_rfactor=is_rfactor)
         else:
-            out = new_id(size, iter_type=iter_type, is_rfactor=outer.is_rfactor or inner.is_rfactor)
+            out = new_id(size, iter_type=iter_type, parallel_type=parallel_type, is_rfactor=is_rfactor)
         self.transforms.append(Merge(outer, inner, out))
         pos = min(axis_o, axis_i)
         self.loop = [d for k, d in enumerate(self.loop) if k not in (axis_o, axis_i)]

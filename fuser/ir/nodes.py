@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import sympy
 
 from ..errors import FusionDefinitionError
-from .domain import IterDomain, TensorDomain
+from .domain import IterDomain, TensorDomain, as_int
 from .types import DataType, MemoryType, ParallelType
 
 if TYPE_CHECKING:
@@ -153,6 +153,11 @@ class TensorView(Val):
     def get_allocation_domain(self) -> list[IterDomain]:
         return list(self.domain.maybe_allocation)
 
+    def has_root(self) -> bool:
+        """nvFuser's test for a root domain (its logical domain derived from another, as by an
+        rfactor; fuser records none for a reshape)."""
+        return self.domain.root is not None
+
     # -- scheduling (nvFuser's TensorView API) ---------------------------------------------
 
     def axis(self, i: int) -> IterDomain:
@@ -162,10 +167,11 @@ class TensorView(Val):
         self.fusion.check_open("split")
         if isinstance(factor, Scalar):  # (nvFuser takes a Val: here one whose value is known)
             if not factor.is_constant or factor.dtype not in (DataType.Int, DataType.Int32, DataType.Index):
-                raise FusionDefinitionError(f"split: factor {factor!r} is a {factor.dtype} scalar "
-                                            f"{'input' if not factor.is_constant else 'constant'}; give an "
+                raise FusionDefinitionError(f"split: factor {factor!r} is {_scalar_kind(factor)}; give an "
                                             f"int (or an integer scalar of a known value)")
             factor = factor.value
+        # (plain ints, numpy's too, for the log that repr(fd) prints)
+        axis, factor = as_int(axis, "split"), as_int(factor, "split", "factor")
         self.domain.split(self.fusion.new_id, axis, factor, inner_split)
         self.fusion.log_schedule((self, "split", (axis, factor, inner_split)))
         return self
@@ -178,14 +184,15 @@ class TensorView(Val):
 
     def merge(self, axis_o: int, axis_i: Optional[int] = None) -> "TensorView":
         self.fusion.check_open("merge")
+        axis_o, axis_i = as_int(axis_o, "merge"), None if axis_i is None else as_int(axis_i, "merge")
         self.domain.merge(self.fusion.new_id, axis_o, axis_i)
         self.fusion.log_schedule((self, "merge", (axis_o,) if axis_i is None else (axis_o, axis_i)))
         return self
 
     def reorder(self, old_to_new: dict[int, int]) -> "TensorView":
         self.fusion.check_open("reorder")
-        self.domain.reorder(old_to_new)
-        self.fusion.log_schedule((self, "reorder", (dict(old_to_new),)))
+        self.domain.reorder(old_to_new)  # (checks it: a dict of ints)
+        self.fusion.log_schedule((self, "reorder", ({int(o): int(t) for o, t in old_to_new.items()},)))
         return self
 
     def set_allocation_domain(self, ids: Sequence[IterDomain], new_contiguity=True) -> "TensorView":
@@ -209,6 +216,21 @@ class TensorView(Val):
         from .printer import format_tv
 
         return format_tv(self)
+
+
+def _scalar_kind(s: Scalar) -> str:
+    """What a scalar is, for an error that needs its value when the definition is built: a
+    constant of its dtype, a scalar input, a tensor's extent or a value computed at execution."""
+    if s.is_constant:
+        return f"a {s.dtype} scalar constant"
+    inputs = {v.expr for v in s.fusion.inputs() if isinstance(v, Scalar)}
+    if s.expr in inputs:
+        return f"a {s.dtype} scalar input"
+    if not inputs.isdisjoint(s.expr.free_symbols):
+        return f"a {s.dtype} scalar computed from scalar inputs"
+    owner = next((f"T{tv.name}'s extent along axis {k}" for tv in s.fusion.tensors()
+                  for k, d in enumerate(tv.domain.no_reductions()) if d.size == s.expr), None)
+    return f"{owner or 'computed from tensor extents'}, known only at execution"
 
 
 # ---------------------------------------------------------------------------------------------

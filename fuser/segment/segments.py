@@ -48,6 +48,14 @@ class Segment:
     def __str__(self) -> str:
         return self.describe()
 
+    def __repr__(self) -> str:
+        """One line for a list of segments in a notebook (`fd.last_segments()`): the dataclass's
+        own repr dumps every expr and the scheduler's parameters."""
+        short = lambda v: f"T{v.name}" if isinstance(v, TensorView) else repr(v)  # noqa: E731
+        ios = f"{', '.join(map(short, self.inputs))} -> {', '.join(map(short, self.outputs))}"
+        why = f" ({self.why})" if self.why else ""
+        return f"<{self.kind.value} segment: {len(self.exprs)} exprs, {ios}{why}>"
+
 
 def segment_inputs(exprs: list[Expr]) -> list[Val]:
     """The tensors `exprs` read but do not produce, in first-read order."""
