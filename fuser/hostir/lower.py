@@ -8,6 +8,9 @@ allocated whole before the loop and each iteration writes its chunk through such
 Intermediates the pass gave a stream-parallel allocation stay as they are. Exprs in the loop
 are copies of the fusion's exprs reading and writing chunk tensors, so an op evaluated there
 consumes and produces chunks (invariant 4), and its output is checked against chunk extents.
+An expr whose output's stream axis no input maps to (iota, full, random ops, a scan or a slice
+along it) cannot make a chunk from chunks: it is computed whole before the loop, which reads
+chunks of its result (`computed_whole`).
 
 Outside loops, each Communication becomes Communicate + Wait. Runs of other exprs, in loops
 and outside, go through the segmenter: matmul, linear and the like run through ATen; fusible
@@ -63,9 +66,12 @@ class _Lowering:
         groups = stream_loops(self.fusion.exprs)
         for g in groups:
             if isinstance(g, list):
-                body += self.plain(plain)
-                plain = []
-                body += self.loop(g)
+                whole, g = computed_whole(g)
+                plain += whole
+                if g:
+                    body += self.plain(plain)
+                    plain = []
+                    body += self.loop(g)
             elif isinstance(g, Communication):
                 body += self.plain(plain)
                 plain = []
@@ -263,6 +269,27 @@ class _Lowering:
         chunks[key] = c
         body.append(ShardByStream(v, c, index))
         return c
+
+
+def computed_whole(group: list[Expr]) -> tuple[list[Expr], list[Expr]]:
+    """(the exprs of a stream loop computed whole before it, the rest, which stay in it). An
+    expr whose output's stream axis no tensor input maps to cannot make one chunk from chunks:
+    iota, full and random ops (values and philox counters of logical positions), a scan, a
+    slice, a cat or a pad along that axis, a reshape across it. As `decompose_reshardings` does
+    for device axes, it is computed whole, and the loop reads chunks of its result. It reads
+    nothing the loop makes: a loop expr reading another's output maps that output's stream
+    axis to its own (`joins`), so everything it reads exists before the loop."""
+    whole = [e for e in group if not _chunks_from_inputs(e)]
+    return whole, [e for e in group if all(e is not x for x in whole)]
+
+
+def _chunks_from_inputs(e: Expr) -> bool:
+    """Whether some tensor input of the loop expr `e` maps to its output's stream axis, so
+    that a chunk of that input (or the input whole, on a broadcast axis) gives a chunk of the
+    output."""
+    leaf, split = loop_axis(e)
+    out = next(o for o in e.outputs if isinstance(o, TensorView) and any(leaf is d for d in o.domain.loop))
+    return any(mapped_input_axis(e, v, out, split.input) is not None for v in e.inputs if isinstance(v, TensorView))
 
 
 def local_axes(plan: KernelPlan, with_streams: bool) -> tuple[Optional[tuple[tuple[TensorView, int], ...]], str]:
