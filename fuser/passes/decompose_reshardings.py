@@ -68,7 +68,8 @@ def _tv_inputs(e: Expr) -> list[TensorView]:
 def _decompose(f: Fusion, e: Expr) -> list[Expr]:
     outs = [o for o in e.outputs if isinstance(o, TensorView)]
     ins = _tv_inputs(e)
-    if not outs or not ins or all(v.device_mesh is None for v in ins + outs):
+    if not outs or all(v.device_mesh is None for v in ins + outs):  # (an op of no tensor input,
+        # iota or a random op, is computed whole then sliced: its values index logical positions)
         return [e]
     out = outs[0]
     if isinstance(e, LoadStoreOp) and e.kind is LoadStoreOpType.set:
