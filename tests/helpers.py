@@ -273,3 +273,21 @@ class OptimizerTwins:
             torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
             for key, value in (self.opt_theirs.state[b].items() if state else ()):
                 torch.testing.assert_close(self.opt_ours.state[a][key], value, rtol=1e-5, atol=1e-6)
+
+
+def fresh_jit(fn: Callable) -> Callable:
+    """`fuser.jit(fn)` with Dynamo's caches emptied first (each test traces afresh)."""
+    import fuser
+
+    torch._dynamo.reset()
+    return fuser.jit(fn)
+
+
+def fresh_compile(fn: Callable) -> Callable:
+    """`torch.compile(fn, backend="fuser")` with Dynamo's caches emptied first."""
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="fuser")
+
+
+# the two ways into fuser from a PyTorch function, by name (for parametrized tests)
+COMPILERS = {"jit": fresh_jit, "torch.compile": fresh_compile}

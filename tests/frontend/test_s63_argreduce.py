@@ -11,22 +11,11 @@ import torch._dynamo
 import fuser
 from fuser.codegen import launch
 from fuser.schedulers import heuristics
-from tests.helpers import assert_eager
+from tests.helpers import COMPILERS, assert_eager, fresh_jit
 
 ROWS = 6
 
 
-def _jitted(fn):
-    torch._dynamo.reset()
-    return fuser.jit(fn)
-
-
-def _compiled(fn):
-    torch._dynamo.reset()
-    return torch.compile(fn, backend="fuser")
-
-
-COMPILERS = {"jit": _jitted, "torch.compile": _compiled}
 
 
 @pytest.fixture(params=["persistent", "looped"])
@@ -89,7 +78,7 @@ def test_int64_inputs_and_torch_compile(compiler):
 
 
 def test_rows_of_another_length_reuse_the_program():
-    jitted = _jitted(lambda x: x.argmax(-1))
+    jitted = fresh_jit(lambda x: x.argmax(-1))
     for cols in (50, 77):
         x = tied((ROWS, cols), torch.float32)
         assert_eager(jitted(x), x.argmax(-1))
@@ -133,7 +122,7 @@ def test_few_long_rows_match_eager(monkeypatch):
 
 
 def test_a_looped_arg_reduction_runs_as_a_loop(form):
-    report = str(fuser.explain(_jitted(lambda x: x.argmax(-1)), tied((ROWS, 100), torch.float32)))
+    report = str(fuser.explain(fresh_jit(lambda x: x.argmax(-1)), tied((ROWS, 100), torch.float32)))
     assert ("for c_start in" in report) == (form == "looped"), report
 
 
@@ -142,7 +131,7 @@ def test_max_dim_gradients_match_eager():
         values, indices = torch.max(x * 2, -1)
         return values, indices
     x = tied((ROWS, 40), torch.float32).requires_grad_()  # (ties: the gradient goes to the first)
-    jitted = _jitted(fn)
+    jitted = fresh_jit(fn)
     (values, indices), (ev, ei) = jitted(x), fn(x)
     assert_eager(indices, ei)
     weights = torch.randn(values.shape)
@@ -162,7 +151,7 @@ def test_what_eager_refuses_is_refused_as_eager(fn, x):
     with pytest.raises((RuntimeError, IndexError)) as want:
         fn(x)
     with pytest.raises(type(want.value)):
-        _jitted(fn)(x)
+        fresh_jit(fn)(x)
 
 
 def test_bool_max_dim_matches_eager():

@@ -8,23 +8,11 @@ import pytest
 import torch
 import torch._dynamo
 
-import fuser
-from tests.helpers import assert_eager, make
+from tests.helpers import COMPILERS, assert_eager, fresh_jit, make
 
 SHAPE = (4, 33)
 
 
-def _jitted(fn):
-    torch._dynamo.reset()
-    return fuser.jit(fn)
-
-
-def _compiled(fn):
-    torch._dynamo.reset()
-    return torch.compile(fn, backend="fuser")
-
-
-COMPILERS = {"jit": _jitted, "torch.compile": _compiled}
 
 
 # -- addcmul_'s value in the tensors' type ---------------------------------------------------
@@ -56,7 +44,7 @@ def test_integer_addcmul_in_place_keeps_every_digit():
     x = make(SHAPE, torch.int32) + (1 << 25) + 1
     t1, t2 = make(SHAPE, torch.int32), make(SHAPE, torch.int32)
     xe, xf = x.clone(), x.clone()
-    out = _jitted(fn)(xf, t1, t2)
+    out = fresh_jit(fn)(xf, t1, t2)
     assert_eager(out, fn(xe, t1, t2))
     assert_eager(xf, xe)
 
@@ -143,7 +131,7 @@ def test_what_eager_computes_fuses(case):
     fn, x, y = ACCEPTED[case]
     x, y = x(), y()
     xe, xf = x.clone(), x.clone()
-    jitted = _jitted(fn)
+    jitted = fresh_jit(fn)
     assert_eager(jitted(xf, y), fn(xe, y))
     assert_eager(xf, xe)
     assert jitted.cache_info().fusions >= 1
