@@ -97,6 +97,13 @@ class _Recorder:
             for k, d in enumerate(tv.domain.loop):
                 if d.parallel_type is not ParallelType.serial:
                     lines.append((last, f"tv{tv.name}.axis({k}).parallelize(ParallelType.{d.parallel_type.name})"))
+            # a logical axis parallelized, then split or merged away from the loop (its halves
+            # inherit the type; the axis keeps it, as the printed IR shows)
+            loop = {id(d) for d in tv.domain.loop}
+            for k, d in enumerate(tv.domain.logical):
+                if d.parallel_type is not ParallelType.serial and id(d) not in loop:
+                    lines.append((last, f"tv{tv.name}.get_logical_domain()[{k}].parallelize("
+                                        f"ParallelType.{d.parallel_type.name})"))
         return lines
 
 

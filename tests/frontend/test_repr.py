@@ -161,3 +161,25 @@ def test_an_extent_reached_twice_by_each_of_many_slices_prints_in_linear_work():
     symbolic._fmt.cache_clear()
     str(fd.fusion)
     assert symbolic._fmt.cache_info().misses < 500
+
+
+@pytest.mark.parametrize("transform", ["split", "merge"])
+def test_an_axis_parallelized_then_transformed_away_from_the_loop_is_rebuilt(transform):
+    """A logical axis parallelized, then split or merged out of the loop domain, keeps its
+    parallel type in the rebuilt definition (found by a probe: the printed script set only the
+    loop axes', so the rebuilt logical axis was serial and the structural hashes differed)."""
+    from fuser import ParallelType
+
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], contiguity=True)
+        y = fd.ops.relu(x)
+        fd.add_output(y)
+        y.axis(0).parallelize(ParallelType.stream)
+        if transform == "split":
+            y.outer_split(0, 3)
+        else:
+            y.merge(0, 1)
+    fd2 = rebuild(fd)
+    assert fd2.fusion.structural_hash() == fd.fusion.structural_hash(), f"{fd.fusion}\n---\n{fd2.fusion}"
+    assert str(fd2.fusion) == str(fd.fusion)
+    assert repr(fd2) == repr(fd)
