@@ -113,7 +113,7 @@ def _addcdiv_again(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     traced ops of a half or bf16 type round thrice (a fifth of the elements a unit off). The
     call's lowering (torch's decomposition) computes in fp32 and rounds once. False where
     `node` is not that add, or `v` is not a number."""
-    if node.target is not torch.add:
+    if node.target is not torch.add or _without_source(node):
         return False
     x, scaled = node.args
     quotient, value = scaled.args
@@ -126,6 +126,15 @@ def _addcdiv_again(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     for dead in (node, scaled, quotient):
         gm.graph.erase_node(dead)
     return True
+
+
+def _without_source(node: torch.fx.Node) -> bool:
+    """Whether `node` comes from code with no source file (exec, `python -c`): its position
+    has no columns, so it tells Dynamo's rewrite from a user's own `add(x, mul(div(a, b), v))`
+    on one line no better than by the line, and the rounding the user wrote is kept."""
+    frames = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
+              if line.strip().startswith('File "')]
+    return not frames or frames[-1].startswith('File "<')
 
 
 def _rewritten_call(node: torch.fx.Node) -> Optional[tuple]:

@@ -140,9 +140,11 @@ class UnusedGradients:
 def _carries_gradient(node: torch.fx.Node) -> bool:
     """Whether a gradient flows through `node` to its inputs in eager: not through a detach, an
     integer or bool tensor (a comparison, an argmax) or a size; where the value is not
-    recorded, assumed to (an input then keeps its gradient, possibly zeros, as before)."""
-    if node.target is torch.ops.aten.detach.default:
-        return False
+    recorded, assumed to (an input then keeps its gradient, possibly zeros, as before). A
+    `torch.no_grad()` block or `ones_like(x)` leaves no mark in the forward graph: an input
+    read only there keeps zeros."""
+    if node.target is torch.ops.aten.detach.default or str(node.meta.get("original_aten")) == "aten.detach.default":
+        return False  # (AOTAutograd's forward holds `x.detach()` as an alias of x; by name: not one object)
     value = node.meta.get("val")
     if isinstance(value, torch.Tensor):
         return value.is_floating_point() or value.is_complex()

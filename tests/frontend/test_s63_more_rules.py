@@ -228,3 +228,13 @@ def test_fmax_fmin_forward_backward(dtype):
     jitted = fuser.jit(f)
     check_forward_backward(f, jitted, args)
     _check_no_fallback(jitted)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_hypot_of_integers_raises_as_eager(dtype):
+    """Eager has no integer hypot (review: fuser computed truncated square roots)."""
+    x = torch.randint(0, 5, (6,)).to(dtype)
+    with pytest.raises(NotImplementedError):
+        torch.hypot(x, x)
+    with pytest.raises(NotImplementedError):
+        fuser.jit(torch.hypot)(x, x)

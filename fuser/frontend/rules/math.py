@@ -69,6 +69,8 @@ def _hypot(b, node, x, y):
     underflows below 1e-19: the larger magnitude times sqrt(1 + r^2), r the smaller over it
     (within a few ulp of eager's). inf where either is infinite (beside a NaN too, as IEEE's
     hypot), else NaN where either is NaN, 0 for two zeros. Half and bf16 compute in fp32."""
+    if not node.meta["val"].dtype.is_floating_point:  # (eager has no integer hypot: through
+        raise LoweringError("hypot of integer operands (eager has no kernel for them)")  # ATen, it raises)
     ops = b.fd.ops
     ax, ay = (ops.abs(upcast(b, _in_result_type(b, node, v))) for v in (x, y))
     big, small = ops.maximum(ax, ay), ops.minimum(ax, ay)
