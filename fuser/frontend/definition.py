@@ -457,10 +457,10 @@ class FusionDefinition:
                                        f"pass a dense tensor")
             if dst.is_inference():
                 self.writes_inference = True
-            if dst.is_inference() and not torch.is_inference_mode_enabled():
-                raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
-                                       f"is an inference tensor, which only torch.inference_mode() may write "
-                                       f"in place; execute inside it, or pass a clone")
+                if not torch.is_inference_mode_enabled():
+                    raise FusionInputError(f"input {k} ({target!r}) is written in place (an output's alias) but "
+                                           f"is an inference tensor, which only torch.inference_mode() may write "
+                                           f"in place; execute inside it, or pass a clone")
 
     def _visible(self, outs: list, inputs: list) -> list:
         """Writes aliased outputs into their inputs; returns the outputs not hidden by an alias."""
@@ -650,11 +650,10 @@ def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     if type(value) is int and not dtype.is_floating and not dtype.is_complex and not fits_int64(value):
         raise FusionDefinitionError(f"define_scalar: the integer {value} does not fit in 64 bits, so no "
                                     f"{dtype!r} scalar holds it (eager refuses it too)")
-    if type(value) is int and dtype.is_integral and dtype is not DataType.UInt64 \
-            and not int_range(dtype)[0] <= value < int_range(dtype)[1]:
+    low, high = int_range(dtype) if dtype.is_integral and dtype is not DataType.UInt64 else (None, None)
+    if type(value) is int and low is not None and not low <= value < high:
         # (a kernel's literal would wrap it where the host's value would not: one scalar, two
         # values; eager's torch.tensor(value, dtype=...) refuses it)
-        low, high = int_range(dtype)
         raise FusionDefinitionError(f"define_scalar: the integer {value} is out of the range of a {dtype!r} "
                                     f"scalar, [{low}, {high - 1}] (eager refuses it too); give a wider dtype")
     try:

@@ -18,7 +18,7 @@ import fuser  # noqa: E402
 from fuser import FusionDefinition, ParallelType  # noqa: E402
 from fuser.evaluate import bind_inputs  # noqa: E402
 from fuser.multidevice import Communicator, DeviceMesh, shard_tensor  # noqa: E402
-from tests.multidevice.rank_script import cases_of, check_case, run_cases, torchrun_results  # noqa: E402
+from tests.multidevice.rank_script import cases_of, check_case, run_cases  # noqa: E402
 
 
 def relu_sum(mesh: DeviceMesh, sharded: bool = False) -> FusionDefinition:
@@ -131,15 +131,10 @@ def case_a_mesh_naming_a_rank_twice_is_refused():
 CASES = cases_of(globals())
 
 
-@pytest.fixture(scope="module")
-def two_rank_results(tmp_path_factory):
-    return torchrun_results(__file__, tmp_path_factory.mktemp("mesh_rank"), world=2)
-
-
 @pytest.mark.multidevice
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_ranks(two_rank_results, name):
-    check_case(two_rank_results, name)
+def test_two_ranks(rank_results, name):
+    check_case(rank_results, name)
 
 
 def test_meta_inference_as_a_rank_outside_the_mesh_is_refused():

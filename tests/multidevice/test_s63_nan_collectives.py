@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from fuser import FusionDefinition, ParallelType  # noqa: E402
 from fuser.multidevice import Communicator, DeviceMesh, shard_tensor  # noqa: E402
-from tests.multidevice.rank_script import cases_of, check_case, run_cases, torchrun_results  # noqa: E402
+from tests.multidevice.rank_script import cases_of, check_case, run_cases  # noqa: E402
 
 WORLD = 2
 EAGER = {"max": torch.amax, "min": torch.amin, "sum": torch.sum, "mul": torch.prod}
@@ -166,15 +166,10 @@ def case_fusion_max_min_over_a_sharded_axis():
 CASES = cases_of(globals())
 
 
-@pytest.fixture(scope="module")
-def two_rank_results(tmp_path_factory):
-    return torchrun_results(__file__, tmp_path_factory.mktemp("nan_collectives"), world=2)
-
-
 @pytest.mark.multidevice
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_ranks(two_rank_results, name):
-    check_case(two_rank_results, name)
+def test_two_ranks(rank_results, name):
+    check_case(rank_results, name)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 from fuser import DataType, FusionDefinition, ParallelType  # noqa: E402
 from fuser.multidevice import Communicator, DeviceMesh  # noqa: E402
-from tests.multidevice.rank_script import cases_of, check_case, run_cases, torchrun_results  # noqa: E402
+from tests.multidevice.rank_script import cases_of, check_case, run_cases  # noqa: E402
 
 MESH = [0, 1]
 
@@ -66,15 +66,10 @@ def case_a_sharded_random_op_draws_its_block_of_the_unsharded_draw():
 CASES = cases_of(globals())
 
 
-@pytest.fixture(scope="module")
-def two_rank_results(tmp_path_factory):
-    return torchrun_results(__file__, tmp_path_factory.mktemp("sharded_creation"), world=2)
-
-
 @pytest.mark.multidevice
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_ranks(two_rank_results, name):
-    check_case(two_rank_results, name)
+def test_two_ranks(rank_results, name):
+    check_case(rank_results, name)
 
 
 if __name__ == "__main__":

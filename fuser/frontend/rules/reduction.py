@@ -301,22 +301,12 @@ def _any_or_all(b, node, x, dim, keepdim: bool, every: bool):
     return (ops.min if every else ops.max)(truth, dims, keepdim)
 
 
-@register(aten.any.default, kind=Kind.reduction)
-def _any_all_dims(b, node, x):
-    return _any_or_all(b, node, x, None, False, every=False)
-
-
-@register(aten.any.dim, aten.any.dims, kind=Kind.reduction)
-def _any(b, node, x, dim=None, keepdim=False):
+@register(aten.any.default, aten.any.dim, aten.any.dims, kind=Kind.reduction)
+def _any(b, node, x, dim=None, keepdim=False):  # (.default: over every dim)
     return _any_or_all(b, node, x, dim, keepdim, every=False)
 
 
-@register(aten.all.default, kind=Kind.reduction)
-def _all_all_dims(b, node, x):
-    return _any_or_all(b, node, x, None, False, every=True)
-
-
-@register(aten.all.dim, aten.all.dims, kind=Kind.reduction)
+@register(aten.all.default, aten.all.dim, aten.all.dims, kind=Kind.reduction)
 def _all(b, node, x, dim=None, keepdim=False):
     return _any_or_all(b, node, x, dim, keepdim, every=True)
 
