@@ -503,9 +503,10 @@ def _compiling_here() -> bool:
     `is_dynamo_compiling()` to True), or a trace of another kind (torch.export's non-strict
     one). Not `torch.compiler.is_compiling()` alone: that flag is one global, set while any
     thread's Dynamo compiles a frame, and calls in other threads ran the function eagerly,
-    unfused and uncounted, for as long as that compile took."""
-    return torch.compiler.is_dynamo_compiling() or (
-        torch.compiler.is_compiling() and torch._guards.TracingContext.try_get() is not None)
+    unfused and uncounted, for as long as that compile took. (The global flag first: off, as
+    on every call outside a compile, it is the one check; Dynamo folds both flags to True.)"""
+    return torch.compiler.is_compiling() and (
+        torch.compiler.is_dynamo_compiling() or torch._guards.TracingContext.try_get() is not None)
 
 
 def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
