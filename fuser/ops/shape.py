@@ -281,7 +281,10 @@ def _crop(tv: TensorView, widths: list[int]) -> TensorView:
     return slice(tv, starts, ends, manual_normalization=True)
 
 
-def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -> TensorView:
+def cat(tensors: Sequence[TensorView], dim: int = 0, manual_padding: bool = False) -> TensorView:
+    """nvFuser's cat; with `manual_padding` each input is already padded to the output's extent
+    along `dim` (nvFuser's printed definitions pad first), and each position takes the input
+    whose un-padded region covers it: the cat of the pads' sources, which is what is built."""
     op = "cat"
     tensors = listed(op, "tensors", tensors)
     if not tensors:
@@ -293,6 +296,8 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
     if any(t.ndim != n for t in tensors):
         raise FusionDefinitionError(f"{op}: all tensors need {n} dims, got {[t.ndim for t in tensors]}")
     dim = _check_dims(op, tensors[0], [dim])[0] % n
+    if manual_padding and len(tensors) > 1:  # (one input: nvFuser's cat is a set of it, pad and all)
+        tensors = _pad_sources(f, tensors, dim)
     dtype = result_type(*tensors)
     ids = []
     for k in range(n):
@@ -307,6 +312,48 @@ def cat(tensors: Sequence[TensorView], dim: int, manual_padding: bool = False) -
     out = new_tensor(f, ids, dtype)
     f.add_expr(CatOp(inputs=tuple(tensors), outputs=(out,), dim=dim))
     return out
+
+
+def _pad_sources(f, padded: list[TensorView], dim: int) -> list[TensorView]:
+    """The tensors each of `padded` pads, where the pads tile axis `dim` exactly: all padded to
+    one extent, the first with nothing before its source, each next one's source starting where
+    the previous one's ends, the last with nothing after it. Other axes unpadded."""
+    op = "cat(manual_padding=True)"
+    size = lambda t: t.domain.no_reductions()[dim].size  # noqa: E731  (read afresh: unify may substitute)
+    for k, t in enumerate(padded[1:], 1):
+        f.unify(size(padded[0]), size(t),
+                f"{op}: every input must be padded to the output's extent along dim {dim}; input {k} {t!r} "
+                f"has {size(t)}, input 0 {padded[0]!r} has {size(padded[0])}")
+    sources, start = [], sympy.Integer(0)
+    for k, t in enumerate(padded):
+        src, (before, after) = _unpadded(f, op, k, t, dim)
+        start = f.unify(start, sympy.Integer(before),
+                        f"{op}: input {k} {t!r} pads {before} before its source along dim {dim}, but the inputs "
+                        f"before it cover {start}: the sources must tile the axis in order")
+        if k == len(padded) - 1 and after != 0:
+            raise FusionDefinitionError(
+                f"{op}: the last input {t!r} pads {after} after its source along dim {dim}; the sources must "
+                f"end at the output's end, so its padding after must be 0")
+        sources.append(src)
+        start = start + size(src)
+    return sources
+
+
+def _unpadded(f, op: str, k: int, t: TensorView, dim: int) -> tuple[TensorView, tuple[int, int]]:
+    """The source of `t`, the padded input `k` of a cat along `dim`, and its pad widths there."""
+    made = f.definition_of(t)
+    if not isinstance(made, PadOp):
+        raise FusionDefinitionError(
+            f"{op}: input {k} {t!r} is not a pad's output; each input must be padded along dim {dim} "
+            f"to the output's extent (or leave manual_padding False)")
+    widths = [int(w.value) for w in made.inputs[2:]]  # (last axis first, as F.pad's)
+    at = 2 * (t.ndim - 1 - dim)
+    along = tuple(widths[at:at + 2]) if at < len(widths) else (0, 0)
+    if any(widths[:at] + widths[at + 2:]):
+        raise FusionDefinitionError(
+            f"{op}: input {k} {t!r} is padded by {widths}, on axes other than dim {dim} too; "
+            f"only dim {dim} may be padded")
+    return made.inputs[0], along
 
 
 def _joined_size(sizes: list) -> sympy.Expr:
