@@ -7,13 +7,16 @@ A slot is cleared after its last reader, so intermediates die as early as in eag
 """
 from __future__ import annotations
 
+import ast
 import contextvars
 import operator
+import re
 from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import Node
 
+from ..errors import FusionInputError
 from ..runtime.in_place import write_back
 from .host_scalars import is_host_scalar
 from .lowering import Region
@@ -117,8 +120,9 @@ def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class FusionStep:
-    def __init__(self, region: Region, slot_of: dict):
+    def __init__(self, region: Region, slot_of: dict, record: Any = None):
         self.region = region
+        self.record = record  # (its Dynamo graph names the user's arguments in an input error)
         self.fd = region.fd
         self.readers = [_reader(src, slot_of, region.device) for src in region.inputs]  # env -> fusion input
         self.moves = any(type(r) is not operator.itemgetter for r, src in zip(self.readers, region.inputs)
@@ -147,12 +151,28 @@ class FusionStep:
             write_back(written, dsts, values)
 
     def execute(self, inputs: list) -> list:
-        cache = self.fd.cache  # (made by the first call)
-        if cache is None:
-            return self.fd.execute(inputs)
-        if self.fd.writes_inference:  # (fd.execute's check, which the cache's call skips)
-            self.fd._check_writable(inputs)
-        return cache.execute(inputs)
+        try:
+            cache = self.fd.cache  # (made by the first call)
+            if cache is None:
+                return self.fd.execute(inputs)
+            if self.fd.writes_inference:  # (fd.execute's check, which the cache's call skips)
+                self.fd._check_writable(inputs)
+            return cache.execute(inputs)
+        except FusionInputError as e:
+            self.add_graph_context(e)
+            raise
+
+    def add_graph_context(self, err: FusionInputError) -> None:
+        """Appends to `err`'s message what its fusion inputs (`input 0 (T0)`), which the user
+        never sees, are in the traced graph: the ATen ops the fusion computes, and the node or
+        argument each input it names comes from. Its type and first line stay (a caller may
+        catch it). Built only here, when an error is raised."""
+        named = dict.fromkeys(int(k) for k in re.findall(r"\binput (\d+) \(", str(err)))
+        inputs = self.region.inputs
+        lines = [_fusion_ops(self.region.nodes) + (", where" if any(k < len(inputs) for k in named) else "")]
+        arguments = _argument_names(self.record)
+        lines += [f"  input {k} is {_input_origin(inputs[k], arguments)}" for k in named if k < len(inputs)]
+        err.args = ("\n".join([str(err)] + lines),)
 
     @property
     def kernels(self) -> int:
@@ -279,7 +299,7 @@ class GraphProgram:
         self.n_slots = len(nodes)
         self.inputs = [slot_of[n] for n in nodes if n.op == "placeholder"]
         self.constants = [(slot_of[n], _fetch_attr(gm, n.target)) for n in nodes if n.op == "get_attr"]
-        self.steps = [FusionStep(s, slot_of) if isinstance(s, Region) else EagerStep(s, slot_of)
+        self.steps = [FusionStep(s, slot_of, record) if isinstance(s, Region) else EagerStep(s, slot_of)
                       for s in plan.steps]
         out_node = next(n for n in nodes if n.op == "output")
         self.output = _template(out_node.args[0], slot_of)
@@ -325,7 +345,8 @@ class GraphProgram:
         if self._one_fusion is None:
             return lambda *args: self(list(args))
         step, take, give = self._one_fusion
-        env = {"CURRENT_STATS": CURRENT_STATS, "record": self.record, "fd": step.fd}
+        env = {"CURRENT_STATS": CURRENT_STATS, "record": self.record, "fd": step.fd,
+               "FusionInputError": FusionInputError, "step": step}
         inputs = "".join(f"args[{j}], " for j in take)
         parts = []
         for k, (kind, v) in enumerate(give):
@@ -342,7 +363,11 @@ class GraphProgram:
                  "        stats.saw(record)",
                  "    cache = fd.cache",  # made by the first call (a step with write-backs, whose
                  # inputs FusionStep.execute checks, is no one-fusion program)
-                 f"    outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
+                 "    try:",
+                 f"        outs = (cache.execute if cache is not None else fd.execute)([{inputs}])",
+                 "    except FusionInputError as e:",  # (no cost to a call that raises nothing)
+                 "        step.add_graph_context(e)",
+                 "        raise",
                  f"    return {result}"]
         exec(compile("\n".join(lines), f"<fuser {self.kind} program>", "exec"), env)
         call = env["call"]
@@ -441,6 +466,58 @@ def _made_plain(result: Any, positions: list[int]) -> Any:
             plain = t.detach()
             out = [plain if s is t else s for s in out]
     return out if type(result) is list else tuple(out)
+
+
+# -- an input error in the traced graph's terms (FusionStep.add_graph_context) --------------------
+
+_OPS_SHOWN = 8  # a fusion of a whole block lists its first ops and a count of the others
+
+
+def _op_name(node: Node) -> str:
+    target = node.target
+    return str(target) if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+def _fusion_ops(nodes: list[Node]) -> str:
+    shown = [f"{_op_name(n)} (node {n.name})" for n in nodes[:_OPS_SHOWN]]
+    more = f" and {len(nodes) - _OPS_SHOWN} more" if len(nodes) > _OPS_SHOWN else ""
+    return f"in a fusion of the traced ATen graph computing {', '.join(shown)}{more}"
+
+
+def _input_origin(src: Any, arguments: list[str]) -> str:
+    """What a fusion input is in the graph: a node's result, an argument, or a size of them."""
+    if not isinstance(src, Node):  # a SizeInput: a size computed from sizes of graph inputs
+        reads = ", ".join(_node_origin(n, arguments) + ("" if axis is None else f" axis {axis}")
+                          for n, axis in src.reads)
+        return f"the size {src.expr} computed from {reads}"
+    return _node_origin(src, arguments)
+
+
+def _node_origin(node: Node, arguments: list[str]) -> str:
+    if node.op == "placeholder":
+        desc = node.meta.get("desc")  # (AOTAutograd's: which of Dynamo's graph inputs it is)
+        idx = getattr(desc, "idx", None) if type(desc).__name__ == "PlainAOTInput" else None
+        if idx is not None and idx < len(arguments):
+            return f"the argument {arguments[idx]} (graph input {node.name})"
+        return f"the graph input {node.name}"
+    if node.target is operator.getitem and node.args and isinstance(node.args[0], Node):
+        return f"output {node.args[1]} of {_op_name(node.args[0])} (node {node.name})"
+    return f"{_op_name(node)}'s result (node {node.name})"
+
+
+def _argument_names(record: Any) -> list[str]:
+    """The user's name of each input of Dynamo's graph, in order: the parameters of its
+    `forward`, which Dynamo names after their source (`L_x_` for the argument x; a module's
+    parameter as its path, `L_self_modules_fc_parameters_weight_`). [] where unknown."""
+    code = getattr(record, "dynamo_code", None)
+    if not code:
+        return []
+    try:
+        forward = next(f for f in ast.parse(code.strip()).body if isinstance(f, ast.FunctionDef))
+    except (SyntaxError, StopIteration):
+        return []
+    names = [a.arg for a in forward.args.args[1:]]  # (after self)
+    return [m.group(1) if (m := re.fullmatch(r"L_(\w+?)_", n)) else n for n in names]
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
