@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import ExtentConflictError, FusionInputError, InternalError
 from ..ir import Fusion, Scalar, TensorView
 from ..ir.domain import Merge, Split
+from ..ir.printer import format_id
 from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol, scalarCast
 from ..ir.types import fits_int64, int_range
 from ..multidevice.sharding import local_extents, sharding_factors
@@ -146,7 +147,7 @@ def bind_inputs(fusion: Fusion, args: Sequence[Any], metas: bool = False) -> Bin
             raise meta_input_error(label)
         _check_tensor(val, arg, label)
         ids = val.domain.no_reductions()
-        extents = [d.extent for d in ids]
+        extents = [d.size for d in ids]  # (an expanded broadcast's size binds its expanded extent)
         factors = sharding_factors(val)
         for axis, (e, size, factor) in enumerate(zip(extents, arg.shape, factors)):
             where = f"{label} axis {axis}"
@@ -250,6 +251,26 @@ def _check_tensor(tv: TensorView, arg, label: str) -> None:
             raise FusionInputError(
                 f"{label} axis {axis}: declared broadcast (size 1), got size {arg.shape[axis]}")
     _check_contiguity(tv, arg, label)
+    _check_expanded(tv, arg, label)
+
+
+def _check_expanded(tv: TensorView, arg, label: str) -> None:
+    """An axis declared an expanded broadcast (contiguity None, size not 1) holds one element
+    for all its positions: the tensor must have stride 0 there (as nvFuser checks), or kernels
+    reading one element would drop the others. A size of 0 or 1 addresses one element at most."""
+    for axis in _expanded_axes(tv):
+        size, stride = arg.shape[axis], arg.stride(axis)
+        if size > 1 and stride != 0:
+            raise FusionInputError(
+                f"{label} axis {axis}: declared an expanded broadcast ({format_id(tv.domain.no_reductions()[axis])}: "
+                f"contiguity None on a size other than 1), so stride 0 was expected, got stride {stride} "
+                f"(sizes {tuple(arg.shape)}, strides {tuple(arg.stride())}); pass the tensor expanded "
+                f"(t.expand, stride 0), or declare the axis contiguous (True or False)")
+
+
+def _expanded_axes(tv: TensorView) -> list[int]:
+    return [axis for axis, d in enumerate(tv.domain.no_reductions())
+            if d.is_broadcast and d.expanded_extent is not None]
 
 
 def _check_contiguity(tv: TensorView, arg, label: str) -> None:
@@ -328,7 +349,7 @@ class InputBinder:
             axes = []
             for axis, (d, factor) in enumerate(zip(val.domain.no_reductions(), sharding_factors(val))):
                 f = int(factor) if factor is not None and is_static(factor) else 1
-                e = d.extent
+                e = d.size
                 if d.is_broadcast and d.expanded_extent is None:
                     axes.append((axis, None, 1, 1))
                 elif is_symbol(e):
@@ -338,7 +359,8 @@ class InputBinder:
                     axes.append((axis, None, f, int(e)))
                 else:
                     self.checks.append((compile_extent(e), i, axis, f))
-            self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), _dense_declared(val)))
+            self.tensors.append((i, val.ndim, val.dtype.to_torch(), tuple(axes), tuple(_expanded_axes(val)),
+                                 _dense_declared(val)))
         self.constraints = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.constraints]
         self.divisible = [(compile_extent(a), compile_extent(b)) for a, b, _ in fusion.divisible]
         self.sizes = [compile_extent(e) for e, _ in fusion.sizes]
@@ -361,7 +383,7 @@ class InputBinder:
                  f"    if not isinstance(args, (list, tuple)) or len(args) != {self.count}:",
                  "        return None"]
         bound: dict[str, str] = {}  # symbol -> local variable
-        for n, (i, ndim, dtype, axes, dense) in enumerate(self.tensors):
+        for n, (i, ndim, dtype, axes, expanded, dense) in enumerate(self.tensors):
             a = f"a{i}"
             env[f"D{i}"] = dtype
             lines += [f"    {a} = args[{i}]",
@@ -381,6 +403,8 @@ class InputBinder:
                 else:
                     bound[name] = f"v{len(bound)}"
                     lines.append(f"    {bound[name]} = {size}")
+            for axis in expanded:  # (an expanded broadcast's stride 0: the full check names another)
+                lines += [f"    if s[{axis}] > 1 and {a}.stride({axis}):", "        return None"]
             if dense:  # (an empty tensor is "contiguous" whatever its strides: the full check decides)
                 lines += [f"    if not {a}.is_contiguous() or not {a}.numel():", "        return None"]
         for k, (i, name, dtype) in enumerate(self.scalars):

@@ -19,7 +19,7 @@ import torch
 
 from ..errors import FusionDefinitionError, FusionInputError, UnsupportedError
 from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
-from ..ir.domain import TensorDomain, normalize_contiguity
+from ..ir.domain import IterDomain, TensorDomain, normalize_contiguity
 from ..ir.types import fits_int64, int_range
 from ..ops import FUSION_OPS, OPS
 from ..ops.common import value_dtype
@@ -274,17 +274,10 @@ class FusionDefinition:
         shape = list(shape)
         dtype = value_dtype("define_tensor", dtype)
         f = self.fusion
-        ids = []
         for k, s in enumerate(shape):
             if isinstance(s, bool) or not isinstance(s, int) or s < -1:
                 raise FusionDefinitionError(
                     f"define_tensor: shape[{k}] = {s!r}; expected -1 (symbolic), 1 (broadcast) or a size >= 0")
-            if s == -1:
-                ids.append(f.new_id(f.new_symbol()))
-            elif s == 1:
-                ids.append(f.new_id(1, iter_type=IterType.Broadcast))
-            else:
-                ids.append(f.new_id(s))
         alloc = _allocation_order(shape, stride_order)
         if contiguity is None:
             contiguity = False
@@ -296,6 +289,8 @@ class FusionDefinition:
             if len(contiguity) != len(shape):
                 raise FusionDefinitionError(
                     f"define_tensor: contiguity has {len(contiguity)} entries for {len(shape)} dims")
+        expanded = _expanded_dims(shape, contiguity, alloc)
+        ids = [_input_id(f, s, k in expanded) for k, s in enumerate(shape)]
         alloc_ids = [ids[k] for k in alloc]
         domain = TensorDomain(logical=ids, allocation=alloc_ids if alloc != list(range(len(ids))) else None,
                               contiguity=normalize_contiguity(contiguity, alloc_ids, "define_tensor"))
@@ -530,12 +525,25 @@ class FusionDefinition:
         cache = self._cache or self._make_cache("compile_ahead")
         return cache.compile_ahead(list(inputs) if isinstance(inputs, tuple) else inputs, device)
 
-    def _make_cache(self, verb: str) -> FusionExecutorCache:
+    def validate_definition(self) -> tuple[bool, Optional[str]]:
+        """nvfuser_direct's check before a first execute: (True, None) for a definition that
+        can run, else (False, why). It raises nothing; `execute` raises the reason as a
+        FusionDefinitionError."""
+        problem = self._definition_problem()
+        return problem is None, problem
+
+    def _definition_problem(self) -> Optional[str]:
         if self._with_raised is not None:
-            raise FusionDefinitionError(f"{verb}: the definition's with-block raised ({self._with_raised}), so "
-                                        f"it holds part of the computation; define it again")
+            return (f"the definition's with-block raised ({self._with_raised}), so it holds part of the "
+                    f"computation; define it again")
         if not self.fusion.outputs():
-            raise FusionDefinitionError(f"{verb}: the definition has no outputs")
+            return "the definition has no outputs (it is empty); call fd.add_output"
+        return None
+
+    def _make_cache(self, verb: str) -> FusionExecutorCache:
+        problem = self._definition_problem()
+        if problem is not None:
+            raise FusionDefinitionError(f"{verb}: {problem}")
         self._infer_layouts()  # (before the cache: it compiles the fusion as it is now)
         return self._install(FusionExecutorCache(self.fusion, aliases=self._alias_positions()), verb, replace=False)
 
@@ -664,6 +672,26 @@ def _as_scalar_of(value: Any, dtype: DataType) -> Any:
     except TypeError:
         raise FusionDefinitionError(f"define_scalar: {value!r} ({type(value).__name__}) is not a number "
                                     f"of {dtype!r}") from None
+
+
+def _expanded_dims(shape: list, contiguity, alloc: list[int]) -> set[int]:
+    """nvFuser's getExpanded: the logical dims declared expanded broadcasts (stride 0), those
+    whose contiguity (given in allocation order) is None and whose size is not 1."""
+    if isinstance(contiguity, bool):
+        return set()
+    return {k for k, c in zip(alloc, contiguity) if c is None and shape[k] != 1}
+
+
+def _input_id(f: Fusion, size: int, expanded: bool) -> IterDomain:
+    """An input dim of define_tensor's `size`: -1 symbolic, 1 a broadcast, another a static
+    extent; an expanded dim is a broadcast (extent 1) of that expanded extent, which the
+    input's size binds at execution, as nvFuser's TensorViewBuilder makes it."""
+    extent = f.new_symbol() if size == -1 else size
+    if expanded:
+        return f.new_id(1, iter_type=IterType.Broadcast, expanded_extent=extent)
+    if size == 1:
+        return f.new_id(1, iter_type=IterType.Broadcast)
+    return f.new_id(extent)
 
 
 def _allocation_order(shape: list, stride_order: Optional[Sequence[int]]) -> list[int]:
