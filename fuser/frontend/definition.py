@@ -22,7 +22,7 @@ from ..ir import DataType, Fusion, IterType, ParallelType, Scalar, TensorView
 from ..ir.domain import IterDomain, TensorDomain, normalize_contiguity
 from ..ir.types import fits_int64, int_range
 from ..ops import FUSION_OPS, OPS
-from ..ops.common import value_dtype
+from ..ops.common import building, value_dtype
 from ..runtime import FusionExecutorCache
 from ..runtime.in_place import write_back
 from .allocation_order import infer_allocation_order
@@ -126,7 +126,7 @@ class _Ops:
                 args, kwargs = _positional_keywords(name, fn, args, kwargs)
             fusion = self._fd.fusion
             _check_call(name, fn, args, kwargs, fusion)
-            with fusion.all_or_nothing():
+            with building(fusion), fusion.all_or_nothing():  # (ops of Python numbers alone: its constants)
                 result = fn(*args, **kwargs)
             self._fd._recorder.record(result, f"fd.ops.{name}", args, kwargs)
             return result

@@ -3,6 +3,7 @@ floats in IEEE doubles, as eager computes on Python floats, where Python's math 
 (1 / 0.0, log(0.0), sqrt(-1.0)); integers exactly, with C's truncating division."""
 from __future__ import annotations
 
+import cmath
 import math
 
 
@@ -86,6 +87,108 @@ def _sigmoid(v: float) -> float:
     return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
 
 
+def _silu(v: float) -> float:  # x / (1 + e^-x), as eager's (-inf gives nan, e^-x overflowing to inf)
+    return v / (1.0 + _ieee(math.exp, -v))
+
+
+def _relu(v):  # nan and -0.0 stay as they are (eager's); an integer stays an integer
+    return type(v)(0) if v < 0 else v
+
+
+def _sign(v):  # (0 < v) - (v < 0), as eager's: nan gives 0; a bool stays a bool, an int an int
+    if isinstance(v, bool):
+        return v
+    s = (0 < v) - (v < 0)
+    return float(s) if isinstance(v, float) else s
+
+
+def _frac(v: float) -> float:  # v - trunc(v): inf gives nan, as eager's
+    return v - math.trunc(v) if math.isfinite(v) else math.nan
+
+
+# erfinv and erfcinv (Python's math has neither): Giles's single-precision approximation
+# ("Approximating the erfinv function", 2010), polished by Newton's method in doubles. Near
+# +-1 (erfinv) or in the tails (erfcinv) the residual is taken of erfc in logs, where erf's
+# rounding near 1 would hide the last bits; 1 - v and 2 - x are exact in those ranges.
+_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+               -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _giles(v: float, w: float) -> float:
+    """erfinv(v) to about single precision, w being -log((1 - v)(1 + v))."""
+    coefficients, w = (_GILES_CENTRAL, w - 2.5) if w < 5.0 else (_GILES_TAIL, math.sqrt(w) - 3.0)
+    p = 0.0
+    for c in coefficients:
+        p = c + p * w
+    return p * v
+
+
+def _erfinv(v: float) -> float:
+    if not -1.0 <= v <= 1.0:  # (nan included)
+        return math.nan
+    if abs(v) == 1.0:
+        return math.copysign(math.inf, v)
+    if abs(v) > 0.5:
+        return math.copysign(_erfc_tail(1.0 - abs(v)), v)
+    y = _giles(v, -math.log1p(-v * v))
+    for _ in range(3):
+        y -= (math.erf(y) - v) / (_TWO_OVER_SQRT_PI * math.exp(-y * y))
+    return y
+
+
+def _erfcinv(x: float) -> float:
+    """The y with erfc(y) = x, as eager's -ndtri(x / 2) / sqrt(2) (ops take it from ATen)."""
+    if not 0.0 <= x <= 2.0:
+        return math.nan
+    if x / 2 == 0.0 or x == 2.0:  # (the least subnormal too, whose half ndtri takes as 0)
+        return math.copysign(math.inf, 1.0 - x)
+    if 0.5 <= x <= 1.5:
+        return _erfinv(1.0 - x)
+    return -_erfc_tail(2.0 - x) if x > 1.0 else _erfc_tail(x)
+
+
+def _erfcx(y: float, erfc_y: float) -> float:
+    """erfc(y) e^(y^2), the ratio of erfc to its derivative's magnitude (times 2 / sqrt(pi)); past
+    e^(-y^2)'s range, its asymptotic series (within 1e-6 there: enough for a Newton step)."""
+    g = math.exp(-y * y)
+    return erfc_y / g if g > 1e-300 else (1.0 - 0.5 / (y * y)) / (y * math.sqrt(math.pi))
+
+
+def _erfc_tail(x: float) -> float:
+    """The y > 0 with erfc(y) = x, for 0 < x < 0.5: Newton on log(erfc(y)) - log(x)."""
+    w = -math.log(x * (2.0 - x))
+    if w < 25.0:
+        y = _giles(1.0 - x, w)
+    else:  # (past the approximation's range) from x ~ e^(-y^2) / (y sqrt(pi))
+        y = math.sqrt(w)
+        for _ in range(2):
+            y = math.sqrt(w - math.log(y * math.sqrt(math.pi)))
+    for _ in range(6):
+        e = math.erfc(y)
+        if e == 0.0:  # (past erfc's range: x is subnormal)
+            break
+        step = (math.log(x) - math.log(e)) * _erfcx(y, e) / _TWO_OVER_SQRT_PI
+        y -= step
+        if abs(step) <= 1e-16 * y:
+            break
+    return y
+
+
+def _clamp(v, low, high):  # nan in any gives nan, as eager's; low above high gives high
+    if v != v or low != low or high != high:
+        return math.nan
+    return min(max(v, low), high)
+
+
+def _lerp(start, end, weight):  # eager's form, exact at both ends (complex weights by magnitude)
+    if abs(weight) < 0.5:
+        return start + weight * (end - start)
+    return end - (end - start) * (1 - weight)
+
+
 # scalarFn's first argument: the function, by its index here (its name is the op's). Each
 # computes on the bound Python values (float functions in IEEE doubles, as eager computes on
 # Python floats; integer ones exactly); the result's dtype is decided where the op is defined.
@@ -116,6 +219,12 @@ SCALAR_FUNCTIONS = (
     ("erfc", _as_float(math.erfc)),
     ("lgamma", _as_float(lambda u: math.inf if u <= 0 and u.is_integer() else math.lgamma(u))),
     ("sigmoid", _as_float(_sigmoid)),
+    ("silu", _as_float(_silu)),
+    ("erfinv", _as_float(_erfinv)),
+    ("erfcinv", _as_float(_erfcinv)),
+    ("frac", _frac),
+    ("relu", _relu),
+    ("sign", _sign),
     ("neg", lambda v: -v),
     ("abs", abs),
     ("floor", _rounding(math.floor)),
@@ -124,8 +233,11 @@ SCALAR_FUNCTIONS = (
     ("round", _rounding(round)),  # half to even, as torch.round
     ("signbit", lambda v: math.copysign(1.0, v) < 0 if isinstance(v, float) else v < 0),
     ("isnan", lambda v: v != v),
-    ("isinf", lambda v: isinstance(v, float) and math.isinf(v)),
-    ("isfinite", lambda v: not isinstance(v, float) or math.isfinite(v)),
+    ("isinf", lambda v: isinstance(v, (float, complex)) and cmath.isinf(v)),
+    ("isfinite", lambda v: not isinstance(v, (float, complex)) or cmath.isfinite(v)),
+    ("isreal", lambda v: not isinstance(v, complex) or v.imag == 0),  # (nan's imag is not real)
+    ("real", lambda v: v.real),
+    ("imag", lambda v: v.imag),
     ("isposinf", lambda v: v == math.inf),
     ("isneginf", lambda v: v == -math.inf),
     ("logical_not", lambda v: not v),
@@ -156,6 +268,8 @@ SCALAR_FUNCTIONS = (
     ("bitwise_right_shift", lambda a, b: a >> b),
     # ternary
     ("where", lambda c, a, b: a if c else b),
+    ("clamp", _clamp),
+    ("lerp", _lerp),
 )
 SCALAR_FUNCTION_CODES = {name: k for k, (name, _) in enumerate(SCALAR_FUNCTIONS)}
 

@@ -1,7 +1,9 @@
 """Helpers shared by the op builders: operand checks, constants, implicit broadcasting."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
 
 import sympy
 
@@ -15,14 +17,31 @@ from ..ir.types import fits_int64
 Operand = Any  # TensorView, Scalar or a Python number
 
 
+_building = threading.local()  # .fusion: the fusion whose fd.ops call runs on this thread, or None
+
+
+@contextmanager
+def building(fusion: Fusion) -> Iterator[None]:
+    """Ops called inside belong to `fusion` where no operand names one: fd.ops.exp(0.5) is a
+    constant of the definition whose fd.ops was called, as nvFuser's (its ops on Python
+    numbers are Vals of the definition being built)."""
+    outer = getattr(_building, "fusion", None)
+    _building.fusion = fusion
+    try:
+        yield
+    finally:
+        _building.fusion = outer
+
+
 def fusion_of(op: str, *operands: Operand) -> Fusion:
     fusions = {id(v.fusion): v.fusion for v in operands if isinstance(v, TensorView)}
     fusions.update({id(v.fusion): v.fusion for v in operands if isinstance(v, Scalar)})
     if len(fusions) > 1:
         raise FusionDefinitionError(f"{op}: operands come from different fusion definitions")
-    if not fusions:
-        raise FusionDefinitionError(f"{op}: needs at least one tensor or defined scalar operand")
-    fusion = next(iter(fusions.values()))
+    if not fusions and getattr(_building, "fusion", None) is None:
+        raise FusionDefinitionError(f"{op}: needs at least one tensor or defined scalar operand (Python numbers "
+                                    f"alone: call it as fd.ops.{op} of the definition it belongs to)")
+    fusion = next(iter(fusions.values())) if fusions else _building.fusion
     fusion.check_open(op)  # before the op unifies any extent
     return fusion
 

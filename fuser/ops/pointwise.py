@@ -92,34 +92,40 @@ def _aligned(tvs: list[TensorView]) -> list[TensorView]:
     return [broadcast_to_rank(t, rank) for t in tvs]
 
 
-def unary(kind: UnaryOpType, x: Operand) -> TensorView:
+def unary(kind: UnaryOpType, x: Operand):
     fusion = fusion_of(kind.value, x)
     x = as_val(fusion, x, kind.value)
     if not isinstance(x, TensorView):
         return _scalar_unary(kind, x)
     x = computed(kind.value, x)
-    dtype = x.dtype
-    if kind in (U.isposinf, U.isneginf) and dtype.is_complex:
-        raise FusionDefinitionError(f"{kind.value}: not defined for complex tensor {x!r} (eager refuses it too)")
-    if kind in _BOOL_RESULT_UNARY:
-        dtype = DataType.Bool
-    elif kind in _FLOAT_RESULT and dtype.category < 2:
-        dtype = DataType.Float
-    elif kind is U.abs and dtype.is_complex:  # the magnitude: real, as in eager
-        dtype = DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
-    elif kind is U.bitwise_not and not (dtype.is_integral or dtype.is_boolean):
-        raise FusionDefinitionError(f"bitwise_not: needs an integer or bool tensor, got {x.dtype}")
-    elif kind in (U.relu, U.neg, U.abs, U.ceil, U.floor, U.round, U.trunc) and dtype.is_boolean:
-        raise FusionDefinitionError(f"{kind.value}: not defined for bool tensor {x!r} (eager refuses it too)")
-    elif kind is U.frac and not dtype.is_floating:
-        raise FusionDefinitionError(f"frac: needs a floating tensor, got {x.dtype} tensor {x!r}")
-    elif kind in (U.real, U.imag):
-        if not dtype.is_complex:  # (ops/math.py takes real of a real tensor as a copy)
-            raise FusionDefinitionError(f"{kind.value}: needs a complex tensor, got {x.dtype} tensor {x!r}")
-        dtype = DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
-    out = _elementwise_output(kind.value, [x], dtype)
+    out = _elementwise_output(kind.value, [x], _unary_result(kind, x, DataType.Float))
     fusion.add_expr(UnaryOp(inputs=(x,), outputs=(out,), kind=kind))
     return out
+
+
+def _unary_result(kind: UnaryOpType, x: Scalar | TensorView, floating: DataType) -> DataType:
+    """The type of `kind` of x, refusing what eager refuses. `floating` is what a float
+    function of an integer or bool operand gives: Float for a tensor (PyTorch's default
+    dtype), Double for a scalar (nvFuser's scalar types)."""
+    what = "tensor" if isinstance(x, TensorView) else "scalar"
+    dtype = x.dtype
+    if kind in (U.isposinf, U.isneginf) and dtype.is_complex:
+        raise FusionDefinitionError(f"{kind.value}: not defined for complex {what} {x!r} (eager refuses it too)")
+    if kind in _BOOL_RESULT_UNARY:
+        return DataType.Bool
+    if kind in _FLOAT_RESULT and dtype.category < 2:
+        return floating
+    if kind in (U.abs, U.real, U.imag) and dtype.is_complex:  # the magnitude or a part: real, as in eager
+        return DataType.Float if dtype is DataType.ComplexFloat else DataType.Double
+    if kind is U.bitwise_not and not (dtype.is_integral or dtype.is_boolean):
+        raise FusionDefinitionError(f"bitwise_not: needs an integer or bool {what}, got {dtype} {what} {x!r}")
+    if kind in (U.relu, U.neg, U.abs, U.ceil, U.floor, U.round, U.trunc) and dtype.is_boolean:
+        raise FusionDefinitionError(f"{kind.value}: not defined for bool {what} {x!r} (eager refuses it too)")
+    if kind is U.frac and not dtype.is_floating:
+        raise FusionDefinitionError(f"frac: needs a floating {what}, got {dtype} {what} {x!r}")
+    if kind in (U.real, U.imag):  # (ops/math.py takes real of a real tensor as a copy)
+        raise FusionDefinitionError(f"{kind.value}: needs a complex {what}, got {dtype} {what} {x!r}")
+    return dtype
 
 
 def binary(kind: BinaryOpType, a: Operand, b: Operand):
@@ -196,24 +202,20 @@ def _dtypes(a: Scalar | TensorView, b: Scalar | TensorView) -> str:
 # and the division of non-negative integers).
 
 
+# what a complex scalar takes: its parts, its magnitude, its negation and its classification
+_COMPLEX_SCALAR_UNARY = (U.real, U.imag, U.isreal, U.abs, U.neg, U.isnan, U.isinf, U.isfinite)
+
+
 def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
-    code = SCALAR_FUNCTION_CODES.get(kind.name)
-    if code is None or x.dtype.is_complex:
-        what = "a scalar input" if x.value is None else f"a {x.dtype} scalar"
-        raise UnsupportedError(f"{kind.value} of {what} is not supported; use a tensor (scalars take "
-                               f"{', '.join(n for n in SCALAR_FUNCTION_CODES if n in U.__members__)})")
-    if kind is U.bitwise_not and x.dtype.is_floating:
-        raise FusionDefinitionError(f"bitwise_not: needs an integer or bool operand, got {x.dtype} scalar")
-    if kind in _BOOL_RESULT_UNARY:
-        dtype = DataType.Bool
-    elif kind in _FLOAT_RESULT and not x.dtype.is_floating:
-        dtype = DataType.Double
-    else:
-        dtype = x.dtype
+    if x.dtype.is_complex and kind not in _COMPLEX_SCALAR_UNARY:
+        raise UnsupportedError(f"{kind.value} of a {x.dtype} scalar is not supported; use a tensor (complex "
+                               f"scalars take {', '.join(k.value for k in _COMPLEX_SCALAR_UNARY)})")
+    dtype = _unary_result(kind, x, DataType.Double)
     _check_integers_fit(kind.value, dtype, x)
+    code = SCALAR_FUNCTION_CODES[kind.name]
     if x.value is not None:
         return _known(x.fusion, kind.value, dtype, python_value(scalar_fn(code, x.value), dtype))
-    if kind in (U.neg, U.abs) and not dtype.is_floating:  # (integer algebra, for extents)
+    if kind in (U.neg, U.abs) and dtype.is_integral:  # (integer algebra, for extents)
         return x.fusion.new_scalar(dtype, expr=-x.expr if kind is U.neg else sympy.Abs(x.expr))
     return x.fusion.new_scalar(dtype, expr=scalarFn(code, x.expr))
 
@@ -310,7 +312,22 @@ def _scalar_where(cond: Scalar, a: Scalar, b: Scalar) -> Scalar:
     return cond.fusion.new_scalar(dtype, expr=scalarFn(SCALAR_FUNCTION_CODES["where"], cond.expr, *operands))
 
 
-def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorView:
+def _scalar_clamp_or_lerp(kind: TernaryOpType, a: Scalar, b: Scalar, c: Scalar) -> Scalar:
+    """clamp(x, min, max) or lerp(start, end, weight) of scalars, as eager's of 0-dim tensors, in
+    the operands' promoted type (nvFuser's scalar types: an Int beside a Double gives Double)."""
+    dtype = promote(a.dtype, b.dtype, c.dtype)
+    if kind is TernaryOpType.clamp and (dtype.is_boolean or dtype.is_complex):
+        raise FusionDefinitionError(f"clamp: not defined for {dtype} scalars (eager refuses it too)")
+    if kind is TernaryOpType.lerp and dtype.category < 2:
+        raise FusionDefinitionError(f"lerp: needs floating operands, got {_dtypes(a, b)} and {c.dtype} scalar")
+    a, b, c = (cast(v, dtype) for v in (a, b, c))
+    code = SCALAR_FUNCTION_CODES[kind.name]
+    if a.value is not None and b.value is not None and c.value is not None:
+        return _known(a.fusion, kind.value, dtype, python_value(scalar_fn(code, a.value, b.value, c.value), dtype))
+    return a.fusion.new_scalar(dtype, expr=scalarFn(code, a.expr, b.expr, c.expr))
+
+
+def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand):
     fusion = fusion_of(kind.value, a, b, c)
     a, b, c = (as_val(fusion, v, kind.value) for v in (a, b, c))
     check_computable(kind.value, a, b, c)
@@ -318,8 +335,8 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
         what = "tensor" if isinstance(a, TensorView) else "scalar"
         raise FusionDefinitionError(f"where: the condition must be a bool {what}, got {a.dtype} {a!r}; "
                                     f"compare it first (ne(cond, 0))")
-    if kind is TernaryOpType.where and not any(isinstance(v, TensorView) for v in (a, b, c)):
-        return _scalar_where(a, b, c)
+    if not any(isinstance(v, TensorView) for v in (a, b, c)):
+        return _scalar_where(a, b, c) if kind is TernaryOpType.where else _scalar_clamp_or_lerp(kind, a, b, c)
     # a where between tensors of one fp8 type selects exactly (PyTorch has it); otherwise fp8
     # operands compute in Float
     same_fp8 = (kind is TernaryOpType.where and isinstance(b, TensorView) and isinstance(c, TensorView)
@@ -342,8 +359,6 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand) -> TensorVi
     else:
         a, b, c = _integers_rounded(dtype, (a, b, c))
     tvs = [v for v in (a, b, c) if isinstance(v, TensorView)]
-    if not tvs:
-        raise UnsupportedError(f"{kind.value} of scalars only is not supported; use a tensor")
     aligned = iter(_aligned(tvs))
     a, b, c = (next(aligned) if isinstance(v, TensorView) else v for v in (a, b, c))
     out = _elementwise_output(kind.value, [v for v in (a, b, c) if isinstance(v, TensorView)], dtype)
