@@ -330,6 +330,26 @@ def _welford_mean(mean, m2, n):
 
 
 @triton.jit
+def _argmax_pair(v1, i1, v2, i2):
+    # the larger value (NaN the largest), or the earlier position of equal ones (codegen/online_arg.py)
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    tie = (v1 == v2) | (nan1 & nan2)
+    second = (v2 > v1) | (nan2 & ~nan1) | (tie & (i2 < i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+
+
+@triton.jit
+def _argmin_pair(v1, i1, v2, i2):
+    # the smaller value (NaN the smallest), or the earlier position of equal ones
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    tie = (v1 == v2) | (nan1 & nan2)
+    second = (v2 < v1) | (nan2 & ~nan1) | (tie & (i2 < i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+
+
+@triton.jit
 def _sum_pair(a0, b0, a1, b1):
     # two sums in one tl.reduce: one set of cross-warp steps for both
     return a0 + a1, b0 + b1

@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..ir import BinaryOp, BinaryOpType, DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers import heuristics
+from .online_arg import arg_pair_of, emit_inline_arg, emit_online_arg
 from .online_softmax import emit_online_softmax, online_pair
 from .pick import emit_pick, pick_parts
 from .scope import COUNT, INDEX, Scope
@@ -60,6 +61,10 @@ class ReductionEmitter:
 
     def emit_inline_reduction(self, scope: Scope, e: Expr) -> None:
         if emit_pick(self, e):
+            return
+        arg = arg_pair_of(self, e, scope) if self.split is None else None
+        if arg is not None:
+            emit_inline_arg(self, scope, arg)
             return
         rd = self.red
         m = self.reduce_mask(e)
@@ -178,6 +183,17 @@ class ReductionEmitter:
         dw and db) load them once instead of once a reduction."""
         if emit_pick(self, e):
             return  # (no pass: one load a row)
+        arg = None if self.one_pass else arg_pair_of(self, e)
+        if arg is None and not self.one_pass and self.split is None:
+            # an arg pass ready now takes `e` too (emit_online_arg): one pass, not two
+            arg = next((p for p in self.plan.arg_pairs if not self.program_scope.lookup(id(p.index.out))
+                        and not self._waits_on(p.extreme)), None)
+        if arg is not None:  # (its positions wait on its extreme, yet both take one pass)
+            while waits := self._waits_on(arg.extreme):
+                self.emit_reduction_loop(waits[0])
+            emit_online_arg(self, arg)
+            if self.program_scope.lookup(id(e.outputs[0])) is not None:
+                return
         # the reductions `e` reads finish their passes first: were they left to `e`'s operand,
         # they would run nested, and again in this pass, which counts them as ready
         while waits := self._waits_on(e):
@@ -223,8 +239,9 @@ class ReductionEmitter:
         if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])) \
                 or pick_parts(self, f) is not None:
             return False  # (done, or a pick: a load a row, in no pass)
-        if not self.one_pass and any(pair.max is f for pair in self.plan.online_pairs):
-            return False  # a softmax pair's max: its own online pass, with its sum
+        if not self.one_pass and (any(pair.max is f for pair in self.plan.online_pairs)
+                                  or any(f is pair.extreme or f is pair.index for pair in self.plan.arg_pairs)):
+            return False  # a softmax pair's max, an arg pair's: its own online pass
         return not self._waits_on(f)
 
     def outputs_ready_in_pass(self) -> list:

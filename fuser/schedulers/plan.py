@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import sympy
 
-from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
+from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, DataType, ExpandOp, Expr, FullOp,
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
@@ -108,8 +108,9 @@ class KernelPlan:
         fed = self.fed_by_reduction()
         if any(reduced & self.axes.spans(o) and id(o) in fed for o in self.outputs):
             return False
-        # a softmax's sum reads its max, yet the chunks' pairs combine exactly
-        online = {id(p.sum) for p in self.online_pairs}
+        # a softmax's sum reads its max, an arg reduction's positions their extreme, yet the
+        # chunks' pairs combine exactly
+        online = {id(p.sum) for p in self.online_pairs} | {id(p.index) for p in self.arg_pairs}
         return not any(id(e.inp) in fed for e in self.exprs
                        if isinstance(e, (ReductionOp, VarMeanOp)) and id(e) not in online)
 
@@ -126,6 +127,15 @@ class KernelPlan:
     def online_pairs(self) -> list["SoftmaxPair"]:
         """The plan's softmax pairs (`softmax_pairs`), each computed in one online pass."""
         return softmax_pairs(self.exprs, self.axes)
+
+    @functools.cached_property
+    def arg_pairs(self) -> list["ArgPair"]:
+        """The plan's arg reductions (`arg_pairs`), each computed in one pass of running
+        (value, position) pairs. Reductions only: an inner-outer kernel's rows keep the two
+        reductions."""
+        if self.template not in (Template.inner_reduction, Template.outer_reduction):
+            return []
+        return arg_pairs(self.exprs, self.axes, {id(p.max) for p in self.online_pairs})
 
     @functools.cached_property
     def softmax_sums(self) -> frozenset[int]:
@@ -242,6 +252,87 @@ def softmax_pairs(exprs: Sequence[Expr], axes: KernelAxes) -> list[SoftmaxPair]:
                 reduced_axes_of(m, axes) == reduced_axes_of(s, axes) and axes.spans(m.inp) == axes.spans(s.inp):
             pairs.append(SoftmaxPair(m, s, guarded))
             paired.add(id(m))  # (a second sum of the same max reads it as any reduction would)
+    return pairs
+
+
+class ArgPair(NamedTuple):
+    """An extreme `max(x)` (or min) and the first position reaching it,
+    `min(where(x == extreme | isnan(x), positions, fill))` over the same axes: argmax, argmin
+    and max / min along a dim (frontend/rules/argreduce.py). `largest`: a max."""
+
+    extreme: ReductionOp
+    index: ReductionOp
+    positions: Val
+    fill: Scalar
+    largest: bool
+
+
+def arg_pairs(exprs: Sequence[Expr], axes: KernelAxes, taken: frozenset[int] = frozenset()) -> list[ArgPair]:
+    """The arg reductions of `exprs`: each a pass of running (value, position) pairs, a lane
+    taking an element that beats its value (NaN beats every number, as the max's NaN
+    propagates) or ties it at an earlier position. That is the first position reaching the
+    extreme, as the two reductions give it, and chunks of the reduced dim combine alike, so a
+    split reduction may hold one though the positions read the extreme
+    (codegen/online_arg.py). Floating x needs the isnan term (without it a NaN row reaches
+    no position: the fill); an extreme in `taken` (a softmax pair's) is left to its pair."""
+    producer = {id(o): e for e in exprs for o in e.outputs}
+
+    def op(v: Val, kind) -> Optional[Expr]:
+        e = producer.get(id(v))
+        return e if getattr(e, "kind", None) is kind else None
+
+    def constant(v: Val, value: int) -> bool:
+        return isinstance(v, Scalar) and v.is_constant and v.value == value
+
+    def symbolic(v: Scalar) -> sympy.Expr:
+        return v.expr if v.expr is not None else sympy.sympify(v.value)
+
+    def reached(cond: Val) -> Optional[tuple[Val, ReductionOp]]:  # (x, extreme) of x == extreme
+        eq = op(cond, BinaryOpType.eq)
+        if eq is None:
+            return None
+        for x, other in (eq.inputs, eq.inputs[::-1]):
+            m = producer.get(id(viewed_source(producer, other)))
+            if isinstance(m, ReductionOp) and m.kind in (ReductionOpType.max, ReductionOpType.min) and m.inp is x:
+                return x, m
+        return None
+
+    def below_fill(where: Expr) -> bool:
+        """Whether the positions are an iota 0, 1, .. (which reads no reduction) and the fill
+        is at least its length: a reached position then always beats the fill, so the min is
+        the first reached position (the fill where none is), as the pairs give it."""
+        iota, fill = producer.get(id(viewed_source(producer, where.inputs[1]))), where.inputs[2]
+        if not isinstance(iota, IotaOp) or not isinstance(fill, Scalar):
+            return False
+        length, start, step = iota.inputs
+        return constant(start, 0) and constant(step, 1) and (symbolic(fill) - symbolic(length)).is_nonnegative is True
+
+    def reached_or_nan(cond: Val) -> Optional[tuple[Val, ReductionOp]]:  # of x == extreme | isnan(x)
+        either = op(cond, BinaryOpType.logical_or)
+        for a, b in (either.inputs, either.inputs[::-1]):
+            nan, hit = op(b, UnaryOpType.isnan), reached(a)
+            if nan is not None and hit is not None and nan.inputs[0] is hit[0]:
+                return hit
+        return None
+
+    pairs, paired = [], set()
+    for e in exprs:
+        if not (isinstance(e, ReductionOp) and e.kind is ReductionOpType.min
+                and e.out.dtype in (DataType.Int, DataType.Int32)):
+            continue
+        where = op(e.inp, TernaryOpType.where)
+        if where is None or where.inputs[1].dtype is not e.out.dtype or not below_fill(where):
+            continue
+        cond = where.inputs[0]
+        found = reached_or_nan(cond) if op(cond, BinaryOpType.logical_or) else reached(cond)
+        if found is None or (found[0].dtype.category >= 2 and not op(cond, BinaryOpType.logical_or)):
+            continue  # (a floating x needs its isnan term)
+        x, m = found
+        if x.dtype is DataType.Bool or id(m) in paired or id(m) in taken \
+                or reduced_axes_of(m, axes) != reduced_axes_of(e, axes) or axes.spans(x) != axes.spans(e.inp):
+            continue
+        pairs.append(ArgPair(m, e, where.inputs[1], where.inputs[2], m.kind is ReductionOpType.max))
+        paired.add(id(m))
     return pairs
 
 

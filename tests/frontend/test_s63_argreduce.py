@@ -110,8 +110,7 @@ def test_an_accuracy_metric_runs_without_aten(form):
 
 def test_few_long_rows_match_eager(monkeypatch):
     # the settings under which the interpreter splits few long rows into chunks as a GPU does
-    # (tests/codegen's small_splits); an arg-reduction, a reduction of the extreme's result,
-    # is not splittable (KernelPlan.splittable) and loops over each row in one program
+    # (tests/codegen's small_splits, and tests/codegen/test_online_arg.py)
     monkeypatch.setattr(heuristics, "MAX_PERSISTENT", 32)
     monkeypatch.setattr(launch, "INTERPRETER_PROCESSORS", 4)
     monkeypatch.setattr(heuristics, "INNER_SPLIT_MIN_COLS", 64)

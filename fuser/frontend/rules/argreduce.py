@@ -5,11 +5,10 @@ extreme along the dim and the first position that reaches it, a reduction of pos
 
 The first position wins ties, and NaN counts as the extreme (the maximum's NaN propagates, so
 no element equals it and the NaN positions alone are kept), as eager's. The extreme and the
-positions reduce over the same dim, one after the other, as softmax's maximum and sum do: the
-reduction schedulers take both into one kernel, any dim and the flattened tensor alike. A
-looped kernel (rows beyond the registers) reads the row twice, once for each reduction, and few
-long rows are not split across programs (the positions read the extreme:
-KernelPlan.splittable); a running (value, index) pair in one pass would do both."""
+positions reduce over the same dim: the reduction schedulers take both into one kernel, any dim
+and the flattened tensor alike, and its writer computes them in one pass of running (value,
+position) pairs (schedulers/plan.py `arg_pairs`, codegen/online_arg.py), which also splits few
+long rows across programs."""
 from __future__ import annotations
 
 import torch
