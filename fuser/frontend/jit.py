@@ -708,57 +708,92 @@ if hasattr(os, "register_at_fork"):
 
 
 def _frame_shared(fn: Any) -> bool:
-    """Whether torch.compile would run `fn`, a module of torch's own (nn.LayerNorm), through
-    its one shared frame (`wrap_inline`'s): Dynamo's cache and recompile limit are kept per
-    code object, so every such module jitted in a process shared one budget of 8 traces, and
-    the ninth ran eagerly for good."""
-    if not isinstance(fn, torch.nn.Module):
+    """Whether torch.compile would run `fn` through a frame it shares with other callables
+    (`wrap_inline`'s): a module of torch's own (nn.LayerNorm), a builtin (torch.exp), a
+    function of torch's it puts in its graph whole (F.mish), any callable without code of its
+    own (a functools.partial). Dynamo's cache and recompile limit are kept per code object, so
+    every such callable jitted in a process shared one budget of 8 traces, and the ninth ran
+    eagerly for good."""
+    if isinstance(fn, type):  # (a class: torch.compile compiles its __call__ in place)
         return False
     try:
         from torch._dynamo import trace_rules
-        return bool(trace_rules.check(fn.forward))
+        if isinstance(fn, torch.nn.Module):
+            return bool(trace_rules.check(fn.forward))
+        return _wrapped_inline(fn, trace_rules)
     except (ImportError, AttributeError):  # pragma: no cover - another torch's internals
         return False
 
 
+def _wrapped_inline(fn: Callable, trace_rules: Any) -> bool:
+    """torch.compile's own test for a callable it runs through `wrap_inline`'s frame
+    (`_TorchDynamoContext.__call__`): one that is not a Python function and has no source file
+    (a builtin, a method of Tensor's, a partial, an object with `__call__`), one Dynamo skips, one
+    it traces as a single op of its graph (a TorchInGraphFunctionVariable), or one it has a
+    polyfill for."""
+    from torch._dynamo.variables import TorchInGraphFunctionVariable
+
+    try:
+        source_file = inspect.getsourcefile(fn)
+    except TypeError:
+        source_file = None
+    if source_file is None and not inspect.isfunction(fn):
+        return True
+    rule = trace_rules.lookup(fn)
+    in_graph = isinstance(rule, type) and issubclass(rule, TorchInGraphFunctionVariable)
+    polyfilled = getattr(trace_rules, "is_polyfilled_callable", None)  # (a torch without polyfills: none)
+    return in_graph or bool(trace_rules.check(fn)) or (polyfilled is not None and bool(polyfilled(fn)))
+
+
 _FRAMES = itertools.count()
+_NOT_IN_A_NAME = re.compile(r"\W")  # (a qualified name's dots)
 
 
-def _own_frame(module: torch.nn.Module) -> Callable:
-    """A forward of `module`'s own, bound to it: a function of a code object of its own (see
-    `_frame_shared`) that calls the module (its hooks included) with the forward's parameters
-    and defaults (the same objects), so that a repeat call takes the direct path (`DirectCall`
-    reads the frame's arguments by name), and named as the forward: a call Python refuses
-    raises eager's TypeError, word for word (`self` counted as in the forward). A forward
-    with *args, **kwargs or keyword-only parameters gets `(self, *args, **kwargs)`, which
-    only Dynamo's path takes."""
-    name = f"fuser_jit_{type(module).__name__}_{next(_FRAMES)}"
-    parameters = _positional_parameters(module.forward)
+def _own_frame(fn: Any) -> Callable:
+    """A frame of `fn`'s own (see `_frame_shared`): a function of a code object of its own that
+    calls `fn` with the parameters and defaults (the same objects) of a module's forward or of
+    a Python function (F.mish), so that a repeat call takes the direct path (`DirectCall` reads
+    the frame's arguments by name), and named as that forward or function: a call Python
+    refuses raises eager's TypeError, word for word. A module's frame is a forward bound to it
+    that calls the module (its hooks included; `self` counted as in the forward); another
+    callable's calls it as a global of the frame's own (Dynamo guards it, as it guarded
+    `wrap_inline`'s closure). The others (a builtin, a partial, a bound method: Python words
+    their refusals by the callee, a method's `self` counted) and a forward or function with
+    *args, **kwargs or keyword-only parameters get `(*args, **kwargs)`, which only Dynamo's
+    path takes."""
+    module = isinstance(fn, torch.nn.Module)
+    called = fn.forward if module else fn
+    label = getattr(fn, "__qualname__", None) or type(fn).__name__  # (a module's: its class)
+    name = f"fuser_jit_{_NOT_IN_A_NAME.sub('_', label)}_{next(_FRAMES)}"
+    bound = ["self"] if module else []
+    if module:
+        parameters = _positional_parameters(called)
+    else:  # (a function's own code: a decorator's (*args, **kwargs), not the signature it copied)
+        parameters = _positional_parameters(fn, follow_wrapped=False) if type(fn) is types.FunctionType else None
     if parameters is None:
-        source = f"def {name}(self, *args, **kwargs):\n    return self(*args, **kwargs)"
-        defaults = None
+        listed, passed, defaults = [*bound, "*args", "**kwargs"], ["*args", "**kwargs"], None
     else:
-        names = [p.name for p in parameters]
-        listed = ["self", *names]
+        passed = [p.name for p in parameters]
+        listed = [*bound, *passed]
         positional_only = sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in parameters)
         if positional_only:
-            listed.insert(1 + positional_only, "/")
-        source = f"def {name}({', '.join(listed)}):\n    return self({', '.join(names)})"
+            listed.insert(len(bound) + positional_only, "/")
         defaults = tuple(p.default for p in parameters if p.default is not inspect.Parameter.empty) or None
-    env: dict = {}
+    source = f"def {name}({', '.join(listed)}):\n    return self({', '.join(passed)})"
+    env: dict = {} if module else {"self": fn}
     exec(compile(source, f"<{name}>", "exec"), env)
     frame = env[name]
     frame.__defaults__ = defaults
-    frame.__qualname__ = getattr(module.forward, "__qualname__", name)
-    return types.MethodType(frame, module)
+    frame.__qualname__ = getattr(called, "__qualname__", None) or name
+    return types.MethodType(frame, fn) if module else frame
 
 
-def _positional_parameters(forward: Callable) -> "Optional[list[inspect.Parameter]]":
-    """The parameters of a bound `forward`, all positional (positional-only or not); None where
-    it has others (*args, **kwargs, keyword-only), a parameter named `self` (the frame's own),
-    or no signature to read."""
+def _positional_parameters(fn: Callable, follow_wrapped: bool = True) -> "Optional[list[inspect.Parameter]]":
+    """The parameters of `fn` (a bound forward, a function), all positional (positional-only or
+    not); None where it has others (*args, **kwargs, keyword-only), a parameter named `self`
+    (the name the frame calls `fn` by), or no signature to read."""
     try:
-        parameters = list(inspect.signature(forward).parameters.values())
+        parameters = list(inspect.signature(fn, follow_wrapped=follow_wrapped).parameters.values())
     except (TypeError, ValueError):
         return None
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
