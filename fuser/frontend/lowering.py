@@ -204,17 +204,29 @@ class RegionBuilder:
 
     def _inline_constants(self, node: Node, args: tuple, kwargs: dict):
         """0-dim constants (`scalar_tensor(0.0)`, a `full([], -inf)`) become Python numbers
-        when another operand fixes the result type the same way (a dimensioned tensor of at
-        least their category, or a tensor of their dtype), so no 0-dim tensor is made at run
-        time. A `where` condition does not take part in its result type."""
+        when an operand that stays a tensor fixes the result type the same way (a dimensioned
+        tensor of at least their category, or a tensor of their dtype), so no 0-dim tensor is
+        made at run time. Where all operands are such constants of one dtype (`where(c, 0.0,
+        -inf)`, `torch.tensor(2.0) * torch.tensor(3.0)`), the first stays a tensor and fixes
+        the others' type. A `where` condition does not take part in its result type."""
         values = list(args[1:] if node.target in _WHERE else args) + list(kwargs.values())
 
+        def constant(a) -> bool:
+            return isinstance(a, TensorView) and id(a) in self.constants and a.ndim == 0
+
+        # (not two constants fixing each other: as two numbers they would take the types of
+        # Python numbers, and 0-dim f64 and f32 constants promote to f64, a number and the f32
+        # one to f32)
+        tensors = [t for t in values if isinstance(t, TensorView)]
+        anchors = [t for t in tensors if not constant(t)]
+        if not anchors and len({t.dtype for t in tensors}) == 1:
+            anchors = tensors[:1]
+
         def inline(a):
-            if not (isinstance(a, TensorView) and id(a) in self.constants and a.ndim == 0):
+            if not constant(a):
                 return a
-            for t in values:
-                if isinstance(t, TensorView) and t is not a and (
-                        t.dtype is a.dtype or (t.ndim > 0 and t.dtype.category >= a.dtype.category)):
+            for t in anchors:
+                if t is not a and (t.dtype is a.dtype or (t.ndim > 0 and t.dtype.category >= a.dtype.category)):
                     return self.constants[id(a)]
             return a
         return tuple(inline(a) for a in args), {k: inline(v) for k, v in kwargs.items()}

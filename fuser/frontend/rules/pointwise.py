@@ -24,8 +24,22 @@ _UNARY = {
 }
 
 
+def in_traced_float(b, node, *operands) -> tuple:
+    """`operands`, their integer and bool tensors cast to the node's floating result type
+    where it is wider than Float, as eager converts each operand to the result type before
+    computing. The FusionDefinition API promotes integers to Float (nvFuser's default of the
+    category); under torch.set_default_dtype(torch.float64) eager's `i * 1.5`, `i / 3`,
+    `exp(i)` are float64, and an integer beyond 2**24 would lose digits in fp32."""
+    want = DataType.from_torch(b.meta(node).dtype)
+    if not (want.is_floating and want.itemsize > DataType.Float.itemsize):
+        return operands
+    return tuple(b.fd.ops.cast(v, want) if isinstance(v, TensorView) and (v.dtype.is_integral or v.dtype.is_boolean)
+                 else v for v in operands)
+
+
 def _unary_rule(name):
     def rule(b, node, x):
+        x, = in_traced_float(b, node, x)
         return getattr(b.fd.ops, name)(x)
     rule.__name__ = f"lower_{name}"
     return rule
@@ -47,6 +61,7 @@ _BINARY = {
 
 def _binary_rule(name):
     def rule(b, node, x, y):
+        x, y = in_traced_float(b, node, x, y)
         return getattr(b.fd.ops, name)(x, y)
     rule.__name__ = f"lower_{name}"
     return rule
@@ -86,6 +101,7 @@ def _number_in_tensor_type_rule(name):
     both operands in the tensor's type (`fmod(x, 0.1)` divides by half(0.1)); in fp32 the
     remainder near a multiple of 0.1 would differ by a whole divisor."""
     def rule(b, node, x, y):
+        x, y = in_traced_float(b, node, x, y)
         return getattr(b.fd.ops, name)(_number_as(x, y), _number_as(y, x))
     rule.__name__ = f"lower_{name}"
     return rule
@@ -146,6 +162,7 @@ def _rounded_once(b, node, out):
 
 @register(aten.add.Tensor, aten.add.Scalar)
 def _add(b, node, x, y, alpha=1):
+    x, y = in_traced_float(b, node, x, y)
     return _rounded_once(b, node, b.fd.ops.add(x, _scaled(b, node, y, alpha, "add")))
 
 
@@ -159,12 +176,14 @@ def _no_bool_subtraction(x, y) -> None:
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
+    x, y = in_traced_float(b, node, x, y)
     return _rounded_once(b, node, b.fd.ops.sub(x, _scaled(b, node, y, alpha, "sub")))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(b, node, x, y, alpha=1):
     _no_bool_subtraction(x, y)
+    x, y = in_traced_float(b, node, x, y)
     return _rounded_once(b, node, b.fd.ops.sub(y, _scaled(b, node, x, alpha, "rsub")))
 
 
@@ -172,6 +191,7 @@ def _rsub(b, node, x, y, alpha=1):
 def _div_mode(b, node, x, y, rounding_mode=None):
     if not b.meta(node).dtype.is_floating_point and rounding_mode is not None:
         return _integer_divide(b.fd.ops, x, y, rounding_mode)
+    x, y = in_traced_float(b, node, x, y)
     q = b.fd.ops.truediv(x, y)
     if rounding_mode is None:
         return q
@@ -231,6 +251,7 @@ def _floor_divide(ops, x, y, q):
 def _pow_scalar(b, node, x, e):
     """Small exponents as multiplications and roots, as ATen special-cases them."""
     ops = b.fd.ops
+    x, = in_traced_float(b, node, x)
     if isinstance(e, (int, float)) and not isinstance(e, bool):
         if e == 1:
             return ops.set(x)
@@ -257,7 +278,7 @@ def _pow_scalar(b, node, x, e):
 
 @register(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(b, node, x, e):
-    return b.fd.ops.pow(x, e)
+    return b.fd.ops.pow(*in_traced_float(b, node, x, e))
 
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
@@ -267,10 +288,13 @@ def _where(b, node, cond, x, y):
         for v in (x, y):
             refuse_overflow(v, want, "where")
     if not isinstance(x, TensorView) and not isinstance(y, TensorView):
-        # two numbers: the traced dtype (fd.ops.where keeps theirs, a Python float's Double)
-        want = DataType.from_torch(node.meta["val"].dtype)
-        x, y = b.fd.ops.cast(x, want), b.fd.ops.cast(y, want)
-    return b.fd.ops.where(cond, x, y)
+        # two numbers: in the traced dtype, the first as a 0-dim tensor, whose type the result
+        # takes (fd.ops.where would keep theirs, a Python float's Double; and a kernel's where
+        # of two literals computes in fp32, a Double's digits lost)
+        dt = DataType.from_torch(want)
+        x, y = (python_value(v, dt) if isinstance(v, (bool, int, float)) else v for v in (x, y))
+        x = b.fd.ops.full([], x, dt)
+    return b.fd.ops.where(cond, *in_traced_float(b, node, x, y))
 
 
 @register(aten.masked_fill.Scalar)
@@ -304,6 +328,7 @@ def _clamp(b, node, x, min=None, max=None):
         refuse_overflow(bound, node.meta["val"].dtype, "clamp")
     if min is None and max is None:
         return b.fd.ops.set(x)
+    x, min, max = in_traced_float(b, node, x, min, max)
     out = x if min is None else _bounded(b, x, min, below=False)
     return out if max is None else _bounded(b, out, max, below=True)
 
@@ -311,13 +336,13 @@ def _clamp(b, node, x, min=None, max=None):
 @register(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(b, node, x, min):
     refuse_overflow(min, node.meta["val"].dtype, "clamp_min")
-    return _bounded(b, x, min, below=False)
+    return _bounded(b, *in_traced_float(b, node, x, min), below=False)
 
 
 @register(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(b, node, x, max):
     refuse_overflow(max, node.meta["val"].dtype, "clamp_max")
-    return _bounded(b, x, max, below=True)
+    return _bounded(b, *in_traced_float(b, node, x, max), below=True)
 
 
 @register(aten.hardtanh.default)
