@@ -282,7 +282,10 @@ class ElementwiseEmitter:
         a, b, c = e.inputs
         if e.kind is TernaryOpType.where:
             cond = self.operand(scope, a, DataType.Bool)
-            code = f"tl.where({cond}, {self.operand(scope, b, dt)}, {self.operand(scope, c, dt)})"
+            yes, no = self.operand(scope, b, dt), self.operand(scope, c, dt)
+            if all(isinstance(v, Scalar) and v.is_constant for v in (b, c)):
+                yes = self.block_literal(b, yes, dt)  # (two literals select in fp32: an fp64 0.1 rounded)
+            code = f"tl.where({cond}, {yes}, {no})"
         elif e.kind is TernaryOpType.clamp:
             x, lo, hi = (self.operand(scope, v, dt) for v in (a, b, c))
             nan = ", propagate_nan=tl.PropagateNan.ALL" if dt.category >= 2 else ""
