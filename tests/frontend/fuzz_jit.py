@@ -270,7 +270,8 @@ def _cast(b: _Builder, v: str, leaf: bool) -> str:
                  f"({v} * 2).to(torch.int32).to(torch.float32)", f"torch.floor({v} * 2)",
                  f"torch.sign({v})", f"({v} != {v}.flip(-1))", f"({v} > 0).any(-1)", f"({v} > 0).all()",
                  f"(({v} * 2).long() % 2 == 0)", f"({v} * 4).int() // 2", f"~({v} > 0)",
-                 f"{v}.masked_fill({v} > 0.5, 0.25)", f"{v}.argmax(-1)", f"torch.round({v} * 4)"]
+                 f"{v}.masked_fill({v} > 0.5, 0.25)", f"{v}.argmax(-1)", f"torch.round({v} * 4)",
+                 f"{v}.argmin(0)", f"{v}.argmax()", f"torch.max({v}, -1)[0]", f"torch.min({v}, 0, keepdim=True)[1]"]
     return r.choice(opts)
 
 
