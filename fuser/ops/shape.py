@@ -385,8 +385,9 @@ def _max_with_zero(e):
 def set(tv: TensorView, kind: LoadStoreOpType = LoadStoreOpType.set) -> TensorView:  # noqa: A001
     if not isinstance(kind, LoadStoreOpType):
         raise FusionDefinitionError(f"set: kind must be a LoadStoreOpType, got {kind!r}")
-    if isinstance(tv, Scalar) and kind is LoadStoreOpType.set:  # (nvFuser's set of a scalar: its copy)
-        tv.fusion.check_open(kind.value)
+    if kind is LoadStoreOpType.set and isinstance(tv, (Scalar, bool, int, float, complex)):
+        # (nvFuser's set of a scalar, or of a number: its copy, a Val of the definition)
+        tv = as_val(fusion_of(kind.value, tv), tv, kind.value)
         return tv.fusion.new_scalar(tv.dtype, value=tv.value, expr=None if tv.is_constant else tv.expr)
     check_tensor(kind.value, tv)
     f = tv.fusion

@@ -167,3 +167,14 @@ def test_threshold_addcmul_real_imag_and_set_of_scalars():
             T(zc.real), T(zc.imag), T(v), T(v)]
     for g, w in zip(fd.execute([x, v, zc]), want):
         torch.testing.assert_close(g - x, w.expand(2), equal_nan=True)
+
+
+def test_set_of_a_python_number_is_a_constant_of_the_definition():
+    x = torch.randn(3, dtype=torch.float64)
+    with FusionDefinition() as fd:
+        tv = fd.from_pytorch(x)
+        s = fd.ops.set(2.5)
+        fd.add_output(fd.ops.mul(tv, s))
+    assert (s.dtype, s.value) == (DataType.Double, 2.5)
+    (out,) = fd.execute([x])
+    torch.testing.assert_close(out, x * 2.5)
