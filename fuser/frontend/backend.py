@@ -126,6 +126,26 @@ def decompositions() -> dict:
         op = getattr(getattr(aten, name, None), "default", None)
         if op in table:
             table[op] = _empty_safe_loss_backward(table[op])
+    # the scalar checks of eager's kernels, which the decompositions lack: celu's alpha of 0
+    # (divided by), smooth_l1_loss's negative beta (both computed a value)
+    for op in (aten.celu.default, aten.celu_.default):
+        if op in table:
+            table[op] = _checked_celu_alpha(table[op])
+    if aten.smooth_l1_loss.default in table:
+        table[aten.smooth_l1_loss.default] = _checked_smooth_l1_beta(table[aten.smooth_l1_loss.default])
+    # elu's and leaky_relu's backward from the result of the in-place op (elu_, leaky_relu_): with
+    # a negative slope the result's sign is not the input's, and the decompositions, choosing the
+    # branch by it, gave the positive branch's gradient where eager's backward refuses; kept whole
+    # then, the ATen op raises eager's error when the backward runs, as eager does (a check at
+    # trace time would raise in the forward, which eager computes)
+    if aten.elu_backward.default in table:
+        table[aten.elu_backward.default] = _elu_backward_whole_for_negative_alpha(table[aten.elu_backward.default])
+    if aten.leaky_relu_backward.default in table:
+        table[aten.leaky_relu_backward.default] = _leaky_relu_backward_whole_for_negative_slope(
+            table[aten.leaky_relu_backward.default])
+    # rrelu in evaluation is leaky_relu with the slope (lower + upper) / 2 (eager's kernels compute
+    # it so, forward and backward): decomposed, it fuses; training's random slopes stay ATen's
+    table.update(_rrelu_in_evaluation())
     # logit's backward with eps: torch's where(lo <= x <= hi, ...) gave 0 at a NaN input,
     # where eager's kernels give NaN (0 only outside the bounds)
     if aten.logit_backward.default in table:
@@ -185,6 +205,57 @@ def _empty_safe_loss_backward(decomposition):
             return torch.zeros_like(x)
         return decomposition(grad_output, x, *args, **kwargs)
     return decompose
+
+
+def _checked_celu_alpha(decomposition):
+    def decompose(x, alpha=1.0):
+        torch._check(alpha != 0, lambda: "ZeroDivisionError: alpha cannot be 0 for CELU")
+        return decomposition(x, alpha)
+    return decompose
+
+
+def _checked_smooth_l1_beta(decomposition):
+    def decompose(x, target, reduction=1, beta=1.0):
+        torch._check(beta >= 0, lambda: "smooth_l1_loss does not support negative values for beta.")
+        return decomposition(x, target, reduction, beta)
+    return decompose
+
+
+def _elu_backward_whole_for_negative_alpha(decomposition):
+    def decompose(grad_output, alpha, scale, input_scale, is_result, self_or_result):
+        if is_result and alpha < 0:
+            return NotImplemented  # (eager's kernel refuses it)
+        return decomposition(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+    return decompose
+
+
+def _leaky_relu_backward_whole_for_negative_slope(decomposition):
+    def decompose(grad_output, x, negative_slope, self_is_result):
+        if self_is_result and negative_slope < 0:
+            return NotImplemented  # (eager's kernel refuses it)
+        return decomposition(grad_output, x, negative_slope, self_is_result)
+    return decompose
+
+
+def _rrelu_in_evaluation() -> dict:
+    """rrelu's forward and backward out of training as leaky_relu's; in training (random slopes,
+    the noise saved for the backward) NotImplemented: ATen's ops."""
+    aten = torch.ops.aten
+    forward_op = getattr(aten, "rrelu_with_noise_functional", None)
+    if forward_op is None:  # pragma: no cover - a torch whose functionalization names it otherwise
+        return {}
+
+    def forward(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+        if training:
+            return NotImplemented
+        # (noise: the out-of-training kernel leaves it as it is)
+        return aten.leaky_relu.default(x, (lower + upper) / 2), noise.clone()
+
+    def backward(grad_output, x, noise, lower, upper, training, self_is_result):
+        if training:
+            return NotImplemented
+        return aten.leaky_relu_backward.default(grad_output, x, (lower + upper) / 2, self_is_result)
+    return {forward_op.default: forward, aten.rrelu_with_noise_backward.default: backward}
 
 
 _WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
@@ -254,17 +325,34 @@ def _float8_refused(node: torch.fx.Node, name: str) -> bool:
 _DECOMPOSED_WRONGLY = frozenset({"multilabel_margin_loss"})
 
 
+def _interpolates_empty(node: torch.fx.Node, name: str) -> bool:
+    """Whether `node` interpolates (F.interpolate, nn.Upsample, an upsample op) from or to an
+    empty spatial extent. Eager then raises "Input and output sizes should be greater than 0"
+    (mode="area", an adaptive average pooling, computes); the decompositions torch applies
+    above fuser's table lack the check and computed an empty tensor."""
+    interpolates = name == "interpolate" or name.lstrip("_").startswith("upsample")
+    if not interpolates or "backward" in name or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    x, y = node.args[0].meta.get("example_value"), node.meta.get("example_value")
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        return False
+    return any(extent == 0 for extent in (*x.shape[2:], *y.shape[2:]))
+
+
 def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
     """Whether Dynamo's graph runs as traced, unfused: it calls one of those functions where
     its result (the type its operands promote to) is one eager refuses, or an op eager has no
     float8 form of on a float8 tensor, or an in-place op whose result its tensor cannot hold
     (running it raises eager's own error; an integer target of mse_loss promotes with the
-    float input: computed), or one torch decomposes wrongly."""
+    float input: computed), or one torch decomposes wrongly, or an interpolation from or to
+    an empty extent (eager raises its own error)."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
         if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name) or writes_uncastable_result(node):
+            return True
+        if _interpolates_empty(node, name):
             return True
         refused = _INPUT_REFUSED.get(name)
         if refused is not None and node.args and isinstance(node.args[0], torch.fx.Node):
