@@ -32,6 +32,7 @@ from .cse import eliminate_common_subexpressions
 from .eager_checks import check_dynamo_rewrites, writes_uncastable_result
 from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
+from .meta import size_expr
 from .partition import plan_graph
 from .program import CURRENT_STATS, GraphProgram
 from .softmax_backward import backward_softmax_without_division
@@ -432,22 +433,50 @@ def _save_reads_of_mutated_inputs(joint: torch.fx.GraphModule) -> None:
     """Marks the forward's reads of an input the graph writes back into (`copy_(input, new)` at
     its end: a step counter's buffer, `self.n += 1`) as values to save: the partitioner would
     otherwise recompute them in the backward from the input, which the forward has changed by
-    then (gradients with the count added twice: AOTAutograd's own partitioner does this too)."""
+    then (gradients with the count added twice: AOTAutograd's own partitioner does this too).
+    The backward's reads of the value written are taken from the input itself (see
+    `_read_written_value_from_input`)."""
     from torch.utils.checkpoint import CheckpointPolicy
 
     nodes = list(joint.graph.nodes)
-    mutated = {n.args[0] for n in nodes if n.target is torch.ops.aten.copy_.default
-               and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
-    if not mutated:
+    writes = {n.args[0]: n.args[1] for n in nodes if n.target is torch.ops.aten.copy_.default
+              and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    if not writes:
         return
     backward = {n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")}
     for n in nodes:  # (graph order: a node after one that reads a tangent is backward's too)
         if n.op == "call_function" and any(a in backward for a in n.all_input_nodes):
             backward.add(n)
-    for primal in mutated:
+    changed = False
+    for primal, value in writes.items():
         for user in primal.users:
             if user.op == "call_function" and user not in backward and user.target is not torch.ops.aten.copy_.default:
                 user.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        changed = _read_written_value_from_input(primal, value, backward) or changed
+    if changed:
+        joint.recompile()
+
+
+def _read_written_value_from_input(primal: torch.fx.Node, value: Any, backward: set) -> bool:
+    """Has the backward read the value written into `primal` (`copy_(primal, value)`) from
+    `primal` itself, as eager's backward reads the buffer it saved (`self.n += 1; y * self.n`
+    saves `n`): the forward graph writes the input before its outputs are saved, so the saved
+    input holds that value, and a later write to it (a second forward before the backward, the
+    caller's `n.add_(1)`) bumps the version autograd checks and raises its "modified by an
+    inplace operation" error, as eager's does. Saved as the fresh tensor `value`, the write
+    went unseen and the backward used the stale count. Only where `value` is the input's whole
+    new content (its dtype and shape: no cast or broadcast in the `copy_`)."""
+    if not isinstance(value, torch.fx.Node) or value.op != "call_function":
+        return False
+    old, new = primal.meta.get("val"), value.meta.get("val")
+    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor) \
+            or old.dtype != new.dtype or old.device != new.device or old.dim() != new.dim() \
+            or any(size_expr(a) != size_expr(b) for a, b in zip(old.shape, new.shape)):
+        return False  # (sizes compared as expressions: no guard added after the trace)
+    readers = [u for u in value.users if u in backward]
+    for user in readers:
+        user.replace_input_with(value, primal)
+    return bool(readers)
 
 
 def _clone_saved_inputs_written_after(graph: torch.fx.GraphModule) -> None:

@@ -399,6 +399,7 @@ class JitModule(torch.nn.Module):
         # the wrapped module's keys, wherever a state dict is taken or loaded from
         self.register_state_dict_post_hook(_strip_wrapped_prefix)
         self.register_load_state_dict_pre_hook(_add_wrapped_prefix)
+        self.register_load_state_dict_post_hook(_report_wrapped_keys)
 
     def __reduce__(self) -> tuple:
         return _jit_module, (self._orig_mod, self._jit_options)
@@ -457,12 +458,33 @@ def _strip_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, loca
         state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
 
 
-def _add_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, *args: Any) -> None:
+def _add_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, local_metadata: Any, strict: bool,
+                        missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
     """The inverse for loading: the wrapped module's keys under `prefix` move under
-    `prefix + "_orig_mod."`, where nn.Module's loader looks for them."""
+    `prefix + "_orig_mod."`, where nn.Module's loader looks for them. Where the load reports
+    them (`_report_wrapped_keys`, this load's post-hook) is kept on the module meanwhile."""
     inner = prefix + "_orig_mod."
     for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
         state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
+    module.__dict__["_loading"] = (prefix, error_msgs, len(error_msgs))
+
+
+def _report_wrapped_keys(module: JitModule, incompatible_keys: Any) -> None:
+    """The missing and unexpected keys of a load (`strict=False`'s result, `strict=True`'s
+    error) and the errors of its wrapped module's parameters (a size mismatch) under the
+    wrapped module's keys, as `state_dict()` gives them: `prefix + "_orig_mod."` becomes
+    `prefix` (the keys `_add_wrapped_prefix` moved there). The post-hook of the load whose
+    pre-hook ran last: a module's load is not nested in another of its own."""
+    loading = module.__dict__.pop("_loading", None)
+    if loading is None:
+        return
+    prefix, error_msgs, first = loading
+    inner = prefix + "_orig_mod."
+    for keys in (incompatible_keys.missing_keys, incompatible_keys.unexpected_keys):
+        keys[:] = [prefix + k[len(inner):] if k.startswith(inner) else k for k in keys]
+    # (a key where it starts: not a nested module's own `_orig_mod.`, a torch.compile'd one's)
+    at_key = re.compile(r"(?<![\w.])" + re.escape(inner))
+    error_msgs[first:] = [at_key.sub(lambda _: prefix, m) for m in error_msgs[first:]]
 
 
 def _jit_module(module: torch.nn.Module, options: dict) -> JitModule:
