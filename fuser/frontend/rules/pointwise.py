@@ -477,6 +477,12 @@ def _clone(b, node, x, memory_format=None):
     return _cast_or_copy(b, x, x.dtype.to_torch())
 
 
+@register(prims.copy_strided.default)
+def _copy_strided(b, node, x, stride):
+    """A copy laid out with `stride` (the traced result's: an output takes its layout from it)."""
+    return _cast_or_copy(b, x, x.dtype.to_torch())
+
+
 @register(aten.lift_fresh_copy.default)
 def _lift_fresh_copy(b, node, x):
     return _cast_or_copy(b, x, x.dtype.to_torch())
