@@ -58,9 +58,12 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
             # wait; the graph's return reads it after every step, as it is when the call ends)
         fusion = region.fd.fusion
         alias = _fusion_input(region, dst)  # (not undone by all_or_nothing: an input stays listed)
+        written = fusion.outputs()[index]
         try:
             with fusion.all_or_nothing():
-                region.fd.add_output(fusion.outputs()[index], alias_input=alias)
+                if _read_besides_write_back(value, node, views, inside):
+                    written = region.fd.ops.set(written)
+                region.fd.add_output(written, alias_input=alias)
         except FuserError:
             continue
         region.write_backs.append((len(fusion.outputs()) - 1, dst))
@@ -70,6 +73,18 @@ def fold_write_backs(regions: dict, eager: dict, phase: dict, output: Node) -> N
         for view in views:  # (read by the write-back alone: nothing left to take them for)
             if all(u is node or u in views and u not in eager for u in view.users):
                 del eager[view]
+
+
+def _read_besides_write_back(value: Node, write_back: Node, views: list[Node], inside: set) -> bool:
+    """Whether `value` is read outside its fusion by more than the write-back, itself or
+    through `views`: a training forward saves the value it writes into a buffer for the
+    backward (`self.n += 1; y * self.n.clone()`). Such a reader needs a tensor of its own: an
+    output that is the aliased one itself is handed back as the input (`fd.add_output`'s rule,
+    at a definition's first call), whose version a later write moves (a second forward before
+    the backward: autograd's in-place error, where eager saved a clone and runs)."""
+    chain = set(views)
+    return any(u is not write_back and u not in inside and u not in chain
+               for v in (value, *views) for u in v.users)
 
 
 def _unchanging_views(src: Node, eager: dict) -> list[Node]:
