@@ -34,6 +34,7 @@ from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
 from .meta import size_expr
 from .partition import plan_graph
+from .reinplace import reinplace_scatters
 from .program import CURRENT_STATS, GraphProgram
 from .softmax_backward import backward_softmax_without_division
 from .training import TrainingCall, forward_facts, plain_aot_metadata
@@ -828,6 +829,8 @@ class FuserBackend:
                 # the backward's inputs are named after them)
                 if kind == "forward":
                     _clone_saved_inputs_written_after(graph)
+                elif kind == "inference":
+                    reinplace_scatters(graph)  # (a KV-cache row write: no copy of the whole cache)
                 names = _output_names(graph)
                 early = kept.pop("early", None) if kind == "backward" else None
                 with GC_PAUSE:  # the backward's compile runs at its first call, outside __call__
