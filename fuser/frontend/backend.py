@@ -98,6 +98,11 @@ def decompositions() -> dict:
     # takes its output for a new tensor, and decomposed into a view the program returned a view
     # of the 2-D product, which autograd then forbade the caller to write in place (`y += r`)
     table.pop(aten._unsafe_view.default, None)
+    # select_scatter (`kc[:, :, s] = k` functionalized) stays itself, lowered to the same where
+    # (rules/shape.py): decomposed, it was a where over the whole tensor, which reinplace.py
+    # cannot tell from other arithmetic, so a KV-cache row write at an int position copied the
+    # whole cache twice
+    table.pop(aten.select_scatter.default, None)
     # ops kept whole, for what their decompositions lose:
     # - bernoulli of a probability tensor: its lowering gives NaN where a probability is outside
     #   [0, 1], where `rand < p` quietly gave 0 or 1 (eager raises);

@@ -1,15 +1,17 @@
 """Scatters into a graph input written back, turned back into in-place writes.
 
 A write of a few rows into a preallocated tensor (a KV cache: `kc.index_copy_(2, pos, k)`,
-`kc[:, :, pos] = k`, `kc[:, :, s:s+1] = k`) is, once AOTAutograd has functionalized it, an
-out-of-place scatter making a new tensor of the input's size (`index_copy`, `index_put`,
-`slice_scatter`, nested through the slices the indexing took), then the
-epilogue `copy_(input, scatter)` writing it all back: two passes over the whole cache for one
-row, where eager writes the row alone (a decode step's cost grew with the cache's length).
+`kc[:, :, pos] = k`, `kc[:, :, s:s+1] = k`, `kc[:, :, s] = k`) is, once AOTAutograd has
+functionalized it, an out-of-place scatter making a new tensor of the input's size
+(`index_copy`, `index_put`, `slice_scatter`, `select_scatter`, nested through the views the
+indexing took), then the epilogue `copy_(input, scatter)` writing it all back: two passes over
+the whole cache for one row, where eager writes the row alone (a decode step's cost grew with
+the cache's length).
 
 Where nothing can observe the difference, the scatters become the in-place writes they came
 from, at the first scatter's place, and the epilogue goes: `index_copy_` / `index_put_` on the
-input itself, or a copy of the source into the view the scatter wrote (`write_into_view`).
+input itself, or a copy of the source into the view (slices and selects) the scatter wrote
+(`write_into_view`).
 Readers of the written value read the last write's result (the input, written), so the
 partition orders them after it. It is done only where
 
@@ -22,10 +24,12 @@ partition orders them after it. It is done only where
   later phase than graph order says (a pointwise value joins the fusion that reads it), so
   graph order alone does not keep a read before the write. Those graphs stay as they are.
 
-A row written at an int position (`kc[:, :, s] = k`) is no `select_scatter` by then: the core
-decompositions make it a `where` over the whole cache, which stays.
+`select_scatter` reaches this pass whole because backend.py keeps it out of the decompositions
+(the core one made it a `where` over the whole cache, no scatter any more); where it stays, its
+lowering is that `where` (rules/shape.py).
 
-ATen's in-place ops check the positions as eager's do (an IndexError for a row past the end).
+ATen's in-place ops and views check the positions as eager's do (an IndexError for a row past
+the end).
 (Inductor's reinplace pass, `torch/_inductor/fx_passes/reinplace.py`, does this for its own
 graphs, with the same conditions on graph inputs.)
 """
@@ -50,7 +54,7 @@ _IN_PLACE = {"index_copy_": aten.index_copy_.default, "index_put_": aten.index_p
 @dataclass(eq=False)
 class _Write:
     """One in-place write: `op` ("copy_", "index_copy_", "index_put_") with `args` into the view
-    `views` of the input; made where the scatter `at` stood."""
+    `views` of the input (write_into_view's); made where the scatter `at` stood."""
 
     views: tuple
     op: str
@@ -81,11 +85,12 @@ def reinplace_scatters(gm: GraphModule) -> bool:
 
 
 def write_into_view(base: torch.Tensor, views: tuple, op: str, *args: Any) -> torch.Tensor:
-    """Writes into the view `views` (slices: dim, start, end, step) of `base` in place (`op`:
-    "copy_" of a value, "index_copy_" or "index_put_" with its arguments); returns `base`."""
+    """Writes into the view `views` of `base` in place (`op`: "copy_" of a value, "index_copy_"
+    or "index_put_" with its arguments); returns `base`. `views`: slices (dim, start, end, step)
+    and selects (dim, index), outermost first."""
     target = base
-    for dim, start, end, step in views:
-        target = aten.slice.Tensor(target, dim, start, end, step)
+    for view in views:
+        target = aten.select.int(target, *view) if len(view) == 2 else aten.slice.Tensor(target, *view)
     if op == "copy_":
         target.copy_(*args)
     else:
@@ -150,11 +155,15 @@ def _state_of(node: Any, dst: Node, chain: dict) -> Optional[_State]:
     target = node.target
     if target is aten.slice.Tensor:
         found = _State(base.views + _slice_key(node.args[0], node.args[1:]), base.writes)
+    elif target is aten.select.int:
+        found = _State(base.views + _select_key(node.args[0], node.args[1:]), base.writes)
     elif target in _INDEX_WRITES:
         write = _Write(base.views, _INDEX_WRITES[target], tuple(node.args[1:]), node)
         found = _State(base.views, base.writes + (write,))
     elif target is aten.slice_scatter.default:
         found = _scattered(node, base, base.views + _slice_key(node.args[0], node.args[2:]), dst, chain)
+    elif target is aten.select_scatter.default:
+        found = _scattered(node, base, base.views + _select_key(node.args[0], node.args[2:]), dst, chain)
     else:
         return None
     if found is not None:
@@ -163,9 +172,9 @@ def _state_of(node: Any, dst: Node, chain: dict) -> Optional[_State]:
 
 
 def _scattered(node: Node, base: _State, views: tuple, dst: Node, chain: dict) -> Optional[_State]:
-    """The state a slice scatter leaves: its source written into `views` of the input; or,
-    where the source is that view itself, written already (a nested scatter's inner one wrote
-    it), the source's own writes."""
+    """The state a slice or select scatter leaves: its source written into `views` of the
+    input; or, where the source is that view itself, written already (a nested scatter's inner
+    one wrote it), the source's own writes."""
     src = node.args[1]
     if isinstance(src, Node) and src.target is aten.copy.default and len(src.users) == 1:
         # `view[...] = value` functionalized: copy(view, value) scattered back into the view
@@ -196,3 +205,10 @@ def _slice_key(base: Node, args: tuple) -> tuple:
     if isinstance(start, int) and start == 0 and whole_end and step == 1:
         return ()
     return ((dim, start, end, step),)
+
+
+def _select_key(base: Node, args: tuple) -> tuple:
+    """The select of `base` with `args` (`aten.select.int`'s after the tensor: dim, index) as
+    write_into_view takes it, its dim counted from the front."""
+    dim, index = args
+    return ((dim % meta_val(base).dim(), index),)

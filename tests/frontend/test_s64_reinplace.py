@@ -45,7 +45,7 @@ def int_select(kc, k, start: int):
 
 
 _WRITES = {"index_copy": (index_copy, torch.tensor), "index_put": (index_put, torch.tensor),
-           "int_slice": (int_slice, lambda p: p[0])}
+           "int_slice": (int_slice, lambda p: p[0]), "int_select": (int_select, lambda p: p[0])}
 
 
 @pytest.mark.parametrize("front", ["jit", "compile"])
@@ -67,15 +67,33 @@ def test_a_row_write_into_a_cache_runs_in_place(front, write):
     torch._dynamo.reset()
 
 
-def test_a_row_written_at_an_int_position_is_right():
-    # (the core decompositions make `select_scatter` a `where` over the cache: not in place)
+@pytest.mark.parametrize("front", ["jit", "compile"])
+def test_a_row_written_at_a_negative_int_position_runs_in_place(front):
+    jf = _compiled(front, int_select)
+    cache = make((1, 2, 16, 8))
+    theirs, address = cache.clone(), cache.data_ptr()
+    with torch.no_grad():
+        for step in (-1, -6, -16):  # (the second call traces the position as a SymInt)
+            k = make((1, 2, 1, 8))
+            jf(cache, k, step)
+            int_select(theirs, k, step)
+            torch.testing.assert_close(cache, theirs, rtol=0, atol=0)
+        assert cache.data_ptr() == address
+        code = _aten_code(jf, cache.clone(), make((1, 2, 1, 8)), -2)
+    assert _whole_cache_ops(code) == [], code
+    torch._dynamo.reset()
+
+
+def test_a_row_at_an_int_position_past_the_cache_raises_eagers_index_error():
     jf = fuser.jit(int_select)
     kc, k = make((1, 2, 16, 8)), make((1, 2, 1, 8))
-    ours = kc.clone()
     with torch.no_grad():
-        jf(ours, k, 9)
-        int_select(kc, k, 9)
-    torch.testing.assert_close(ours, kc, rtol=0, atol=0)
+        jf(kc.clone(), k, 3)
+        jf(kc.clone(), k, 5)  # (the position a SymInt from now on)
+        with pytest.raises(IndexError):
+            int_select(kc.clone(), k, 16)
+        with pytest.raises(IndexError):
+            jf(kc.clone(), k, 16)
 
 
 def test_the_written_cache_read_after_the_write_reads_the_new_rows():
@@ -128,6 +146,46 @@ def test_a_read_of_the_old_value_keeps_the_out_of_place_write(read):
         torch.testing.assert_close(ours, kc, rtol=0, atol=0)
         code = _aten_code(jf, ours.clone(), k, pos)
     assert "aten.index_copy.default(" in code, code  # (the whole cache copied: the old value is read)
+
+
+def test_a_read_of_the_old_value_keeps_the_out_of_place_row_write_at_an_int_position():
+    def f(kc, k, s: int):
+        old = kc * 2
+        kc[:, :, s] = k
+        return old + kc.sum(2, keepdim=True)
+
+    jf = fuser.jit(f)
+    kc = make((1, 2, 16, 8))
+    ours = kc.clone()
+    with torch.no_grad():
+        for s in (5, -3):
+            k = make((1, 2, 8))
+            torch.testing.assert_close(jf(ours, k, s), f(kc, k, s), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(ours, kc, rtol=0, atol=0)
+        code = _aten_code(jf, ours.clone(), k, 2)
+    assert "aten.select_scatter.default(" in code, code  # (the whole cache copied: the old value is read)
+
+
+@pytest.mark.parametrize("position", [3, -1])
+def test_a_row_written_into_a_copy_in_a_training_graph_fuses_with_eagers_gradient(position):
+    # (select_scatter, kept out of the decompositions for the cache writes, is lowered to the
+    # where its decomposition made: the row write and select's backward stay in fusions)
+    def f(x, v):
+        y = x * 2
+        y[:, position] = v.tanh()
+        return (y * y[:, 1:2]).sum() + x[:, position].sum()
+
+    x, v = make((4, 6, 5)), make((4, 5))
+    ours = [t.clone().requires_grad_() for t in (x, v)]
+    theirs = [t.clone().requires_grad_() for t in (x, v)]
+    jf = fuser.jit(f)
+    jf(*ours).backward()
+    f(*theirs).backward()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+    report = fuser.explain(jf, *ours)
+    aten_calls = [op for g in report.graphs for p in g.programs for _, op, _ in p.eager]
+    assert not [op for op in aten_calls if "select_scatter" in op], aten_calls
 
 
 def test_a_position_past_the_cache_raises_eagers_index_error():

@@ -169,14 +169,32 @@ def _slice(b, node, x, dim=0, start=None, end=None, step=1):
 @register(aten.select.int, kind=Kind.movement)
 def _select(b, node, x, dim, index):
     dim %= x.ndim
-    size = b.input_meta(node).shape[dim]
-    raw = _arg(node, 2, "index")
-    if isinstance(raw, int) and raw < 0:
-        start = b.scalar(size_expr(size) + raw)
-    else:
-        start = _index(b, node, raw, size)
+    start = _select_index(b, node, _arg(node, 2, "index"), b.input_meta(node).shape[dim])
     stop = start + 1 if isinstance(start, int) else b.fd.ops.add(start, 1)
     return b.fd.ops.squeeze(slice_axis(b, x, dim, start, stop), [dim])
+
+
+def _select_index(b, node: Node, raw, size) -> object:
+    """A select's index (int or SymInt node) along an axis of `size`, counted from the start."""
+    if isinstance(raw, int) and raw < 0:
+        return b.scalar(size_expr(size) + raw)
+    return _index(b, node, raw, size)
+
+
+@register(aten.select_scatter.default, kind=Kind.pointwise)
+def _select_scatter(b, node, base, src, dim, index):
+    """`src` written into `base.select(dim, index)`: `where(iota == index, src, base)` along
+    `dim`, the core decomposition's form, which fuses (the op is kept whole for reinplace.py,
+    which makes one written back into a graph input an in-place write of its row)."""
+    fake = b.meta(node)
+    dim %= fake.dim()
+    at = _select_index(b, node, _arg(node, 3, "index"), fake.shape[dim])
+    ops = b.fd.ops
+    positions = ops.iota(b.out_shape(node)[dim], 0, 1, DataType.Int)
+    hit = ops.eq(ops.broadcast(positions, [k != dim for k in range(fake.dim())]), at)
+    dtype = DataType.from_torch(fake.dtype)
+    src = src if src.dtype is dtype else ops.cast(src, dtype)
+    return ops.where(hit, ops.broadcast(src, [k == dim for k in range(fake.dim())]), base)
 
 
 @register(aten.split_with_sizes.default, kind=Kind.movement)
