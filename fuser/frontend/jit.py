@@ -531,6 +531,20 @@ def _compiling_here() -> bool:
         torch.compiler.is_dynamo_compiling() or torch._guards.TracingContext.try_get() is not None)
 
 
+def _unseen_by_function_modes(check: Callable) -> Callable:
+    """`check` (fuser's reads of its arguments: layouts, devices, dims) run with torch functions
+    disabled under a user's TorchFunctionMode, which would see them as calls the user's code
+    never made."""
+    @functools.wraps(check)
+    def unseen(*args, **kwargs):
+        if torch._C._is_torch_function_mode_enabled():
+            with torch._C.DisableTorchFunction():
+                return check(*args, **kwargs)
+        return check(*args, **kwargs)
+    return unseen
+
+
+@_unseen_by_function_modes
 def _fix_row_lengths(args: tuple, kwargs: dict) -> list:
     """Mark each floating-point tensor argument's last size static for Dynamo (the length of
     its rows: a hidden size, a vocabulary), leaving its other sizes symbolic (dynamic=True's
@@ -586,6 +600,7 @@ def _unmark(marked: list) -> None:
 _DEVICES = ("cpu", "cuda")
 
 
+@_unseen_by_function_modes
 def untraceable_argument(fn: Callable, args: tuple, kwargs: dict) -> Optional[str]:
     """A sentence naming the first argument fuser cannot trace or run, or None."""
     if not kwargs and all(type(a) is torch.Tensor and _plain_tensor(a) for a in args):
