@@ -327,9 +327,11 @@ class JitFunction:
         passed (an update in place would apply twice where the caller then runs it itself; a
         module's own state is not copied)."""
         keep = self._fallback == "eager"  # (its result is returned: the real call)
+        # (copied together: arguments sharing memory, a cache and a view of it, share their copies')
+        run_args, run_kwargs = (args, kwargs) if keep else _copies((args, kwargs))
         try:
             with contextlib.nullcontext() if keep else _random_state_kept(args, kwargs):
-                out = self._fn(*args, **kwargs) if keep else self._fn(*_copies(args), **_copies(kwargs))
+                out = self._fn(*run_args, **run_kwargs)
         except Exception as own:
             raise own from None
         lines = [line.strip() for line in str(e).split("\n") if line.strip()]
@@ -683,15 +685,53 @@ def _backend_failure(e: Exception) -> Optional[Exception]:
 
 
 def _copies(tree: Any) -> Any:
-    """`tree` with each tensor copied: a leaf stays a leaf (an in-place write to one that
-    requires grad raises as it would), a tensor computed by autograd stays one."""
-    from torch.utils._pytree import tree_map
+    """`tree` with each tensor copied as it lies in memory, so that a write raises as it
+    would on the original: its strides kept (an expanded tensor's elements still one) and
+    the memory tensors share still shared (one clone of the span of each storage they use,
+    each rebuilt over it at its own offset); a leaf stays a leaf (an in-place write to one
+    that requires grad raises as it would), a tensor computed by autograd stays one."""
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    sharing: dict = {}
+    for t in tree_leaves(tree):
+        if _copied_as_laid_out(t):
+            sharing.setdefault(_storage_key(t), []).append(t)
+    spans = {key: _span_clone(tensors) for key, tensors in sharing.items()}
 
     def copy(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
-        return t.detach().clone().requires_grad_(t.requires_grad) if t.is_leaf else t.clone()
+        if not _copied_as_laid_out(t):
+            return t.detach().clone().requires_grad_(t.requires_grad) if t.is_leaf else t.clone()
+        start, span = spans[_storage_key(t)]
+        offset = t.storage_offset() - start
+        if not t.is_leaf:  # (a view of the span cloned from it: autograd's history kept)
+            return span.as_strided(t.size(), t.stride(), offset)
+        rebuilt = torch.empty(0, dtype=t.dtype, device=t.device)
+        return rebuilt.set_(span.untyped_storage(), offset, t.size(), t.stride()).requires_grad_(t.requires_grad)
     return tree_map(copy, tree)
+
+
+def _copied_as_laid_out(t: Any) -> bool:
+    """A tensor `_copies` rebuilds over a clone of its storage: a plain strided one with
+    elements (a subclass, or a conjugate or negative view, is cloned as it reads)."""
+    return isinstance(t, torch.Tensor) and type(t) in (torch.Tensor, torch.nn.Parameter) \
+        and t.layout is torch.strided and t.numel() > 0 and not t.is_conj() and not t.is_neg()
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return t.device, t.dtype, t.untyped_storage().data_ptr()
+
+
+def _span_clone(tensors: list) -> tuple:
+    """(start, a 1-d clone of the elements from `start` on) covering every element of
+    `tensors`, which share one storage; cloned through one computed by autograd where there
+    is one, so that its copy stays one."""
+    start = min(t.storage_offset() for t in tensors)
+    end = max(t.storage_offset() + sum((n - 1) * s for n, s in zip(t.size(), t.stride())) + 1 for t in tensors)
+    source = next((t for t in tensors if not t.is_leaf), tensors[0])
+    flat = source.as_strided((end - start,), (1,), start)
+    return start, (flat.detach() if source.is_leaf else flat).clone()
 
 
 def _random_state_kept(args: tuple, kwargs: dict):
@@ -707,13 +747,29 @@ def _op_failed_while_tracing(e: Exception) -> bool:
     """Whether `e` is Dynamo's report of an op that raised on the traced tensors: a
     RuntimeError comes wrapped; an IndexError (`x[7]`, an index past a size) passes through
     as the fake tensor raised it, its message naming symbols (`size s77`; the user's own
-    IndexError, a list's, is raised as it is, without running the function again)."""
+    IndexError, a list's, is raised as it is, without running the function again). An
+    IndexError raised while the compiled program runs (an ATen op's, a position past the end
+    on the real tensors) is no tracing failure: the program's in-place writes before it have
+    run, as eager's have, so that running the function again would apply them twice."""
     try:
         from torch._dynamo.exc import TorchRuntimeError
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and (
+    return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and _raised_while_compiling(e) and (
         _SYMBOL.search(str(e)) is not None or _raised_in_torch_op(e)))
+
+
+def _raised_while_compiling(e: BaseException) -> bool:
+    """Whether `e` was raised while Dynamo compiled a frame (its traceback passes through the
+    frame callback, `_WhileCompiling`'s, or Dynamo's own where a torch has none to wrap), not
+    while a compiled program ran."""
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code is _WhileCompiling.__call__.__code__ or code.co_filename == _CONVERT_FRAME:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _raised_in_torch_op(e: BaseException) -> bool:
@@ -727,6 +783,7 @@ def _raised_in_torch_op(e: BaseException) -> bool:
     return innermost.startswith(torch_dir) and not innermost[len(torch_dir):].startswith("_dynamo")
 
 
+_CONVERT_FRAME = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "convert_frame.py")
 _CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"
 _STATIC_SIZES_ONLY = "Expected IntList but got GenericList"  # (torch's assert, a symbolic size in an int list)
 _SYMBOL = re.compile(r"\b[su]\d+\b")  # a size symbol of Dynamo's (s77), or an unbacked one (u0)

@@ -23,6 +23,8 @@ partition orders them after it. It is done only where
   read wants a value the in-place write would overwrite, and the partition runs a fusion in a
   later phase than graph order says (a pointwise value joins the fusion that reads it), so
   graph order alone does not keep a read before the write. Those graphs stay as they are.
+  (A read of sizes or strides alone, `sym_size`, reads no value: a broadcast source's expand
+  is sized by the view it is written into.)
 
 `select_scatter` reaches this pass whole because backend.py keeps it out of the decompositions
 (the core one made it a `where` over the whole cache, no scatter any more); where it stays, its
@@ -49,6 +51,10 @@ aten = torch.ops.aten
 # the in-place op of each scatter that writes through indices, by the name write_into_view takes
 _INDEX_WRITES = {aten.index_copy.default: "index_copy_", aten.index_put.default: "index_put_"}
 _IN_PLACE = {"index_copy_": aten.index_copy_.default, "index_put_": aten.index_put_.default}
+# ops reading a tensor's metadata alone, not its elements: no read of a value a write overwrites
+# (`c[:, ::2] = k` with k broadcast: k's expand is sized by `sym_size` of the cache's view)
+_METADATA_READS = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+                   aten.sym_storage_offset.default}
 
 
 @dataclass(eq=False)
@@ -111,9 +117,9 @@ def _reinplace(gm: GraphModule, write_back: Node) -> bool:
     state = _state_of(last, dst, chain)
     if state is None or state.views or not state.writes:
         return False
-    if any(u is not write_back and u not in chain for u in dst.users):
+    if any(u is not write_back and u not in chain and _reads(u) for u in dst.users):
         return False  # (the input read besides the chain: its old value, which the write overwrites)
-    if any(u not in chain for n in chain if n is not last for u in n.users):
+    if any(u not in chain and _reads(u) for n in chain if n is not last for u in n.users):
         return False  # (a state before the last one read: a later write would overwrite it)
     written = dst
     for write in state.writes:
@@ -125,6 +131,12 @@ def _reinplace(gm: GraphModule, write_back: Node) -> bool:
         if not node.users:
             gm.graph.erase_node(node)
     return True
+
+
+def _reads(user: Node) -> bool:
+    """Whether `user` reads its tensor's elements; one reading its sizes or strides alone
+    stays, measuring the node it did (the writes change no metadata)."""
+    return user.target not in _METADATA_READS
 
 
 def _emit(gm: GraphModule, dst: Node, written: Node, write: _Write) -> Node:
