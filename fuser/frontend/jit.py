@@ -494,7 +494,8 @@ def _jit_module(module: torch.nn.Module, options: dict) -> JitModule:
     return JitModule(module, **options)
 
 
-def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: str = "error", **options: Any):
+def jit(fn: Any = None, *example_inputs: Any, dynamic: "Optional[bool] | str" = "rows", fallback: str = "error",
+        **options: Any):
     """Compile `fn` (a function or an nn.Module) with fuser. Usable as `@fuser.jit`,
     `@fuser.jit(fallback="eager")` and `fuser.jit(model)`.
 
@@ -507,6 +508,9 @@ def jit(fn: Any = None, *, dynamic: "Optional[bool] | str" = "rows", fallback: s
     fallback: "error" (default) raises a FusionInputError naming an argument fuser cannot run;
       "eager" warns and runs the original function instead.
     """
+    if example_inputs:  # (torch.compile(f, backend=fuser.jit) calls it with a graph and its inputs)
+        raise FusionInputError("fuser.jit takes one function or module; as torch.compile's backend, "
+                               "pass backend=\"fuser\" (torch.compile(f, backend=\"fuser\")), not fuser.jit")
     if fn is None:
         return lambda f: jit(f, dynamic=dynamic, fallback=fallback, **options)
     if isinstance(fn, (JitFunction, JitModule)):

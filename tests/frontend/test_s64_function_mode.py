@@ -30,3 +30,4 @@ def test_a_function_mode_sees_the_user_s_calls_only():
             got = jitted(x, w)
         torch.testing.assert_close(got, want)
         assert seen.names == eager.names, seen.names
+
