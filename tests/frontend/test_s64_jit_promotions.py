@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fuser
+from tests.helpers import fresh_jit
 
 NAN, INF = float("nan"), float("inf")
 
@@ -151,3 +152,29 @@ def test_integer_exp_and_sum_under_a_double_default_fuse_in_double(double_defaul
     assert got.dtype == want.dtype == torch.float64
     torch.testing.assert_close(got, want, rtol=1e-13, atol=0)  # (fp32 would be 1e-7 off)
     _check_fused(jitted)
+
+
+@pytest.mark.parametrize("default", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["mul", "div", "sqrt"])
+def test_integer_math_under_a_half_default_rounds_the_integer_first(default, name):
+    """Eager converts the integer operand to the bf16 / half result type before computing:
+    integers past 256 (bf16) or 2048 (half) round there first."""
+    fn = {"mul": lambda i: i * 1.5, "div": lambda i: i / 3, "sqrt": lambda i: torch.sqrt(i)}[name]
+    i = torch.randint(250, 60000, (64,))
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        jitted = fresh_jit(fn)
+        got, want = jitted(i), fn(i)
+    finally:
+        torch.set_default_dtype(old)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    assert jitted.cache_info().fallback_ops == 0
+
+
+def test_a_bf16_tensor_plus_a_large_integer_tensor_rounds_the_integer_first():
+    def fn(x, i):
+        return x + i
+    x = torch.randn(64).to(torch.bfloat16)
+    i = torch.randint(250, 100000, (64,))
+    assert torch.equal(fresh_jit(fn)(x, i), fn(x, i))

@@ -26,12 +26,13 @@ _UNARY = {
 
 def in_traced_float(b, node, *operands) -> tuple:
     """`operands`, their integer and bool tensors cast to the node's floating result type
-    where it is wider than Float, as eager converts each operand to the result type before
+    where it is not Float, as eager converts each operand to the result type before
     computing. The FusionDefinition API promotes integers to Float (nvFuser's default of the
     category); under torch.set_default_dtype(torch.float64) eager's `i * 1.5`, `i / 3`,
-    `exp(i)` are float64, and an integer beyond 2**24 would lose digits in fp32."""
+    `exp(i)` are float64, and an integer beyond 2**24 would lose digits in fp32; under a bf16
+    or half default they are the integer rounded to it first (computed in fp32, rounded again)."""
     want = DataType.from_torch(b.meta(node).dtype)
-    if not (want.is_floating and want.itemsize > DataType.Float.itemsize):
+    if not want.is_floating or want is DataType.Float:
         return operands
     return tuple(b.fd.ops.cast(v, want) if isinstance(v, TensorView) and (v.dtype.is_integral or v.dtype.is_boolean)
                  else v for v in operands)
