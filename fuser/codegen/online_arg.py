@@ -80,8 +80,7 @@ def emit_online_arg(writer, pair: ArgPair) -> None:
     # the kernel's other reductions ready now take this pass too (a row's sum beside its argmax)
     others = [] if split is not None else [f for f in writer.plan.exprs
                                             if f is not m and f is not idx and writer._ready_reduction(f)]
-    factored = {id(f): writer._factored(f) for f in others}  # (before any of them is bound)
-    finals = [writer._accumulate(f, body, factored[id(f)]) for f in others]
+    finish_others = writer.accumulate_together(others, body)
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
     writer.close_loop(body, accumulating=True)
@@ -93,5 +92,4 @@ def emit_online_arg(writer, pair: ArgPair) -> None:
         writer.store_partial(ws[idx], first)
         return
     writer.round_to_storage(ps, m)
-    for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
-        finish()
+    finish_others()

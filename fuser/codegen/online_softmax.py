@@ -88,8 +88,7 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
     # over the row (a cross entropy's target logit, picked from x beside max(x) and the sum)
     others = [] if split is not None else [f for f in writer.plan.exprs
                                             if f is not m and writer._ready_reduction(f)]
-    factored = {id(f): writer._factored(f) for f in others}  # (before any of them is bound)
-    finals = [writer._accumulate(f, body, factored[id(f)]) for f in others]
+    finish_others = writer.accumulate_together(others, body)
     for o in outputs:  # (a split's partial step has no later pass to store them)
         writer.emit_store(body, o)
     writer.close_loop(body, accumulating=True)
@@ -115,9 +114,7 @@ def emit_online_softmax(writer, pair: SoftmaxPair) -> None:
         acc = f"acc{f.out.name}"
         moved = f"tl.where(({count} > 0) & ({big} != {top}), {count} * ({big} - {top}), 0.0)"
         writer.bind(ps, f.out, f"tl.where({finite}, tl.sum({acc} + {moved}, axis={rd}, keep_dims=True), {empty})")
-    # a factored sum's factors may read the pair's results: it finishes last
-    for f, finish in sorted(zip(others, finals), key=lambda pair: factored[id(pair[0])] is not None):
-        finish()
+    finish_others()  # (after the pair: a factored sum's factors may read its results)
 
 
 def shifted_sums(writer, pair: SoftmaxPair) -> list[ReductionOp]:

@@ -4,7 +4,7 @@ and split (a partial part per chunk of the reduced dim into a workspace, then a 
 of KernelWriter: it uses the writer's scopes, operands and bindings."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from ..ir import BinaryOp, BinaryOpType, DataType, Expr, ReductionOp, ReductionOpType, TensorView, VarMeanOp
 from ..schedulers import heuristics
@@ -213,8 +213,6 @@ class ReductionEmitter:
             return
         body = self.loop_scope()
         group = [e] + [f for f in self.plan.exprs if f is not e and self._ready_reduction(f)]
-        # decided before any of the group is bound (a factor's reduction then no longer waits)
-        factored = {id(f): self._factored(f) for f in group}
         # chosen before the group's results are bound: an output fed by them is not ready
         outputs = self.outputs_ready_in_pass()
         if self.one_pass:  # the pass holds the whole reduced extent: reduce in line
@@ -227,13 +225,24 @@ class ReductionEmitter:
                 for out in f.outputs:
                     self.program_scope.names[id(out)] = body.names[id(out)]
             return
-        finals = [self._accumulate(f, body, factored[id(f)]) for f in group]
+        finish = self.accumulate_together(group, body)
         for o in outputs:
             self.emit_store(body, o)
         self.close_loop(body, accumulating=True)
-        # a factored sum's factors read the others' results: it finishes last
-        for f, finish in sorted(zip(group, finals), key=lambda pair: factored[id(pair[0])] is not None):
-            finish()
+        finish()
+
+    def accumulate_together(self, group: list, body: Scope) -> Callable[[], None]:
+        """The accumulators and updates of `group`'s reductions in the pass `body`; returns
+        what finishes them all after the pass. Which sums are factored is decided before any of
+        the group is bound (a factor's reduction then no longer waits), and a factored sum
+        finishes last: its factors read the others' results."""
+        factored = {id(f): self._factored(f) for f in group}
+        finals = [self._accumulate(f, body, factored[id(f)]) for f in group]
+
+        def finish_all() -> None:
+            for f, finish in sorted(zip(group, finals), key=lambda pair: factored[id(pair[0])] is not None):
+                finish()
+        return finish_all
 
     def _ready_reduction(self, f: Expr) -> bool:
         if not isinstance(f, (ReductionOp, VarMeanOp)) or self.program_scope.lookup(id(f.outputs[0])) \
