@@ -29,7 +29,7 @@ from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
 from . import ahead
 from .cse import eliminate_common_subexpressions
-from .eager_checks import check_dynamo_rewrites, writes_uncastable_result
+from .eager_checks import check_dynamo_rewrites, may_write_inputs, writes_uncastable_result
 from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
 from .meta import size_expr
@@ -47,6 +47,9 @@ class GraphRecord:
 
     dynamo_code: str
     programs: list[GraphProgram] = field(default_factory=list)
+    # it writes (or may write) an input in place: a jitted call that fails after running it is
+    # not run again eagerly, which would apply the write twice (jit.py)
+    writes_inputs: bool = False
 
 
 @functools.cache
@@ -817,6 +820,7 @@ class FuserBackend:
         check_dynamo_rewrites(gm)
         record = GraphRecord(dynamo_code=gm.code)
         if _runs_as_traced(gm):
+            record.writes_inputs = may_write_inputs(gm)
             return _Counted(gm.forward, record)
         _restart_with_floats_specialized(gm, example_inputs)
 
@@ -886,7 +890,10 @@ class FuserBackend:
         elif len(facts) == 1 and facts[0] is not None:
             compiled = TrainingCall(compiled, record, facts[0])
         arguments = _argument_inputs(gm, n_inputs)
-        written = [k for k in _mutated_inputs(n_inputs) if k in arguments]
+        mutated = _mutated_inputs(n_inputs)
+        record.writes_inputs = bool(mutated) or (isinstance(compiled, _Counted) or _input_info() is None) and \
+            may_write_inputs(gm)
+        written = [k for k in mutated if k in arguments]
         if written and not isinstance(compiled, _Counted):
             compiled = _AliasedWrites(compiled, _Counted(gm, record), written, arguments)
         # registered only now: AOTAutograd may have asked Dynamo to trace again instead

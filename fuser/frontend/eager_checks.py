@@ -30,7 +30,7 @@ _IN_PLACE_OPERATORS = {operator.iadd: "add", operator.isub: "sub", operator.imul
 _IN_PLACE_DUNDERS = {f"__{fn.__name__}__": name for fn, name in _IN_PLACE_OPERATORS.items()}
 
 
-def _in_place_name(node: torch.fx.Node) -> Optional[str]:
+def in_place_name(node: torch.fx.Node) -> Optional[str]:
     """The name, without its `_`, of the in-place op `node` calls (`x.mul_(y)`, `torch.relu_(x)`,
     `aten.mul_.Tensor(x, y)`, `x *= y`); None where it calls no in-place op."""
     target = node.target
@@ -42,6 +42,14 @@ def _in_place_name(node: torch.fx.Node) -> Optional[str]:
     packet = getattr(target, "overloadpacket", None)  # (an OpOverload: `mul_.Tensor` by its packet, `mul_`)
     name = getattr(packet if packet is not None else target, "__name__", "")
     return name[:-1] if name.endswith("_") and not name.endswith("__") else None
+
+
+def may_write_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo's graph may write a tensor in place (an in-place op, `x[i] = v`, an `out=`
+    argument): for a graph whose writes AOTAutograd's metadata does not tell."""
+    return any(node.op in ("call_function", "call_method") and (
+        node.target is operator.setitem or "out" in node.kwargs or in_place_name(node) is not None)
+        for node in gm.graph.nodes)
 
 
 def _example_operand(a: Any) -> Any:
@@ -58,7 +66,7 @@ def _example_operand(a: Any) -> Any:
 def writes_uncastable_result(node: torch.fx.Node) -> bool:
     """Whether `node` writes in place a result its tensor's type cannot hold (`x.mul_(2.5)` or
     `x *= 2.0` for an int x, `b.mul_(2)` for a bool b), which eager refuses."""
-    if node.op not in ("call_function", "call_method") or _in_place_name(node) not in _PROMOTING_IN_PLACE:
+    if node.op not in ("call_function", "call_method") or in_place_name(node) not in _PROMOTING_IN_PLACE:
         return False
     operands = [_example_operand(a) for a in node.args]  # (alpha and value are keywords: no operands)
     if "other" in node.kwargs:

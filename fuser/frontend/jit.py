@@ -242,7 +242,7 @@ class JitFunction:
                 out = self._direct(args, kwargs)
             except Exception as e:  # as on the path through Dynamo
                 if untraceable_argument(self._fn, args, kwargs) is None:
-                    return self._failure(e, args, kwargs)
+                    return self._failure(e, args, kwargs, _wrote(stats, direct=True))
                 out = MISS  # (a nested tensor's strides break the guards' check): named below
             if out is not MISS:
                 return out
@@ -271,27 +271,29 @@ class JitFunction:
         except Exception as e:
             _unmark(marked)  # (before a retry: it traces the arguments as they came)
             marked = ()
-            return self._failure(e, args, kwargs)
+            return self._failure(e, args, kwargs, _wrote(stats, direct=False))
         finally:
             _unmark(marked)
             CURRENT_STATS.reset(token)
 
-    def _failure(self, e: Exception, args: tuple, kwargs: dict) -> Any:
+    def _failure(self, e: Exception, args: tuple, kwargs: dict, wrote: bool) -> Any:
         """A call that raised `e`: the function's own error is raised as eager PyTorch raises
         it; fuser's failure is raised as a FuserError, or with fallback="eager" the function
-        runs eagerly from now on."""
+        runs eagerly from now on. `wrote`: a graph this call ran writes its inputs in place, so
+        that the call cannot run again (the writes would apply twice)."""
         if _op_failed_while_tracing(e):
-            return self._eager_verdict(e, args, kwargs)
+            return self._eager_verdict(e, args, kwargs, wrote=wrote)
         failure = _backend_failure(e)
         if failure is None and not isinstance(e, FuserError):
             raise e
         failure = e if failure is None else failure
-        if self._rows and not self._traced and _CONCRETE_SIZES in str(failure):
+        # (no retry where the call wrote: the writes would apply twice)
+        if not wrote and self._rows and not self._traced and _CONCRETE_SIZES in str(failure):
             # torch's backward of some ops (affine_grid's) cannot take a size static beside
             # symbolic ones: traced again without the row lengths' static marks, from now on
             self._rows = False
             return self._call(self._stats, args, kwargs)
-        if self._dynamic is not False and _STATIC_SIZES_ONLY in str(failure):
+        if not wrote and self._dynamic is not False and _STATIC_SIZES_ONLY in str(failure):
             # torch's backward of some ops (bicubic interpolation with antialias) takes no
             # symbolic size: traced with static sizes from now on (a new shape traces again)
             self._rows, self._dynamic = False, False
@@ -308,15 +310,19 @@ class JitFunction:
             # torch's own error while compiling the graph (AOTAutograd tracing the function's
             # ops: a backward that refuses a gradient's shape): eager tells whether the
             # function's inputs are at fault
-            return self._eager_verdict(failure, args, kwargs, InternalError)
-        if self._fallback == "eager":
+            return self._eager_verdict(failure, args, kwargs, InternalError, wrote)
+        if self._fallback == "eager" and wrote:
+            self._failed = True
+            failure.add_note(_NOT_AGAIN.format(name=_name(self._fn)))
+        elif self._fallback == "eager":
             warnings.warn(f"fuser.jit: {_name(self._fn)} failed in fuser ({failure}); running "
                           f"it eagerly from now on", stacklevel=4)
             self._failed = True
             return self._fn(*args, **kwargs)
         raise failure from (e if failure is not e else None)
 
-    def _eager_verdict(self, e: Exception, args: tuple, kwargs: dict, error: type = UnsupportedError) -> Any:
+    def _eager_verdict(self, e: Exception, args: tuple, kwargs: dict, error: type = UnsupportedError,
+                       wrote: bool = False) -> Any:
         """An op failed on the traced tensors (Dynamo's fake tensors, sizes as symbols), or
         torch failed compiling the graph: the function runs eagerly, once, so that an error of
         its own (shapes that do not broadcast, `mean` of an int tensor) is raised as eager
@@ -325,8 +331,9 @@ class JitFunction:
         else `error` says so. With fallback="error" it runs on copies of the tensor arguments,
         the random state put back after, so that a failed call changes nothing a caller
         passed (an update in place would apply twice where the caller then runs it itself; a
-        module's own state is not copied)."""
-        keep = self._fallback == "eager"  # (its result is returned: the real call)
+        module's own state is not copied). So it runs on copies too where graphs of this call
+        wrote its inputs (`wrote`): fallback="eager" then raises, and later calls run eagerly."""
+        keep = self._fallback == "eager" and not wrote  # (its result is returned: the real call)
         # (copied together: arguments sharing memory, a cache and a view of it, share their copies')
         run_args, run_kwargs = (args, kwargs) if keep else _copies((args, kwargs))
         try:
@@ -338,6 +345,10 @@ class JitFunction:
         reason = next((line[len("Explanation: "):] for line in lines if line.startswith("Explanation: ")),
                       lines[0] if lines else type(e).__name__)
         doing = "tracing" if error is UnsupportedError else "compiling"
+        if self._fallback == "eager" and wrote:
+            self._failed = True
+            raise error(f"{_name(self._fn)}: {doing} failed where eager PyTorch runs the function on these "
+                        f"arguments: {reason}. " + _NOT_AGAIN.format(name=_name(self._fn))) from e
         if self._fallback == "eager":
             warnings.warn(f"fuser.jit: {doing} {_name(self._fn)} failed ({reason}); running it eagerly from now on",
                           stacklevel=4)
@@ -787,6 +798,16 @@ def _raised_in_torch_op(e: BaseException) -> bool:
     return innermost.startswith(torch_dir) and not innermost[len(torch_dir):].startswith("_dynamo")
 
 
+def _wrote(stats: Stats, direct: bool) -> bool:
+    """Whether a graph the failed call ran writes an input in place: one the call through
+    Dynamo ran, or on the direct path any of the function's graphs (its call ran some)."""
+    ran = stats.records if direct else stats.this_call
+    return any(stats.records[k].writes_inputs for k in ran if k in stats.records)
+
+
+_NOT_AGAIN = ("fuser.jit(fallback=\"eager\") did not run {name} again eagerly: graphs of this call had "
+              "already written its inputs in place, and running it again would apply those writes twice. "
+              "Later calls run eagerly.")
 _CONVERT_FRAME = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "convert_frame.py")
 _CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"
 _STATIC_SIZES_ONLY = "Expected IntList but got GenericList"  # (torch's assert, a symbolic size in an int list)
