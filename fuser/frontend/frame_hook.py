@@ -17,3 +17,27 @@ except ImportError:  # pragma: no cover - depends on the torch build
 # what Dynamo says once when it breaks its graph at the hook: not the user's concern
 warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin "
                                           r"`torch\._C\._dynamo\.eval_frame\.set_eval_frame")
+
+
+def run_eagerly_once() -> Any:
+    """What a frame callback returns to have Dynamo run the frame as it is, this once, and call
+    the callback again at its next call (Dynamo's own return on a failure skips the code for
+    good); None where this torch has no such return."""
+    try:
+        from torch._dynamo.types import ConvertFrameReturn, FrameAction, FrameExecStrategy
+    except ImportError:  # pragma: no cover - depends on the torch version
+        return None
+    return ConvertFrameReturn(frame_exec_strategy=FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT),
+                              apply_to_code=False, skip_reason="fuser: tracing failed; run as it is, once")
+
+
+def compile_again(code: Any) -> None:
+    """Undoes the mark Dynamo leaves on a code object whose frame callback raised (run it
+    uncompiled from then on), so that its next call is compiled; a torch without the setting
+    keeps the mark."""
+    try:
+        from torch._C._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:  # pragma: no cover - depends on the torch version
+        return
+    set_code_exec_strategy(code, FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT))

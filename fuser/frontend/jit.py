@@ -37,6 +37,7 @@ from ..codegen import compile_pool
 from ..errors import FuserError, FusionInputError, InternalError, UnsupportedError
 from .backend import GraphRecord, backend_for
 from .direct import MISS, DirectCall
+from .frame_hook import compile_again, run_eagerly_once
 from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
 
@@ -157,13 +158,39 @@ class _WhileCompiling:
         owner = self.owner()
         sizes = owner._sizes if owner is not None else _NO_PAUSE
         with _DYNAMO_SETTINGS, sizes, GC_PAUSE, _QUIET_META_FAILURES:
-            return self.inner(*args, **kwargs)
+            try:
+                return self.inner(*args, **kwargs)
+            except Exception as e:
+                once = None if owner is None else _uncompiled_once(owner, args[0] if args else None, e)
+                if once is not None:
+                    return once
+                del e, owner  # (the error's traceback keeps this frame: no cycle through them)
+                raise
 
     def __getattr__(self, name: str) -> Any:  # (anything else Dynamo asks of its callback)
         inner = self.__dict__.get("inner")
         if inner is None:  # (an object being copied has no attributes yet)
             raise AttributeError(name)
         return getattr(inner, name)
+
+
+def _uncompiled_once(owner: "JitFunction", frame: Any, e: Exception) -> Any:
+    """Where Dynamo failed on a frame after a graph break (or a callee's frame), what has it
+    run that frame as it is, once: the call's earlier graphs ran, so the call cannot run again.
+    An error of the user's is then raised as eager raises it, and with fallback="eager" the
+    function runs eagerly from the next call on where fuser failed. None for the function's
+    first frame (its failure is the call's: `JitFunction._failure`)."""
+    code = getattr(frame, "f_code", None)
+    if code is None or code is owner._entry_code:
+        return None
+    failure = _backend_failure(e)
+    fuser_failed = owner._fallback == "eager" and isinstance(failure, FuserError)
+    if not (fuser_failed or _op_failed_while_tracing(e)):
+        return None
+    once = run_eagerly_once()
+    if once is not None:
+        owner._ran_uncompiled.append((code.co_name, _reason(failure or e), fuser_failed))
+    return once
 
 
 def _compiled_frame(owner: "JitFunction", dynamic: "Optional[bool]") -> Callable:
@@ -208,6 +235,8 @@ class JitFunction:
         _JITTED.add(self)
         self._dynamic = dynamic
         self._frame = _own_frame(fn) if _frame_shared(fn) else fn  # (what Dynamo compiles)
+        self._entry_code = _entry_code(self._frame)  # (None where unknown: every frame counts as it)
+        self._ran_uncompiled: list = []  # (frame name, reason): frames of this call run as they are
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._compiled = _compiled_frame(self, True if self._rows else dynamic)
         self._direct = DirectCall(self._frame)
@@ -259,6 +288,7 @@ class JitFunction:
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
         stats.this_call = set()
+        self._ran_uncompiled.clear()
         marked = _fix_row_lengths(args, kwargs) if self._rows and first else ()
         try:
             # Dynamo's settings apply while it compiles a frame (`_WhileCompiling`); a first
@@ -267,10 +297,20 @@ class JitFunction:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember(len(stats.this_call))
+            for name, reason, fuser_failed in self._ran_uncompiled:
+                self._failed = self._failed or fuser_failed
+                warnings.warn(f"fuser.jit: {'compiling' if fuser_failed else 'tracing'} {name} (a part of "
+                              f"{_name(self._fn)}) failed ({reason}); it ran uncompiled"
+                              + ("; running the function eagerly from now on" if fuser_failed else ""), stacklevel=3)
             return out
         except Exception as e:
             _unmark(marked)  # (before a retry: it traces the arguments as they came)
             marked = ()
+            if not _raised_while_compiling(e):
+                for code in _user_codes(e):
+                    # Dynamo skips for good a frame it traced no graph from, here one that
+                    # raised (an input check's ValueError), which left later calls uncompiled
+                    compile_again(code)
             return self._failure(e, args, kwargs, _wrote(stats, direct=False))
         finally:
             _unmark(marked)
@@ -341,9 +381,7 @@ class JitFunction:
                 out = self._fn(*run_args, **run_kwargs)
         except Exception as own:
             raise own from None
-        lines = [line.strip() for line in str(e).split("\n") if line.strip()]
-        reason = next((line[len("Explanation: "):] for line in lines if line.startswith("Explanation: ")),
-                      lines[0] if lines else type(e).__name__)
+        reason = _reason(e)
         doing = "tracing" if error is UnsupportedError else "compiling"
         if self._fallback == "eager" and wrote:
             self._failed = True
@@ -382,6 +420,8 @@ class JitFunction:
         return self._stats.info()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if isinstance(self._fn, staticmethod):  # (`@fuser.jit` above `@staticmethod`: bound to nothing)
+            return self
         return self if obj is None else types.MethodType(self, obj)
 
     def __deepcopy__(self, memo: dict) -> "JitFunction":
@@ -415,7 +455,29 @@ class JitModule(torch.nn.Module):
         self.register_load_state_dict_post_hook(_report_wrapped_keys)
 
     def __reduce__(self) -> tuple:
-        return _jit_module, (self._orig_mod, self._jit_options)
+        own = (_strip_wrapped_prefix, _add_wrapped_prefix, _report_wrapped_keys)  # (made again)
+        hooks = {name: {k: h for k, h in getattr(self, name).items() if getattr(h, "hook", h) not in own}
+                 for name in _MODULE_HOOKS}
+        return _jit_module, (self._orig_mod, self._jit_options), {"hooks": hooks, "full_backward": self._is_full_backward_hook}
+
+    def __setstate__(self, state: dict) -> None:
+        """The hooks registered on the jitted module itself, into its copy."""
+        for name, hooks in state["hooks"].items():
+            getattr(self, name).update(hooks)
+        self.__dict__["_is_full_backward_hook"] = state["full_backward"]
+
+    # added through the jitted module, to the wrapped one, whose forward reads them
+    def register_buffer(self, name: str, tensor: Optional[torch.Tensor], persistent: bool = True) -> None:
+        self._orig_mod.register_buffer(name, tensor, persistent)
+
+    def register_parameter(self, name: str, param: Optional[torch.nn.Parameter]) -> None:
+        self._orig_mod.register_parameter(name, param)
+
+    def add_module(self, name: str, module: Optional[torch.nn.Module]) -> None:
+        self._orig_mod.add_module(name, module)
+
+    def register_module(self, name: str, module: Optional[torch.nn.Module]) -> None:
+        self._orig_mod.register_module(name, module)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._jit(*args, **kwargs)
@@ -461,6 +523,12 @@ class JitModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"fuser.jit({self._orig_mod!r})"
+
+
+# nn.Module's hooks, each an ordered dict: those of a jitted module go with its copies
+_MODULE_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+                 "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+                 "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
 def _strip_wrapped_prefix(module: JitModule, state_dict: dict, prefix: str, local_metadata: Any) -> None:
@@ -798,6 +866,33 @@ def _raised_in_torch_op(e: BaseException) -> bool:
     return innermost.startswith(torch_dir) and not innermost[len(torch_dir):].startswith("_dynamo")
 
 
+def _reason(e: BaseException) -> str:
+    """The line of Dynamo's or torch's message that says what failed."""
+    lines = [line.strip() for line in str(e).split("\n") if line.strip()]
+    return next((line[len("Explanation: "):] for line in lines if line.startswith("Explanation: ")),
+                lines[0] if lines else type(e).__name__)
+
+
+def _user_codes(e: BaseException) -> list:
+    """The code objects of the frames `e` passed through outside torch and fuser."""
+    codes, tb = [], e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(_NOT_USERS):
+            codes.append(code)
+        tb = tb.tb_next
+    return codes
+
+
+def _entry_code(frame: Any) -> Any:
+    """The code object of the first frame Dynamo compiles for `frame` (a function's, a
+    method's, a module's forward); None where there is none to find."""
+    target = frame.__func__ if isinstance(frame, types.MethodType) else frame
+    if isinstance(target, torch.nn.Module):
+        target = type(target).forward
+    return getattr(target, "__code__", None)
+
+
 def _wrote(stats: Stats, direct: bool) -> bool:
     """Whether a graph the failed call ran writes an input in place: one the call through
     Dynamo ran, or on the direct path any of the function's graphs (its call ran some)."""
@@ -808,6 +903,7 @@ def _wrote(stats: Stats, direct: bool) -> bool:
 _NOT_AGAIN = ("fuser.jit(fallback=\"eager\") did not run {name} again eagerly: graphs of this call had "
               "already written its inputs in place, and running it again would apply those writes twice. "
               "Later calls run eagerly.")
+_NOT_USERS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
 _CONVERT_FRAME = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "convert_frame.py")
 _CONCRETE_SIZES = "SymIntArrayRef expected to contain only concrete integers"
 _STATIC_SIZES_ONLY = "Expected IntList but got GenericList"  # (torch's assert, a symbolic size in an int list)
