@@ -628,20 +628,49 @@ def _refuse_meta_inputs(gm: torch.fx.GraphModule, example_inputs: list) -> None:
             raise meta_input_error(f"argument {name}")
 
 
-def _raise_for_overlapping_writes(e: RuntimeError, gm: torch.fx.GraphModule, example_inputs: list) -> None:
-    """Eager PyTorch refuses an in-place write to a tensor whose elements share memory (an
-    expanded one); AOTAutograd meets that refusal while it writes a mutated input back. It is
-    the caller's input that is wrong, so the error names it, as a FusionInputError."""
-    if "refers to a single memory location" not in str(e):
-        return
-    shared = [f"{name} (shape {list(value.shape)}, strides {list(value.stride())})"
-              for name, value in _named_inputs(gm, example_inputs)
-              if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1]
-    if shared:
-        raise FusionInputError(
-            f"input {', '.join(shared)} is written in place, but more than one of its elements refers "
-            f"to a single memory location (it is expanded); clone() it before the call, as eager "
-            f"PyTorch requires") from e
+_SHARED_ELEMENTS = "refers to a single memory location"  # (eager's refusal of a write to such elements)
+
+
+def _expanded_inputs(names: list[str], inputs: Any) -> list[str]:
+    """Each of `inputs` more than one of whose elements share memory (an expanded one), by its
+    name in `names`, shape and strides."""
+    return [f"{name} (shape {list(value.shape)}, strides {list(value.stride())})"
+            for name, value in zip(names, inputs)
+            if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1]
+
+
+def _aot_refuses_expanded_writes(e: RuntimeError, gm: torch.fx.GraphModule, example_inputs: list) -> bool:
+    """Whether `e` is eager's refusal of a write to elements sharing memory, met by AOTAutograd
+    writing back a mutated input that is expanded. Its functional form writes the whole input
+    back, which the refusal meets even where the function writes a part whose elements share
+    no memory (`x[0] = 3.0` of `x = row.expand(4, 8)`), which eager runs."""
+    names = [name for name, _ in _named_inputs(gm, example_inputs)]
+    return _SHARED_ELEMENTS in str(e) and bool(_expanded_inputs(names, example_inputs))
+
+
+class _ExpandedWrites:
+    """Dynamo's graph run as traced, in-place ops in order, for an expanded input written in
+    place (`_aot_refuses_expanded_writes`): each write runs or raises as in eager. A write that
+    covers elements sharing memory (`x.add_(1)` of the whole expanded x) is the caller's input
+    at fault: eager's refusal, which names no tensor, is raised as a FusionInputError naming it."""
+
+    __slots__ = ("run", "names")
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        # (the names now: Dynamo drops the placeholders' sources once the graph is compiled)
+        self.run, self.names = gm.forward, [name for name, _ in _named_inputs(gm, example_inputs)]
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.run(*args)
+        except RuntimeError as e:
+            expanded = _expanded_inputs(self.names, args) if _SHARED_ELEMENTS in str(e) else []
+            if not expanded:
+                raise
+            raise FusionInputError(
+                f"input {', '.join(expanded)} is written in place, but more than one of its elements refers "
+                f"to a single memory location (it is expanded); clone() it before the call, as eager "
+                f"PyTorch requires") from e
 
 
 # AOTAutograd's refusals (its merge_view_inputs' AssertionErrors) of inputs sharing memory, one
@@ -659,7 +688,14 @@ def _aot_refuses_overlapping_writes(e: AssertionError) -> bool:
     return str(e).startswith(_AOT_OVERLAPPING_WRITE_LIMITS)
 
 
-def _not_differentiable(e: NotImplementedError) -> UnsupportedError:
+def _lacks_derivative(e: Exception) -> bool:
+    """Whether `e` is torch's report of an op without a derivative: a NotImplementedError
+    (igamma's "the derivative for 'igamma' is not implemented") or a RuntimeError (floor_divide's
+    "derivative for aten::floor_divide is not implemented")."""
+    return "derivative for" in str(e) and "not implemented" in str(e)
+
+
+def _not_differentiable(e: Exception) -> UnsupportedError:
     """AOTAutograd traces the backward of every output needing grad with the forward, so an op
     torch has no derivative of fails the compile where eager's forward runs (its backward()
     would raise)."""
@@ -867,13 +903,12 @@ class FuserBackend:
                     inference_compiler=compiler("inference"), decompositions=decompositions(),
                     partition_fn=functools.partial(_partition_joint, keep=kept),
                     keep_inference_input_mutations=True)
-            except NotImplementedError as e:  # (a RuntimeError: before that clause)
-                if "derivative for" in str(e):
+            except RuntimeError as e:  # (NotImplementedError among them)
+                if _lacks_derivative(e):
                     raise _not_differentiable(e) from e
-                raise
-            except RuntimeError as e:
-                _raise_for_overlapping_writes(e, gm, example_inputs)
-                raise
+                if not _aot_refuses_expanded_writes(e, gm, example_inputs):
+                    raise
+                compiled = _Counted(_ExpandedWrites(gm, example_inputs), record)
             except AssertionError as e:
                 if not _aot_refuses_overlapping_writes(e):
                     raise
