@@ -1,5 +1,5 @@
 """Reductions and the normalizations built from them: sum, mean, amax, any, all, var_mean,
-softmax, log_softmax, layer norm, group norm. Half and bf16 inputs compute in fp32 where ATen does."""
+vector norms, softmax, log_softmax, layer norm, group norm. Half and bf16 inputs compute in fp32 where ATen does."""
 from __future__ import annotations
 
 from typing import Optional
@@ -321,16 +321,76 @@ def _min_all(b, node, x):
     return b.fd.ops.min(x, reduce_dims(x, None), False)
 
 
+def _norm_order(ord) -> "float | Scalar":
+    """A vector norm's order: a number, or an integer Scalar for one known only at execution (an
+    int argument, traced as a symbol; the lowering does not lean on the guards Dynamo's trace
+    happens to put on its sign and parity). A floating order known only at execution is
+    refused: +-inf would take formulas of their own."""
+    if isinstance(ord, Scalar):
+        if ord.is_constant:
+            return float(ord.value)
+        if not ord.dtype.is_integral:
+            raise LoweringError(f"vector norm of a {ord.dtype.name} order known only at execution")
+        return ord
+    return float(ord)
+
+
+def _single_element(b, node, dims: list[int]) -> bool:
+    """Each output element is one input element: every reduced dim traced of size 1 (Dynamo
+    specializes it: never a symbol), or a 0-d input."""
+    sizes = b.input_meta(node).shape
+    return all(isinstance(s, int) and s == 1 for s in (b.size(sizes[d % len(sizes)]) for d in dims))
+
+
+def _nonzero(b, x, xf):
+    """1 for each element of x that is not 0 (NaN too), 0 for each zero, in xf's type."""
+    return b.fd.ops.cast(_truth(b, x), xf.dtype)
+
+
+def _norm_of_one_element(b, x, xf, p, dims, keepdim):
+    """The norm of single elements, as eager takes it: order 0 counts it, any other is |x|
+    itself (where |x| ** p could overflow)."""
+    ops = b.fd.ops
+    nonzero, magnitude = (ops.squeeze(v, dims) if dims and not keepdim else v
+                          for v in (_nonzero(b, x, xf), ops.abs(xf)))
+    if isinstance(p, Scalar):
+        return ops.where(ops.eq(p, 0), nonzero, magnitude)
+    return nonzero if p == 0 else magnitude
+
+
+def _norm_of_order_at_execution(b, x, xf, p: Scalar, dims, keepdim):
+    """An integer order known only at execution: 0 counts the nonzero elements, any other (never
+    inf) is sum(|x| ** p) ** (1 / p). Both are one sum, its terms and root chosen by the order."""
+    ops = b.fd.ops
+    counts = ops.eq(p, 0)
+    terms = ops.where(counts, _nonzero(b, x, xf), ops.pow(ops.abs(xf), p))
+    total = ops.sum(terms, dims, keepdim)
+    return ops.where(counts, total, ops.pow(total, ops.div(1.0, p)))  # (1 / 0 is inf, not chosen)
+
+
 @register(aten.linalg_vector_norm.default, kind=Kind.reduction)
 def _vector_norm(b, node, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """Each order as eager defines it, in the compute type (fp32 for half and bf16, the result
+    rounded once): 0 counts the nonzero elements (NaN too), +-inf are the max and min of |x|,
+    any other p is sum(|x| ** p) ** (1 / p), a negative p's zeros giving inf terms and so a
+    norm of 0."""
     ops = b.fd.ops
+    p = _norm_order(ord)
     if dtype is not None:
         x = ops.cast(x, DataType.from_torch(dtype))
     xf, dims = upcast(b, x), reduce_dims(x, dim)
-    if ord == 2:
+    if _single_element(b, node, dims):
+        return _norm_of_one_element(b, x, xf, p, dims, keepdim)
+    if isinstance(p, Scalar):
+        return _norm_of_order_at_execution(b, x, xf, p, dims, keepdim)
+    if p == 0:
+        return ops.sum(_nonzero(b, x, xf), dims, keepdim)
+    if p == 2:
         return ops.sqrt(ops.sum(ops.mul(xf, xf), dims, keepdim))
-    if ord == 1:
+    if p == 1:
         return ops.sum(ops.abs(xf), dims, keepdim)
-    if ord == float("inf"):
+    if p == float("inf"):
         return ops.max(ops.abs(xf), dims, keepdim)
-    raise LoweringError(f"vector norm of order {ord!r}")
+    if p == float("-inf"):
+        return ops.min(ops.abs(xf), dims, keepdim)
+    return ops.pow(ops.sum(ops.pow(ops.abs(xf), p), dims, keepdim), 1.0 / p)
