@@ -176,17 +176,26 @@ def _binary(e: BinaryOp, args, ctx):
 
 @rule(TernaryOp)
 def _ternary(e: TernaryOp, args, ctx):
+    """Scalar operands become 0-dim tensors (torch.where's condition, lerp's start and end and
+    clamp's bounds beside tensors have no Python-number form), values of the result's type:
+    where selects and clamp compares in it (rounding is monotonic), as the kernels do. lerp's
+    weight stays a number, which ATen keeps at full precision, as eager's Python weight."""
     a, b, c = args
     out = _dt(e.out)
+    device = next(v for v in args if isinstance(v, torch.Tensor)).device
     if e.kind is TernaryOpType.where:
-        b, c = (_to(v, out) for v in (b, c))
-        if not isinstance(b, torch.Tensor) and not isinstance(c, torch.Tensor):
-            b = torch.full((), b, dtype=out, device=a.device)
-        return [_to(torch.where(a, b, c), out)]
+        if not isinstance(a, torch.Tensor):
+            a = torch.full((), bool(a), device=device)
+        b, c = (_as_tensor(v, out, device) for v in (b, c))
+        return [torch.where(a, b, c)]
     if e.kind is TernaryOpType.clamp:
-        return [_to(torch.clamp(a, b, c), out)]
-    a, b = _to(a, out), _to(b, out)
+        return [torch.clamp(*(_as_tensor(v, out, device) for v in (a, b, c)))]
+    a, b = (_as_tensor(v, out, device) for v in (a, b))
     return [_to(torch.lerp(a, b, _to(c, out)), out)]
+
+
+def _as_tensor(v, dtype: torch.dtype, device) -> torch.Tensor:
+    return v.to(dtype) if isinstance(v, torch.Tensor) else _scalar_tensor(v, dtype, device)
 
 
 @rule(CastOp)
@@ -296,7 +305,10 @@ def _slice(e: SliceOp, args, ctx):
 @rule(PadOp)
 def _pad(e: PadOp, args, ctx):
     x, value, widths = args[0], args[1], [int(w) for w in args[2:]]
-    return [torch.constant_pad_nd(x, widths, value)]  # (F.pad takes no complex value)
+    try:
+        return [torch.constant_pad_nd(x, widths, value)]  # (F.pad takes no complex value)
+    except RuntimeError:  # (a value beyond x's type: see _fill_as_cast)
+        return [torch.constant_pad_nd(x, widths, _fill_as_cast(value, x.dtype))]
 
 
 @rule(CatOp)
@@ -317,7 +329,25 @@ def _set(e: LoadStoreOp, args, ctx):
 
 @rule(FullOp)
 def _full(e: FullOp, args, ctx):
-    return [torch.full(ctx.shape(e.out), args[0], dtype=_dt(e.out), device=ctx.device)]
+    shape, dtype = ctx.shape(e.out), _dt(e.out)
+    try:
+        return [torch.full(shape, args[0], dtype=dtype, device=ctx.device)]
+    except RuntimeError:  # (a value beyond the type: see _fill_as_cast)
+        return [torch.full(shape, _fill_as_cast(args[0], dtype), dtype=dtype, device=ctx.device)]
+
+
+def _fill_as_cast(value, dtype: torch.dtype):
+    """A fill value converted to a floating or complex `dtype` as a cast converts it (1e300 in
+    a complex64 is inf, as in a float32), where torch.full and constant_pad_nd refuse a value
+    beyond the type's range; a Python number, converted on the host. Other values are
+    returned as they are: an integer type's fill was cast when defined, and a complex value
+    stays refused for a real type (a cast would drop its imaginary part)."""
+    if not (dtype.is_floating_point or dtype.is_complex) or isinstance(value, bool):
+        return value
+    wide = {int: torch.int64, float: torch.float64, complex: torch.complex128}.get(type(value))
+    if wide is None or (wide is torch.complex128 and not dtype.is_complex):
+        return value
+    return torch.tensor(value, dtype=wide).to(dtype).item()
 
 
 @rule(IotaOp)

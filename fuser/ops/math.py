@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import FusionDefinitionError
 from ..ir import BinaryOpType, DataType, Scalar, TensorView, TernaryOpType, UnaryOpType, promote
 from .common import Operand, as_val, fusion_of
-from .pointwise import binary, cast, result_type, ternary, unary
+from .pointwise import binary, cast, check_real_scalar, result_type, ternary, unary
 from .shape import set as _copy
 
 B = BinaryOpType
@@ -28,6 +28,7 @@ def addcmul(input: Operand, tensor1: Operand, tensor2: Operand, value: Operand =
         dtype = promote(input.dtype, tensor1.dtype, tensor2.dtype)
     if dtype.is_boolean:
         raise FusionDefinitionError("addcmul: not defined for bool operands (eager refuses them too)")
+    check_real_scalar(op, "value", value, dtype)
     compute = DataType.Float if dtype in _HALF_WIDTH else dtype
     input, tensor1, tensor2 = (cast(v, compute) if isinstance(v, TensorView) and v.dtype is not compute else v
                                for v in (input, tensor1, tensor2))
@@ -50,6 +51,8 @@ def threshold(x: Operand, threshold: Operand, value: Operand):
     if x.dtype.is_boolean or x.dtype.is_complex:
         what = "tensor" if isinstance(x, TensorView) else "scalar"
         raise FusionDefinitionError(f"threshold: needs an integer or floating {what}, got {x.dtype} {what} {x!r}")
+    for what, v in (("threshold", threshold), ("value", value)):
+        check_real_scalar(op, what, v, x.dtype)
     compare = DataType.Float if x.dtype in _HALF_WIDTH else x.dtype
     below = binary(B.le, x if compare is x.dtype else cast(x, compare), cast(threshold, compare))
     return ternary(TernaryOpType.where, below, cast(value, x.dtype), x)

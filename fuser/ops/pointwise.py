@@ -135,9 +135,7 @@ def binary(kind: BinaryOpType, a: Operand, b: Operand):
         return _scalar_binary(kind, a, b)
     a, b = computed(kind.value, a), computed(kind.value, b)
     compute = result_type(a, b)
-    if kind in (B.maximum, B.minimum) and compute.is_complex:
-        raise FusionDefinitionError(f"{kind.value}: not defined for complex operands ({_dtypes(a, b)}); eager "
-                                    f"refuses it too")
+    _check_ordered(kind, compute, a, b)
     _check_integer_operands(kind, compute, a, b)
     if kind in _COMPARISON:
         dtype = DataType.Bool
@@ -169,6 +167,21 @@ def _integers_rounded(compute: DataType, operands: tuple) -> tuple:
         return operands
     return tuple(cast(v, compute) if isinstance(v, TensorView) and v.ndim and (v.dtype.is_integral or v.dtype.is_boolean)
                  else v for v in operands)
+
+
+def _check_ordered(kind: BinaryOpType, compute: DataType, a: Operand, b: Operand) -> None:
+    if kind in (B.maximum, B.minimum) and compute.is_complex:  # (complex numbers have no order)
+        raise FusionDefinitionError(f"{kind.value}: not defined for complex operands ({_dtypes(a, b)}); eager "
+                                    f"refuses it too")
+
+
+def check_real_scalar(op: str, what: str, v: Operand, result: DataType) -> None:
+    """Refuse a complex scalar given to an op whose result is real (a real tensor's addcmul
+    value, threshold), as eager refuses it ("value cannot be converted"): a cast
+    to the real type would drop its imaginary part without a word."""
+    if isinstance(v, Scalar) and v.dtype.is_complex and not result.is_complex:
+        raise FusionDefinitionError(f"{op}: {what} is the complex scalar {v!r}, which a {result} result cannot "
+                                    f"hold (eager refuses it too); give a real {what}, or complex tensors")
 
 
 def _check_integer_operands(kind: BinaryOpType, compute: DataType, a: Operand, b: Operand) -> None:
@@ -223,6 +236,7 @@ def _scalar_unary(kind: UnaryOpType, x: Scalar) -> Scalar:
 def _scalar_binary(kind: BinaryOpType, a: Scalar, b: Scalar) -> Scalar:
     fusion = a.fusion
     compute = promote(a.dtype, b.dtype)
+    _check_ordered(kind, compute, a, b)
     if kind in _COMPARISON:
         dtype = DataType.Bool
     elif kind in _FLOAT_BINARY and not compute.is_floating:
@@ -350,6 +364,11 @@ def ternary(kind: TernaryOpType, a: Operand, b: Operand, c: Operand):
         dtype = promote(b.dtype, c.dtype) if both_scalars else result_type(b, c)
     elif kind is TernaryOpType.clamp:
         dtype = result_type(a, b, c)
+        if dtype.is_complex:  # (as the scalar clamp; a complex bound of a real tensor promotes to it)
+            named = ", ".join(f"{what} {v!r} ({v.dtype})" for what, v in zip(("input", "min", "max"), (a, b, c))
+                              if v.dtype.is_complex)
+            raise FusionDefinitionError(f"clamp: not defined for complex operands, got {named}; eager refuses "
+                                        f"them too")
     else:  # lerp: start, end, weight
         dtype = result_type(a, b, c)
         if dtype.category < 2:
