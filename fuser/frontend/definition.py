@@ -371,11 +371,14 @@ class FusionDefinition:
         if len(out_ids) != len(in_ids):
             raise FusionDefinitionError(f"add_output: output {output!r} has {len(out_ids)} dims, its alias "
                                         f"input {alias_input!r} {len(in_ids)}")
-        for k, (a, b) in enumerate(zip(out_ids, in_ids)):
-            if not (a.is_broadcast and b.is_broadcast and a.expanded_extent is None):
-                # (an expanded output axis is written at its expanded size)
-                self.fusion.unify(a.size, b.size, f"add_output: axis {k} of output {output!r} and of "
-                                                  f"its alias input {alias_input!r}")
+        # all or nothing: an axis refused must not leave the axes before it unified (the
+        # definition goes on, and later inputs of other sizes there would conflict)
+        with self.fusion.all_or_nothing():
+            for k, (a, b) in enumerate(zip(out_ids, in_ids)):
+                if not (a.is_broadcast and b.is_broadcast and a.expanded_extent is None):
+                    # (an expanded output axis is written at its expanded size)
+                    self.fusion.unify(a.size, b.size, f"add_output: axis {k} of output {output!r} and of "
+                                                      f"its alias input {alias_input!r}")
 
     # -- execution --------------------------------------------------------------------------
 

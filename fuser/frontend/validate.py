@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ValidationError
+from ..errors import FusionInputError, ValidationError
 from ..evaluate.binding import bind_inputs
 from ..ir import Fusion, ReductionOp, TensorView, VarMeanOp
 
@@ -16,6 +16,10 @@ from ..ir import Fusion, ReductionOp, TensorView, VarMeanOp
 _TOLERANCE = {
     torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-5), torch.complex64: (1.3e-6, 1e-5), torch.complex128: (1e-7, 1e-7),
+    # fp8: one unit in the last place (a float32 value a rounding apart can round to the next
+    # fp8 value), its smallest subnormal near 0; e8m0 holds powers of two alone
+    torch.float8_e4m3fn: (2.0 ** -3, 2.0 ** -9), torch.float8_e5m2: (2.0 ** -2, 2.0 ** -16),
+    torch.float8_e8m0fnu: (1.0, 2.0 ** -127),
 }
 
 
@@ -27,6 +31,9 @@ def check_outputs(fusion: Fusion, outs: Sequence[Any], references: Sequence[Any]
         if not isinstance(ref, torch.Tensor):
             raise ValidationError(f"validate: reference output {k} is a {type(ref).__name__}, "
                                   f"not a tensor")
+        if ref.is_meta:
+            raise FusionInputError(f"validate: reference output {k} is a meta tensor {tuple(ref.shape)}, "
+                                   f"which holds no values to compare; give a tensor on the CPU or a GPU")
         if tuple(out.shape) != tuple(ref.shape):
             raise ValidationError(f"validate: output {k} has shape {tuple(out.shape)}, "
                                   f"its reference {tuple(ref.shape)}")
@@ -42,10 +49,18 @@ def check_outputs(fusion: Fusion, outs: Sequence[Any], references: Sequence[Any]
             continue
         rtol, atol = _TOLERANCE.get(out.dtype, (1e-2, 1e-2))
         atol *= math.sqrt(widths.get(k, 1))
-        if not torch.allclose(out, ref, rtol=rtol, atol=atol, equal_nan=True):
+        if not torch.allclose(*_comparable(out, ref), rtol=rtol, atol=atol, equal_nan=True):
             err = (out.to(torch.float64) - ref.to(torch.float64)).abs().nan_to_num(nan=math.inf).max().item()
             raise ValidationError(f"validate: output {k} ({out.dtype}) differs from its reference by up to "
                                   f"{err:.3g} (rtol {rtol:.2g}, atol {atol:.2g})")
+
+
+def _comparable(out: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two as allclose can take them: fp8 (one byte a float) widened to float32, exactly,
+    as torch has no arithmetic on it ("mul_cpu_reduced_float" not implemented)."""
+    if out.dtype.itemsize == 1:
+        return out.float(), ref.float()
+    return out, ref
 
 
 def _reduction_widths(fusion: Fusion, inputs: Sequence[Any]) -> dict[int, int]:

@@ -16,6 +16,7 @@ from ..errors import FusionDefinitionError
 from ..ir import (DataType, EmbeddingFwdOp, GatherOp, IndexSelectOp, IterDomain, IterType, Scalar,
                   ScatterOp, SelectOp, TensorView)
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
+from .shape import as_dim
 
 
 def _check_index(op: str, index: Any, what: str = "index") -> None:
@@ -31,9 +32,10 @@ def _dim(op: str, tv: TensorView, dim: Any, what: str = "input") -> int:
     n = tv.ndim
     if n == 0:
         raise FusionDefinitionError(f"{op}: {what} {tv!r} is 0-D; it needs at least one dim")
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -n <= dim < n:
+    dim = as_dim(op, dim)
+    if not -n <= dim < n:
         raise FusionDefinitionError(
-            f"{op}: dim {dim!r} is out of range for {what} {tv!r} with {n} dims "
+            f"{op}: dim {dim} is out of range for {what} {tv!r} with {n} dims "
             f"(expected {-n} <= dim < {n})")
     return dim % n
 

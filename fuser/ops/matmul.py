@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..errors import FusionDefinitionError
-from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaBwdOp, SdpaFwdOp, TensorView
+from ..ir import DataType, IterType, LinearOp, MatmulOp, SdpaBwdOp, SdpaFwdOp, TensorView, Val
+from ..ir.printer import format_val
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
 
 
@@ -121,12 +122,24 @@ def sdpfa_fwd(query: TensorView, key: TensorView, value: TensorView, bias: Optio
     lse = new_tensor(f, [copy_id(f, d) for d in q[:-1]], DataType.Double if dtype is DataType.Double else DataType.Float)
     seed = new_tensor(f, [], DataType.Int)
     offset = new_tensor(f, [], DataType.Int)
-    attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
-             as_val(f, False if is_causal is None else is_causal, op),
+    attrs = (*_attention_flags(f, op, dropout_p, is_causal),
              as_val(f, float("nan") if scale is None else scale, op))
     f.add_expr(SdpaFwdOp(inputs=(query, key, value, *attrs, *additive), outputs=(out, lse, seed, offset),
                          has_bias=bias is not None, has_mask=mask is not None))
     return out, lse, seed, offset
+
+
+def _attention_flags(f, op: str, dropout_p: Any, is_causal: Any) -> tuple[Val, Val]:
+    """dropout_p and is_causal as values, checked as eager's attention checks them: a real
+    probability in [0, 1) (a constant now; a scalar input's is the evaluator's) and a bool (2.5
+    was read as True)."""
+    p = as_val(f, 0.0 if dropout_p is None else dropout_p, op)
+    if p.dtype.is_boolean or p.dtype.is_complex or (p.is_constant and not 0 <= p.value < 1):
+        raise FusionDefinitionError(f"{op}: dropout_p must be a probability in [0, 1), got {format_val(p)}")
+    causal = as_val(f, False if is_causal is None else is_causal, op)
+    if not causal.dtype.is_boolean:
+        raise FusionDefinitionError(f"{op}: is_causal must be a bool or a Bool scalar, got {format_val(causal)}")
+    return p, causal
 
 
 def _check_scores_operand(op: str, name: str, t: TensorView, scores: tuple, bool_allowed: bool) -> None:
@@ -180,8 +193,7 @@ def sdpfa_bwd(grad_output: TensorView, query: TensorView, key: TensorView, value
         f.unify(v[3].extent, other[3].extent, f"{op}: head size of value and {name}")
     grads = tuple(new_tensor(f, [copy_id(f, d) for d in t.domain.no_reductions()], t.dtype)
                   for t in (query, key, value))
-    attrs = (as_val(f, 0.0 if dropout_p is None else dropout_p, op),
-             as_val(f, False if is_causal is None else is_causal, op),
+    attrs = (*_attention_flags(f, op, dropout_p, is_causal),
              philox_seed, philox_offset,
              as_val(f, float("nan") if scale is None else scale, op))
     f.add_expr(SdpaBwdOp(inputs=(grad_output, query, key, value, output, logsumexp, *attrs),

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from ..errors import FusionDefinitionError
 from ..ir import Scalar, TensorView
 from .common import check_tensor, listed
-from .shape import set as _set
+from .shape import as_dim, set as _set
 
 
 def shape(arg: TensorView) -> list[Scalar]:
@@ -22,8 +22,9 @@ def shape(arg: TensorView) -> list[Scalar]:
 def size(arg: TensorView, dim: int) -> Scalar:
     check_tensor("size", arg)
     n = arg.ndim
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -n <= dim < n:
-        raise FusionDefinitionError(f"size: dim {dim!r} is out of range for {arg!r} with {n} dims")
+    dim = as_dim("size", dim)
+    if not -n <= dim < n:
+        raise FusionDefinitionError(f"size: dim {dim} is out of range for {arg!r} with {n} dims")
     return shape(arg)[dim]
 
 
@@ -32,12 +33,13 @@ def stride_order(arg: TensorView, stride_order: Sequence[Any]) -> TensorView:  #
     fastest-moving), contiguous; an empty order keeps the default layout."""
     op = "stride_order"
     check_tensor(op, arg)
-    order = listed(op, "stride_order", stride_order)
+    # ints first: a tensor or a scalar among them failed the sort below with Python's TypeError
+    order = [as_dim(op, o, "stride_order entry") for o in listed(op, "stride_order", stride_order)]
     out = _set(arg)
     if not order:
         return out
     n = arg.ndim
-    if len(order) != n or sorted(order) != list(range(n)) or any(isinstance(o, bool) for o in order):
+    if len(order) != n or sorted(order) != list(range(n)):
         raise FusionDefinitionError(
             f"{op}: stride_order {order} must be a permutation of 0..{n - 1} for {arg!r}")
     logical = out.domain.no_reductions()

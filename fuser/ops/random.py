@@ -119,8 +119,9 @@ def _param(fusion: Fusion, op: str, name: str, v: Any) -> Val:
     if isinstance(v, Scalar):
         if v.fusion is not fusion:
             raise FusionDefinitionError(f"{op}: {name} {v!r} comes from another fusion definition")
-        if v.dtype.is_complex:
-            raise FusionDefinitionError(f"{op}: {name} must be a real scalar, got {v!r}")
+        if v.dtype.is_complex or v.dtype.is_boolean:  # (as a Python bool is refused below)
+            raise FusionDefinitionError(f"{op}: {name} must be a real number or a real scalar, "
+                                        f"got {v!r} of {v.dtype}")
         return v
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise FusionDefinitionError(f"{op}: {name} must be a number or a scalar, got {v!r}")

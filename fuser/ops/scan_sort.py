@@ -12,7 +12,7 @@ from ..errors import FusionDefinitionError
 from ..ir import (BinaryOpType, DataType, IterType, Scalar, ScanOp, SortOp, TensorView, TopKOp)
 from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
 from .pointwise import binary, cast
-from .shape import set as _set
+from .shape import as_dim, set as _set
 
 
 SCAN_NAMES = {BinaryOpType.add: "cumsum", BinaryOpType.mul: "cumprod",
@@ -21,8 +21,9 @@ SCAN_NAMES = {BinaryOpType.add: "cumsum", BinaryOpType.mul: "cumprod",
 
 def _dim(op: str, tv: TensorView, dim: Any) -> int:
     n = tv.ndim
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(n, 1) <= dim < max(n, 1):
-        raise FusionDefinitionError(f"{op}: dim {dim!r} is out of range for {tv!r} with {n} dims")
+    dim = as_dim(op, dim)
+    if not -max(n, 1) <= dim < max(n, 1):
+        raise FusionDefinitionError(f"{op}: dim {dim} is out of range for {tv!r} with {n} dims")
     return dim % n if n else 0
 
 

@@ -4,6 +4,7 @@ extents (symbolic where the input is)."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional, Sequence
 
 import sympy
@@ -21,7 +22,12 @@ from .pointwise import cast, result_type
 
 def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
     check_tensor("broadcast", tv)
-    flags = [bool(b) for b in listed("broadcast", "is_broadcast_dim", is_broadcast_dim)]
+    flags = listed("broadcast", "is_broadcast_dim", is_broadcast_dim)
+    for b in flags:
+        if not _is_flag(b):
+            raise FusionDefinitionError(f"broadcast: is_broadcast_dim entries must be True or False, got {b!r} "
+                                        f"in {flags}")
+    flags = [bool(b) for b in flags]
     if sum(not b for b in flags) != tv.ndim:
         raise FusionDefinitionError(
             f"broadcast: {len(flags)} flags with {sum(not b for b in flags)} kept dims, but "
@@ -34,12 +40,18 @@ def broadcast(tv: TensorView, is_broadcast_dim: Sequence[bool]) -> TensorView:
     return out
 
 
+def _is_flag(b: Any) -> bool:
+    """True or False, numpy's bool included (a string or a number would count by its truth)."""
+    return isinstance(b, bool) or (type(b).__module__ == "numpy" and type(b).__name__ in ("bool", "bool_"))
+
+
 def broadcast_in_dim(tv: TensorView, shape: Sequence[Any], broadcast_dims: Sequence[int]) -> TensorView:
     op = "broadcast_in_dim"
     check_tensor(op, tv)
-    shape, bdims = listed(op, "shape", shape), listed(op, "broadcast_dims", broadcast_dims)
+    shape = listed(op, "shape", shape)
+    bdims = [as_dim(op, d, "broadcast_dims entry") for d in listed(op, "broadcast_dims", broadcast_dims)]
     # a negative output dim counts from the end, as nvFuser wraps it
-    bdims = [d + len(shape) if isinstance(d, int) and -len(shape) <= d < 0 else d for d in bdims]
+    bdims = [d + len(shape) if -len(shape) <= d < 0 else d for d in bdims]
     if len(bdims) != tv.ndim:
         raise FusionDefinitionError(
             f"{op}: broadcast_dims has {len(bdims)} entries but {tv!r} has {tv.ndim} dims")
@@ -89,7 +101,10 @@ def squeeze(tv: TensorView, dims: Sequence[int], squeeze_expanded: bool = False)
     op = "squeeze"
     check_tensor(op, tv)
     n = tv.ndim
-    dims = sorted({d % n for d in _check_dims(op, tv, dims)})
+    given = _check_dims(op, tv, dims)
+    dims = sorted(d % n for d in given)
+    if len(frozenset(dims)) != len(dims):  # (as eager's squeeze and the reductions refuse them)
+        raise FusionDefinitionError(f"{op}: repeated dims {given} of {tv!r}")
     f = tv.fusion
     ids = []
     for k, d in enumerate(tv.domain.no_reductions()):
@@ -108,11 +123,21 @@ def squeeze(tv: TensorView, dims: Sequence[int], squeeze_expanded: bool = False)
 
 def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
     n = tv.ndim
-    dims = [dims] if isinstance(dims, int) else listed(op, "dims", dims)
+    dims = [dims] if isinstance(dims, numbers.Integral) else listed(op, "dims", dims)
+    dims = [as_dim(op, d) for d in dims]
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or not -n <= d < n:
-            raise FusionDefinitionError(f"{op}: dim {d!r} out of range for {tv!r} with {n} dims")
-    return list(dims)
+        if not -n <= d < n:
+            raise FusionDefinitionError(f"{op}: dim {d} out of range for {tv!r} with {n} dims")
+    return dims
+
+
+def as_dim(op: str, d: Any, what: str = "dim") -> int:
+    """A dim argument as a Python int: numpy's integers too, as the scheduling API takes them.
+    Anything else (a bool, a float, a defined scalar, a tensor) is refused for its type, not
+    reported as a dim out of range."""
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+        raise FusionDefinitionError(f"{op}: {what} {d!r} must be an int, got a {type(d).__name__}")
+    return int(d)
 
 
 def _quotient(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr:
@@ -220,6 +245,9 @@ def _int_scalar(f, e) -> Scalar:
 def _normalize_index(f, v, ext, op):
     """PyTorch's slicing rules: negative counts from the end, then clamp to [0, extent]."""
     if isinstance(v, Scalar):
+        if not v.dtype.is_integral:  # (as a Python 1.5: a Double's start made an extent of 4.5)
+            raise FusionDefinitionError(f"{op}: index {v!r} must be an int or an integer scalar, got a "
+                                        f"scalar of {v.dtype}")
         return normIndex(v.expr, ext)
     if isinstance(v, bool) or not isinstance(v, int):
         raise FusionDefinitionError(f"{op}: index {v!r} must be an int or an integer scalar")
@@ -431,6 +459,8 @@ def iota(fusion, length: Any, start: Any = None, step: Any = None,
          dtype: DataType = DataType.Int) -> TensorView:
     op = "iota"
     dtype = value_dtype(op, dtype)
+    if dtype is DataType.Bool:  # (as torch.arange refuses it: a range of bools is no range)
+        raise FusionDefinitionError(f"{op}: dtype must be an integer or floating DataType, got {dtype!r}")
     n = extent_of(fusion, length, op)
     vals = (as_val(fusion, length, op), as_val(fusion, 0 if start is None else start, op),
             as_val(fusion, 1 if step is None else step, op))
