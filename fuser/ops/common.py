@@ -1,6 +1,7 @@
 """Helpers shared by the op builders: operand checks, constants, implicit broadcasting."""
 from __future__ import annotations
 
+import numbers
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence
@@ -119,17 +120,25 @@ def check_keepdim(op: str, keepdim: Any) -> None:
         raise FusionDefinitionError(f"{op}: keepdim must be a bool, got {keepdim!r}")
 
 
+def as_dim(op: str, d: Any, what: str = "dim") -> int:
+    """A dim argument as a Python int: numpy's integers too, as the scheduling API takes them.
+    Anything else (a bool, a float, a defined scalar, a tensor) is refused for its type, not
+    reported as a dim out of range."""
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+        raise FusionDefinitionError(f"{op}: {what} {d!r} must be an int, got a {type(d).__name__}")
+    return int(d)
+
+
 def axes_of(op: str, tv: TensorView, dims: Sequence[int] | int | None) -> tuple[int, ...]:
     """Normalise `dims` (negative allowed) against the tensor's non-reduction dims."""
     n = tv.ndim
     if dims is None:
         return tuple(range(n))
-    if isinstance(dims, int):
+    if isinstance(dims, numbers.Integral):
         dims = [dims]
     out = []
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int):
-            raise FusionDefinitionError(f"{op}: dim {d!r} must be an int (a dim of {tv!r})")
+        d = as_dim(op, d)
         if not -max(n, 1) <= d < max(n, 1):
             raise FusionDefinitionError(
                 f"{op}: dim {d!r} is out of range for {tv!r} with {n} dims")
@@ -205,8 +214,9 @@ def extent_of(fusion: Fusion, v: Any, op: str) -> sympy.Expr:
             return e
         fusion.add_size_check(e, f"{op}: size")
         return e
-    if isinstance(v, bool) or not isinstance(v, int):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise FusionDefinitionError(f"{op}: shape entry {v!r} must be an int or an integer scalar")
+    v = int(v)  # (numpy's integers too)
     if v < 0:
         raise FusionDefinitionError(f"{op}: shape entry {v} must be non-negative here")
     return sympy.Integer(v)

@@ -15,8 +15,7 @@ import sympy
 from ..errors import FusionDefinitionError
 from ..ir import (DataType, EmbeddingFwdOp, GatherOp, IndexSelectOp, IterDomain, IterType, Scalar,
                   ScatterOp, SelectOp, TensorView)
-from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
-from .shape import as_dim
+from .common import as_dim, as_val, check_tensor, copy_id, fusion_of, new_tensor
 
 
 def _check_index(op: str, index: Any, what: str = "index") -> None:

@@ -7,8 +7,8 @@ from typing import Any, Sequence
 
 from ..errors import FusionDefinitionError
 from ..ir import Scalar, TensorView
-from .common import check_tensor, listed
-from .shape import as_dim, set as _set
+from .common import as_dim, check_tensor, listed
+from .shape import set as _set
 
 
 def shape(arg: TensorView) -> list[Scalar]:

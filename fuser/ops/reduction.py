@@ -3,6 +3,7 @@ reduction IterDomain (nvFuser's convention); keepdim re-inserts it as a broadcas
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Sequence
 
 from ..errors import FusionDefinitionError
@@ -16,7 +17,7 @@ from .shape import set as set_
 def _reduction_axes(op: str, tv: TensorView, dims) -> tuple[int, ...]:
     """The axes a reduction of `tv` takes: `dims` normalised, every axis for None. An empty
     list is refused (nvFuser's rule), but for a 0-dim tensor, whose reduction is its element."""
-    if dims is not None and not isinstance(dims, int):
+    if dims is not None and not isinstance(dims, numbers.Integral):
         dims = listed(op, "dims", dims)
         if not dims and tv.ndim:
             raise FusionDefinitionError(f"{op}: no dims to reduce of {tv!r}; give them, or None for every dim")
@@ -49,7 +50,7 @@ def reduce(kind: ReductionOpType, tv: TensorView, dims: Optional[Sequence[int]] 
     if dim is not None:  # nvFuser's one-dim form, sum(t, dim=-1)
         if dims is not None:
             raise FusionDefinitionError(f"{op}: dims {dims!r} and dim {dim!r} both given; expected one of them")
-        if not isinstance(dim, int):
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
             raise FusionDefinitionError(f"{op}: dim must be an int, got {dim!r} (dims= takes a list)")
         dims = [dim]
     if isinstance(dims, DataType):  # nvFuser's whole-tensor form, sum(t, DataType.Float)

@@ -10,9 +10,9 @@ import sympy
 
 from ..errors import FusionDefinitionError
 from ..ir import (BinaryOpType, DataType, IterType, Scalar, ScanOp, SortOp, TensorView, TopKOp)
-from .common import as_val, check_tensor, copy_id, fusion_of, new_tensor
+from .common import as_dim, as_val, check_tensor, copy_id, fusion_of, new_tensor
 from .pointwise import binary, cast
-from .shape import as_dim, set as _set
+from .shape import set as _set
 
 
 SCAN_NAMES = {BinaryOpType.add: "cumsum", BinaryOpType.mul: "cumprod",

@@ -16,7 +16,7 @@ from ..ir import (BroadcastOp, CatOp, DataType, ExpandOp, FullOp, IotaOp, IterTy
 from ..ir.printer import format_val
 from ..ir.symbolic import normIndex, sliceLen
 from ..ir.symbolic import is_static
-from .common import as_val, check_tensor, copy_id, extent_of, fusion_of, listed, new_tensor, value_dtype
+from .common import as_dim, as_val, check_tensor, copy_id, extent_of, fusion_of, listed, new_tensor, value_dtype
 from .pointwise import cast, result_type
 
 
@@ -129,15 +129,6 @@ def _check_dims(op: str, tv: TensorView, dims) -> list[int]:
         if not -n <= d < n:
             raise FusionDefinitionError(f"{op}: dim {d} out of range for {tv!r} with {n} dims")
     return dims
-
-
-def as_dim(op: str, d: Any, what: str = "dim") -> int:
-    """A dim argument as a Python int: numpy's integers too, as the scheduling API takes them.
-    Anything else (a bool, a float, a defined scalar, a tensor) is refused for its type, not
-    reported as a dim out of range."""
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral):
-        raise FusionDefinitionError(f"{op}: {what} {d!r} must be an int, got a {type(d).__name__}")
-    return int(d)
 
 
 def _quotient(numerator: sympy.Expr, denominator: sympy.Expr) -> sympy.Expr:
@@ -447,6 +438,9 @@ def _fill_value(fusion, value: Any, dtype: DataType, op: str) -> Val:
     known NaN or a number past the type's range is a FusionDefinitionError (a kernel wrapped
     2**40 into an Int32 as 0), an input's value at each execution."""
     fill = as_val(fusion, value, op)
+    if fill.dtype.is_complex and not dtype.is_complex:  # (a cast would drop its imaginary part)
+        raise FusionDefinitionError(f"{op}: the fill value {format_val(fill)} is complex, which a {dtype} result "
+                                    f"cannot hold (eager refuses it too)")
     if fill.dtype is not dtype and not (dtype.is_floating or dtype.is_complex or fill.dtype.is_complex):
         try:
             return cast(fill, dtype)
