@@ -324,7 +324,9 @@ def _set(e: LoadStoreOp, args, ctx):
     if order is not None and len(order) == x.dim() and order != list(range(x.dim())):
         # a copy laid out as its allocation domain says (fd.ops.stride_order's output)
         return [torch.empty_permuted(x.shape, order, dtype=x.dtype, device=x.device).copy_(x)]
-    return [x.clone()]
+    # row-major, as a kernel writes it (`x.t().contiguous()` of a type without kernels: clone()
+    # kept the transposed strides)
+    return [x.clone(memory_format=torch.contiguous_format)]
 
 
 @rule(FullOp)

@@ -10,7 +10,10 @@ import torch
 
 # dtypes torch.testing.make_tensor cannot draw: drawn in float32, then converted
 _CONVERTED = {t for t in (getattr(torch, n, None) for n in (
-    "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "uint16", "uint32", "uint64")) if t is not None}
+    "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32",
+    "uint64")) if t is not None}
+# packed types no conversion makes (two fp4 codes a byte): random bytes, viewed as the type
+_BYTES = {t for t in (getattr(torch, n, None) for n in ("float4_e2m1fn_x2",)) if t is not None}
 
 
 def python_literal(v: Any) -> str:
@@ -34,7 +37,9 @@ def _tensor(t: torch.Tensor, index_bound: int) -> str:
     # the elements a strided view spans: a flat tensor of that many, viewed with t's strides
     span = 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride))
     drawn = size if dense else (span,)
-    if t.dtype in _CONVERTED:
+    if t.dtype in _BYTES:
+        text = f"torch.randint(0, 256, {drawn}, dtype=torch.uint8, device={device!r}).view({t.dtype})"
+    elif t.dtype in _CONVERTED:
         text = f"torch.testing.make_tensor({drawn}, dtype=torch.float32, device={device!r}).to({t.dtype})"
     elif t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool:
         text = f"torch.testing.make_tensor({drawn}, dtype={t.dtype}, device={device!r})"
