@@ -136,6 +136,15 @@ def decompositions() -> dict:
         op = getattr(getattr(aten, name, None), "default", None)
         if op in table:
             table[op] = _empty_safe_loss_backward(table[op])
+    # huber and soft margin losses: eager's kernels write the elementwise loss into a tensor of the
+    # input's type (a wider target's promotion gave an fp32 loss of a bf16 input); huber's
+    # backward kernel refuses a target of another type, which the decomposition computed: kept
+    # whole then, ATen's op raises eager's error when the backward runs
+    for op in (aten.huber_loss.default, aten.soft_margin_loss.default):
+        if op in table:
+            table[op] = _loss_of_input_dtype(table[op])
+    if aten.huber_loss_backward.default in table:
+        table[aten.huber_loss_backward.default] = _whole_for_other_target_type(table[aten.huber_loss_backward.default])
     # the scalar checks of eager's kernels, which the decompositions lack: celu's alpha of 0
     # (divided by), smooth_l1_loss's negative beta (both computed a value)
     for op in (aten.celu.default, aten.celu_.default):
@@ -166,6 +175,14 @@ def decompositions() -> dict:
         op = getattr(aten.all, overload, None)
         if op in table:
             table[op] = _whole_for_wide_unsigned(table[op])
+    # ops eager refuses for operands of two dtypes, whose decompositions promote them (a bf16
+    # matrix times an fp32 vector computed in fp32), or for a dtype eager has no kernel of, which
+    # the decompositions compute (a bool mv) or fail in another op (a complex heaviside's lt):
+    # those stay whole, and ATen's op raises eager's error
+    for op, no_kernel in ((aten.heaviside.default, _is_complex), (aten.heaviside_.default, _is_complex),
+                          (aten.linalg_cross.default, _is_bool), (aten.mv.default, _is_bool)):
+        if op in table:
+            table[op] = _whole_for_mixed_dtypes(table[op], no_kernel)
     return table
 
 
@@ -214,6 +231,32 @@ def _empty_safe_loss_backward(decomposition):
         if x.numel() == 0:
             return torch.zeros_like(x)
         return decomposition(grad_output, x, *args, **kwargs)
+    return decompose
+
+
+def _loss_of_input_dtype(decomposition):
+    """An elementwise loss rounded to its input's type before the reduction, as eager's kernels
+    write it (into `empty_like(input)`), where the target's type differs. Where the loss needs a
+    gradient, the result keeps the promoted type, eager's values in it: AOTAutograd takes the
+    outputs' types from torch's meta functions, which promote, and traces the backward for a
+    gradient of that type (one of the input's type would not bind to it)."""
+    from torch._decomp.decompositions import Reduction, apply_loss_reduction
+
+    def decompose(x, target, reduction=Reduction.MEAN.value, *args, **kwargs):
+        if target.dtype == x.dtype:
+            return decomposition(x, target, reduction, *args, **kwargs)
+        loss = decomposition(x, target, Reduction.NONE.value, *args, **kwargs)
+        rounded = apply_loss_reduction(loss.to(x.dtype), reduction)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or target.requires_grad)
+        return rounded.to(loss.dtype) if needs_grad else rounded
+    return decompose
+
+
+def _whole_for_other_target_type(decomposition):
+    def decompose(grad_output, x, target, *args, **kwargs):
+        if target.dtype != x.dtype:
+            return NotImplemented  # (eager's kernel refuses it)
+        return decomposition(grad_output, x, target, *args, **kwargs)
     return decompose
 
 
@@ -279,6 +322,25 @@ def _whole_for_wide_unsigned(decomposition):
             return NotImplemented
         return decomposition(x, *args, **kwargs)
     return decompose
+
+
+def _whole_for_mixed_dtypes(decomposition, no_kernel):
+    """`decomposition`, or the op kept whole (NotImplemented) where its two tensor operands
+    differ in dtype or `no_kernel(dtype)` holds for their dtype."""
+    def decompose(x, other, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and isinstance(other, torch.Tensor) and \
+                (x.dtype != other.dtype or no_kernel(x.dtype)):
+            return NotImplemented
+        return decomposition(x, other, *args, **kwargs)
+    return decompose
+
+
+def _is_complex(dtype: torch.dtype) -> bool:
+    return dtype.is_complex
+
+
+def _is_bool(dtype: torch.dtype) -> bool:
+    return dtype is torch.bool
 
 
 # functions eager computes for floating tensors only: on an integer or bool one it raises
@@ -648,6 +710,14 @@ def _aot_refuses_expanded_writes(e: RuntimeError, gm: torch.fx.GraphModule, exam
     return _SHARED_ELEMENTS in str(e) and bool(_expanded_inputs(names, example_inputs))
 
 
+def _writes_expanded_input(example_inputs: list, mutated: list[int]) -> bool:
+    """Whether an input the graph writes (`mutated`) is expanded. In training AOTAutograd
+    compiles such a graph and refuses only at the call, when its runtime writes the whole input
+    back (`_aot_refuses_expanded_writes`)."""
+    written = (example_inputs[k] for k in mutated)
+    return any(isinstance(t, torch.Tensor) and torch._debug_has_internal_overlap(t) == 1 for t in written)
+
+
 class _ExpandedWrites:
     """Dynamo's graph run as traced, in-place ops in order, for an expanded input written in
     place (`_aot_refuses_expanded_writes`): each write runs or raises as in eager. A write that
@@ -926,6 +996,8 @@ class FuserBackend:
             compiled = TrainingCall(compiled, record, facts[0])
         arguments = _argument_inputs(gm, n_inputs)
         mutated = _mutated_inputs(n_inputs)
+        if mutated and not isinstance(compiled, _Counted) and _writes_expanded_input(example_inputs, mutated):
+            compiled = _Counted(_ExpandedWrites(gm, example_inputs), record)
         record.writes_inputs = bool(mutated) or (isinstance(compiled, _Counted) or _input_info() is None) and \
             may_write_inputs(gm)
         written = [k for k in mutated if k in arguments]
