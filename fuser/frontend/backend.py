@@ -28,6 +28,7 @@ from ..codegen.inline import address_span
 from ..errors import FusionInputError, UnsupportedError
 from ..evaluate.binding import meta_input_error
 from . import ahead
+from .complex_products import real_complex_products
 from .cse import eliminate_common_subexpressions
 from .eager_checks import check_dynamo_rewrites, may_write_inputs, writes_uncastable_result
 from .foreach import foreach_decompositions
@@ -929,6 +930,7 @@ class FuserBackend:
             record.writes_inputs = may_write_inputs(gm)
             return _Counted(gm.forward, record)
         _restart_with_floats_specialized(gm, example_inputs)
+        real_complex_products(gm)  # (llama's complex rotary embedding as real math, which fuses)
 
         direct: list[GraphProgram] = []
         facts: list = []  # the forward graph's ForwardFacts (training only)
