@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import re
+import sys
 import threading
 import traceback
 import types
@@ -283,6 +284,13 @@ class JitFunction:
             raise FusionInputError(f"{_name(self._fn)}: {problem}")
         if self._failed:
             return self._fn(*args, **kwargs)
+        # calls racing in several threads take turns from here: each checks whether the function
+        # was traced, and marks its row lengths, after the one before it traced (marked before,
+        # racing first calls each traced their own, until Dynamo's recompile limit)
+        with self._tracing:
+            return self._through_dynamo(stats, args, kwargs)
+
+    def _through_dynamo(self, stats: Stats, args: tuple, kwargs: dict) -> Any:
         first = not self._traced
         if first and compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
@@ -293,7 +301,7 @@ class JitFunction:
         try:
             # Dynamo's settings apply while it compiles a frame (`_WhileCompiling`); a first
             # call's collector waits until its first run, fuser's compile included, is done
-            with self._tracing, GC_PAUSE if first else _NO_PAUSE:
+            with GC_PAUSE if first else _NO_PAUSE:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember(len(stats.this_call))
@@ -916,6 +924,12 @@ _JITTED: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for jitted in list(_JITTED):
         jitted._tracing = threading.RLock()
+    # Dynamo's own: held by a parent's thread tracing at the fork (that thread is not in the
+    # child), a worker's first trace (a DataLoader worker's set_num_threads(1) misses the
+    # parent's entries) waited on it for good
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is not None and hasattr(convert_frame, "compile_lock"):
+        convert_frame.compile_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):

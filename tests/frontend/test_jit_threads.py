@@ -155,3 +155,68 @@ def test_the_callers_dynamic_and_static_marks_are_kept():
     torch._dynamo.mark_static(y, 0)
     fuser.jit(lambda y: y.exp() * 2)(y)
     assert y._dynamo_static_indices == {0}
+
+
+def _racing_after_a_held_trace(f, calls: list) -> None:
+    """`calls` made from threads that all arrive while another call holds f's trace."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with f._tracing:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(60)
+    threads = [threading.Thread(target=f, args=args) for args in calls]
+    for t in threads:
+        t.start()
+    release.set()
+    for t in [holder, *threads]:
+        t.join(timeout=300)
+
+
+def test_first_calls_waiting_on_a_trace_mark_their_sizes_after_it():
+    # each waiting first call marked its row lengths static before the wait, and traced with
+    # those marks after the first trace: about twice the graphs, until Dynamo's recompile limit
+    # (then new shapes ran uncompiled)
+    calls = [(make((4, n), dtype=dtype), make((n,), dtype=dtype))
+             for dtype in (torch.float32, torch.bfloat16, torch.float64) for n in (32, 48)]
+    torch._dynamo.reset()
+    one_by_one = fuser.jit(_softmax_norm)
+    for args in calls:
+        one_by_one(*args)
+    torch._dynamo.reset()
+    racing = fuser.jit(_softmax_norm)
+    _racing_after_a_held_trace(racing, calls)
+    assert racing.cache_info().graphs == one_by_one.cache_info().graphs
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_dynamo_traces_can_trace():
+    # Dynamo's compile lock, held by a parent's thread the child does not have: the child's
+    # first trace (a DataLoader worker's, whose set_num_threads(1) misses the parent's entries)
+    # waited on it for good
+    import torch._dynamo.convert_frame as convert_frame
+    f = fuser.jit(_softmax_norm)
+    x, w = make((4, 32)), make((32,))
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with convert_frame.compile_lock:
+            held.set()
+            release.wait(60)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(60)
+    expected = _softmax_norm(x, w)
+    pid = os.fork()
+    if pid == 0:
+        import signal
+        signal.alarm(60)  # (a hang ends the child)
+        ok = torch.allclose(f(x, w), expected)
+        os._exit(0 if ok else 3)
+    release.set()
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
