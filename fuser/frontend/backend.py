@@ -31,6 +31,7 @@ from . import ahead
 from .complex_products import real_complex_products
 from .cse import eliminate_common_subexpressions
 from .eager_checks import check_dynamo_rewrites, may_write_inputs, writes_uncastable_result
+from . import fake_kernels  # noqa: F401 (Meta kernels for the fake-quantize ops: no graph break)
 from .foreach import foreach_decompositions
 from .gc_pause import GC_PAUSE
 from .meta import size_expr
