@@ -111,7 +111,7 @@ class DirectCall:
         # invalidate), the entry's code as a function, the defaults it was made with): one
         # tuple, assigned at once, so that a call in another thread never pairs the guards of
         # one entry with the code of another
-        self.remembered: Optional[tuple] = None
+        self.remembered: tuple = ()
         self.hits = 0
         if self.usable:
             self._adopt_code()
@@ -131,18 +131,18 @@ class DirectCall:
 
     @property
     def entry(self) -> Any:
-        return None if self.remembered is None else self.remembered[0]
+        """The entry remembered last; None where none is."""
+        return self.remembered[0][0] if self.remembered else None
 
     def __call__(self, args: tuple, kwargs: Optional[dict] = None) -> Any:
         remembered = self.remembered
-        if remembered is None:
+        if not remembered:
             return MISS
-        entry, guards, run, defaults = remembered
         found = _entries(self.code)
         # reassigned defaults are arguments Dynamo has not seen (and `run` does not have); a
         # replaced code is another function
-        if not found or found[0] is not entry or entry.guard_manager is not guards \
-                or self.fn.__defaults__ is not defaults or self.fn.__code__ is not self.code:
+        defaults = self.fn.__defaults__
+        if not found or self.fn.__code__ is not self.code:
             return MISS
         if _callback() not in (None, False) or _eval_frame._stance.stance != "default" \
                 or torch._guards.TracingContext.try_get() is not None:
@@ -161,10 +161,17 @@ class DirectCall:
             if args is None:  # (Python's TypeError, raised through Dynamo)
                 return MISS
         local = self._locals(args, defaults or ())
-        if local is None or not guards.check(local):
+        if local is None:
             return MISS
-        self.hits += 1
-        return run(*args)
+        # the remembered entries still in Dynamo's list, their guards as remembered (Dynamo
+        # swaps a guard manager to invalidate it): the first whose guards pass runs, as any
+        # entry whose guards pass is one Dynamo could run for these arguments
+        for entry, guards, run, entry_defaults in remembered:
+            if entry_defaults is defaults and (entry is found[0] or entry in found) \
+                    and entry.guard_manager is guards and guards.check(local):
+                self.hits += 1
+                return run(*args)
+        return MISS
 
     def _placed(self, args: tuple, kwargs: dict, defaults: tuple) -> Optional[tuple]:
         """Every argument by position, the keywords placed by name and the defaults filled in
@@ -210,40 +217,44 @@ class DirectCall:
 
     def remember(self, graphs_run: int = 0) -> None:
         """After a call through Dynamo that ran `graphs_run` compiled graphs: remember the
-        entry it ran (its list is most recently used first), unless the transformed code
-        resumes in a frame Dynamo must compile, or a frame it calls ran graphs of its own (a
-        graph break inside a call that ends the function, `return opt.step()`, leaves the call
-        in the transformed code with no resume function: called without Dynamo's callback,
-        that frame would run eagerly)."""
+        entry it ran (its list is most recently used first), first among the few remembered
+        (calls alternating between two dtypes each take the direct path), unless the
+        transformed code resumes in a frame Dynamo must compile, or a frame it calls ran graphs
+        of its own (a graph break inside a call that ends the function, `return opt.step()`,
+        leaves the call in the transformed code with no resume function: called without
+        Dynamo's callback, that frame would run eagerly)."""
         if not self.usable:
             return
         if self.fn.__code__ is not self.code:
+            self.remembered = ()
             if not _plain_function(self.fn):
-                self.remembered = None
                 return
             self._adopt_code()
         try:
             found = _entries(self.code)
             if not found:
-                self.remembered = None
+                self.remembered = ()
                 return
             entry, defaults = found[0], self.fn.__defaults__
-            known = self.remembered
-            if known is not None and known[0] is entry and known[1] is entry.guard_manager \
-                    and known[3] is defaults:
+            # those still valid: in Dynamo's list, their guards and the defaults as remembered
+            kept = tuple(known for known in self.remembered if known[0] in found
+                         and known[0].guard_manager is known[1] and known[3] is defaults)
+            same = next((known for known in kept if known[0] is entry), None)
+            if same is not None:
+                self.remembered = (same, *(known for known in kept if known is not same))
                 return
             code = entry.code
             own_graphs = sum(name.startswith("__compiled_fn") for name in code.co_names) if code is not None else 0
             if code is None or any(name.startswith("__resume_at") for name in code.co_names) \
                     or code.co_freevars != self.code.co_freevars or graphs_run > own_graphs:
-                self.remembered = None
+                self.remembered = kept
                 return
             code = _without_disable_wrappers(code, self.fn.__globals__, self._prefix, self._installed)
             run = types.FunctionType(code, self.fn.__globals__, self.fn.__name__, defaults, self.fn.__closure__)
-            self.remembered = (entry, entry.guard_manager, run, defaults)
+            self.remembered = ((entry, entry.guard_manager, run, defaults), *kept)[:_REMEMBERED]
         except (AttributeError, TypeError, ValueError):  # another torch's internals
             self.usable = False
-            self.remembered = None
+            self.remembered = ()
 
 
 def _module_and_function(fn: Callable) -> tuple[Optional[torch.nn.Module], Any]:
@@ -293,6 +304,7 @@ class _UnwrappedUtils:
 
 
 _NUMBERS = itertools.count()
+_REMEMBERED = 4  # entries a DirectCall keeps: a miss checks each one's guards before Dynamo's
 
 
 def _drop_names(globals_: dict, installed: list) -> None:

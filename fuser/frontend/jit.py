@@ -265,7 +265,7 @@ class JitFunction:
             return self._fn(*args, **kwargs)
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized or on another device; a nested one makes them raise)
-        if direct and self._direct.remembered is not None and not self._failed:
+        if direct and self._direct.remembered and not self._failed:
             # no CURRENT_STATS here: the remembered entry's graphs were counted on the call
             # through Dynamo that remembered it
             try:
