@@ -37,7 +37,7 @@ def real_complex_products(gm: GraphModule) -> int:
         if _calls(node, torch.view_as_real) and isinstance(node.args[0], Node):
             factors = _complex_product(node.args[0])
             if factors is not None:
-                _replace(gm, node, *factors)
+                _replace(gm, node, node.args[0], *factors)
                 count += 1
     if count:
         gm.recompile()
@@ -50,19 +50,18 @@ def _calls(node: Node, fn) -> bool:
     return node.op == "call_method" and node.target == getattr(fn, "__name__", None)
 
 
-def _complex_product(product: Node) -> Optional[tuple[Node, Node]]:
-    """(x, z) for a product `view_as_complex(x) * z` used only by one view_as_real, of the types
-    the module's note names; else None."""
+def _complex_product(product: Node) -> Optional[tuple[Node, Node, Node]]:
+    """(the view_as_complex node, x, z) for a product `view_as_complex(x) * z` used only by one
+    view_as_real, of the types the module's note names; else None."""
     if len(product.users) != 1 or product.kwargs or len(product.args) != 2:
         return None
-    if not (any(_calls(product, fn) for fn in _MULS[1:]) or
-            product.op == "call_function" and product.target is operator.mul):
+    if not any(_calls(product, fn) for fn in _MULS):
         return None
-    for viewed, other in (product.args, reversed(product.args)):
+    for viewed, other in (product.args, tuple(reversed(product.args))):
         if isinstance(viewed, Node) and _calls(viewed, torch.view_as_complex) and isinstance(other, Node):
             x, z = _example(viewed.args[0]), _example(other)
             if x is not None and z is not None and _PAIRS.get(x.dtype) is z.dtype:
-                return viewed.args[0], other
+                return viewed, viewed.args[0], other
     return None
 
 
@@ -71,9 +70,11 @@ def _example(node) -> Optional[torch.Tensor]:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _replace(gm: GraphModule, real_view: Node, x: Node, z: Node) -> None:
+def _replace(gm: GraphModule, real_view: Node, product: Node, viewed: Node, x: Node, z: Node) -> None:
+    """The real form computed where the product was (an input written in place between the
+    product and its view_as_real must not be read after the write)."""
     graph = gm.graph
-    with graph.inserting_before(real_view):
+    with graph.inserting_before(product):
         zr = graph.call_function(torch.view_as_real, (z,))
         a, b = (graph.call_function(torch.select, (x, -1, k)) for k in (0, 1))
         c, d = (graph.call_function(torch.select, (zr, -1, k)) for k in (0, 1))
@@ -82,9 +83,6 @@ def _replace(gm: GraphModule, real_view: Node, x: Node, z: Node) -> None:
         imag = graph.call_function(add, (graph.call_function(mul, (a, d)), graph.call_function(mul, (b, c))))
         pairs = graph.call_function(torch.stack, ((real, imag), -1))
     real_view.replace_all_uses_with(pairs)
-    product = real_view.args[0]
-    viewed = next(n for n in product.args if isinstance(n, Node) and _calls(n, torch.view_as_complex) and
-                  n.args[0] is x)
     for dead in (real_view, product, viewed):  # (the complex values, unused now)
         if not dead.users:
             graph.erase_node(dead)

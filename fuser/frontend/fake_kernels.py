@@ -10,8 +10,9 @@ graph, where fuser runs it as one ATen step between its fusions.
 Each kernel returns what the CPU kernel returns: tensors laid out like the input (its
 `empty_like`), the bool mask the backward multiplies the gradient by, and for the learnable
 ops' backward the fp32 gradients of the input, scale and zero point. They make the CPU
-kernel's range and size checks (and the learnable backward's dtype checks), so such a bad call
-fails at trace as it does in eager.
+kernel's range and size checks, and the input's and scale's type checks (the learnable
+backward's too), so such a bad call fails at trace, as in eager; a check of values (a
+per-channel zero point out of range) is the op's own, when the graph runs it.
 
 Registered only for an op this torch has no Meta kernel for (a torch that gains its own keeps
 it); a failed registration leaves the op as it was (a graph break), never fails the import.
@@ -44,6 +45,8 @@ def _check_channels(self, scale, zero_point, axis: int) -> None:
 
 
 def _output_and_mask(self):
+    if not self.is_floating_point():  # (as the CPU kernel: "not implemented for 'Int'")
+        raise NotImplementedError(f"fake-quantize: the input must be floating, found {self.dtype}")
     return torch.empty_like(self), torch.empty_like(self, dtype=torch.bool)
 
 
@@ -63,6 +66,8 @@ def fake_quantize_per_tensor_affine_cachemask_tensor_qparams(
 def fake_quantize_per_channel_affine_cachemask(self, scale, zero_point, axis, quant_min, quant_max):
     _check_range(quant_min, quant_max)
     _check_channels(self, scale, zero_point, axis)
+    torch._check(scale.dtype in (torch.float32, torch.bfloat16),
+                 lambda: f"Scale must be Float or BFloat16, found {scale.dtype}")
     return _output_and_mask(self)
 
 

@@ -79,3 +79,18 @@ def test_double_pairs_by_complex128_and_special_values():
         return torch.view_as_real(torch.view_as_complex(x) * z)
 
     torch.testing.assert_close(fuser.jit(f)(x, z), f(x, z), equal_nan=True)
+
+
+def test_a_write_between_the_product_and_its_real_view_is_not_read():
+    # the real form was computed at the view_as_real, after the write (a review's find)
+    def f(x, z):
+        p = torch.view_as_complex(x) * z
+        x.add_(1)
+        z.mul_(2)
+        return torch.view_as_real(p)
+
+    x, z = make((3, 4, 2)), torch.complex(make((3, 4)), make((3, 4)))
+    x2, z2 = x.clone(), z.clone()
+    torch.testing.assert_close(fuser.jit(f)(x, z), f(x2, z2))
+    torch.testing.assert_close(x, x2)
+    torch.testing.assert_close(z, z2)
