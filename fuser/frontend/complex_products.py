@@ -33,8 +33,9 @@ def real_complex_products(gm: GraphModule) -> int:
     """Rewrites each `view_as_real(view_as_complex(x) * z)` of Dynamo's graph `gm` as real
     arithmetic (see the module's note); the number rewritten."""
     count = 0
+    inputs = {id(v) for v in (_example(n) for n in gm.graph.nodes if n.op == "placeholder") if v is not None}
     for node in list(gm.graph.nodes):
-        if _calls(node, torch.view_as_real) and isinstance(node.args[0], Node):
+        if _calls(node, torch.view_as_real) and isinstance(node.args[0], Node) and _rewritable(node, inputs):
             factors = _complex_product(node.args[0])
             if factors is not None:
                 _replace(gm, node, node.args[0], *factors)
@@ -48,6 +49,23 @@ def _calls(node: Node, fn) -> bool:
     if node.op == "call_function":
         return node.target is fn
     return node.op == "call_method" and node.target == getattr(fn, "__name__", None)
+
+
+def _rewritable(real_view: Node, inputs: set) -> bool:
+    """Whether the real form can stand for `real_view`: its value is contiguous (the stack that
+    replaces it is; the product of a transposed x keeps x's layout, which a later `view` may need),
+    and the pairs viewed as complex are no view of an argument, whose storage offset the trace
+    does not fix (view_as_complex refuses an odd one, a check the real form would drop)."""
+    value = _example(real_view)
+    if value is None or not value.is_contiguous():
+        return False
+    product = real_view.args[0]
+    for n in product.args if isinstance(product, Node) else ():
+        if isinstance(n, Node) and _calls(n, torch.view_as_complex):
+            pairs = _example(n.args[0])
+            if pairs is None or id(pairs._base if pairs._is_view() else pairs) in inputs:
+                return False
+    return True
 
 
 def _complex_product(product: Node) -> Optional[tuple[Node, Node, Node]]:

@@ -41,3 +41,4 @@ def compile_again(code: Any) -> None:
     except ImportError:  # pragma: no cover - depends on the torch version
         return
     set_code_exec_strategy(code, FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT))
+

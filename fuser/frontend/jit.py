@@ -157,12 +157,16 @@ class _WhileCompiling:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         owner = self.owner()
+        if owner is not None and args and getattr(args[0], "f_code", None) in owner._uncompiled_codes:
+            once = run_eagerly_once()  # (a frame whose trace failed where it runs: not traced again)
+            if once is not None:
+                return once
         sizes = owner._sizes if owner is not None else _NO_PAUSE
         with _DYNAMO_SETTINGS, sizes, GC_PAUSE, _QUIET_META_FAILURES:
             try:
                 return self.inner(*args, **kwargs)
             except Exception as e:
-                once = None if owner is None else _uncompiled_once(owner, args[0] if args else None, e)
+                once = None if owner is None else owner._uncompiled_once(args[0] if args else None, e)
                 if once is not None:
                     return once
                 del e, owner  # (the error's traceback keeps this frame: no cycle through them)
@@ -173,25 +177,6 @@ class _WhileCompiling:
         if inner is None:  # (an object being copied has no attributes yet)
             raise AttributeError(name)
         return getattr(inner, name)
-
-
-def _uncompiled_once(owner: "JitFunction", frame: Any, e: Exception) -> Any:
-    """Where Dynamo failed on a frame after a graph break (or a callee's frame), what has it
-    run that frame as it is, once: the call's earlier graphs ran, so the call cannot run again.
-    An error of the user's is then raised as eager raises it, and with fallback="eager" the
-    function runs eagerly from the next call on where fuser failed. None for the function's
-    first frame (its failure is the call's: `JitFunction._failure`)."""
-    code = getattr(frame, "f_code", None)
-    if code is None or code is owner._entry_code:
-        return None
-    failure = _backend_failure(e)
-    fuser_failed = owner._fallback == "eager" and isinstance(failure, FuserError)
-    if not (fuser_failed or _op_failed_while_tracing(e)):
-        return None
-    once = run_eagerly_once()
-    if once is not None:
-        owner._ran_uncompiled.append((code.co_name, _reason(failure or e), fuser_failed))
-    return once
 
 
 def _compiled_frame(owner: "JitFunction", dynamic: "Optional[bool]") -> Callable:
@@ -237,7 +222,8 @@ class JitFunction:
         self._dynamic = dynamic
         self._frame = _own_frame(fn) if _frame_shared(fn) else fn  # (what Dynamo compiles)
         self._entry_code = _entry_code(self._frame)  # (None where unknown: every frame counts as it)
-        self._ran_uncompiled: list = []  # (frame name, reason): frames of this call run as they are
+        self._ran_uncompiled: list = []  # (code, reason, fuser's failure): this call's frames run as they are
+        self._uncompiled_codes: set = set()  # frames run as they are at each call (fallback="eager")
         self._sizes = _DUCK_SIZES if self._rows or dynamic is True else contextlib.nullcontext()
         self._compiled = _compiled_frame(self, True if self._rows else dynamic)
         self._direct = DirectCall(self._frame)
@@ -295,8 +281,9 @@ class JitFunction:
         if first and compile_pool.worker_count() and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             compile_pool.start()  # the compile workers start while Dynamo traces
         token = CURRENT_STATS.set(stats)
-        stats.this_call = set()
-        self._ran_uncompiled.clear()
+        # (a call of its own inside, reentrant: its graphs are the outer call's too, its frames not)
+        outer_graphs, outer_frames = stats.this_call, self._ran_uncompiled
+        stats.this_call, self._ran_uncompiled = set(), []
         marked = _fix_row_lengths(args, kwargs) if self._rows and first else ()
         try:
             # Dynamo's settings apply while it compiles a frame (`_WhileCompiling`); a first
@@ -305,11 +292,7 @@ class JitFunction:
                 out = self._compiled(*args, **kwargs)
             self._traced = True
             self._direct.remember(len(stats.this_call))
-            for name, reason, fuser_failed in self._ran_uncompiled:
-                self._failed = self._failed or fuser_failed
-                warnings.warn(f"fuser.jit: {'compiling' if fuser_failed else 'tracing'} {name} (a part of "
-                              f"{_name(self._fn)}) failed ({reason}); it ran uncompiled"
-                              + ("; running the function eagerly from now on" if fuser_failed else ""), stacklevel=3)
+            self._report_uncompiled(self._ran_uncompiled)
             return out
         except Exception as e:
             _unmark(marked)  # (before a retry: it traces the arguments as they came)
@@ -323,6 +306,47 @@ class JitFunction:
         finally:
             _unmark(marked)
             CURRENT_STATS.reset(token)
+            stats.this_call, self._ran_uncompiled = outer_graphs | stats.this_call, outer_frames
+
+    def _uncompiled_once(self, frame: Any, e: Exception) -> Any:
+        """Where Dynamo failed on a frame after a graph break (or a callee's frame), what has it
+        run that frame as it is, once: the call's earlier graphs ran, so the call cannot run
+        again, and an error of the user's is then raised as eager raises it (what follows is
+        `_report_uncompiled`'s). None for the function's first frame (its failure is the
+        call's: `_failure`)."""
+        code = getattr(frame, "f_code", None)
+        if code is None or code is self._entry_code:
+            return None
+        failure = _backend_failure(e)
+        fuser_failed = self._fallback == "eager" and isinstance(failure, FuserError)
+        if not (fuser_failed or _op_failed_while_tracing(e)):
+            return None
+        once = run_eagerly_once()
+        if once is not None:
+            self._ran_uncompiled.append((code, _reason(failure or e), fuser_failed))
+        return once
+
+    def _report_uncompiled(self, ran: list) -> None:
+        """After a call that ran frames uncompiled (`_uncompiled_once`) and raised nothing of the
+        user's: fuser failing on one, with fallback="eager", runs the function eagerly from now
+        on; a trace failing where eager runs the frame raises an UnsupportedError as on the
+        function's first frame (its effects made, the result dropped), or with fallback="eager"
+        that frame runs uncompiled from now on, not traced again at each call."""
+        for code, reason, fuser_failed in ran:
+            part = _frame_label(code, _name(self._fn))
+            if fuser_failed:
+                self._failed = True
+                warnings.warn(f"fuser.jit: compiling {part} failed ({reason}); it ran uncompiled, and the "
+                              f"function runs eagerly from now on", stacklevel=4)
+            elif self._fallback == "eager":
+                self._uncompiled_codes.add(code)
+                warnings.warn(f"fuser.jit: tracing {part} failed ({reason}); it runs uncompiled from now on",
+                              stacklevel=4)
+            else:
+                raise UnsupportedError(
+                    f"{_name(self._fn)}: tracing {part} failed where eager PyTorch runs it: {reason}. That part "
+                    f"ran uncompiled, once (the call's effects are made; its result is dropped); use "
+                    f"fuser.jit(fn, fallback=\"eager\") to run it uncompiled")
 
     def _failure(self, e: Exception, args: tuple, kwargs: dict, wrote: bool) -> Any:
         """A call that raised `e`: the function's own error is raised as eager PyTorch raises
@@ -872,6 +896,18 @@ def _raised_in_torch_op(e: BaseException) -> bool:
     torch_dir = os.path.dirname(torch.__file__) + os.sep
     innermost = frames[-1].filename
     return innermost.startswith(torch_dir) and not innermost[len(torch_dir):].startswith("_dynamo")
+
+
+def _frame_label(code: Any, name: str) -> str:
+    """A frame Dynamo compiled for a call, as a user knows it: a resume function (Dynamo's
+    `torch_dynamo_resume_in_f_at_20`) as the part after the graph break at its line."""
+    resumed = _RESUME.fullmatch(code.co_name)
+    if resumed is not None:
+        return f"the part of {name} after its graph break at line {resumed.group(1)}"
+    return f"{code.co_name} (called by {name})"
+
+
+_RESUME = re.compile(r"torch_dynamo_resume_in_.*_at_(\d+)")
 
 
 def _reason(e: BaseException) -> str:

@@ -8,13 +8,15 @@ import fuser
 from tests.helpers import make
 
 
-def rotary(xq, freqs_cis):
+def rotary(h, freqs_cis):
+    xq = h * 1.5  # (a projection's output: pairs of a fresh tensor)
     pairs = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
     rotation = freqs_cis.view(1, pairs.shape[1], 1, pairs.shape[-1])
     return torch.view_as_real(pairs * rotation).flatten(3).type_as(xq)
 
 
-def rotary_rotation_first(xq, freqs_cis):
+def rotary_rotation_first(h, freqs_cis):
+    xq = h * 1.5
     pairs = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
     return torch.view_as_real(torch.mul(freqs_cis[None, :, None], pairs)).flatten(3).type_as(xq)
 
@@ -94,3 +96,28 @@ def test_a_write_between_the_product_and_its_real_view_is_not_read():
     torch.testing.assert_close(fuser.jit(f)(x, z), f(x2, z2))
     torch.testing.assert_close(x, x2)
     torch.testing.assert_close(z, z2)
+
+
+def test_pairs_of_an_argument_keep_view_as_complex_and_its_checks():
+    # an argument's storage offset is not fixed by the trace, and view_as_complex refuses an
+    # odd one: the product stays complex there (the real form would drop the check)
+    def f(x, z):
+        return torch.view_as_real(torch.view_as_complex(x) * z)
+
+    z = torch.complex(make((4, 4)), make((4, 4)))
+    jitted = fuser.jit(f)
+    x = make((4, 4, 2))
+    torch.testing.assert_close(jitted(x, z), f(x, z))
+    odd = make((33,))[1:].view(4, 4, 2)
+    with pytest.raises(RuntimeError, match="storage_offset divisible by 2"):
+        jitted(odd, z)
+
+
+def test_a_transposed_product_keeps_its_layout():
+    def f(h, z):
+        q = (h * 2).transpose(1, 2)
+        rotated = torch.view_as_real(torch.view_as_complex(q.reshape(*q.shape[:-1], -1, 2)) * z)
+        return rotated.transpose(1, 2).reshape(2, 4, -1)
+
+    h, z = make((2, 4, 3, 8)), torch.complex(make((4, 4)), make((4, 4)))
+    torch.testing.assert_close(fuser.jit(f)(h, z), f(h, z))

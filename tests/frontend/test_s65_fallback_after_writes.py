@@ -34,15 +34,29 @@ def write_then_untraceable(x):
     return twice_no_fake(x).relu() + 1
 
 
-@pytest.mark.parametrize("fallback", ["eager", "error"])
-def test_an_untraceable_frame_after_a_write_runs_once_as_it_is(fallback):
+def test_an_untraceable_frame_after_a_write_runs_once_as_it_is():
     x = make((3, 5))
     y = x.clone()
-    jitted = fuser.jit(write_then_untraceable, fallback=fallback)
-    with pytest.warns(UserWarning, match="s65_twice_no_fake.*it ran uncompiled"):
+    jitted = fuser.jit(write_then_untraceable, fallback="eager")
+    with pytest.warns(UserWarning, match="the part of write_then_untraceable after its graph break at line "
+                                         r"\d+ failed .*s65_twice_no_fake.*it runs uncompiled from now on"):
         out = jitted(x)
     torch.testing.assert_close(out, write_then_untraceable(y))
     torch.testing.assert_close(x, y)  # (written once, as eager writes it)
+    frames = torch._dynamo.utils.counters["frames"]["total"]
+    for _ in range(2):  # (not traced again at each call)
+        torch.testing.assert_close(jitted(x), write_then_untraceable(y))
+    assert torch._dynamo.utils.counters["frames"]["total"] - frames <= 2
+    torch.testing.assert_close(x, y)
+
+
+def test_without_fallback_an_untraceable_frame_after_a_write_raises_once_it_ran():
+    x = make((3, 5))
+    y = x.clone()
+    with pytest.raises(fuser.UnsupportedError, match="after its graph break at line .* ran uncompiled, once"):
+        fuser.jit(write_then_untraceable)(x)
+    write_then_untraceable(y)
+    torch.testing.assert_close(x, y)  # (its effects made once, as the function's first frame's are not)
 
 
 class StepThenAdd(torch.nn.Module):
@@ -101,7 +115,7 @@ def test_a_compile_failure_after_a_buffer_write_runs_that_part_uncompiled(monkey
     assert failing.seen.item() == 1
     module = CountThenSigmoid()
     jitted = fuser.jit(module, fallback="eager")
-    with pytest.warns(UserWarning, match="sigmoid refused.*running the function eagerly from now on"):
+    with pytest.warns(UserWarning, match="sigmoid refused.*the function runs eagerly from now on"):
         torch.testing.assert_close(jitted(x), torch.sigmoid(x) * 2)
     assert module.seen.item() == 1
     with warnings.catch_warnings():
