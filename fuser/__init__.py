@@ -1,7 +1,7 @@
 """fuser: a tensor-fusion compiler for PyTorch that generates Triton kernels."""
 from . import multidevice
 from .codegen.tuning import finish_tuning
-from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionInputError,
+from .errors import (ExtentConflictError, FuserError, FusionDefinitionError, FusionIndexError, FusionInputError,
                      InternalError, UnsupportedError, ValidationError)
 from .frontend import CacheInfo, ExplainReport, FusionDefinition, explain, jit
 from .frontend.definition import compute_tensor_descriptor
@@ -18,7 +18,7 @@ _register_backend()  # torch.compile(fn, backend="fuser")
 __all__ = [
     "FusionDefinition", "jit", "explain", "CacheInfo", "ExplainReport", "DataType", "ParallelType",
     "Fusion", "multidevice", "finish_tuning",
-    "FuserError", "FusionDefinitionError", "FusionInputError", "ExtentConflictError",
+    "FuserError", "FusionDefinitionError", "FusionInputError", "FusionIndexError", "ExtentConflictError",
     "UnsupportedError", "InternalError", "ValidationError", "compute_tensor_descriptor",
     "LRUCache", "LruFusionCache", "PythonProfiler", "version",
 ]

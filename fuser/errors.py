@@ -20,6 +20,11 @@ class FusionInputError(FuserError):
     """The inputs given to `execute` do not fit the definition (count, type, dtype, rank, size)."""
 
 
+class FusionIndexError(FusionInputError, IndexError):
+    """An index value past the size it indexes (index_select, gather, embedding): also an
+    IndexError, as eager PyTorch raises one, so that `except IndexError` catches it."""
+
+
 class ExtentConflictError(FusionInputError):
     """Two sources gave different values for the same extent symbol in one execution."""
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ..errors import FusionInputError
+from ..errors import FusionIndexError, FusionInputError
 from ..ops.pointwise import result_type
 from ..ir import (BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, ExpandOp, Expr, FullOp,
                   IotaOp, LoadStoreOp, PadOp, PermuteOp, ReductionOp,
@@ -390,9 +390,9 @@ def _indexing(e: Expr, call: Callable[[], Any]) -> list:
             name = "take_along_axis"
         operands = ", ".join(f"{a} {format_val(v)}" for a, v in zip(args, e.inputs)
                              if isinstance(v, TensorView))
-        raise FusionInputError(
-            f"{name}: the index values or sizes do not fit the indexed tensor ({err}); "
-            f"{operands}") from err
+        error = FusionIndexError if isinstance(err, IndexError) else FusionInputError
+        raise error(f"{name}: the index values or sizes do not fit the indexed tensor ({err}); "
+                    f"{operands}") from err
 
 
 def _long(index: torch.Tensor) -> torch.Tensor:
