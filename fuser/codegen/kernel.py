@@ -19,6 +19,7 @@ from ..ir import (BinaryOp, BinaryOpType, CastOp, DataType, Expr, FullOp, IotaOp
                   Scalar, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val, VarMeanOp)
 from ..schedulers.axes import RESIZE_OPS
 from ..ir.printer import format_expr, format_scalar, format_tv
+from ..ir.symbolic import format_extent
 from ..schedulers.plan import KernelPlan, Template
 from .elementwise import ElementwiseEmitter
 from .layout import Layout
@@ -590,7 +591,7 @@ class KernelWriter(ElementwiseEmitter, ReductionEmitter, ResizeEmitter, RandomEm
             header += ["#   " + line for line in format_expr(e).splitlines()]
         header.append(f"# Plan: {self.plan.describe()}, {self.variant_name()}")
         for j, run in enumerate(self.layout.super_axes):
-            ext = " * ".join(str(self.axes.axes[a].extent) for a in run)
+            ext = " * ".join(format_extent(self.axes.axes[a].extent) for a in run)  # (the IR's notation)
             header.append(f"# X{j} = {ext}")
         scalars = {id(v): v for e in self.plan.exprs for v in e.inputs if isinstance(v, Scalar)}
         for key, name in self.scalar_args.items():  # (parameters named by position: s0, s1)

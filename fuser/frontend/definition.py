@@ -137,6 +137,9 @@ class _Ops:
     def __dir__(self):
         return sorted(set(OPS) | set(FUSION_OPS))
 
+    def __repr__(self) -> str:
+        return f"<fd.ops: {len(self.__dir__())} ops, dir(fd.ops) lists them>"
+
 
 # nvfuser_direct's names of an op's leading operands (`fd.ops.cast(arg=t, dtype=...)`,
 # `fd.ops.matmul(arg1=a, arg2=b)`), with the position each stands for

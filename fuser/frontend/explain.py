@@ -92,7 +92,7 @@ class ExplainReport:
                 out += [_rule(f"graph {gi} {p.kind}: ATen graph"), p.aten_code.strip()]
                 for f in p.fusions:
                     out += [_rule(f"graph {gi} {p.kind}: {f.name} (nodes {', '.join(f.nodes)})"),
-                            f.fusion.strip(), "", "-- segments --"]
+                            f.fusion.strip(), "", "-- definition --", f.definition.strip(), "", "-- segments --"]
                     out += [s.strip() for s in f.segments] or ["(not run yet)"]
                     if f.triton:
                         out += ["", "-- Triton --"] + [t.strip() for t in f.triton]
@@ -165,9 +165,11 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
             after = timing.totals()
     finally:
         # the graphs are the function's own now: its later calls may take the direct path, which
-        # counts only graphs a call through Dynamo recorded (cache_info read 0 graphs after it)
+        # counts only graphs a call through Dynamo recorded (cache_info read 0 graphs after it);
+        # and so is the call (cache_info read calls=0 where the report's own line said 1)
         for record in stats.records.values():
             target._stats.saw(record)
+        target._stats.calls += stats.calls
     times = {k: (v - before.get(k, 0.0)) * 1e3 for k, v in after.items()}
     times["total"] = total
     return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info(), times)

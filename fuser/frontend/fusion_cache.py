@@ -58,6 +58,10 @@ class LRUCache:
     def num_fusions(self) -> int:
         return len(self._entries)
 
+    def __repr__(self) -> str:
+        return (f"LRUCache(max_fusions={self.max_fusions}, fusions={self.num_fusions()}, "
+                f"lookups={self._lookups}, hits={self._hits})")
+
     def stats(self) -> str:
         """nvFuser's report: size, compiles, each entry's hits from the most recently used, hit rate."""
         with self._lock:

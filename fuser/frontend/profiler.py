@@ -33,6 +33,13 @@ class PythonProfiler:
             raise FusionDefinitionError("PythonProfiler: no FusionDefinition was executed inside the profiler")
         return self.profiles[-1]
 
+    def __repr__(self) -> str:
+        if not self.profiles:
+            return "PythonProfiler(profiles=0)"
+        last = self.profiles[-1]
+        return (f"PythonProfiler(profiles={len(self.profiles)}, last: segments={last.segments}, "
+                f"host_time_ms={last.host_time_ms:.3f})")
+
     def __enter__(self) -> "PythonProfiler":
         self._outer, _active.profiler = active(), self
         return self

@@ -476,6 +476,10 @@ class FusionExecutorCache:
     def num_runtimes(self) -> int:
         return len(self._runtimes)
 
+    def __repr__(self) -> str:
+        return (f"FusionExecutorCache(inputs={len(self.fusion.inputs())}, outputs={len(self.fusion.outputs())}, "
+                f"runtimes={self.num_runtimes})")
+
     def ready_calls(self) -> list:
         """The ready calls made so far (one per exact input layout that has one)."""
         return [entry.ready for entry in self._ready.values()]

@@ -22,6 +22,7 @@ from ..ir import (VIEW_OPS, BinaryOp, BinaryOpType, BroadcastOp, CastOp, CatOp, 
                   IotaOp, LoadStoreOp, LoadStoreOpType, PadOp, PermuteOp, ReductionOp, ReductionOpType, RNGOp, SliceOp,
                   Scalar, SqueezeOp, TensorView, TernaryOp, TernaryOpType, UnaryOp, UnaryOpType, Val,
                   VarMeanOp)
+from ..ir.symbolic import format_extent
 from ..segment.segments import NO_SPANNING_TENSOR
 from .axes import RESIZE_OPS, KernelAxes, PointwiseAxes, analyze_axes, pad_widths, resized_dims
 from .inner_outer import (FP32_COMPUTED, GroupGraph, InnerOuterAxes, InnerOuterSplit, apart_output, reduced_axes_of,
@@ -185,7 +186,8 @@ class KernelPlan:
         return PointwiseAxes(self.axes)
 
     def describe(self) -> str:
-        ext = lambda axes: "[" + ", ".join(str(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731
+        # (in nvFuser's notation, as the IR beside it prints extents, not sympy's `Max(..)`)
+        ext = lambda axes: "[" + ", ".join(format_extent(self.axes.axes[a].extent) for a in axes) + "]"  # noqa: E731
         return f"{self.template.value}: tile dim0 {ext(self.dim0)} x dim1 {ext(self.dim1)}"
 
 
