@@ -12,8 +12,11 @@ refused merge is recorded with its reason, for `fd.last_segments()` and bug repo
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 from typing import Callable, Optional, Protocol
 
+from ..errors import InternalError
 from ..ir import VIEW_OPS, Expr, Fusion, TensorView
 from ..ir.fusion import live_exprs
 from ..timing import phase
@@ -39,6 +42,11 @@ class _Group:
         # ids of the exprs outside the group reading its values: its consumers without a walk
         # over its exprs (set by the Segmenter, kept by `absorb`)
         self.read_outside: set[int] = set()
+        # ids of the exprs outside the group whose values it reads: its producers, likewise
+        self.sources: set[int] = set()
+        # its place in a topological order of the groups (`Segmenter.place_union`): a group
+        # that depends on it comes later, so a search for a path to a group stops at its place
+        self.pos = index
 
 
 class GrowableAxes(Protocol):
@@ -81,13 +89,7 @@ class Segmenter:
     # -- graph helpers ----------------------------------------------------------------------
 
     def producers(self, g: _Group) -> set[_Group]:
-        out = set()
-        for e in g.exprs:
-            for v in e.inputs:
-                p = self.producer.get(id(v))
-                if p is not None and self.group_of[id(p)] is not g:
-                    out.add(self.group_of[id(p)])
-        return out
+        return {self.group_of[p] for p in g.sources}
 
     def consumers(self, g: _Group) -> set[_Group]:
         # (readers not yet in a group, later exprs of the greedy pass, are no consumers yet)
@@ -99,19 +101,60 @@ class Segmenter:
         return {id(r) for e in exprs for o in e.outputs for r in self.readers.get(id(o), ())
                 if id(r) not in inside}
 
+    def sources_of(self, exprs: list[Expr]) -> set[int]:
+        """ids of the exprs not in `exprs` whose values they read."""
+        inside = {id(e) for e in exprs}
+        return {id(p) for e in exprs for v in e.inputs
+                if (p := self.producer.get(id(v))) is not None and id(p) not in inside}
+
     def reaches(self, src: _Group, dst: _Group) -> bool:
-        """Whether `dst` depends on `src` other than directly (through a third group)."""
-        stack = [h for h in self.consumers(src) if h is not dst]
+        """Whether `dst` depends on `src` other than directly (through a third group): whether
+        `src` reaches another of `dst`'s producers. The search goes no further than the last
+        of those in the topological order: searching every group downstream of `src` made
+        an unrolled loop's segmentation quadratic in its steps."""
+        if src.pos > dst.pos:
+            return False
+        targets = {p for p in self.producers(dst) if p.pos > src.pos}
+        last = max((p.pos for p in targets), default=-1)
+        stack = [h for h in self.consumers(src) if h.pos <= last]
         seen = set()
         while stack:
             h = stack.pop()
-            if h is dst:
+            if h in targets:
                 return True
             if h in seen:
                 continue
             seen.add(h)
-            stack.extend(self.consumers(h))
+            stack.extend(n for n in self.consumers(h) if n.pos <= last)
         return False
+
+    def between(self, start: _Group, edges: Callable[[_Group], set[_Group]], low: int, high: int) -> list[_Group]:
+        """The groups placed strictly between `low` and `high` that `start` reaches along
+        `edges` (consumers or producers) through such groups only."""
+        stack = [h for h in edges(start) if low < h.pos < high]
+        seen: dict[_Group, None] = {}
+        while stack:
+            h = stack.pop()
+            if h not in seen:
+                seen[h] = None
+                stack.extend(n for n in edges(h) if low < n.pos < high)
+        return list(seen)
+
+    def place_union(self, a: _Group, b: _Group) -> int:
+        """Keep `pos` a topological order as `a` and `b` become one group (neither reaching
+        the other through a third), and return the union's place. Only the groups placed
+        between the two move (Pearce and Kelly's reordering): those the later one depends on
+        before the union, those depending on the earlier one after it, in their order, onto
+        the places they and the two held; the last of those places is left free."""
+        early, late = sorted((a, b), key=lambda g: g.pos)
+        before = self.between(late, self.producers, early.pos, late.pos)
+        after = self.between(early, self.consumers, early.pos, late.pos)
+        places = sorted([early.pos, late.pos] + [g.pos for g in before + after])
+        before.sort(key=lambda g: g.pos)
+        after.sort(key=lambda g: g.pos)
+        for g, place in zip(before + after, places[:len(before)] + places[len(before) + 1:]):
+            g.pos = place
+        return places[len(before)]
 
     def acyclic_merge(self, a: _Group, b: _Group) -> bool:
         return not (self.reaches(a, b) or self.reaches(b, a))
@@ -198,6 +241,7 @@ class Segmenter:
         (which one is no matter: groups are ordered by `first` wherever order counts), so that
         a long chain joined by one op at a time costs each join the op, not the chain."""
         keep, gone = (a, b) if len(a.exprs) >= len(b.exprs) else (b, a)
+        keep.pos = self.place_union(a, b)
         keep.exprs = exprs
         keep.axes = axes
         keep.first = min(a.first, b.first)
@@ -209,6 +253,10 @@ class Segmenter:
         keep.read_outside |= gone.read_outside
         keep.read_outside.difference_update(id(e) for e in gone.exprs)
         keep.read_outside.difference_update([r for r in gone.read_outside if self.group_of.get(r) is keep])
+        # (and the sources that were the other group's exprs too)
+        keep.sources |= gone.sources
+        keep.sources.difference_update(id(e) for e in gone.exprs)
+        keep.sources.difference_update([p for p in gone.sources if self.group_of[p] is keep])
         del groups[gone]
         return keep
 
@@ -250,37 +298,78 @@ class Segmenter:
         """Kernel groups that read a common value, with no producer between them, join when the
         scheduler's plan for the union says one kernel pays (`plan.fuses_siblings`: the row and
         column reductions of a norm's backward read the rows once; pointwise kernels over one
-        loop space). Refusals are not recorded: siblings are cut by default."""
+        loop space). Refusals are not recorded: siblings are cut by default.
+
+        Each group, by its first expr, tries the later groups sharing a value with it, in that
+        order. After a join only pairs with the union are new: the union and the earlier
+        groups sharing a value with it are scanned again, the rest goes on (starting the scan
+        over at each join made an unrolled loop's segmentation quadratic in its steps)."""
         tried: set[tuple] = set()  # pairs refused, by their groups' sizes (a join changes them)
-        joined = True
-        while joined:
-            joined = False
-            kernels = sorted((g for g in groups if g.kernel), key=lambda g: g.first)
-            rank = {id(g): k for k, g in enumerate(kernels)}
-            # value id -> the kernel groups reading it (each pair sharing a value is a candidate)
-            read_by: dict[int, list[_Group]] = {}
-            for g in kernels:
-                for v in dict.fromkeys(id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView)):
-                    read_by.setdefault(v, []).append(g)
-            for a in kernels:
-                sharing = {id(b): b for e in a.exprs for v in e.inputs if isinstance(v, TensorView)
-                           for b in read_by.get(id(v), ()) if rank[id(b)] > rank[id(a)]}
-                for b in sorted(sharing.values(), key=lambda b: rank[id(b)]):
-                    key = (id(a), len(a.exprs), id(b), len(b.exprs))
-                    if key in tried:
-                        continue
-                    tried.add(key)
-                    if not self.acyclic_merge(a, b):
-                        continue
-                    exprs = self.in_order(a, b)
-                    with phase("planning"):
-                        plan, _ = self.try_kernel(exprs, *self.merged_io(exprs))
-                    if plan is not None and getattr(plan, "fuses_siblings", False):
-                        self.absorb(a, b, exprs, groups, growable_axes(plan))
-                        joined = True
-                        break
-                if joined:
+        views_only = lambda g: all(isinstance(e, VIEW_OPS) for e in g.exprs)  # noqa: E731
+        # value id -> the kernel groups reading it (each pair sharing a value is a candidate)
+        read_by: dict[int, Groups] = {}
+        for g in groups:
+            if g.kernel:
+                for v in self.tensors_read(g):
+                    read_by.setdefault(v, {})[g] = None
+        count = itertools.count()  # (orders scans of one group: a heap compares no groups)
+        pending = [(g.first, next(count), g) for g in groups if g.kernel]
+        heapq.heapify(pending)
+        while pending:
+            first, _, a = heapq.heappop(pending)
+            if a not in groups or a.first != first:
+                continue  # joined since: scanned again as the union
+            fresh = []
+            for b in self.sharing(a, read_by, lambda b: b.first > a.first):
+                key = (id(a), len(a.exprs), id(b), len(b.exprs))
+                if key not in tried and not (views_only(a) and views_only(b)):
+                    fresh.append(b)  # (views alone are no kernel: a slice of the input at each step of a loop)
+                tried.add(key)
+            if not fresh:
+                continue
+            # the groups depending on `a` through another, and those it depends on so, as far
+            # as the candidates lie: a pair of them would make a cycle (searched once for all
+            # the pairs of `a`, not for each: the steps of a loop reading one bias)
+            earliest, latest = min(b.pos for b in fresh), max(b.pos for b in fresh)
+            cycles = (self.through_another(a, self.consumers, lambda h: h.pos <= latest)
+                      | self.through_another(a, self.producers, lambda h: h.pos >= earliest))
+            for b in fresh:
+                if b in cycles:
+                    continue
+                exprs = self.in_order(a, b)
+                with phase("planning"):
+                    plan, _ = self.try_kernel(exprs, *self.merged_io(exprs))
+                if plan is not None and getattr(plan, "fuses_siblings", False):
+                    union = self.absorb(a, b, exprs, groups, growable_axes(plan))
+                    gone = b if union is a else a
+                    for v in self.tensors_read(gone):
+                        del read_by[v][gone]
+                        read_by[v][union] = None
+                    for g in [union] + self.sharing(union, read_by, lambda g: g.first < union.first):
+                        heapq.heappush(pending, (g.first, next(count), g))
                     break
+
+    def through_another(self, g: _Group, edges: Callable[[_Group], set[_Group]],
+                        within: Callable[[_Group], bool]) -> set[_Group]:
+        """The groups `within` a span of the topological order that `g` reaches along `edges`
+        (consumers or producers) through another group (so through groups within it only)."""
+        stack = [n for h in edges(g) if within(h) for n in edges(h)]
+        seen: set[_Group] = set()
+        while stack:
+            h = stack.pop()
+            if h not in seen and within(h):
+                seen.add(h)
+                stack.extend(edges(h))
+        return seen
+
+    def tensors_read(self, g: _Group) -> dict[int, None]:
+        """The ids of the tensors `g`'s exprs read (its own values too), in order."""
+        return dict.fromkeys(id(v) for e in g.exprs for v in e.inputs if isinstance(v, TensorView))
+
+    def sharing(self, a: _Group, read_by: dict[int, Groups], where: Callable[[_Group], bool]) -> list[_Group]:
+        """The kernel groups other than `a` reading a tensor `a` reads, `where` holds, by first expr."""
+        found = {b: None for v in self.tensors_read(a) for b in read_by[v] if b is not a and where(b)}
+        return sorted(found, key=lambda b: b.first)
 
     def free_views(self, groups: Groups) -> None:
         """A kernel group's output that only views a value the group reads or writes anyway
@@ -311,9 +400,12 @@ class Segmenter:
                     g.exprs = rest
                     g.axes = growable_axes(plan)
                     g.read_outside = self.readers_outside(rest)
+                    g.sources = self.sources_of(rest)
+                    # (its `pos` is no place in the topological order: no merge follows)
                     view = _Group(chain[-1], min(self.order[id(f)] for f in chain), kernel=True)
                     view.exprs = sorted(chain, key=lambda f: self.order[id(f)])  # alone: "only views", for ATen
                     view.read_outside = self.readers_outside(view.exprs)
+                    view.sources = self.sources_of(view.exprs)
                     for f in chain:
                         self.group_of[id(f)] = view
                     groups[view] = None
@@ -348,6 +440,7 @@ class Segmenter:
         for k, e in enumerate(self.exprs):
             g = _Group(e, k, self.capable(e))
             g.read_outside = self.readers_outside(g.exprs)
+            g.sources = self.sources_of(g.exprs)
             self.group_of[id(e)] = g
             groups[g] = None
             for p in sorted(self.producers(g), key=lambda h: (-len(h.exprs), h.first)):
@@ -359,18 +452,29 @@ class Segmenter:
         self.free_views(groups)
         return self.to_segments(groups)
 
-    def to_segments(self, groups: Groups) -> list[Segment]:
-        ordered, done = [], set()
-        pending = sorted(groups, key=lambda g: g.first)
-        while pending:
-            for g in pending:
-                if all(p in done for p in self.producers(g)):
-                    break
-            pending.remove(g)
-            done.add(g)
+    def execution_order(self, groups: Groups) -> list[_Group]:
+        """The groups in an order that runs each after its producers: of those whose producers
+        have run, the one with the earliest expr first."""
+        # (a group left by views keeps its `first`: ties go by creation)
+        rank = {g: k for k, g in enumerate(sorted(groups, key=lambda g: g.first))}
+        waiting = {g: len(self.producers(g)) for g in groups}
+        ready = [(rank[g], g) for g, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
+        ordered = []
+        while ready:
+            _, g = heapq.heappop(ready)
             ordered.append(g)
+            for c in self.consumers(g):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(ready, (rank[c], c))
+        if len(ordered) != len(waiting):  # (groups in a cycle: never ready; merges keep it acyclic)
+            raise InternalError(f"segmentation left {len(waiting) - len(ordered)} of {len(waiting)} groups in a cycle")
+        return ordered
+
+    def to_segments(self, groups: Groups) -> list[Segment]:
         segments = []
-        for g in ordered:
+        for g in self.execution_order(groups):
             inputs, outputs = self.merged_io(g.exprs)
             # a refused merge whose groups joined later (another way) is no cut
             refusals = "; ".join(dict.fromkeys(why for why, other in g.refusals if self.group_of[id(other)] is not g))
