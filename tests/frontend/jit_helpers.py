@@ -110,3 +110,24 @@ def check_forward_backward(fn: Callable, jitted: Callable, args: Sequence, refer
         hi_in = [h for h in hi_args if isinstance(h, torch.Tensor) and h.requires_grad]
         high_grads = torch.autograd.grad(his, hi_in, [g.to(reference_dtype) for g in grads])
     assert_close_to_eager(got, want, high_grads)
+
+
+def assert_compile_names_the_op_without_derivative(fn: Callable, x: torch.Tensor) -> None:
+    """`torch.compile(fn, backend="fuser")(x)`, x needing grad, through an op torch cannot
+    differentiate: fuser's UnsupportedError inside Dynamo's error, saying what to do; under
+    torch.no_grad() eager's values."""
+    import warnings
+
+    import pytest
+
+    import fuser
+
+    compiled = torch.compile(fn, backend="fuser")
+    with warnings.catch_warnings(), pytest.raises(Exception) as caught:
+        warnings.simplefilter("ignore")
+        compiled(x)
+    inner = getattr(caught.value, "inner_exception", caught.value)
+    assert isinstance(inner, fuser.UnsupportedError), repr(caught.value)
+    assert "op torch cannot differentiate" in str(inner) and "torch.no_grad()" in str(inner)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x))

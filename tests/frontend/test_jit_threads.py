@@ -1,5 +1,6 @@
 """fuser.jit, fuser.explain and fuser's process-wide settings under threads and fork
 (fifty-seventh session's probe), each against eager or the single-threaded behaviour."""
+import contextlib
 import gc
 import os
 import threading
@@ -72,31 +73,45 @@ def test_a_child_forked_while_a_setting_is_held_gets_it_back():
     assert gc.isenabled()
 
 
+@contextlib.contextmanager
+def _held_by_another_thread(lock):
+    """`lock` held by another thread while the block runs."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(60)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def _child_calls(f, *args) -> int:
+    """The exit code of a forked child calling `f(*args)` as a DataLoader worker would (one
+    thread), 0 where it returns eager's result; a hang ends it after 60 s."""
+    expected = _softmax_norm(*args)
+    pid = os.fork()
+    if pid == 0:
+        import signal
+        signal.alarm(60)
+        torch.set_num_threads(1)  # (the parent's OpenMP pool is not the child's)
+        os._exit(0 if torch.allclose(f(*args), expected) else 3)
+    return pid
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_during_another_threads_call_can_call():
     # the lock that serializes calls through Dynamo, held by a thread the child does not have
     torch._dynamo.reset()
     f = fuser.jit(_softmax_norm)
-    x, w = make((4, 32)), make((32,))
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with f._tracing:
-            held.set()
-            release.wait(60)
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(60)
-    expected = _softmax_norm(x, w)
-    pid = os.fork()
-    if pid == 0:
-        import signal
-        signal.alarm(60)  # (a hang ends the child)
-        torch.set_num_threads(1)  # (as a DataLoader worker: the parent's OpenMP pool is not the child's)
-        ok = torch.allclose(f(x, w), expected)
-        os._exit(0 if ok else 3)
-    release.set()
-    t.join()
+    with _held_by_another_thread(f._tracing):
+        pid = _child_calls(f, make((4, 32)), make((32,)))
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
 
@@ -159,20 +174,11 @@ def test_the_callers_dynamic_and_static_marks_are_kept():
 
 def _racing_after_a_held_trace(f, calls: list) -> None:
     """`calls` made from threads that all arrive while another call holds f's trace."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with f._tracing:
-            held.set()
-            release.wait(60)
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(60)
     threads = [threading.Thread(target=f, args=args) for args in calls]
+    with _held_by_another_thread(f._tracing):
+        for t in threads:
+            t.start()
     for t in threads:
-        t.start()
-    release.set()
-    for t in [holder, *threads]:
         t.join(timeout=300)
 
 
@@ -199,24 +205,7 @@ def test_a_child_forked_while_dynamo_traces_can_trace():
     # waited on it for good
     import torch._dynamo.convert_frame as convert_frame
     f = fuser.jit(_softmax_norm)
-    x, w = make((4, 32)), make((32,))
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with convert_frame.compile_lock:
-            held.set()
-            release.wait(60)
-    t = threading.Thread(target=hold)
-    t.start()
-    held.wait(60)
-    expected = _softmax_norm(x, w)
-    pid = os.fork()
-    if pid == 0:
-        import signal
-        signal.alarm(60)  # (a hang ends the child)
-        ok = torch.allclose(f(x, w), expected)
-        os._exit(0 if ok else 3)
-    release.set()
-    t.join()
+    with _held_by_another_thread(convert_frame.compile_lock):
+        pid = _child_calls(f, make((4, 32)), make((32,)))
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
