@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
@@ -132,20 +133,34 @@ class _AtenStep:
         self.rule, self.expr, self.template, self.fill, self.outs = RULES[type(expr)], expr, template, fill, outs
 
 
+# CPython 3.11 takes a function's frame (its locals and operand stack, 8 bytes a slot) from
+# 16 KiB chunks, and maps a fresh chunk for a call that does not fit in the current one,
+# unmapping it on return: a frame of 1,150 slots (a 48-layer MLP's backward) left its calls
+# so little room that each mapped one, 90,000 mmap/munmap pairs a call, 3-4x its host time.
+# A program whose one function would pass _FRAME_SLOTS (2 KiB, an eighth of a chunk: no call
+# made from it starts much deeper than from an ordinary function) runs as parts of about
+# _PART_SLOTS slots each; smaller programs stay one function, their source as before. (The
+# parts' own cost, a call a part and a list move a value crossing them: 0.5-1.3 us a 100
+# steps on the development CPU, against 7-8 us for the one function's own lines with every
+# call stubbed, and its launches' host time above that.)
+_FRAME_SLOTS = 256
+_PART_SLOTS = 128
+
+
 def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes, lengths=None) -> Any:
     """The steps as one generated function of the arguments (a local a slot), as the ready
-    key and the binder are: no loop over step objects, no list of slots."""
+    key and the binder are: no loop over step objects, no list of slots. A large program is
+    split in parts (`_part_starts`, `_parted`), each a function of its own."""
     env: dict[str, Any] = {"EvalContext": EvalContext, "device": device, "sizes": sizes, "follow": _follow}
-    lines: list[Optional[str]] = ["def run(args):"]
-    if n_inputs:
-        lines.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
     frees = any(isinstance(step, (_KernelStep, BatchStep)) and step.into for step in steps)
     if frees:  # (once: the arguments' overlap)
         env["disjoint"] = Disjoint(lengths)
-        lines.append(f"    free = disjoint(({''.join(f's{m}, ' for m in range(n_inputs))}))")
+    part_starts = _part_starts(steps, n_inputs)
+    # the arguments as one value: in parts, `args` (its slots are not locals there)
+    arguments = "args" if part_starts else f"({''.join(f's{m}, ' for m in range(n_inputs))})"
     readers: dict[int, list] = collections.defaultdict(list)
     for step in steps:
-        for k in step.ins if isinstance(step, (_KernelStep, BatchStep)) else [k for _, k in step.fill]:
+        for k in _reads(step):
             readers[k].append(step)
     read_once = {k for k, found in readers.items() if len(found) == 1 and k not in outputs}
     # slots whose readers all make new tensors of them (a kernel, a matmul, a linear): an
@@ -155,7 +170,12 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
         isinstance(r, (_KernelStep, BatchStep)) or function_form(r.expr) is not None for r in found)}
     permuted: dict[int, tuple] = {}  # slot -> (its source slot, dims, its line, its dims' name)
     uses_rules = False
+    lines: list[Optional[str]] = []  # the steps' lines, step i's from starts[i]
+    starts: list[int] = []
     for i, step in enumerate(steps):
+        starts.append(len(lines))
+        if i in part_starts:  # (a permute is composed with one of its own part only)
+            permuted.clear()
         if isinstance(step, BatchStep):  # (its members read the arguments only)
             env[f"B{i}"] = step
             lines.append(f"    r = B{i}({'free' if frees else 'True'}, args)")
@@ -172,7 +192,6 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             if inline is None and step.into:
                 env[f"D{i}"], env[f"E{i}"], env["into_destinations"], env["offered"] = \
                     step.launch, step.into, into_destinations, offered
-                arguments = f"({''.join(f's{m}, ' for m in range(n_inputs))})"
                 call = f"K{i}({ins}, device, into_destinations(D{i}, offered(E{i}, {arguments})))"
             lines += [f"    {line}" for line in inline] if inline is not None else [f"    r = {call}"]
             lines.append(f"    if L{i}.last_source is not K{i}.source:")
@@ -203,12 +222,93 @@ def _straight_line(steps: list, n_inputs: int, outputs: list[int], device, sizes
             lines.append(f"    r = R{i}(E{i}, [{', '.join(args)}], ctx)")
             uses_rules = True
         lines += [f"    s{k} = r[{j}]" for j, k in enumerate(step.outs)]
-    lines.append(f"    return [{', '.join(f's{k}' for k in outputs)}]")
-    if uses_rules:  # (a context a call: it caches per-execution views, a weight's transpose)
-        lines.insert(2 if n_inputs else 1, "    ctx = EvalContext(None, device, sizes=sizes)")
-    source = "\n".join(line for line in lines if line is not None)
+    # (a context a call: it caches per-execution views, a weight's transpose)
+    context = ["    ctx = EvalContext(None, device, sizes=sizes)"] if uses_rules else []
+    if part_starts:
+        source = "\n".join(_parted(steps, lines, starts, part_starts, n_inputs, outputs, env, context, frees))
+    else:
+        head = ["def run(args):"]
+        if n_inputs:
+            head.append(f"    {''.join(f's{k}, ' for k in range(n_inputs))}= args")
+        head += context
+        if frees:
+            head.append(f"    free = disjoint({arguments})")
+        lines.append(f"    return [{', '.join(f's{k}' for k in outputs)}]")
+        source = "\n".join(line for line in head + lines if line is not None)
     exec(compile(source, f"<fuser ready program of {len(steps)} steps>", "exec"), env)
     return env["run"]
+
+
+def _reads(step) -> list[int]:
+    """The slots a step reads."""
+    return step.ins if isinstance(step, (_KernelStep, BatchStep)) else [k for _, k in step.fill]
+
+
+def _named(step) -> list[int]:
+    """The slots a step's lines name: what it reads, and for a kernel the arguments it may
+    write into (a batched launch reads `args` itself)."""
+    if isinstance(step, BatchStep):
+        return []
+    return _reads(step) + [j for _, j in step.into] if isinstance(step, _KernelStep) else _reads(step)
+
+
+def _part_starts(steps: list, n_inputs: int) -> list[int]:
+    """The steps at which the program's parts start, or none where one function's frame
+    stays within `_FRAME_SLOTS`: a local a slot, an operand stack as deep as the arguments
+    it unpacks (CPython builds a list of more than 30 an element at a time: the outputs', a
+    step's inputs'). A part ends before the step that would take its slots past
+    `_PART_SLOTS`, counting the names a kernel's inline launch adds (on a GPU: its stream,
+    its inputs' addresses)."""
+    made = sum(len(step.outs) for step in steps)
+    if not steps or n_inputs + made + max(n_inputs, 32) <= _FRAME_SLOTS:  # (no calls made from it: one)
+        return []
+    starts, held, extra = [0], set(), 0
+    for i, step in enumerate(steps):
+        slots = set(_named(step)) | set(step.outs)
+        more = len(slots) + 4 if isinstance(step, (_KernelStep, BatchStep)) else 0
+        if held and len(held | slots) + extra + more > _PART_SLOTS:
+            starts.append(i)
+            held, extra = set(), 0
+        held |= slots
+        extra += more
+    return starts
+
+
+def _parted(steps: list, lines: list, starts: list[int], part_starts: list[int], n_inputs: int,
+            outputs: list[int], env: dict, context: list[str], frees: bool) -> list[str]:
+    """The source of a program in parts: `run` keeps the slots in a list `s` (the arguments,
+    then what each part made that a later part reads or the program returns) and calls part
+    P<n> for each part, a function with a local a slot it reads or makes (`lines[starts[i]:]`
+    for its steps i), its values taken from `s` at its start and put there at its end."""
+    params = "s, args" + (", free" if frees else "") + (", ctx" if context else "")
+    later_reads = collections.Counter(outputs)  # (reads at or after the part being written)
+    for step in steps:
+        later_reads.update(_reads(step))
+    made = n_inputs + sum(len(step.outs) for step in steps)
+    env["FILL"] = [None] * (made - n_inputs)
+    head = ["def run(args):", "    s = list(args)", "    s += FILL"] + context
+    if frees:
+        head.append("    free = disjoint(args)")
+    parts: list[str] = []
+    bounds, ends = part_starts + [len(steps)], starts + [len(lines)]
+    for n, (first, after) in enumerate(zip(bounds, bounds[1:])):
+        taken: dict[int, None] = {}  # (in the order read)
+        own: set[int] = set()
+        for step in steps[first:after]:
+            taken.update((k, None) for k in _named(step) if k not in own)
+            own.update(step.outs)
+            later_reads.subtract(_reads(step))
+        parts.append(f"def P{n}({params}):")
+        parts += [f"    s{k} = s[{k}]" for k in taken]
+        parts += [line for line in lines[ends[first]:ends[after]] if line is not None]
+        parts += [f"    s[{k}] = s{k}" for k in sorted(own) if later_reads[k] > 0]
+        head.append(f"    P{n}({params})")
+    if len(outputs) > 1:  # (their list from one C call, none of them on the operand stack)
+        env["OUT"] = operator.itemgetter(*outputs)
+        head.append("    return [*OUT(s)]")
+    else:
+        head.append(f"    return [{''.join(f's[{k}]' for k in outputs)}]")
+    return parts + head
 
 
 def _permute_line(lines: list, env: dict, i: int, source: int, dims: tuple, out: int, read_once: set,
