@@ -309,11 +309,11 @@ class JitFunction:
             stats.this_call, self._ran_uncompiled = outer_graphs | stats.this_call, outer_frames
 
     def _uncompiled_once(self, frame: Any, e: Exception) -> Any:
-        """Where Dynamo failed on a frame after a graph break (or a callee's frame), what has it
-        run that frame as it is, once: the call's earlier graphs ran, so the call cannot run
-        again, and an error of the user's is then raised as eager raises it (what follows is
-        `_report_uncompiled`'s). None for the function's first frame (its failure is the
-        call's: `_failure`)."""
+        """Where Dynamo failed on a frame after a graph break (or a callee's frame): the frame
+        callback's return that runs that frame as it is, once. The call's earlier graphs ran,
+        so the call cannot run again, and an error of the user's is then raised as eager raises
+        it (what follows is `_report_uncompiled`'s). None for the function's first frame (its
+        failure is the call's: `_failure`)."""
         code = getattr(frame, "f_code", None)
         if code is None or code is self._entry_code:
             return None
@@ -490,7 +490,8 @@ class JitModule(torch.nn.Module):
         own = (_strip_wrapped_prefix, _add_wrapped_prefix, _report_wrapped_keys)  # (made again)
         hooks = {name: {k: h for k, h in getattr(self, name).items() if getattr(h, "hook", h) not in own}
                  for name in _MODULE_HOOKS}
-        return _jit_module, (self._orig_mod, self._jit_options), {"hooks": hooks, "full_backward": self._is_full_backward_hook}
+        state = {"hooks": hooks, "full_backward": self._is_full_backward_hook}
+        return _jit_module, (self._orig_mod, self._jit_options), state
 
     def __setstate__(self, state: dict) -> None:
         """The hooks registered on the jitted module itself, into its copy."""
