@@ -145,8 +145,9 @@ def decompositions() -> dict:
     for op in (aten.huber_loss.default, aten.soft_margin_loss.default):
         if op in table:
             table[op] = _loss_of_input_dtype(table[op])
-    if aten.huber_loss_backward.default in table:
-        table[aten.huber_loss_backward.default] = _whole_for_other_target_type(table[aten.huber_loss_backward.default])
+    huber_backward = aten.huber_loss_backward.default
+    if huber_backward in table:
+        table[huber_backward] = _whole_for_other_target_type(table[huber_backward])
     # the scalar checks of eager's kernels, which the decompositions lack: celu's alpha of 0
     # (divided by), smooth_l1_loss's negative beta (both computed a value)
     for op in (aten.celu.default, aten.celu_.default):
@@ -699,25 +700,27 @@ def _expanded_inputs(names: list[str], inputs: Any) -> list[str]:
     """Each of `inputs` more than one of whose elements share memory (an expanded one), by its
     name in `names`, shape and strides."""
     return [f"{name} (shape {list(value.shape)}, strides {list(value.stride())})"
-            for name, value in zip(names, inputs)
-            if isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1]
+            for name, value in zip(names, inputs) if _is_expanded(value)]
 
 
-def _aot_refuses_expanded_writes(e: RuntimeError, gm: torch.fx.GraphModule, example_inputs: list) -> bool:
+def _is_expanded(value: Any) -> bool:
+    """Whether `value` is a tensor more than one of whose elements share memory."""
+    return isinstance(value, torch.Tensor) and torch._debug_has_internal_overlap(value) == 1
+
+
+def _aot_refuses_expanded_writes(e: RuntimeError, example_inputs: list) -> bool:
     """Whether `e` is eager's refusal of a write to elements sharing memory, met by AOTAutograd
     writing back a mutated input that is expanded. Its functional form writes the whole input
     back, which the refusal meets even where the function writes a part whose elements share
     no memory (`x[0] = 3.0` of `x = row.expand(4, 8)`), which eager runs."""
-    names = [name for name, _ in _named_inputs(gm, example_inputs)]
-    return _SHARED_ELEMENTS in str(e) and bool(_expanded_inputs(names, example_inputs))
+    return _SHARED_ELEMENTS in str(e) and any(_is_expanded(t) for t in example_inputs)
 
 
 def _writes_expanded_input(example_inputs: list, mutated: list[int]) -> bool:
     """Whether an input the graph writes (`mutated`) is expanded. In training AOTAutograd
     compiles such a graph and refuses only at the call, when its runtime writes the whole input
     back (`_aot_refuses_expanded_writes`)."""
-    written = (example_inputs[k] for k in mutated)
-    return any(isinstance(t, torch.Tensor) and torch._debug_has_internal_overlap(t) == 1 for t in written)
+    return any(_is_expanded(example_inputs[k]) for k in mutated)
 
 
 class _ExpandedWrites:
@@ -979,7 +982,7 @@ class FuserBackend:
             except RuntimeError as e:  # (NotImplementedError among them)
                 if _lacks_derivative(e):
                     raise _not_differentiable(e) from e
-                if not _aot_refuses_expanded_writes(e, gm, example_inputs):
+                if not _aot_refuses_expanded_writes(e, example_inputs):
                     raise
                 compiled = _Counted(_ExpandedWrites(gm, example_inputs), record)
             except AssertionError as e:
@@ -1001,8 +1004,9 @@ class FuserBackend:
         mutated = _mutated_inputs(n_inputs)
         if mutated and not isinstance(compiled, _Counted) and _writes_expanded_input(example_inputs, mutated):
             compiled = _Counted(_ExpandedWrites(gm, example_inputs), record)
-        record.writes_inputs = bool(mutated) or (isinstance(compiled, _Counted) or _input_info() is None) and \
-            may_write_inputs(gm)
+        # (where AOTAutograd's metadata is not the graph's own, Dynamo's graph tells)
+        metadata_silent = isinstance(compiled, _Counted) or _input_info() is None
+        record.writes_inputs = bool(mutated) or (metadata_silent and may_write_inputs(gm))
         written = [k for k in mutated if k in arguments]
         if written and not isinstance(compiled, _Counted):
             compiled = _AliasedWrites(compiled, _Counted(gm, record), written, arguments)

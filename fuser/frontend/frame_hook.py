@@ -32,9 +32,9 @@ def run_eagerly_once() -> Any:
 
 
 def compile_again(code: Any) -> None:
-    """Undoes the mark Dynamo leaves on a code object whose frame callback raised (run it
-    uncompiled from then on), so that its next call is compiled; a torch without the setting
-    keeps the mark."""
+    """Undoes the mark Dynamo leaves on a code object it traced no graph from (run it
+    uncompiled from then on: a frame that raised the user's error), so that its next call is
+    compiled; a torch without the setting keeps the mark."""
     try:
         from torch._C._dynamo.eval_frame import set_code_exec_strategy
         from torch._dynamo.types import FrameAction, FrameExecStrategy

@@ -8,12 +8,13 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ..errors import UnsupportedError
+from ..ir import DataType
+
 # dtypes torch.testing.make_tensor cannot draw: drawn in float32, then converted
 _CONVERTED = {t for t in (getattr(torch, n, None) for n in (
     "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32",
     "uint64")) if t is not None}
-# packed types no conversion makes (two fp4 codes a byte): random bytes, viewed as the type
-_BYTES = {t for t in (getattr(torch, n, None) for n in ("float4_e2m1fn_x2",)) if t is not None}
 
 
 def python_literal(v: Any) -> str:
@@ -37,7 +38,7 @@ def _tensor(t: torch.Tensor, index_bound: int) -> str:
     # the elements a strided view spans: a flat tensor of that many, viewed with t's strides
     span = 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride))
     drawn = size if dense else (span,)
-    if t.dtype in _BYTES:
+    if _opaque(t.dtype):  # (packed fp4, which no conversion makes: random bytes, viewed as the type)
         text = f"torch.randint(0, 256, {drawn}, dtype=torch.uint8, device={device!r}).view({t.dtype})"
     elif t.dtype in _CONVERTED:
         text = f"torch.testing.make_tensor({drawn}, dtype=torch.float32, device={device!r}).to({t.dtype})"
@@ -46,6 +47,13 @@ def _tensor(t: torch.Tensor, index_bound: int) -> str:
     else:  # (an index, likely: drawn where every input's axes have a place)
         text = f"torch.testing.make_tensor({drawn}, dtype={t.dtype}, device={device!r}, low=0, high={index_bound})"
     return text if dense else f"{text}.as_strided({size}, {stride})"
+
+
+def _opaque(dtype: torch.dtype) -> bool:
+    try:
+        return DataType.from_torch(dtype).is_opaque
+    except UnsupportedError:  # (a type no definition takes: drawn as any other)
+        return False
 
 
 def describe_inputs(inputs: Sequence[Any]) -> list[str]:

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import FusionInputError, ValidationError
 from ..evaluate.binding import bind_inputs
-from ..ir import Fusion, ReductionOp, TensorView, VarMeanOp
+from ..ir import DataType, Fusion, ReductionOp, TensorView, VarMeanOp
 
 # (rtol, atol) of one rounding-free op per dtype; a reduction of n elements scales atol by sqrt(n)
 _TOLERANCE = {
@@ -41,7 +41,7 @@ def check_outputs(fusion: Fusion, outs: Sequence[Any], references: Sequence[Any]
             raise ValidationError(f"validate: output {k} is {out.dtype}, its reference {ref.dtype}; "
                                   f"cast the reference if the output's type is meant")
         ref = ref.to(out.device)
-        if out.dtype in _PACKED:  # (two fp4 codes a byte, which torch cannot convert: equal bytes)
+        if DataType.from_torch(out.dtype).is_opaque:  # (packed fp4, which torch cannot convert: equal bytes)
             out, ref = out.view(torch.uint8), ref.view(torch.uint8)
         if not (out.is_floating_point() or out.is_complex()):
             if not torch.equal(out, ref):
@@ -64,8 +64,6 @@ def _comparable(out: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, tor
         return out.float(), ref.float()
     return out, ref
 
-
-_PACKED = {t for t in (getattr(torch, n, None) for n in ("float4_e2m1fn_x2",)) if t is not None}
 
 
 def _reduction_widths(fusion: Fusion, inputs: Sequence[Any]) -> dict[int, int]:

@@ -131,14 +131,7 @@ class Segmenter:
     def between(self, start: _Group, edges: Callable[[_Group], set[_Group]], low: int, high: int) -> list[_Group]:
         """The groups placed strictly between `low` and `high` that `start` reaches along
         `edges` (consumers or producers) through such groups only."""
-        stack = [h for h in edges(start) if low < h.pos < high]
-        seen: dict[_Group, None] = {}
-        while stack:
-            h = stack.pop()
-            if h not in seen:
-                seen[h] = None
-                stack.extend(n for n in edges(h) if low < n.pos < high)
-        return list(seen)
+        return list(_reached(edges(start), edges, lambda h: low < h.pos < high))
 
     def place_union(self, a: _Group, b: _Group) -> int:
         """Keep `pos` a topological order as `a` and `b` become one group (neither reaching
@@ -353,14 +346,7 @@ class Segmenter:
                         within: Callable[[_Group], bool]) -> set[_Group]:
         """The groups `within` a span of the topological order that `g` reaches along `edges`
         (consumers or producers) through another group (so through groups within it only)."""
-        stack = [n for h in edges(g) if within(h) for n in edges(h)]
-        seen: set[_Group] = set()
-        while stack:
-            h = stack.pop()
-            if h not in seen and within(h):
-                seen.add(h)
-                stack.extend(edges(h))
-        return seen
+        return _reached([n for h in edges(g) if within(h) for n in edges(h)], edges, within)
 
     def tensors_read(self, g: _Group) -> dict[int, None]:
         """The ids of the tensors `g`'s exprs read (its own values too), in order."""
@@ -506,3 +492,15 @@ def segment_fusion(fusion: Fusion, try_kernel: Optional[TryKernel] = None,
         return [Segment(SegmentKind.evaluator, exprs, inputs, outputs, why="ATen evaluation")]
     with phase("segmentation"):
         return Segmenter(fusion, exprs, try_kernel, capable or (lambda e: True)).run()
+
+
+def _reached(starts, edges: Callable[[_Group], set[_Group]], within: Callable[[_Group], bool]) -> set[_Group]:
+    """The groups `within` a span that a walk along `edges` from `starts` meets, passing
+    through groups within it only."""
+    stack, seen = list(starts), set()
+    while stack:
+        h = stack.pop()
+        if h not in seen and within(h):
+            seen.add(h)
+            stack.extend(edges(h))
+    return seen
