@@ -7,9 +7,10 @@ equal, they become literally one symbol, or a recorded constraint checked at eve
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from contextlib import contextmanager
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import sympy
 
@@ -18,6 +19,12 @@ from .domain import IterDomain, TensorDomain
 from .nodes import Expr, Scalar, TensorView, Val
 from .symbolic import Extent, ExtentLike, as_extent, is_static, is_symbol, make_symbol
 from .types import DataType, IterType, ParallelType
+
+
+def _find(parent: dict, e: Any) -> Any:
+    while parent.get(e, e) != e:
+        e = parent[e]
+    return e
 
 
 def live_exprs(exprs: Sequence[Expr], outputs: Sequence[Val]) -> list[Expr]:
@@ -64,6 +71,8 @@ class Fusion:
         self.final: Optional[str] = None
         # (object, attribute, old value) of each change made inside all_or_nothing, else None
         self._undo: Optional[list[tuple[Any, str, Any]]] = None
+        # (the constraints list, its length, union-find parents) behind `equal_extents`
+        self._equal_classes: Optional[tuple[list, int, dict]] = None
 
     def check_open(self, what: str) -> None:
         if self.final is not None:
@@ -225,6 +234,20 @@ class Fusion:
                 return other
         self.constraints.append((a, b, why))
         return a
+
+    def equal_extents(self) -> Callable[[Extent], Extent]:
+        """extent -> a representative of the extents `unify` made equal by a constraint (two
+        derived expressions, such as the length of a slice_scatter's pieces and the size it
+        fills). Built once per state of the constraints: planning asks for every group."""
+        cached = self._equal_classes
+        if cached is None or cached[0] is not self.constraints or cached[1] != len(self.constraints):
+            parent: dict = {}
+            for a, b, _ in self.constraints:
+                ra, rb = _find(parent, a), _find(parent, b)
+                if ra != rb:
+                    parent[rb] = ra
+            cached = self._equal_classes = (self.constraints, len(self.constraints), parent)
+        return functools.partial(_find, cached[2])
 
     def substitute(self, mapping: dict, why: Optional[str] = None) -> None:
         """Rewrite extents by `mapping` everywhere; `why` (the op that asked) becomes the

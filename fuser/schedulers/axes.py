@@ -153,24 +153,6 @@ def _keepdim_links(exprs: Sequence[Expr], reduced: set[int]):
                 collapsed[id(e.out)] = full
 
 
-def _constrained_equal(tensors: Sequence[TensorView]):
-    """extent -> a representative of the extents the fusion made equal (`Fusion.unify` of two
-    derived expressions: a constraint binding checks, such as the length of a slice_scatter's
-    pieces and the size it fills)."""
-    fusion = tensors[0].fusion if tensors else None
-    parent: dict = {}
-
-    def find(e):
-        while parent.get(e, e) != e:
-            e = parent[e]
-        return e
-    for a, b, _ in getattr(fusion, "constraints", ()):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[rb] = ra
-    return find
-
-
 def concrete_extent(d: IterDomain) -> Optional[Extent]:
     if d.expanded_extent is not None:
         return d.expanded_extent
@@ -303,7 +285,8 @@ def analyze_axes(exprs: Sequence[Expr], outputs: Sequence[TensorView] = (),
     # the tensors iterated over the loop space: the outputs, and what reductions read
     level = [o for o in outputs if isinstance(o, TensorView)] + [
         e.inp for e in exprs if isinstance(e, (ReductionOp, VarMeanOp))]
-    same = _constrained_equal(tensors) if resized_roots else None
+    fusion = tensors[0].fusion if resized_roots else None
+    same = fusion.equal_extents() if fusion is not None else (lambda e: e)
     for root in resized_roots:
         found = {concrete_extent(d) for o in level for d in o.domain.no_reductions()
                  if uf.find(id(d)) == root and concrete_extent(d) is not None}

@@ -78,3 +78,21 @@ def test_compiled_extent_names_the_missing_symbol():
 def test_format_negated_term():
     text = format_extent(5 - i0)
     assert "* -1" not in text, text
+
+
+def test_equal_extents_follow_new_constraints_and_substitutions():
+    """`Fusion.equal_extents` is built once per state of the constraints (planning asks it for
+    every group) and must still see a constraint added, or an extent rewritten, after that."""
+    from fuser.ir.fusion import Fusion
+
+    f = Fusion()
+    a, b, c = (make_symbol(f"e{k}") for k in range(3))
+    f._input_symbols |= {a, b, c}  # (inputs' symbols: unify keeps them, adding constraints)
+    f.unify(a + 1, b * 2, "first")
+    same = f.equal_extents()
+    assert same(a + 1) == same(b * 2) and same(c + 3) != same(a + 1)
+    f.unify(c + 3, b * 2, "second")
+    same = f.equal_extents()
+    assert same(c + 3) == same(a + 1)
+    f.substitute({c: a})
+    assert f.equal_extents()(a + 3) == f.equal_extents()(b * 2)
