@@ -138,6 +138,11 @@ def decompositions() -> dict:
         op = getattr(getattr(aten, name, None), "default", None)
         if op in table:
             table[op] = _empty_safe_loss_backward(table[op])
+    # group norm's backward divides by a group's element count in Python (float division by zero
+    # for an empty spatial extent, where eager returns an empty input gradient)
+    if aten.native_group_norm_backward.default in table:
+        table[aten.native_group_norm_backward.default] = _empty_safe_group_norm_backward(
+            table[aten.native_group_norm_backward.default])
     # huber and soft margin losses: eager's kernels write the elementwise loss into a tensor of the
     # input's type (a wider target's promotion gave an fp32 loss of a bf16 input); huber's
     # backward kernel refuses a target of another type, which the decomposition computed: kept
@@ -234,6 +239,21 @@ def _empty_safe_loss_backward(decomposition):
         if x.numel() == 0:
             return torch.zeros_like(x)
         return decomposition(grad_output, x, *args, **kwargs)
+    return decompose
+
+
+def _empty_safe_group_norm_backward(decomposition):
+    """Group norm's backward, its input gradient the empty tensor it is where a group has no
+    elements; the weight's and bias's gradients the decomposition's (eager's: NaN and 0, from
+    the NaN 1/std of an empty group)."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    def decompose(grad_output, x, mean, rstd, weight, N, C, HxW, group, output_mask):
+        if not (output_mask[0] and guard_or_false(HxW * (C // group) == 0)):
+            return decomposition(grad_output, x, mean, rstd, weight, N, C, HxW, group, output_mask)
+        _, grad_weight, grad_bias = decomposition(grad_output, x, mean, rstd, weight, N, C, HxW, group,
+                                                  [False, *output_mask[1:]])
+        return torch.zeros_like(x), grad_weight, grad_bias
     return decompose
 
 
@@ -414,20 +434,32 @@ def _interpolates_empty(node: torch.fx.Node, name: str) -> bool:
     return any(extent == 0 for extent in (*x.shape[2:], *y.shape[2:]))
 
 
+def _drops_out_outside_unit_range(node: torch.fx.Node, name: str) -> bool:
+    """Whether `node` is a dropout (F.dropout, torch.dropout) whose probability is a number
+    outside [0, 1] or NaN. Eager raises "dropout probability has to be between 0 and 1"; torch's
+    decomposition of aten.dropout, registered at the Autograd key (so above fuser's table), lacks
+    the check: out of training it copied the input, in training bernoulli_ raised its own error.
+    (The other dropouts' ATen checks run on Dynamo's fake tensors already.)"""
+    if name != "dropout" or not node.args:
+        return False
+    p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p")
+    return isinstance(p, float) and not 0.0 <= p <= 1.0
+
+
 def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:
     """Whether Dynamo's graph runs as traced, unfused: it calls one of those functions where
     its result (the type its operands promote to) is one eager refuses, or an op eager has no
     float8 form of on a float8 tensor, or an in-place op whose result its tensor cannot hold
     (running it raises eager's own error; an integer target of mse_loss promotes with the
     float input: computed), or one torch decomposes wrongly, or an interpolation from or to
-    an empty extent (eager raises its own error)."""
+    an empty extent, or a dropout of a probability outside [0, 1] (eager raises its own error)."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         name = (node.target if node.op == "call_method" else getattr(node.target, "__name__", "")).rstrip("_")
         if name in _DECOMPOSED_WRONGLY or _float8_refused(node, name) or writes_uncastable_result(node):
             return True
-        if _interpolates_empty(node, name):
+        if _interpolates_empty(node, name) or _drops_out_outside_unit_range(node, name):
             return True
         refused = _INPUT_REFUSED.get(name)
         if refused is not None and node.args and isinstance(node.args[0], torch.fx.Node):

@@ -25,6 +25,8 @@ def _floating_dtype(b, node) -> DataType:
     dtype = b.meta(node).dtype
     if not dtype.is_floating_point:
         raise LoweringError(f"random numbers of dtype {dtype}")
+    if dtype.itemsize < 2:  # float8 or packed fp4: through ATen, which has no random kernel of them (eager's error)
+        raise LoweringError(f"random numbers of the one-byte float {dtype}")
     return DataType.from_torch(dtype)
 
 
