@@ -43,6 +43,8 @@ from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
 
 _FALLBACKS = ("error", "eager")
+# the innermost torch.func transform a call runs under (None outside any: a plain call)
+_functorch_transform = getattr(torch._C._functorch, "peek_interpreter_stack", lambda: None)
 _DYNAMIC = (True, False, None, "rows")  # (named in the error for any other)
 
 
@@ -248,6 +250,12 @@ class JitFunction:
         if _forward_ad._current_level >= 0:
             # inside torch.autograd.forward_ad.dual_level: Dynamo's guards do not see a tangent,
             # and fuser's kernels read only the primal, so the tangents would be lost silently
+            return self._fn(*args, **kwargs)
+        if _functorch_transform() is not None:
+            # under a torch.func transform (vmap, grad, jacrev; functional_call in vmap for an
+            # ensemble): functorch runs the function op by op anyway, and Dynamo, tracing it
+            # there, marked its code to run uncompiled for good (every later plain call, of
+            # every instance of a module's class, ran eagerly)
             return self._fn(*args, **kwargs)
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized or on another device; a nested one makes them raise)
@@ -861,16 +869,23 @@ def _random_state_kept(args: tuple, kwargs: dict):
 
 def _op_failed_while_tracing(e: Exception) -> bool:
     """Whether `e` is Dynamo's report of an op that raised on the traced tensors: a
-    RuntimeError comes wrapped; an IndexError (`x[7]`, an index past a size) passes through
-    as the fake tensor raised it, its message naming symbols (`size s77`; the user's own
-    IndexError, a list's, is raised as it is, without running the function again). An
-    IndexError raised while the compiled program runs (an ATen op's, a position past the end
-    on the real tensors) is no tracing failure: the program's in-place writes before it have
-    run, as eager's have, so that running the function again would apply them twice."""
+    RuntimeError comes wrapped, in a TorchRuntimeError, or in an InternalTorchDynamoError where
+    Dynamo ran the op itself (a custom autograd.Function's forward: `ctx.mark_dirty` of a leaf
+    that requires grad), its cause then raised by torch's op code, not Dynamo's; an IndexError
+    (`x[7]`, an index past a size) passes through as the fake tensor raised it, its message
+    naming symbols (`size s77`; the user's own IndexError, a list's, is raised as it is,
+    without running the function again). An IndexError raised while the compiled program runs
+    (an ATen op's, a position past the end on the real tensors) is no tracing failure: the
+    program's in-place writes before it have run, as eager's have, so that running the
+    function again would apply them twice."""
     try:
-        from torch._dynamo.exc import TorchRuntimeError
+        from torch._dynamo.exc import InternalTorchDynamoError, TorchRuntimeError
     except ImportError:  # pragma: no cover
         return False
+    if isinstance(e, InternalTorchDynamoError):
+        wrapped = e.__cause__ or e.__context__  # (Dynamo rewraps it `from None`: the context)
+        return isinstance(wrapped, RuntimeError) and not isinstance(wrapped, FuserError) \
+            and _raised_in_torch_op(wrapped)
     return isinstance(e, TorchRuntimeError) or (isinstance(e, IndexError) and _raised_while_compiling(e) and (
         _SYMBOL.search(str(e)) is not None or _raised_in_torch_op(e)))
 

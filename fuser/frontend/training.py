@@ -276,12 +276,7 @@ class _Fused(torch.autograd.Function):
                 # the gradients would depend on values that need gradients, through kernels
                 # that record no autograd graph: differentiating them (a gradient penalty)
                 # would treat them as constants, silently
-                raise UnsupportedError(
-                    "fuser: create_graph=True through the backward of a function compiled by fuser "
-                    "(fuser.jit or torch.compile(backend=\"fuser\")) is not supported: its backward "
-                    "runs generated kernels, which record no autograd graph, so gradients of its "
-                    "gradients would be silently wrong; take the gradient of the eager function for "
-                    "a higher-order term")
+                raise UnsupportedError(_CREATE_GRAPH_REFUSED)
             if any(g is not None and g.requires_grad for g in grads):
                 # the gradients depend on the incoming ones alone (a linear function's): the
                 # graph's ATen ops record how, for the gradient's own gradient
@@ -319,6 +314,12 @@ class _Fused(torch.autograd.Function):
 
 
 _NoneType = type(None)
+_CREATE_GRAPH_REFUSED = (
+    "fuser: create_graph=True through the backward of a function compiled by fuser "
+    "(fuser.jit or torch.compile(backend=\"fuser\")) is not supported: its backward "
+    "runs generated kernels, which record no autograd graph, so gradients of its "
+    "gradients would be silently wrong; take the gradient of the eager function for "
+    "a higher-order term")
 # whether a backward's ctx tells the sizes of the outputs' gradients (to fill those not given)
 _OUTPUT_METADATA = hasattr(torch._C._FunctionBase, "_input_metadata")
 
@@ -372,6 +373,9 @@ class TrainingCall:
         self.settled = False  # the direct form was built, or can never be
         forward = [p for p in record.programs if p.kind == "forward"]
         self.unused = UnusedGradients(forward[0].plan.graph, facts) if len(forward) == 1 else None
+        # the inputs the backward reads, as they are or through values the forward computed
+        # from them (None: not known, every input counted)
+        self.read_by_backward = _saved_from(forward[0].plan.graph, facts) if len(forward) == 1 else None
 
     def __call__(self, *args: Any) -> Any:
         if not self.settled:
@@ -398,13 +402,26 @@ class TrainingCall:
 
     def _through_aot(self, args: tuple) -> Any:
         """AOTAutograd's compiled function, its autograd node hooked to give no gradient to the
-        inputs that reach no output given one (AOTAutograd's backward returns zeros for them)."""
+        inputs that reach no output given one (AOTAutograd's backward returns zeros for them),
+        and to refuse create_graph=True where `_Fused` refuses it: AOTAutograd's backward runs
+        fuser's backward program, whose gradients a second backward (a Hessian's, whose input
+        is a view needing grad) took as constants, silently zeros."""
         outs = self.aot_compiled(*args)
-        if self.unused is not None:
-            node = _aot_node(outs, self.facts)
-            if node is not None:
+        node = _aot_node(outs, self.facts)
+        if node is not None:
+            if self.unused is not None:
                 node.register_hook(functools.partial(_drop_unused, self.unused))
+            if self._reads_values_needing_grad(node):
+                node.register_prehook(_refuse_create_graph)
         return outs
+
+    def _reads_values_needing_grad(self, node: Any) -> bool:
+        """Whether the backward of AOTAutograd's `node` reads an input that needs a gradient or
+        a value the forward computed from one (`_Fused`'s test, from the node's edges: an input
+        needing none has no edge)."""
+        needs = [edge is not None for edge, _ in node.next_functions]
+        read = range(len(needs)) if self.read_by_backward is None else self.read_by_backward
+        return any(needs[k] for k in read)
 
 
 def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
@@ -418,6 +435,26 @@ def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
                 and len(node.next_functions) == facts.n_inputs:
             return node
     return None
+
+
+def _saved_from(graph: torch.fx.GraphModule, facts: ForwardFacts) -> Optional[frozenset]:
+    """The positions of the forward graph's inputs that its saved tensors (the outputs after
+    the user's) are or are computed from; None where the graph's outputs do not tell."""
+    nodes = list(graph.graph.nodes)
+    out = next(n for n in nodes if n.op == "output").args[0]
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if not isinstance(out, (list, tuple)) or len(out) < facts.n_user or len(placeholders) != facts.n_inputs:
+        return None
+    saved = [n for n in out[facts.n_user:] if isinstance(n, torch.fx.Node)
+             and isinstance(n.meta.get("val"), torch.Tensor)]
+    return _input_positions_under(saved, placeholders)
+
+
+def _refuse_create_graph(grad_outputs: tuple) -> None:
+    """A pre-hook of AOTAutograd's node whose backward reads values that need gradients: a
+    backward with create_graph=True (grad mode on while it runs) raises, as `_Fused`'s does."""
+    if torch.is_grad_enabled():
+        raise UnsupportedError(_CREATE_GRAPH_REFUSED)
 
 
 def _drop_unused(unused: UnusedGradients, grad_inputs: tuple, grad_outputs: tuple) -> Optional[tuple]:
