@@ -50,8 +50,11 @@ class ReductionEmitter:
             return "0.0" if floating else "0"
         if kind is ReductionOpType.prod:
             return "1.0" if floating else "1"
+        # a Bool max/min (any, all) keeps int1: tl.where(mask, b, 0) would be an int32, which a
+        # later tl.where takes as a non-boolean condition (deprecated, an error in Triton to
+        # come) and which changes a loop-carried int1 accumulator's type
         lo, hi = {DataType.Int: ("-9223372036854775808", "9223372036854775807"),
-                  DataType.Int32: ("-2147483648", "2147483647"), DataType.Bool: ("0", "1")}.get(
+                  DataType.Int32: ("-2147483648", "2147483647"), DataType.Bool: ("False", "True")}.get(
                       dt, ("float('-inf')", "float('inf')"))
         return lo if kind is ReductionOpType.max else hi
 

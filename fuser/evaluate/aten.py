@@ -381,11 +381,21 @@ _INDEXING_NAMES = {IndexSelectOp: ("index_select", ("arg", "index")), SelectOp: 
                    EmbeddingFwdOp: ("embedding_fwd", ("input", "weight"))}
 
 
+# ATen's words for a scalar it cannot convert to a tensor's dtype (torch.scatter's value form)
+_VALUE_CONVERSION = "value cannot be converted"
+
+
 def _indexing(e: Expr, call: Callable[[], Any]) -> list:
     try:
         return [call()]
     except (IndexError, RuntimeError, AssertionError) as err:  # (embedding asserts its padding_idx)
         name, args = _INDEXING_NAMES[type(e)]
+        if isinstance(e, ScatterOp) and not isinstance(e.inputs[2], TensorView) and _VALUE_CONVERSION in str(err):
+            # a scalar input's value the arg's dtype cannot hold (a constant one is refused when
+            # defined: ops/indexing.py): the value's fault, not the index's
+            arg, src = e.inputs[0], e.inputs[2]
+            raise FusionInputError(f"{name}: the value of src {format_val(src)} is out of the range of arg's dtype "
+                                   f"{arg.dtype} ({err}); arg {format_val(arg)}") from err
         if isinstance(e, GatherOp) and e.take_along_axis:
             name = "take_along_axis"
         operands = ", ".join(f"{a} {format_val(v)}" for a, v in zip(args, e.inputs)

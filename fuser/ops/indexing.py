@@ -8,6 +8,7 @@ the op); here only shapes and dtypes are. An index lies in [0, n) as torch.gathe
 index too is refused: torch.take_along_dim reads one, and one past n, unchecked)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import sympy
@@ -15,6 +16,8 @@ import sympy
 from ..errors import FusionDefinitionError
 from ..ir import (DataType, EmbeddingFwdOp, GatherOp, IndexSelectOp, IterDomain, IterType, Scalar,
                   ScatterOp, SelectOp, TensorView)
+from ..ir.printer import format_val
+from ..ir.types import int_range
 from .common import as_dim, as_val, check_tensor, copy_id, fusion_of, new_tensor
 
 
@@ -157,6 +160,7 @@ def scatter(arg: TensorView, index: TensorView, src: Any, dim: int) -> TensorVie
     else:
         _same_rank(op, ("arg", arg), ("index", index))
         src = as_val(f, src, op)
+        _check_scalar_src(op, src, arg.dtype)
     dim = _dim(op, arg, dim, "arg")
     _index_within(op, arg, index, dim)
     if isinstance(src, TensorView):
@@ -165,6 +169,46 @@ def scatter(arg: TensorView, index: TensorView, src: Any, dim: int) -> TensorVie
     out = new_tensor(f, [copy_id(f, d) for d in arg.domain.no_reductions()], arg.dtype)
     f.add_expr(ScatterOp(inputs=(arg, index, src), outputs=(out,), dim=dim))
     return out
+
+
+def _check_scalar_src(op: str, src: Scalar, dtype: DataType) -> None:
+    """Refuse a scalar src that arg's dtype cannot hold, which eager's scatter refuses at every
+    call ("value cannot be converted ... without overflow"), and which ATen's error then blamed
+    on the index: a complex one for a real arg (as a complex fill of a real tensor is refused),
+    and a number known now past the dtype's range. A scalar input's value is checked when
+    ATen runs (evaluate/aten.py)."""
+    if src.dtype.is_complex and not dtype.is_complex:
+        raise FusionDefinitionError(f"{op}: src is the complex scalar {format_val(src)}, which a {dtype} arg "
+                                    f"cannot hold (eager refuses it too); give a real src, or complex tensors")
+    if src.value is None or dtype.is_boolean:  # (any number converts to a bool)
+        return
+    parts = (src.value.real, src.value.imag) if isinstance(src.value, complex) else (src.value,)
+    if not all(_holds(dtype, v) for v in parts):
+        raise FusionDefinitionError(f"{op}: src {src.value} does not fit arg's dtype {dtype}: expected "
+                                    f"{_holdable(dtype)} (eager refuses it too)")
+
+
+def _holds(dtype: DataType, v) -> bool:
+    """Whether a real number converts to `dtype` without overflow, by eager's rule: a floating
+    dtype holds inf and NaN but no finite number past its largest; an integer one only finite
+    numbers within its range (a float just past it neither)."""
+    if dtype.is_floating or dtype.is_complex:
+        return not math.isfinite(v) or abs(v) <= _largest(dtype)
+    low, high = int_range(dtype)
+    return math.isfinite(v) and low <= v <= high - 1
+
+
+def _holdable(dtype: DataType) -> str:
+    if dtype.is_floating or dtype.is_complex:
+        return f"inf, NaN or a number within +-{_largest(dtype):g}"
+    low, high = int_range(dtype)
+    return f"a finite number in [{low}, {high - 1}]"
+
+
+def _largest(dtype: DataType) -> float:
+    import torch  # lazily, as int_range: ops build IR and run no torch code
+
+    return torch.finfo(dtype.to_torch()).max
 
 
 def embedding_fwd(input: TensorView, weight: TensorView, padding_idx: Any = None,
