@@ -23,6 +23,10 @@ partition orders them after it. It is done only where
   read wants a value the in-place write would overwrite, and the partition runs a fusion in a
   later phase than graph order says (a pointwise value joins the fusion that reads it), so
   graph order alone does not keep a read before the write. Those graphs stay as they are.
+  But for a read of the region the first write copies into, whose every use goes into the
+  value copied there (an in-place op on a slice: `x[:4].mul_(2)`, `x[a:b] += y`, read, updated
+  and scattered back): that value is a new tensor, made whole before the copy, which reads it.
+  A read of another region (`x[1:5] = x[0:4] * 2`) still keeps the graph as it is.
   (A read of sizes or strides alone, `sym_size`, reads no value: a broadcast source's expand
   is sized by the view it is written into.)
 
@@ -117,20 +121,90 @@ def _reinplace(gm: GraphModule, write_back: Node) -> bool:
     state = _state_of(last, dst, chain)
     if state is None or state.views or not state.writes:
         return False
-    if any(u is not write_back and u not in chain and _reads(u) for u in dst.users):
-        return False  # (the input read besides the chain: its old value, which the write overwrites)
-    if any(u not in chain and _reads(u) for n in chain if n is not last for u in n.users):
-        return False  # (a state before the last one read: a later write would overwrite it)
+    if _read_besides_chain(dst, chain, last, write_back, state.writes[0]):
+        return False
     written = dst
     for write in state.writes:
         written = _emit(gm, dst, written, write)
     last.replace_all_uses_with(written)
     write_back.replace_all_uses_with(written)
     gm.graph.erase_node(write_back)
-    for node in reversed(list(chain)):
-        if not node.users:
+    for node in reversed(list(gm.graph.nodes)):  # (users before the nodes they read)
+        if node in chain and not node.users:
             gm.graph.erase_node(node)
     return True
+
+
+def _read_besides_chain(dst: Node, chain: dict, last: Node, write_back: Node, first: _Write) -> bool:
+    """Whether a node outside the chain reads the input's old value, itself or through a view,
+    for more than the first write's value (see _reads_what_it_overwrites): the write would
+    overwrite what it reads; or reads a state before the last one: a later write would."""
+    for node in (dst, *(n for n in chain if n is not last)):
+        viewed = chain.get(node, _State((), ()))
+        for user in node.users:
+            if user is write_back or user in chain or not _reads(user):
+                continue
+            if viewed.writes or not _reads_what_it_overwrites(user, viewed.views, first, chain):
+                return True
+    return False
+
+
+def _reads_what_it_overwrites(reader: Node, views: tuple, first: _Write, chain: dict) -> bool:
+    """Whether `reader`, reading the view `views` of the input's old value, reads the region
+    the first write copies into and only to compute the value copied there (`x[:4].mul_(2)`,
+    `x[a:b] += y`): that value is a new tensor, made whole before the copy, so each element is
+    read before it is written, and nothing that might run after the write reads the old value.
+    A read of another region (`x[1:5] = x[0:4] * 2`) keeps the out-of-place write."""
+    if reader.target in (aten.slice.Tensor, aten.select.int):
+        key = _slice_key if reader.target is aten.slice.Tensor else _select_key
+        inside = views + key(reader.args[0], reader.args[1:])
+        return all(not _reads(u) or _reads_what_it_overwrites(u, inside, first, chain) for u in reader.users)
+    return first.op == "copy_" and views == first.views and _feeds_only(reader, first.args[0], chain)
+
+
+def _feeds_only(reader: Node, value: Any, chain: dict) -> bool:
+    """Whether all that is computed from `reader` goes into `value` alone, `value` a new tensor
+    (or a view of one: not of the input, which the copy would read while writing it) read by
+    the scatter chain alone."""
+    if not isinstance(value, Node) or not _is_new(value) or any(u not in chain for u in value.users):
+        return False
+    into = _computed_from(value)
+    pending, seen = [reader], set()
+    while pending:
+        node = pending.pop()
+        if node is value or node in seen:
+            continue
+        if node not in into:
+            return False  # (read besides the value: by a node that may run after the write)
+        seen.add(node)
+        pending.extend(u for u in node.users if _reads(u))
+    return True
+
+
+def _computed_from(value: Node) -> set:
+    """The nodes `value` is computed from, itself included."""
+    found, pending = set(), [value]
+    while pending:
+        node = pending.pop()
+        if node not in found:
+            found.add(node)
+            pending.extend(node.all_input_nodes)
+    return found
+
+
+def _is_new(node: Node) -> bool:
+    """Whether `node` is a tensor an op made (`mul`), or a view of one (`permute` of it), not
+    a view of a graph input."""
+    while node.op == "call_function":
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            return False
+        if all(r.alias_info is None for r in schema.returns):
+            return True
+        if not isinstance(node.args[0], Node):
+            return False
+        node = node.args[0]  # (a view, or an in-place op: of its first argument)
+    return False
 
 
 def _reads(user: Node) -> bool:
@@ -195,6 +269,8 @@ def _scattered(node: Node, base: _State, views: tuple, dst: Node, chain: dict) -
             if into != _State(views, base.writes):
                 return None
             chain[src] = into  # (taken: read by this scatter alone, the one way to it)
+            if _state_of(src.args[1], dst, chain) == into:
+                return base  # (the view copied into itself, writing nothing: `x[a:b] += y`'s setitem)
             return _State(base.views, base.writes + (_Write(views, "copy_", (src.args[1],), node),))
     inner = _state_of(src, dst, chain)
     if inner is None:  # a value of its own
