@@ -50,9 +50,12 @@ class GraphReport:
 
 
 class ExplainReport:
-    def __init__(self, graphs: list[GraphReport], info: Any, times: Optional[dict[str, float]] = None):
+    def __init__(self, graphs: list[GraphReport], info: Any, times: Optional[dict[str, float]] = None,
+                 fuser_failed: bool = False):
         self.graphs = graphs
         self.info = info
+        # fuser could not compile the function, and fallback="eager" runs it eagerly (no Dynamo skip)
+        self.fuser_failed = fuser_failed
         # ms of the explained call (forward and backward) per phase of fuser.timing, and in all
         self.times = times or {}
 
@@ -72,6 +75,10 @@ class ExplainReport:
         """Why a call that reached no fuser graph ran as it did (empty where one ran)."""
         if self.graphs:
             return ""
+        if self.fuser_failed:
+            return ("no graph of this call ran through fuser: fuser could not compile the function "
+                    "(the warning of the call that failed says why), and with fallback=\"eager\" it "
+                    "runs eagerly from then on (the default, fallback=\"error\", raises the failure)")
         return ("no graph of this call ran through fuser: Dynamo ran it eagerly (a frame it skips, its "
                 "recompile limit reached, torch.compiler.disable) or it computes nothing; "
                 "TORCH_LOGS=recompiles,graph_breaks says which")
@@ -172,7 +179,8 @@ def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
         target._stats.calls += stats.calls
     times = {k: (v - before.get(k, 0.0)) * 1e3 for k, v in after.items()}
     times["total"] = total
-    return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info(), times)
+    return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info(), times,
+                         fuser_failed=target._failed)
 
 
 def _run_backward(out: Any, fn: Any, args: tuple, kwargs: dict, stats: Stats) -> None:

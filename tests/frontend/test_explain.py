@@ -1,5 +1,6 @@
 """`fuser.explain`: the captured graphs, the fusions in nvFuser notation, the segments and why
 they were cut, the generated Triton, and the ATen ops run between fusions."""
+import pytest
 import torch
 import torch._dynamo
 
@@ -95,3 +96,21 @@ def test_a_call_dynamo_runs_eagerly_is_reported_so():
     assert "no graph of this call ran through fuser: Dynamo ran it eagerly" in text
     assert "compiled before" not in text
     assert "ran it eagerly" in report._repr_html_()
+
+
+def test_a_function_fuser_failed_on_is_reported_as_fusers_failure():
+    # with fallback="eager", a function fuser failed to compile runs eagerly: the report's note
+    # blamed Dynamo ("Dynamo ran it eagerly ... TORCH_LOGS says which"), which logged nothing
+    @torch.library.custom_op("fuser_tests::explain_twice_no_fake", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    def f(x):
+        return twice(x).relu() + 1
+    jitted, x = fuser.jit(f, fallback="eager"), torch.randn(4, 5)
+    with pytest.warns(UserWarning, match="running it eagerly"):
+        jitted(x)
+    report = fuser.explain(jitted, x)
+    assert not report.graphs
+    text = str(report)
+    assert "fuser could not compile the function" in text and "Dynamo ran it eagerly" not in text
