@@ -155,7 +155,7 @@ class _PhaseTimes(Overlapped):
 _PHASE_TIMES = _PhaseTimes()
 
 
-def explain(fn: Any, *args: Any, **kwargs: Any) -> ExplainReport:
+def explain(fn: Any, /, *args: Any, **kwargs: Any) -> ExplainReport:
     """Run `fn(*args, **kwargs)` through fuser once (and its backward, if any output requires
     grad) and report what was captured, fused, cut and generated."""
     jitted = fn if isinstance(fn, (JitFunction, JitModule)) else jit(fn)

@@ -114,3 +114,12 @@ def test_a_function_fuser_failed_on_is_reported_as_fusers_failure():
     assert not report.graphs
     text = str(report)
     assert "fuser could not compile the function" in text and "Dynamo ran it eagerly" not in text
+
+
+def test_the_explained_function_may_take_a_keyword_named_fn():
+    def f(x, fn=None):
+        return (fn or torch.sin)(x) * 2
+    x = torch.randn(3, 4)
+    report = fuser.explain(f, x, fn=torch.cos)
+    assert len(report.graphs) == 1
+    torch.testing.assert_close(fuser.jit(f)(x, fn=torch.cos), torch.cos(x) * 2)
