@@ -7,12 +7,25 @@
   default; anything else is warned about once and read as the default.
 - Counts (`env_int`): a positive integer; anything else is warned about once and read as the
   default.
+- A `FUSER_*` name that is none of `SETTINGS` (a misspelling, one letter swapped) is warned about
+  once, at import, with the closest known name: it would otherwise be ignored without a word.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import warnings
 
+# Every FUSER_* name fuser, its scripts and its test runner read (tests/test_s66_settings.py
+# checks this against the source tree).
+SETTINGS = frozenset({
+    "FUSER_AUTOTUNE", "FUSER_BACKGROUND_COMPILE", "FUSER_CACHE_DIR", "FUSER_CHECK_SHARDS",
+    "FUSER_COLLECTIVE_TIMEOUT", "FUSER_COMPILE_AHEAD", "FUSER_COMPILE_THREADS", "FUSER_COMPILE_WORKERS",
+    "FUSER_CPU_KERNELS", "FUSER_DUMP", "FUSER_GENERIC_LAUNCHER", "FUSER_MAX_STREAMS",
+    "FUSER_PARALLEL_COMPILE", "FUSER_PHASE_TIMES", "FUSER_SHARED_ROW", "FUSER_TRITON_KEY_CACHE",
+    # scripts/, benchmarks/ and the test runner
+    "FUSER_BENCH_ONE_PROCESS", "FUSER_SYSTEM_PYTHON", "FUSER_TEST_BOUNDS", "FUSER_TEST_WORKERS",
+})
 DUMP_NAMES = {"fusion_ir", "segments", "triton", "autotune", "host_ir", "preseg_passes"}
 _pass_names: set[str] = set()
 _warned: set[tuple[str, str]] = set()
@@ -67,3 +80,14 @@ def _warn_once(name: str, raw: str, why: str) -> None:
     if (name, raw) not in _warned:
         _warned.add((name, raw))
         warnings.warn(f"fuser: {name}={raw!r} {why}", stacklevel=3)
+
+
+def warn_unknown_settings(environ=os.environ) -> None:
+    """One warning for each FUSER_* name in `environ` that fuser does not read."""
+    for name in sorted(n for n in environ if n.startswith("FUSER_") and n not in SETTINGS):
+        close = difflib.get_close_matches(name, SETTINGS, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"the settings are {', '.join(sorted(SETTINGS))}"
+        _warn_once(name, environ[name], f"is no fuser setting and is ignored; {hint}")
+
+
+warn_unknown_settings()  # (at import: once a process)

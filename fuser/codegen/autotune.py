@@ -62,7 +62,7 @@ class Choices:
             found = json.loads(path.read_text())
             if isinstance(found, dict):
                 return {k: v for k, v in found.items() if type(v) is int}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # (json's answer to arrays nested too deep)
             pass  # no file yet, or an unreadable one: time again
         return {}
 

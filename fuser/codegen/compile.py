@@ -4,7 +4,8 @@ Each kernel's source is written once to the cache directory as a module whose fi
 digest of the source and of the fuser, Triton and torch versions; a second process imports the
 same file (and Triton's own cache then finds the compiled binary). A file that is unreadable or
 does not match its digest is rewritten, never trusted. A lock makes concurrent callers of one
-fusion compile each kernel once.
+fusion compile each kernel once. Where no file can be written at all (a full disk, a quota), the
+kernel's module is made from its source in memory.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import shutil
 import sys
 import tempfile
 import threading
+import types
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ..dump import env_switch
 from ..errors import InternalError
@@ -58,12 +60,34 @@ def source_key(source: str, target: str) -> str:
     return hashlib.sha256(f"{_versions()}\n{target}\n{source}".encode()).hexdigest()[:24]
 
 
+def _read_umask() -> int:
+    """This process's umask. Linux shows it in /proc/self/status; elsewhere it is read by
+    setting it (os.umask has no read-only form) and back, which changes it for every thread of
+    the process meanwhile: done once, at import."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_read_umask()  # what open() gives a new file
+
+
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        # mkstemp makes the file 0600 whatever the umask: a cache one user filled (a Docker
+        # build as root, a shared FUSER_CACHE_DIR) was unreadable to every other
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
@@ -80,28 +104,49 @@ def _private_dir() -> Path:
     return Path(folder)
 
 
-def _write_kernel(path: Path, source: str) -> Path:
+if hasattr(os, "register_at_fork"):  # a forked child makes a folder of its own, and removes it at
+    # its exit: reusing the parent's, it recreated it after the parent's exit removed it, for good
+    os.register_at_fork(after_in_child=_private_dir.cache_clear)
+
+
+def _write_kernel(path: Path, source: str) -> Optional[Path]:
     """`source` written at `path`, or, where the cache folder cannot be written (read-only, a
     file in its place), in a folder of this process's own, with one warning: Triton reads a
-    kernel's source from its file, so the kernel still needs one."""
+    kernel's source from its file, so the kernel still needs one. None, with one warning, where
+    neither can be written (a full disk, a quota): the kernel's module is then made in memory."""
     try:
         _write_atomic(path, source)
         return path
     except OSError as e:
+        cache_error = e
+    try:
         private = _private_dir() / path.name
-        if not _warned_unwritable:
-            _warned_unwritable.append(True)
-            warnings.warn(f"fuser: cannot write its kernel cache {path.parent} ({e}); this process "
-                          f"writes its kernels to {private.parent} instead (set FUSER_CACHE_DIR to a "
-                          f"writable folder)", stacklevel=2)
         _write_atomic(private, source)
-        return private
+    except OSError as e:  # (no usable temporary folder is a FileNotFoundError of tempfile's)
+        _warn_once("memory", f"fuser: cannot write its kernel cache {path.parent} ({cache_error}) nor a "
+                   f"temporary folder ({e}); this process keeps its kernels in memory (free some disk "
+                   f"space or set FUSER_CACHE_DIR to a writable folder)")
+        return None
+    _warn_once("private", f"fuser: cannot write its kernel cache {path.parent} ({cache_error}); this "
+               f"process writes its kernels to {private.parent} instead (set FUSER_CACHE_DIR to a "
+               f"writable folder)")
+    return private
 
 
-_warned_unwritable: list = []
+_warned_unwritable: list = []  # the cases warned about: "private", "memory"
 
 
-def _import(path: Path, module_name: str, source: str):
+def _warn_once(case: str, message: str) -> None:
+    if case not in _warned_unwritable:
+        _warned_unwritable.append(case)
+        warnings.warn(message, stacklevel=3)
+
+
+def _import(path: Optional[Path], module_name: str, source: str):
+    """The kernel module `module_name`: imported from `path`, or made from `source` where it
+    has no file (None)."""
+    if path is None:
+        return _module_in_memory(module_name, source)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # triton resolves helper functions through the module
@@ -110,6 +155,22 @@ def _import(path: Path, module_name: str, source: str):
     # held there, a cache folder removed meanwhile costs nothing (mtime None: never re-checked)
     linecache.cache[str(path)] = (len(source), None, source.splitlines(True), str(path))
     return module
+
+
+def _module_in_memory(module_name: str, source: str):
+    """`source` run as the module `module_name` without a file. Triton (its JIT and its
+    interpreter) reads a kernel's source through inspect, which finds it in linecache under
+    the code's file name, `<module_name>` (mtime None: never looked for on disk)."""
+    pseudo_path = _pseudo_path(module_name)
+    linecache.cache[pseudo_path] = (len(source), None, source.splitlines(True), pseudo_path)
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module  # triton resolves helper functions through the module
+    exec(compile(source, pseudo_path, "exec"), module.__dict__)
+    return module
+
+
+def _pseudo_path(module_name: str) -> str:
+    return f"<{module_name}>"
 
 
 def load_kernel(name: str, source: str, target: str, scalar_params: Sequence[str] = ()) -> Callable:
@@ -144,29 +205,30 @@ def _load_kernel(name: str, source: str, target: str, scalar_params: Sequence[st
         fn = _memory.get(key)
         if fn is not None:
             return fn
-        path = cache_dir() / f"{name}_{key}.py"
+        home = cache_dir() / f"{name}_{key}.py"
         module_name = f"fuser_kernels.{name}_{key}"
         try:  # (only a regular file is read: a FIFO in its place would block the read)
-            stale = not path.is_file() or path.read_text() != source
+            stale = not home.is_file() or home.read_text() != source
         except (OSError, UnicodeDecodeError):
             stale = True
-        if stale:
-            path = _write_kernel(path, source)
+        path = _write_kernel(home, source) if stale else home  # (None: no file, in memory)
         try:
             module = _import(path, module_name, source)
         except Exception:  # a half-written or corrupted file: write it again once
-            path = _write_kernel(path, source)
+            path = _write_kernel(home, source)
             try:
                 module = _import(path, module_name, source)
             except SyntaxError as e:  # (the source as generated: codegen's fault, not the file's)
                 raise InternalError(f"the generated kernel {name} does not parse: {e.msg} at line "
-                                    f"{e.lineno} of {path}") from e
+                                    f"{e.lineno} of {path or _pseudo_path(module_name)}") from e
         raw = getattr(module, name, None)
         if raw is None:
-            raise InternalError(f"generated module {path} has no kernel {name}")
+            raise InternalError(f"generated module {path or _pseudo_path(module_name)} has no kernel "
+                                f"{name}")
         language = getattr(module, "KERNEL_LANGUAGE", "triton")
         fn = _wrap(raw, target, scalar_params, language)
-        if target != "interpreter":  # what a compile worker needs to load it (compile_pool.py)
+        if target != "interpreter" and path is not None:  # (a compile worker needs a file)
+            # what a compile worker needs to load it (compile_pool.py)
             fn.fuser_origin = (str(path), module_name, name, language, list(scalar_params))
         _memory[key] = fn
         return fn
