@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 import torch
+from torch.nn.modules import module as nn_module
 
 # internals of torch._dynamo, imported with the first DirectCall (importing Dynamo takes most of
 # a second, which `import fuser` should not pay); None when this torch lacks them
@@ -67,15 +68,19 @@ def _plain_function(fn: Any) -> bool:
     return not (code.co_flags & (_CO_VARARGS | _CO_VARKEYWORDS) or code.co_kwonlyargcount)
 
 
+def global_module_hooks() -> bool:
+    """Whether any global module hook is registered (`register_module_forward_hook` and its
+    kin; the forward hooks' kwargs and always-called flags mark entries of the forward dict):
+    every module call runs them, its submodules' too."""
+    return bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+                or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks)
+
+
 def _hooks_free(module: torch.nn.Module) -> bool:
     """Whether calling `module` runs nothing but its forward: no hooks of its own and no global
-    module hooks (those of its submodules run inside the traced forward)."""
-    from torch.nn.modules import module as nn_module
-
+    module hooks."""
     return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or nn_module._global_forward_hooks
-                or nn_module._global_forward_pre_hooks or nn_module._global_backward_hooks
-                or nn_module._global_backward_pre_hooks)
+                or module._backward_pre_hooks or global_module_hooks())
 
 
 _MODULE_CALLS = tuple((name, getattr(torch.nn.Module, name)) for name in ("__call__", "_wrapped_call_impl", "_call_impl")

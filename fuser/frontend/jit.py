@@ -37,7 +37,7 @@ import torch.autograd.forward_ad as _forward_ad
 from ..codegen import compile_pool
 from ..errors import FuserError, FusionInputError, InternalError, UnsupportedError
 from .backend import GraphRecord, backend_for
-from .direct import MISS, DirectCall
+from .direct import MISS, DirectCall, global_module_hooks
 from .frame_hook import compile_again, run_eagerly_once
 from .gc_pause import GC_PAUSE, Overlapped
 from .program import CURRENT_STATS
@@ -111,9 +111,14 @@ class _DynamoSettings(Overlapped):
 
 
 # (and guards on submodules' hook dicts: a hook added to a submodule after the first call was
-# skipped, its old trace reused, where Dynamo's default leaves those guards out)
+# skipped, its old trace reused, where Dynamo's default leaves those guards out; and the fake
+# modes' weak references to the real tensors traced dropped at the end of each compile, as
+# Dynamo does for registered backends but not for a backend object as fuser.jit's: each
+# parameter kept two or three, and `module.half()` with
+# `torch.__future__.set_swap_module_params_on_conversion(True)` refused to swap it)
 _DYNAMO_SETTINGS = _DynamoSettings({"record_runtime_overhead": False, "specialize_float": True,
-                                    "skip_nnmodule_hook_guards": False})
+                                    "skip_nnmodule_hook_guards": False,
+                                    "invalidate_compile_context_weakrefs": True})
 # Where every size is symbolic (dynamic=True, and "rows" but for the first trace's row lengths),
 # no automatic dynamic shapes either: a size it marks dynamic (one that changed since an earlier
 # trace of the same code, a new row length) gets a symbol of its own where dynamic=True's
@@ -247,6 +252,11 @@ class JitFunction:
         Dynamo's frame even where a remembered entry would do, so that the graphs it runs are
         counted in `stats` too."""
         stats.calls += 1
+        if global_module_hooks():
+            # a global module hook (`register_module_forward_hook`) runs at every module call:
+            # Dynamo's trace skips the submodules' calls of it and fires the outer module's from
+            # each of its wrappers (a Linear's output hook lost, the model's run three times)
+            return self._fn(*args, **kwargs)
         if _forward_ad._current_level >= 0:
             # inside torch.autograd.forward_ad.dual_level: Dynamo's guards do not see a tangent,
             # and fuser's kernels read only the primal, so the tangents would be lost silently
@@ -522,6 +532,16 @@ class JitModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._jit(*args, **kwargs)
+
+    def _call_impl(self, *args: Any, **kwargs: Any) -> Any:
+        """nn.Module's call, but for a call while global module hooks are registered and the
+        wrapper has none of its own: the wrapped module's call then runs them (uncompiled,
+        `JitFunction._call`) once for each module, as in eager; the wrapper's call ran them a
+        second time around it (a hook `out - 5` subtracted 10)."""
+        if global_module_hooks() and not (self._forward_hooks or self._forward_pre_hooks
+                                          or self._backward_hooks or self._backward_pre_hooks):
+            return self._orig_mod(*args, **kwargs)
+        return super()._call_impl(*args, **kwargs)
 
     def cache_info(self) -> CacheInfo:
         return self._jit.cache_info()
