@@ -8,7 +8,9 @@ frozen afterwards: nothing binds during execution, and nothing survives the exec
 """
 from __future__ import annotations
 
+import functools
 import math
+import sys
 import types
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -16,8 +18,9 @@ from ..errors import ExtentConflictError, FusionInputError, InternalError
 from ..ir import Fusion, Scalar, TensorView
 from ..ir.domain import Merge, Split
 from ..ir.printer import format_id
-from ..ir.symbolic import Extent, compile_extent, format_extent, is_static, is_symbol, scalarCast
-from ..ir.types import fits_int64, int_range
+from ..ir.symbolic import (CAST_BFLOAT16, CAST_FLOAT, CAST_HALF, Extent, compile_extent, convert_scalar,
+                           format_extent, is_static, is_symbol, scalarCast)
+from ..ir.types import DataType, fits_int64, int_range
 from ..multidevice.sharding import local_extents, sharding_factors
 
 
@@ -40,8 +43,8 @@ class BindingTable:
             raise FusionInputError(f"{what} {format_extent(e)} cannot be evaluated with {self.describe(e)}: "
                                    f"{err}") from None
         # (exact integer algebra past int64: as eager refuses it); a cast's value is in its
-        # type's range, a UInt64's past int64's
-        if type(v) is int and not fits_int64(v) and not isinstance(e, scalarCast):
+        # type's range, a UInt64's past int64's, and so is a scalar input's (checked when bound)
+        if type(v) is int and not fits_int64(v) and not isinstance(e, scalarCast) and not is_symbol(e):
             given = self.describe(e)
             raise FusionInputError(f"{what} {format_extent(e)} = {v} is out of the range of a 64-bit integer"
                                    + (f" (with {given})" if given else ""))
@@ -214,23 +217,25 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
 
     if isinstance(arg, torch.Tensor) and arg.dim() == 0:
         arg = arg.item()
+    given, arg = arg, _numpy_number(arg)
     dt = val.dtype
     ok = (isinstance(arg, bool) if dt.is_boolean else
           isinstance(arg, int) and not isinstance(arg, bool) if dt.is_integral else
           isinstance(arg, (int, float)) and not isinstance(arg, bool) if dt.is_floating else
           isinstance(arg, (int, float, complex)))
     if not ok:
-        raise FusionInputError(f"{label}: expected a {dt.name} scalar, got {arg!r} ({type(arg).__name__})")
+        raise FusionInputError(f"{label}: expected {_a_scalar_of(dt)}, got {given!r} ({_type_name(given)})")
     if dt.is_integral and not dt.is_boolean:
         lo, hi = int_range(dt)
         if not lo <= arg < hi:  # (the kernel's argument would wrap it silently)
             kind = f"{'a' if lo < 0 else 'an unsigned'} {(hi - lo).bit_length() - 1}-bit integer"
-            raise FusionInputError(f"{label}: {arg} is out of the range of {kind} (a {dt.name} scalar)")
-    if dt.is_floating and isinstance(arg, int):
+            raise FusionInputError(f"{label}: {arg} is out of the range of {kind} ({_a_scalar_of(dt)})")
+    convert = scalar_conversion(dt)
+    if convert is not None:
         try:
-            arg = float(arg)  # (a float scalar holds a float, whatever the caller passed)
-        except OverflowError:
-            raise FusionInputError(f"{label}: {arg} is out of the range of a {dt.name} scalar") from None
+            arg = convert(arg)
+        except OverflowError:  # (an integer past any float)
+            raise FusionInputError(f"{label}: {arg} is out of the range of {_a_scalar_of(dt)}") from None
     name = val.expr.name
     if name in values and values[name] != arg:
         raise ExtentConflictError(
@@ -238,6 +243,50 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
             f"{arg} from {label}")
     values[name] = arg
     sources[name] = label
+
+
+def _numpy_number(arg: Any) -> Any:
+    """A numpy scalar (numpy.float32, numpy.int64, numpy.bool_) as the Python number it holds,
+    so that it fits the scalars a Python number of its kind fits; anything else as it is."""
+    np = sys.modules.get("numpy")  # (not imported: no argument is a numpy scalar)
+    return arg.item() if np is not None and isinstance(arg, np.generic) else arg
+
+
+def _type_name(arg: Any) -> str:
+    """A refused argument's type, numpy's by their numpy name (numpy.bool's own name is "bool")."""
+    kind = type(arg)
+    return f"numpy.{kind.__name__}" if kind.__module__ == "numpy" else kind.__name__
+
+
+def _a_scalar_of(dt: DataType) -> str:
+    """A scalar type as an error names it: 'a Double scalar', 'an Int scalar'."""
+    return f"{'an' if dt.name[0] in 'AEIOU' else 'a'} {dt.name} scalar"
+
+
+# a scalar input holds a value of its declared type, as nvFuser passes it to its kernel (eager's
+# analog: a 0-d tensor of that dtype): a Float, Half or BFloat16 one rounded to that type
+_ROUNDED = {DataType.Float: CAST_FLOAT, DataType.Half: CAST_HALF, DataType.BFloat16: CAST_BFLOAT16}
+
+
+def scalar_conversion(dt: DataType) -> Optional[Callable[[Any], Any]]:
+    """What binding makes of a number that fits a scalar input of type `dt` (an int for a float
+    scalar, a float for a complex one): the value of that type, or None where the number is
+    kept (a bool, an int). It may raise OverflowError (an integer past any float)."""
+    if dt in _ROUNDED:
+        return functools.partial(convert_scalar, _ROUNDED[dt])
+    if dt.is_floating:
+        return float
+    if dt is DataType.ComplexFloat:
+        return _complex64
+    if dt.is_complex:
+        return complex
+    return None
+
+
+def _complex64(v) -> complex:
+    """A complex value with each part rounded to fp32, as torch's complex64 holds it."""
+    v = complex(v)
+    return complex(convert_scalar(CAST_FLOAT, v.real), convert_scalar(CAST_FLOAT, v.imag))
 
 
 def _check_tensor(tv: TensorView, arg, label: str) -> None:
@@ -413,10 +462,14 @@ class InputBinder:
             if dtype.is_integral and not dtype.is_boolean:  # (beyond its range: the full check names it)
                 lo, hi = int_range(dtype)
                 lines += [f"    if not {lo} <= v < {hi}:", "        return None"]
-            elif dtype.is_floating:  # a float scalar holds a float (as _bind_scalar converts it)
-                lines += ["    if type(v) is int:",
-                          "        if not -0x8000000000000000 <= v < 0x8000000000000000:", "            return None",
-                          "        v = float(v)"]
+            elif dtype.category > 1:  # a float or complex scalar holds a value of its type (_bind_scalar)
+                lines += ["    if type(v) is int and not -0x8000000000000000 <= v < 0x8000000000000000:",
+                          "        return None"]
+                if dtype is DataType.Double:  # (the common case: no call for a float)
+                    lines += ["    if type(v) is int:", "        v = float(v)"]
+                else:
+                    env[f"C{k}"] = scalar_conversion(dtype)
+                    lines.append(f"    v = C{k}(v)")
             if name in bound:
                 lines += [f"    if {bound[name]} != v:", "        return None"]
             else:

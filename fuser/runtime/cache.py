@@ -1,8 +1,9 @@
 """FusionExecutorCache: one compiled runtime per input signature of a definition.
 
 The signature holds what changes the compiled program: dtypes, ranks, stride order, which dims
-are size 1, the device, and the kind of each scalar. Sizes are not in it: symbolic extents are
-bound afresh in every execution's own binding table.
+are size 1, the device. Sizes and scalars are not in it: symbolic extents and scalar inputs are
+bound afresh in every execution's own binding table (a scalar as a value of its declared type,
+whether a Python number, a numpy scalar or a 0-d tensor gave it).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import torch
 
@@ -39,17 +40,34 @@ from .profile import FusionProfile, KernelProfile, SegmentTimer, fusion_id_of
 from .ready import BoundCall, ReadyCall, ReadyProgram, note_source, ready_program
 
 
-def signature(args: Sequence[Any], device: Optional[torch.device] = None) -> tuple:
-    """`device`: the device the tensors stand for (meta tensors of a compile-ahead call)."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            strides = a.stride()
-            order = tuple(sorted(range(a.dim()), key=lambda k: (-strides[k], k)))
-            key.append((a.dtype, a.dim(), order, tuple(s == 1 for s in a.shape), device or a.device))
+def signature(args: Sequence[Any], device: Optional[torch.device] = None, scalars: Collection[int] = ()) -> tuple:
+    """What a runtime is made for: the device it runs on, then per input a tensor's dtype, rank,
+    stride order, size-1 axes and device. `device`: the device the tensors stand for (meta
+    tensors of a compile-ahead call). `scalars`: the positions of scalar inputs, which add
+    nothing: binding makes each a number of its declared type, whatever number or 0-d tensor
+    gave it, and the runtime reads it from the binding table (a 0-d tensor's device counts
+    where it is the one the runtime runs on)."""
+    key: list = [runs_on(args, device)]
+    for k, a in enumerate(args):
+        if k in scalars:
+            key.append(None)
+        elif isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.dim(), stride_order(a), tuple(s == 1 for s in a.shape), device or a.device))
         else:
             key.append(type(a))
     return tuple(key)
+
+
+def stride_order(t: torch.Tensor) -> tuple[int, ...]:
+    """The axes of `t` other than those of size 1, outer to inner: a size-1 axis's stride
+    addresses nothing (a (4, 1) tensor is as contiguous with stride (1, 1) as with (1, 4))."""
+    strides = t.stride()
+    return tuple(sorted((k for k, size in enumerate(t.shape) if size != 1), key=lambda k: (-strides[k], k)))
+
+
+def runs_on(args: Sequence[Any], device: Optional[torch.device] = None) -> torch.device:
+    """The device a runtime for `args` runs on (`device`: the one meta tensors stand for)."""
+    return device or tensor_device(args) or torch.device("cpu")
 
 
 class FusionRuntime:
@@ -188,8 +206,8 @@ class FusionRuntime:
         used = None  # the launch each kernel segment made, for a ready program
         if keep is not None:
             keep["env"], keep["sizes"], used = env, sizes, keep.setdefault("launches", {})
-        for val, arg in zip(self.fusion.inputs(), args):
-            env[val] = arg
+            keep["scalars_as_bound"] = _scalars_as_bound(self.fusion, args, table)
+        _put_tensor_inputs(env, self.fusion, args)
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
@@ -250,8 +268,7 @@ class FusionRuntime:
         none ahead. The number of compile jobs."""
         with self._ahead_lock:
             env = Environment(EvalContext(table, self.device, sizes=self.sizes))
-            for val, arg in zip(self.fusion.inputs(), args):
-                env[val] = arg
+            _put_tensor_inputs(env, self.fusion, args)
             self.compile_ahead_pending = False
             return ahead.compile_ahead(self, 0, env, table)
 
@@ -262,7 +279,11 @@ class FusionRuntime:
         otherwise the steps of the run (None: none is made). Made from what the run kept, not
         from lookups after it: another thread's call may clear a launcher's launches."""
         if self.single is None:
-            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept) if "env" in kept else None
+            if "env" not in kept:
+                return None
+            if not kept["scalars_as_bound"] and self._aten_reads_scalar_inputs(kept["launches"]):
+                return None  # (its ATen steps would read those scalars from a call's arguments)
+            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept)
         launch = kept.get("launch")
         if launch is None:
             return None
@@ -270,10 +291,31 @@ class FusionRuntime:
         into = fitting(self.in_place.get(id(seg), []), kept.get("layouts"), launch) if self.in_place else []
         return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], into, kept.get("lengths"))
 
+    def _aten_reads_scalar_inputs(self, launches: dict) -> bool:
+        """Whether an ATen op of a run that made `launches` (by segment: an ATen segment has
+        none, a kernel's empty loop space None) reads a scalar input itself."""
+        scalars = {id(v) for v in self.fusion.inputs() if isinstance(v, Scalar)}
+        return any(id(v) in scalars for seg in self.segments if launches.get(id(seg)) is None
+                   for e in seg.exprs for v in e.inputs)
+
     def triton_code(self) -> list[str]:
         """The source of each kernel launched last, then of each batched kernel built."""
         batched = [b.batched.kernel_source() for b in list(self.batches) if b.batched.source]
         return [l.last_source for l in self.launchers.values() if l.last_source] + batched
+
+
+def _put_tensor_inputs(env: Environment, fusion: Fusion, args: Sequence[Any]) -> None:
+    """The tensor inputs' values; a scalar input's the environment reads from the table, which
+    holds what binding made of its argument (a float for an int, a Half's rounded to half)."""
+    for val, arg in zip(fusion.inputs(), args):
+        if not isinstance(val, Scalar):
+            env[val] = arg
+
+
+def _scalars_as_bound(fusion: Fusion, args: Sequence[Any], table: BindingTable) -> bool:
+    """Whether each scalar input's argument is the value binding made of it, of the same type."""
+    return all(scalar_key(arg) == scalar_key(table.values[val.expr.name])
+               for val, arg in zip(fusion.inputs(), args) if isinstance(val, Scalar))
 
 
 class KnownSizes:
@@ -467,6 +509,7 @@ class FusionExecutorCache:
         self._ready: dict[tuple, ReadyEntry] = {}
         self._last: Optional[ReadyEntry] = None  # the entry the last call found or made
         self._binder = InputBinder(self.prepared)
+        self._scalar_positions = frozenset(i for i, *_ in self._binder.scalars)
         self._ready_key = compile_ready_key(self._binder)
         self._ready_check = compile_ready_check(self._binder)
         self._lock = threading.RLock()  # (compile_ahead holds it around _runtime_for)
@@ -605,7 +648,7 @@ class FusionExecutorCache:
         _PLANNING.add(self)
         try:
             with self._lock:
-                if signature(args, device) in self._runtimes:
+                if signature(args, device, self._scalar_positions) in self._runtimes:
                     return 0
                 runtime = self._runtime_for(args, device, warming=True)
                 _WARMING.add(runtime)
@@ -621,13 +664,13 @@ class FusionExecutorCache:
     def _runtime_for(self, args: Sequence[Any], device: Optional[torch.device] = None, warming: bool = False):
         """`device`: the device `args` (meta tensors) stand for; `warming`: a new runtime is
         made with its `warming` event (compile_ahead's)."""
-        key = signature(args, device)
+        key = signature(args, device, self._scalar_positions)
         runtime = self._runtimes.get(key)
         if runtime is None:
             with self._lock:
                 runtime = self._runtimes.get(key)
                 if runtime is None:
-                    device = device or tensor_device(args) or torch.device("cpu")
+                    device = runs_on(args, device)
                     if device.type == "meta":  # (the fast binder takes any device)
                         k = next(k for k, a in enumerate(args) if isinstance(a, torch.Tensor))
                         raise meta_input_error(input_label(k, self.prepared.inputs()[k]))
