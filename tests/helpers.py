@@ -291,3 +291,19 @@ def fresh_compile(fn: Callable) -> Callable:
 
 # the two ways into fuser from a PyTorch function, by name (for parametrized tests)
 COMPILERS = {"jit": fresh_jit, "torch.compile": fresh_compile}
+
+
+def assert_raises_as_eager(compiler: str, fn: Callable, *args) -> None:
+    """`fn` compiled by COMPILERS[compiler] raises eager's error (its type, and the first line of
+    its message); torch.compile wraps an error raised while its backend compiles in its
+    BackendCompilerFailed, a RuntimeError, so only fuser.jit must raise eager's type itself."""
+    import pytest
+
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    with pytest.raises(Exception) as ours:
+        COMPILERS[compiler](fn)(*args)
+    assert str(eager.value).splitlines()[0] in str(ours.value)
+    assert isinstance(ours.value, type(eager.value))
+    if compiler == "jit":
+        assert type(ours.value) is type(eager.value)
