@@ -39,7 +39,7 @@ from .partition import plan_graph
 from .reinplace import reinplace_scatters
 from .program import CURRENT_STATS, GraphProgram
 from .softmax_backward import backward_softmax_without_division
-from .training import TrainingCall, forward_facts, plain_aot_metadata
+from .training import AotCall, TrainingCall, forward_facts, plain_aot_metadata
 
 
 @dataclass(eq=False)
@@ -1032,6 +1032,8 @@ class FuserBackend:
                 isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs))
         elif len(facts) == 1 and facts[0] is not None:
             compiled = TrainingCall(compiled, record, facts[0])
+        elif facts:  # (a training graph AOTAutograd's runtime layers run: its node needs the hook)
+            compiled = AotCall(compiled, record)
         arguments = _argument_inputs(gm, n_inputs)
         mutated = _mutated_inputs(n_inputs)
         if mutated and not isinstance(compiled, _Counted) and _writes_expanded_input(example_inputs, mutated):

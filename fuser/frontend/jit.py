@@ -240,7 +240,7 @@ class JitFunction:
         self._torchdynamo_orig_callable = fn
         self._torchdynamo_wrapper_id = id(self)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # (the function may take a `self` keyword)
         if _compiling_here():
             # called from a function Dynamo traces (another jitted or compiled function): the
             # function's ops join that trace, rather than break it at fuser's own call path
@@ -499,6 +499,11 @@ class JitModule(torch.nn.Module):
         self._orig_mod = module
         self.__dict__["_jit_options"] = jit_options
         self.__dict__["_jit"] = JitFunction(module, **jit_options)  # not a submodule
+        # the module inside, as torch.compile's modules (and JitFunction) name it: torch.compiler.
+        # disable(jitted) runs it eagerly, where the lookup, passed on to the wrapped module,
+        # found none and the compiled program ran; plain attributes, not a second submodule
+        self.__dict__["_torchdynamo_orig_callable"] = module
+        self.__dict__["_torchdynamo_wrapper_id"] = id(self)
         # the wrapped module's keys, wherever a state dict is taken or loaded from
         self.register_state_dict_post_hook(_strip_wrapped_prefix)
         self.register_load_state_dict_pre_hook(_add_wrapped_prefix)
@@ -530,10 +535,10 @@ class JitModule(torch.nn.Module):
     def register_module(self, name: str, module: Optional[torch.nn.Module]) -> None:
         self._orig_mod.register_module(name, module)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, /, *args: Any, **kwargs: Any) -> Any:
         return self._jit(*args, **kwargs)
 
-    def _call_impl(self, *args: Any, **kwargs: Any) -> Any:
+    def _call_impl(self, /, *args: Any, **kwargs: Any) -> Any:
         """nn.Module's call, but for a call while global module hooks are registered and the
         wrapper has none of its own: the wrapped module's call then runs them (uncompiled,
         `JitFunction._call`) once for each module, as in eager; the wrapper's call ran them a

@@ -21,7 +21,8 @@ AOTAutograd fills zero incoming gradients and returns zeros for them (AdamW then
 moves a parameter eager leaves untouched): `UnusedGradients`, applied by `_Fused` and, on
 AOTAutograd's path, by a hook on its autograd node. A graph that is no TrainingCall (one that
 writes an input or a buffer, BatchNorm's running statistics; one returning a view of an input)
-keeps AOTAutograd's zeros.
+keeps AOTAutograd's zeros. Such a graph runs through `AotCall`: AOTAutograd's runtime with all its
+layers, its autograd.Function's backward made to refuse create_graph=True as `_Fused`'s does.
 """
 from __future__ import annotations
 
@@ -375,7 +376,8 @@ class TrainingCall:
         self.unused = UnusedGradients(forward[0].plan.graph, facts) if len(forward) == 1 else None
         # the inputs the backward reads, as they are or through values the forward computed
         # from them (None: not known, every input counted)
-        self.read_by_backward = _saved_from(forward[0].plan.graph, facts) if len(forward) == 1 else None
+        self.read_by_backward = (_saved_from(forward[0].plan.graph, facts.n_user, facts.n_inputs)
+                                 if len(forward) == 1 else None)
 
     def __call__(self, *args: Any) -> Any:
         if not self.settled:
@@ -411,17 +413,102 @@ class TrainingCall:
         if node is not None:
             if self.unused is not None:
                 node.register_hook(functools.partial(_drop_unused, self.unused))
-            if self._reads_values_needing_grad(node):
+            needs = tuple(edge is not None for edge, _ in node.next_functions)  # (no edge: needs none)
+            if _reads_values_needing_grad(needs, self.read_by_backward, self.facts.n_inputs):
                 node.register_prehook(_refuse_create_graph)
         return outs
 
-    def _reads_values_needing_grad(self, node: Any) -> bool:
-        """Whether the backward of AOTAutograd's `node` reads an input that needs a gradient or
-        a value the forward computed from one (`_Fused`'s test, from the node's edges: an input
-        needing none has no edge)."""
-        needs = [edge is not None for edge, _ in node.next_functions]
-        read = range(len(needs)) if self.read_by_backward is None else self.read_by_backward
-        return any(needs[k] for k in read)
+
+class AotCall:
+    """What Dynamo calls for a training graph that is no TrainingCall (it writes an input or a
+    buffer, BatchNorm's running statistics; it returns a view of an input): AOTAutograd's
+    compiled function, its runtime layers and all, made to refuse create_graph=True where
+    `_Fused` refuses it (`TrainingCall._through_aot` hooks its first calls' nodes alike).
+    Unrefused, a Hessian's second backward took the gradients of fuser's backward program as
+    constants on every call, silently zeros. The refusal goes into the backward of the
+    autograd.Function AOTAutograd made for the graph, found from the first call's node; later
+    calls pass straight through (a pre-hook on each call's node cost 16 us of an 80 us call of
+    a buffer-writing graph on the development CPU; this wrapper, 1 to 3 us)."""
+
+    __slots__ = ("aot_compiled", "n_inputs", "read_by_backward", "guarded")
+
+    def __init__(self, aot_compiled: Any, record: Any):
+        self.aot_compiled = aot_compiled
+        self.guarded = False  # (the Function's backward refuses: calls pass straight through)
+        forward = [p for p in record.programs if p.kind == "forward"]
+        graph = forward[0].plan.graph if len(forward) == 1 else None
+        self.n_inputs = sum(n.op == "placeholder" for n in graph.graph.nodes) if graph is not None else -1
+        returns = _forward_returns()
+        # the inputs the backward reads (None: not known, every input counted)
+        self.read_by_backward = (_saved_from(graph, returns, self.n_inputs)
+                                 if graph is not None and returns is not None else None)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.guarded:
+            return self.aot_compiled(*args)
+        first = torch._C._autograd._get_sequence_nr()
+        outs = self.aot_compiled(*args)
+        node = _aot_node_made_since(first, outs, args)
+        if node is not None:  # (none while no call records one: under no_grad)
+            _refuse_create_graph_in(type(node)._forward_cls, self.read_by_backward, self.n_inputs)
+            self.guarded = True
+        return outs
+
+
+def _forward_returns() -> Optional[int]:
+    """How many of the forward graph's outputs AOTAutograd's runtime takes (the written inputs'
+    values, the user's outputs, intermediate bases, an RNG offset) before the values saved for
+    the backward, as its metadata on the tracing context says; None where it is not there or
+    effect tokens come first."""
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    returns = getattr(meta, "num_forward", None)
+    return returns if isinstance(returns, int) and not getattr(meta, "tokens", None) else None
+
+
+def _aot_node_made_since(first: int, outs: Any, args: tuple) -> Any:
+    """The autograd node of AOTAutograd's CompiledFunction among the nodes recorded since
+    sequence number `first` (this call's), reached from its outputs or, where they all alias
+    inputs, from the inputs it wrote (their copy_ hangs from it); None where there is none
+    (nothing recorded). Older nodes are not searched: a view of an input that an earlier
+    compiled graph returned hangs from that graph's node."""
+    starts = [getattr(t, "grad_fn", None) for t in (outs if isinstance(outs, (list, tuple)) else (outs,))]
+    for group in (starts, [getattr(a, "grad_fn", None) for a in args]):
+        stack, seen = [n for n in group if n is not None], set()
+        while stack:
+            node = stack.pop()
+            if node in seen or node._sequence_nr() < first:
+                continue
+            if type(node).__name__ == "CompiledFunctionBackward":
+                return node
+            seen.add(node)
+            stack.extend(n for n, _ in node.next_functions if n is not None)
+    return None
+
+
+def _refuse_create_graph_in(function: type, read: Optional[frozenset], n_inputs: int) -> None:
+    """Make the backward of AOTAutograd's autograd.Function `function` (one class per compiled
+    graph, whose backward autograd looks up at each call) raise, as `_Fused`'s does, when it
+    runs with grad mode on (create_graph=True) and reads an input that needs a gradient or a
+    value the forward computed from one (`read`: the positions of those inputs among the
+    graph's `n_inputs`)."""
+    backward = function.backward
+
+    def refusing_backward(ctx: Any, *grads: Any) -> Any:
+        if torch.is_grad_enabled() and _reads_values_needing_grad(ctx.needs_input_grad, read, n_inputs):
+            raise UnsupportedError(_CREATE_GRAPH_REFUSED)
+        return backward(ctx, *grads)
+
+    function.backward = staticmethod(refusing_backward)
+
+
+def _reads_values_needing_grad(needs: tuple, read: Optional[frozenset], n_inputs: int) -> bool:
+    """Whether a backward reads an input that needs a gradient or a value the forward computed
+    from one (`_Fused`'s test): `needs`, per input, whether it needs one; `read`: the positions
+    of the inputs the backward reads, None where not known (or where `needs` does not count the
+    graph's `n_inputs`): then any input counts."""
+    if read is None or len(needs) != n_inputs:
+        return any(needs)
+    return any(needs[k] for k in read)
 
 
 def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
@@ -437,15 +524,15 @@ def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
     return None
 
 
-def _saved_from(graph: torch.fx.GraphModule, facts: ForwardFacts) -> Optional[frozenset]:
+def _saved_from(graph: torch.fx.GraphModule, n_returns: int, n_inputs: int) -> Optional[frozenset]:
     """The positions of the forward graph's inputs that its saved tensors (the outputs after
-    the user's) are or are computed from; None where the graph's outputs do not tell."""
+    the first `n_returns`) are or are computed from; None where the graph's outputs do not tell."""
     nodes = list(graph.graph.nodes)
     out = next(n for n in nodes if n.op == "output").args[0]
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    if not isinstance(out, (list, tuple)) or len(out) < facts.n_user or len(placeholders) != facts.n_inputs:
+    if not isinstance(out, (list, tuple)) or len(out) < n_returns or len(placeholders) != n_inputs:
         return None
-    saved = [n for n in out[facts.n_user:] if isinstance(n, torch.fx.Node)
+    saved = [n for n in out[n_returns:] if isinstance(n, torch.fx.Node)
              and isinstance(n.meta.get("val"), torch.Tensor)]
     return _input_positions_under(saved, placeholders)
 
