@@ -32,7 +32,7 @@ from .complex_products import real_complex_products
 from .cse import eliminate_common_subexpressions
 from .eager_checks import check_dynamo_rewrites, may_write_inputs, writes_uncastable_result
 from . import fake_kernels  # noqa: F401 (Meta kernels for the fake-quantize ops: no graph break)
-from .foreach import foreach_decompositions
+from .foreach import foreach_decompositions, whole_foreach_lerps
 from .gc_pause import GC_PAUSE
 from .meta import size_expr
 from .partition import plan_graph
@@ -961,6 +961,7 @@ class FuserBackend:
 
         _refuse_meta_inputs(gm, example_inputs)
         check_dynamo_rewrites(gm)
+        whole_foreach_lerps(gm)  # (Adam's `_foreach_lerp_`, which Dynamo traced as a sub and an addcmul_)
         record = GraphRecord(dynamo_code=gm.code)
         if _runs_as_traced(gm):
             record.writes_inputs = may_write_inputs(gm)
