@@ -85,7 +85,8 @@ def _warn_once(name: str, raw: str, why: str) -> None:
 def warn_unknown_settings(environ=os.environ) -> None:
     """One warning for each FUSER_* name in `environ` that fuser does not read."""
     for name in sorted(n for n in environ if n.startswith("FUSER_") and n not in SETTINGS):
-        close = difflib.get_close_matches(name, SETTINGS, n=1)
+        # (the known names are upper case: FUSER_cpu_kernels is matched as FUSER_CPU_KERNELS)
+        close = difflib.get_close_matches(name.upper(), SETTINGS, n=1)
         hint = f"did you mean {close[0]}?" if close else f"the settings are {', '.join(sorted(SETTINGS))}"
         _warn_once(name, environ[name], f"is no fuser setting and is ignored; {hint}")
 

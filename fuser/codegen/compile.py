@@ -76,7 +76,8 @@ def _read_umask() -> int:
     return mask
 
 
-_FILE_MODE = 0o666 & ~_read_umask()  # what open() gives a new file
+# what open() gives a new file, under the umask at import (a later os.umask change is not seen)
+_FILE_MODE = 0o666 & ~_read_umask()
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -133,12 +134,12 @@ def _write_kernel(path: Path, source: str) -> Optional[Path]:
     return private
 
 
-_warned_unwritable: list = []  # the cases warned about: "private", "memory"
+_warned_unwritable: set[str] = set()  # the cases warned about: "private", "memory"
 
 
 def _warn_once(case: str, message: str) -> None:
     if case not in _warned_unwritable:
-        _warned_unwritable.append(case)
+        _warned_unwritable.add(case)
         warnings.warn(message, stacklevel=3)
 
 

@@ -388,6 +388,8 @@ _VALUE_CONVERSION = "value cannot be converted"
 def _indexing(e: Expr, call: Callable[[], Any]) -> list:
     try:
         return [call()]
+    except NotImplementedError:  # (a RuntimeError) no kernel for the dtype, not the index's fault:
+        raise  # evaluate_expr's UnsupportedError names the op and dtypes
     except (IndexError, RuntimeError, AssertionError) as err:  # (embedding asserts its padding_idx)
         name, args = _INDEXING_NAMES[type(e)]
         if isinstance(e, ScatterOp) and not isinstance(e.inputs[2], TensorView) and _VALUE_CONVERSION in str(err):

@@ -216,6 +216,8 @@ def _bind_scalar(val: Scalar, arg: Any, label: str, values: dict, sources: dict)
     import torch
 
     if isinstance(arg, torch.Tensor) and arg.dim() == 0:
+        if arg.device.type == "meta":  # (a scalar's value is needed even ahead of a call)
+            raise meta_input_error(label)
         arg = arg.item()
     given, arg = arg, _numpy_number(arg)
     dt = val.dtype

@@ -116,6 +116,15 @@ def run_exprs(exprs: Iterable[Expr], env: Environment, check: bool = True) -> No
             values[id(o)] = value
 
 
+def put_tensor_inputs(env: Environment, fusion: Fusion, args: Sequence[Any]) -> None:
+    """The tensor inputs' values; a scalar input's the environment reads from the table, which
+    holds what binding made of its argument (a float for an int, a Half's rounded to half), as
+    a kernel gets it: the argument itself would be neither."""
+    for val, arg in zip(fusion.inputs(), args):
+        if not isinstance(val, Scalar):
+            env[val] = arg
+
+
 def evaluate_fusion(fusion: Fusion, args: Sequence[Any], table: BindingTable,
                     device=None, check: bool = True) -> list[torch.Tensor]:
     """Run every expr of `fusion` through ATen; `args` are the already-bound inputs."""
@@ -123,8 +132,7 @@ def evaluate_fusion(fusion: Fusion, args: Sequence[Any], table: BindingTable,
 
     ctx = EvalContext(table, device if device is not None else tensor_device(args) or torch.device("cpu"))
     env = Environment(ctx)
-    for val, arg in zip(fusion.inputs(), args):
-        env[val] = arg
+    put_tensor_inputs(env, fusion, args)
     run_exprs(fusion.exprs, env, check)
     return [env[o] for o in fusion.outputs()]
 

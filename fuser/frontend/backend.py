@@ -439,11 +439,12 @@ def _drops_out_outside_unit_range(node: torch.fx.Node, name: str) -> bool:
     outside [0, 1] or NaN. Eager raises "dropout probability has to be between 0 and 1"; torch's
     decomposition of aten.dropout, registered at the Autograd key (so above fuser's table), lacks
     the check: out of training it copied the input, in training bernoulli_ raised its own error.
-    (The other dropouts' ATen checks run on Dynamo's fake tensors already.)"""
+    (The other dropouts' ATen checks run on Dynamo's fake tensors already.) An int p (2, -1)
+    is a number too; a bool is 0 or 1, always in range."""
     if name != "dropout" or not node.args:
         return False
     p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p")
-    return isinstance(p, float) and not 0.0 <= p <= 1.0
+    return isinstance(p, (int, float)) and not isinstance(p, bool) and not 0.0 <= p <= 1.0
 
 
 def _runs_as_traced(gm: torch.fx.GraphModule) -> bool:

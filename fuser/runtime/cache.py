@@ -23,7 +23,7 @@ from ..codegen.launch import scalar_key
 from ..codegen.kernel import can_emit
 from ..evaluate.binding import (BindingTable, InputBinder, fits_int64, input_label, meta_input_error,
                                  tensor_device)
-from ..evaluate.evaluator import EvalContext, Environment, run_exprs
+from ..evaluate.evaluator import EvalContext, Environment, put_tensor_inputs, run_exprs
 from ..hostir import HostRuntime
 from ..ir import Fusion, Scalar
 from ..ir.symbolic import compile_extent
@@ -206,8 +206,7 @@ class FusionRuntime:
         used = None  # the launch each kernel segment made, for a ready program
         if keep is not None:
             keep["env"], keep["sizes"], used = env, sizes, keep.setdefault("launches", {})
-            keep["scalars_as_bound"] = _scalars_as_bound(self.fusion, args, table)
-        _put_tensor_inputs(env, self.fusion, args)
+        put_tensor_inputs(env, self.fusion, args)
         pending = self.compile_ahead_pending
         for index, seg in enumerate(self.segments):
             launcher = self.launchers.get(id(seg))
@@ -268,7 +267,7 @@ class FusionRuntime:
         none ahead. The number of compile jobs."""
         with self._ahead_lock:
             env = Environment(EvalContext(table, self.device, sizes=self.sizes))
-            _put_tensor_inputs(env, self.fusion, args)
+            put_tensor_inputs(env, self.fusion, args)
             self.compile_ahead_pending = False
             return ahead.compile_ahead(self, 0, env, table)
 
@@ -281,8 +280,6 @@ class FusionRuntime:
         if self.single is None:
             if "env" not in kept:
                 return None
-            if not kept["scalars_as_bound"] and self._aten_reads_scalar_inputs(kept["launches"]):
-                return None  # (its ATen steps would read those scalars from a call's arguments)
             return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept)
         launch = kept.get("launch")
         if launch is None:
@@ -291,31 +288,10 @@ class FusionRuntime:
         into = fitting(self.in_place.get(id(seg), []), kept.get("layouts"), launch) if self.in_place else []
         return ReadyCall(self, launch, take, give, seg, self.launchers[id(seg)], into, kept.get("lengths"))
 
-    def _aten_reads_scalar_inputs(self, launches: dict) -> bool:
-        """Whether an ATen op of a run that made `launches` (by segment: an ATen segment has
-        none, a kernel's empty loop space None) reads a scalar input itself."""
-        scalars = {id(v) for v in self.fusion.inputs() if isinstance(v, Scalar)}
-        return any(id(v) in scalars for seg in self.segments if launches.get(id(seg)) is None
-                   for e in seg.exprs for v in e.inputs)
-
     def triton_code(self) -> list[str]:
         """The source of each kernel launched last, then of each batched kernel built."""
         batched = [b.batched.kernel_source() for b in list(self.batches) if b.batched.source]
         return [l.last_source for l in self.launchers.values() if l.last_source] + batched
-
-
-def _put_tensor_inputs(env: Environment, fusion: Fusion, args: Sequence[Any]) -> None:
-    """The tensor inputs' values; a scalar input's the environment reads from the table, which
-    holds what binding made of its argument (a float for an int, a Half's rounded to half)."""
-    for val, arg in zip(fusion.inputs(), args):
-        if not isinstance(val, Scalar):
-            env[val] = arg
-
-
-def _scalars_as_bound(fusion: Fusion, args: Sequence[Any], table: BindingTable) -> bool:
-    """Whether each scalar input's argument is the value binding made of it, of the same type."""
-    return all(scalar_key(arg) == scalar_key(table.values[val.expr.name])
-               for val, arg in zip(fusion.inputs(), args) if isinstance(val, Scalar))
 
 
 class KnownSizes:

@@ -399,11 +399,13 @@ def ready_program(runtime: "FusionRuntime", env: Environment, sizes: dict,
                 return None
             template, fill = [], []
             for pos, v in enumerate(e.inputs):
-                if id(v) in index:
+                if isinstance(v, Scalar):
+                    # a constant, or a value of the table, a scalar input's too (what binding
+                    # made of its argument: the ready key fixes the argument's type and value)
+                    template.append(env[v])
+                elif id(v) in index:
                     fill.append((pos, index[id(v)]))
                     template.append(None)
-                elif isinstance(v, Scalar):
-                    template.append(env[v])  # a constant, or a value of the table: fixed
                 else:
                     return None
             steps.append(_AtenStep(e, template, fill, [slot(o) for o in e.outputs]))

@@ -187,7 +187,7 @@ def test_an_unwritable_kernel_cache_warns_and_still_runs(tmp_path, monkeypatch):
     blocker.write_text("not a folder")
     monkeypatch.setenv("FUSER_CACHE_DIR", str(blocker))
     monkeypatch.setattr(kernel_compile, "_memory", {})  # (every kernel is loaded from its file again)
-    monkeypatch.setattr(kernel_compile, "_warned_unwritable", [])
+    monkeypatch.setattr(kernel_compile, "_warned_unwritable", set())
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], contiguity=True)
         fd.add_output(fd.ops.sum(fd.ops.tanh(x), [1]))
