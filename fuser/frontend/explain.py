@@ -51,11 +51,14 @@ class GraphReport:
 
 class ExplainReport:
     def __init__(self, graphs: list[GraphReport], info: Any, times: Optional[dict[str, float]] = None,
-                 fuser_failed: bool = False):
+                 fuser_failed: bool = False, uncompiled: Optional[str] = None):
         self.graphs = graphs
         self.info = info
         # fuser could not compile the function, and fallback="eager" runs it eagerly (no Dynamo skip)
         self.fuser_failed = fuser_failed
+        # why fuser.jit ran the call as the plain function, not through Dynamo (a global module
+        # hook, a torch.func transform, ...): `Stats.uncompiled_reason`; None where it did not
+        self.uncompiled = uncompiled
         # ms of the explained call (forward and backward) per phase of fuser.timing, and in all
         self.times = times or {}
 
@@ -79,6 +82,9 @@ class ExplainReport:
             return ("no graph of this call ran through fuser: fuser could not compile the function "
                     "(the warning of the call that failed says why), and with fallback=\"eager\" it "
                     "runs eagerly from then on (the default, fallback=\"error\", raises the failure)")
+        if self.uncompiled is not None:
+            return (f"no graph of this call ran through fuser: {self.uncompiled}, so fuser.jit ran the call "
+                    f"uncompiled, not through Dynamo; calls compile again once that no longer holds")
         return ("no graph of this call ran through fuser: Dynamo ran it eagerly (a frame it skips, its "
                 "recompile limit reached, torch.compiler.disable) or it computes nothing; "
                 "TORCH_LOGS=recompiles,graph_breaks says which")
@@ -177,10 +183,11 @@ def explain(fn: Any, /, *args: Any, **kwargs: Any) -> ExplainReport:
         for record in stats.records.values():
             target._stats.saw(record)
         target._stats.calls += stats.calls
+        target._stats.uncompiled += stats.uncompiled
     times = {k: (v - before.get(k, 0.0)) * 1e3 for k, v in after.items()}
     times["total"] = total
     return ExplainReport([_graph_report(r) for r in stats.records.values()], stats.info(), times,
-                         fuser_failed=target._failed)
+                         fuser_failed=target._failed, uncompiled=stats.uncompiled_reason)
 
 
 def _run_backward(out: Any, fn: Any, args: tuple, kwargs: dict, stats: Stats) -> None:

@@ -57,6 +57,7 @@ class CacheInfo:
     kernels: int       # distinct generated kernels
     fallback_ops: int  # ATen ops with no lowering, run eagerly between fusions
     compiled: int = 0  # distinct kernels compiled: kernels alike but for names (layers) share one
+    uncompiled: int = 0  # calls run as the plain function (a global module hook, a torch.func transform, ...)
 
 
 class Stats:
@@ -66,6 +67,12 @@ class Stats:
         self.calls = 0
         self.records: dict[int, GraphRecord] = {}
         self.this_call: set[int] = set()  # the graphs run by the current call through Dynamo
+        self.uncompiled = 0  # calls run as the plain function, and why the last one did
+        self.uncompiled_reason: Optional[str] = None
+
+    def ran_uncompiled(self, reason: str) -> None:
+        self.uncompiled += 1
+        self.uncompiled_reason = reason
 
     def saw(self, record: GraphRecord) -> None:
         self.this_call.add(id(record))
@@ -80,7 +87,8 @@ class Stats:
                 for k, v in program.counts().items():
                     totals[k] += v
                 compiled |= program.kernel_names()
-        return CacheInfo(calls=self.calls, graphs=len(self.records), **totals, compiled=len(compiled))
+        return CacheInfo(calls=self.calls, graphs=len(self.records), **totals, compiled=len(compiled),
+                         uncompiled=self.uncompiled)
 
 
 class _DynamoSettings(Overlapped):
@@ -252,20 +260,9 @@ class JitFunction:
         Dynamo's frame even where a remembered entry would do, so that the graphs it runs are
         counted in `stats` too."""
         stats.calls += 1
-        if global_module_hooks():
-            # a global module hook (`register_module_forward_hook`) runs at every module call:
-            # Dynamo's trace skips the submodules' calls of it and fires the outer module's from
-            # each of its wrappers (a Linear's output hook lost, the model's run three times)
-            return self._fn(*args, **kwargs)
-        if _forward_ad._current_level >= 0:
-            # inside torch.autograd.forward_ad.dual_level: Dynamo's guards do not see a tangent,
-            # and fuser's kernels read only the primal, so the tangents would be lost silently
-            return self._fn(*args, **kwargs)
-        if _functorch_transform() is not None:
-            # under a torch.func transform (vmap, grad, jacrev; functional_call in vmap for an
-            # ensemble): functorch runs the function op by op anyway, and Dynamo, tracing it
-            # there, marked its code to run uncompiled for good (every later plain call, of
-            # every instance of a module's class, ran eagerly)
+        uncompiled = _uncompiled_reason()
+        if uncompiled is not None:
+            stats.ran_uncompiled(uncompiled)
             return self._fn(*args, **kwargs)
         # the remembered entry's guards cover every argument (a tensor's dispatch keys say
         # whether it is sparse, quantized or on another device; a nested one makes them raise)
@@ -284,9 +281,11 @@ class JitFunction:
         if problem is not None:
             if self._fallback == "eager":
                 warnings.warn(f"fuser.jit: {problem}; running {_name(self._fn)} eagerly", stacklevel=3)
+                stats.ran_uncompiled(f"{problem} (fallback=\"eager\")")
                 return self._fn(*args, **kwargs)
             raise FusionInputError(f"{_name(self._fn)}: {problem}")
         if self._failed:
+            stats.ran_uncompiled(_AFTER_FAILURE)
             return self._fn(*args, **kwargs)
         # calls racing in several threads take turns from here: each checks whether the function
         # was traced, and marks its row lengths, after the one before it traced (marked before,
@@ -485,6 +484,30 @@ class JitFunction:
         return f"fuser.jit({_name(self._fn)})"
 
 
+def _uncompiled_reason() -> Optional[str]:
+    """Why a call now runs the plain function, uncompiled, whatever fuser.jit's options (None
+    where nothing stops it compiling)."""
+    if global_module_hooks():
+        # a global module hook (`register_module_forward_hook`) runs at every module call:
+        # Dynamo's trace skips the submodules' calls of it and fires the outer module's from
+        # each of its wrappers (a Linear's output hook lost, the model's run three times)
+        return "a global module hook is registered (torch.nn.modules.module.register_module_*_hook)"
+    if _forward_ad._current_level >= 0:
+        # inside torch.autograd.forward_ad.dual_level: Dynamo's guards do not see a tangent,
+        # and fuser's kernels read only the primal, so the tangents would be lost silently
+        return "it was called inside torch.autograd.forward_ad.dual_level (forward-mode AD)"
+    if _functorch_transform() is not None:
+        # under a torch.func transform (vmap, grad, jacrev; functional_call in vmap for an
+        # ensemble): functorch runs the function op by op anyway, and Dynamo, tracing it
+        # there, marked its code to run uncompiled for good (every later plain call, of
+        # every instance of a module's class, ran eagerly)
+        return "it was called under a torch.func transform (vmap, grad, jacrev, ...)"
+    return None
+
+
+_AFTER_FAILURE = "fuser failed on an earlier call (fallback=\"eager\")"
+
+
 class JitModule(torch.nn.Module):
     """An nn.Module compiled with fuser. Parameters, buffers and attributes are the wrapped
     module's own: reading or setting one through the jitted module reads or sets the wrapped
@@ -539,14 +562,16 @@ class JitModule(torch.nn.Module):
         return self._jit(*args, **kwargs)
 
     def _call_impl(self, /, *args: Any, **kwargs: Any) -> Any:
-        """nn.Module's call, but for a call while global module hooks are registered and the
-        wrapper has none of its own: the wrapped module's call then runs them (uncompiled,
-        `JitFunction._call`) once for each module, as in eager; the wrapper's call ran them a
-        second time around it (a hook `out - 5` subtracted 10)."""
-        if global_module_hooks() and not (self._forward_hooks or self._forward_pre_hooks
-                                          or self._backward_hooks or self._backward_pre_hooks):
+        """nn.Module's call, but while global module hooks are registered: the wrapped module's
+        call then runs them (uncompiled, `JitFunction._call`) once for each module, as in eager,
+        so the wrapper runs only its own hooks around that call (`_call_with_own_hooks`);
+        nn.Module's call of the wrapper ran the global ones a second time around it (a hook
+        `out - 5` subtracted 10)."""
+        if not global_module_hooks():
+            return super()._call_impl(*args, **kwargs)
+        if not (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks):
             return self._orig_mod(*args, **kwargs)
-        return super()._call_impl(*args, **kwargs)
+        return _call_with_own_hooks(self, args, kwargs)
 
     def cache_info(self) -> CacheInfo:
         return self._jit.cache_info()
@@ -589,6 +614,69 @@ class JitModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"fuser.jit({self._orig_mod!r})"
+
+
+def _call_with_own_hooks(module: JitModule, args: tuple, kwargs: dict) -> Any:
+    """`module`'s call running only the hooks registered on the wrapper itself, in nn.Module's
+    order (forward pre-hooks, full backward and backward pre-hooks, forward hooks; on an error,
+    the always-called forward hooks not yet run), around the wrapped module's call, which runs
+    the global ones. The wrapper's pre-hooks thus run before the global pre-hooks, where on the
+    wrapped module itself they would run after them."""
+    if module._backward_hooks and not module._is_full_backward_hook:
+        raise UnsupportedError(
+            f"fuser.jit({_name(module._orig_mod)}): a backward hook registered with register_backward_hook (not full) cannot run "
+            f"on the jitted module while a global module hook is registered; use "
+            f"register_full_backward_hook, or register it on the wrapped module (`._orig_mod`)")
+    result, ran = None, set()
+    try:
+        args, kwargs = _run_forward_pre_hooks(module, args, kwargs)
+        backward = None
+        if module._backward_hooks or module._backward_pre_hooks:
+            backward = torch.utils.hooks.BackwardHook(module, list(module._backward_hooks.values()),
+                                                      list(module._backward_pre_hooks.values()))
+            args = backward.setup_input_hook(args)
+        result = module._orig_mod(*args, **kwargs)
+        for hook_id in module._forward_hooks:
+            ran.add(hook_id)
+            result = _run_forward_hook(module, hook_id, args, kwargs, result)
+        return result if backward is None else backward.setup_output_hook(result)
+    except Exception:
+        for hook_id in module._forward_hooks:
+            if hook_id in module._forward_hooks_always_called and hook_id not in ran:
+                try:  # (as nn.Module's call: a failing one warns, the forward's error is raised)
+                    result = _run_forward_hook(module, hook_id, args, kwargs, result)
+                except Exception as e:
+                    warnings.warn(f"module forward hook with always_call=True raised an exception that was "
+                                  f"silenced as another error was raised in forward: {e}", stacklevel=3)
+        raise
+
+
+def _run_forward_hook(module: JitModule, hook_id: int, args: tuple, kwargs: dict, result: Any) -> Any:
+    """`result` after `module`'s forward hook `hook_id` (what it returns, where not None)."""
+    hook = module._forward_hooks[hook_id]
+    if hook_id in module._forward_hooks_with_kwargs:
+        out = hook(module, args, kwargs, result)
+    else:
+        out = hook(module, args, result)
+    return result if out is None else out
+
+
+def _run_forward_pre_hooks(module: JitModule, args: tuple, kwargs: dict) -> tuple:
+    """(args, kwargs) after `module`'s own forward pre-hooks, each given what the one before
+    returned, as nn.Module's call runs them."""
+    for hook_id, hook in module._forward_pre_hooks.items():
+        if hook_id in module._forward_pre_hooks_with_kwargs:
+            out = hook(module, args, kwargs)
+            if out is not None:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {out}.")
+                args, kwargs = out
+        else:
+            out = hook(module, args)
+            if out is not None:
+                args = out if isinstance(out, tuple) else (out,)
+    return args, kwargs
 
 
 # nn.Module's hooks, each an ordered dict: those of a jitted module go with its copies

@@ -413,8 +413,7 @@ class TrainingCall:
         if node is not None:
             if self.unused is not None:
                 node.register_hook(functools.partial(_drop_unused, self.unused))
-            needs = tuple(edge is not None for edge, _ in node.next_functions)  # (no edge: needs none)
-            if _reads_values_needing_grad(needs, self.read_by_backward, self.facts.n_inputs):
+            if _reads_values_needing_grad(_needs_grad(node), self.read_by_backward, self.facts.n_inputs):
                 node.register_prehook(_refuse_create_graph)
         return outs
 
@@ -428,16 +427,21 @@ class AotCall:
     constants on every call, silently zeros. The refusal goes into the backward of the
     autograd.Function AOTAutograd made for the graph, found from the first call's node; later
     calls pass straight through (a pre-hook on each call's node cost 16 us of an 80 us call of
-    a buffer-writing graph on the development CPU; this wrapper, 1 to 3 us)."""
+    a buffer-writing graph on the development CPU; this wrapper, 1 to 3 us). Where a torch's
+    node does not lead to that Function (`_aot_function`), each call's node gets the pre-hook."""
 
-    __slots__ = ("aot_compiled", "n_inputs", "read_by_backward", "guarded")
+    __slots__ = ("aot_compiled", "n_inputs", "read_by_backward", "guarded", "tensor_inputs")
 
     def __init__(self, aot_compiled: Any, record: Any):
         self.aot_compiled = aot_compiled
         self.guarded = False  # (the Function's backward refuses: calls pass straight through)
         forward = [p for p in record.programs if p.kind == "forward"]
         graph = forward[0].plan.graph if len(forward) == 1 else None
-        self.n_inputs = sum(n.op == "placeholder" for n in graph.graph.nodes) if graph is not None else -1
+        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"] if graph is not None else None
+        self.n_inputs = len(placeholders) if placeholders is not None else -1
+        # per input, whether it is a tensor (the node has edges for those only: `_needs_grad`)
+        self.tensor_inputs = (tuple(isinstance(n.meta.get("val"), torch.Tensor) for n in placeholders)
+                              if placeholders is not None else None)
         returns = _forward_returns()
         # the inputs the backward reads (None: not known, every input counted)
         self.read_by_backward = (_saved_from(graph, returns, self.n_inputs)
@@ -449,9 +453,14 @@ class AotCall:
         first = torch._C._autograd._get_sequence_nr()
         outs = self.aot_compiled(*args)
         node = _aot_node_made_since(first, outs, args)
-        if node is not None:  # (none while no call records one: under no_grad)
-            _refuse_create_graph_in(type(node)._forward_cls, self.read_by_backward, self.n_inputs)
+        if node is None:  # (none while no call records one: under no_grad)
+            return outs
+        function = _aot_function(node)
+        if function is not None and _refuse_create_graph_in(function, self.read_by_backward, self.n_inputs):
             self.guarded = True
+        elif _reads_values_needing_grad(_needs_grad(node, self.tensor_inputs), self.read_by_backward,
+                                        self.n_inputs):
+            node.register_prehook(_refuse_create_graph)
         return outs
 
 
@@ -478,19 +487,19 @@ def _aot_node_made_since(first: int, outs: Any, args: tuple) -> Any:
             node = stack.pop()
             if node in seen or node._sequence_nr() < first:
                 continue
-            if type(node).__name__ == "CompiledFunctionBackward":
+            if _is_aot_node(node):
                 return node
             seen.add(node)
             stack.extend(n for n, _ in node.next_functions if n is not None)
     return None
 
 
-def _refuse_create_graph_in(function: type, read: Optional[frozenset], n_inputs: int) -> None:
+def _refuse_create_graph_in(function: type, read: Optional[frozenset], n_inputs: int) -> bool:
     """Make the backward of AOTAutograd's autograd.Function `function` (one class per compiled
     graph, whose backward autograd looks up at each call) raise, as `_Fused`'s does, when it
     runs with grad mode on (create_graph=True) and reads an input that needs a gradient or a
     value the forward computed from one (`read`: the positions of those inputs among the
-    graph's `n_inputs`)."""
+    graph's `n_inputs`). False where the class takes no new backward."""
     backward = function.backward
 
     def refusing_backward(ctx: Any, *grads: Any) -> Any:
@@ -498,7 +507,51 @@ def _refuse_create_graph_in(function: type, read: Optional[frozenset], n_inputs:
             raise UnsupportedError(_CREATE_GRAPH_REFUSED)
         return backward(ctx, *grads)
 
-    function.backward = staticmethod(refusing_backward)
+    try:
+        function.backward = staticmethod(refusing_backward)
+    except (AttributeError, TypeError):
+        return False
+    return True
+
+
+# AOTAutograd's internals, named here only: the autograd node a compiled graph's call records is
+# of the class autograd makes for AOTAutograd's autograd.Function `CompiledFunction` (named after
+# it, from torch's own module), which leads to that Function as `_forward_cls`. Each lookup falls
+# back where a torch differs: a node found by the Function's module where the name differs; the
+# per-node pre-hook (`_refuse_create_graph`) where the Function cannot be reached.
+_AOT_NODE_NAME = "CompiledFunctionBackward"
+_AOT_MODULE = "torch._functorch."
+
+
+def _is_aot_node(node: Any) -> bool:
+    """Whether `node` is the autograd node of AOTAutograd's CompiledFunction."""
+    if type(node).__name__ == _AOT_NODE_NAME:
+        return True
+    function = getattr(type(node), "_forward_cls", None)
+    return isinstance(node, getattr(torch.autograd.function, "BackwardCFunction", ())) \
+        and getattr(function, "__module__", "").startswith(_AOT_MODULE)
+
+
+def _aot_function(node: Any) -> Optional[type]:
+    """The autograd.Function of AOTAutograd's node `node`, whose backward `_refuse_create_graph_in`
+    replaces; None where this torch's node does not lead to one."""
+    function = getattr(type(node), "_forward_cls", None)
+    if isinstance(function, type) and issubclass(function, torch.autograd.Function) \
+            and callable(getattr(function, "backward", None)):
+        return function
+    return None
+
+
+def _needs_grad(node: Any, tensor_inputs: Optional[tuple] = None) -> tuple:
+    """Per input of `node`, whether it needs a gradient (no edge: it needs none). An autograd
+    Function's node has edges for its tensor inputs only: with `tensor_inputs` (per input of
+    the graph, whether it is a tensor) counting as many, spread over all the inputs, as its
+    backward's `ctx.needs_input_grad` is."""
+    edges = tuple(edge is not None for edge, _ in node.next_functions)
+    if tensor_inputs is None or sum(tensor_inputs) != len(edges):
+        return edges
+    per_tensor = iter(edges)
+    return tuple(next(per_tensor) if is_tensor else False for is_tensor in tensor_inputs)
 
 
 def _reads_values_needing_grad(needs: tuple, read: Optional[frozenset], n_inputs: int) -> bool:
@@ -518,8 +571,7 @@ def _aot_node(outs: Any, facts: ForwardFacts) -> Any:
         node = getattr(out, "grad_fn", None)
         if node is not None and k in facts.unsafe_views and node.next_functions:
             node = node.next_functions[0][0]
-        if node is not None and type(node).__name__ == "CompiledFunctionBackward" \
-                and len(node.next_functions) == facts.n_inputs:
+        if node is not None and _is_aot_node(node) and len(node.next_functions) == facts.n_inputs:
             return node
     return None
 
