@@ -20,6 +20,7 @@ import functools
 import inspect
 import itertools
 import logging
+import math
 import os
 import re
 import sys
@@ -260,7 +261,7 @@ class JitFunction:
         Dynamo's frame even where a remembered entry would do, so that the graphs it runs are
         counted in `stats` too."""
         stats.calls += 1
-        uncompiled = _uncompiled_reason()
+        uncompiled = _uncompiled_reason() or _negative_zero(args, kwargs)
         if uncompiled is not None:
             stats.ran_uncompiled(uncompiled)
             return self._fn(*args, **kwargs)
@@ -502,6 +503,17 @@ def _uncompiled_reason() -> Optional[str]:
         # there, marked its code to run uncompiled for good (every later plain call, of
         # every instance of a module's class, ran eagerly)
         return "it was called under a torch.func transform (vmap, grad, jacrev, ...)"
+    return None
+
+
+def _negative_zero(args: tuple, kwargs: dict) -> Optional[str]:
+    """Why a call with a float argument of -0.0 runs uncompiled: fuser.jit specializes floats,
+    and Dynamo's guard for one (`k == -0.0`) passes 0.0 as well, so each zero reused the other's
+    graph (copysign(x, k), x / k of the other sign). With no graph ever traced at -0.0, a 0.0
+    never meets one, and a -0.0 runs as eager."""
+    for a in itertools.chain(args, kwargs.values()):
+        if type(a) is float and a == 0.0 and math.copysign(1.0, a) < 0:
+            return "a float argument is -0.0 (Dynamo's guard for a float does not tell it from 0.0)"
     return None
 
 
