@@ -511,9 +511,10 @@ def _negative_zero(args: tuple, kwargs: dict) -> Optional[str]:
     and Dynamo's guard for one (`k == -0.0`) passes 0.0 as well, so each zero reused the other's
     graph (copysign(x, k), x / k of the other sign). With no graph ever traced at -0.0, a 0.0
     never meets one, and a -0.0 runs as eager."""
-    for a in itertools.chain(args, kwargs.values()):
-        if type(a) is float and a == 0.0 and math.copysign(1.0, a) < 0:
-            return "a float argument is -0.0 (Dynamo's guard for a float does not tell it from 0.0)"
+    for values in (args, kwargs.values()) if kwargs else (args,):
+        for a in values:
+            if type(a) is float and a == 0.0 and math.copysign(1.0, a) < 0:
+                return "a float argument is -0.0 (Dynamo's guard for a float does not tell it from 0.0)"
     return None
 
 
