@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import threading
 import weakref
@@ -796,11 +797,18 @@ def _aot_refuses_overlapping_writes(e: AssertionError) -> bool:
     return str(e).startswith(_AOT_OVERLAPPING_WRITE_LIMITS)
 
 
+# a backward kernel's dispatch missing the dtype: i1's '"i1_backward" not implemented for 'BFloat16''
+_BACKWARD_KERNEL_LACKS_DTYPE = re.compile(r"\"\w+_backward\" not implemented for '\w+'")
+
+
 def _lacks_derivative(e: Exception) -> bool:
     """Whether `e` is torch's report of an op without a derivative: a NotImplementedError
     (igamma's "the derivative for 'igamma' is not implemented") or a RuntimeError (floor_divide's
-    "derivative for aten::floor_divide is not implemented")."""
-    return "derivative for" in str(e) and "not implemented" in str(e)
+    "derivative for aten::floor_divide is not implemented"); or of a derivative without a kernel
+    for the dtype, a NotImplementedError raised tracing the backward (bf16 special.i1's)."""
+    if "derivative for" in str(e) and "not implemented" in str(e):
+        return True
+    return isinstance(e, NotImplementedError) and _BACKWARD_KERNEL_LACKS_DTYPE.search(str(e)) is not None
 
 
 def _not_differentiable(e: Exception) -> UnsupportedError:

@@ -1,4 +1,4 @@
-"""The refusal of create_graph=True on graphs that run AOTAutograd's runtime (training.py's
+"""The refusal of create_graph=True on graphs that run AOTAutograd's runtime (second_order.py's
 AotCall) with torch internals that differ: the autograd node found by its class name
 ("CompiledFunctionBackward") alone, and its Function reached through `_forward_cls` alone.
 A node named otherwise was not found, so a Hessian through it came back all zeros, silently;
@@ -60,6 +60,6 @@ def test_a_node_named_otherwise_is_still_found(aot_node_renamed):
 
 
 def test_a_node_leading_to_no_function_gets_the_pre_hook(monkeypatch):
-    training = __import__("sys").modules["fuser.frontend.training"]
-    monkeypatch.setattr(training, "_aot_function", lambda node: None)
+    from fuser.frontend import second_order
+    monkeypatch.setattr(second_order, "_aot_function", lambda node: None)
     _check_second_order(fuser.jit(_fresh(_scales_by_weight)))

@@ -1,5 +1,5 @@
 """Second-order autograd through training graphs that run AOTAutograd's runtime with all its
-layers, not a TrainingCall (frontend/training.py's AotCall): a graph that writes a buffer, one
+layers, not a TrainingCall (frontend/second_order.py's AotCall): a graph that writes a buffer, one
 returning a view of its input, BatchNorm updating its running statistics. Their backward ran
 fuser's backward program with no refusal of create_graph=True, so the Hessian came back all
 zeros on every call, silently. Each call now raises fuser's UnsupportedError or matches eager;
