@@ -39,8 +39,9 @@ from .meta import size_expr
 from .partition import plan_graph
 from .reinplace import reinplace_scatters
 from .program import CURRENT_STATS, GraphProgram
+from .second_order import AotCall
 from .softmax_backward import backward_softmax_without_division
-from .training import AotCall, TrainingCall, forward_facts, plain_aot_metadata
+from .training import TrainingCall, forward_facts, plain_aot_metadata
 
 
 @dataclass(eq=False)

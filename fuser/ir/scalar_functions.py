@@ -50,9 +50,8 @@ def _pow(a, b):
     if not (isinstance(a, float) or isinstance(b, float)):
         if b >= 0:
             return a ** b
-        # integers: the exact power truncated toward zero (a scalar of an integer type holds it)
-        if a == 0:
-            raise ZeroDivisionError("0 to a negative integer power")
+        # integers: the exact power truncated toward zero (a scalar of an integer type holds it),
+        # and 0 for 0 ** negative, as eager's pow of 0-dim integer tensors
         return 1 if a == 1 or (a == -1 and b % 2 == 0) else -1 if a == -1 else 0
     a, b = float(a), float(b)
     odd = b.is_integer() and b % 2 == 1
@@ -63,6 +62,19 @@ def _pow(a, b):
     except OverflowError:
         return -math.inf if a < 0 and odd else math.inf
     return math.nan if isinstance(r, complex) else r
+
+
+# Shifts as eager's of 0-dim integer tensors: a count outside [0, 64) shifts every bit out,
+# where Python refuses a negative one (an Int32 count in [32, 64) leaves a value past its range)
+_SHIFT_BITS = 64
+
+
+def _left_shift(a: int, b: int) -> int:
+    return a << b if 0 <= b < _SHIFT_BITS else 0
+
+
+def _right_shift(a: int, b: int) -> int:  # (Python's >> is arithmetic: a negative value keeps -1)
+    return a >> b if 0 <= b < _SHIFT_BITS else -1 if a < 0 else 0
 
 
 def _exact_int(v) -> int:
@@ -264,8 +276,8 @@ SCALAR_FUNCTIONS = (
     ("atan2", lambda a, b: math.atan2(float(a), float(b))),
     ("nextafter", lambda a, b: math.nextafter(float(a), float(b))),
     ("gcd", math.gcd),
-    ("bitwise_left_shift", lambda a, b: a << b),
-    ("bitwise_right_shift", lambda a, b: a >> b),
+    ("bitwise_left_shift", _left_shift),
+    ("bitwise_right_shift", _right_shift),
     # ternary
     ("where", lambda c, a, b: a if c else b),
     ("clamp", _clamp),
