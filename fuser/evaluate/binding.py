@@ -467,7 +467,7 @@ class InputBinder:
             elif dtype.category > 1:  # a float or complex scalar holds a value of its type (_bind_scalar)
                 lines += ["    if type(v) is int and not -0x8000000000000000 <= v < 0x8000000000000000:",
                           "        return None"]
-                if dtype is DataType.Double:  # (the common case: no call for a float)
+                if dtype is DataType.Double:  # (scalar_conversion's `float`, inline: the common case)
                     lines += ["    if type(v) is int:", "        v = float(v)"]
                 else:
                     env[f"C{k}"] = scalar_conversion(dtype)

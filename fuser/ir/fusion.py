@@ -202,6 +202,7 @@ class Fusion:
             for name, n in lengths.items():
                 del getattr(self, name)[n:]
             self._extent_scalars = {e: s for e, s in self._extent_scalars.items() if id(s) not in dropped}
+            self._equal_classes = None  # (the constraints cut back in place: the same list, maybe refilled)
             raise
         finally:
             self._undo = None

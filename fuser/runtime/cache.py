@@ -278,9 +278,7 @@ class FusionRuntime:
         otherwise the steps of the run (None: none is made). Made from what the run kept, not
         from lookups after it: another thread's call may clear a launcher's launches."""
         if self.single is None:
-            if "env" not in kept:
-                return None
-            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept)
+            return ready_program(self, kept["env"], kept["sizes"].known, kept["launches"], kept) if "env" in kept else None
         launch = kept.get("launch")
         if launch is None:
             return None
